@@ -1,0 +1,128 @@
+"""Argument checks for the block engine.
+
+Each check turns a bad argument into one :class:`InputError` sentence that names the
+argument and the fix, before any work starts, instead of a deep JAX traceback later.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from ._errors import InputError, StepFunctionError, X64Error
+
+__all__ = ["as_count", "check_x64", "resolve_length", "step_shapes"]
+
+_WIDE = frozenset("dui")  # float, unsigned and signed integer kinds that have a 64-bit form
+_COMPLEX_WIDE = np.dtype(np.complex128)
+
+
+def as_count(name: str, value: Any, *, minimum: int) -> int:
+    """Return ``value`` as a Python int no smaller than ``minimum``, or explain why not."""
+    if isinstance(value, bool) or value is None:
+        raise InputError(f"{name} must be an integer >= {minimum}, got {value!r}; pass e.g. {name}=1024")
+    try:
+        count = operator.index(value)
+    except TypeError:
+        raise InputError(
+            f"{name} must be an integer >= {minimum}, got {value!r} of type "
+            f"{type(value).__name__}; pass a whole number such as {name}=1024"
+        ) from None
+    if count < minimum:
+        raise InputError(f"{name} must be >= {minimum}, got {count}; pass a larger {name}")
+    return count
+
+
+def resolve_length(xs: Any, length: Any) -> int:
+    """The number of steps: ``length`` if given, else the common leading axis of ``xs``."""
+    leaves = jax.tree_util.tree_leaves(xs)
+    if length is not None:
+        length = as_count("length", length, minimum=0)
+    if not leaves:
+        if length is None:
+            raise InputError("length is required when xs is None; pass length=N, the number of steps")
+        return length
+    sizes = []
+    for leaf in leaves:
+        shape = getattr(leaf, "shape", None)
+        if shape is None or len(shape) == 0:
+            raise InputError(
+                f"every xs leaf must be an array with a leading step axis, got {type(leaf).__name__} "
+                f"with shape {shape}; pass arrays of shape (length, ...)"
+            )
+        sizes.append(int(shape[0]))
+    if len(set(sizes)) > 1:
+        raise InputError(
+            f"xs leaves have different lengths along axis 0 ({sorted(set(sizes))}); "
+            "give every xs leaf the same number of steps"
+        )
+    if length is not None and length != sizes[0]:
+        raise InputError(
+            f"length={length} disagrees with xs, whose leaves have {sizes[0]} steps; "
+            "drop length or slice xs to match"
+        )
+    return sizes[0]
+
+
+def _dtype_of(leaf: Any) -> np.dtype | None:
+    if isinstance(leaf, (bool, int, float, complex)):
+        return None  # Python scalars are weakly typed: they follow JAX's default precision
+    dtype = getattr(leaf, "dtype", None)
+    try:
+        return None if dtype is None else np.dtype(dtype)
+    except TypeError:
+        return None  # e.g. a PRNG key dtype, which has no 64-bit question
+
+
+def check_x64(**trees: Any) -> None:
+    """Refuse 64-bit inputs while ``jax_enable_x64`` is off, since JAX would halve them silently."""
+    if jax.config.jax_enable_x64:
+        return
+    for name, tree in trees.items():
+        for leaf in jax.tree_util.tree_leaves(tree):
+            dtype = _dtype_of(leaf)
+            if dtype is not None and dtype.itemsize >= 8 and (dtype.kind in _WIDE or dtype == _COMPLEX_WIDE):
+                raise X64Error(
+                    f"{name} holds {dtype} data but jax_enable_x64 is off, so JAX would compute in 32 bits; "
+                    'call jax.config.update("jax_enable_x64", True) (or set JAX_ENABLE_X64=1) first, '
+                    "or cast the inputs to a 32-bit dtype"
+                )
+
+
+def _x_struct(xs: Any) -> Any:
+    def one(leaf: Any) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct(tuple(leaf.shape[1:]), leaf.dtype)
+
+    return None if xs is None else jax.tree_util.tree_map(one, xs)
+
+
+def _describe(struct: Any) -> str:
+    return str(jax.tree_util.tree_map(lambda s: f"{s.dtype}{list(s.shape)}", struct))
+
+
+def step_shapes(f: Callable, init: Any, xs: Any) -> tuple[Any, Any]:
+    """Trace one step abstractly; return the (carry, y) shape structs or explain the breach."""
+    if not callable(f):
+        raise StepFunctionError(f"f must be callable as f(carry, x) -> (carry, y), got {type(f).__name__}")
+    out = jax.eval_shape(f, init, _x_struct(xs))
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        raise StepFunctionError(
+            f"f must return a (carry, y) pair, got {_describe(out)}; end f with `return new_carry, y`"
+        )
+    carry_out, y = out
+    carry_in = jax.eval_shape(lambda c: c, init)  # a weakly typed leaf may take f's dtype, as in lax.scan
+    tree_in, tree_out = (jax.tree_util.tree_structure(t) for t in (carry_in, carry_out))
+    same = tree_in == tree_out and all(
+        a.shape == b.shape and (a.dtype == b.dtype or a.weak_type)
+        for a, b in zip(jax.tree_util.tree_leaves(carry_in), jax.tree_util.tree_leaves(carry_out))
+    )
+    if not same:
+        raise StepFunctionError(
+            f"f changes the carry from {_describe(carry_in)} to {_describe(carry_out)}; the carry must keep "
+            "its structure, shapes and dtypes across a step: cast the new carry (e.g. .astype) or fix init"
+        )
+    return carry_out, y

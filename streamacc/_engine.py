@@ -1,0 +1,205 @@
+"""The block engine: a long ``lax.scan`` run as a chain of short, cached, jitted scans.
+
+The engine is pure computation. It slices the inputs one block at a time, runs one
+compiled scan per block with the carry flowing from block to block, and hands each
+finished block to the caller as host arrays. It knows nothing of files or progress.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ._checks import as_count, check_x64, resolve_length, step_shapes
+from ._errors import InputError
+
+__all__ = ["DEFAULT_BLOCK_SIZE", "Block", "Plan", "block_bounds", "iter_blocks", "make_plan", "run_plan", "scan"]
+
+DEFAULT_BLOCK_SIZE = 2**20
+"""Steps per block when none is given; see benchmarks/RESULTS.md for how it was chosen."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """One finished block of a blocked scan.
+
+    Attributes:
+        start, stop: the block covers steps ``[start, stop)`` of the whole scan.
+        ys: pytree of host numpy arrays, each with leading axis ``stop - start``.
+        carry: pytree of (small) JAX arrays, the carry after the block's last step in
+            scan order, i.e. the carry that enters the next block.
+    """
+
+    start: int
+    stop: int
+    ys: Any
+    carry: Any
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A validated blocked scan: everything needed to run it, and the shape of its output."""
+
+    f: Callable
+    init: Any
+    xs: Any
+    length: int
+    block_size: int
+    unroll: int
+    reverse: bool
+    y_struct: Any
+
+
+def block_bounds(length: int, block_size: int, reverse: bool = False, first: int = 0) -> Iterator[tuple[int, int]]:
+    """The ``[start, stop)`` of each block in scan order, skipping the first ``first`` blocks.
+
+    Blocks are aligned to multiples of ``block_size`` from step 0 in both directions, so
+    every block maps onto whole output chunks; the one short block is the last in index
+    order (the first one run when ``reverse``).
+    """
+    count = -(-length // block_size)
+    order = range(count - 1 - first, -1, -1) if reverse else range(first, count)
+    for k in order:
+        yield k * block_size, min((k + 1) * block_size, length)
+
+
+def _as_unroll(unroll: Any) -> int | bool:
+    if isinstance(unroll, bool):
+        return unroll
+    return as_count("unroll", unroll, minimum=1)
+
+
+def make_plan(
+    f: Callable,
+    init: Any,
+    xs: Any = None,
+    *,
+    length: int | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    unroll: int | bool = 1,
+    reverse: bool = False,
+) -> Plan:
+    """Validate the arguments of a blocked scan, raising :class:`InputError` on any problem."""
+    n = resolve_length(xs, length)
+    block_size = as_count("block_size", block_size, minimum=1)
+    unroll = _as_unroll(unroll)
+    if not isinstance(reverse, (bool, np.bool_)):
+        raise InputError(f"reverse must be True or False, got {reverse!r}")
+    check_x64(init=init, xs=xs)
+    carry_struct, y_struct = step_shapes(f, init, xs)
+    init = jax.tree_util.tree_map(lambda leaf, s: jnp.asarray(leaf, dtype=s.dtype), init, carry_struct)
+    return Plan(f, init, xs, n, block_size, unroll, bool(reverse), y_struct)
+
+
+@functools.lru_cache(maxsize=256)
+def _scan_fn(f: Callable, length: int, unroll: int | bool, reverse: bool) -> Callable:
+    def run(carry: Any, xs: Any) -> tuple[Any, Any]:
+        return lax.scan(f, carry, xs, length=length, unroll=unroll, reverse=reverse)
+
+    return jax.jit(run)
+
+
+def _block_fn(f: Callable, length: int, unroll: int | bool, reverse: bool) -> Callable:
+    try:
+        return _scan_fn(f, length, unroll, reverse)
+    except TypeError:  # an unhashable step function cannot be cached; compile per call
+        return _scan_fn.__wrapped__(f, length, unroll, reverse)
+
+
+@functools.lru_cache(maxsize=64)
+def _slicer(length: int) -> Callable:
+    return jax.jit(lambda a, start: lax.dynamic_slice_in_dim(a, start, length))
+
+
+def _take(leaf: Any, start: int, stop: int) -> Any:
+    """Rows ``[start, stop)`` of one xs leaf, reading nothing else."""
+    if isinstance(leaf, jax.Array):
+        return _slicer(stop - start)(leaf, start)  # a traced start: one compile per block length
+    return np.asarray(leaf[start:stop])
+
+
+def _dispatch(plan: Plan, carry: Any, start: int, stop: int) -> tuple[Any, Any]:
+    xs = jax.tree_util.tree_map(lambda leaf: _take(leaf, start, stop), plan.xs)
+    return _block_fn(plan.f, stop - start, plan.unroll, plan.reverse)(carry, xs)
+
+
+def _to_host(tree: Any) -> Any:
+    return jax.tree_util.tree_map(np.asarray, tree)
+
+
+def run_plan(plan: Plan, *, carry: Any = None, first_block: int = 0) -> Iterator[Block]:
+    """Run ``plan`` from block ``first_block`` (in scan order) with ``carry`` entering it.
+
+    Block k+1 is dispatched before block k is handed over, so the device computes
+    while the caller consumes; at most two blocks are alive on the device.
+    """
+    carry = plan.init if carry is None else carry
+    pending = None
+    for start, stop in block_bounds(plan.length, plan.block_size, plan.reverse, first_block):
+        carry, ys = _dispatch(plan, carry, start, stop)
+        if pending is not None:
+            yield Block(pending[0], pending[1], _to_host(pending[2]), pending[3])
+        pending = (start, stop, ys, carry)
+    if pending is not None:
+        yield Block(pending[0], pending[1], _to_host(pending[2]), pending[3])
+
+
+def iter_blocks(
+    f: Callable,
+    init: Any,
+    xs: Any = None,
+    *,
+    length: int | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    unroll: int | bool = 1,
+    reverse: bool = False,
+) -> Iterator[Block]:
+    """Run ``lax.scan(f, init, xs, length, unroll=unroll, reverse=reverse)`` block by block.
+
+    Yields :class:`Block` s in scan order (from the end when ``reverse``), so memory
+    stays at a few blocks whatever the length. ``xs`` may be any pytree of arrays that
+    slice along axis 0 (numpy, memmap, JAX or Zarr arrays); only the current block's
+    rows are read. Concatenating the blocks' ``ys`` in step order, and taking the last
+    block's ``carry``, gives bit for bit what one ``lax.scan`` over the whole length
+    gives. Arguments are checked now, not at the first ``next()``.
+    """
+    plan = make_plan(f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse)
+    return run_plan(plan)
+
+
+def scan(
+    f: Callable,
+    init: Any,
+    xs: Any = None,
+    *,
+    length: int | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    unroll: int | bool = 1,
+    reverse: bool = False,
+) -> tuple[Any, Any]:
+    """Blocked ``lax.scan`` returning ``(carry, ys)`` with ``ys`` assembled in host memory.
+
+    The result equals ``jax.lax.scan`` bit for bit; use it when the output fits in RAM
+    but one device-side scan of the whole length would not compile or fit.
+    """
+    plan = make_plan(f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse)
+
+    def empty(s: jax.ShapeDtypeStruct) -> np.ndarray:
+        return np.empty((plan.length, *s.shape), dtype=s.dtype)
+
+    ys = jax.tree_util.tree_map(empty, plan.y_struct)
+    carry = plan.init
+    for block in run_plan(plan):
+        jax.tree_util.tree_map(lambda out, y, b=block: out.__setitem__(slice(b.start, b.stop), y), ys, block.ys)
+        carry = block.carry
+    return carry, ys
