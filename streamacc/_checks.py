@@ -62,8 +62,7 @@ def resolve_length(xs: Any, length: Any) -> int:
         )
     if length is not None and length != sizes[0]:
         raise InputError(
-            f"length={length} disagrees with xs, whose leaves have {sizes[0]} steps; "
-            "drop length or slice xs to match"
+            f"length={length} disagrees with xs, whose leaves have {sizes[0]} steps; drop length or slice xs to match"
         )
     return sizes[0]
 
@@ -118,7 +117,7 @@ def step_shapes(f: Callable, init: Any, xs: Any) -> tuple[Any, Any]:
     tree_in, tree_out = (jax.tree_util.tree_structure(t) for t in (carry_in, carry_out))
     same = tree_in == tree_out and all(
         a.shape == b.shape and (a.dtype == b.dtype or a.weak_type)
-        for a, b in zip(jax.tree_util.tree_leaves(carry_in), jax.tree_util.tree_leaves(carry_out))
+        for a, b in zip(jax.tree_util.tree_leaves(carry_in), jax.tree_util.tree_leaves(carry_out), strict=True)
     )
     if not same:
         raise StepFunctionError(

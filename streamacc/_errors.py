@@ -8,15 +8,15 @@ print it on one line and a caller can catch the whole family at once.
 from __future__ import annotations
 
 __all__ = [
-    "StreamaccError",
     "InputError",
-    "StepFunctionError",
-    "X64Error",
-    "StoreError",
+    "LockedError",
     "OutputExistsError",
     "ResumeError",
-    "LockedError",
+    "StepFunctionError",
+    "StoreError",
+    "StreamaccError",
     "VerifyError",
+    "X64Error",
 ]
 
 
