@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._codecs import CODECS, DEFAULT_CODEC
 from ._engine import DEFAULT_BLOCK_SIZE, Block, iter_blocks, scan
 from ._errors import (
     InputError,
@@ -14,11 +15,13 @@ from ._errors import (
     VerifyError,
     X64Error,
 )
-
-__version__ = "0.1.0"
+from ._version import __version__
+from ._write import write
 
 __all__ = [
+    "CODECS",
     "DEFAULT_BLOCK_SIZE",
+    "DEFAULT_CODEC",
     "Block",
     "InputError",
     "LockedError",
@@ -32,4 +35,5 @@ __all__ = [
     "__version__",
     "iter_blocks",
     "scan",
+    "write",
 ]

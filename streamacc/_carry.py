@@ -1,0 +1,36 @@
+"""Carries as plain host data, so that a run can be recorded and continued elsewhere.
+
+A carry is a pytree of small JAX arrays, possibly typed PRNG keys. Here it becomes a
+list of (numpy array, key implementation or None) leaves and back, exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["HostLeaf", "from_host", "to_host"]
+
+HostLeaf = tuple[np.ndarray, str | None]
+
+
+def _leaf_to_host(leaf: Any) -> HostLeaf:
+    leaf = jnp.asarray(leaf)
+    if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        return np.asarray(jax.random.key_data(leaf)), str(jax.random.key_impl(leaf))
+    return np.asarray(leaf), None
+
+
+def to_host(carry: Any) -> list[HostLeaf]:
+    """The leaves of ``carry`` as host arrays, each tagged with its PRNG key implementation."""
+    return [_leaf_to_host(leaf) for leaf in jax.tree_util.tree_leaves(carry)]
+
+
+def from_host(leaves: list[HostLeaf], like: Any) -> Any:
+    """Rebuild a carry with the tree structure of ``like`` from :func:`to_host` leaves."""
+    treedef = jax.tree_util.tree_structure(like)
+    arrays = [jax.random.wrap_key_data(a, impl=impl) if impl else jnp.asarray(a) for a, impl in leaves]
+    return jax.tree_util.tree_unflatten(treedef, arrays)
