@@ -1,0 +1,32 @@
+"""Named, parameterised step functions for the CLI, in the style of optax.
+
+Each :class:`Recipe` has a ``build(size, dtype, **params) -> Job`` that validates its
+arguments (raising :class:`~streamacc.InputError` with one line naming the CLI option)
+and returns a :class:`Job`: a step function hashable by value, its initial carry, its
+inputs, its length and output names, the recommended unroll, and JSON metadata::
+
+    job = get_recipe("gp").build(10**9, "float64", ratio=1 + 1e-8)
+    for block in streamacc.iter_blocks(job.f, job.init, job.xs, length=job.length, unroll=job.unroll):
+        ...
+"""
+
+from __future__ import annotations
+
+from .._errors import InputError
+from ._base import Job, Param, Recipe
+from ._cumulative import CUMPROD, CUMSUM
+from ._progressions import AFFINE, GP, LOGISTIC
+from ._random import RANDOMWALK
+
+__all__ = ["RECIPES", "Job", "Param", "Recipe", "get_recipe"]
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in (GP, AFFINE, LOGISTIC, RANDOMWALK, CUMSUM, CUMPROD)}
+"""Every recipe by name, in the order ``streamacc recipes`` lists them."""
+
+
+def get_recipe(name: str) -> Recipe:
+    """The recipe called ``name``, or an :class:`InputError` listing the choices."""
+    recipe = RECIPES.get(name) if isinstance(name, str) else None
+    if recipe is None:
+        raise InputError(f"unknown recipe {name!r}; choose one of: {', '.join(RECIPES)} (see `streamacc recipes`)")
+    return recipe

@@ -1,0 +1,165 @@
+"""Running sums and products of a 1-D Zarr array, read block by block.
+
+``y[i] = input[0] op ... op input[i]`` (inclusive), computed sequentially in the output
+dtype, hence bit-identical to ``np.cumsum`` / ``np.cumprod`` of the input cast to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any
+
+import numpy as np
+
+from .._errors import InputError
+from ._base import Job, Param, Recipe, Step, check_dtype, check_size, resolve_params
+
+__all__ = ["CUMPROD", "CUMSUM", "Cumulative", "Rows", "open_input"]
+
+_NUMERIC_KINDS = frozenset("biuf")
+
+
+class Rows:
+    """A lazy view of the first ``n`` rows of an array: shape, dtype, and slices forwarded offset-free.
+
+    Nothing is read until it is sliced, and then only the rows asked for, so the engine can
+    scan a prefix of a large Zarr array without loading it.
+    """
+
+    __slots__ = ("array", "n")
+
+    def __init__(self, array: Any, n: int) -> None:
+        if not 0 <= n <= array.shape[0]:
+            raise ValueError(f"cannot view {n} rows of an array with {array.shape[0]}")
+        self.array = array
+        self.n = n
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.n, *self.array.shape[1:])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.array.dtype)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.array.shape)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __repr__(self) -> str:
+        return f"Rows({self.array!r}, n={self.n})"
+
+    def __getitem__(self, key: Any) -> Any:
+        rest: tuple = ()
+        if isinstance(key, tuple):
+            key, rest = (key[0], key[1:]) if key else (slice(None), ())
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.n)
+            if step > 0:
+                return self.array[(slice(start, max(start, stop), step), *rest)]
+            rows = range(start, stop, step)
+            if not rows:
+                return self.array[(slice(0, 0), *rest)]
+            low = rows[-1]
+            return np.asarray(self.array[(slice(low, rows[0] + 1), *rest)])[::step]
+        index = operator.index(key)
+        if not -self.n <= index < self.n:
+            raise IndexError(f"index {index} is out of bounds for {self.n} rows")
+        return self.array[(index % self.n, *rest)]
+
+
+def open_input(path: str) -> Any:
+    """Open ``path`` read-only as a 1-D numeric Zarr array, or explain the fix."""
+    import zarr  # imported here so that the other recipes do not need it
+
+    try:
+        array = zarr.open_array(path, mode="r")
+    except Exception as error:
+        reason = " ".join(str(error).split()) or type(error).__name__
+        raise InputError(
+            f"--input {path!r} is not a zarr array ({reason}); pass the path of a 1-D zarr array"
+        ) from None
+    if len(array.shape) != 1:
+        raise InputError(
+            f"--input must be a 1-D zarr array, got shape {tuple(array.shape)} at {path!r}; "
+            "pass a 1-D array (one value per step)"
+        )
+    try:
+        kind = np.dtype(array.dtype).kind
+    except TypeError:
+        kind = "?"
+    if kind not in _NUMERIC_KINDS:
+        raise InputError(
+            f"--input must hold real numbers, got dtype {array.dtype} at {path!r}; pass a float, int or bool array"
+        )
+    return array
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Cumulative(Step):
+    """``(c, x) -> (c op x, c op x)`` with ``x`` cast to ``dtype`` first; ``op`` is ``'add'`` or ``'mul'``."""
+
+    op: str
+    dtype: str
+
+    def __call__(self, carry: Any, x: Any) -> tuple[Any, Any]:
+        x = x.astype(self.dtype)
+        new = carry + x if self.op == "add" else carry * x
+        return new, new
+
+
+INPUT_PARAMS = (Param("input", "path", None, "path of a 1-D zarr array to accumulate, read block by block"),)
+
+
+def _build(recipe: Recipe, op: str, identity: int, size: Any, dtype: Any, params: dict) -> Job:
+    p = resolve_params(recipe.name, INPUT_PARAMS, params)
+    dtype = check_dtype(dtype)
+    if size is not None:
+        size = check_size(size, recipe.name)
+    array = open_input(p["input"])
+    n = int(array.shape[0])
+    if n == 0:
+        raise InputError(f"--input {p['input']!r} is empty; pass a zarr array with at least one value")
+    if size is None:
+        size = n
+    if size > n:
+        raise InputError(
+            f"--size {size} exceeds the {n} values of --input {p['input']!r}; pass --size {n} or less, or omit it"
+        )
+    xs = array if size == n else Rows(array, size)
+    units = array.attrs.get("units", "") if op == "add" else ""
+    attrs = {
+        "recipe": recipe.name,
+        "params": p,
+        "description": recipe.description,
+        "units": units if isinstance(units, str) else "",
+    }
+    init = np.asarray(identity, dtype=dtype)
+    return Job(f=Cumulative(op, dtype), init=init, xs=xs, length=size, names=("y",), unroll=8, attrs=attrs)
+
+
+def _build_cumsum(size: int | None = None, dtype: str = "float64", **params: Any) -> Job:
+    return _build(CUMSUM, "add", 0, size, dtype, params)
+
+
+def _build_cumprod(size: int | None = None, dtype: str = "float64", **params: Any) -> Job:
+    return _build(CUMPROD, "mul", 1, size, dtype, params)
+
+
+CUMSUM = Recipe(
+    name="cumsum",
+    description="running sum y[i] = input[0] + ... + input[i] of a 1-D zarr array (as numpy.cumsum)",
+    params=INPUT_PARAMS,
+    build=_build_cumsum,
+)
+
+CUMPROD = Recipe(
+    name="cumprod",
+    description="running product y[i] = input[0] * ... * input[i] of a 1-D zarr array (as numpy.cumprod)",
+    params=INPUT_PARAMS,
+    build=_build_cumprod,
+)
