@@ -20,7 +20,17 @@ from jax import lax
 from ._checks import as_count, check_x64, resolve_length, step_shapes
 from ._errors import InputError
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "Block", "Plan", "block_bounds", "iter_blocks", "make_plan", "run_plan", "scan"]
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "Block",
+    "Plan",
+    "block_bounds",
+    "compute_block",
+    "iter_blocks",
+    "make_plan",
+    "run_plan",
+    "scan",
+]
 
 DEFAULT_BLOCK_SIZE = 2**20
 """Steps per block when none is given; see benchmarks/RESULTS.md for how it was chosen."""
@@ -135,6 +145,12 @@ def _dispatch(plan: Plan, carry: Any, start: int, stop: int) -> tuple[Any, Any]:
 
 def _to_host(tree: Any) -> Any:
     return jax.tree_util.tree_map(np.asarray, tree)
+
+
+def compute_block(plan: Plan, carry: Any, start: int, stop: int) -> Block:
+    """Compute the single block ``[start, stop)`` from the carry entering it (to check a stored block)."""
+    carry, ys = _dispatch(plan, carry, start, stop)
+    return Block(start, stop, _to_host(ys), carry)
 
 
 def run_plan(plan: Plan, *, carry: Any = None, first_block: int = 0) -> Iterator[Block]:

@@ -16,6 +16,7 @@ from typing import Any
 import zarr
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
 from ._errors import InputError, StoreError
@@ -41,7 +42,7 @@ class Target:
         """Whether anything at all is stored here."""
         if self.root is not None:
             return self.root.exists() and (not self.root.is_dir() or any(self.root.iterdir()))
-        return not self.store._sync(self.store.is_empty(""))
+        return not sync(self.store.is_empty(""))
 
     def read(self, key: str) -> bytes | None:
         """The bytes at ``key``, or None when absent."""
@@ -50,6 +51,16 @@ class Target:
             return path.read_bytes() if path.is_file() else None
         buf = self.store.get_sync(key, prototype=default_buffer_prototype())
         return None if buf is None else buf.to_bytes()
+
+    def has(self, key: str) -> bool:
+        """Whether ``key`` is stored."""
+        if self.root is not None:
+            return (self.root / key).is_file()
+        return sync(self.store.exists(key))
+
+    def size(self, prefix: str) -> int:
+        """Bytes stored under ``prefix``."""
+        return sync(self.store.getsize_prefix(prefix))
 
     def write(self, key: str, data: bytes) -> None:
         """Store ``data`` at ``key`` atomically and durably."""
@@ -91,7 +102,7 @@ class Target:
                     _remove(child)
             fsync_dir(self.root)
         else:
-            self.store._sync(self.store.delete_dir(""))
+            sync(self.store.delete_dir(""))
 
     def clean_partials(self) -> list[str]:
         """Remove temp files a killed writer left behind; return their keys."""

@@ -75,7 +75,7 @@ class ZarrSink:
             raise StoreError(f"{target.label} is not a streamacc output ({exc}); check the path") from None
         return cls(target, group, chunk)
 
-    def _chunk_keys(self, name: str, start: int, stop: int) -> list[str]:
+    def chunk_keys(self, name: str, start: int, stop: int) -> list[str]:
         arr = self.arrays[name]
         rest = (0,) * (arr.ndim - 1)
         encode = arr.metadata.encode_chunk_key
@@ -86,7 +86,7 @@ class ZarrSink:
         keys = []
         for name, data in ys.items():
             self.arrays[name][start:stop] = data
-            keys += self._chunk_keys(name, start, stop)
+            keys += self.chunk_keys(name, start, stop)
         self.target.make_durable(keys)
         return {name: checksum(data) for name, data in ys.items()}
 

@@ -1,0 +1,95 @@
+"""Looking at an output: what ``streamacc info`` shows and what ``streamacc verify`` checks.
+
+Outputs written by the CLI record their recipe, parameters and dtype, so they can be
+rebuilt and verified without any Python code from the user.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._engine import make_plan
+from ._errors import VerifyError
+from ._target import open_target
+from ._verify import VerifyReport, load_manifest, verify_plan
+from ._zarr import ZarrSink
+
+__all__ = ["describe_output", "format_description", "verify_recipe_output"]
+
+
+def describe_output(store: Any) -> dict[str, Any]:
+    """A summary of an output: arrays, codec, compression, recipe, committed steps."""
+    target = open_target(store)
+    manifest = load_manifest(target)
+    ident = manifest.identity
+    sink = ZarrSink.open(target, ident["chunk"])
+    arrays = {}
+    for name, arr in sink.arrays.items():
+        row_bytes = int(np.prod(arr.shape[1:], dtype=np.int64)) * arr.dtype.itemsize
+        written = manifest.committed_steps * row_bytes
+        stored = target.size(name) - target.size(f"{name}/zarr.json")
+        arrays[name] = {
+            "shape": list(arr.shape),
+            "dtype": str(arr.dtype),
+            "chunks": list(arr.chunks),
+            "codec": ident["codec"],
+            "stored_bytes": stored,
+            "compression_ratio": round(written / stored, 3) if stored else None,
+        }
+    return {
+        "path": target.label,
+        "arrays": arrays,
+        "recipe": ident.get("recipe"),
+        "params": ident.get("params"),
+        "function": ident["function"],
+        "block_size": ident["block_size"],
+        "unroll": ident["unroll"],
+        "committed_steps": manifest.committed_steps,
+        "total_steps": ident["length"],
+        "complete": manifest.complete,
+        "versions": ident["versions"],
+    }
+
+
+def format_description(info: dict[str, Any]) -> str:
+    """``describe_output`` as the lines ``streamacc info`` prints."""
+    state = "complete" if info["complete"] else "incomplete (continue with --resume)"
+    lines = [
+        f"{info['path']}: {info['committed_steps']} of {info['total_steps']} steps committed, {state}",
+        f"  recipe: {info['recipe'] or info['function']}  params: {info['params']}",
+        f"  block size: {info['block_size']}  unroll: {info['unroll']}  versions: {info['versions']}",
+    ]
+    for name, a in info["arrays"].items():
+        ratio = "n/a" if a["compression_ratio"] is None else f"{a['compression_ratio']}x"
+        lines.append(
+            f"  {name}: shape {tuple(a['shape'])} {a['dtype']} chunks {tuple(a['chunks'])} codec {a['codec']} "
+            f"stored {a['stored_bytes']} bytes (compression {ratio})"
+        )
+    return "\n".join(lines)
+
+
+def verify_recipe_output(store: Any, *, blocks: str | int = "all") -> VerifyReport:
+    """Verify an output written by ``streamacc write``, rebuilding its recipe from the manifest."""
+    from .recipes import get_recipe
+
+    target = open_target(store)
+    manifest = load_manifest(target)
+    ident = manifest.identity
+    if not ident.get("recipe"):
+        raise VerifyError(
+            f"{target.label} was written from Python, not by a recipe; verify it with streamacc.verify(path, f, init)"
+        )
+    dtype = ident["arrays"][next(iter(ident["arrays"]))][0]
+    job = get_recipe(ident["recipe"]).build(ident["length"], np.dtype(dtype).name, **ident["params"])
+    plan = make_plan(
+        job.f,
+        job.init,
+        job.xs,
+        length=job.length,
+        block_size=ident["block_size"],
+        unroll=ident["unroll"],
+        reverse=ident["reverse"],
+    )
+    return verify_plan(target, plan, manifest, blocks=blocks)
