@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -29,24 +31,47 @@ class UsageError(Exception):
     """A command-line mistake found by argparse."""
 
 
+class _Exit(Exception):
+    """argparse finished the command itself (``--help``, ``--version``) with this exit status."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # argparse takes '-1e-3' or '-2**3' for an option (it knows only '-1' and '-1.5') and then
+        # fails with "expected one argument"; no option starts with a digit, '.' or '(', so such
+        # words are always values.
+        self._negative_number_matcher = re.compile(r"^-[\d.(]")
+
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        # argparse would call sys.exit; main() returns the status instead, as it does for every other outcome.
+        if message:
+            self._print_message(message, sys.stderr)
+        raise _Exit(status)
+
 
 def _recipe_options() -> dict[str, tuple[str, str]]:
-    """Every recipe option: dest -> (kind, help), merged across recipes."""
+    """Every recipe option: dest -> (kind, help), merged across recipes, naming every recipe that takes it."""
     from .recipes import RECIPES
 
-    options: dict[str, tuple[str, str]] = {}
+    helps: dict[str, tuple[str, str]] = {}
+    users: dict[str, list[str]] = {}
     for recipe in RECIPES.values():
         for p in recipe.params:
-            options.setdefault(p.name, (p.kind, f"{p.help} [{recipe.name}]"))
-    return options
+            helps.setdefault(p.name, (p.kind, p.help))
+            users.setdefault(p.name, []).append(recipe.name)
+    return {name: (kind, f"{text} [{', '.join(users[name])}]") for name, (kind, text) in helps.items()}
 
 
 def _add_write(sub: argparse._SubParsersAction) -> None:
-    w = sub.add_parser("write", help="run a recipe and stream its output to a Zarr store")
+    w = sub.add_parser("write", allow_abbrev=False, help="run a recipe and stream its output to a Zarr store")
     w.add_argument("out", metavar="OUT", help="output path or fsspec URL (a Zarr v3 group)")
     w.add_argument("--size", help="number of steps, e.g. '2**32' (cumsum/cumprod default: the input's length)")
     w.add_argument("--recipe", default="gp", help="recipe name (default gp; see `streamacc recipes`)")
@@ -58,13 +83,18 @@ def _add_write(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--resume", action="store_true", help="continue an interrupted run with the same settings")
     w.add_argument("--no-progress", action="store_true", help="no progress bar")
     group = w.add_argument_group("recipe options (numbers accept arithmetic such as 1+1e-8)")
-    for name, (_, text) in _recipe_options().items():
-        group.add_argument("--" + name.replace("_", "-"), dest=f"param_{name}", default=None, help=text)
+    for name, (kind, text) in _recipe_options().items():
+        metavar = {"float": "NUMBER", "int": "INT", "path": "PATH"}.get(kind, "VALUE")
+        group.add_argument(
+            "--" + name.replace("_", "-"), dest=f"param_{name}", default=None, metavar=metavar, help=text
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``streamacc`` command."""
-    parser = _Parser(prog="streamacc", description="Long JAX accumulations streamed to Zarr in bounded memory.")
+    parser = _Parser(
+        prog="streamacc", allow_abbrev=False, description="Long JAX accumulations streamed to Zarr in bounded memory."
+    )
     parser.add_argument("--version", action="version", version=f"streamacc {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
@@ -93,13 +123,46 @@ def _recipe_params(args: argparse.Namespace, recipe) -> dict:
         elif kinds[name] == "int":
             params[name] = parse_int(text, name=opt)
         else:
-            params[name] = text
+            params[name] = _absolute(text)
     return params
+
+
+def _is_url(text: str) -> bool:
+    return "://" in text and not text.startswith("file://")
+
+
+def _absolute(path: str) -> str:
+    """A local path made absolute, so that the recorded parameters name the same file from any directory."""
+    if not path or _is_url(path):
+        return path
+    return os.path.abspath(path.removeprefix("file://"))
+
+
+def _check_no_overlap(out: str, params: dict, recipe) -> None:
+    """Refuse a path parameter that is OUT, lies inside it or contains it: --overwrite would delete the input."""
+
+    def norm(text: str) -> str:
+        text = text if _is_url(text) else os.path.realpath(text.removeprefix("file://"))
+        return text.rstrip("/") + "/"
+
+    target = norm(out)
+    for p in recipe.params:
+        value = params.get(p.name)
+        if p.kind != "path" or not value:
+            continue
+        source = norm(value)
+        if source.startswith(target) or target.startswith(source):
+            opt = "--" + p.name.replace("_", "-")
+            raise InputError(
+                f"{opt} {value!r} and the output {out!r} overlap, so writing the output would destroy its input; "
+                "choose an output path outside the input"
+            )
 
 
 def cmd_write(args: argparse.Namespace) -> int:
     from ._write import write
     from .recipes import get_recipe
+    from .recipes._base import check_dtype
 
     recipe = get_recipe(args.recipe)
     size = None if args.size is None else parse_int(args.size, name="--size", minimum=1)
@@ -108,8 +171,10 @@ def cmd_write(args: argparse.Namespace) -> int:
     )
     if args.codec not in CODECS:
         raise InputError(f"--codec {args.codec!r} is unknown; choose one of: {', '.join(CODECS)}")
-    job = recipe.build(size, args.dtype, **_recipe_params(args, recipe))
-    attrs = {**job.attrs, "dtype": args.dtype}
+    params = _recipe_params(args, recipe)
+    _check_no_overlap(args.out, params, recipe)
+    job = recipe.build(size, args.dtype, **params)
+    attrs = {**job.attrs, "dtype": check_dtype(args.dtype)}  # the canonical name: 'f8' is recorded as float64
     write(
         args.out,
         job.f,
@@ -181,6 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         jax.config.update("jax_enable_x64", True)  # the CLI owns its process: float64 must stay float64
         return COMMANDS[args.command](args)
+    except _Exit as exc:
+        return exc.status
     except UsageError as exc:
         return _fail(str(exc), 2, debug)
     except USAGE_ERRORS as exc:

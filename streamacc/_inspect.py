@@ -29,7 +29,9 @@ def describe_output(store: Any) -> dict[str, Any]:
     for name, arr in sink.arrays.items():
         row_bytes = int(np.prod(arr.shape[1:], dtype=np.int64)) * arr.dtype.itemsize
         written = manifest.committed_steps * row_bytes
-        stored = target.size(name) - target.size(f"{name}/zarr.json")
+        # the chunks' bytes: everything under "name/" (not "name2/...") less the array's metadata document
+        metadata = target.read(f"{name}/zarr.json") or b""
+        stored = target.size(f"{name}/") - len(metadata)
         arrays[name] = {
             "shape": list(arr.shape),
             "dtype": str(arr.dtype),

@@ -10,6 +10,14 @@ from tqdm.auto import tqdm
 __all__ = ["Progress"]
 
 
+def _is_terminal(stream: object) -> bool:
+    """Whether ``stream`` is a terminal; False for None (no stderr at all), closed or odd streams."""
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 class Progress:
     """A tqdm bar over steps that also shows output throughput; silent when disabled.
 
@@ -17,7 +25,7 @@ class Progress:
     """
 
     def __init__(self, total: int, *, initial: int = 0, enabled: bool = True, label: str = "") -> None:
-        self.enabled = enabled and sys.stderr.isatty()
+        self.enabled = enabled and _is_terminal(sys.stderr)
         self._bytes = 0
         self._t0 = time.perf_counter()
         self._bar = None

@@ -1,0 +1,363 @@
+"""The ``streamacc`` command line: every recipe round-trips against a numpy reference,
+``info``, ``verify``, ``recipes``, ``--version``, and the real entry points.
+
+Most tests call ``streamacc._cli.main`` in-process (it returns the exit code); a few run
+``python -m streamacc`` and the ``streamacc`` console script to prove the real thing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+import streamacc
+from streamacc._cli import main
+from streamacc._inspect import describe_output
+from streamacc.recipes import RECIPES
+
+QUIET = ["--no-progress"]
+
+
+def run_cli(*argv: str) -> int:
+    return main([str(a) for a in argv])
+
+
+def write_ok(out: Path, *argv: str) -> np.ndarray:
+    """Run ``streamacc write OUT ...`` in-process, require success and ``verify`` to pass, return the output."""
+    assert run_cli("write", out, *argv, *QUIET) == 0
+    assert run_cli("verify", out) == 0
+    group = zarr.open_group(out, mode="r")
+    (name,) = group.array_keys()
+    return group[name][:]
+
+
+def assert_bits_equal(actual: np.ndarray, expected: np.ndarray) -> None:
+    assert actual.dtype == expected.dtype
+    assert actual.shape == expected.shape
+    assert actual.tobytes() == expected.tobytes()
+
+
+def make_input(path: Path, values: np.ndarray, chunk: int = 50) -> Path:
+    array = zarr.create_array(path, shape=values.shape, chunks=(chunk,), dtype=values.dtype, fill_value=0)
+    array[:] = values
+    return path
+
+
+def recurrence(first: float, size: int, step) -> np.ndarray:
+    out = np.empty(size)
+    out[0] = first
+    for i in range(1, size):
+        out[i] = step(out[i - 1])
+    return out
+
+
+# --- recipes against numpy -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("size", "block", "x0", "ratio"),
+    [
+        (1000, 64, ("1", 1.0), ("1+1e-8", 1 + 1e-8)),
+        (512, 64, ("2.5", 2.5), ("1-1e-3", 1 - 1e-3)),
+        (77, 1000, ("-1e-3", -1e-3), ("-1.01", -1.01)),
+    ],
+    ids=["1000-by-64", "multiple-of-block", "one-short-block-negative"],
+)
+def test_gp_is_numpy_multiply_accumulate(tmp_path, size, block, x0, ratio):
+    y = write_ok(tmp_path / "gp.zarr", "--size", size, "--block-size", block, "--x0", x0[0], "--ratio", ratio[0])
+    expected = np.multiply.accumulate(np.array([x0[1]] + [ratio[1]] * (size - 1)))
+    assert_bits_equal(y, expected)
+
+
+def test_gp_default_parameters_and_size_expression(tmp_path):
+    y = write_ok(tmp_path / "gp.zarr", "--size", "2**10-24", "--block-size", "2**6")
+    assert_bits_equal(y, np.multiply.accumulate(np.array([1.0] + [1.0 + 1e-8] * 999)))
+
+
+@pytest.mark.parametrize("spelling", ["float32", "f4"])
+def test_gp_float32(tmp_path, spelling):
+    out = tmp_path / "gp.zarr"
+    y = write_ok(out, "--size", "300", "--block-size", "64", "--dtype", spelling, "--ratio", "1.01")
+    assert y.dtype == np.float32
+    expected = np.multiply.accumulate(np.array([1.0] + [1.01] * 299, dtype=np.float32))
+    assert_bits_equal(y, expected)
+    assert zarr.open_group(out).attrs["dtype"] == "float32"  # the canonical name, however it was spelled
+
+
+def test_affine_matches_a_numpy_loop(tmp_path):
+    y = write_ok(
+        tmp_path / "affine.zarr", "--recipe", "affine", "--size", "1000", "--block-size", "64",
+        "--a", "0.9", "--b", "0.1", "--x0", "-2",
+    )  # fmt: skip
+    np.testing.assert_allclose(y, recurrence(-2.0, 1000, lambda x: 0.9 * x + 0.1), rtol=1e-12)
+
+
+def test_affine_defaults(tmp_path):
+    y = write_ok(tmp_path / "affine.zarr", "--recipe", "affine", "--size", "100", "--block-size", "64")
+    np.testing.assert_allclose(y, recurrence(0.0, 100, lambda x: 0.5 * x + 1.0), rtol=1e-12)
+
+
+def test_logistic_matches_a_numpy_loop(tmp_path):
+    # r = 3.2 has an attracting 2-cycle, so rounding differences cannot grow (3.7 is chaotic)
+    y = write_ok(
+        tmp_path / "logistic.zarr", "--recipe", "logistic", "--size", "1000", "--block-size", "64",
+        "--r", "3.2", "--x0", "0.3",
+    )  # fmt: skip
+    np.testing.assert_allclose(y, recurrence(0.3, 1000, lambda x: 3.2 * x * (1 - x)), rtol=1e-12)
+
+
+def test_logistic_inner_applies_the_map_several_times(tmp_path):
+    y = write_ok(tmp_path / "l.zarr", "--recipe", "logistic", "--size", "200", "--block-size", "64", "--inner", "3")
+
+    def three(x):
+        for _ in range(3):
+            x = 3.7 * x * (1 - x)
+        return x
+
+    np.testing.assert_allclose(y[:20], recurrence(0.5, 20, three), rtol=1e-12)
+    assert ((y >= 0) & (y <= 1)).all()
+
+
+def test_randomwalk_is_independent_of_block_size_and_depends_on_seed(tmp_path):
+    args = ("--recipe", "randomwalk", "--size", "1000", "--x0", "3", "--sigma", "0.5")
+    a = write_ok(tmp_path / "a.zarr", *args, "--block-size", "64")
+    b = write_ok(tmp_path / "b.zarr", *args, "--block-size", "300")
+    assert_bits_equal(a, b)
+    assert a[0] == 3.0
+    assert np.isfinite(a).all() and np.unique(a).size == a.size
+    steps = np.diff(a)
+    assert 0.4 < steps.std() < 0.6
+    c = write_ok(tmp_path / "c.zarr", *args, "--block-size", "64", "--seed", "1")
+    assert c[0] == 3.0
+    assert not np.array_equal(a, c)
+
+
+INPUT = np.random.default_rng(3).uniform(0.9, 1.1, size=300)
+
+
+@pytest.mark.parametrize(("recipe", "numpy_op"), [("cumsum", np.cumsum), ("cumprod", np.cumprod)])
+def test_cumulative_of_an_input_array_is_numpy(tmp_path, recipe, numpy_op):
+    source = make_input(tmp_path / "in.zarr", INPUT)
+    y = write_ok(tmp_path / "all.zarr", "--recipe", recipe, "--input", source, "--block-size", "64")
+    assert_bits_equal(y, numpy_op(INPUT))  # --size defaults to the input's length
+    y = write_ok(tmp_path / "head.zarr", "--recipe", recipe, "--input", source, "--block-size", "64", "--size", "100")
+    assert_bits_equal(y, numpy_op(INPUT[:100]))
+
+
+def test_cumsum_of_an_int_input_in_float32(tmp_path):
+    values = np.random.default_rng(4).integers(-1000, 1000, size=250).astype(np.int32)
+    source = make_input(tmp_path / "in.zarr", values)
+    y = write_ok(
+        tmp_path / "out.zarr", "--recipe", "cumsum", "--input", source, "--block-size", "64", "--dtype", "float32"
+    )
+    assert_bits_equal(y, np.cumsum(values.astype(np.float32)))
+
+
+def test_cumsum_with_a_relative_input_verifies_from_another_directory(tmp_path, monkeypatch):
+    # regression: the input path used to be recorded as given, so verify only worked from the writing directory
+    make_input(tmp_path / "in.zarr", INPUT)
+    monkeypatch.chdir(tmp_path)
+    assert run_cli("write", "out.zarr", "--recipe", "cumsum", "--input", "in.zarr", "--block-size", "64", *QUIET) == 0
+    manifest = json.loads((tmp_path / "out.zarr" / "_streamacc" / "manifest.json").read_text())
+    assert manifest["identity"]["params"]["input"] == str(tmp_path / "in.zarr")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert run_cli("verify", "../out.zarr") == 0
+
+
+def test_negative_arithmetic_values_are_values_not_options(tmp_path):
+    # regression: argparse took '-2**3' and '-1e-3' for options ("expected one argument")
+    y = write_ok(tmp_path / "a.zarr", "--recipe", "affine", "--size", "5", "--x0", "-2**3", "--b", "-1e-3", "--a", "1")
+    np.testing.assert_allclose(y, -8 - 1e-3 * np.arange(5), rtol=1e-12)
+
+
+def test_codec_option_is_recorded(tmp_path):
+    out = tmp_path / "out.zarr"
+    write_ok(out, "--size", "100", "--block-size", "64", "--codec", "zstd")
+    assert [type(c).__name__ for c in zarr.open_group(out)["x"].compressors] == ["ZstdCodec"]
+
+
+def test_output_opens_in_xarray_with_recipe_attrs(tmp_path):
+    out = tmp_path / "out.zarr"
+    write_ok(out, "--recipe", "affine", "--size", "100", "--block-size", "64", "--a", "0.25")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ds = xr.open_zarr(out)
+        assert set(ds.data_vars) == {"x"}
+        assert ds["x"].dims == ("step",)
+        assert ds.attrs["recipe"] == "affine"
+        assert ds.attrs["params"] == {"x0": 0.0, "a": 0.25, "b": 1.0}
+        assert ds.attrs["dtype"] == "float64"
+        assert ds.attrs["streamacc_version"] == streamacc.__version__
+
+
+def test_resume_of_a_complete_output_does_nothing(tmp_path):
+    out = tmp_path / "out.zarr"
+    y = write_ok(out, "--size", "200", "--block-size", "64")
+    chunks = {p: p.read_bytes() for p in (out / "x" / "c").iterdir()}
+    assert run_cli("write", out, "--size", "200", "--block-size", "64", "--resume", *QUIET) == 0
+    assert {p: p.read_bytes() for p in (out / "x" / "c").iterdir()} == chunks
+    assert_bits_equal(zarr.open_group(out)["x"][:], y)
+
+
+def test_overwrite_replaces_an_output(tmp_path):
+    out = tmp_path / "out.zarr"
+    write_ok(out, "--size", "200", "--block-size", "64")
+    y = write_ok(out, "--recipe", "affine", "--size", "50", "--block-size", "64", "--overwrite")
+    assert y.shape == (50,)
+    assert zarr.open_group(out).attrs["recipe"] == "affine"
+
+
+# --- info, verify, recipes, version --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gp_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gp") / "gp.zarr"
+    assert run_cli("write", out, "--size", "1000", "--block-size", "64", "--ratio", "1.5**0.5", *QUIET) == 0
+    return out
+
+
+def test_info_describes_the_output(gp_out, capsys):
+    assert run_cli("info", gp_out) == 0
+    text = capsys.readouterr().out
+    assert "1000 of 1000 steps committed, complete" in text
+    assert "recipe: gp" in text
+    assert "'ratio': 1.224744871391589" in text and "'x0': 1.0" in text
+    assert "shape (1000,)" in text and "float64" in text and "chunks (64,)" in text
+    assert "codec blosc-lz4" in text
+    assert "compression" in text and "x)" in text
+    assert "block size: 64" in text
+
+
+def test_verify_accepts_a_good_output(gp_out, capsys):
+    assert run_cli("verify", gp_out) == 0
+    assert "OK, 16 of 16 committed blocks" in capsys.readouterr().out
+    assert run_cli("verify", gp_out, "--blocks", "3") == 0
+    assert "OK, 3 of 16" in capsys.readouterr().out
+
+
+def test_info_verify_and_resume_of_an_interrupted_output(tmp_path, capsys):
+    out = tmp_path / "out.zarr"
+    full = write_ok(out, "--recipe", "randomwalk", "--size", "1000", "--block-size", "64")
+    # make it look killed after 8 of its 16 blocks: the manifest counts 8, later chunks were never written
+    manifest_path = out / "_streamacc" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    records = json.loads((out / "_streamacc" / "blocks" / "000000.json").read_text())["blocks"]
+    manifest.update(committed_blocks=8, committed_steps=512, carry=records[8]["carry_in"], complete=False)
+    manifest_path.write_text(json.dumps(manifest))
+    for k in range(8, 16):
+        (out / "x" / "c" / str(k)).unlink()
+    assert np.isnan(zarr.open_group(out)["x"][512:]).all()
+    capsys.readouterr()
+    assert run_cli("info", out) == 0
+    assert "512 of 1000 steps committed, incomplete" in capsys.readouterr().out
+    assert run_cli("verify", out) == 0
+    assert "8 of 8 committed blocks" in capsys.readouterr().out
+    assert run_cli("write", out, "--recipe", "randomwalk", "--size", "1000", "--block-size", "64", "--resume") == 0
+    assert_bits_equal(zarr.open_group(out)["x"][:], full)
+    assert run_cli("info", out) == 0
+    assert "1000 of 1000 steps committed, complete" in capsys.readouterr().out
+
+
+def test_verify_rejects_a_corrupted_chunk(tmp_path, capsys):
+    out = tmp_path / "out.zarr"
+    write_ok(out, "--size", "200", "--block-size", "64", "--codec", "none")
+    chunk = out / "x" / "c" / "1"
+    data = bytearray(chunk.read_bytes())
+    data[8] ^= 0x01
+    chunk.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert run_cli("verify", out) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("streamacc: error: block 1 ")
+
+
+def test_info_of_an_output_written_from_python(tmp_path, capsys):
+    def step(c, _):
+        return c + 1.0, c
+
+    streamacc.write(tmp_path / "out.zarr", step, np.float64(0.0), length=10, block_size=4, progress=False)
+    assert run_cli("info", tmp_path / "out.zarr") == 0
+    text = capsys.readouterr().out
+    assert "10 of 10 steps committed" in text and "recipe: " in text and "step" in text
+    assert "y: shape (10,) float64 chunks (4,)" in text
+
+
+def prefix_step(c, _):
+    return c * 1.5, {"a": c, "ab": jnp.stack([c, c, c])}
+
+
+def test_info_counts_only_chunk_bytes_of_each_array(tmp_path, capsys):
+    # regression: stored bytes included the array's zarr.json (getsize_prefix of a file key is 0 on a
+    # LocalStore, so nothing was subtracted), and in a MemoryStore array "a" also counted "ab"'s chunks
+    store_path = tmp_path / "out.zarr"
+    memory = zarr.storage.MemoryStore()
+    for store in (store_path, memory):
+        streamacc.write(store, prefix_step, np.float64(1.0), length=96, block_size=16, codec="none", progress=False)
+        arrays = describe_output(store)["arrays"]
+        assert arrays["a"]["stored_bytes"] == 96 * 8 and arrays["a"]["compression_ratio"] == 1.0
+        assert arrays["ab"]["stored_bytes"] == 96 * 3 * 8 and arrays["ab"]["compression_ratio"] == 1.0
+    assert run_cli("info", store_path) == 0
+    assert "stored 768 bytes (compression 1.0x)" in capsys.readouterr().out
+
+
+def test_recipes_lists_every_recipe_and_parameter(capsys):
+    assert run_cli("recipes") == 0
+    text = capsys.readouterr().out
+    assert set(RECIPES) == {"gp", "affine", "logistic", "randomwalk", "cumsum", "cumprod"}
+    for recipe in RECIPES.values():
+        assert f"{recipe.name}: " in text
+        for param in recipe.params:
+            assert f"--{param.name.replace('_', '-')} " in text
+
+
+def test_version_and_help_return_zero_in_process(capsys):
+    # regression: argparse's sys.exit escaped main() for --help and --version
+    assert run_cli("--version") == 0
+    assert capsys.readouterr().out.strip() == f"streamacc {streamacc.__version__}"
+    assert run_cli("write", "--help") == 0
+    text = capsys.readouterr().out
+    assert "--input PATH" in text and "[cumsum, cumprod]" in text
+
+
+# --- the real entry points -----------------------------------------------------------------
+
+
+def run_process(*argv, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "JAX_PLATFORMS": "cpu"}
+    return subprocess.run([*argv], cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_python_dash_m_streamacc_end_to_end(tmp_path):
+    proc = run_process(
+        sys.executable, "-m", "streamacc", "write", "out.zarr", "--size", "300", "--block-size", "64", *QUIET,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and proc.stderr == ""  # stderr is a pipe: no progress bar
+    assert_bits_equal(
+        zarr.open_group(tmp_path / "out.zarr")["x"][:], np.multiply.accumulate(np.array([1.0] + [1 + 1e-8] * 299))
+    )
+    assert run_cli("verify", tmp_path / "out.zarr") == 0
+
+
+def test_console_script_info_and_version(tmp_path, gp_out):
+    script = shutil.which("streamacc") or str(Path(sys.executable).parent / "streamacc")
+    proc = run_process(script, "--version", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"streamacc {streamacc.__version__}"
+    proc = run_process(script, "info", gp_out, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "1000 of 1000 steps committed" in proc.stdout and "recipe: gp" in proc.stdout

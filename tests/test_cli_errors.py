@@ -1,0 +1,218 @@
+"""Bad command lines: each exits 2 (bad usage or input) or 1 (runtime failure) with exactly
+one line on stderr that starts with 'streamacc' (no traceback), and leaves the working
+directory exactly as it was: no output created, an existing output or input untouched.
+
+Every row runs in a fresh copy of a small workspace (an existing output, 1-D and 2-D
+input arrays, a plain file, a foreign directory) as the current directory, and the
+whole workspace is compared file by file (bytes and mtimes) before and after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+import streamacc
+import streamacc._cli
+from streamacc._cli import main
+
+LOCK = "out.zarr/_streamacc/lock"
+
+
+def listing(root: Path) -> dict[str, tuple[int, bytes]]:
+    return {str(p.relative_to(root)): (p.stat().st_mtime_ns, p.read_bytes()) for p in root.rglob("*") if p.is_file()}
+
+
+def directories(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_dir()}
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    """The workspace every row starts from."""
+    root = tmp_path_factory.mktemp("workspace")
+
+    def step(c, _):
+        return c * 1.5, c
+
+    streamacc.write(root / "out.zarr", step, np.float64(1.0), length=100, block_size=64, progress=False, attrs={"k": 1})
+    one = zarr.create_array(root / "in1d.zarr", shape=(100,), chunks=(50,), dtype="f8", fill_value=0.0)
+    one[:] = np.linspace(1.0, 2.0, 100)
+    two = zarr.create_array(root / "in2d.zarr", shape=(10, 10), chunks=(5, 5), dtype="f8", fill_value=0.0)
+    two[:] = 1.0
+    (root / "afile").write_text("a plain file, not a directory\n")
+    (root / "foreign").mkdir()
+    (root / "foreign" / "notes.txt").write_text("not a streamacc output\n")
+    return root
+
+
+@pytest.fixture
+def workspace(template, tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "ws"
+    shutil.copytree(template, root)
+    monkeypatch.chdir(root)
+    return root
+
+
+@contextlib.contextmanager
+def held_lock(path: Path):
+    """Hold the output's writer lock as another live writer would (read-only: changes nothing)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+    finally:
+        os.close(fd)
+
+
+def W(*args: str) -> list[str]:
+    """A ``write`` command line for a new output (``new.zarr``) unless OUT is in ``args``."""
+    return ["write", "new.zarr", *args]
+
+
+ROWS = [
+    # --size: the safe arithmetic parser and its bounds
+    pytest.param(W("--size", "-5"), 2, id="size-negative"),
+    pytest.param(W("--size", "0"), 2, id="size-zero"),
+    pytest.param(W("--size", "2.5"), 2, id="size-fractional"),
+    pytest.param(W("--size", "2**1000"), 2, id="size-2**1000"),
+    pytest.param(W("--size", "1e18"), 2, id="size-inexact-float"),
+    pytest.param(W("--size", "__import__('os')"), 2, id="size-import"),
+    pytest.param(W("--size", "os.system"), 2, id="size-os.system"),
+    pytest.param(W("--size", "a.b"), 2, id="size-attribute"),
+    pytest.param(W("--size", "x"), 2, id="size-name"),
+    pytest.param(W("--size", "lambda: 1"), 2, id="size-lambda"),
+    pytest.param(W("--size", ""), 2, id="size-empty"),
+    pytest.param(W("--size", "(2**3"), 2, id="size-unbalanced"),
+    pytest.param(W(), 2, id="gp-without-size"),
+    # general options
+    pytest.param(W("--size", "10", "--recipe", "nope"), 2, id="unknown-recipe"),
+    pytest.param(W("--size", "10", "--dtype", "int8"), 2, id="dtype-int8"),
+    pytest.param(W("--size", "10", "--dtype", "float16"), 2, id="dtype-float16"),
+    pytest.param(W("--size", "10", "--codec", "bogus"), 2, id="unknown-codec"),
+    pytest.param(W("--size", "10", "--block-size", "0"), 2, id="block-size-zero"),
+    pytest.param(W("--size", "10", "--block-size", "-3"), 2, id="block-size-negative"),
+    pytest.param(W("--size", "10", "--block-size", "2**0.5"), 2, id="block-size-irrational"),
+    pytest.param(W("--size", "10", "--bogus"), 2, id="unknown-option"),
+    pytest.param(W("--size", "10", "--overwrite", "--resume"), 2, id="overwrite-with-resume"),
+    pytest.param(W("--size", "10", "--x0"), 2, id="option-without-value"),
+    pytest.param(["write", "--size", "10"], 2, id="missing-OUT"),
+    pytest.param([], 2, id="no-command"),
+    pytest.param(["bogus"], 2, id="unknown-command"),
+    # recipe parameters
+    pytest.param(W("--size", "10", "--x0", "nan"), 2, id="x0-nan"),
+    pytest.param(W("--size", "10", "--x0", "1e400"), 2, id="x0-overflow"),
+    pytest.param(W("--size", "10", "--ratio", "1/0"), 2, id="ratio-division-by-zero"),
+    pytest.param(W("--size", "10", "--recipe", "affine", "--ratio", "2"), 2, id="ratio-for-affine"),
+    pytest.param(W("--size", "10", "--seed", "1"), 2, id="seed-for-gp"),
+    pytest.param(W("--size", "10", "--recipe", "logistic", "--r", "5"), 2, id="logistic-r-5"),
+    pytest.param(W("--size", "10", "--recipe", "logistic", "--x0", "2"), 2, id="logistic-x0-2"),
+    pytest.param(W("--size", "10", "--recipe", "logistic", "--inner", "0"), 2, id="logistic-inner-0"),
+    pytest.param(W("--size", "10", "--recipe", "randomwalk", "--sigma", "-1"), 2, id="sigma-negative"),
+    pytest.param(W("--size", "10", "--recipe", "randomwalk", "--seed", "1.5"), 2, id="seed-fractional"),
+    pytest.param(W("--size", "10", "--recipe", "randomwalk", "--seed", "-1"), 2, id="seed-negative"),
+    pytest.param(W("--size", "2**33", "--recipe", "randomwalk"), 2, id="randomwalk-too-long"),
+    # cumsum / cumprod inputs
+    pytest.param(W("--recipe", "cumsum"), 2, id="cumsum-without-input"),
+    pytest.param(W("--recipe", "cumsum", "--input", "missing.zarr"), 2, id="input-missing"),
+    pytest.param(W("--recipe", "cumprod", "--input", "in2d.zarr"), 2, id="input-2d"),
+    pytest.param(W("--recipe", "cumsum", "--input", "afile"), 2, id="input-plain-file"),
+    pytest.param(W("--recipe", "cumsum", "--input", "in1d.zarr", "--size", "101"), 2, id="size-beyond-input"),
+    pytest.param(
+        ["write", "in1d.zarr", "--recipe", "cumsum", "--input", "in1d.zarr", "--overwrite"], 2, id="input-is-OUT"
+    ),
+    pytest.param(["write", ".", "--recipe", "cumsum", "--input", "in1d.zarr", "--overwrite"], 2, id="input-inside-OUT"),
+    # existing outputs and other runtime refusals
+    pytest.param(["write", "out.zarr", "--size", "100", "--block-size", "64"], 2, id="existing-output"),
+    pytest.param(["write", "out.zarr", "--size", "50", "--resume"], 2, id="resume-different-run"),
+    pytest.param(["write", "foreign", "--size", "10", "--resume"], 2, id="resume-foreign-directory"),
+    pytest.param(["write", "afile", "--size", "10", "--overwrite"], 1, id="OUT-is-a-file"),
+    pytest.param(["write", "afile/out.zarr", "--size", "10"], 1, id="OUT-inside-a-file"),
+    pytest.param(["write", "out.zarr", "--size", "10", "--overwrite"], 1, id="output-locked-by-a-writer"),
+    pytest.param(["info", "missing.zarr"], 1, id="info-missing"),
+    pytest.param(["info", "in1d.zarr"], 1, id="info-not-an-output"),
+    pytest.param(["verify", "missing.zarr"], 1, id="verify-missing"),
+    pytest.param(["verify", "out.zarr", "--blocks", "0"], 2, id="verify-blocks-zero"),
+    pytest.param(["verify", "out.zarr"], 1, id="verify-python-output"),
+]
+
+
+def assert_one_error_line(err: str) -> None:
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert err.startswith("streamacc"), err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(("argv", "code"), ROWS)
+def test_bad_command_line(workspace, capfd, request, argv, code):
+    before, dirs_before = listing(workspace), directories(workspace)
+    locked = "locked" in request.node.callspec.id
+    with held_lock(workspace / LOCK) if locked else contextlib.nullcontext():
+        assert main(argv) == code
+    out, err = capfd.readouterr()
+    assert_one_error_line(err)
+    assert out == ""
+    after = listing(workspace)
+    if "resume" in request.node.callspec.id and LOCK in before:
+        # the writer lock is taken (and released, emptied) to read the manifest safely: its mtime may change
+        before[LOCK], after[LOCK] = before[LOCK][1], after[LOCK][1]
+    assert after == before
+    assert directories(workspace) == dirs_before
+
+
+def test_table_is_large_enough():
+    assert len(ROWS) >= 25
+
+
+SUBPROCESS_ROWS = [
+    pytest.param(W("--size", "lambda: 1"), 2, id="size-lambda"),
+    pytest.param(["write", "out.zarr", "--size", "100"], 2, id="existing-output"),
+    pytest.param(["write", "afile", "--size", "10"], 1, id="OUT-is-a-file"),
+]
+
+
+@pytest.mark.parametrize(("argv", "code"), SUBPROCESS_ROWS)
+def test_real_exit_codes(workspace, argv, code):
+    before = listing(workspace)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "streamacc", *argv], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert proc.returncode == code
+    assert_one_error_line(proc.stderr)
+    assert proc.stdout == ""
+    assert listing(workspace) == before
+
+
+def test_interrupt_exits_130_with_one_line(workspace, capfd, monkeypatch):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(streamacc._cli.COMMANDS, "write", interrupted)
+    assert main(W("--size", "10")) == 130
+    err = capfd.readouterr().err
+    assert_one_error_line(err)
+    assert "--resume" in err
+
+
+def test_unexpected_error_is_one_line_and_debug_shows_the_traceback(workspace, capfd, monkeypatch):
+    def broken(args):
+        raise RuntimeError("something\nunforeseen")
+
+    monkeypatch.setitem(streamacc._cli.COMMANDS, "info", broken)
+    assert main(["info", "out.zarr"]) == 1
+    err = capfd.readouterr().err
+    assert_one_error_line(err)
+    assert "RuntimeError: something unforeseen" in err and "--debug" in err
+    assert main(["--debug", "info", "out.zarr"]) == 1
+    err = capfd.readouterr().err
+    assert "Traceback" in err and err.splitlines()[-1].startswith("streamacc: error: RuntimeError")
