@@ -45,14 +45,18 @@ def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
     tmp = path.with_name(path.name + ".streamacc-tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk or an interrupt: leave the old file, and no temp file
+        tmp.unlink(missing_ok=True)
+        raise
     if sync:
         fsync_dir(path.parent)
 

@@ -131,7 +131,13 @@ class Ledger:
     def record(self, rec: BlockRecord) -> None:
         """Durably store block ``rec.index``'s record (blocks are recorded in scan order)."""
         seg, pos = divmod(rec.index, SEGMENT)
-        records = self._read_segment(seg)[:pos]  # drop records an interrupted run wrote past its commit
+        records = self._read_segment(seg)
+        if len(records) < pos:
+            raise VerifyError(
+                f"block records of {self.target.label} end at block {seg * SEGMENT + len(records)}, "
+                f"before block {rec.index}; they are damaged: rewrite the output with --overwrite"
+            )
+        records = records[:pos]  # drop records an interrupted run wrote past its commit
         records.append(dataclasses.asdict(rec))
         self._segment = (seg, records)
         self.target.write(self._segment_key(seg), json.dumps({"blocks": records}).encode())

@@ -49,7 +49,7 @@ class Target:
         if self.root is not None:
             path = self.root / key
             return path.read_bytes() if path.is_file() else None
-        buf = self.store.get_sync(key, prototype=default_buffer_prototype())
+        buf = sync(self.store.get(key, prototype=default_buffer_prototype()))
         return None if buf is None else buf.to_bytes()
 
     def has(self, key: str) -> bool:
@@ -69,7 +69,7 @@ class Target:
             if self.fsync:
                 self._note_dir((self.root / key).parent)
         else:
-            self.store.set_sync(key, default_buffer_prototype().buffer.from_bytes(data))
+            sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(data)))
 
     def make_durable(self, keys: list[str]) -> None:
         """fsync the files at ``keys`` and the directories naming them (local disk only)."""
@@ -92,8 +92,16 @@ class Target:
             directory = directory.parent
 
     def clear(self) -> None:
-        """Delete everything stored here except the lock (for ``overwrite``)."""
+        """Delete everything stored here except the lock (for ``overwrite``).
+
+        The manifest goes first, durably, so that a crash part way through leaves an
+        output that no longer claims the blocks being deleted.
+        """
         if self.root is not None:
+            manifest = self.root / BOOKKEEPING / "manifest.json"
+            if manifest.exists():
+                manifest.unlink()
+                fsync_dir(manifest.parent)
             for child in self.root.iterdir():
                 if child.name != BOOKKEEPING:
                     _remove(child)
@@ -102,7 +110,18 @@ class Target:
                     _remove(child)
             fsync_dir(self.root)
         else:
+            sync(self.store.delete(f"{BOOKKEEPING}/manifest.json"))
             sync(self.store.delete_dir(""))
+
+    def only_bookkeeping(self) -> bool:
+        """Whether everything stored here is streamacc's own (a run killed before it wrote anything).
+
+        Only a local directory can be in that state: it is the lock, taken before the
+        first manifest exists, that creates it.
+        """
+        if self.root is None or not self.root.is_dir():
+            return False
+        return all(child.name == BOOKKEEPING for child in self.root.iterdir())
 
     def clean_partials(self) -> list[str]:
         """Remove temp files a killed writer left behind; return their keys."""

@@ -77,7 +77,10 @@ def _check_block(target: Target, sink: ZarrSink, ledger: Ledger, manifest: Manif
         missing = [key for key in sink.chunk_keys(name, rec.start, rec.stop) if not target.has(key)]
         if missing:
             raise _bad(k, rec.start, rec.stop, f"chunk {missing[0]} is missing")
-    stored = sink.read(rec.start, rec.stop)
+    try:
+        stored = sink.read(rec.start, rec.stop)
+    except Exception as exc:  # a damaged compressed chunk fails in its codec, with the codec's own error
+        raise _bad(k, rec.start, rec.stop, f"its chunks cannot be decoded ({type(exc).__name__}: {exc})") from None
     for name, data in stored.items():
         if checksum(data) != rec.crc32.get(name):
             raise _bad(k, rec.start, rec.stop, f"the bytes of {name!r} do not match their checksum (corrupted chunk)")

@@ -75,7 +75,7 @@ def _items(blocks: Iterator[Block], first: int, carry_in: list[HostLeaf]) -> Ite
 def _check_attrs(attrs: dict | None) -> dict:
     attrs = dict(attrs or {})
     try:
-        json.dumps(attrs)
+        json.dumps(attrs, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InputError(
             f"attrs must be JSON-serialisable ({exc}); pass plain numbers, strings, lists and dicts"
@@ -109,27 +109,37 @@ class _Run:
         return self.manifest.committed_blocks
 
 
-def _resume(target: Target, plan: Plan, identity: dict, chunk: int) -> _Run:
-    ledger = Ledger(target)
-    manifest = ledger.load()
-    if manifest is None:
+def _resumable(target: Target) -> Manifest | None:
+    """The manifest to resume from; None when a run was killed before writing its first one."""
+    manifest = Ledger(target).load()
+    if manifest is None and not target.only_bookkeeping():
         raise ResumeError(f"{target.label} has no streamacc manifest, so it cannot be resumed; use --overwrite")
-    require_same_run(manifest, identity, target.label)
+    return manifest
+
+
+def _resume(target: Target, plan: Plan, identity: dict, chunk: int) -> _Run | None:
+    """Reopen an interrupted run; None when nothing was committed, so it must start afresh."""
+    manifest = _resumable(target)
+    if manifest is not None:
+        require_same_run(manifest, identity, target.label)
     removed = target.clean_partials()
     if removed:
         log.info("removed %d temp file(s) left by an interrupted run", len(removed))
+    if manifest is None or (manifest.committed_blocks == 0 and not manifest.complete):
+        return None  # killed before its first commit: the arrays may be half created
     carry = plan.init if manifest.carry is None else from_host(decode_leaves(manifest.carry), plan.init)
-    return _Run(ZarrSink.open(target, chunk), ledger, manifest, carry)
+    return _Run(ZarrSink.open(target, chunk), Ledger(target), manifest, carry)
 
 
 def _start(target: Target, plan: Plan, identity: dict, chunk: int, specs: dict, codec: str, attrs: dict) -> _Run:
     if target.exists():
         target.clear()
-    sink = ZarrSink.create(target, specs, chunk=chunk, codec=codec, attrs=attrs)
     total = -(-plan.length // plan.block_size)
     ledger = Ledger(target)
     manifest = Manifest(identity, total_blocks=total, carry=encode_leaves(to_host(plan.init)))
-    ledger.save(manifest)
+    ledger.save(manifest)  # first, so that a run killed while creating its arrays can be resumed
+    sink = ZarrSink.create(target, specs, chunk=chunk, codec=codec, attrs=attrs)
+    target.make_durable(["zarr.json", *(f"{name}/zarr.json" for name in specs)])
     return _Run(sink, ledger, manifest, plan.init)
 
 
@@ -145,23 +155,33 @@ def _stream(run: _Run, plan: Plan, names: list[str], *, inflight: int, progress:
     def commit(item: _Item, crcs: dict[str, int]) -> None:
         block = item.block
         run.ledger.record(BlockRecord(item.index, block.start, block.stop, encode_leaves(item.carry_in), crcs))
-        manifest.committed_blocks = item.index + 1
-        manifest.committed_steps += len(block)
-        manifest.carry = encode_leaves(item.carry_out)
-        run.ledger.save(manifest)
+        # the in-memory manifest changes only once the new one is durable, so that an
+        # error message never counts a block whose commit failed
+        _save(
+            run,
+            committed_blocks=item.index + 1,
+            committed_steps=manifest.committed_steps + len(block),
+            carry=encode_leaves(item.carry_out),
+        )
         progress.update(len(block), sum(y.nbytes for y in jax.tree_util.tree_leaves(block.ys)))
 
     carry_in = to_host(run.carry)
     try:
         run_ordered(_items(blocks, run.first_block, carry_in), work, commit, depth=inflight, workers=inflight)
+        _save(run, complete=True)
     except OSError as exc:
         raise StoreError(
             f"writing {run.sink.target.label} failed after {manifest.committed_steps} of {plan.length} steps "
             f"({exc.strerror or exc}); those steps are safely committed: fix the cause and rerun with --resume"
         ) from exc
-    manifest.complete = True
-    run.ledger.save(manifest)
     return from_host(decode_leaves(manifest.carry), plan.init)
+
+
+def _save(run: _Run, **changes: Any) -> None:
+    """Durably save the manifest with ``changes``, then apply them in memory."""
+    run.ledger.save(dataclasses.replace(run.manifest, **changes))
+    for name, value in changes.items():
+        setattr(run.manifest, name, value)
 
 
 def write(
@@ -212,11 +232,17 @@ def write(
         raise OutputExistsError(
             f"{target.label} already exists; pass --overwrite to replace it or --resume to continue it"
         )
+    if resume and existed:
+        _resumable(target)  # refuse a foreign directory before the lock creates anything in it
     with target.lock():
-        if resume and existed:
-            run = _resume(target, plan, identity, chunk)
-        else:
-            run = _start(target, plan, identity, chunk, specs, codec, attrs)
+        try:
+            run = _resume(target, plan, identity, chunk) if resume and existed else None
+            if run is None:
+                run = _start(target, plan, identity, chunk, specs, codec, attrs)
+        except OSError as exc:
+            raise StoreError(
+                f"preparing {target.label} failed ({exc.strerror or exc}); fix the cause and rerun with --resume"
+            ) from exc
         if run.manifest.complete:
             log.info("%s is already complete (%d steps); nothing to do", target.label, plan.length)
             return run.carry

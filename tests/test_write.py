@@ -255,11 +255,6 @@ def test_bad_arguments_raise_before_anything_is_created(tmp_path, kwargs):
     assert not path.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug in _write._check_attrs: json.dumps allows NaN/Infinity, so a NaN attr is accepted and written as "
-    "the bare token NaN into zarr.json, which is not JSON (the Zarr v3 spec requires JSON)",
-)
 def test_non_finite_attrs_are_refused_as_non_json(tmp_path):
     path = tmp_path / "out.zarr"
     with pytest.raises(streamacc.InputError):
@@ -289,12 +284,6 @@ def test_file_url_is_a_local_path(tmp_path):
     assert (path / "_streamacc" / "manifest.json").is_file()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AttributeError,
-    reason="bug in _target.Target.write/read: they call store.set_sync/get_sync, which zarr's FsspecStore lacks "
-    "(only MemoryStore and LocalStore have them), so every fsspec URL fails at the first manifest write",
-)
 def test_fsspec_memory_url(tmp_path):
     url = f"memory://streamacc-tests/{uuid.uuid4().hex}/out.zarr"
     try:

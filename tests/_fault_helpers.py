@@ -1,0 +1,116 @@
+"""Shared helpers of the crash, fault and resume tests: store snapshots, comparisons, killing a writer."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+FAULTRUN = Path(__file__).with_name("faultrun.py")
+TEMP_SUFFIXES = (".partial", ".streamacc-tmp")
+LOCK = "_streamacc/lock"
+MANIFEST = "_streamacc/manifest.json"
+
+
+def cli(*args: str) -> list[str]:
+    """The command line running ``streamacc *args`` in a fresh interpreter."""
+    return [sys.executable, "-m", "streamacc", *map(str, args)]
+
+
+def read_manifest(out: Path) -> dict | None:
+    """The manifest of ``out`` as JSON, or None while there is none (it is replaced atomically)."""
+    try:
+        return json.loads((Path(out) / MANIFEST).read_bytes())
+    except FileNotFoundError:
+        return None
+
+
+def store_files(out: Path) -> dict[str, bytes]:
+    """Every file of an output and its bytes, except the lock (whose content names a pid)."""
+    root = Path(out)
+    files = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    files.pop(LOCK, None)
+    return files
+
+
+def temp_files(out: Path) -> list[str]:
+    """Temp files a writer left behind (zarr's ``*.partial``, streamacc's ``*.streamacc-tmp``)."""
+    return sorted(str(p) for p in Path(out).rglob("*") if p.name.endswith(TEMP_SUFFIXES))
+
+
+def array_bytes(out: Path) -> dict[str, bytes]:
+    """Each array of an output, read through zarr, as raw bytes."""
+    group = zarr.open_group(str(out), mode="r")
+    return {name: np.ascontiguousarray(arr[...]).tobytes() for name, arr in group.arrays()}
+
+
+def assert_same_output(out: Path, ref: Path) -> None:
+    """``out`` holds exactly what the uninterrupted run ``ref`` holds: arrays, manifest, every file."""
+    assert array_bytes(out) == array_bytes(ref)
+    got, want = read_manifest(out), read_manifest(ref)
+    assert got["complete"] and want["complete"]
+    assert got["carry"] == want["carry"]
+    assert got == want
+    got_files, want_files = store_files(out), store_files(ref)
+    assert sorted(got_files) == sorted(want_files)
+    differ = [key for key in want_files if got_files[key] != want_files[key]]
+    assert not differ, f"files differ from the uninterrupted run: {differ}"
+    assert temp_files(out) == []
+
+
+def committed(out: Path) -> int:
+    """Blocks committed so far, -1 while there is no manifest."""
+    manifest = read_manifest(out)
+    return -1 if manifest is None else manifest["committed_blocks"]
+
+
+def kill_at(proc: subprocess.Popen, out: Path, blocks: int | None, delay: float, timeout: float = 120.0) -> bool:
+    """SIGKILL ``proc`` ``delay`` seconds after ``out`` counts ``blocks`` committed blocks.
+
+    With ``blocks=None`` the delay runs from the moment the writer takes its lock, before
+    its first manifest. Returns True when the process died by the signal, False when it
+    finished first.
+    """
+    deadline = time.monotonic() + timeout
+
+    def waiting() -> bool:
+        return not (Path(out) / LOCK).exists() if blocks is None else committed(out) < blocks
+
+    try:
+        while proc.poll() is None and waiting():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{out} never reached {blocks} committed blocks")
+            time.sleep(0.002)
+        time.sleep(delay)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None and time.monotonic() > deadline:
+            proc.kill()
+        proc.wait(timeout=60)
+    return proc.returncode == -signal.SIGKILL
+
+
+def start_writer(out: Path, args: list[str], *, resume: bool) -> subprocess.Popen:
+    """``streamacc write OUT args [--resume]`` in a subprocess (stderr kept for failure messages)."""
+    flags = ["--resume"] if resume else []
+    return subprocess.Popen(
+        cli("write", out, *args, "--no-progress", *flags), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+
+
+def faultrun(kind: str, at: int, *args: str) -> subprocess.CompletedProcess:
+    """Run ``streamacc *args`` with a full disk injected at write number ``at`` of ``kind``."""
+    return subprocess.run(
+        [sys.executable, str(FAULTRUN), kind, str(at), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

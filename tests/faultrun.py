@@ -1,0 +1,72 @@
+"""Run the streamacc command line with a full disk injected at one write: a test helper.
+
+    python tests/faultrun.py chunk N    write OUT ...   # the N-th chunk the zarr LocalStore writes fails
+    python tests/faultrun.py manifest N write OUT ...   # the N-th manifest write fails half way through
+
+Either fault raises ``OSError(ENOSPC, 'No space left on device')`` where a real full disk
+would; the process then exits with the command's own exit code.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import sys
+
+from zarr.storage import LocalStore
+
+import streamacc._files
+import streamacc._target
+from streamacc._cli import main
+
+
+def _full_disk() -> OSError:
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def fail_chunk(at: int) -> None:
+    """The ``at``-th chunk (not metadata) written through LocalStore.set raises ENOSPC."""
+    real_set = LocalStore.set
+    count = itertools.count(1)
+
+    async def set(self, key, value):
+        if not key.endswith("zarr.json") and next(count) == at:
+            raise _full_disk()
+        return await real_set(self, key, value)
+
+    LocalStore.set = set
+
+
+class _HalfWrite:
+    """``os`` as seen by one atomic_write call: the disk fills half way through the data."""
+
+    def __getattr__(self, name: str):
+        return getattr(os, name)
+
+    def write(self, fd: int, data) -> int:
+        os.write(fd, bytes(data[: len(data) // 2]))
+        raise _full_disk()
+
+
+def fail_manifest(at: int) -> None:
+    """The ``at``-th manifest write (the first is the run's initial manifest) raises ENOSPC."""
+    real_write = streamacc._files.atomic_write
+    count = itertools.count(1)
+
+    def atomic_write(path, data, *, sync=True):
+        if path.name == "manifest.json" and next(count) == at:
+            streamacc._files.os = _HalfWrite()  # only the main thread writes manifests
+            try:
+                return real_write(path, data, sync=sync)
+            finally:
+                streamacc._files.os = os
+        return real_write(path, data, sync=sync)
+
+    streamacc._target.atomic_write = atomic_write
+
+
+if __name__ == "__main__":
+    kind, at, *argv = sys.argv[1:]
+    {"chunk": fail_chunk, "manifest": fail_manifest}[kind](int(at))
+    sys.exit(main(argv))

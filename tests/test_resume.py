@@ -1,0 +1,239 @@
+"""Resuming through the Python API: interrupted runs finish byte-identical, mismatches are refused.
+
+Interruptions are injected in-process (a failing or interrupted block write, a Ctrl-C
+between a block's record and its manifest, a run stopped while creating its arrays);
+real processes killed with SIGKILL are in test_faults.py.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import logging
+import shutil
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import zarr
+from _fault_helpers import LOCK, MANIFEST, assert_same_output, read_manifest, store_files, temp_files
+
+import streamacc
+import streamacc._target
+from streamacc import ResumeError, StoreError
+from streamacc._manifest import Ledger
+from streamacc._zarr import ZarrSink
+
+LENGTH, BLOCK = 5000, 512  # 10 blocks, the last one short
+BLOCKS = -(-LENGTH // BLOCK)
+XS = np.linspace(0.0, 1.0, LENGTH)
+ATTRS = {"recipe": "demo", "params": {"ratio": 1.0001}}
+
+
+def step(c, x):
+    c = c * 1.0001 + x
+    return c, {"level": c, "pair": jnp.stack([c, 2.0 * c])}
+
+
+def other_step(c, x):
+    c = c * 1.0002 + x
+    return c, {"level": c, "pair": jnp.stack([c, 2.0 * c])}
+
+
+def run(out, **kw):
+    args = {"length": None, "block_size": BLOCK, "progress": False, "attrs": ATTRS, **kw}
+    f = args.pop("f", step)
+    return streamacc.write(str(out), f, np.float64(1.0), args.pop("xs", XS), **args)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """An uninterrupted run, and its final carry."""
+    out = tmp_path_factory.mktemp("ref") / "out.zarr"
+    return out, np.asarray(run(out))
+
+
+def fail_block(monkeypatch, k: int, exc: BaseException) -> None:
+    """Make the write of block ``k`` raise ``exc`` (in its worker thread)."""
+    real = ZarrSink.write
+
+    def write(self, start, stop, ys):
+        if start == k * BLOCK:
+            raise exc
+        return real(self, start, stop, ys)
+
+    monkeypatch.setattr(ZarrSink, "write", write)
+
+
+@pytest.mark.parametrize("k", [0, 1, 4, BLOCKS - 1])
+def test_failed_block_write_then_resume_is_identical(tmp_path, monkeypatch, reference, k):
+    ref, carry = reference
+    out = tmp_path / "out.zarr"
+    with monkeypatch.context() as m:
+        fail_block(m, k, OSError(errno.EIO, "Input/output error"))
+        with pytest.raises(StoreError, match=rf"after {k * BLOCK} of {LENGTH} steps.*--resume"):
+            run(out)
+    manifest = read_manifest(out)
+    assert manifest["committed_blocks"] == k and manifest["committed_steps"] == k * BLOCK
+    assert not manifest["complete"]
+    np.testing.assert_array_equal(run(out, resume=True), carry)
+    assert_same_output(out, ref)
+
+
+def test_keyboard_interrupt_in_a_worker_then_resume(tmp_path, monkeypatch, reference):
+    out = tmp_path / "out.zarr"
+    with monkeypatch.context() as m:
+        fail_block(m, 6, KeyboardInterrupt())
+        with pytest.raises(KeyboardInterrupt):
+            run(out)
+    assert read_manifest(out)["committed_blocks"] == 6
+    run(out, resume=True)
+    assert_same_output(out, reference[0])
+
+
+@pytest.mark.parametrize("at", [3, 7])
+def test_interrupt_between_record_and_manifest_then_resume(tmp_path, monkeypatch, reference, at):
+    """Ctrl-C after block ``at - 2``'s record is durable but before its manifest: the stale record is replaced."""
+    out = tmp_path / "out.zarr"
+    real = Ledger.save
+    calls = itertools.count(1)  # save 1 is the initial manifest, save n + 1 commits block n - 1
+
+    def save(self, manifest):
+        if next(calls) == at:
+            raise KeyboardInterrupt
+        real(self, manifest)
+
+    with monkeypatch.context() as m:
+        m.setattr(Ledger, "save", save)
+        with pytest.raises(KeyboardInterrupt):
+            run(out)
+    assert read_manifest(out)["committed_blocks"] == at - 2
+    run(out, resume=True)
+    assert_same_output(out, reference[0])
+
+
+def test_interrupted_while_creating_arrays_then_resume(tmp_path, monkeypatch, reference):
+    out = tmp_path / "out.zarr"
+    with monkeypatch.context() as m:
+        m.setattr(ZarrSink, "create", classmethod(lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt())))
+        with pytest.raises(KeyboardInterrupt):
+            run(out)
+    assert read_manifest(out)["committed_blocks"] == 0
+    run(out, resume=True)
+    assert_same_output(out, reference[0])
+
+
+def test_killed_before_the_first_manifest_then_resume(tmp_path, reference):
+    """A writer killed just after taking the lock leaves only the lock file: resume starts afresh."""
+    out = tmp_path / "out.zarr"
+    (out / "_streamacc").mkdir(parents=True)
+    (out / LOCK).write_text("pid 1")
+    (out / f"{MANIFEST}.streamacc-tmp").write_bytes(b'{"format": "streamac')
+    run(out, resume=True)
+    assert_same_output(out, reference[0])
+
+
+def test_resume_removes_temp_files(tmp_path, monkeypatch, caplog, reference):
+    out = tmp_path / "out.zarr"
+    with monkeypatch.context() as m:
+        fail_block(m, 3, OSError(errno.ENOSPC, "No space left on device"))
+        with pytest.raises(StoreError, match="No space left on device"):
+            run(out)
+    leftovers = [out / "level/c/5.0123abcd.partial", out / "pair/c/4/0.9f9f.partial", out / f"{MANIFEST}.streamacc-tmp"]
+    for path in leftovers:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"half a chunk")
+    assert len(temp_files(out)) == 3
+    with caplog.at_level(logging.INFO, logger="streamacc"):
+        run(out, resume=True)
+    assert "removed 3 temp file(s)" in caplog.text
+    assert "resuming" in caplog.text and f"at step {3 * BLOCK} of {LENGTH}" in caplog.text
+    assert_same_output(out, reference[0])
+
+
+def test_resume_of_a_finished_run_does_nothing(tmp_path, caplog, reference):
+    ref, carry = reference
+    out = tmp_path / "out.zarr"
+    shutil.copytree(ref, out)
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and not str(p).endswith("lock")}
+    with caplog.at_level(logging.INFO, logger="streamacc"):
+        np.testing.assert_array_equal(run(out, resume=True), carry)
+    assert "already complete" in caplog.text
+    assert {p: p.stat().st_mtime_ns for p in before} == before
+    assert_same_output(out, ref)
+
+
+def test_resume_of_a_missing_output_starts_it(tmp_path, reference):
+    out = tmp_path / "new.zarr"
+    run(out, resume=True)
+    assert_same_output(out, reference[0])
+
+
+@pytest.fixture
+def interrupted(tmp_path, monkeypatch):
+    """An output whose run stopped after 4 committed blocks."""
+    out = tmp_path / "out.zarr"
+    with monkeypatch.context() as m:
+        fail_block(m, 4, OSError(errno.EIO, "Input/output error"))
+        with pytest.raises(StoreError):
+            run(out)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("change", "fields"),
+    [
+        ({"block_size": 1024}, ["block_size", "chunk"]),
+        ({"chunk_size": 256}, ["chunk"]),
+        ({"attrs": {"recipe": "demo", "params": {"ratio": 2.0}}}, ["params.ratio"]),
+        ({"codec": "none"}, ["codec"]),
+        ({"length": LENGTH - 1, "xs": XS[:-1]}, ["length", "arrays.level", "arrays.pair", "xs"]),
+        ({"f": other_step}, ["function"]),
+        ({"unroll": 2}, ["unroll"]),
+        (
+            {"block_size": 1024, "codec": "none", "attrs": {"recipe": "other", "params": {"ratio": 3.0}}},
+            ["block_size", "chunk", "codec", "params.ratio", "recipe"],
+        ),
+    ],
+)
+def test_resume_with_different_settings_is_refused(interrupted, change, fields):
+    before = store_files(interrupted)
+    with pytest.raises(ResumeError, match="cannot resume") as err:
+        run(interrupted, resume=True, **change)
+    message = str(err.value)
+    named = message[message.index("(") : message.index("); rerun")]
+    assert sorted(part.split(":")[0].strip("( ") for part in named.split(";")) == sorted(fields)
+    assert "--overwrite" in message and "\n" not in message
+    assert store_files(interrupted) == before  # refused before touching anything
+
+
+def test_resume_of_a_foreign_directory_is_refused(tmp_path):
+    plain = tmp_path / "notes"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("mine")
+    group = tmp_path / "group.zarr"
+    zarr.open_group(str(group), mode="w").create_array("y", shape=(4,), dtype="f8")
+    for out in (plain, group):
+        before = store_files(out)
+        with pytest.raises(ResumeError, match=r"has no streamacc manifest.*--overwrite"):
+            run(out, resume=True)
+        assert store_files(out) == before and not (out / "_streamacc").exists()
+
+
+def test_overwrite_interrupted_while_deleting_cannot_be_resumed_as_the_old_run(tmp_path, monkeypatch, reference):
+    """--overwrite deletes the old manifest first: a crash part way leaves no manifest claiming deleted blocks."""
+    out = tmp_path / "out.zarr"
+    shutil.copytree(reference[0], out)
+
+    def remove(path):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(streamacc._target, "_remove", remove)
+        with pytest.raises(KeyboardInterrupt):
+            run(out, overwrite=True)
+    assert read_manifest(out) is None
+    with pytest.raises(ResumeError, match="no streamacc manifest"):
+        run(out, resume=True)
+    run(out, overwrite=True)
+    assert_same_output(out, reference[0])
