@@ -123,6 +123,10 @@ class Target:
             return False
         return all(child.name == BOOKKEEPING for child in self.root.iterdir())
 
+    def is_output(self) -> bool:
+        """Whether this looks like something streamacc or zarr wrote (safe to replace)."""
+        return self.has("zarr.json") or self.has(f"{BOOKKEEPING}/manifest.json") or self.only_bookkeeping()
+
     def clean_partials(self) -> list[str]:
         """Remove temp files a killed writer left behind; return their keys."""
         if self.root is None:

@@ -232,6 +232,11 @@ def write(
         raise OutputExistsError(
             f"{target.label} already exists; pass --overwrite to replace it or --resume to continue it"
         )
+    if overwrite and existed and not target.is_output():
+        raise OutputExistsError(
+            f"{target.label} exists and is not a Zarr or streamacc output, so --overwrite will not delete it; "
+            "choose another path or remove it yourself"
+        )
     if resume and existed:
         _resumable(target)  # refuse a foreign directory before the lock creates anything in it
     with target.lock():

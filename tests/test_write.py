@@ -345,3 +345,13 @@ def test_no_stderr_at_all_means_no_bar(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "stderr", None)
     carry = write(tmp_path / "out.zarr", single_step, progress=True)
     assert_bits_equal(carry, jax.lax.scan(single_step, INIT, XS)[0])
+
+
+def test_overwrite_refuses_a_directory_that_is_not_an_output(tmp_path):
+    path = tmp_path / "precious"
+    path.mkdir()
+    (path / "thesis.tex").write_text("years of work")
+    with pytest.raises(streamacc.OutputExistsError, match="will not delete"):
+        write(path, overwrite=True)
+    assert (path / "thesis.tex").read_text() == "years of work"
+    assert sorted(p.name for p in path.iterdir()) == ["thesis.tex"]
