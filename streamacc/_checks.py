@@ -17,7 +17,7 @@ from ._errors import InputError, StepFunctionError, X64Error
 
 __all__ = ["as_count", "check_x64", "resolve_length", "step_shapes"]
 
-_WIDE = frozenset("dui")  # float, unsigned and signed integer kinds that have a 64-bit form
+_WIDE = frozenset("fui")  # float, unsigned and signed integer kinds that have a 64-bit form
 _COMPLEX_WIDE = np.dtype(np.complex128)
 
 
@@ -68,8 +68,8 @@ def resolve_length(xs: Any, length: Any) -> int:
 
 
 def _dtype_of(leaf: Any) -> np.dtype | None:
-    if isinstance(leaf, (bool, int, float, complex)):
-        return None  # Python scalars are weakly typed: they follow JAX's default precision
+    if isinstance(leaf, (bool, int, float, complex)) and not isinstance(leaf, np.generic):
+        return None  # Python scalars are weakly typed (np.float64 subclasses float, but is not)
     dtype = getattr(leaf, "dtype", None)
     try:
         return None if dtype is None else np.dtype(dtype)
@@ -103,17 +103,36 @@ def _describe(struct: Any) -> str:
     return str(jax.tree_util.tree_map(lambda s: f"{s.dtype}{list(s.shape)}", struct))
 
 
-def step_shapes(f: Callable, init: Any, xs: Any) -> tuple[Any, Any]:
-    """Trace one step abstractly; return the (carry, y) shape structs or explain the breach."""
-    if not callable(f):
-        raise StepFunctionError(f"f must be callable as f(carry, x) -> (carry, y), got {type(f).__name__}")
-    out = jax.eval_shape(f, init, _x_struct(xs))
+def _identity(tree: Any) -> Any:
+    return tree
+
+
+def _carry_struct(init: Any) -> Any:
+    """The shape structs of ``init``, or an :class:`InputError` naming a leaf that is not an array."""
+    try:
+        return jax.eval_shape(_identity, init)
+    except TypeError:
+        for path, leaf in jax.tree_util.tree_leaves_with_path(init):
+            try:
+                jax.eval_shape(_identity, leaf)
+            except TypeError:
+                raise InputError(
+                    f"init{jax.tree_util.keystr(path)} is a {type(leaf).__name__}, not an array or number; "
+                    "make init a pytree of arrays, e.g. init=np.float64(0.0)"
+                ) from None
+        raise
+
+
+def _trace_step(f: Callable, carry: Any, x: Any) -> tuple[Any, Any]:
+    out = jax.eval_shape(f, carry, x)
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
         raise StepFunctionError(
             f"f must return a (carry, y) pair, got {_describe(out)}; end f with `return new_carry, y`"
         )
-    carry_out, y = out
-    carry_in = jax.eval_shape(lambda c: c, init)  # a weakly typed leaf may take f's dtype, as in lax.scan
+    return out[0], out[1]
+
+
+def _check_carry(carry_in: Any, carry_out: Any) -> None:
     tree_in, tree_out = (jax.tree_util.tree_structure(t) for t in (carry_in, carry_out))
     same = tree_in == tree_out and all(
         a.shape == b.shape and (a.dtype == b.dtype or a.weak_type)
@@ -124,4 +143,30 @@ def step_shapes(f: Callable, init: Any, xs: Any) -> tuple[Any, Any]:
             f"f changes the carry from {_describe(carry_in)} to {_describe(carry_out)}; the carry must keep "
             "its structure, shapes and dtypes across a step: cast the new carry (e.g. .astype) or fix init"
         )
+
+
+def step_shapes(f: Callable, init: Any, xs: Any) -> tuple[Any, Any]:
+    """Trace one step abstractly; return the (carry, y) shape structs or explain the breach.
+
+    The structs describe the step as the engine runs it: a weakly typed init leaf (a
+    Python scalar) takes the dtype that f gives it, as in ``lax.scan``, and y is traced
+    again from that promoted carry.
+    """
+    if not callable(f):
+        raise StepFunctionError(f"f must be callable as f(carry, x) -> (carry, y), got {type(f).__name__}")
+    carry_in = _carry_struct(init)
+    x = _x_struct(xs)
+    carry_out, y = _trace_step(f, init, x)
+    _check_carry(carry_in, carry_out)
+    leaves_in, leaves_out = jax.tree_util.tree_leaves(carry_in), jax.tree_util.tree_leaves(carry_out)
+    if any(a.dtype != b.dtype for a, b in zip(leaves_in, leaves_out, strict=True)):
+        promoted = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype), carry_out)
+        carry_out, y = _trace_step(f, promoted, x)
+        _check_carry(promoted, carry_out)
+    for path, leaf in jax.tree_util.tree_leaves_with_path(y):
+        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.extended):
+            raise StepFunctionError(
+                f"f's y{jax.tree_util.keystr(path)} has dtype {leaf.dtype}, which cannot be copied to host memory; "
+                "emit plain arrays as y, e.g. jax.random.key_data(key) instead of a PRNG key"
+            )
     return carry_out, y

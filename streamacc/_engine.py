@@ -25,6 +25,7 @@ __all__ = [
     "Block",
     "Plan",
     "block_bounds",
+    "block_count",
     "compute_block",
     "iter_blocks",
     "make_plan",
@@ -69,24 +70,77 @@ class Plan:
     reverse: bool
     y_struct: Any
 
+    @property
+    def block_count(self) -> int:
+        """How many blocks the scan runs."""
+        return block_count(self.length, self.block_size, self.unroll)
 
-def block_bounds(length: int, block_size: int, reverse: bool = False, first: int = 0) -> Iterator[tuple[int, int]]:
-    """The ``[start, stop)`` of each block in scan order, skipping the first ``first`` blocks.
+    def bounds(self, first: int = 0) -> Iterator[tuple[int, int]]:
+        """The ``[start, stop)`` of each block in scan order from block ``first``."""
+        return block_bounds(self.length, self.block_size, self.reverse, first, self.unroll)
 
-    Blocks are aligned to multiples of ``block_size`` from step 0 in both directions, so
-    every block maps onto whole output chunks; the one short block is the last in index
-    order (the first one run when ``reverse``).
+
+def block_count(length: int, block_size: int, unroll: int | bool = 1) -> int:
+    """How many blocks cover ``length`` steps.
+
+    Normally ``ceil(length / block_size)``. With ``unroll`` u > 1, a short tail of u to
+    2u - 1 steps joins the block before it: alone, its unrolled loop would run once, and
+    XLA inlines such a loop and regroups its floating-point work, changing the bits.
     """
     count = -(-length // block_size)
+    tail = length % block_size
+    if count >= 2 and not isinstance(unroll, bool) and unroll > 1 and unroll <= tail < 2 * unroll:
+        count -= 1
+    return count
+
+
+def block_bounds(
+    length: int, block_size: int, reverse: bool = False, first: int = 0, unroll: int | bool = 1
+) -> Iterator[tuple[int, int]]:
+    """The ``[start, stop)`` of each block in scan order, skipping the first ``first`` blocks.
+
+    Blocks start at multiples of ``block_size`` from step 0 in both directions, so every
+    block maps onto whole output chunks; the last block in index order (the first one
+    run when ``reverse``) ends at ``length`` and may be shorter, or longer (see
+    :func:`block_count`).
+    """
+    count = block_count(length, block_size, unroll)
     order = range(count - 1 - first, -1, -1) if reverse else range(first, count)
     for k in order:
-        yield k * block_size, min((k + 1) * block_size, length)
+        yield k * block_size, length if k == count - 1 else (k + 1) * block_size
 
 
 def _as_unroll(unroll: Any) -> int | bool:
     if isinstance(unroll, bool):
         return unroll
     return as_count("unroll", unroll, minimum=1)
+
+
+def _check_grouping(length: int, block_size: int, unroll: int | bool, reverse: bool) -> None:
+    """Refuse blocks that cannot reproduce ``lax.scan``'s grouping of steps under ``unroll``.
+
+    ``lax.scan(unroll=u)`` runs groups of u steps per loop trip, and XLA may reassociate
+    floating-point work within a group, so blocks must line up with the whole scan's
+    groups (and run their loop at least twice) to give the same bits.
+    """
+    if length <= block_size or unroll is False or (unroll == 1 and unroll is not True):
+        return
+    if unroll is True:
+        raise InputError(
+            "unroll=True unrolls each block completely, which regroups steps unlike one lax.scan; "
+            "pass an integer unroll such as unroll=8"
+        )
+    if block_size % unroll or block_size < 2 * unroll:
+        good = max(2 * unroll, block_size - block_size % unroll)
+        raise InputError(
+            f"block_size={block_size} must be a multiple of unroll={unroll} and at least {2 * unroll}, so that "
+            f"blocks line up with lax.scan's unrolled groups; pass e.g. block_size={good}"
+        )
+    if reverse and length % unroll:
+        raise InputError(
+            f"with reverse=True, length={length} must be a multiple of unroll={unroll} (lax.scan then runs its "
+            "remainder steps first); pass unroll=1 or a length divisible by unroll"
+        )
 
 
 def make_plan(
@@ -105,6 +159,7 @@ def make_plan(
     unroll = _as_unroll(unroll)
     if not isinstance(reverse, (bool, np.bool_)):
         raise InputError(f"reverse must be True or False, got {reverse!r}")
+    _check_grouping(n, block_size, unroll, bool(reverse))
     check_x64(init=init, xs=xs)
     carry_struct, y_struct = step_shapes(f, init, xs)
     init = jax.tree_util.tree_map(lambda leaf, s: jnp.asarray(leaf, dtype=s.dtype), init, carry_struct)
@@ -161,7 +216,7 @@ def run_plan(plan: Plan, *, carry: Any = None, first_block: int = 0) -> Iterator
     """
     carry = plan.init if carry is None else carry
     pending = None
-    for start, stop in block_bounds(plan.length, plan.block_size, plan.reverse, first_block):
+    for start, stop in plan.bounds(first_block):
         carry, ys = _dispatch(plan, carry, start, stop)
         if pending is not None:
             yield Block(pending[0], pending[1], _to_host(pending[2]), pending[3])

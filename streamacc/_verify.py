@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from ._carry import from_host, to_host
-from ._engine import Plan, block_bounds, compute_block, make_plan
+from ._engine import Plan, compute_block, make_plan
 from ._errors import InputError, VerifyError
 from ._identity import describe_function
 from ._manifest import Ledger, Manifest, decode_leaves
@@ -70,7 +70,7 @@ def _leaves_equal(a: list, b: list) -> bool:
 
 def _check_block(target: Target, sink: ZarrSink, ledger: Ledger, manifest: Manifest, plan: Plan, k: int) -> None:
     rec = ledger.block(k)
-    bounds = next(block_bounds(plan.length, plan.block_size, plan.reverse, k))
+    bounds = next(plan.bounds(k))
     if (rec.start, rec.stop) != bounds:
         raise _bad(k, rec.start, rec.stop, f"its record says steps {rec.start}-{rec.stop}, the layout {bounds}")
     for name in sink.arrays:
@@ -95,7 +95,7 @@ def _check_block(target: Target, sink: ZarrSink, ledger: Ledger, manifest: Manif
 
 def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str | int = "all") -> VerifyReport:
     """Check the committed blocks of ``target`` (all, or ``blocks`` of them) against ``plan``."""
-    total = -(-plan.length // plan.block_size)
+    total = plan.block_count
     if manifest.total_blocks != total or not 0 <= manifest.committed_blocks <= total:
         raise VerifyError(f"the manifest of {target.label} is inconsistent with its layout; rewrite with --overwrite")
     sink = ZarrSink.open(target, manifest.identity["chunk"])

@@ -134,7 +134,7 @@ def _resume(target: Target, plan: Plan, identity: dict, chunk: int) -> _Run | No
 def _start(target: Target, plan: Plan, identity: dict, chunk: int, specs: dict, codec: str, attrs: dict) -> _Run:
     if target.exists():
         target.clear()
-    total = -(-plan.length // plan.block_size)
+    total = plan.block_count
     ledger = Ledger(target)
     manifest = Manifest(identity, total_blocks=total, carry=encode_leaves(to_host(plan.init)))
     ledger.save(manifest)  # first, so that a run killed while creating its arrays can be resumed

@@ -1,0 +1,512 @@
+"""The block engine: exactness against one ``lax.scan``, block layout, lazy reads, compile
+count, dispatch overlap, the x64 policy and the ``scan`` wrapper.
+
+Step functions live at module level so that the engine's compile cache is shared
+between examples; each distinct block length still costs one small XLA compile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import zarr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jax import lax
+
+import streamacc
+
+MAX_LEN = 300
+DATA = np.random.default_rng(20240611).normal(size=(MAX_LEN, 2))
+
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# --- step functions ---------------------------------------------------------------------
+
+
+def product_step(c, _):
+    return c * 1.0000001, c
+
+
+def affine_sin_step(c, x):
+    return 0.9 * c + jnp.sin(x), c
+
+
+def logistic_step(c, _):
+    return 3.9 * c * (1.0 - c), c
+
+
+def tree_step(carry, _):
+    n, acc = carry["n"], carry["acc"]
+    new_acc = (acc[0] * 1.01 + n.astype(jnp.float64), acc[1] - 0.5 * acc[0])
+    return {"n": n + 1, "acc": new_acc}, (n, {"sum": acc[0] + acc[1], "both": jnp.stack(acc)})
+
+
+def key_step(key, _):
+    key, sub = jax.random.split(key)
+    return key, jax.random.normal(sub, dtype=jnp.float64)
+
+
+def count_step(c, _):
+    """Emits the carry it receives, so ys and carries reveal the order of the steps."""
+    return c + 1, c
+
+
+# --- cases: a step function, its init and a source for xs -------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    f: Callable
+    init: Callable[[], Any]
+    xs: Callable[[int, Any], Any] | None = None  # (length, tmp dir) -> xs
+
+    def make(self, length: int, tmp: Any) -> tuple[Any, Any, dict]:
+        """(init, xs, extra kwargs) for a scan of ``length`` steps."""
+        if self.xs is None:
+            return self.init(), None, {"length": length}
+        return self.init(), self.xs(length, tmp), {}
+
+
+def _zarr_xs(length: int, tmp: Any) -> Any:
+    arr = zarr.create_array(store=str(tmp / f"{uuid.uuid4().hex}.zarr"), shape=(length, 2), chunks=(64, 2), dtype="f8")
+    arr[...] = DATA[:length]
+    return arr
+
+
+def _memmap_xs(length: int, tmp: Any) -> Any:
+    mm = np.memmap(tmp / f"{uuid.uuid4().hex}.f8", dtype=np.float64, mode="w+", shape=(max(length, 1),))
+    mm[:length] = DATA[:length, 0]
+    mm.flush()
+    return mm[:length]
+
+
+CASES = [
+    Case("product", product_step, lambda: np.float64(1.0)),
+    Case("affine_sin_numpy", affine_sin_step, lambda: np.float64(0.5), lambda n, _: DATA[:n, 0].copy()),
+    Case("logistic", logistic_step, lambda: np.float64(0.3)),
+    Case("pytree", tree_step, lambda: {"n": np.int64(3), "acc": (np.float64(1.0), np.float64(-2.0))}),
+    Case("prng_key", key_step, lambda: jax.random.key(7)),
+    Case("affine_sin_zarr", affine_sin_step, lambda: np.array([0.5, -0.25]), _zarr_xs),
+    Case("affine_sin_memmap", affine_sin_step, lambda: np.float64(0.5), _memmap_xs),
+    Case("affine_sin_jax", affine_sin_step, lambda: np.float64(0.5), lambda n, _: jnp.asarray(DATA[:n, 0])),
+]
+CASE_IDS = [c.name for c in CASES]
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory):
+    return tmp_path_factory.mktemp("xs")
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+
+def _plain(leaf: Any) -> np.ndarray:
+    if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.extended):
+        leaf = jax.random.key_data(leaf)
+    return np.asarray(leaf)
+
+
+def assert_bits_equal(got: Any, want: Any) -> None:
+    """Same tree structure and, leaf by leaf, same dtype, shape and bytes."""
+    got_leaves, got_tree = jax.tree_util.tree_flatten(got)
+    want_leaves, want_tree = jax.tree_util.tree_flatten(want)
+    assert got_tree == want_tree
+    for g, w in zip(got_leaves, want_leaves, strict=True):
+        assert g.dtype == w.dtype
+        g, w = _plain(g), _plain(w)
+        assert g.shape == w.shape
+        assert g.tobytes() == w.tobytes()
+
+
+def reference(f: Callable, init: Any, xs: Any, kwargs: dict, **opts: Any) -> tuple[Any, Any]:
+    """One ``lax.scan`` over the whole length; Zarr and memmap xs are read whole first."""
+    if xs is not None and not isinstance(xs, jax.Array):
+        xs = np.asarray(xs[:])
+    return lax.scan(f, init, xs, **kwargs, **opts)
+
+
+def join_blocks(blocks: list[streamacc.Block]) -> Any:
+    """The blocks' ys concatenated in step order."""
+    ordered = sorted(blocks, key=lambda b: b.start)
+    return jax.tree_util.tree_map(lambda *ys: np.concatenate(ys), *[b.ys for b in ordered])
+
+
+def check_exact(case: Case, length: int, block_size: int, reverse: bool, unroll: int, tmp: Any) -> None:
+    init, xs, kwargs = case.make(length, tmp)
+    opts = {"reverse": reverse, "unroll": unroll}
+    want_carry, want_ys = reference(case.f, init, xs, kwargs, **opts)
+
+    carry, ys = streamacc.scan(case.f, init, xs, block_size=block_size, **kwargs, **opts)
+    assert_bits_equal(carry, want_carry)
+    assert_bits_equal(ys, want_ys)
+
+    blocks = list(streamacc.iter_blocks(case.f, init, xs, block_size=block_size, **kwargs, **opts))
+    tail_joins = unroll > 1 and length > block_size and unroll <= length % block_size < 2 * unroll
+    assert len(blocks) == -(-length // block_size) - tail_joins
+    if blocks:
+        assert_bits_equal(join_blocks(blocks), want_ys)
+        assert_bits_equal(blocks[-1].carry, want_carry)
+
+
+def bounds(length: int, block_size: int) -> list[tuple[int, int]]:
+    """Every block's [start, stop) in index order."""
+    return [(s, min(s + block_size, length)) for s in range(0, length, block_size)]
+
+
+# --- 1. exactness -----------------------------------------------------------------------
+
+
+@st.composite
+def layouts(draw, max_len: int = MAX_LEN):
+    length = draw(st.integers(0, max_len))
+    block_size = draw(st.one_of(st.just(1), st.integers(1, length + 20)))
+    return length, block_size
+
+
+@SETTINGS
+@given(case=st.sampled_from(CASES), layout=layouts(), reverse=st.booleans())
+def test_exact_random_layouts(case, layout, reverse, tmp):
+    length, block_size = layout
+    check_exact(case, length, block_size, reverse, 1, tmp)
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_exact_every_case(case, reverse, tmp):
+    """Each case with a block size of 1, a non-dividing one and one longer than the scan."""
+    for block_size in (1, 10, 64):
+        check_exact(case, 37, block_size, reverse, 1, tmp)
+
+
+UNROLL_CASES = [c for c in CASES if c.name in ("product", "affine_sin_numpy", "logistic", "pytree")]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    case=st.sampled_from(UNROLL_CASES),
+    length=st.integers(0, 120),
+    groups=st.integers(2, 12),
+    reverse=st.booleans(),
+)
+def test_exact_unroll4(case, length, groups, reverse, tmp):
+    """unroll=4 is bit-identical to ``lax.scan(unroll=4)`` for every accepted layout.
+
+    ``lax.scan(unroll=u)`` runs groups of u steps per loop trip and XLA may reassociate
+    floating-point work within a group, so the engine requires block sizes that line up
+    with those groups and joins a tail that would run its loop once to the block before.
+    """
+    unroll, block_size = 4, 4 * groups
+    if reverse:
+        length -= length % unroll  # reverse scans run their remainder first: required to be empty
+    check_exact(case, length, block_size, reverse, unroll, tmp)
+
+
+def test_unroll_tail_joins_the_previous_block(tmp):
+    """A tail of unroll..2*unroll-1 steps would run its unrolled loop once; it joins the block before."""
+    blocks = list(streamacc.iter_blocks(product_step, np.float64(1.0), length=54, block_size=8, unroll=4))
+    assert [(b.start, b.stop) for b in blocks][-2:] == [(32, 40), (40, 54)]
+    check_exact(CASES[0], 54, 8, False, 4, tmp)
+
+
+@pytest.mark.parametrize(
+    ("length", "block_size", "unroll", "reverse", "needle"),
+    [
+        (100, 7, 4, False, "multiple of unroll=4"),
+        (100, 4, 4, False, "at least 8"),
+        (102, 8, 4, True, "reverse=True"),
+        (100, 8, True, False, "unroll=True"),
+    ],
+    ids=["not_multiple", "too_small", "reverse_remainder", "full_unroll"],
+)
+def test_unroll_layouts_that_regroup_steps_are_refused(length, block_size, unroll, reverse, needle):
+    with pytest.raises(streamacc.InputError, match=needle):
+        streamacc.iter_blocks(
+            product_step, np.float64(1.0), length=length, block_size=block_size, unroll=unroll, reverse=reverse
+        )
+
+
+# --- 2. block structure -----------------------------------------------------------------
+
+
+@SETTINGS
+@given(layout=layouts(), reverse=st.booleans())
+def test_block_layout(layout, reverse):
+    length, block_size = layout
+    init = np.int64(100)
+    blocks = list(streamacc.iter_blocks(count_step, init, length=length, block_size=block_size, reverse=reverse))
+
+    spans = [(b.start, b.stop) for b in blocks]
+    assert spans == (bounds(length, block_size)[::-1] if reverse else bounds(length, block_size))
+    covered = np.zeros(length, dtype=int)
+    steps_done = 0
+    for b in blocks:
+        assert b.start % block_size == 0
+        assert len(b) == b.stop - b.start > 0
+        assert b.stop == length or len(b) == block_size  # only the last block in index order is short
+        assert b.ys.shape == (len(b),) and b.ys.dtype == np.int64
+        covered[b.start : b.stop] += 1
+        # count_step emits the incoming carry: it is init + the number of steps run so far
+        order = np.arange(len(b))[::-1] if reverse else np.arange(len(b))
+        np.testing.assert_array_equal(b.ys, init + steps_done + order)
+        steps_done += len(b)
+        assert b.carry.dtype == np.int64 and int(b.carry) == init + steps_done
+    assert (covered == 1).all()
+    if reverse and blocks:
+        assert blocks[0].stop == length  # the short block runs first
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+def test_block_carry_is_prefix_scan_carry(reverse):
+    length, block_size = 23, 5
+    init = np.float64(0.5)
+    xs = DATA[:length, 0]
+    for b in streamacc.iter_blocks(affine_sin_step, init, xs, block_size=block_size, reverse=reverse):
+        part = xs[b.start :] if reverse else xs[: b.stop]
+        want_carry, want_ys = lax.scan(affine_sin_step, init, part, reverse=reverse)
+        assert_bits_equal(b.carry, want_carry)
+        assert_bits_equal(b.ys, want_ys[: len(b)] if reverse else want_ys[b.start :])
+
+
+# --- 3 and 5. lazy reads and dispatch overlap --------------------------------------------
+
+
+class ReadRecorder:
+    """An xs leaf that records every key it is indexed with and refuses to be read whole."""
+
+    def __init__(self, array: np.ndarray):
+        self._array = array
+        self.shape = array.shape
+        self.dtype = array.dtype
+        self.reads: list[Any] = []
+
+    def __getitem__(self, key):
+        self.reads.append(key)
+        return self._array[key]
+
+    def __array__(self, *args, **kwargs):
+        raise AssertionError("the whole xs array was converted at once")
+
+
+def _as_span(key: Any) -> tuple[int, int]:
+    assert isinstance(key, slice) and key.step in (None, 1), key
+    return key.start, key.stop
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+@pytest.mark.parametrize("how", ["scan", "iter_blocks"])
+def test_reads_only_the_current_block(how, reverse):
+    length, block_size = 47, 8
+    rec = ReadRecorder(DATA[:length, 0].copy())
+    run = streamacc.scan if how == "scan" else lambda *a, **k: list(streamacc.iter_blocks(*a, **k))
+    run(affine_sin_step, np.float64(0.5), rec, block_size=block_size, reverse=reverse)
+
+    spans = [_as_span(k) for k in rec.reads]
+    want = bounds(length, block_size)
+    assert spans == (want[::-1] if reverse else want)  # each block read once, in scan order
+    assert (0, length) not in spans
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+def test_next_block_dispatched_before_handover(reverse):
+    length, block_size = 70, 8
+    rec = ReadRecorder(DATA[:length, 0].copy())
+    want = bounds(length, block_size)
+    want = want[::-1] if reverse else want
+
+    gen = streamacc.iter_blocks(affine_sin_step, np.float64(0.5), rec, block_size=block_size, reverse=reverse)
+    assert rec.reads == []  # nothing read before the first next()
+    for k, block in enumerate(gen):
+        assert (block.start, block.stop) == want[k]
+        spans = [_as_span(key) for key in rec.reads]
+        ahead = min(k + 2, len(want))  # block k+1 was read (and dispatched), and nothing further
+        assert spans == want[:ahead]
+
+
+def test_live_device_arrays_stay_bounded():
+    """The generator holds a fixed number of blocks, however many it has run."""
+    gen = streamacc.iter_blocks(affine_sin_step, np.float64(0.5), DATA[:, 0], block_size=4)
+    base = len(jax.live_arrays())
+    counts = []
+    for block in gen:
+        counts.append(len(jax.live_arrays()) - base)
+        del block
+    assert len(counts) == 75
+    assert max(counts) <= 6
+    assert max(counts[10:]) <= max(counts[:10])
+
+
+# --- 4. compile count -------------------------------------------------------------------
+
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+class CompileCounter:
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, event, duration, **kwargs):
+        if event == COMPILE_EVENT:
+            self.count += 1
+
+    def __enter__(self):
+        jax.monitoring.register_event_duration_secs_listener(self)
+        return self
+
+    def __exit__(self, *exc):
+        jax.monitoring.unregister_event_duration_listener(self)
+
+
+def fresh_product_step() -> Callable:
+    def step(c, _):
+        return c * 1.0000001, c
+
+    return step
+
+
+def fresh_affine_step() -> Callable:
+    def step(c, x):
+        return 0.9 * c + jnp.sin(x), c
+
+    return step
+
+
+def _count_compiles(f: Callable, xs: Any, length: int, block_size: int) -> int:
+    kwargs = {} if xs is not None else {"length": length}
+    with CompileCounter() as counter:
+        for _ in streamacc.iter_blocks(f, np.float64(1.0), xs, block_size=block_size, **kwargs):
+            pass
+    return counter.count
+
+
+@pytest.mark.parametrize("with_xs", [False, True], ids=["no_xs", "numpy_xs"])
+def test_compiles_two_block_functions_whatever_the_block_count(with_xs):
+    block_size = 6
+    fresh = fresh_affine_step if with_xs else fresh_product_step
+    counts = {}
+    for blocks in (5, 10, 50):
+        length = blocks * block_size + 3
+        xs = np.linspace(0.0, 1.0, length) if with_xs else None
+        counts[blocks] = _count_compiles(fresh(), xs, length, block_size)
+    assert 1 <= counts[10] <= 2  # the full block and the short last one
+    assert counts[5] == counts[10] == counts[50]
+
+
+def test_second_identical_call_compiles_nothing():
+    f = fresh_product_step()
+    assert 1 <= _count_compiles(f, None, 63, 6) <= 2
+    assert _count_compiles(f, None, 63, 6) == 0
+    with CompileCounter() as counter:
+        streamacc.scan(f, np.float64(1.0), length=63, block_size=6)
+    assert counter.count == 0
+
+
+# --- 6. x64 policy ----------------------------------------------------------------------
+
+
+def int_step(c, x):
+    return c + x, c * 2
+
+
+def uint_step(c, _):
+    return c * 3 + 1, c
+
+
+@pytest.mark.parametrize(
+    ("f", "init", "xs"),
+    [
+        (product_step, np.float64(1.0), None),
+        (affine_sin_step, np.float64(1.0), np.linspace(0.0, 1.0, 13)),
+        (int_step, np.int64(2**40), np.arange(13, dtype=np.int64)),
+        (uint_step, np.uint64(2**63), None),
+    ],
+    ids=["float64", "float64_xs", "int64", "uint64"],
+)
+def test_x64_on_keeps_64_bits(f, init, xs):
+    kwargs = {} if xs is not None else {"length": 13}
+    carry, ys = streamacc.scan(f, init, xs, block_size=4, **kwargs)
+    assert carry.dtype == init.dtype
+    assert ys.dtype == init.dtype
+    assert_bits_equal((carry, ys), lax.scan(f, init, xs, **kwargs))
+    blocks = list(streamacc.iter_blocks(f, init, xs, block_size=4, **kwargs))
+    assert all(b.ys.dtype == init.dtype and b.carry.dtype == init.dtype for b in blocks)
+
+
+@pytest.mark.parametrize(
+    ("init", "xs"),
+    [
+        (np.float64(1.0), None),
+        (np.float32(1.0), np.zeros(5, dtype=np.float64)),
+        ({"a": np.float32(1.0), "b": np.int64(1)}, None),
+    ],
+    ids=["float64_init", "float64_xs", "int64_leaf"],
+)
+def test_x64_off_refuses_64_bit_inputs(x64_off, init, xs):
+    kwargs = {} if xs is not None else {"length": 5}
+    for run in (streamacc.scan, streamacc.iter_blocks):
+        with pytest.raises(streamacc.X64Error, match="jax_enable_x64") as info:
+            run(lambda c, x: (c, 0.0), init, xs, block_size=2, **kwargs)
+        assert isinstance(info.value, streamacc.StreamaccError)
+        assert "\n" not in str(info.value)
+
+
+def f32_step(c, x):
+    return 0.5 * c + jnp.sin(x), c
+
+
+def test_x64_off_float32_works(x64_off):
+    xs = np.linspace(0.0, 1.0, 29, dtype=np.float32)
+    init = np.float32(0.25)
+    carry, ys = streamacc.scan(f32_step, init, xs, block_size=8)
+    assert carry.dtype == np.float32 and ys.dtype == np.float32
+    assert_bits_equal((carry, ys), lax.scan(f32_step, init, xs))
+    carry, ys = streamacc.scan(product_step, 1.0, length=10, block_size=3)  # weak Python float: 32 bits
+    assert carry.dtype == np.float32 and ys.dtype == np.float32
+
+
+# --- 7. scan's return values ------------------------------------------------------------
+
+
+def vector_step(c, x):
+    return c + x.sum(), (jnp.stack([c, 2.0 * c]), jnp.int32(1))
+
+
+def test_scan_returns_carry_and_host_ys():
+    xs = DATA[:20]
+    carry, ys = streamacc.scan(vector_step, np.float64(0.0), xs, block_size=6)
+    assert isinstance(ys, tuple) and all(isinstance(y, np.ndarray) for y in ys)
+    assert ys[0].shape == (20, 2) and ys[1].shape == (20,) and ys[1].dtype == np.int32
+    assert_bits_equal((carry, ys), lax.scan(vector_step, np.float64(0.0), xs))
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+def test_scan_length_zero(reverse):
+    xs = np.zeros((0, 2))
+    init = np.float64(1.5)
+    carry, ys = streamacc.scan(vector_step, init, xs, block_size=4, reverse=reverse)
+    assert isinstance(ys[0], np.ndarray) and ys[0].shape == (0, 2) and ys[0].dtype == np.float64
+    assert isinstance(ys[1], np.ndarray) and ys[1].shape == (0,) and ys[1].dtype == np.int32
+    assert carry.dtype == np.float64 and float(carry) == init
+    assert list(streamacc.iter_blocks(vector_step, init, xs, block_size=4, reverse=reverse)) == []
+
+    carry, ys = streamacc.scan(tree_step, CASES[3].init(), length=0)
+    assert_bits_equal(carry, CASES[3].init())
+    assert ys[0].shape == (0,) and ys[0].dtype == np.int64
+    assert ys[1]["both"].shape == (0, 2) and ys[1]["sum"].dtype == np.float64
+
+
+def test_block_is_sized():
+    (block,) = streamacc.iter_blocks(product_step, np.float64(1.0), length=3, block_size=8)
+    assert (block.start, block.stop, len(block)) == (0, 3, 3)
+    assert list(itertools.islice(streamacc.iter_blocks(product_step, 1.0, length=9, block_size=2), 2))[1].start == 2

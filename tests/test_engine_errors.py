@@ -1,0 +1,181 @@
+"""Every argument error of the block engine: its class, and a one-line message naming the argument.
+
+Each error is checked through ``iter_blocks`` at call time (before any ``next()``) and
+through ``scan``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import streamacc
+from streamacc import InputError, StepFunctionError, StreamaccError, X64Error
+
+
+def product_step(c, _):
+    return c * 1.0000001, c
+
+
+def xs_step(c, x):
+    return c + x, c
+
+
+ONE = np.float64(1.0)
+
+
+def raises(cls: type[Exception], *words: str, f=product_step, init=ONE, xs=None, **kwargs) -> str:
+    """Assert both entry points raise ``cls`` at call time, with one line containing ``words``."""
+    message = None
+    for run in (streamacc.iter_blocks, streamacc.scan):
+        with pytest.raises(cls) as info:
+            run(f, init, xs, **kwargs)  # iter_blocks must raise here, not at the first next()
+        err = info.value
+        assert type(err) is cls
+        assert isinstance(err, StreamaccError)
+        text = str(err)
+        assert text and "\n" not in text
+        for word in words:
+            assert word in text
+        assert message in (None, text)
+        message = text
+    return message
+
+
+def test_error_classes():
+    assert issubclass(InputError, StreamaccError) and issubclass(InputError, ValueError)
+    assert issubclass(StepFunctionError, InputError)
+    assert issubclass(X64Error, InputError)
+
+
+# --- length and xs ----------------------------------------------------------------------
+
+
+def test_length_missing_without_xs():
+    raises(InputError, "length", "xs")
+
+
+def test_xs_leaves_of_different_lengths():
+    raises(InputError, "xs", "[3, 4]", f=lambda c, x: (c + x[0] + x[1], c), xs=(np.ones(3), np.ones(4)))
+
+
+def test_length_disagrees_with_xs():
+    raises(InputError, "length=4", "xs", "3", f=xs_step, xs=np.ones(3), length=4)
+
+
+def test_negative_length():
+    raises(InputError, "length", "-1", length=-1)
+
+
+def test_non_integer_length():
+    raises(InputError, "length", "3.0", length=3.0)
+
+
+def test_xs_leaf_without_step_axis():
+    raises(InputError, "xs", f=xs_step, xs=np.float64(2.0))
+
+
+# --- block_size, unroll, reverse ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("block_size", [0, -1, 2.5, "8", True, None], ids=repr)
+def test_bad_block_size(block_size):
+    raises(InputError, "block_size", repr(block_size), length=10, block_size=block_size)
+
+
+def test_block_size_accepts_numpy_integer():
+    (block,) = streamacc.iter_blocks(product_step, np.float64(1.0), length=3, block_size=np.int64(8))
+    assert len(block) == 3
+
+
+@pytest.mark.parametrize("unroll", [0, 1.5], ids=repr)
+def test_bad_unroll(unroll):
+    raises(InputError, "unroll", length=10, unroll=unroll)
+
+
+def test_bad_reverse():
+    raises(InputError, "reverse", "'yes'", length=10, reverse="yes")
+
+
+# --- the step function ------------------------------------------------------------------
+
+
+def test_f_not_callable():
+    raises(StepFunctionError, "f must be callable", f=3, length=10)
+
+
+def test_f_returns_single_array():
+    raises(StepFunctionError, "f must return a (carry, y) pair", f=lambda c, _: c * 2.0, length=10)
+
+
+def test_f_returns_three_tuple():
+    raises(StepFunctionError, "f must return a (carry, y) pair", f=lambda c, _: (c, c, c), length=10)
+
+
+def test_carry_changes_shape():
+    msg = raises(StepFunctionError, "carry", f=lambda c, _: (jnp.stack([c, c]), c), length=10)
+    assert "float64[]" in msg and "float64[2]" in msg
+
+
+def test_carry_changes_dtype():
+    msg = raises(StepFunctionError, "carry", f=lambda c, _: (c.astype(jnp.float32), c), length=10)
+    assert "float64[]" in msg and "float32[]" in msg
+
+
+def test_carry_changes_structure():
+    raises(StepFunctionError, "carry", f=lambda c, _: ((c, c), c), length=10)
+    raises(
+        StepFunctionError,
+        "carry",
+        "'b'",
+        "'c'",
+        f=lambda c, _: ({"a": c["a"], "c": c["b"]}, c["a"]),
+        init={"a": np.float64(1.0), "b": np.float64(2.0)},
+        length=10,
+    )
+
+
+def test_weakly_typed_init_may_take_the_step_dtype():
+    """As in lax.scan, a Python scalar init takes the dtype the step gives it."""
+
+    def f(c, _):
+        return c.astype(jnp.float32) * 2, c
+
+    carry, ys = streamacc.scan(f, 1.0, length=5, block_size=2)
+    want_carry, want_ys = jax.lax.scan(f, 1.0, length=5)
+    assert carry.dtype == want_carry.dtype == np.float32 and ys.dtype == want_ys.dtype == np.float32
+    np.testing.assert_array_equal(ys, want_ys)
+    assert all(b.ys.dtype == np.float32 for b in streamacc.iter_blocks(f, 1, length=5, block_size=2))
+
+
+def test_init_leaf_not_an_array():
+    raises(InputError, "init['b']", "str", init={"a": np.float64(1.0), "b": "x"}, length=10)
+
+
+def test_y_holds_prng_keys():
+    def f(key, _):
+        return jax.random.split(key)[0], {"k": key}
+
+    raises(StepFunctionError, "y['k']", "key_data", f=f, init=jax.random.key(0), length=10)
+
+
+# --- x64 --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("init", "xs", "name"),
+    [
+        (np.float64(1.0), None, "init"),
+        (np.array([1, 2], dtype=np.int64), None, "init"),
+        (np.uint64(1), None, "init"),
+        (np.complex128(1.0), None, "init"),
+        (np.float32(1.0), np.zeros(5), "xs"),
+    ],
+    ids=["float64", "int64", "uint64", "complex128", "float64_xs"],
+)
+def test_64_bit_input_with_x64_off(x64_off, init, xs, name):
+    kwargs = {} if xs is not None else {"length": 5}
+    msg = raises(X64Error, name, "jax_enable_x64", f=lambda c, x: (c, 0.0), init=init, xs=xs, **kwargs)
+    assert msg.startswith(name)
