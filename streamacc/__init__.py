@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ._codecs import CODECS, DEFAULT_CODEC
-from ._engine import DEFAULT_BLOCK_SIZE, Block, iter_blocks, scan
+from ._codecs import CODECS
+from ._defaults import DEFAULT_BLOCK_SIZE, DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_SIZE
+from ._engine import Block, iter_blocks, scan
 from ._errors import (
     InputError,
     LockedError,
@@ -22,6 +23,8 @@ __all__ = [
     "CODECS",
     "DEFAULT_BLOCK_SIZE",
     "DEFAULT_CODEC",
+    "DEFAULT_INFLIGHT",
+    "DEFAULT_WRITE_BLOCK_SIZE",
     "Block",
     "InputError",
     "LockedError",

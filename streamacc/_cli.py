@@ -16,8 +16,8 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-from ._codecs import CODECS, DEFAULT_CODEC
-from ._engine import DEFAULT_BLOCK_SIZE
+from ._codecs import CODECS
+from ._defaults import DEFAULT_CODEC, DEFAULT_WRITE_BLOCK_SIZE
 from ._errors import InputError, OutputExistsError, ResumeError, StreamaccError
 from ._expr import parse_int, parse_number
 from ._version import __version__
@@ -76,7 +76,9 @@ def _add_write(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--size", help="number of steps, e.g. '2**32' (cumsum/cumprod default: the input's length)")
     w.add_argument("--recipe", default="gp", help="recipe name (default gp; see `streamacc recipes`)")
     w.add_argument("--dtype", default="float64", help="float64 (default) or float32")
-    w.add_argument("--block-size", default=None, help=f"steps per block, e.g. '2**22' (default {DEFAULT_BLOCK_SIZE})")
+    w.add_argument(
+        "--block-size", default=None, help=f"steps per block, e.g. '2**22' (default {DEFAULT_WRITE_BLOCK_SIZE})"
+    )
     w.add_argument("--codec", default=DEFAULT_CODEC, help=f"one of {', '.join(CODECS)} (default {DEFAULT_CODEC})")
     mode = w.add_mutually_exclusive_group()
     mode.add_argument("--overwrite", action="store_true", help="replace an existing output")
@@ -167,7 +169,9 @@ def cmd_write(args: argparse.Namespace) -> int:
     recipe = get_recipe(args.recipe)
     size = None if args.size is None else parse_int(args.size, name="--size", minimum=1)
     block = (
-        DEFAULT_BLOCK_SIZE if args.block_size is None else parse_int(args.block_size, name="--block-size", minimum=1)
+        DEFAULT_WRITE_BLOCK_SIZE
+        if args.block_size is None
+        else parse_int(args.block_size, name="--block-size", minimum=1)
     )
     if args.codec not in CODECS:
         raise InputError(f"--codec {args.codec!r} is unknown; choose one of: {', '.join(CODECS)}")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from zarr.codecs import BloscCodec, ZstdCodec
 
+from ._defaults import DEFAULT_CODEC
 from ._errors import InputError
 
 __all__ = ["CODECS", "DEFAULT_CODEC", "compressors_for"]
@@ -29,8 +30,6 @@ CODECS: dict[str, Callable[[], list]] = {
     "blosc-zstd-bitshuffle": _blosc("zstd", "bitshuffle"),
 }
 """Codec name -> factory of the zarr ``compressors`` list."""
-
-DEFAULT_CODEC = "blosc-lz4"
 
 
 def compressors_for(name: str) -> list:

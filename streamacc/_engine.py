@@ -18,6 +18,7 @@ import numpy as np
 from jax import lax
 
 from ._checks import as_count, check_x64, resolve_length, step_shapes
+from ._defaults import DEFAULT_BLOCK_SIZE
 from ._errors import InputError
 
 __all__ = [
@@ -32,9 +33,6 @@ __all__ = [
     "run_plan",
     "scan",
 ]
-
-DEFAULT_BLOCK_SIZE = 2**20
-"""Steps per block when none is given; see benchmarks/RESULTS.md for how it was chosen."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,7 +23,7 @@ from ._target import BOOKKEEPING, Target
 __all__ = ["FORMAT", "SEGMENT", "BlockRecord", "Ledger", "Manifest", "identity_differences"]
 
 FORMAT = "streamacc-manifest/1"
-SEGMENT = 1024
+SEGMENT = 64
 MANIFEST_KEY = f"{BOOKKEEPING}/manifest.json"
 
 

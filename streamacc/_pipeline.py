@@ -1,8 +1,10 @@
-"""A bounded producer/consumer pipeline with in-order commits.
+"""A bounded producer/consumer pipeline with in-order commits off the producer's thread.
 
-The caller's thread produces items (computed blocks) while worker threads do the slow
-part (encode and write); results are committed strictly in production order, and at
-most ``depth`` items are in flight, so memory stays at a few blocks whatever the length.
+The caller's thread produces items (computed blocks) and does nothing else; worker
+threads do the slow part (encode, write, fsync) and then commit, each waiting for the
+commit of the item before it, so commits happen strictly in production order without
+ever stalling production. At most ``depth`` items are in flight, so memory stays at a
+few blocks whatever the length.
 """
 
 from __future__ import annotations
@@ -28,23 +30,26 @@ def run_ordered(
 ) -> None:
     """Run ``work(item)`` on ``workers`` threads and ``commit(item, result)`` in item order.
 
-    Production blocks while ``depth`` items are unfinished. If any work fails, nothing
-    after the failed item is committed, the rest is cancelled, and the error is raised.
+    Production blocks while ``depth`` items are unfinished. If any work or commit fails,
+    nothing after the failed item is committed, the rest is cancelled, and the first
+    error is raised here.
     """
-    inflight: deque[tuple[T, Future[R]]] = deque()
 
-    def commit_head() -> None:
-        item, future = inflight.popleft()
-        commit(item, future.result())
+    def run(item: T, before: Future[None] | None) -> None:
+        result = work(item)
+        if before is not None:
+            before.result()  # raises if an earlier item failed: then this one must not commit
+        commit(item, result)
 
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="streamacc-write") as pool:
+    inflight: deque[Future[None]] = deque()
+    with ThreadPoolExecutor(max_workers=max(workers, 1), thread_name_prefix="streamacc-write") as pool:
         try:
             for item in items:
-                inflight.append((item, pool.submit(work, item)))
-                while inflight and (len(inflight) >= depth or inflight[0][1].done()):
-                    commit_head()
+                while len(inflight) >= depth:
+                    inflight.popleft().result()
+                inflight.append(pool.submit(run, item, inflight[-1] if inflight else None))
             while inflight:
-                commit_head()
+                inflight.popleft().result()
         finally:
-            for _, future in inflight:
+            for future in inflight:
                 future.cancel()

@@ -18,8 +18,9 @@ import jax
 import numpy as np
 
 from ._carry import HostLeaf, from_host, to_host
-from ._codecs import DEFAULT_CODEC, compressors_for
-from ._engine import DEFAULT_BLOCK_SIZE, Block, Plan, make_plan, run_plan
+from ._codecs import compressors_for
+from ._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_SIZE
+from ._engine import Block, Plan, make_plan, run_plan
 from ._errors import InputError, OutputExistsError, ResumeError, StoreError
 from ._identity import run_identity
 from ._manifest import BlockRecord, Ledger, Manifest, decode_leaves, encode_leaves, require_same_run
@@ -29,12 +30,9 @@ from ._target import Target, open_target
 from ._version import __version__
 from ._zarr import ZarrSink
 
-__all__ = ["DEFAULT_INFLIGHT", "output_names", "write"]
+__all__ = ["output_names", "write"]
 
 log = logging.getLogger("streamacc")
-
-DEFAULT_INFLIGHT = 3
-"""Blocks being encoded and written at once; see benchmarks/RESULTS.md."""
 
 
 def output_names(y_struct: Any, names: Sequence[str] | None) -> list[str]:
@@ -191,7 +189,7 @@ def write(
     xs: Any = None,
     *,
     length: int | None = None,
-    block_size: int = DEFAULT_BLOCK_SIZE,
+    block_size: int = DEFAULT_WRITE_BLOCK_SIZE,
     unroll: int | bool = 1,
     reverse: bool = False,
     names: Sequence[str] | None = None,
