@@ -210,7 +210,8 @@ def run_plan(plan: Plan, *, carry: Any = None, first_block: int = 0) -> Iterator
     """Run ``plan`` from block ``first_block`` (in scan order) with ``carry`` entering it.
 
     Block k+1 is dispatched before block k is handed over, so the device computes
-    while the caller consumes; at most two blocks are alive on the device.
+    while the caller consumes. The engine holds only those two; a block the caller
+    keeps stays alive too (on CPU its host arrays share the device buffer).
     """
     carry = plan.init if carry is None else carry
     pending = None
@@ -240,7 +241,8 @@ def iter_blocks(
     slice along axis 0 (numpy, memmap, JAX or Zarr arrays); only the current block's
     rows are read. Concatenating the blocks' ``ys`` in step order, and taking the last
     block's ``carry``, gives bit for bit what one ``lax.scan`` over the whole length
-    gives. Arguments are checked now, not at the first ``next()``.
+    gives (with ``unroll`` > 1, block sizes that would regroup the unrolled steps are
+    refused). Arguments are checked now, not at the first ``next()``.
     """
     plan = make_plan(f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse)
     return run_plan(plan)

@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from ._carry import HostLeaf, from_host, to_host
+from ._checks import as_count
 from ._codecs import compressors_for
 from ._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_SIZE
 from ._engine import Block, Plan, make_plan, run_plan
@@ -182,6 +183,23 @@ def _save(run: _Run, **changes: Any) -> None:
         setattr(run.manifest, name, value)
 
 
+def _check_target(target: Target, *, overwrite: bool, resume: bool) -> bool:
+    """Refuse what would destroy or misuse existing data; return whether the output exists."""
+    existed = target.exists()
+    if existed and not (overwrite or resume):
+        raise OutputExistsError(
+            f"{target.label} already exists; pass --overwrite to replace it or --resume to continue it"
+        )
+    if overwrite and existed and not target.is_output():
+        raise OutputExistsError(
+            f"{target.label} exists and is not a Zarr or streamacc output, so --overwrite will not delete it; "
+            "choose another path or remove it yourself"
+        )
+    if resume and existed:
+        _resumable(target)  # refuse a foreign directory before the lock creates anything in it
+    return existed
+
+
 def write(
     store: Any,
     f: Callable,
@@ -216,6 +234,7 @@ def write(
     names = output_names(plan.y_struct, names)
     chunk = _check_chunk(chunk_size, plan.block_size)
     compressors_for(codec)
+    inflight = as_count("inflight", inflight, minimum=1)
     attrs = _check_attrs(attrs)
     specs = {
         n: ((plan.length, *s.shape), np.dtype(s.dtype))
@@ -225,18 +244,7 @@ def write(
     identity = run_identity(plan, arrays=arrays, codec=codec, chunk=chunk, attrs=attrs)
     target = open_target(store, storage_options=storage_options)
     target.fsync = durable
-    existed = target.exists()
-    if existed and not (overwrite or resume):
-        raise OutputExistsError(
-            f"{target.label} already exists; pass --overwrite to replace it or --resume to continue it"
-        )
-    if overwrite and existed and not target.is_output():
-        raise OutputExistsError(
-            f"{target.label} exists and is not a Zarr or streamacc output, so --overwrite will not delete it; "
-            "choose another path or remove it yourself"
-        )
-    if resume and existed:
-        _resumable(target)  # refuse a foreign directory before the lock creates anything in it
+    existed = _check_target(target, overwrite=overwrite, resume=resume)
     with target.lock():
         try:
             run = _resume(target, plan, identity, chunk) if resume and existed else None
@@ -252,4 +260,4 @@ def write(
         if run.first_block:
             log.info("resuming %s at step %d of %d", target.label, run.manifest.committed_steps, plan.length)
         with Progress(plan.length, initial=run.manifest.committed_steps, enabled=progress, label=target.label) as bar:
-            return _stream(run, plan, names, inflight=max(1, int(inflight)), progress=bar)
+            return _stream(run, plan, names, inflight=inflight, progress=bar)
