@@ -21,6 +21,7 @@ from ._defaults import DEFAULT_CODEC, DEFAULT_WRITE_BLOCK_SIZE
 from ._errors import InputError, OutputExistsError, ResumeError, StreamaccError
 from ._expr import parse_int, parse_number
 from ._version import __version__
+from .recipes._base import option
 
 __all__ = ["main"]
 
@@ -87,9 +88,7 @@ def _add_write(sub: argparse._SubParsersAction) -> None:
     group = w.add_argument_group("recipe options (numbers accept arithmetic such as 1+1e-8)")
     for name, (kind, text) in _recipe_options().items():
         metavar = {"float": "NUMBER", "int": "INT", "path": "PATH"}.get(kind, "VALUE")
-        group.add_argument(
-            "--" + name.replace("_", "-"), dest=f"param_{name}", default=None, metavar=metavar, help=text
-        )
+        group.add_argument(option(name), dest=f"param_{name}", default=None, metavar=metavar, help=text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,9 +115,9 @@ def _recipe_params(args: argparse.Namespace, recipe) -> dict:
     given = {k[len("param_") :]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
     params = {}
     for name, text in given.items():
-        opt = "--" + name.replace("_", "-")
+        opt = option(name)
         if name not in kinds:
-            valid = ", ".join("--" + n.replace("_", "-") for n in kinds) or "none"
+            valid = ", ".join(option(n) for n in kinds) or "none"
             raise InputError(f"{opt} does not apply to recipe {recipe.name!r}; its options are: {valid}")
         if kinds[name] == "float":
             params[name] = parse_number(text, name=opt)
@@ -154,10 +153,9 @@ def _check_no_overlap(out: str, params: dict, recipe) -> None:
             continue
         source = norm(value)
         if source.startswith(target) or target.startswith(source):
-            opt = "--" + p.name.replace("_", "-")
             raise InputError(
-                f"{opt} {value!r} and the output {out!r} overlap, so writing the output would destroy its input; "
-                "choose an output path outside the input"
+                f"{option(p.name)} {value!r} and the output {out!r} overlap, so writing the output would destroy "
+                "its input; choose an output path outside the input"
             )
 
 
@@ -224,7 +222,7 @@ def cmd_recipes(args: argparse.Namespace) -> int:
         print(f"{recipe.name}: {recipe.description}")
         for p in recipe.params:
             default = "required" if p.default is None else f"default {p.default!r}"
-            print(f"    --{p.name.replace('_', '-'):<10} {p.kind:<5} {default:<22} {p.help}")
+            print(f"    {option(p.name):<12} {p.kind:<5} {default:<22} {p.help}")
     return 0
 
 
