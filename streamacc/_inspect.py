@@ -12,11 +12,18 @@ import numpy as np
 
 from ._engine import make_plan
 from ._errors import VerifyError
+from ._manifest import Manifest
 from ._target import open_target
 from ._verify import VerifyReport, load_manifest, verify_plan
 from ._zarr import ZarrSink
 
 __all__ = ["describe_output", "format_description", "verify_recipe_output"]
+
+
+def _committed_span(manifest: Manifest, length: int) -> tuple[int, int]:
+    """The steps the committed blocks cover (from the end for a reverse scan)."""
+    done = manifest.committed_steps
+    return (length - done, length) if manifest.identity["reverse"] else (0, done)
 
 
 def describe_output(store: Any) -> dict[str, Any]:
@@ -29,9 +36,7 @@ def describe_output(store: Any) -> dict[str, Any]:
     for name, arr in sink.arrays.items():
         row_bytes = int(np.prod(arr.shape[1:], dtype=np.int64)) * arr.dtype.itemsize
         written = manifest.committed_steps * row_bytes
-        # the chunks' bytes: everything under "name/" (not "name2/...") less the array's metadata document
-        metadata = target.read(f"{name}/zarr.json") or b""
-        stored = target.size(f"{name}/") - len(metadata)
+        stored = sum(target.size(key) for key in sink.chunk_keys(name, *_committed_span(manifest, arr.shape[0])))
         arrays[name] = {
             "shape": list(arr.shape),
             "dtype": str(arr.dtype),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -58,9 +59,12 @@ class Target:
             return (self.root / key).is_file()
         return sync(self.store.exists(key))
 
-    def size(self, prefix: str) -> int:
-        """Bytes stored under ``prefix``."""
-        return sync(self.store.getsize_prefix(prefix))
+    def size(self, key: str) -> int:
+        """Bytes stored at ``key`` (0 when absent)."""
+        if self.root is not None:
+            path = self.root / key
+            return path.stat().st_size if path.is_file() else 0
+        return sync(self.store.getsize(key)) if self.has(key) else 0
 
     def write(self, key: str, data: bytes) -> None:
         """Store ``data`` at ``key`` atomically and durably."""
@@ -146,9 +150,7 @@ class Target:
 
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
-        for child in path.iterdir():
-            _remove(child)
-        path.rmdir()
+        shutil.rmtree(path)
     else:
         path.unlink()
 

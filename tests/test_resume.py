@@ -237,3 +237,19 @@ def test_overwrite_interrupted_while_deleting_cannot_be_resumed_as_the_old_run(t
         run(out, resume=True)
     run(out, overwrite=True)
     assert_same_output(out, reference[0])
+
+
+def test_info_counts_only_committed_chunks(tmp_path, monkeypatch):
+    """Chunks written past the last commit are not counted in info's stored bytes."""
+    from streamacc._inspect import describe_output
+
+    out = tmp_path / "out.zarr"
+    with monkeypatch.context() as m:
+        fail_block(m, 4, OSError(errno.EIO, "Input/output error"))
+        with pytest.raises(StoreError):
+            run(out, codec="none")
+    info = describe_output(out)
+    assert info["committed_steps"] == 4 * BLOCK and not info["complete"]
+    assert info["arrays"]["level"]["stored_bytes"] == 4 * BLOCK * 8
+    assert info["arrays"]["pair"]["stored_bytes"] == 4 * BLOCK * 2 * 8
+    assert info["arrays"]["level"]["compression_ratio"] == 1.0
