@@ -412,6 +412,28 @@ def table_row(r: dict, *, stored: bool) -> str:
 # --- plots ------------------------------------------------------------------------------
 
 
+def line_plot(done: list[dict], names: list[str], styles: dict, key: str, ylabel: str, title: str, path: Path) -> Path:
+    """One log-log line per approach of ``key`` against the length; saved to ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for a in names:
+        pts = sorted((r["size"], r[key]) for r in done if r["approach"] == a)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=a, **styles[a])
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("length N (steps)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    if names:
+        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot(rows: list[dict], out: Path) -> list[Path]:
     import matplotlib
 
@@ -428,22 +450,8 @@ def plot(rows: list[dict], out: Path) -> list[Path]:
     }
     paths = []
 
-    fig, ax = plt.subplots(figsize=(9, 5.5))
-    for a in names:
-        pts = sorted((r["size"], r["peak_rss_mib"]) for r in done if r["approach"] == a)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=a, **styles[a])
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("length N (steps)")
-    ax.set_ylabel("peak RSS (MiB)")
-    ax.set_title("Peak RSS vs length (dashed: logistic, compute only)")
-    ax.grid(True, which="both", alpha=0.3)
-    if names:
-        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
-    fig.tight_layout()
-    paths.append(out / "rss_vs_length.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    rss_title = "Peak RSS vs length (dashed: logistic, compute only)"
+    paths.append(line_plot(done, names, styles, "peak_rss_mib", "peak RSS (MiB)", rss_title, out / "rss_vs_length.png"))
 
     largest = max(r["size"] for r in rows)
     at = [r for r in rows if r["size"] == largest]
@@ -470,22 +478,8 @@ def plot(rows: list[dict], out: Path) -> list[Path]:
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(9, 5.5))
-    for a in names:
-        pts = sorted((r["size"], r["gib_per_s"]) for r in done if r["approach"] == a)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=a, **styles[a])
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("length N (steps)")
-    ax.set_ylabel("GiB/s of output")
-    ax.set_title("Throughput vs length")
-    ax.grid(True, which="both", alpha=0.3)
-    if names:
-        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
-    fig.tight_layout()
-    paths.append(out / "throughput_vs_length.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    path = out / "throughput_vs_length.png"
+    paths.append(line_plot(done, names, styles, "gib_per_s", "GiB/s of output", "Throughput vs length", path))
     return paths
 
 
