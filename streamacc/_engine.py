@@ -209,9 +209,12 @@ def compute_block(plan: Plan, carry: Any, start: int, stop: int) -> Block:
 def run_plan(plan: Plan, *, carry: Any = None, first_block: int = 0) -> Iterator[Block]:
     """Run ``plan`` from block ``first_block`` (in scan order) with ``carry`` entering it.
 
-    Block k+1 is dispatched before block k is handed over, so the device computes
-    while the caller consumes. The engine holds only those two; a block the caller
-    keeps stays alive too (on CPU its host arrays share the device buffer).
+    Block k+1 is dispatched before block k is handed over, so that with JAX's
+    asynchronous dispatch an accelerator computes while the caller consumes. (XLA's CPU
+    client was measured to return only once such a block is computed: on CPU the overlap
+    comes from the caller's own threads, as in :func:`streamacc.write`.) The engine
+    holds only those two blocks; a block the caller keeps stays alive too (on CPU its
+    host arrays share the device buffer).
     """
     carry = plan.init if carry is None else carry
     pending = None
