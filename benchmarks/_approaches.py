@@ -36,6 +36,7 @@ import time
 import types
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 RATIO = 1.0 + 1e-8
 """The geometric progression's ratio (the seed's job)."""
@@ -250,31 +251,32 @@ def _seed_gp(n: int):
     return jax.jit(calc_gp_size, static_argnums=0)(n, x0, a)
 
 
-@approach("seed-scan")
-def run_seed(args: argparse.Namespace) -> dict:
+def _write_full_buffer(args: argparse.Namespace, compute: Callable[[int], Any]) -> dict:
+    """Compute the whole output in one buffer, then write it to Zarr in one assignment."""
     enable_x64()
     import numpy as np
 
     import_zarr()
     t0 = time.perf_counter()
     arr = create_x(args.out, args.size, args.chunk, args.codec)
-    x = _seed_gp(args.size)
-    arr[:] = np.asarray(x)
+    arr[:] = np.asarray(compute(args.size))
     return {"t0": t0}
+
+
+def _jnp_cumprod(n: int) -> Any:
+    import jax.numpy as jnp
+
+    return jnp.cumprod(jnp.full(n, RATIO, dtype="f8").at[0].set(1.0))
+
+
+@approach("seed-scan")
+def run_seed(args: argparse.Namespace) -> dict:
+    return _write_full_buffer(args, _seed_gp)
 
 
 @approach("jnp-cumprod")
 def run_cumprod(args: argparse.Namespace) -> dict:
-    enable_x64()
-    import jax.numpy as jnp
-    import numpy as np
-
-    import_zarr()
-    t0 = time.perf_counter()
-    arr = create_x(args.out, args.size, args.chunk, args.codec)
-    x = jnp.cumprod(jnp.full(args.size, RATIO, dtype="f8").at[0].set(1.0))
-    arr[:] = np.asarray(x)
-    return {"t0": t0}
+    return _write_full_buffer(args, _jnp_cumprod)
 
 
 @approach("numpy-loop")
