@@ -16,6 +16,7 @@ from ._errors import (
     VerifyError,
     X64Error,
 )
+from ._verify import VerifyReport, verify
 from ._version import __version__
 from ._write import write
 
@@ -34,9 +35,11 @@ __all__ = [
     "StoreError",
     "StreamaccError",
     "VerifyError",
+    "VerifyReport",
     "X64Error",
     "__version__",
     "iter_blocks",
     "scan",
+    "verify",
     "write",
 ]

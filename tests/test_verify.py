@@ -1,0 +1,60 @@
+"""``streamacc.verify`` from Python: outputs written with any step function are rechecked."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zarr
+
+import streamacc
+
+LENGTH, BLOCK = 1000, 128
+XS = np.linspace(0.0, 1.0, LENGTH)
+
+
+def step(c, x):
+    c = c * 0.999 + x
+    return c, {"level": c, "double": 2.0 * c}
+
+
+def other_step(c, x):
+    c = c * 0.998 + x
+    return c, {"level": c, "double": 2.0 * c}
+
+
+@pytest.fixture
+def out(tmp_path):
+    path = tmp_path / "out.zarr"
+    streamacc.write(path, step, np.float64(0.0), XS, block_size=BLOCK, codec="none", progress=False)
+    return path
+
+
+def test_verify_all_and_a_sample(out):
+    report = streamacc.verify(out, step, np.float64(0.0), XS)
+    assert report.checked_blocks == tuple(range(8)) and report.complete
+    assert report.committed_steps == report.total_steps == LENGTH
+    sample = streamacc.verify(out, step, np.float64(0.0), XS, blocks=3)
+    assert sample.checked_blocks == (0, 4, 7)
+
+
+def test_a_flipped_value_names_its_block(out):
+    arr = zarr.open_array(out / "level", mode="r+")
+    arr[5 * BLOCK + 3] = arr[5 * BLOCK + 3] + 1.0
+    with pytest.raises(streamacc.VerifyError, match=r"block 5 \(steps 640-768\)"):
+        streamacc.verify(out, step, np.float64(0.0), XS)
+    assert streamacc.verify(out, step, np.float64(0.0), XS, blocks=1).checked_blocks == (0,)
+
+
+def test_another_function_is_refused(out):
+    with pytest.raises(streamacc.VerifyError, match="other_step"):
+        streamacc.verify(out, other_step, np.float64(0.0), XS)
+
+
+def test_other_inputs_give_different_bytes(out):
+    with pytest.raises(streamacc.VerifyError, match=r"block 0 .*recomputing"):
+        streamacc.verify(out, step, np.float64(0.0), XS * 2.0)
+
+
+def test_bad_blocks_argument(out):
+    with pytest.raises(streamacc.InputError, match="blocks must be 'all'"):
+        streamacc.verify(out, step, np.float64(0.0), XS, blocks=0)
