@@ -10,11 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from ._engine import make_plan
 from ._errors import VerifyError
 from ._manifest import Manifest
 from ._target import open_target
-from ._verify import VerifyReport, load_manifest, verify_plan
+from ._verify import VerifyReport, load_manifest, plan_for, verify_plan
 from ._zarr import ZarrSink
 
 __all__ = ["describe_output", "format_description", "verify_recipe_output"]
@@ -90,13 +89,5 @@ def verify_recipe_output(store: Any, *, blocks: str | int = "all") -> VerifyRepo
         )
     dtype = ident["arrays"][next(iter(ident["arrays"]))][0]
     job = get_recipe(ident["recipe"]).build(ident["length"], np.dtype(dtype).name, **ident["params"])
-    plan = make_plan(
-        job.f,
-        job.init,
-        job.xs,
-        length=job.length,
-        block_size=ident["block_size"],
-        unroll=ident["unroll"],
-        reverse=ident["reverse"],
-    )
+    plan = plan_for(manifest, job.f, job.init, job.xs)
     return verify_plan(target, plan, manifest, blocks=blocks)

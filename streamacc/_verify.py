@@ -22,7 +22,7 @@ from ._manifest import Ledger, Manifest, decode_leaves
 from ._target import Target, open_target
 from ._zarr import ZarrSink, checksum
 
-__all__ = ["VerifyReport", "verify", "verify_plan"]
+__all__ = ["VerifyReport", "plan_for", "verify", "verify_plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +108,20 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
     )
 
 
+def plan_for(manifest: Manifest, f: Callable, init: Any, xs: Any) -> Plan:
+    """The plan of the recorded run: its length and block layout, with this step and inputs."""
+    ident = manifest.identity
+    return make_plan(
+        f,
+        init,
+        xs,
+        length=ident["length"],
+        block_size=ident["block_size"],
+        unroll=ident["unroll"],
+        reverse=ident["reverse"],
+    )
+
+
 def verify(store: Any, f: Callable, init: Any, xs: Any = None, *, blocks: str | int = "all") -> VerifyReport:
     """Verify an output written by :func:`write` with this ``f``, ``init`` and ``xs``.
 
@@ -119,13 +133,5 @@ def verify(store: Any, f: Callable, init: Any, xs: Any = None, *, blocks: str | 
     ident = manifest.identity
     if describe_function(f) != ident.get("function"):
         raise VerifyError(f"{target.label} was written by {ident.get('function')}, not {describe_function(f)}")
-    plan = make_plan(
-        f,
-        init,
-        xs,
-        length=ident["length"],
-        block_size=ident["block_size"],
-        unroll=ident["unroll"],
-        reverse=ident["reverse"],
-    )
+    plan = plan_for(manifest, f, init, xs)
     return verify_plan(target, plan, manifest, blocks=blocks)
