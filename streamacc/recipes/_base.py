@@ -30,6 +30,7 @@ __all__ = [
     "check_dtype",
     "check_size",
     "option",
+    "recipe_attrs",
     "resolve_params",
 ]
 
@@ -119,6 +120,11 @@ class Step:
 
     def __hash__(self) -> int:
         return hash(self._key())
+
+
+def recipe_attrs(recipe: Recipe, params: dict[str, Any], units: str = "") -> dict[str, Any]:
+    """The metadata every job carries into its output's attributes."""
+    return {"recipe": recipe.name, "params": params, "description": recipe.description, "units": units}
 
 
 def option(name: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import InputError
-from ._base import Job, Param, Recipe, Step, check_dtype, check_size, resolve_params
+from ._base import Job, Param, Recipe, Step, check_dtype, check_size, recipe_attrs, resolve_params
 
 __all__ = ["CUMPROD", "CUMSUM", "Cumulative", "Rows", "open_input"]
 
@@ -132,12 +132,7 @@ def _build(recipe: Recipe, op: str, identity: int, size: Any, dtype: Any, params
         )
     xs = array if size == n else Rows(array, size)
     units = array.attrs.get("units", "") if op == "add" else ""
-    attrs = {
-        "recipe": recipe.name,
-        "params": p,
-        "description": recipe.description,
-        "units": units if isinstance(units, str) else "",
-    }
+    attrs = recipe_attrs(recipe, p, units if isinstance(units, str) else "")
     init = np.asarray(identity, dtype=dtype)
     return Job(f=Cumulative(op, dtype), init=init, xs=xs, length=size, names=("y",), unroll=8, attrs=attrs)
 

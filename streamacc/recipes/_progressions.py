@@ -14,13 +14,13 @@ import numpy as np
 from jax import lax
 
 from .._errors import InputError
-from ._base import Job, Param, Recipe, Step, check_dtype, check_size, resolve_params
+from ._base import Job, Param, Recipe, Step, check_dtype, check_size, recipe_attrs, resolve_params
 
 __all__ = ["AFFINE", "GP", "LOGISTIC", "Affine", "Geometric", "Logistic"]
 
 
 def _job(recipe: Recipe, f: Step, x0: float, size: int, dtype: str, params: dict, unroll: int) -> Job:
-    attrs = {"recipe": recipe.name, "params": params, "description": recipe.description, "units": ""}
+    attrs = recipe_attrs(recipe, params)
     return Job(f=f, init=np.asarray(x0, dtype=dtype), xs=None, length=size, names=("x",), unroll=unroll, attrs=attrs)
 
 

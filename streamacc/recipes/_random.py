@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import InputError
-from ._base import Job, Param, Recipe, Step, check_dtype, check_size, resolve_params
+from ._base import Job, Param, Recipe, Step, check_dtype, check_size, recipe_attrs, resolve_params
 
 __all__ = ["MAX_SIZE", "RANDOMWALK", "RandomWalk"]
 
@@ -62,8 +62,7 @@ def _build_randomwalk(size: int | None = None, dtype: str = "float64", **params:
         )
     f = RandomWalk(p["sigma"], p["seed"], dtype)
     init = (np.asarray(p["x0"], dtype=dtype), np.asarray(0, dtype=np.uint64))
-    attrs = {"recipe": "randomwalk", "params": p, "description": RANDOMWALK.description, "units": ""}
-    return Job(f=f, init=init, xs=None, length=size, names=("x",), unroll=1, attrs=attrs)
+    return Job(f=f, init=init, xs=None, length=size, names=("x",), unroll=1, attrs=recipe_attrs(RANDOMWALK, p))
 
 
 RANDOMWALK = Recipe(
