@@ -18,7 +18,7 @@ from typing import NoReturn
 
 from ._codecs import CODECS
 from ._defaults import DEFAULT_CODEC, DEFAULT_WRITE_BLOCK_SIZE
-from ._errors import InputError, OutputExistsError, ResumeError, StreamaccError
+from ._errors import InputError, OutputExistsError, ResumeError, StreamaccError, cli_spelling
 from ._expr import parse_int, parse_number
 from ._version import __version__
 from .recipes._base import option
@@ -240,6 +240,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``streamacc`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
+    with cli_spelling():
+        return _main(argv, debug)
+
+
+def _main(argv: list[str], debug: bool) -> int:
     try:
         args = build_parser().parse_args(argv)
         logging.basicConfig(level=logging.INFO, format="streamacc: %(message)s", stream=sys.stderr)

@@ -7,6 +7,9 @@ print it on one line and a caller can catch the whole family at once.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 __all__ = [
     "InputError",
     "LockedError",
@@ -17,7 +20,41 @@ __all__ = [
     "StreamaccError",
     "VerifyError",
     "X64Error",
+    "cli_spelling",
+    "spell",
 ]
+
+_CLI_OPTIONS = {"length": "--size", "storage_options": "--storage-option"}
+"""Keyword arguments whose command-line option is not ``'--' + name.replace('_', '-')``."""
+
+_spelling = {"cli": False}
+
+
+@contextlib.contextmanager
+def cli_spelling() -> Iterator[None]:
+    """Within this block, :func:`spell` names command-line options (the CLI owns its process)."""
+    before = _spelling["cli"]
+    _spelling["cli"] = True
+    try:
+        yield
+    finally:
+        _spelling["cli"] = before
+
+
+_NOTHING = object()
+
+
+def spell(name: str, value: object = _NOTHING) -> str:
+    """Argument ``name`` (set to ``value``) as the caller writes it, for the fix an error shows.
+
+    From Python that is the keyword argument, ``block_size=1000`` or ``overwrite=True``; from
+    the command line the option, ``--block-size 1000`` or ``--overwrite``, so that every
+    message speaks the caller's own terms.
+    """
+    if not _spelling["cli"]:
+        return name if value is _NOTHING else f"{name}={value!r}" if isinstance(value, str) else f"{name}={value}"
+    opt = _CLI_OPTIONS.get(name, "--" + name.replace("_", "-"))
+    return opt if value is _NOTHING or value is True else f"{opt} {value}"
 
 
 class StreamaccError(Exception):
