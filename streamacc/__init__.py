@@ -8,14 +8,17 @@ from ._engine import Block, iter_blocks, scan
 from ._errors import (
     InputError,
     LockedError,
+    NoOutputError,
     OutputExistsError,
     ResumeError,
     StepFunctionError,
     StoreError,
     StreamaccError,
+    StreamaccWarning,
     VerifyError,
     X64Error,
 )
+from ._reader import open
 from ._verify import VerifyReport, verify
 from ._version import __version__
 from ._write import write
@@ -29,16 +32,19 @@ __all__ = [
     "Block",
     "InputError",
     "LockedError",
+    "NoOutputError",
     "OutputExistsError",
     "ResumeError",
     "StepFunctionError",
     "StoreError",
     "StreamaccError",
+    "StreamaccWarning",
     "VerifyError",
     "VerifyReport",
     "X64Error",
     "__version__",
     "iter_blocks",
+    "open",
     "scan",
     "verify",
     "write",

@@ -13,19 +13,28 @@ import os
 import re
 import sys
 import traceback
+import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
 from ._codecs import CODECS
 from ._defaults import DEFAULT_CODEC, DEFAULT_WRITE_BLOCK_SIZE
-from ._errors import InputError, OutputExistsError, ResumeError, StreamaccError, cli_spelling
+from ._errors import (
+    InputError,
+    NoOutputError,
+    OutputExistsError,
+    ResumeError,
+    StreamaccError,
+    StreamaccWarning,
+    cli_spelling,
+)
 from ._expr import parse_int, parse_number
 from ._version import __version__
 from .recipes._base import option
 
 __all__ = ["main"]
 
-USAGE_ERRORS = (InputError, OutputExistsError, ResumeError)
+USAGE_ERRORS = (InputError, NoOutputError, OutputExistsError, ResumeError)
 
 
 class UsageError(Exception):
@@ -177,6 +186,16 @@ def cmd_write(args: argparse.Namespace) -> int:
     _check_no_overlap(args.out, params, recipe)
     job = recipe.build(size, args.dtype, **params)
     attrs = {**job.attrs, "dtype": check_dtype(args.dtype)}  # the canonical name: 'f8' is recorded as float64
+    array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", StreamaccWarning)
+        _write(args, write, job, block, attrs, array_attrs)
+    for warning in caught:
+        logging.getLogger("streamacc").info("%s", warning.message)
+    return 0
+
+
+def _write(args: argparse.Namespace, write, job, block: int, attrs: dict, array_attrs: dict) -> None:
     write(
         args.out,
         job.f,
@@ -191,8 +210,8 @@ def cmd_write(args: argparse.Namespace) -> int:
         resume=args.resume,
         progress=not args.no_progress,
         attrs=attrs,
+        array_attrs=array_attrs,
     )
-    return 0
 
 
 def cmd_info(args: argparse.Namespace) -> int:

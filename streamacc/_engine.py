@@ -20,6 +20,7 @@ from jax import lax
 from ._checks import as_count, check_x64, resolve_length, step_shapes
 from ._defaults import DEFAULT_BLOCK_SIZE
 from ._errors import InputError
+from ._layout import block_bounds, block_count
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -76,36 +77,6 @@ class Plan:
     def bounds(self, first: int = 0) -> Iterator[tuple[int, int]]:
         """The ``[start, stop)`` of each block in scan order from block ``first``."""
         return block_bounds(self.length, self.block_size, self.reverse, first, self.unroll)
-
-
-def block_count(length: int, block_size: int, unroll: int | bool = 1) -> int:
-    """How many blocks cover ``length`` steps.
-
-    Normally ``ceil(length / block_size)``. With ``unroll`` u > 1, a short tail of u to
-    2u - 1 steps joins the block before it: alone, its unrolled loop would run once, and
-    XLA inlines such a loop and regroups its floating-point work, changing the bits.
-    """
-    count = -(-length // block_size)
-    tail = length % block_size
-    if count >= 2 and not isinstance(unroll, bool) and unroll > 1 and unroll <= tail < 2 * unroll:
-        count -= 1
-    return count
-
-
-def block_bounds(
-    length: int, block_size: int, reverse: bool = False, first: int = 0, unroll: int | bool = 1
-) -> Iterator[tuple[int, int]]:
-    """The ``[start, stop)`` of each block in scan order, skipping the first ``first`` blocks.
-
-    Blocks start at multiples of ``block_size`` from step 0 in both directions, so every
-    block maps onto whole output chunks; the last block in index order (the first one
-    run when ``reverse``) ends at ``length`` and may be shorter, or longer (see
-    :func:`block_count`).
-    """
-    count = block_count(length, block_size, unroll)
-    order = range(count - 1 - first, -1, -1) if reverse else range(first, count)
-    for k in order:
-        yield k * block_size, length if k == count - 1 else (k + 1) * block_size
 
 
 def _as_unroll(unroll: Any) -> int | bool:

@@ -13,11 +13,13 @@ from collections.abc import Iterator
 __all__ = [
     "InputError",
     "LockedError",
+    "NoOutputError",
     "OutputExistsError",
     "ResumeError",
     "StepFunctionError",
     "StoreError",
     "StreamaccError",
+    "StreamaccWarning",
     "VerifyError",
     "X64Error",
     "cli_spelling",
@@ -61,6 +63,10 @@ class StreamaccError(Exception):
     """Base class of every error streamacc raises on purpose."""
 
 
+class StreamaccWarning(UserWarning):
+    """Something worth knowing that is not an error, e.g. resuming an output that is already complete."""
+
+
 class InputError(StreamaccError, ValueError):
     """An argument is missing, malformed or inconsistent with another."""
 
@@ -75,6 +81,10 @@ class X64Error(InputError):
 
 class StoreError(StreamaccError):
     """The output store cannot be created, opened or written."""
+
+
+class NoOutputError(StoreError):
+    """The path does not exist or holds no output this version of streamacc can read."""
 
 
 class OutputExistsError(StoreError):

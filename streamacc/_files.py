@@ -1,7 +1,9 @@
-"""Durable local-file primitives: atomic replace, fsync, an exclusive lock, temp cleanup.
+"""Durable, link-safe local-file primitives: atomic replace, fsync, a directory lock, cleanup.
 
 A write counts as done only once it would survive a power cut, so every helper here
-fsyncs the file and then the directory that names it.
+fsyncs the file and then the directory that names it. Outputs get copied, synced and
+extracted from archives, so their contents are untrusted: nothing here follows a
+symbolic link found inside an output, and deletion never descends through one.
 """
 
 from __future__ import annotations
@@ -9,18 +11,27 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
+import stat
 from pathlib import Path
 
-from ._errors import LockedError
-
-__all__ = ["FileLock", "atomic_write", "fsync_dir", "fsync_file", "remove_partials"]
+__all__ = [
+    "PARTIAL_SUFFIXES",
+    "DirLock",
+    "atomic_write",
+    "find_link",
+    "fsync_dir",
+    "fsync_file",
+    "remove_partials",
+    "remove_tree_contents",
+]
 
 PARTIAL_SUFFIXES = (".partial", ".streamacc-tmp")
 
 
 def fsync_file(path: Path) -> None:
-    """Flush one file's data to stable storage."""
-    fd = os.open(path, os.O_RDONLY)
+    """Flush one file's data to stable storage (never through a link)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         os.fsync(fd)
     finally:
@@ -39,11 +50,12 @@ def fsync_dir(path: Path) -> None:
 def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file.
 
-    With ``sync`` the new file is also durable when this returns.
+    The temp file is opened without following links and renamed over ``path`` (a rename
+    replaces a link rather than writing through it). With ``sync`` the new file is also
+    durable when this returns. The caller makes sure the parent directory is real.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".streamacc-tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     try:
         try:
             view = memoryview(data)
@@ -61,6 +73,17 @@ def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
         fsync_dir(path.parent)
 
 
+def find_link(root: Path) -> Path | None:
+    """The first symbolic link (or other non-regular entry) inside ``root``, or None."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in (*dirnames, *filenames):
+            path = Path(dirpath, name)
+            mode = path.lstat().st_mode
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                return path
+    return None
+
+
 def remove_partials(root: Path) -> list[Path]:
     """Delete temp files a killed writer left under ``root``; return what was removed."""
     removed = []
@@ -73,42 +96,60 @@ def remove_partials(root: Path) -> list[Path]:
     return removed
 
 
-class FileLock:
-    """An exclusive advisory lock (``flock``) on a file.
+def remove_tree_contents(root: Path, keep: set[Path]) -> None:
+    """Delete everything under ``root`` except the files in ``keep`` and the folders holding them.
 
-    The kernel drops the lock when its holder dies, so a lock left by a killed process
-    never blocks a resume, while a live writer always blocks a second one.
+    Links are removed, never followed (``shutil.rmtree`` does not follow them either).
+    """
+    keep_dirs = {parent for path in keep for parent in path.parents}
+    for child in sorted(root.iterdir()):
+        if child in keep:
+            continue
+        if child in keep_dirs and not child.is_symlink():
+            remove_tree_contents(child, keep)
+        elif child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+def _flock_holder(fd: int) -> str:
+    """Who holds the flock on ``fd``'s file, from /proc/locks (Linux), else 'another process'."""
+    inode = os.fstat(fd).st_ino
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()
+            if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
+                return f"pid {fields[4]}"
+    return "another process"
+
+
+class DirLock:
+    """An exclusive advisory lock (``flock``) on a directory itself.
+
+    Locking the output directory needs no lock file, so there is nothing a link could
+    redirect and nothing for other tools to trip over. The kernel drops the lock when its
+    holder dies, so a killed writer never blocks a resume, while a live writer always
+    blocks a second one. ``acquire`` returns the holder's description when the lock is
+    taken by someone else, None once it is ours.
     """
 
-    def __init__(self, path: Path, what: str) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self.what = what
         self._fd: int | None = None
 
-    def acquire(self) -> FileLock:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    def acquire(self) -> str | None:
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            holder = _flock_holder(fd)
             os.close(fd)
-            raise LockedError(
-                f"{self.what} is being written by {holder}; wait for it to finish or stop it, then use --resume"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+            return holder
         self._fd = fd
-        return self
+        return None
 
     def release(self) -> None:
         if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, 0)
             os.close(self._fd)  # closing drops the flock
             self._fd = None
-
-    def __enter__(self) -> FileLock:
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()

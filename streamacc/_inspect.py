@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 
 from ._errors import VerifyError
-from ._manifest import Manifest
 from ._target import open_target
 from ._verify import VerifyReport, load_manifest, plan_for, verify_plan
 from ._zarr import ZarrSink
@@ -19,23 +18,18 @@ from ._zarr import ZarrSink
 __all__ = ["describe_output", "format_description", "verify_recipe_output"]
 
 
-def _committed_span(manifest: Manifest, length: int) -> tuple[int, int]:
-    """The steps the committed blocks cover (from the end for a reverse scan)."""
-    done = manifest.committed_steps
-    return (length - done, length) if manifest.identity["reverse"] else (0, done)
-
-
-def describe_output(store: Any) -> dict[str, Any]:
-    """A summary of an output: arrays, codec, compression, recipe, committed steps."""
-    target = open_target(store)
+def describe_output(store: Any, *, storage_options: dict | None = None) -> dict[str, Any]:
+    """A summary of an output: arrays, codec, compression, recipe, committed steps (read-only)."""
+    target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)
     ident = manifest.identity
-    sink = ZarrSink.open(target, ident["chunk"])
+    sink = ZarrSink.open(target, list(ident["arrays"]), ident["chunk"])
+    stored_bytes = sink.stored_bytes(manifest.span())
     arrays = {}
     for name, arr in sink.arrays.items():
         row_bytes = int(np.prod(arr.shape[1:], dtype=np.int64)) * arr.dtype.itemsize
         written = manifest.committed_steps * row_bytes
-        stored = sum(target.size(key) for key in sink.chunk_keys(name, *_committed_span(manifest, arr.shape[0])))
+        stored = stored_bytes[name]
         arrays[name] = {
             "shape": list(arr.shape),
             "dtype": str(arr.dtype),
@@ -76,11 +70,11 @@ def format_description(info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def verify_recipe_output(store: Any, *, blocks: str | int = "all") -> VerifyReport:
+def verify_recipe_output(store: Any, *, blocks: str | int = "all", storage_options: dict | None = None) -> VerifyReport:
     """Verify an output written by ``streamacc write``, rebuilding its recipe from the manifest."""
     from .recipes import get_recipe
 
-    target = open_target(store)
+    target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)
     ident = manifest.identity
     if not ident.get("recipe"):

@@ -1,10 +1,14 @@
 """The manifest: the durable record that makes a run resumable and verifiable.
 
-It holds the run's identity, how many blocks (in scan order) are committed, and the
-carry after them. Per-block records (the carry entering each block and a CRC-32 of
-each output array's bytes) live in segment files of ``SEGMENT`` blocks, so a commit
-rewrites a bounded amount whatever the length. Each block's record is written before
-the manifest that counts it, so the manifest never claims a block it cannot describe.
+It holds the run's identity, the metadata its arrays were created with, how many blocks
+(in scan order) are committed, and the carry after them. Per-block records (the carry
+entering each block and a CRC-32C of each output array's bytes) live in segments of
+``SEGMENT`` blocks, so a commit rewrites a bounded amount whatever the length. Each
+block's record is written before the manifest that counts it, so the manifest never
+claims a block it cannot describe.
+
+Everything is stored as Zarr v3 group nodes under ``_streamacc/`` (the payload is JSON
+text in one attribute), so every Zarr reader sees a normal hierarchy.
 """
 
 from __future__ import annotations
@@ -17,14 +21,41 @@ from typing import Any
 import numpy as np
 
 from ._carry import HostLeaf
-from ._errors import ResumeError, VerifyError
+from ._errors import NoOutputError, ResumeError, VerifyError, spell
+from ._layout import block_count, committed_span
 from ._target import BOOKKEEPING, Target
 
-__all__ = ["FORMAT", "SEGMENT", "BlockRecord", "Ledger", "Manifest", "identity_differences"]
+__all__ = [
+    "FORMAT",
+    "MANIFEST_KEY",
+    "SEGMENT",
+    "BlockRecord",
+    "Ledger",
+    "Manifest",
+    "group_node",
+    "identity_differences",
+    "node_attribute",
+]
 
-FORMAT = "streamacc-manifest/1"
+FORMAT = "streamacc-manifest/2"
 SEGMENT = 64
-MANIFEST_KEY = f"{BOOKKEEPING}/manifest.json"
+MANIFEST_KEY = f"{BOOKKEEPING}/zarr.json"
+LEGACY_MANIFEST_KEY = f"{BOOKKEEPING}/manifest.json"  # format 1, streamacc 0.1
+MANIFEST_ATTR = "streamacc_manifest"
+RECORDS_ATTR = "streamacc_records"
+
+
+def group_node(attributes: dict[str, Any]) -> bytes:
+    """The ``zarr.json`` of a Zarr v3 group with ``attributes``."""
+    return json.dumps({"zarr_format": 3, "node_type": "group", "attributes": attributes}, indent=1).encode()
+
+
+def node_attribute(raw: bytes, name: str) -> Any:
+    """Attribute ``name`` of a stored ``zarr.json``; ValueError when the document is not one."""
+    doc = json.loads(raw)
+    if not isinstance(doc, dict) or doc.get("zarr_format") != 3 or name not in doc.get("attributes", {}):
+        raise ValueError(f"no attribute {name!r}")
+    return doc["attributes"][name]
 
 
 def encode_leaves(leaves: list[HostLeaf]) -> list[dict]:
@@ -39,7 +70,7 @@ def decode_leaves(records: list[dict]) -> list[HostLeaf]:
     """Inverse of :func:`encode_leaves`."""
     out = []
     for r in records:
-        raw = base64.b64decode(r["data"])
+        raw = base64.b64decode(r["data"], validate=True)
         out.append((np.frombuffer(raw, dtype=np.dtype(r["dtype"])).reshape(r["shape"]).copy(), r["key"]))
     return out
 
@@ -52,7 +83,7 @@ class BlockRecord:
     start: int
     stop: int
     carry_in: list[dict]
-    crc32: dict[str, int]
+    crc32c: dict[str, int]
 
 
 @dataclasses.dataclass
@@ -61,26 +92,63 @@ class Manifest:
 
     identity: dict[str, Any]
     total_blocks: int
+    arrays: dict[str, dict] = dataclasses.field(default_factory=dict)
     committed_blocks: int = 0
     committed_steps: int = 0
     carry: list[dict] | None = None
     complete: bool = False
 
     def to_json(self) -> bytes:
-        return json.dumps({"format": FORMAT, **dataclasses.asdict(self)}, indent=1, sort_keys=True).encode()
+        doc = json.dumps({"format": FORMAT, **dataclasses.asdict(self)}, sort_keys=True)
+        description = "streamacc's bookkeeping of this output (manifest); the data are in the sibling arrays"
+        return group_node({MANIFEST_ATTR: doc, "description": description})
 
     @classmethod
     def from_json(cls, raw: bytes, label: str) -> Manifest:
         try:
-            doc = json.loads(raw)
+            doc = json.loads(node_attribute(raw, MANIFEST_ATTR))
             if doc.pop("format") != FORMAT:
                 raise ValueError("unknown format")
-            return cls(**doc)
+            manifest = cls(**doc)
+            if manifest.carry is not None:
+                decode_leaves(manifest.carry)
         except (ValueError, KeyError, TypeError, AttributeError):
             raise VerifyError(
-                f"the manifest of {label} is damaged or not a streamacc manifest; "
-                "its data cannot be trusted: rewrite it with --overwrite"
+                f"the manifest of {label} is damaged or not a streamacc manifest; its data cannot be trusted: "
+                f"rewrite it with {spell('overwrite', True)}"
             ) from None
+        return manifest
+
+    @property
+    def length(self) -> int:
+        return self.identity["length"]
+
+    def span(self, blocks: int | None = None) -> tuple[int, int]:
+        """The steps covered by the first ``blocks`` committed blocks (default: all committed)."""
+        ident = self.identity
+        count = self.committed_blocks if blocks is None else blocks
+        return committed_span(ident["length"], ident["block_size"], ident["reverse"], count, ident["unroll"])
+
+    def inconsistency(self) -> str | None:
+        """Why this manifest contradicts itself, or None when its counts agree with its layout."""
+        ident = self.identity
+        try:
+            total = block_count(ident["length"], ident["block_size"], ident["unroll"])
+        except (KeyError, TypeError, ZeroDivisionError):
+            return "its identity has no valid layout"
+        if self.total_blocks != total:
+            return f"it counts {self.total_blocks} blocks where its layout has {total}"
+        if not 0 <= self.committed_blocks <= total:
+            return f"it commits {self.committed_blocks} of {total} blocks"
+        start, stop = self.span()
+        if self.committed_steps != stop - start:
+            held = stop - start
+            return f"it counts {self.committed_steps} committed steps where {self.committed_blocks} blocks hold {held}"
+        if self.complete and self.committed_blocks != total:
+            return f"it says complete with only {self.committed_blocks} of {total} blocks committed"
+        if self.carry is None:
+            return "it holds no carry"
+        return None
 
 
 def _flatten(doc: dict, prefix: str = "") -> dict[str, Any]:
@@ -107,24 +175,41 @@ class Ledger:
         self._segment: tuple[int, list[dict]] | None = None
 
     def load(self) -> Manifest | None:
+        """The manifest, or None when there is none (a legacy one is refused with the fix)."""
         raw = self.target.read(MANIFEST_KEY)
-        return None if raw is None else Manifest.from_json(raw, self.target.label)
+        if raw is None:
+            if self.target.read(LEGACY_MANIFEST_KEY) is not None:
+                raise NoOutputError(
+                    f"{self.target.label} was written by streamacc 0.1 (bookkeeping format 1), which this version "
+                    f"cannot resume or verify; rewrite it with {spell('overwrite', True)} (its arrays still open "
+                    "with xarray)"
+                )
+            return None
+        return Manifest.from_json(raw, self.target.label)
 
     def save(self, manifest: Manifest) -> None:
         self.target.write(MANIFEST_KEY, manifest.to_json())
 
     @staticmethod
-    def _segment_key(seg: int) -> str:
-        return f"{BOOKKEEPING}/blocks/{seg:06d}.json"
+    def segment_key(seg: int) -> str:
+        return f"{BOOKKEEPING}/records_{seg:06d}/zarr.json"
+
+    def _damaged(self, what: str) -> VerifyError:
+        return VerifyError(
+            f"block records of {self.target.label} are damaged ({what}); rewrite the output with "
+            f"{spell('overwrite', True)}"
+        )
 
     def _read_segment(self, seg: int) -> list[dict]:
         if self._segment is not None and self._segment[0] == seg:
             return self._segment[1]
-        raw = self.target.read(self._segment_key(seg))
+        raw = self.target.read(self.segment_key(seg))
         try:
-            records = [] if raw is None else json.loads(raw)["blocks"]
-        except (ValueError, KeyError, TypeError):
-            raise VerifyError(f"block records of {self.target.label} are damaged (segment {seg})") from None
+            records = [] if raw is None else json.loads(node_attribute(raw, RECORDS_ATTR))
+            if not isinstance(records, list):
+                raise TypeError
+        except (ValueError, TypeError):
+            raise self._damaged(f"segment {seg}") from None
         self._segment = (seg, records)
         return records
 
@@ -133,22 +218,26 @@ class Ledger:
         seg, pos = divmod(rec.index, SEGMENT)
         records = self._read_segment(seg)
         if len(records) < pos:
-            raise VerifyError(
-                f"block records of {self.target.label} end at block {seg * SEGMENT + len(records)}, "
-                f"before block {rec.index}; they are damaged: rewrite the output with --overwrite"
-            )
-        records = records[:pos]  # drop records an interrupted run wrote past its commit
-        records.append(dataclasses.asdict(rec))
+            raise self._damaged(f"they end at block {seg * SEGMENT + len(records)}, before block {rec.index}")
+        records = [*records[:pos], dataclasses.asdict(rec)]  # drops records written past an interrupted commit
         self._segment = (seg, records)
-        self.target.write(self._segment_key(seg), json.dumps({"blocks": records}).encode())
+        self.target.write(self.segment_key(seg), group_node({RECORDS_ATTR: json.dumps(records)}))
 
     def block(self, index: int) -> BlockRecord:
         """The record of committed block ``index`` (in scan order)."""
         seg, pos = divmod(index, SEGMENT)
         records = self._read_segment(seg)
-        if pos >= len(records) or records[pos].get("index") != index:
-            raise VerifyError(f"the record of block {index} is missing from {self.target.label}")
-        return BlockRecord(**records[pos])
+        try:
+            rec = BlockRecord(**records[pos])
+            if rec.index != index:
+                raise ValueError
+            decode_leaves(rec.carry_in)
+        except (IndexError, TypeError, ValueError, KeyError):
+            raise VerifyError(
+                f"the record of block {index} of {self.target.label} is missing or damaged; rewrite the output "
+                f"with {spell('overwrite', True)}"
+            ) from None
+        return rec
 
 
 def require_same_run(stored: Manifest, identity: dict, label: str) -> None:
@@ -157,5 +246,5 @@ def require_same_run(stored: Manifest, identity: dict, label: str) -> None:
     if diffs:
         raise ResumeError(
             f"cannot resume {label}: it was written by a different run ({'; '.join(diffs)}); "
-            "rerun with the original settings, or use --overwrite to start afresh"
+            f"rerun with the original settings, or use {spell('overwrite', True)} to start afresh"
         )

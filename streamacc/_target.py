@@ -1,83 +1,162 @@
 """Where an output lives: a zarr store plus the durability, locking and cleanup it allows.
 
-A local directory gets fsync, an exclusive lock and temp-file cleanup; any other zarr
-store (an fsspec URL, memory) counts a write as durable once the store call returns,
-since an object-store PUT is atomic, and has no lock.
+A local directory gets fsync, a ``flock`` on the directory itself and temp-file cleanup,
+and nothing inside it is ever followed through a symbolic link. Any other zarr store (an
+fsspec URL such as ``s3://``, memory) counts a write as durable once the store call
+returns, since an object-store PUT is atomic, and is locked by a lease object where the
+store supports conditional writes (see ``_lease.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import zarr
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
-from ._errors import InputError, StoreError
-from ._files import FileLock, atomic_write, fsync_dir, fsync_file, remove_partials
+from ._errors import InputError, LockedError, NoOutputError, StoreError, spell
+from ._files import DirLock, atomic_write, find_link, fsync_dir, fsync_file, remove_partials, remove_tree_contents
 
-__all__ = ["BOOKKEEPING", "Target", "open_target"]
+__all__ = ["BOOKKEEPING", "LocalTarget", "StoreTarget", "Target", "open_target"]
 
 BOOKKEEPING = "_streamacc"
-"""Prefix of the keys streamacc keeps beside the arrays (manifest, block records, lock)."""
+"""The group streamacc keeps beside the arrays (manifest, block records, lease)."""
 
 
 class Target:
-    """One output location: its zarr store and the bookkeeping operations it supports."""
+    """One output location: its zarr store and the key-level operations streamacc needs.
 
-    def __init__(self, store: Store, root: Path | None, label: str) -> None:
-        self.store = store
-        self.root = root
-        self.label = label
-        self.fsync = True  # off only to measure what durability costs
-        self._durable_dirs: set[Path] = set()
+    Keys are '/'-separated paths relative to the output's root, as in zarr.
+    """
 
-    def exists(self) -> bool:
-        """Whether anything at all is stored here."""
-        if self.root is not None:
-            return self.root.exists() and (not self.root.is_dir() or any(self.root.iterdir()))
-        return not sync(self.store.is_empty(""))
+    store: Store
+    label: str
+    fsync: bool = True  # off only to measure what durability costs
+
+    @property
+    def read_only(self) -> bool:
+        return bool(self.store.read_only)
 
     def read(self, key: str) -> bytes | None:
         """The bytes at ``key``, or None when absent."""
-        if self.root is not None:
-            path = self.root / key
-            return path.read_bytes() if path.is_file() else None
-        buf = sync(self.store.get(key, prototype=default_buffer_prototype()))
-        return None if buf is None else buf.to_bytes()
-
-    def has(self, key: str) -> bool:
-        """Whether ``key`` is stored."""
-        if self.root is not None:
-            return (self.root / key).is_file()
-        return sync(self.store.exists(key))
-
-    def size(self, key: str) -> int:
-        """Bytes stored at ``key`` (0 when absent)."""
-        if self.root is not None:
-            path = self.root / key
-            return path.stat().st_size if path.is_file() else 0
-        return sync(self.store.getsize(key)) if self.has(key) else 0
+        raise NotImplementedError
 
     def write(self, key: str, data: bytes) -> None:
         """Store ``data`` at ``key`` atomically and durably."""
-        if self.root is not None:
-            atomic_write(self.root / key, data, sync=self.fsync)
-            if self.fsync:
-                self._note_dir((self.root / key).parent)
-        else:
-            sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(data)))
+        raise NotImplementedError
+
+    def delete(self, key: str) -> None:
+        """Remove ``key`` (nothing when absent)."""
+        raise NotImplementedError
+
+    def list_keys(self, prefix: str = "") -> list[str]:
+        """Every key under ``prefix`` ('' for all)."""
+        raise NotImplementedError
+
+    def size(self, key: str) -> int:
+        """Bytes stored at ``key`` (0 when absent)."""
+        raise NotImplementedError
+
+    def exists(self) -> bool:
+        """Whether anything at all is stored here."""
+        raise NotImplementedError
 
     def make_durable(self, keys: list[str]) -> None:
-        """fsync the files at ``keys`` and the directories naming them (local disk only)."""
-        if self.root is None or not self.fsync:
+        """Make keys written through the zarr store durable (local disk only)."""
+
+    def clean_partials(self) -> list[str]:
+        """Remove temp files a killed writer left behind; return their keys."""
+        return []
+
+    def check_contents(self) -> None:
+        """Refuse contents streamacc must not act on (links inside a local output)."""
+
+    def clear(self, keep: str) -> None:
+        """Delete every key except ``keep`` (the root group's metadata first)."""
+        self.delete("zarr.json")
+        for key in self.list_keys():
+            if key != keep:
+                self.delete(key)
+
+    @contextlib.contextmanager
+    def lock(self, command: str) -> Iterator[None]:
+        """Hold the exclusive writer lock while the block runs; ``command`` names the fix."""
+        raise NotImplementedError
+        yield
+
+
+class LocalTarget(Target):
+    """An output in a local directory."""
+
+    def __init__(self, root: Path, label: str, *, read_only: bool = False) -> None:
+        self.root = root
+        self.label = label
+        self.store = LocalStore(root, read_only=read_only)
+        self._real_dirs: set[Path] = set()
+        self._durable_dirs: set[Path] = set()
+
+    def _path(self, key: str, *, create: bool = False) -> Path:
+        """The path of ``key``, after checking that no folder on the way is a link."""
+        path = self.root / key
+        for parent in reversed(path.relative_to(self.root).parents[:-1]):
+            directory = self.root / parent
+            if directory in self._real_dirs:
+                continue
+            if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+                raise StoreError(
+                    f"{directory} inside {self.label} is a link or not a folder; streamacc never reads or writes "
+                    "through links inside an output: remove it, or start afresh in a new output path"
+                )
+            if not directory.exists():
+                if not create:
+                    return path
+                directory.mkdir()
+                if self.fsync:
+                    fsync_dir(directory.parent)
+            self._real_dirs.add(directory)
+        return path
+
+    def read(self, key: str) -> bytes | None:
+        path = self._path(key)
+        if path.is_symlink():
+            raise StoreError(f"{path} is a link; streamacc never reads through links inside an output: remove it")
+        return path.read_bytes() if path.is_file() else None
+
+    def write(self, key: str, data: bytes) -> None:
+        atomic_write(self._path(key, create=True), data, sync=self.fsync)
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        if path.is_file() or path.is_symlink():
+            path.unlink()
+            if self.fsync:
+                fsync_dir(path.parent)
+
+    def list_keys(self, prefix: str = "") -> list[str]:
+        base = self._path(prefix) if prefix else self.root
+        if not base.is_dir():
+            return []
+        found = []
+        for dirpath, _, filenames in os.walk(base):
+            found += [Path(dirpath, name).relative_to(self.root).as_posix() for name in filenames]
+        return sorted(found)
+
+    def size(self, key: str) -> int:
+        path = self._path(key)
+        return path.stat().st_size if path.is_file() else 0
+
+    def exists(self) -> bool:
+        return self.root.exists() and (not self.root.is_dir() or any(self.root.iterdir()))
+
+    def make_durable(self, keys: list[str]) -> None:
+        if not self.fsync:
             return
         dirs = set()
         for key in keys:
@@ -86,97 +165,129 @@ class Target:
             dirs.add(path.parent)
         for directory in dirs:
             fsync_dir(directory)
-            self._note_dir(directory)
-
-    def _note_dir(self, directory: Path) -> None:
-        """The first time a directory is seen, make its own entry durable up to the root."""
-        while directory != self.root and directory not in self._durable_dirs:
-            self._durable_dirs.add(directory)
-            fsync_dir(directory.parent)
-            directory = directory.parent
-
-    def clear(self) -> None:
-        """Delete everything stored here except the lock (for ``overwrite``).
-
-        The manifest goes first, durably, so that a crash part way through leaves an
-        output that no longer claims the blocks being deleted.
-        """
-        if self.root is not None:
-            manifest = self.root / BOOKKEEPING / "manifest.json"
-            if manifest.exists():
-                manifest.unlink()
-                fsync_dir(manifest.parent)
-            for child in self.root.iterdir():
-                if child.name != BOOKKEEPING:
-                    _remove(child)
-            for child in (self.root / BOOKKEEPING).iterdir():
-                if child.name != "lock":
-                    _remove(child)
-            fsync_dir(self.root)
-        else:
-            sync(self.store.delete(f"{BOOKKEEPING}/manifest.json"))
-            sync(self.store.delete_dir(""))
-
-    def only_bookkeeping(self) -> bool:
-        """Whether everything stored here is streamacc's own (a run killed before it wrote anything).
-
-        Only a local directory can be in that state: it is the lock, taken before the
-        first manifest exists, that creates it.
-        """
-        if self.root is None or not self.root.is_dir():
-            return False
-        return all(child.name == BOOKKEEPING for child in self.root.iterdir())
-
-    def is_output(self) -> bool:
-        """Whether this looks like something streamacc or zarr wrote (safe to replace)."""
-        return self.has("zarr.json") or self.has(f"{BOOKKEEPING}/manifest.json") or self.only_bookkeeping()
+            while directory != self.root and directory not in self._durable_dirs:
+                self._durable_dirs.add(directory)  # the first time: its own entry, up to the root
+                fsync_dir(directory.parent)
+                directory = directory.parent
 
     def clean_partials(self) -> list[str]:
-        """Remove temp files a killed writer left behind; return their keys."""
-        if self.root is None:
-            return []
-        return [str(p.relative_to(self.root)) for p in remove_partials(self.root)]
+        return [p.relative_to(self.root).as_posix() for p in remove_partials(self.root)]
+
+    def check_contents(self) -> None:
+        link = find_link(self.root) if self.root.is_dir() else None
+        if link is not None:
+            raise StoreError(
+                f"{link} inside {self.label} is a link or a special file; streamacc never acts through links "
+                "inside an output: remove it, or choose another output path"
+            )
+
+    def clear(self, keep: str) -> None:
+        self.check_contents()
+        self.delete("zarr.json")  # first: readers stop seeing the old group at once
+        remove_tree_contents(self.root, {self.root / keep})
+        if self.fsync:
+            fsync_dir(self.root)
 
     @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
-        """Hold the exclusive writer lock while the block runs (local disk only)."""
-        if self.root is None:
+    def lock(self, command: str) -> Iterator[None]:
+        created = not self.root.exists()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create {self.label} ({exc.strerror or exc}); check the path") from None
+        lock = DirLock(self.root)
+        try:
+            holder = lock.acquire()
+        except OSError as exc:
+            raise StoreError(f"cannot lock {self.label} ({exc.strerror or exc}); check the path") from None
+        if holder is not None:
+            raise LockedError(
+                f"{self.label} is being written by {holder}; wait for it to finish or stop it, then rerun "
+                f"with {command}"
+            )
+        try:
             yield
-            return
-        (self.root / BOOKKEEPING).mkdir(parents=True, exist_ok=True)
-        with FileLock(self.root / BOOKKEEPING / "lock", self.label):
+        finally:
+            lock.release()
+            if created:
+                with contextlib.suppress(OSError):
+                    self.root.rmdir()  # a command that wrote nothing leaves nothing behind
+
+
+_memory_locks: dict[str, threading.Lock] = {}
+
+
+class StoreTarget(Target):
+    """An output in any other zarr store: an fsspec URL (``s3://``, ``memory://``) or a store object."""
+
+    def __init__(self, store: Store, label: str) -> None:
+        self.store = store
+        self.label = label
+
+    def read(self, key: str) -> bytes | None:
+        buf = sync(self.store.get(key, prototype=default_buffer_prototype()))
+        return None if buf is None else buf.to_bytes()
+
+    def write(self, key: str, data: bytes) -> None:
+        sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(data)))
+
+    def delete(self, key: str) -> None:
+        sync(self.store.delete(key))
+
+    def list_keys(self, prefix: str = "") -> list[str]:
+        async def collect() -> list[str]:
+            return [key async for key in self.store.list_prefix(prefix)]
+
+        return sorted(sync(collect()))
+
+    def size(self, key: str) -> int:
+        return sync(self.store.getsize(key)) if sync(self.store.exists(key)) else 0
+
+    def exists(self) -> bool:
+        return not sync(self.store.is_empty(""))
+
+    @contextlib.contextmanager
+    def lock(self, command: str) -> Iterator[None]:
+        lock = _memory_locks.setdefault(self.label, threading.Lock())
+        if not lock.acquire(blocking=False):
+            raise LockedError(
+                f"{self.label} is being written by this process; wait for it to finish, then rerun with {command}"
+            )
+        try:
             yield
+        finally:
+            lock.release()
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        path.unlink()
-
-
-def open_target(store: Any, *, storage_options: dict | None = None) -> Target:
+def open_target(store: Any, *, storage_options: dict | None = None, read_only: bool = False) -> Target:
     """Resolve a local path, an fsspec URL or a zarr store object into a :class:`Target`."""
     if isinstance(store, Store):
-        root = Path(store.root) if isinstance(store, LocalStore) else None
-        return Target(store, root, str(store))
+        if isinstance(store, LocalStore):
+            return LocalTarget(Path(store.root), str(store), read_only=read_only or store.read_only)
+        return StoreTarget(store, str(store))
     if not isinstance(store, (str, os.PathLike)):
         raise InputError(f"store must be a path, a URL or a zarr store, got {type(store).__name__}")
     text = os.fspath(store)
+    if not text:
+        raise InputError(
+            "the output path is empty, which would mean the current directory; name a new folder such as out.zarr"
+        )
     if text.startswith("file://"):
         text = text[len("file://") :]
     if "://" in text:
+        if storage_options is not None and not isinstance(storage_options, dict):
+            raise InputError(f"{spell('storage_options')} must be a dict, got {type(storage_options).__name__}")
         try:
-            zstore = FsspecStore.from_url(text, storage_options=storage_options)
-        except (ImportError, ValueError) as exc:
-            raise StoreError(f"cannot open {text!r}: {exc}; install the fsspec backend it needs (e.g. s3fs)") from None
-        return Target(zstore, None, text)
+            zstore = FsspecStore.from_url(text, storage_options=storage_options, read_only=read_only)
+        except (ImportError, ValueError, TypeError) as exc:
+            raise StoreError(
+                f"cannot open {text!r}: {' '.join(str(exc).split())}; install the fsspec backend it needs "
+                "(e.g. pip install s3fs) and check its storage options"
+            ) from None
+        return StoreTarget(zstore, text)
+    if storage_options:
+        raise InputError(f"{spell('storage_options')} apply only to URLs such as s3://bucket/out.zarr, not to {text!r}")
     root = Path(text).expanduser().absolute()
     if root.exists() and not root.is_dir():
-        raise StoreError(f"{text} exists and is not a directory; choose another output path")
-    return Target(LocalStore(root), root, text)
-
-
-def open_group(target: Target, mode: str) -> zarr.Group:
-    """Open the output's root group (``mode`` as in zarr.open_group)."""
-    return zarr.open_group(target.store, mode=mode)
+        raise NoOutputError(f"{text} exists and is not a folder; choose another output path")
+    return LocalTarget(root, text, read_only=read_only)

@@ -1,8 +1,10 @@
-"""``verify``: recompute stored blocks from their recorded carry-ins and compare bytes.
+"""``verify``: check an output against its manifest, recomputing blocks from their recorded carry-ins.
 
-A block passes when its chunks exist, its stored bytes match the CRC recorded at
-commit, recomputing it from its carry-in reproduces those bytes exactly, and the carry
-it ends with is the carry-in recorded for the next block.
+The manifest must agree with itself and with the layout, the run's arrays must still have
+the metadata they were created with, and every checked block must pass: its chunks exist,
+its stored bytes match the CRC-32C recorded at commit, recomputing it from its carry-in
+reproduces those bytes exactly, and the carry it ends with is the carry recorded after it.
+Only the run's own arrays are judged, so variables a user added later change nothing.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import numpy as np
 
 from ._carry import from_host, to_host
 from ._engine import Plan, compute_block, make_plan
-from ._errors import InputError, VerifyError
+from ._errors import InputError, NoOutputError, ResumeError, VerifyError, spell
 from ._identity import describe_function
 from ._manifest import Ledger, Manifest, decode_leaves
+from ._output import Output
 from ._target import Target, open_target
-from ._zarr import ZarrSink, checksum
+from ._zarr import ZarrSink, array_document, checksum
 
-__all__ = ["VerifyReport", "plan_for", "verify", "verify_plan"]
+__all__ = ["Checker", "VerifyReport", "check_resumable", "load_manifest", "plan_for", "verify", "verify_plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,10 +41,12 @@ class VerifyReport:
 
 
 def load_manifest(target: Target) -> Manifest:
-    """The manifest of ``target``, or a VerifyError saying why there is none."""
+    """The manifest of ``target``, or an error saying why there is none."""
     manifest = Ledger(target).load()
     if manifest is None:
-        raise VerifyError(f"{target.label} has no streamacc manifest; it was not written by streamacc or is empty")
+        if not target.exists():
+            raise NoOutputError(f"{target.label} does not exist; check the path")
+        raise NoOutputError(f"{target.label} has no streamacc manifest; it was not written by streamacc or is empty")
     return manifest
 
 
@@ -50,15 +55,14 @@ def select_blocks(committed: int, blocks: str | int) -> list[int]:
     if blocks == "all":
         return list(range(committed))
     if isinstance(blocks, bool) or not isinstance(blocks, (int, np.integer)) or blocks < 1:
-        raise InputError(f"blocks must be 'all' or a positive number of blocks to check, got {blocks!r}")
+        raise InputError(
+            f"{spell('blocks')} must be 'all' or a positive number of blocks to check, got {blocks!r}; "
+            f"pass e.g. {spell('blocks', 16)}"
+        )
     count = min(int(blocks), committed)
     if count <= 1:
         return list(range(count))
     return sorted({round(i * (committed - 1) / (count - 1)) for i in range(count)})
-
-
-def _bad(k: int, start: int, stop: int, what: str) -> VerifyError:
-    return VerifyError(f"block {k} (steps {start}-{stop}) is bad: {what}; rewrite the output with --overwrite")
 
 
 def _leaves_equal(a: list, b: list) -> bool:
@@ -68,44 +72,132 @@ def _leaves_equal(a: list, b: list) -> bool:
     )
 
 
-def _check_block(target: Target, sink: ZarrSink, ledger: Ledger, manifest: Manifest, plan: Plan, k: int) -> None:
-    rec = ledger.block(k)
-    bounds = next(plan.bounds(k))
-    if (rec.start, rec.stop) != bounds:
-        raise _bad(k, rec.start, rec.stop, f"its record says steps {rec.start}-{rec.stop}, the layout {bounds}")
-    for name in sink.arrays:
-        missing = [key for key in sink.chunk_keys(name, rec.start, rec.stop) if not target.has(key)]
-        if missing:
-            raise _bad(k, rec.start, rec.stop, f"chunk {missing[0]} is missing")
-    try:
-        stored = sink.read(rec.start, rec.stop)
-    except Exception as exc:  # a damaged compressed chunk fails in its codec, with the codec's own error
-        raise _bad(k, rec.start, rec.stop, f"its chunks cannot be decoded ({type(exc).__name__}: {exc})") from None
-    for name, data in stored.items():
-        if checksum(data) != rec.crc32.get(name):
-            raise _bad(k, rec.start, rec.stop, f"the bytes of {name!r} do not match their checksum (corrupted chunk)")
-    block = compute_block(plan, from_host(decode_leaves(rec.carry_in), plan.init), rec.start, rec.stop)
-    for name, y in zip(sink.arrays, jax.tree_util.tree_leaves(block.ys), strict=True):
-        if y.tobytes() != np.ascontiguousarray(stored[name]).tobytes():
-            raise _bad(k, rec.start, rec.stop, f"recomputing {name!r} from its carry-in gives different bytes")
-    after = manifest.carry if k + 1 == manifest.committed_blocks else ledger.block(k + 1).carry_in
-    if not _leaves_equal(to_host(block.carry), decode_leaves(after)):
-        raise _bad(k, rec.start, rec.stop, "its final carry is not the carry recorded after it")
+class Checker:
+    """The checks of one output against its manifest and a plan that recomputes its blocks."""
+
+    def __init__(self, target: Target, manifest: Manifest, plan: Plan, sink: ZarrSink | None = None) -> None:
+        self.target = target
+        self.manifest = manifest
+        self.plan = plan
+        self.ledger = Ledger(target)
+        self._sink = sink
+
+    def fail(self, what: str) -> VerifyError:
+        return VerifyError(f"{self.target.label}: {what}; rewrite the output with {spell('overwrite', True)}")
+
+    def bad_block(self, k: int, start: int, stop: int, what: str) -> VerifyError:
+        return VerifyError(
+            f"block {k} (steps {start}-{stop}) of {self.target.label} is bad: {what}; rewrite the output with "
+            f"{spell('overwrite', True)}"
+        )
+
+    def manifest_agrees(self) -> None:
+        """The manifest's counts agree with each other and with the plan's layout."""
+        problem = self.manifest.inconsistency()
+        if problem is None and self.manifest.total_blocks != self.plan.block_count:
+            problem = f"it counts {self.manifest.total_blocks} blocks where the layout has {self.plan.block_count}"
+        if problem is not None:
+            raise self.fail(f"its manifest contradicts itself ({problem})")
+
+    def arrays_unchanged(self) -> None:
+        """Each of the run's arrays has exactly the metadata (minus attributes) it was created with."""
+        recorded = self.manifest.arrays
+        for name in self.manifest.identity["arrays"]:
+            stored = array_document(self.target.read(f"{name}/zarr.json"))
+            if stored is None:
+                raise self.fail(f"the metadata of array {name!r} ({name}/zarr.json) is missing or unreadable")
+            if name not in recorded:
+                raise self.fail(f"the manifest records no metadata for array {name!r}")
+            changed = sorted(k for k in recorded[name].keys() | stored.keys() if recorded[name].get(k) != stored.get(k))
+            if changed:
+                raise self.fail(f"the metadata of array {name!r} changed since it was written ({', '.join(changed)})")
+
+    @property
+    def sink(self) -> ZarrSink:
+        if self._sink is None:
+            names = list(self.manifest.identity["arrays"])
+            self._sink = ZarrSink.open(self.target, names, self.manifest.identity["chunk"])
+        return self._sink
+
+    def chunks_present(self) -> None:
+        """Every chunk of every committed block is stored (one listing per array)."""
+        stored = {name: set(self.target.list_keys(f"{name}/")) for name in self.sink.arrays}
+        bounds = self.plan.bounds()
+        for k in range(self.manifest.committed_blocks):
+            start, stop = next(bounds)
+            for name in self.sink.arrays:
+                missing = [key for key in self.sink.chunk_keys(name, start, stop) if key not in stored[name]]
+                if missing:
+                    raise self.bad_block(k, start, stop, f"chunk {missing[0]} is missing")
+
+    def block(self, k: int) -> None:
+        """Check committed block ``k`` (in scan order) bit for bit."""
+        rec = self.ledger.block(k)
+        bounds = next(self.plan.bounds(k))
+        if (rec.start, rec.stop) != bounds:
+            raise self.bad_block(
+                k, rec.start, rec.stop, f"its record says steps {rec.start}-{rec.stop}, the layout {bounds}"
+            )
+        for name in self.sink.arrays:
+            missing = [key for key in self.sink.chunk_keys(name, rec.start, rec.stop) if self.target.read(key) is None]
+            if missing:
+                raise self.bad_block(k, rec.start, rec.stop, f"chunk {missing[0]} is missing")
+        try:
+            stored = self.sink.read(rec.start, rec.stop)
+        except Exception as exc:  # a damaged compressed chunk fails in its codec, with the codec's own error
+            what = f"its chunks cannot be decoded ({type(exc).__name__}: {' '.join(str(exc).split())})"
+            raise self.bad_block(k, rec.start, rec.stop, what) from None
+        for name, data in stored.items():
+            if checksum(data) != rec.crc32c.get(name):
+                what = f"the bytes of {name!r} do not match their checksum (corrupted chunk)"
+                raise self.bad_block(k, rec.start, rec.stop, what)
+        plan = self.plan
+        block = compute_block(plan, from_host(decode_leaves(rec.carry_in), plan.init), rec.start, rec.stop)
+        for name, y in zip(self.sink.arrays, jax.tree_util.tree_leaves(block.ys), strict=True):
+            if y.tobytes() != np.ascontiguousarray(stored[name]).tobytes():
+                raise self.bad_block(
+                    k, rec.start, rec.stop, f"recomputing {name!r} from its carry-in gives different bytes"
+                )
+        m = self.manifest
+        after = m.carry if k + 1 == m.committed_blocks else self.ledger.block(k + 1).carry_in
+        if not _leaves_equal(to_host(block.carry), decode_leaves(after or [])):
+            raise self.bad_block(k, rec.start, rec.stop, "its final carry is not the carry recorded after it")
 
 
 def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str | int = "all") -> VerifyReport:
-    """Check the committed blocks of ``target`` (all, or ``blocks`` of them) against ``plan``."""
-    total = plan.block_count
-    if manifest.total_blocks != total or not 0 <= manifest.committed_blocks <= total:
-        raise VerifyError(f"the manifest of {target.label} is inconsistent with its layout; rewrite with --overwrite")
-    sink = ZarrSink.open(target, manifest.identity["chunk"])
-    ledger = Ledger(target)
+    """Check ``target``'s manifest, array metadata and committed blocks (all, or ``blocks`` of them)."""
     chosen = select_blocks(manifest.committed_blocks, blocks)
+    checker = Checker(target, manifest, plan)
+    checker.manifest_agrees()
+    checker.arrays_unchanged()
     for k in chosen:
-        _check_block(target, sink, ledger, manifest, plan, k)
+        checker.block(k)
     return VerifyReport(
-        tuple(chosen), manifest.committed_blocks, total, manifest.committed_steps, plan.length, manifest.complete
+        tuple(chosen),
+        manifest.committed_blocks,
+        plan.block_count,
+        manifest.committed_steps,
+        plan.length,
+        manifest.complete,
     )
+
+
+def check_resumable(output: Output, plan: Plan) -> None:
+    """Refuse to continue an output whose committed part cannot be trusted.
+
+    Before a resume writes anything: the run's arrays have their recorded metadata, every
+    committed chunk exists, and the last committed block recomputes from its recorded
+    carry-in to its stored bytes and checksum and ends with the carry the manifest resumes
+    from. A damaged carry, a foreign manifest or missing blocks stop the resume here.
+    """
+    checker = Checker(output.target, output.manifest, plan, output.sink)
+    try:
+        checker.manifest_agrees()
+        checker.arrays_unchanged()
+        checker.chunks_present()
+        checker.block(output.manifest.committed_blocks - 1)
+    except VerifyError as exc:
+        raise ResumeError(f"cannot resume: {exc}") from None
 
 
 def plan_for(manifest: Manifest, f: Callable, init: Any, xs: Any) -> Plan:
@@ -122,13 +214,22 @@ def plan_for(manifest: Manifest, f: Callable, init: Any, xs: Any) -> Plan:
     )
 
 
-def verify(store: Any, f: Callable, init: Any, xs: Any = None, *, blocks: str | int = "all") -> VerifyReport:
+def verify(
+    store: Any,
+    f: Callable,
+    init: Any,
+    xs: Any = None,
+    *,
+    blocks: str | int = "all",
+    storage_options: dict | None = None,
+) -> VerifyReport:
     """Verify an output written by :func:`write` with this ``f``, ``init`` and ``xs``.
 
-    Raises :class:`VerifyError` naming the first bad block (in scan order) on any
-    mismatch, missing chunk or inconsistent manifest.
+    Raises :class:`VerifyError` naming the first problem (the first bad block in scan
+    order) on any mismatch, missing chunk, changed array metadata or inconsistent
+    manifest. Works on read-only stores; ``storage_options`` as for :func:`write`.
     """
-    target = open_target(store)
+    target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)
     ident = manifest.identity
     if describe_function(f) != ident.get("function"):

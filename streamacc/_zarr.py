@@ -2,27 +2,34 @@
 
 Arrays are chunked along ``step`` so that every block covers whole chunks (no
 read-modify-write, no two writers on one chunk), filled with NaN where floating so
-that unwritten steps read as missing, and named by dimension for xarray. The sink
-takes host arrays; it knows nothing of JAX.
+that unwritten steps read as missing, named by dimension for xarray, and carry their
+own metadata (units, description). The root group's attributes tell every reader
+whether the output is complete and how many steps are committed; its consolidated
+metadata lists only the run's arrays. The sink takes host arrays; it knows nothing of
+JAX.
 """
 
 from __future__ import annotations
 
-import warnings
-import zlib
+import json
+import numbers
 from collections.abc import Mapping
+from typing import Any
 
+import google_crc32c
 import numpy as np
 import zarr
 
 from ._codecs import compressors_for
-from ._errors import StoreError
+from ._errors import NoOutputError, spell
 from ._target import Target
 
-__all__ = ["ArraySpec", "ZarrSink"]
+__all__ = ["ArraySpec", "ZarrSink", "array_document", "checksum", "netcdf_safe", "progress_attrs"]
 
 ArraySpec = tuple[tuple[int, ...], np.dtype]
 """(shape, dtype) of one output array."""
+
+_INT32 = 2**31
 
 
 def _fill_value(dtype: np.dtype) -> object:
@@ -32,26 +39,95 @@ def _fill_value(dtype: np.dtype) -> object:
 
 
 def checksum(data: np.ndarray) -> int:
-    """CRC-32 of an array's bytes in C order (zlib's, which releases the GIL)."""
-    return zlib.crc32(memoryview(np.ascontiguousarray(data)).cast("B"))
+    """CRC-32C of an array's bytes in C order (hardware-accelerated; zarr's own checksum)."""
+    return int(google_crc32c.value(np.ascontiguousarray(data).reshape(-1).view(np.uint8)))
+
+
+def _safe_value(value: Any) -> Any:
+    if isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if isinstance(value, numbers.Integral):
+        value = int(value)
+        return value if -_INT32 <= value < _INT32 else float(value) if float(value) == value else str(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)) and value:
+        items = [_safe_value(v) for v in value]
+        if all(isinstance(v, str) for v in items) or all(isinstance(v, (int, float)) for v in items):
+            return items
+    return json.dumps(value, sort_keys=True)
+
+
+def netcdf_safe(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """``attrs`` as strings, numbers and flat lists, so that any reader and netCDF export accept them.
+
+    Booleans become 0/1, integers beyond 32 bits floats (exact to 2**53) or text, and
+    anything nested (dicts, mixed lists, None) its JSON text.
+    """
+    return {str(k): _safe_value(v) for k, v in attrs.items()}
+
+
+def progress_attrs(committed: tuple[int, int], length: int, complete: bool) -> dict[str, Any]:
+    """The root attributes that say how much of the output a reader can trust."""
+    start, stop = committed
+    done = stop - start
+    if complete:
+        status = f"complete: all {length} steps committed"
+    else:
+        status = (
+            f"incomplete: steps {start} to {stop} of {length} are committed and any other value may be partial; "
+            "read the committed steps with streamacc.open(path)"
+        )
+    return {
+        "streamacc_complete": int(complete),
+        "streamacc_committed_steps": float(done),
+        "streamacc_committed_start": float(start),
+        "streamacc_total_steps": float(length),
+        "streamacc_status": status,
+    }
+
+
+def array_document(raw: bytes | None) -> dict | None:
+    """A stored array ``zarr.json`` without its attributes (what a run records and checks), or None."""
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    return {k: v for k, v in doc.items() if k != "attributes"}
 
 
 class ZarrSink:
     """Writes blocks of named host arrays into a Zarr group, durably."""
 
-    def __init__(self, target: Target, group: zarr.Group, chunk: int) -> None:
+    def __init__(self, target: Target, arrays: dict[str, zarr.Array], chunk: int) -> None:
         self.target = target
-        self.group = group
+        self.arrays = arrays
         self.chunk = chunk
-        self.arrays = {name: arr for name, arr in group.arrays()}
+        self._root: dict | None = None
 
     @classmethod
-    def create(cls, target: Target, specs: Mapping[str, ArraySpec], *, chunk: int, codec: str, attrs: dict) -> ZarrSink:
-        """Create the group and its arrays (the target must be empty or cleared)."""
+    def create(
+        cls,
+        target: Target,
+        specs: Mapping[str, ArraySpec],
+        *,
+        chunk: int,
+        codec: str,
+        attrs: dict,
+        array_attrs: Mapping[str, dict],
+    ) -> ZarrSink:
+        """Create the group and its arrays (the target must be empty apart from bookkeeping)."""
         compressors = compressors_for(codec)
-        group = zarr.open_group(target.store, mode="a", attributes=attrs)
+        group = zarr.open_group(target.store, mode="a", attributes=netcdf_safe(attrs))
+        arrays = {}
         for name, (shape, dtype) in specs.items():
-            group.create_array(
+            arrays[name] = group.create_array(
                 name,
                 shape=shape,
                 chunks=(max(1, min(chunk, shape[0])), *shape[1:]),
@@ -59,30 +135,57 @@ class ZarrSink:
                 fill_value=_fill_value(np.dtype(dtype)),
                 compressors=compressors,
                 dimension_names=["step", *(f"dim_{i}" for i in range(1, len(shape)))],
+                attributes=netcdf_safe(array_attrs.get(name, {})),
                 config={"write_empty_chunks": True},  # every committed chunk exists on disk
             )
-        with warnings.catch_warnings():  # our own bookkeeping folder, and v3 consolidation's caveat
-            warnings.simplefilter("ignore")
-            zarr.consolidate_metadata(target.store)
-        return cls(target, zarr.open_group(target.store, mode="r+"), chunk)
+        sink = cls(target, arrays, chunk)
+        sink._root = json.loads(target.read("zarr.json") or b"{}")
+        return sink
 
     @classmethod
-    def open(cls, target: Target, chunk: int) -> ZarrSink:
-        """Open an existing output for resuming or verifying."""
-        try:
-            group = zarr.open_group(target.store, mode="r+" if target.store.supports_writes else "r")
-        except (FileNotFoundError, ValueError, KeyError) as exc:
-            raise StoreError(f"{target.label} is not a streamacc output ({exc}); check the path") from None
-        return cls(target, group, chunk)
+    def open(cls, target: Target, names: list[str], chunk: int) -> ZarrSink:
+        """Open the run's arrays ``names`` of an existing output, for resuming or reading."""
+        mode = "r" if target.read_only else "r+"
+        arrays = {}
+        for name in names:
+            try:
+                arrays[name] = zarr.open_array(target.store, path=name, mode=mode)
+            except (FileNotFoundError, ValueError, KeyError, TypeError) as exc:
+                raise NoOutputError(
+                    f"array {name!r} of {target.label} cannot be opened ({' '.join(str(exc).split())}); "
+                    f"rewrite the output with {spell('overwrite', True)}"
+                ) from None
+        return cls(target, arrays, chunk)
+
+    def documents(self) -> dict[str, dict | None]:
+        """Each array's stored metadata without attributes, as :func:`array_document` reads it."""
+        return {name: array_document(self.target.read(f"{name}/zarr.json")) for name in self.arrays}
+
+    def publish(self, attrs: Mapping[str, Any]) -> None:
+        """Rewrite the root group's metadata with ``attrs`` merged in, consolidating only the run's arrays.
+
+        Consolidated metadata makes ``xr.open_zarr`` read one document; it lists the run's
+        arrays (not streamacc's bookkeeping, whose state changes as the run goes).
+        """
+        if self._root is None:
+            raw = self.target.read("zarr.json")
+            self._root = json.loads(raw) if raw else {}
+        root = self._root
+        root.update(zarr_format=3, node_type="group")
+        root["attributes"] = {**root.get("attributes", {}), **netcdf_safe(attrs)}
+        members = {name: json.loads(self.target.read(f"{name}/zarr.json") or b"{}") for name in self.arrays}
+        root["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": members}
+        self.target.write("zarr.json", json.dumps(root, indent=1, allow_nan=False).encode())
 
     def chunk_keys(self, name: str, start: int, stop: int) -> list[str]:
+        """The keys of the chunks of array ``name`` covering steps ``[start, stop)``."""
         arr = self.arrays[name]
         rest = (0,) * (arr.ndim - 1)
         encode = arr.metadata.encode_chunk_key
         return [f"{name}/{encode((i, *rest))}" for i in range(start // self.chunk, -(-stop // self.chunk))]
 
     def write(self, start: int, stop: int, ys: Mapping[str, np.ndarray]) -> dict[str, int]:
-        """Write steps ``[start, stop)`` of every array and make them durable; return CRCs."""
+        """Write steps ``[start, stop)`` of every array and make them durable; return CRC-32Cs."""
         keys = []
         for name, data in ys.items():
             self.arrays[name][start:stop] = data
@@ -93,3 +196,7 @@ class ZarrSink:
     def read(self, start: int, stop: int) -> dict[str, np.ndarray]:
         """Read back steps ``[start, stop)`` of every array."""
         return {name: arr[start:stop] for name, arr in self.arrays.items()}
+
+    def stored_bytes(self, span: tuple[int, int]) -> dict[str, int]:
+        """Bytes stored in each array's chunks covering ``span`` (committed chunks only)."""
+        return {name: sum(self.target.size(k) for k in self.chunk_keys(name, *span)) for name in self.arrays}

@@ -15,8 +15,8 @@ import zarr
 
 FAULTRUN = Path(__file__).with_name("faultrun.py")
 TEMP_SUFFIXES = (".partial", ".streamacc-tmp")
-LOCK = "_streamacc/lock"
-MANIFEST = "_streamacc/manifest.json"
+MANIFEST = "_streamacc/zarr.json"
+RECORDS = "_streamacc/records_000000/zarr.json"
 
 
 def cli(*args: str) -> list[str]:
@@ -24,20 +24,31 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "streamacc", *map(str, args)]
 
 
+def node_attribute(path: Path, name: str):
+    """Attribute ``name`` of the Zarr v3 node whose metadata document is ``path``, parsed from its JSON text."""
+    return json.loads(json.loads(Path(path).read_bytes())["attributes"][name])
+
+
 def read_manifest(out: Path) -> dict | None:
     """The manifest of ``out`` as JSON, or None while there is none (it is replaced atomically)."""
     try:
-        return json.loads((Path(out) / MANIFEST).read_bytes())
+        return node_attribute(Path(out) / MANIFEST, "streamacc_manifest")
     except FileNotFoundError:
         return None
 
 
+def write_manifest(out: Path, manifest: dict) -> None:
+    """Replace the manifest of ``out`` (to damage it on purpose)."""
+    path = Path(out) / MANIFEST
+    doc = json.loads(path.read_bytes())
+    doc["attributes"]["streamacc_manifest"] = json.dumps(manifest)
+    path.write_text(json.dumps(doc))
+
+
 def store_files(out: Path) -> dict[str, bytes]:
-    """Every file of an output and its bytes, except the lock (whose content names a pid)."""
+    """Every file of an output and its bytes."""
     root = Path(out)
-    files = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
-    files.pop(LOCK, None)
-    return files
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
 def temp_files(out: Path) -> list[str]:
@@ -74,14 +85,14 @@ def committed(out: Path) -> int:
 def kill_at(proc: subprocess.Popen, out: Path, blocks: int | None, delay: float, timeout: float = 120.0) -> bool:
     """SIGKILL ``proc`` ``delay`` seconds after ``out`` counts ``blocks`` committed blocks.
 
-    With ``blocks=None`` the delay runs from the moment the writer takes its lock, before
-    its first manifest. Returns True when the process died by the signal, False when it
+    With ``blocks=None`` the delay runs from the moment the writer creates the output
+    folder to lock it, before its first manifest. Returns True when the process died by the signal, False when it
     finished first.
     """
     deadline = time.monotonic() + timeout
 
     def waiting() -> bool:
-        return not (Path(out) / LOCK).exists() if blocks is None else committed(out) < blocks
+        return not Path(out).exists() if blocks is None else committed(out) < blocks
 
     try:
         while proc.poll() is None and waiting():

@@ -50,12 +50,12 @@ class _HalfWrite:
 
 
 def fail_manifest(at: int) -> None:
-    """The ``at``-th manifest write (the first is the run's initial manifest) raises ENOSPC."""
+    """The ``at``-th manifest write raises ENOSPC (writes 1 and 2 create the run, k + 3 commits block k)."""
     real_write = streamacc._files.atomic_write
     count = itertools.count(1)
 
     def atomic_write(path, data, *, sync=True):
-        if path.name == "manifest.json" and next(count) == at:
+        if path.parent.name == "_streamacc" and path.name == "zarr.json" and next(count) == at:
             streamacc._files.os = _HalfWrite()  # only the main thread writes manifests
             try:
                 return real_write(path, data, sync=sync)

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
+from _fault_helpers import RECORDS, node_attribute, read_manifest, write_manifest
 
 import streamacc
 from streamacc._cli import main
@@ -169,7 +170,7 @@ def test_cumsum_with_a_relative_input_verifies_from_another_directory(tmp_path, 
     make_input(tmp_path / "in.zarr", INPUT)
     monkeypatch.chdir(tmp_path)
     assert run_cli("write", "out.zarr", "--recipe", "cumsum", "--input", "in.zarr", "--block-size", "64", *QUIET) == 0
-    manifest = json.loads((tmp_path / "out.zarr" / "_streamacc" / "manifest.json").read_text())
+    manifest = read_manifest(tmp_path / "out.zarr")
     assert manifest["identity"]["params"]["input"] == str(tmp_path / "in.zarr")
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
@@ -197,9 +198,11 @@ def test_output_opens_in_xarray_with_recipe_attrs(tmp_path):
         assert set(ds.data_vars) == {"x"}
         assert ds["x"].dims == ("step",)
         assert ds.attrs["recipe"] == "affine"
-        assert ds.attrs["params"] == {"x0": 0.0, "a": 0.25, "b": 1.0}
+        assert json.loads(ds.attrs["params"]) == {"x0": 0.0, "a": 0.25, "b": 1.0}  # JSON text: netCDF-safe
         assert ds.attrs["dtype"] == "float64"
         assert ds.attrs["streamacc_version"] == streamacc.__version__
+        assert ds.attrs["streamacc_complete"] == 1 and ds.attrs["streamacc_committed_steps"] == 100
+        assert ds["x"].attrs["long_name"] == RECIPES["affine"].description and ds["x"].attrs["units"] == ""
 
 
 def test_resume_of_a_complete_output_does_nothing(tmp_path):
@@ -252,11 +255,10 @@ def test_info_verify_and_resume_of_an_interrupted_output(tmp_path, capsys):
     out = tmp_path / "out.zarr"
     full = write_ok(out, "--recipe", "randomwalk", "--size", "1000", "--block-size", "64")
     # make it look killed after 8 of its 16 blocks: the manifest counts 8, later chunks were never written
-    manifest_path = out / "_streamacc" / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    records = json.loads((out / "_streamacc" / "blocks" / "000000.json").read_text())["blocks"]
+    manifest = read_manifest(out)
+    records = node_attribute(out / RECORDS, "streamacc_records")
     manifest.update(committed_blocks=8, committed_steps=512, carry=records[8]["carry_in"], complete=False)
-    manifest_path.write_text(json.dumps(manifest))
+    write_manifest(out, manifest)
     for k in range(8, 16):
         (out / "x" / "c" / str(k)).unlink()
     assert np.isnan(zarr.open_group(out)["x"][512:]).all()
@@ -281,7 +283,7 @@ def test_verify_rejects_a_corrupted_chunk(tmp_path, capsys):
     capsys.readouterr()
     assert run_cli("verify", out) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("streamacc: error: block 1 ")
+    assert err.count("\n") == 1 and err.startswith("streamacc: error: block 1 (steps 64-128) of ")
 
 
 def test_info_of_an_output_written_from_python(tmp_path, capsys):

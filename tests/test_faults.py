@@ -12,6 +12,7 @@ in-process through ``streamacc._cli.main`` to save interpreter start-ups.
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 import time
 
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 from _fault_helpers import (
     MANIFEST,
+    RECORDS,
     assert_same_output,
     committed,
     faultrun,
@@ -33,7 +35,7 @@ import streamacc
 import streamacc._files
 from streamacc import LockedError, ResumeError
 from streamacc._cli import main
-from streamacc._files import FileLock, atomic_write
+from streamacc._files import DirLock, atomic_write
 from streamacc.recipes import get_recipe
 
 BIG = ["--size", "2**20", "--block-size", "2**14", "--codec", "none"]  # 64 blocks, ~1 s of writing
@@ -135,7 +137,7 @@ def test_live_writer_blocks_a_second_one_and_its_stale_lock_does_not(tmp_path, r
             assert code == 1
             assert f"being written by pid {proc.pid}" in one_error_line(err)
         job = get_recipe("gp").build(2**20, "float64")
-        with pytest.raises(LockedError, match="--resume"):
+        with pytest.raises(LockedError, match="resume=True"):
             streamacc.write(str(out), job.f, job.init, length=job.length, block_size=2**14, resume=True)
         assert proc.poll() is None  # the refused writers did not disturb the live one
     finally:
@@ -149,13 +151,18 @@ def test_lock_held_in_process(tmp_path, refs, capsys, caplog):
     out = tmp_path / "out.zarr"
     shutil.copytree(refs(SMALL), out)
     before = store_files(out)
-    with FileLock(out / "_streamacc" / "lock", "the test"):
+    lock = DirLock(out)
+    assert lock.acquire() is None
+    try:
         for flag in ("--resume", "--overwrite"):
             code, err = cli("write", out, *SMALL, "--no-progress", flag, capsys=capsys)
-            assert code == 1 and "is being written by pid" in one_error_line(err)
+            line = one_error_line(err)
+            assert code == 1 and f"is being written by pid {os.getpid()}" in line and line.endswith(f"with {flag}")
         job = get_recipe("gp").build(20000, "float64")
-        with pytest.raises(LockedError):
+        with pytest.raises(LockedError, match=r"overwrite=True$"):
             streamacc.write(str(out), job.f, job.init, length=job.length, block_size=512, overwrite=True)
+    finally:
+        lock.release()
     assert store_files(out) == before  # --overwrite deleted nothing while locked out
     caplog.set_level("INFO", logger="streamacc")
     assert cli("write", out, *SMALL, "--no-progress", "--resume")[0] == 0
@@ -166,8 +173,8 @@ def test_lock_held_in_process(tmp_path, refs, capsys, caplog):
 # --- a full disk ------------------------------------------------------------------------
 
 CHUNK_FAULTS = sorted(int(n) for n in np.random.default_rng(7).choice(np.arange(1, SMALL_BLOCKS + 1), 4, False))
-MANIFEST_FAULTS = [int(np.random.default_rng(8).integers(2, SMALL_BLOCKS + 2)), SMALL_BLOCKS + 2]
-"""Manifest write 1 is the run's first manifest, write k + 2 commits block k, the last marks it complete."""
+MANIFEST_FAULTS = [int(np.random.default_rng(8).integers(3, SMALL_BLOCKS + 3)), SMALL_BLOCKS + 3]
+"""Manifest writes 1 and 2 create the run, write k + 3 commits block k, the last marks it complete."""
 
 
 def check_full_disk_failure(proc, out) -> str:
@@ -200,7 +207,7 @@ def test_full_disk_at_the_manifest_then_resume(tmp_path, refs, at):
     line = check_full_disk_failure(proc, out)
     assert temp_files(out) == []  # the half-written manifest was cleaned up
     manifest = read_manifest(out)
-    assert manifest["committed_blocks"] == min(at - 2, SMALL_BLOCKS) and not manifest["complete"]
+    assert manifest["committed_blocks"] == min(at - 3, SMALL_BLOCKS) and not manifest["complete"]
     assert f"after {manifest['committed_steps']} of 20000 steps" in line
     assert cli("write", out, *SMALL, "--no-progress", "--resume")[0] == 0
     assert_same_output(out, refs(SMALL))
@@ -273,7 +280,7 @@ def test_truncated_manifest_fails_cleanly(small, capsys):
 
 
 def test_damaged_block_records_fail_cleanly(small, capsys):
-    segment = small / "_streamacc" / "blocks" / "000000.json"
+    segment = small / RECORDS
     segment.write_bytes(segment.read_bytes()[:1000])
     code, err = cli("verify", small, capsys=capsys)
     assert code == 1 and "block records" in one_error_line(err)

@@ -16,11 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import zarr
-from _fault_helpers import LOCK, MANIFEST, assert_same_output, read_manifest, store_files, temp_files
+from _fault_helpers import MANIFEST, assert_same_output, read_manifest, store_files, temp_files
 
 import streamacc
 import streamacc._target
-from streamacc import ResumeError, StoreError
+from streamacc import ResumeError, StoreError, StreamaccWarning
 from streamacc._manifest import Ledger
 from streamacc._zarr import ZarrSink
 
@@ -71,7 +71,7 @@ def test_failed_block_write_then_resume_is_identical(tmp_path, monkeypatch, refe
     out = tmp_path / "out.zarr"
     with monkeypatch.context() as m:
         fail_block(m, k, OSError(errno.EIO, "Input/output error"))
-        with pytest.raises(StoreError, match=rf"after {k * BLOCK} of {LENGTH} steps.*--resume"):
+        with pytest.raises(StoreError, match=rf"after {k * BLOCK} of {LENGTH} steps.*resume=True"):
             run(out)
     manifest = read_manifest(out)
     assert manifest["committed_blocks"] == k and manifest["committed_steps"] == k * BLOCK
@@ -91,12 +91,12 @@ def test_keyboard_interrupt_in_a_worker_then_resume(tmp_path, monkeypatch, refer
     assert_same_output(out, reference[0])
 
 
-@pytest.mark.parametrize("at", [3, 7])
+@pytest.mark.parametrize("at", [3, 4, 8])
 def test_interrupt_between_record_and_manifest_then_resume(tmp_path, monkeypatch, reference, at):
-    """Ctrl-C after block ``at - 2``'s record is durable but before its manifest: the stale record is replaced."""
+    """Ctrl-C after block ``at - 3``'s record is durable but before its manifest: the stale record is replaced."""
     out = tmp_path / "out.zarr"
     real = Ledger.save
-    calls = itertools.count(1)  # save 1 is the initial manifest, save n + 1 commits block n - 1
+    calls = itertools.count(1)  # saves 1 and 2 create the run (then with its arrays), save k + 3 commits block k
 
     def save(self, manifest):
         if next(calls) == at:
@@ -107,7 +107,7 @@ def test_interrupt_between_record_and_manifest_then_resume(tmp_path, monkeypatch
         m.setattr(Ledger, "save", save)
         with pytest.raises(KeyboardInterrupt):
             run(out)
-    assert read_manifest(out)["committed_blocks"] == at - 2
+    assert read_manifest(out)["committed_blocks"] == at - 3
     run(out, resume=True)
     assert_same_output(out, reference[0])
 
@@ -124,13 +124,13 @@ def test_interrupted_while_creating_arrays_then_resume(tmp_path, monkeypatch, re
 
 
 def test_killed_before_the_first_manifest_then_resume(tmp_path, reference):
-    """A writer killed just after taking the lock leaves only the lock file: resume starts afresh."""
-    out = tmp_path / "out.zarr"
-    (out / "_streamacc").mkdir(parents=True)
-    (out / LOCK).write_text("pid 1")
-    (out / f"{MANIFEST}.streamacc-tmp").write_bytes(b'{"format": "streamac')
-    run(out, resume=True)
-    assert_same_output(out, reference[0])
+    """A writer killed while writing its first manifest leaves a temp file only: any write starts afresh."""
+    for resume in (True, False):
+        out = tmp_path / f"out-{resume}.zarr"
+        (out / "_streamacc").mkdir(parents=True)
+        (out / f"{MANIFEST}.streamacc-tmp").write_bytes(b'{"zarr_format": 3, "node_type": "gro')
+        run(out, resume=resume)
+        assert_same_output(out, reference[0])
 
 
 def test_resume_removes_temp_files(tmp_path, monkeypatch, caplog, reference):
@@ -151,14 +151,13 @@ def test_resume_removes_temp_files(tmp_path, monkeypatch, caplog, reference):
     assert_same_output(out, reference[0])
 
 
-def test_resume_of_a_finished_run_does_nothing(tmp_path, caplog, reference):
+def test_resume_of_a_finished_run_does_nothing_and_warns(tmp_path, reference):
     ref, carry = reference
     out = tmp_path / "out.zarr"
     shutil.copytree(ref, out)
-    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and not str(p).endswith("lock")}
-    with caplog.at_level(logging.INFO, logger="streamacc"):
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    with pytest.warns(StreamaccWarning, match=r"already complete \(5000 steps\); nothing to do"):
         np.testing.assert_array_equal(run(out, resume=True), carry)
-    assert "already complete" in caplog.text
     assert {p: p.stat().st_mtime_ns for p in before} == before
     assert_same_output(out, ref)
 
@@ -203,7 +202,7 @@ def test_resume_with_different_settings_is_refused(interrupted, change, fields):
     message = str(err.value)
     named = message[message.index("(") : message.index("); rerun")]
     assert sorted(part.split(":")[0].strip("( ") for part in named.split(";")) == sorted(fields)
-    assert "--overwrite" in message and "\n" not in message
+    assert "overwrite=True" in message and "\n" not in message
     assert store_files(interrupted) == before  # refused before touching anything
 
 
@@ -215,26 +214,34 @@ def test_resume_of_a_foreign_directory_is_refused(tmp_path):
     zarr.open_group(str(group), mode="w").create_array("y", shape=(4,), dtype="f8")
     for out in (plain, group):
         before = store_files(out)
-        with pytest.raises(ResumeError, match=r"has no streamacc manifest.*--overwrite"):
+        with pytest.raises(ResumeError, match=r"is not a streamacc output.*resume=True cannot continue it"):
             run(out, resume=True)
         assert store_files(out) == before and not (out / "_streamacc").exists()
 
 
-def test_overwrite_interrupted_while_deleting_cannot_be_resumed_as_the_old_run(tmp_path, monkeypatch, reference):
-    """--overwrite deletes the old manifest first: a crash part way leaves no manifest claiming deleted blocks."""
+@pytest.mark.parametrize("where", ["root", "arrays"])
+def test_overwrite_interrupted_while_deleting_leaves_a_recognised_output(tmp_path, monkeypatch, reference, where):
+    """--overwrite saves the new run's manifest first: an interruption while deleting the old run, whatever
+    the listing order, leaves an output that claims no block and that --overwrite and --resume recognise."""
     out = tmp_path / "out.zarr"
     shutil.copytree(reference[0], out)
+    new = {"codec": "none"}  # the new run differs from the old one
 
-    def remove(path):
+    def interrupted(root, keep):
+        if where == "arrays":  # some arrays deleted, the rest still there
+            shutil.rmtree(root / "level")
         raise KeyboardInterrupt
 
     with monkeypatch.context() as m:
-        m.setattr(streamacc._target, "_remove", remove)
+        m.setattr(streamacc._target, "remove_tree_contents", interrupted)
         with pytest.raises(KeyboardInterrupt):
-            run(out, overwrite=True)
-    assert read_manifest(out) is None
-    with pytest.raises(ResumeError, match="no streamacc manifest"):
-        run(out, resume=True)
+            run(out, overwrite=True, **new)
+    manifest = read_manifest(out)
+    assert manifest["committed_blocks"] == 0 and manifest["identity"]["codec"] == "none"
+    assert not (out / "zarr.json").exists()  # readers no longer see the old group
+    with pytest.raises(ResumeError, match="different run"):
+        run(out, resume=True)  # the old run's settings: its blocks are gone
+    run(out, resume=True, **new)  # the new run, never committed: starts afresh
     run(out, overwrite=True)
     assert_same_output(out, reference[0])
 

@@ -1,0 +1,78 @@
+"""Where blocks run: the seam between a driver that commits in scan order and whoever computes.
+
+An executor computes and writes the blocks of a plan from the output's first uncommitted
+block and hands each durable block to ``output.commit`` strictly in scan order. It is not
+part of a run's identity: every executor writes the same bytes, so a run started by one
+can be resumed by another. :class:`LocalExecutor` computes on the calling thread and
+encodes and writes on a few threads; ``streamacc._dask`` runs block tasks on a cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import jax
+
+from ._carry import HostLeaf, from_host, to_host
+from ._defaults import DEFAULT_INFLIGHT
+from ._engine import Block, Plan, run_plan
+from ._output import BlockResult, Output
+from ._pipeline import run_ordered
+
+__all__ = ["Executor", "LocalExecutor", "named_ys"]
+
+
+class Executor(Protocol):
+    """Runs the remaining blocks of ``plan`` into ``output``, committing each in scan order."""
+
+    def run(self, plan: Plan, output: Output) -> None: ...
+
+
+def named_ys(names: list[str], ys: Any) -> dict[str, Any]:
+    """A block's ys as one host array per output name."""
+    return dict(zip(names, jax.tree_util.tree_leaves(ys), strict=True))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Item:
+    index: int
+    block: Block
+    carry_in: list[HostLeaf]
+    carry_out: list[HostLeaf]
+
+
+def _items(blocks: Iterator[Block], first: int, carry_in: list[HostLeaf]) -> Iterator[_Item]:
+    for index, block in enumerate(blocks, start=first):
+        carry_out = to_host(block.carry)
+        yield _Item(index, block, carry_in, carry_out)
+        carry_in = carry_out
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalExecutor:
+    """Blocks computed in order on this thread, written and committed by ``inflight`` threads.
+
+    At most ``inflight`` blocks are being written at once, so memory stays at a few
+    blocks whatever the length; commits run on the writer threads, each after the one
+    before it, so the computing thread never waits for a commit.
+    """
+
+    inflight: int = DEFAULT_INFLIGHT
+
+    def run(self, plan: Plan, output: Output) -> None:
+        names = output.spec.names
+        blocks = run_plan(plan, carry=from_host(output.carry, plan.init), first_block=output.first_block)
+
+        def work(item: _Item) -> BlockResult:
+            b = item.block
+            crcs = output.sink.write(b.start, b.stop, named_ys(names, b.ys))
+            nbytes = sum(y.nbytes for y in jax.tree_util.tree_leaves(b.ys))
+            return BlockResult(item.index, b.start, b.stop, item.carry_in, item.carry_out, crcs, nbytes)
+
+        def commit(item: _Item, result: BlockResult) -> None:
+            output.commit(result)
+
+        items = _items(blocks, output.first_block, output.carry)
+        run_ordered(items, work, commit, depth=self.inflight, workers=self.inflight)

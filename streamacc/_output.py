@@ -1,0 +1,241 @@
+"""An output opened for writing: how a run starts, overwrites or resumes it, and how blocks commit.
+
+The caller holds the output's writer lock. Opening decides from what is stored (nothing,
+a streamacc output, an older streamacc output, anything else) whether the run may start
+afresh or continue, refusing whatever would destroy data streamacc did not write or
+continue from bookkeeping it cannot trust. Commits happen strictly in scan order: first
+the block's record, then the manifest that counts it; the root group's public attributes
+follow at the start, at the end, and every few seconds in between.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ._carry import HostLeaf
+from ._errors import NoOutputError, OutputExistsError, ResumeError, spell
+from ._files import PARTIAL_SUFFIXES
+from ._manifest import (
+    LEGACY_MANIFEST_KEY,
+    MANIFEST_ATTR,
+    MANIFEST_KEY,
+    BlockRecord,
+    Ledger,
+    Manifest,
+    decode_leaves,
+    encode_leaves,
+    node_attribute,
+    require_same_run,
+)
+from ._target import Target
+from ._zarr import ArraySpec, ZarrSink, progress_attrs
+
+__all__ = ["PUBLISH_SECONDS", "BlockResult", "Output", "OutputSpec", "open_output", "probe"]
+
+log = logging.getLogger("streamacc")
+
+PUBLISH_SECONDS = 5.0
+"""How often, at most, the root attributes are refreshed with the committed step count while writing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputSpec:
+    """What a run's output must look like; built and checked before anything is touched."""
+
+    identity: dict[str, Any]
+    arrays: dict[str, ArraySpec]
+    chunk: int
+    codec: str
+    attrs: dict[str, Any]
+    array_attrs: dict[str, dict]
+    total_blocks: int
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.arrays)
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockResult:
+    """A block made durable in the store, ready to commit: what its record needs."""
+
+    index: int
+    start: int
+    stop: int
+    carry_in: list[HostLeaf]
+    carry_out: list[HostLeaf]
+    crc32c: dict[str, int]
+    nbytes: int
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+def probe(target: Target) -> str:
+    """What is stored at ``target``: 'empty', 'ours', 'legacy' (streamacc 0.1) or 'foreign'.
+
+    Only a readable bookkeeping node that streamacc wrote makes an output 'ours'; a file
+    name alone never does. Temp files left by a writer killed before its first manifest
+    count as empty.
+    """
+    if not target.exists():
+        return "empty"
+    raw = target.read(MANIFEST_KEY)
+    if raw is not None:
+        try:
+            return "ours" if isinstance(node_attribute(raw, MANIFEST_ATTR), str) else "foreign"
+        except ValueError:
+            return "foreign"
+    legacy = target.read(LEGACY_MANIFEST_KEY)
+    if legacy is not None:
+        try:
+            return "legacy" if json.loads(legacy).get("format") == "streamacc-manifest/1" else "foreign"
+        except (ValueError, AttributeError):
+            return "foreign"
+    return "empty" if all(key.endswith(PARTIAL_SUFFIXES) for key in target.list_keys()) else "foreign"
+
+
+class Output:
+    """An output open for writing under its lock: where the run starts, and its in-order commits."""
+
+    def __init__(self, target: Target, spec: OutputSpec, manifest: Manifest, sink: ZarrSink) -> None:
+        self.target = target
+        self.spec = spec
+        self.manifest = manifest
+        self.sink = sink
+        self.ledger = Ledger(target)
+        self.on_commit: Callable[[BlockResult], None] | None = None
+        self._published = 0.0
+
+    @property
+    def first_block(self) -> int:
+        """The first block (in scan order) still to compute."""
+        return self.manifest.committed_blocks
+
+    @property
+    def carry(self) -> list[HostLeaf]:
+        """The carry entering :attr:`first_block`, as host leaves."""
+        return decode_leaves(self.manifest.carry or [])
+
+    @property
+    def complete(self) -> bool:
+        return self.manifest.complete
+
+    def _save(self, **changes: Any) -> None:
+        """Durably save the manifest with ``changes``, then apply them in memory.
+
+        The in-memory manifest changes only once the new one is durable, so that an error
+        message never counts a block whose commit failed.
+        """
+        self.ledger.save(dataclasses.replace(self.manifest, **changes))
+        for name, value in changes.items():
+            setattr(self.manifest, name, value)
+
+    def publish(self, *, force: bool = False) -> None:
+        """Refresh the root attributes with the committed steps (at most every few seconds unless forced)."""
+        now = time.monotonic()
+        if force or now - self._published >= PUBLISH_SECONDS:
+            m = self.manifest
+            self.sink.publish(progress_attrs(m.span(), m.length, m.complete))
+            self._published = now
+
+    def commit(self, result: BlockResult) -> None:
+        """Commit block ``result.index``, the next one in scan order: its record, then the manifest."""
+        if result.index != self.manifest.committed_blocks:
+            raise AssertionError(f"block {result.index} committed out of order")
+        rec = BlockRecord(result.index, result.start, result.stop, encode_leaves(result.carry_in), result.crc32c)
+        self.ledger.record(rec)
+        self._save(
+            committed_blocks=result.index + 1,
+            committed_steps=self.manifest.committed_steps + len(result),
+            carry=encode_leaves(result.carry_out),
+        )
+        self.publish()
+        if self.on_commit is not None:
+            self.on_commit(result)
+
+    def finish(self) -> None:
+        """Mark the run complete, in the manifest and then in the root attributes."""
+        self._save(complete=True)
+        self.publish(force=True)
+
+
+def _create(target: Target, spec: OutputSpec, init: list[HostLeaf], ledger: Ledger) -> Output:
+    """Start the run afresh: the new manifest first, so that any interruption leaves an output
+    recognisably streamacc's that claims no block; then clear the rest; then create."""
+    manifest = Manifest(spec.identity, total_blocks=spec.total_blocks, carry=encode_leaves(init))
+    ledger.save(manifest)
+    if target.list_keys() != [MANIFEST_KEY]:
+        target.clear(keep=MANIFEST_KEY)
+    sink = ZarrSink.create(
+        target, spec.arrays, chunk=spec.chunk, codec=spec.codec, attrs=spec.attrs, array_attrs=spec.array_attrs
+    )
+    target.make_durable([f"{name}/zarr.json" for name in spec.arrays])
+    manifest.arrays = {name: doc for name, doc in sink.documents().items() if doc is not None}
+    ledger.save(manifest)
+    output = Output(target, spec, manifest, sink)
+    output.publish(force=True)
+    return output
+
+
+def open_output(
+    target: Target,
+    spec: OutputSpec,
+    *,
+    mode: str,
+    init: list[HostLeaf],
+    check_resumable: Callable[[Output], None],
+) -> Output:
+    """Open ``target`` for a run of ``spec`` (``mode`` 'new', 'overwrite' or 'resume'); the lock is held.
+
+    A resumed output is checked before anything is written: same run, a self-consistent
+    manifest, safe contents, and ``check_resumable`` (which recomputes the last committed
+    block). Resuming an output whose run never committed a block starts it afresh.
+    """
+    state = probe(target)
+    ledger = Ledger(target)
+    overwrite, resume = spell("overwrite", True), spell("resume", True)
+    if state == "empty":
+        return _create(target, spec, init, ledger)
+    if mode == "new":
+        raise OutputExistsError(
+            f"{target.label} already exists; pass {overwrite} to replace it or {resume} to continue it"
+        )
+    if state == "foreign":
+        what = "will not delete it" if mode == "overwrite" else "cannot continue it"
+        raise (OutputExistsError if mode == "overwrite" else ResumeError)(
+            f"{target.label} exists and is not a streamacc output (it has no readable streamacc manifest), so "
+            f"{overwrite if mode == 'overwrite' else resume} {what}; choose another output path, or remove it yourself"
+        )
+    target.check_contents()
+    if mode == "overwrite":
+        return _create(target, spec, init, ledger)
+    if state == "legacy":
+        ledger.load()  # raises the legacy message
+    manifest = ledger.load()
+    assert manifest is not None
+    require_same_run(manifest, spec.identity, target.label)
+    problem = manifest.inconsistency()
+    if problem is not None:
+        raise ResumeError(
+            f"cannot resume {target.label}: its manifest contradicts itself ({problem}); its data cannot be trusted: "
+            f"check it with `streamacc verify` or start afresh with {overwrite}"
+        )
+    removed = target.clean_partials()
+    if removed:
+        log.info("removed %d temp file(s) left by an interrupted run", len(removed))
+    if manifest.committed_blocks == 0:
+        return _create(target, spec, init, ledger)  # killed before its first commit: the arrays may be half made
+    output = Output(target, spec, manifest, ZarrSink.open(target, spec.names, spec.chunk))
+    check_resumable(output)
+    return output
+
+
+def missing(target: Target) -> NoOutputError:
+    """The error for reading an output that is not there."""
+    return NoOutputError(f"{target.label} does not exist; check the path")
