@@ -2,19 +2,23 @@
 
 A thin shell over the library: it parses options (numbers through the safe arithmetic
 parser, never ``eval``), turns library errors into one line on stderr, and maps them to
-exit codes: 0 success, 2 bad usage or input, 1 runtime failure, 130 interrupted.
+exit codes: 0 success, 2 bad usage or input, 1 runtime failure, 130 interrupted (Ctrl-C), 143
+terminated (SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
 from ._codecs import CODECS
@@ -255,11 +259,32 @@ def _fail(message: str, code: int, debug: bool) -> int:
     return code
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived (``kill``, systemd, a batch scheduler, a container runtime): stop as for Ctrl-C."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+@contextlib.contextmanager
+def _sigterm_stops() -> Iterator[None]:
+    """Within this block SIGTERM interrupts like Ctrl-C (only the main thread can install a handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``streamacc`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
-    with cli_spelling():
+    with cli_spelling(), _sigterm_stops():
         return _main(argv, debug)
 
 
@@ -280,6 +305,8 @@ def _main(argv: list[str], debug: bool) -> int:
         return _fail(str(exc), 2, debug)
     except StreamaccError as exc:
         return _fail(str(exc), 1, debug)
+    except Terminated:
+        return _fail("terminated; committed blocks are safe: rerun with --resume to continue", 143, debug)
     except KeyboardInterrupt:
         return _fail("interrupted; committed blocks are safe: rerun with --resume to continue", 130, debug)
     except Exception as exc:  # a bug or an unforeseen failure: still one line, traceback with --debug

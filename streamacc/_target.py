@@ -196,20 +196,21 @@ class LocalTarget(Target):
         except OSError as exc:
             raise StoreError(f"cannot create {self.label} ({exc.strerror or exc}); check the path") from None
         lock = DirLock(self.root)
+        holder: str | None = None
         try:
-            holder = lock.acquire()
-        except OSError as exc:
-            raise StoreError(f"cannot lock {self.label} ({exc.strerror or exc}); check the path") from None
-        if holder is not None:
-            raise LockedError(
-                f"{self.label} is being written by {holder}; wait for it to finish or stop it, then rerun "
-                f"with {command}"
-            )
-        try:
+            try:
+                holder = lock.acquire()
+            except OSError as exc:
+                raise StoreError(f"cannot lock {self.label} ({exc.strerror or exc}); check the path") from None
+            if holder is not None:
+                raise LockedError(
+                    f"{self.label} is being written by {holder}; wait for it to finish or stop it, then rerun "
+                    f"with {command}"
+                )
             yield
         finally:
             lock.release()
-            if created:
+            if created and holder is None:  # never remove the folder another writer holds
                 with contextlib.suppress(OSError):
                     self.root.rmdir()  # a command that wrote nothing leaves nothing behind
 

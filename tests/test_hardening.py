@@ -1,0 +1,302 @@
+"""Untrusted outputs and unlucky moments: nothing outside OUT is ever touched, and damaged
+bookkeeping never turns into wrong data.
+
+Outputs get copied, synced and extracted from archives, so each test crafts or damages
+one (links inside it, a stray ``zarr.json``, a self-contradictory or foreign manifest, a
+flipped carry, changed array metadata) and checks that writing, resuming, overwriting
+and verifying refuse with one line and leave every file, inside and outside, as it was.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from _fault_helpers import (
+    MANIFEST,
+    RECORDS,
+    assert_same_output,
+    cli,
+    committed,
+    node_attribute,
+    read_manifest,
+    store_files,
+    write_manifest,
+)
+
+import streamacc
+import streamacc._output
+from streamacc._cli import main
+from streamacc._files import DirLock
+
+SMALL = ["--size", "5000", "--block-size", "512", "--codec", "none", "--no-progress"]  # 10 blocks, the last short
+BIG = ["--size", "2**20", "--block-size", "2**14", "--codec", "none", "--no-progress"]  # 64 blocks
+
+
+def run(*args, capfd) -> tuple[int, str]:
+    """Run the CLI in-process; return its exit code and its single stderr line."""
+    capfd.readouterr()
+    code = main([*map(str, args)])
+    err = capfd.readouterr().err
+    lines = err.splitlines()
+    assert code == 0 or (len(lines) == 1 and lines[0].startswith("streamacc: error: ")), err
+    return code, err.strip()
+
+
+def tree(root: Path) -> dict[str, bytes | str]:
+    """Every entry under ``root`` without following links: file bytes, or a link's target."""
+    found: dict[str, bytes | str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath, name)
+            rel = str(path.relative_to(root))
+            found[rel] = f"-> {os.readlink(path)}" if path.is_symlink() else path.read_bytes() if path.is_file() else ""
+    return found
+
+
+@pytest.fixture(scope="module")
+def ref(tmp_path_factory) -> Path:
+    """An uninterrupted run of SMALL."""
+    out = tmp_path_factory.mktemp("ref") / "out.zarr"
+    assert main(["write", str(out), *SMALL]) == 0
+    return out
+
+
+@pytest.fixture
+def interrupted(tmp_path, ref) -> Path:
+    """A copy of ``ref`` made to look killed after 3 of its 10 blocks (a legitimate state)."""
+    out = tmp_path / "out.zarr"
+    shutil.copytree(ref, out)
+    manifest = read_manifest(out)
+    records = node_attribute(out / RECORDS, "streamacc_records")
+    manifest.update(committed_blocks=3, committed_steps=3 * 512, carry=records[3]["carry_in"], complete=False)
+    write_manifest(out, manifest)
+    for k in range(3, 10):
+        (out / "x" / "c" / str(k)).unlink()
+    return out
+
+
+# --- links inside an output -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("linked", [RECORDS, MANIFEST, "x/c/4", "_streamacc/lock"])
+def test_a_link_inside_an_output_is_never_followed(tmp_path, ref, capfd, linked):
+    out = tmp_path / "out.zarr"
+    shutil.copytree(ref, out)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (out / linked).unlink(missing_ok=True)
+    (out / linked).symlink_to(os.path.relpath(victim, (out / linked).parent))
+    before = tree(tmp_path)
+    for flag in ("--resume", "--overwrite"):
+        code, line = run("write", out, *SMALL, flag, capfd=capfd)
+        assert code in (1, 2) and "link" in line, line
+    assert tree(tmp_path) == before and victim.read_text() == "precious"
+
+
+@pytest.mark.parametrize("with_output", [True, False], ids=["output", "only-the-link"])
+def test_a_linked_bookkeeping_folder_is_never_followed(tmp_path, ref, capfd, with_output):
+    victims = tmp_path / "victimdir"
+    victims.mkdir()
+    (victims / "data.txt").write_text("precious")
+    shutil.copytree(ref / "_streamacc", victims / "looks-like-ours")
+    out = tmp_path / "out.zarr"
+    if with_output:
+        shutil.copytree(ref, out)
+        shutil.rmtree(out / "_streamacc")
+    else:
+        out.mkdir()
+    (out / "_streamacc").symlink_to("../victimdir/looks-like-ours")
+    before = tree(tmp_path)
+    for args in (["write", out, *SMALL, "--overwrite"], ["write", out, *SMALL, "--resume"], ["verify", out]):
+        code, line = run(*args, capfd=capfd)
+        assert code in (1, 2) and "link" in line, (args, line)
+    assert tree(tmp_path) == before
+
+
+# --- what licenses deletion -----------------------------------------------------------------
+
+
+def test_a_file_named_zarr_json_licenses_nothing(tmp_path, capfd):
+    project = tmp_path / "proj"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "main.py").write_text("print('years of work')\n")
+    (project / "zarr.json").write_text("not json\n")
+    plain = tmp_path / "plain.zarr"  # a Zarr group some other tool wrote
+    zarr.open_group(str(plain), mode="w").create_array("y", shape=(4,), dtype="f8")
+    before = tree(tmp_path)
+    for out in (project, plain):
+        code, line = run("write", out, *SMALL, "--overwrite", capfd=capfd)
+        assert code == 2 and "is not a streamacc output" in line and "--overwrite will not delete it" in line
+        code, line = run("write", out, *SMALL, "--resume", capfd=capfd)
+        assert code == 2 and "is not a streamacc output" in line
+    assert tree(tmp_path) == before
+
+
+def test_the_current_directory_as_an_empty_path_is_refused(tmp_path, monkeypatch, capfd):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keep.txt").write_text("mine")
+    code, line = run("write", "", "--size", "10", "--overwrite", capfd=capfd)
+    assert code == 2 and "empty" in line and "current directory" in line
+    with pytest.raises(streamacc.InputError, match="empty"):
+        streamacc.write("", lambda c, _: (c, c), np.float64(0.0), length=4, overwrite=True, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
+
+
+# --- self-contradictory, damaged and foreign manifests ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"complete": True}, "says complete with only 3 of 10 blocks committed"),
+        ({"committed_steps": 4 * 512}, "counts 2048 committed steps where 3 blocks hold 1536"),
+        ({"committed_blocks": 11}, "commits 11 of 10 blocks"),
+        ({"total_blocks": 12}, "counts 12 blocks"),
+    ],
+)
+def test_a_self_contradictory_manifest_is_refused(interrupted, capfd, change, problem):
+    manifest = read_manifest(interrupted)
+    manifest.update(change)
+    write_manifest(interrupted, manifest)
+    before = store_files(interrupted)
+    code, line = run("verify", interrupted, capfd=capfd)
+    assert code == 1 and "contradicts itself" in line and problem in line
+    code, line = run("write", interrupted, *SMALL, "--resume", capfd=capfd)
+    assert code == 2 and "cannot resume" in line and problem in line
+    assert store_files(interrupted) == before
+
+
+def test_resume_refuses_a_flipped_bit_in_the_carry(interrupted, capfd):
+    manifest = read_manifest(interrupted)
+    raw = bytearray(base64.b64decode(manifest["carry"][0]["data"]))
+    raw[0] ^= 0x01  # the last bit of the mantissa
+    manifest["carry"][0]["data"] = base64.b64encode(bytes(raw)).decode()
+    write_manifest(interrupted, manifest)
+    before = store_files(interrupted)
+    code, line = run("write", interrupted, *SMALL, "--resume", capfd=capfd)
+    assert code == 2 and "cannot resume" in line and "block 2 " in line and "final carry" in line
+    assert store_files(interrupted) == before
+
+
+def test_resume_refuses_another_runs_bookkeeping_with_the_same_settings(tmp_path, interrupted, ref, capfd):
+    """The bookkeeping of the same run killed later (6 blocks) copied onto one killed after 3."""
+    later = tmp_path / "later.zarr"
+    shutil.copytree(ref, later)
+    manifest = read_manifest(later)
+    records = node_attribute(later / RECORDS, "streamacc_records")
+    manifest.update(committed_blocks=6, committed_steps=6 * 512, carry=records[6]["carry_in"], complete=False)
+    write_manifest(later, manifest)
+    shutil.copyfile(later / MANIFEST, interrupted / MANIFEST)
+    before = store_files(interrupted)
+    code, line = run("write", interrupted, *SMALL, "--resume", capfd=capfd)
+    assert code == 2 and "cannot resume" in line and "block 3 " in line and "missing" in line
+    code, line = run("verify", interrupted, capfd=capfd)
+    assert code == 1 and "block 3 " in line and "missing" in line
+    assert store_files(interrupted) == before
+
+
+def test_a_legitimately_interrupted_output_resumes_identically(interrupted, ref):
+    assert main(["write", str(interrupted), *SMALL, "--resume"]) == 0
+    assert_same_output(interrupted, ref)
+
+
+# --- array metadata -------------------------------------------------------------------------
+
+
+def test_verify_and_resume_check_the_array_metadata(tmp_path, ref, interrupted, capfd):
+    out = tmp_path / "deleted.zarr"
+    shutil.copytree(ref, out)
+    (out / "x" / "zarr.json").unlink()
+    code, line = run("verify", out, capfd=capfd)
+    assert code == 1 and "the metadata of array 'x' (x/zarr.json) is missing" in line
+    path = interrupted / "x" / "zarr.json"
+    path.write_text(path.read_text().replace('"fill_value": "NaN"', '"fill_value": 0.0'))
+    for args in (["verify", interrupted], ["write", interrupted, *SMALL, "--resume"]):
+        code, line = run(*args, capfd=capfd)
+        assert code in (1, 2) and "metadata of array 'x' changed" in line and "fill_value" in line
+
+
+# --- the lock, and moments ------------------------------------------------------------------
+
+
+def test_the_lock_is_taken_before_the_output_is_looked_at(tmp_path, monkeypatch):
+    out = tmp_path / "out.zarr"
+    real = streamacc._output.probe
+    seen = []
+
+    def probe(target):
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with pytest.raises(BlockingIOError):  # another writer could not take it now
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+        seen.append(target.label)
+        return real(target)
+
+    monkeypatch.setattr(streamacc._output, "probe", probe)
+    assert main(["write", str(out), *SMALL]) == 0
+    assert main(["write", str(out), *SMALL, "--overwrite"]) == 0
+    assert seen == [str(out), str(out)]
+
+
+def test_errors_taking_the_lock_are_one_line(tmp_path, monkeypatch, capfd):
+    def acquire(self):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(DirLock, "acquire", acquire)
+    out = tmp_path / "out.zarr"
+    code, line = run("write", out, *SMALL, capfd=capfd)
+    assert code == 1 and "cannot lock" in line and "Read-only file system" in line
+    assert not out.exists()  # the folder made to lock was removed again
+
+
+@pytest.mark.parametrize("size", ["2**63", str(2**64 - 1)])
+def test_lengths_readers_cannot_index_are_refused(tmp_path, capfd, size):
+    out = tmp_path / "out.zarr"
+    code, line = run("write", out, "--size", size, capfd=capfd)
+    assert code == 2 and "2**63 - 1" in line and "--size" in line
+    with pytest.raises(streamacc.InputError, match=r"length=9223372036854775808 is longer than 2\*\*63 - 1"):
+        streamacc.write(out, lambda c, _: (c, c), np.float64(0.0), length=2**63, progress=False)
+    assert not out.exists()
+
+
+def test_sigterm_stops_like_ctrl_c_and_the_run_resumes(tmp_path):
+    out = tmp_path / "out.zarr"
+    proc = subprocess.Popen(cli("write", out, *BIG), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while committed(out) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if proc.returncode == 0:
+        pytest.skip("the writer finished before the signal landed")
+    assert proc.returncode == 143, err
+    message = "streamacc: error: terminated; committed blocks are safe: rerun with --resume to continue"
+    assert err.splitlines() == [message]
+    assert 2 <= committed(out) < 64
+    assert main(["write", str(out), *BIG, "--resume"]) == 0
+    ref = tmp_path / "ref.zarr"
+    assert main(["write", str(ref), *BIG]) == 0
+    assert_same_output(out, ref)
+
+
+def test_sigterm_handler_is_restored(monkeypatch):
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["recipes"]) == 0
+    assert signal.getsignal(signal.SIGTERM) == before
