@@ -1,0 +1,256 @@
+"""Outputs as other tools see them: every reader is told the truth, and nothing trips them.
+
+An interrupted or still-running output says so in its attributes and ``streamacc.open``
+returns only its committed steps; every Zarr reader (xarray with and without consolidated
+metadata, datatree, zarr, dask) opens outputs cleanly under ``-W error``; attributes sit
+on the arrays and survive netCDF export; variables added with xarray do not disturb
+``verify`` or ``info``; read-only stores and object-store failures are handled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import shutil
+import uuid
+import warnings
+
+import dask.array as da
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from zarr.storage import FsspecStore, LocalStore
+
+import streamacc
+import streamacc._output
+from streamacc import StoreError
+from streamacc._cli import main
+from streamacc._inspect import describe_output
+from streamacc._output import Output
+from streamacc._zarr import ZarrSink
+
+LENGTH, BLOCK = 1000, 64  # 16 blocks, the last one short
+XS = np.linspace(-1.0, 1.0, LENGTH)
+INIT = np.float64(0.25)
+ATTRS = {"recipe": "demo", "params": {"a": 0.5, "tags": ["x", "y"]}, "flag": True, "big": 2**40}
+
+
+def step(c, x):
+    c = 0.5 * c + x
+    return c, {"level": c, "pair": jnp.stack([c, c * c])}
+
+
+def write(out, **kw):
+    kw = {"block_size": BLOCK, "progress": False, "attrs": ATTRS, **kw}
+    return streamacc.write(out, step, INIT, kw.pop("xs", XS), **kw)
+
+
+def reference() -> dict[str, np.ndarray]:
+    """The outputs of a plain numpy loop, computed independently of streamacc."""
+    level = np.empty(LENGTH)
+    c = INIT
+    for i, x in enumerate(XS):
+        c = 0.5 * c + x
+        level[i] = c
+    return {"level": level, "pair": np.stack([level, level * level], axis=1)}
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory):
+    out = tmp_path_factory.mktemp("done") / "out.zarr"
+    write(out, array_attrs={"level": {"units": "m", "long_name": "level of the thing"}})
+    return out
+
+
+@contextlib.contextmanager
+def strict():
+    """Every warning is an error (as under ``python -W error``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield
+
+
+def fail_at(monkeypatch, k: int, exc: BaseException) -> None:
+    real = ZarrSink.write
+
+    def write_block(self, start, stop, ys):
+        if start == k * BLOCK:
+            raise exc
+        return real(self, start, stop, ys)
+
+    monkeypatch.setattr(ZarrSink, "write", write_block)
+
+
+# --- the truth about partial outputs --------------------------------------------------------
+
+
+def test_an_interrupted_output_says_so_and_open_returns_only_committed_steps(tmp_path, monkeypatch):
+    out = tmp_path / "out.zarr"
+    with monkeypatch.context() as m:
+        fail_at(m, 9, OSError(errno.EIO, "Input/output error"))
+        with pytest.raises(StoreError):
+            write(out, inflight=3)
+    ref = reference()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        raw = xr.open_zarr(out)
+        assert raw.attrs["streamacc_complete"] == 0
+        assert raw.attrs["streamacc_committed_steps"] <= 9 * BLOCK
+        assert "incomplete" in raw.attrs["streamacc_status"]
+        ds = streamacc.open(out)
+    assert ds.sizes["step"] == 9 * BLOCK and ds.attrs["streamacc_committed_steps"] == 9 * BLOCK
+    assert ds.attrs["streamacc_complete"] == 0
+    assert ds.step.dtype == np.int64 and ds.step[-1] == 9 * BLOCK - 1
+    np.testing.assert_array_equal(ds.level.values, ref["level"][: 9 * BLOCK])
+    np.testing.assert_array_equal(ds.pair.values, ref["pair"][: 9 * BLOCK])
+    assert not np.isnan(ds.level.values).any()
+    write(out, resume=True)
+    ds = streamacc.open(out)
+    assert ds.sizes["step"] == LENGTH and ds.attrs["streamacc_complete"] == 1
+    assert xr.open_zarr(out).attrs["streamacc_committed_steps"] == LENGTH
+
+
+def test_attributes_and_open_stay_true_while_the_run_goes(tmp_path, monkeypatch):
+    out = tmp_path / "out.zarr"
+    monkeypatch.setattr(streamacc._output, "PUBLISH_SECONDS", 0.0)
+    seen = []
+    real = Output.commit
+
+    def commit(self, result):
+        before = xr.open_zarr(out).attrs
+        real(self, result)
+        after = xr.open_zarr(out).attrs
+        ds = streamacc.open(out)
+        seen.append((before["streamacc_committed_steps"], after["streamacc_committed_steps"], ds.sizes["step"]))
+        assert after["streamacc_complete"] == 0 and ds.attrs["streamacc_complete"] == 0
+
+    monkeypatch.setattr(Output, "commit", commit)
+    write(out)
+    stops = [min((k + 1) * BLOCK, LENGTH) for k in range(16)]
+    assert seen == [(k * BLOCK, stop, stop) for k, stop in enumerate(stops)]
+    assert xr.open_zarr(out).attrs["streamacc_complete"] == 1
+
+
+def test_open_of_a_reverse_scan_returns_the_committed_end(tmp_path, monkeypatch):
+    out = tmp_path / "out.zarr"
+    with monkeypatch.context() as m:
+        fail_at(m, 11, OSError(errno.EIO, "Input/output error"))
+        with pytest.raises(StoreError):
+            write(out, reverse=True, inflight=1)
+    ds = streamacc.open(out)
+    first = LENGTH - ds.sizes["step"]
+    assert ds.step[0] == first and ds.step[-1] == LENGTH - 1 and first == 12 * BLOCK
+    assert not np.isnan(ds.level.values).any()
+
+
+def test_open_works_on_read_only_stores_and_urls(done, tmp_path):
+    for store in (LocalStore(done, read_only=True), FsspecStore.from_url(f"file://{done}", read_only=True), done):
+        ds = streamacc.open(store)
+        assert ds.sizes["step"] == LENGTH and set(ds.data_vars) == {"level", "pair"}
+    with pytest.raises(streamacc.NoOutputError, match="does not exist"):
+        streamacc.open(tmp_path / "missing.zarr")
+
+
+# --- every reader, cleanly -------------------------------------------------------------------
+
+
+def test_every_reader_opens_outputs_cleanly(done, tmp_path):
+    ref = reference()
+    with strict():
+        for consolidated in (True, False):
+            ds = xr.open_zarr(done, consolidated=consolidated)
+            assert set(ds.data_vars) == {"level", "pair"}
+            np.testing.assert_array_equal(ds.level.values, ref["level"])
+        tree = xr.open_datatree(done, engine="zarr")
+        np.testing.assert_array_equal(tree["level"].values, ref["level"])
+        members = dict(zarr.open_group(done, mode="r", use_consolidated=False).members(max_depth=None))
+        assert {"level", "pair"} <= set(members)
+        np.testing.assert_array_equal(da.from_zarr(str(done), component="pair").compute(), ref["pair"])
+    copy = tmp_path / "copy.zarr"
+    shutil.copytree(done, copy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")  # zarr's own note
+        zarr.consolidate_metadata(str(copy))
+        extra = xr.Dataset({"logx": ("step", np.log(np.abs(ref["level"]) + 1.0))})
+        extra.to_zarr(copy, mode="a", consolidated=True)
+        assert set(xr.open_zarr(copy).data_vars) == {"level", "pair", "logx"}
+
+
+def test_attributes_are_on_the_arrays_and_netcdf_safe(done, tmp_path):
+    ds = xr.open_zarr(done)
+    assert ds.level.attrs == {"units": "m", "long_name": "level of the thing"}
+    assert ds.pair.attrs == {}
+    assert json.loads(ds.attrs["params"]) == {"a": 0.5, "tags": ["x", "y"]}
+    assert ds.attrs["flag"] == 1 and ds.attrs["big"] == float(2**40)
+    for key, value in ds.attrs.items():
+        assert isinstance(value, (str, int, float)), (key, value)
+    nc = tmp_path / "s.nc"
+    ds.isel(step=slice(0, 100)).to_netcdf(nc)
+    back = xr.open_dataset(nc)
+    assert back.attrs["recipe"] == "demo" and back.level.attrs["units"] == "m"
+    np.testing.assert_array_equal(back.level.values, reference()["level"][:100])
+    streamacc.open(done).isel(step=slice(0, 10)).to_netcdf(tmp_path / "t.nc")
+
+
+# --- the run's own arrays only ----------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part")
+def test_variables_added_with_xarray_do_not_disturb_verify_info_or_resume(done, tmp_path, capsys):
+    out = tmp_path / "out.zarr"
+    shutil.copytree(done, out)
+    xr.Dataset({"logx": ("step", np.arange(LENGTH, dtype="f8"))}).to_zarr(out, mode="a")
+    report = streamacc.verify(out, step, INIT, XS)
+    assert report.checked_blocks == tuple(range(16))
+    assert set(describe_output(out)["arrays"]) == {"level", "pair"}
+    with pytest.warns(streamacc.StreamaccWarning, match="already complete"):
+        write(out, resume=True)
+    assert (out / "logx" / "zarr.json").exists()
+    assert set(streamacc.open(out).data_vars) == {"level", "pair"}
+
+
+def test_info_and_verify_work_on_read_only_stores(done):
+    for store in (LocalStore(done, read_only=True), FsspecStore.from_url(f"file://{done}", read_only=True)):
+        assert describe_output(store)["committed_steps"] == LENGTH
+        assert streamacc.verify(store, step, INIT, XS, blocks=3).checked_blocks == (0, 8, 15)
+
+
+def test_verify_takes_storage_options():
+    url = f"memory://streamacc-tests/{uuid.uuid4().hex}/out.zarr"
+    write(url)
+    options = {"skip_instance_cache": False}
+    assert streamacc.verify(url, step, INIT, XS, blocks=2, storage_options=options).complete
+    assert streamacc.open(url, storage_options=options).sizes["step"] == LENGTH
+
+
+# --- object-store failures ----------------------------------------------------------------------
+
+
+def test_a_network_failure_of_an_object_store_names_the_committed_steps(monkeypatch):
+    from botocore.exceptions import EndpointConnectionError
+
+    url = f"memory://streamacc-tests/{uuid.uuid4().hex}/out.zarr"
+    real = FsspecStore.set
+    chunks = iter(range(10**6))
+
+    async def set_key(self, key, value):
+        if "/c/" in key and next(chunks) == 6:
+            raise EndpointConnectionError(endpoint_url="http://127.0.0.1:9/bucket")
+        return await real(self, key, value)
+
+    with monkeypatch.context() as m:
+        m.setattr(FsspecStore, "set", set_key)
+        with pytest.raises(StoreError, match=r"failed after \d+ of 1000 steps \(Could not connect.*resume=True"):
+            write(url, inflight=1)
+    assert streamacc.open(url).sizes["step"] == 3 * BLOCK  # blocks 0-2 committed; block 3 failed
+    write(url, resume=True)
+    np.testing.assert_array_equal(streamacc.open(url).level.values, reference()["level"])
+
+
+def test_cli_info_of_a_missing_path(tmp_path, capsys):
+    assert main(["info", str(tmp_path / "missing.zarr")]) == 2
+    assert capsys.readouterr().err.strip().endswith("missing.zarr does not exist; check the path")
