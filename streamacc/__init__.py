@@ -6,6 +6,7 @@ from ._codecs import CODECS
 from ._defaults import DEFAULT_BLOCK_SIZE, DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_SIZE
 from ._engine import Block, iter_blocks, scan
 from ._errors import (
+    CarryMismatchError,
     InputError,
     LockedError,
     NoOutputError,
@@ -30,6 +31,7 @@ __all__ = [
     "DEFAULT_INFLIGHT",
     "DEFAULT_WRITE_BLOCK_SIZE",
     "Block",
+    "CarryMismatchError",
     "InputError",
     "LockedError",
     "NoOutputError",

@@ -28,6 +28,7 @@ __all__ = [
     "Plan",
     "block_bounds",
     "block_count",
+    "carry_pass",
     "compute_block",
     "iter_blocks",
     "make_plan",
@@ -165,6 +166,43 @@ def _take(leaf: Any, start: int, stop: int) -> Any:
 def _dispatch(plan: Plan, carry: Any, start: int, stop: int) -> tuple[Any, Any]:
     xs = jax.tree_util.tree_map(lambda leaf: _take(leaf, start, stop), plan.xs)
     return _block_fn(plan.f, stop - start, plan.unroll, plan.reverse)(carry, xs)
+
+
+@functools.lru_cache(maxsize=256)
+def _carry_scan_fn(f: Callable, length: int, unroll: int | bool, reverse: bool) -> Callable:
+    def step(carry: Any, x: Any) -> tuple[Any, None]:
+        # y stays computed (behind the barrier), so XLA sees the step it sees in the full block and
+        # makes the same fusion and contraction choices for the carry; it is just never stored
+        carry, _ = lax.optimization_barrier(f(carry, x))
+        return carry, None
+
+    def run(carry: Any, xs: Any) -> Any:
+        return lax.scan(step, carry, xs, length=length, unroll=unroll, reverse=reverse)[0]
+
+    return jax.jit(run)
+
+
+def _carry_block_fn(f: Callable, length: int, unroll: int | bool, reverse: bool) -> Callable:
+    try:
+        return _carry_scan_fn(f, length, unroll, reverse)
+    except TypeError:  # an unhashable step function cannot be cached; compile per call
+        return _carry_scan_fn.__wrapped__(f, length, unroll, reverse)
+
+
+def carry_pass(plan: Plan, *, carry: Any = None, first_block: int = 0) -> Iterator[tuple[int, int, Any]]:
+    """The carry after each block from ``first_block`` on, without materialising any ys.
+
+    Yields ``(start, stop, carry)`` in scan order, ``carry`` leaving the block. Each block
+    runs a carry-only scan of the same step, so this is the cheap sequential part of a
+    blocked scan: with the carry entering every block known, the blocks themselves can
+    be recomputed anywhere, in parallel. A step whose carry depends on how XLA compiles
+    it alongside its ys would differ here; callers compare with the full block.
+    """
+    carry = plan.init if carry is None else carry
+    for start, stop in plan.bounds(first_block):
+        xs = jax.tree_util.tree_map(lambda leaf, a=start, b=stop: _take(leaf, a, b), plan.xs)
+        carry = _carry_block_fn(plan.f, stop - start, plan.unroll, plan.reverse)(carry, xs)
+        yield start, stop, carry
 
 
 def _to_host(tree: Any) -> Any:

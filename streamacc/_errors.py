@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import Iterator
 
 __all__ = [
+    "CarryMismatchError",
     "InputError",
     "LockedError",
     "NoOutputError",
@@ -97,6 +98,10 @@ class ResumeError(StoreError):
 
 class LockedError(StoreError):
     """Another live process is writing the same output."""
+
+
+class CarryMismatchError(StreamaccError):
+    """A block recomputed elsewhere ended with another carry than the driver's carry pass."""
 
 
 class VerifyError(StoreError):

@@ -20,12 +20,16 @@ from ._defaults import DEFAULT_INFLIGHT
 from ._engine import Block, Plan, run_plan
 from ._output import BlockResult, Output
 from ._pipeline import run_ordered
+from ._target import Target
 
 __all__ = ["Executor", "LocalExecutor", "named_ys"]
 
 
 class Executor(Protocol):
     """Runs the remaining blocks of ``plan`` into ``output``, committing each in scan order."""
+
+    def check(self, target: Target) -> None:
+        """Refuse, before anything is written, a target this executor cannot write to."""
 
     def run(self, plan: Plan, output: Output) -> None: ...
 
@@ -60,6 +64,9 @@ class LocalExecutor:
     """
 
     inflight: int = DEFAULT_INFLIGHT
+
+    def check(self, target: Target) -> None:
+        """Any target will do."""
 
     def run(self, plan: Plan, output: Output) -> None:
         names = output.spec.names

@@ -221,9 +221,10 @@ _memory_locks: dict[str, threading.Lock] = {}
 class StoreTarget(Target):
     """An output in any other zarr store: an fsspec URL (``s3://``, ``memory://``) or a store object."""
 
-    def __init__(self, store: Store, label: str) -> None:
+    def __init__(self, store: Store, label: str, storage_options: dict | None = None) -> None:
         self.store = store
         self.label = label
+        self.storage_options = storage_options
 
     def read(self, key: str) -> bytes | None:
         buf = sync(self.store.get(key, prototype=default_buffer_prototype()))
@@ -285,7 +286,7 @@ def open_target(store: Any, *, storage_options: dict | None = None, read_only: b
                 f"cannot open {text!r}: {' '.join(str(exc).split())}; install the fsspec backend it needs "
                 "(e.g. pip install s3fs) and check its storage options"
             ) from None
-        return StoreTarget(zstore, text)
+        return StoreTarget(zstore, text, storage_options)
     if storage_options:
         raise InputError(f"{spell('storage_options')} apply only to URLs such as s3://bucket/out.zarr, not to {text!r}")
     root = Path(text).expanduser().absolute()

@@ -185,6 +185,7 @@ def write(
     spec = OutputSpec(identity, specs, chunk, codec, attrs, array_attrs, plan.block_count)
     target = open_target(store, storage_options=storage_options)
     target.fsync = durable
+    executor.check(target)
     mode = "resume" if resume else "overwrite" if overwrite else "new"
     command = spell(mode, True) if mode != "new" else "another output path"
     with target.lock(command):

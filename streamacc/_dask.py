@@ -1,0 +1,154 @@
+"""Block tasks on a dask.distributed cluster: an exact two-pass run of a sequential scan.
+
+Only the carry of a scan is sequential, and it is small and cheap. The driver runs the
+carry pass (a carry-only jitted scan per block, no ys, no I/O) and, as soon as the carry
+entering block k is known, submits block task k: recompute the block from that carry on
+any worker, encode it, write its chunks there, and return its checksums and the carry it
+ends with. The driver commits results strictly in scan order, after checking each task's
+final carry against the carry pass bit for bit, so the output is byte-identical to a
+single-process run, and resume and verify do not care where blocks ran.
+
+Tasks are idempotent (the same bytes every time), so the scheduler may retry a task whose
+worker died. Step functions travel by cloudpickle; the plan is scattered once per worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections import deque
+from typing import Any
+
+import jax
+
+from ._carry import HostLeaf, from_host, to_host
+from ._engine import Plan, carry_pass, compute_block
+from ._errors import CarryMismatchError, InputError
+from ._executor import named_ys
+from ._output import BlockResult, Output
+from ._target import LocalTarget, StoreTarget, Target, open_target
+from ._zarr import ZarrSink
+
+__all__ = ["DaskExecutor", "SinkSpec", "run_block_task"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SinkSpec:
+    """How a worker reaches the output: a path or URL, its storage options, the arrays and their chunking."""
+
+    location: str
+    storage_options: str  # JSON text, so that the spec is hashable and each worker opens the store once
+    names: tuple[str, ...]
+    chunk: int
+    fsync: bool
+
+    @classmethod
+    def of(cls, output: Output) -> SinkSpec:
+        target = output.target
+        options = json.dumps(getattr(target, "storage_options", None), sort_keys=True)
+        return cls(cls.location_of(target), options, tuple(output.spec.names), output.spec.chunk, target.fsync)
+
+    @staticmethod
+    def location_of(target: Target) -> str:
+        """The path or URL by which workers reach ``target``, or an error when they cannot."""
+        if isinstance(target, LocalTarget):
+            return str(target.root)
+        if isinstance(target, StoreTarget) and hasattr(target.store, "fs") and "://" in target.label:
+            return target.label
+        raise InputError(
+            f"{target.label} is a store object that lives in this process only; to write with a dask client "
+            "pass a path or URL that every worker can reach"
+        )
+
+
+@functools.lru_cache(maxsize=8)
+def _open_sink(spec: SinkSpec) -> ZarrSink:
+    """The sink of ``spec`` in this worker process, opened once and reused by later tasks."""
+    target: Target = open_target(spec.location, storage_options=json.loads(spec.storage_options))
+    target.fsync = spec.fsync
+    return ZarrSink.open(target, list(spec.names), spec.chunk)
+
+
+def run_block_task(
+    plan: Plan, spec: SinkSpec, index: int, start: int, stop: int, carry_in: list[HostLeaf], x64: bool
+) -> BlockResult:
+    """Recompute block ``index`` from ``carry_in``, write its chunks durably, and describe it.
+
+    Runs on a worker, in the driver's precision (``x64``) whatever the worker's own setting.
+    """
+    with jax.enable_x64(x64):
+        block = compute_block(plan, from_host(carry_in, plan.init), start, stop)
+        crcs = _open_sink(spec).write(start, stop, named_ys(list(spec.names), block.ys))
+        nbytes = sum(y.nbytes for y in jax.tree_util.tree_leaves(block.ys))
+        return BlockResult(index, start, stop, carry_in, to_host(block.carry), crcs, nbytes)
+
+
+def _same(a: list[HostLeaf], b: list[HostLeaf]) -> bool:
+    return len(a) == len(b) and all(
+        x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes() and i == j
+        for (x, i), (y, j) in zip(a, b, strict=True)
+    )
+
+
+@dataclasses.dataclass
+class DaskExecutor:
+    """Blocks recomputed as tasks on a dask cluster from carries the driver computes.
+
+    At most ``inflight`` tasks are submitted and not yet committed, which keeps driver
+    and worker memory flat whatever the length.
+    """
+
+    client: Any
+    inflight: int
+
+    @classmethod
+    def for_client(cls, client: Any, inflight: int | None = None) -> DaskExecutor:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise InputError("client= needs dask.distributed: pip install 'streamacc[dist]'") from None
+        if not isinstance(client, Client):
+            raise InputError(f"client must be a distributed.Client, got {type(client).__name__}")
+        workers = max(1, len(client.scheduler_info().get("workers", {})))
+        return cls(client, inflight or 2 * workers + 1)
+
+    def check(self, target: Target) -> None:
+        SinkSpec.location_of(target)
+
+    def run(self, plan: Plan, output: Output) -> None:
+        spec = SinkSpec.of(output)
+        x64 = bool(jax.config.jax_enable_x64)
+        plan_future = self.client.scatter(plan, broadcast=True, hash=False)
+        pending: deque[tuple[Any, list[HostLeaf]]] = deque()
+
+        def commit_oldest() -> None:
+            future, expected = pending.popleft()
+            result: BlockResult = future.result()
+            if not _same(result.carry_out, expected):
+                raise CarryMismatchError(
+                    f"block {result.index} (steps {result.start}-{result.stop}) ended with another carry on its "
+                    "worker than in the carry pass, so the step is not reproducible there (nondeterministic, or "
+                    "different hardware); nothing past it was committed: rerun without a cluster"
+                )
+            output.commit(result)
+
+        carry_in = output.carry
+        carries = carry_pass(plan, carry=from_host(carry_in, plan.init), first_block=output.first_block)
+        try:
+            for index, (start, stop, carry) in enumerate(carries, start=output.first_block):
+                carry_out = to_host(carry)
+                while len(pending) >= self.inflight:
+                    commit_oldest()
+                future = self.client.submit(
+                    run_block_task, plan_future, spec, index, start, stop, carry_in, x64, pure=False, retries=2
+                )
+                pending.append((future, carry_out))
+                while pending and pending[0][0].done():
+                    commit_oldest()
+                carry_in = carry_out
+            while pending:
+                commit_oldest()
+        finally:
+            for future, _ in pending:
+                future.cancel()

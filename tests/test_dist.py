@@ -1,0 +1,149 @@
+"""Exact two-pass runs on a real dask.distributed cluster (worker processes, not threads).
+
+Every output written with ``client=`` must be byte for byte the single-process output:
+each recipe, ``cumsum`` of a Zarr input, and a closure step with a dict of outputs; a
+worker SIGKILLed mid-run changes nothing; a step that computes differently on the
+workers is stopped by the carry cross-check before anything wrong is committed; and a
+run started on the cluster resumes without it (and the other way round).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import zarr
+from _fault_helpers import assert_same_output, read_manifest
+
+import streamacc
+from streamacc._output import Output
+from streamacc.recipes import get_recipe
+
+distributed = pytest.importorskip("distributed")
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture(scope="module")
+def client():
+    """Two single-threaded worker processes on 127.0.0.1, shared by this module's tests."""
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1"
+    )
+    client = distributed.Client(cluster)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+def write_both(tmp_path, client, f, init, xs=None, **kw):
+    """Write the same run in this process and on the cluster; return both paths."""
+    kw = {"progress": False, **kw}
+    local, remote = tmp_path / "local.zarr", tmp_path / "cluster.zarr"
+    streamacc.write(local, f, init, xs, **kw)
+    streamacc.write(remote, f, init, xs, client=client, **kw)
+    return local, remote
+
+
+@pytest.mark.parametrize("name", ["gp", "affine", "logistic", "randomwalk", "cumsum", "cumprod"])
+def test_every_recipe_is_byte_identical_on_the_cluster(tmp_path, client, name):
+    params = {}
+    if name in ("cumsum", "cumprod"):
+        source = zarr.create_array(tmp_path / "in.zarr", shape=(3000,), chunks=(700,), dtype="f8", fill_value=0.0)
+        source[:] = np.random.default_rng(3).uniform(0.5, 1.5, 3000)
+        params["input"] = str(tmp_path / "in.zarr")
+    job = get_recipe(name).build(None if params else 3000, "float64", **params)
+    local, remote = write_both(
+        tmp_path,
+        client,
+        job.f,
+        job.init,
+        job.xs,
+        length=job.length,
+        block_size=256,
+        unroll=job.unroll,
+        names=job.names,
+        attrs=job.attrs,
+    )
+    assert_same_output(remote, local)
+    assert streamacc.verify(remote, job.f, job.init, job.xs).complete
+
+
+def test_a_closure_with_a_dict_of_outputs(tmp_path, client):
+    scale = 1.25
+
+    def step(c, x):
+        c = 0.5 * c + scale * x
+        return c, {"level": c, "pair": jnp.stack([c, c * c])}
+
+    xs = np.random.default_rng(5).normal(size=2000)
+    local, remote = write_both(tmp_path, client, step, np.float64(0.1), xs, block_size=128)
+    assert_same_output(remote, local)
+    assert sorted(zarr.open_group(remote, mode="r").array_keys()) == ["level", "pair"]
+
+
+def test_a_worker_killed_mid_run_changes_nothing(tmp_path, client, monkeypatch):
+    job = get_recipe("affine").build(40000, "float64")
+    pids = list(client.run(os.getpid).values())
+    real = Output.commit
+    killed = []
+
+    def commit(self, result):
+        real(self, result)
+        if result.index == 3 and not killed:
+            os.kill(pids[0], signal.SIGKILL)
+            killed.append(pids[0])
+
+    monkeypatch.setattr(Output, "commit", commit)
+    local, remote = write_both(tmp_path, client, job.f, job.init, length=job.length, block_size=1000, attrs=job.attrs)
+    assert killed
+    assert_same_output(remote, local)
+    client.wait_for_workers(2, timeout=60)  # the nanny restarted it
+
+
+def test_a_step_that_differs_on_the_workers_is_stopped_by_the_carry_check(tmp_path, client):
+    driver = os.getpid()
+
+    def step(c, _):
+        factor = 1.5 if os.getpid() == driver else 1.25  # read at trace time: differs on the workers
+        return c * factor, c
+
+    out = tmp_path / "out.zarr"
+    with pytest.raises(streamacc.CarryMismatchError, match=r"block 0 \(steps 0-100\).*not reproducible"):
+        streamacc.write(out, step, np.float64(1.0), length=1000, block_size=100, progress=False, client=client)
+    assert read_manifest(out)["committed_blocks"] == 0
+
+
+def test_a_run_moves_between_the_cluster_and_one_process(tmp_path, client, monkeypatch):
+    job = get_recipe("gp").build(20000, "float64")
+    kw = {"length": job.length, "block_size": 512, "unroll": 8, "attrs": job.attrs, "progress": False}
+    ref = tmp_path / "ref.zarr"
+    streamacc.write(ref, job.f, job.init, **kw)
+    for first, then in ((client, None), (None, client)):
+        out = tmp_path / f"out-{first is None}.zarr"
+        real = Output.commit
+
+        def commit(self, result, real=real):
+            if result.index == 7:
+                raise KeyboardInterrupt
+            real(self, result)
+
+        with monkeypatch.context() as m:
+            m.setattr(Output, "commit", commit)
+            with pytest.raises(KeyboardInterrupt):
+                streamacc.write(out, job.f, job.init, client=first, **kw)
+        assert read_manifest(out)["committed_blocks"] == 7
+        streamacc.write(out, job.f, job.init, client=then, resume=True, **kw)
+        assert_same_output(out, ref)
+
+
+def test_a_store_object_cannot_travel_to_workers(client):
+    store = zarr.storage.MemoryStore()
+    with pytest.raises(streamacc.InputError, match="lives in this process only"):
+        streamacc.write(store, lambda c, _: (c, c), np.float64(0.0), length=8, client=client)
+    assert not store._store_dict  # refused before anything was written
