@@ -22,7 +22,7 @@ from ._carry import from_host, to_host
 from ._checks import as_count
 from ._codecs import compressors_for
 from ._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_SIZE
-from ._engine import make_plan
+from ._engine import Plan, make_plan
 from ._errors import InputError, StoreError, StreamaccError, StreamaccWarning, spell
 from ._executor import Executor, LocalExecutor
 from ._identity import run_identity
@@ -33,7 +33,7 @@ from ._target import open_target
 from ._verify import check_resumable
 from ._version import __version__
 
-__all__ = ["output_names", "write"]
+__all__ = ["output_names", "output_spec", "write"]
 
 log = logging.getLogger("streamacc")
 
@@ -105,6 +105,30 @@ def _check_chunk(chunk_size: int | None, block_size: int) -> int:
     return int(chunk_size)
 
 
+def output_spec(
+    plan: Plan,
+    *,
+    names: Sequence[str] | None = None,
+    codec: str = DEFAULT_CODEC,
+    chunk_size: int | None = None,
+    attrs: Mapping[str, Any] | None = None,
+    array_attrs: Mapping[str, Mapping[str, Any]] | None = None,
+) -> OutputSpec:
+    """The output a run of ``plan`` must produce (arrays, layout, codec, attributes, identity), checked."""
+    names = output_names(plan.y_struct, names)
+    chunk = _check_chunk(chunk_size, plan.block_size)
+    compressors_for(codec)
+    attrs = _check_attrs(attrs)
+    checked_array_attrs = _check_array_attrs(array_attrs, names)
+    specs = {
+        n: ((plan.length, *s.shape), np.dtype(s.dtype))
+        for n, s in zip(names, jax.tree_util.tree_leaves(plan.y_struct), strict=True)
+    }
+    arrays = {n: [dt.str, list(shape)] for n, (shape, dt) in specs.items()}
+    identity = run_identity(plan, arrays=arrays, codec=codec, chunk=chunk, attrs=attrs)
+    return OutputSpec(identity, specs, chunk, codec, attrs, checked_array_attrs, plan.block_count)
+
+
 def _executor_for(client: Any, inflight: int) -> Executor:
     """Where the blocks run: this process, or the dask cluster behind ``client``."""
     if client is None:
@@ -170,19 +194,8 @@ def write(
         )
     if overwrite and resume:
         raise InputError(f"{spell('overwrite', True)} and {spell('resume', True)} exclude each other; pass one")
-    names = output_names(plan.y_struct, names)
-    chunk = _check_chunk(chunk_size, plan.block_size)
-    compressors_for(codec)
-    attrs = _check_attrs(attrs)
-    array_attrs = _check_array_attrs(array_attrs, names)
+    spec = output_spec(plan, names=names, codec=codec, chunk_size=chunk_size, attrs=attrs, array_attrs=array_attrs)
     executor = _executor_for(client, as_count("inflight", inflight, minimum=1))
-    specs = {
-        n: ((plan.length, *s.shape), np.dtype(s.dtype))
-        for n, s in zip(names, jax.tree_util.tree_leaves(plan.y_struct), strict=True)
-    }
-    arrays = {n: [dt.str, list(shape)] for n, (shape, dt) in specs.items()}
-    identity = run_identity(plan, arrays=arrays, codec=codec, chunk=chunk, attrs=attrs)
-    spec = OutputSpec(identity, specs, chunk, codec, attrs, array_attrs, plan.block_count)
     target = open_target(store, storage_options=storage_options)
     target.fsync = durable
     executor.check(target)

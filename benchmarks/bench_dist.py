@@ -1,0 +1,289 @@
+"""Scale-out: what the two passes cost, cluster runs against one process, and a model of wall time.
+
+    python benchmarks/bench_dist.py parts --size 2**26 --block 2**22
+        per recipe: the carry pass's time per block on the driver (a), a block task's time
+        (recompute, encode, checksum, write, fsync: b) and the per-task cost of the
+        scheduler round trip (o), all measured in this process and on a LocalCluster
+    python benchmarks/bench_dist.py runs --size 2**28 --block 2**22 [--s3]
+        `streamacc write` in one process, with --workers 1 and --workers 2, to local disk
+        (or to a moto S3 server on 127.0.0.1), each under /usr/bin/time -v
+    python benchmarks/bench_dist.py pinned --size 2**28 --block 2**22
+        the same cluster runs pinned with taskset: 1 worker on 1 core, 2 workers on 2 cores
+    python benchmarks/bench_dist.py model
+        wall time against workers (1 to 64) from the measured parts, with the carry pass
+        as the critical path, checked against the measured runs; writes dist_model.png
+
+Each section adds to ``--out``/dist.json; ``model`` also writes dist.md.
+The model: T(W) = t_start + a + b + (n - 1) * max(a + o, b / W) for n blocks, where the
+driver's per-block work (carry pass plus scheduling) bounds the rate however many
+workers there are, and t_start is the cluster's start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR))
+
+from _timing import time_command  # noqa: E402
+
+RECIPES = {"gp": {}, "affine": {}, "logistic": {"inner": 32}, "randomwalk": {}}
+WORKERS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _save(path: Path, section: str, data: object) -> None:
+    doc = _load(path)
+    doc[section] = data
+    path.write_text(json.dumps(doc, indent=1))
+
+
+def _cluster(workers: int):
+    from distributed import Client, LocalCluster
+
+    t0 = time.perf_counter()
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+    client = Client(cluster)
+    return cluster, client, time.perf_counter() - t0
+
+
+def parts(size: int, block: int, workdir: Path, blocks_measured: int) -> dict:
+    """Per recipe: carry-pass seconds per block (a), block-task seconds (b), scheduler seconds per task (o)."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    from streamacc._carry import to_host
+    from streamacc._dask import SinkSpec, run_block_task
+    from streamacc._engine import carry_pass, make_plan
+    from streamacc._output import open_output
+    from streamacc._target import open_target
+    from streamacc._write import output_spec
+    from streamacc.recipes import get_recipe
+
+    results = {}
+    for name, params in RECIPES.items():
+        job = get_recipe(name).build(size, "float64", **params)
+        plan = make_plan(job.f, job.init, job.xs, length=job.length, block_size=block, unroll=job.unroll)
+        carries = carry_pass(plan)
+        next(carries)  # compile
+        times = []
+        for _ in range(blocks_measured):
+            t0 = time.perf_counter()
+            next(carries)
+            times.append(time.perf_counter() - t0)
+        a = statistics.median(times)
+        # block tasks exactly as a worker runs them, into a real output
+        out = workdir / f"parts-{name}.zarr"
+        spec = output_spec(plan, names=job.names, attrs=job.attrs)
+        target = open_target(out)
+        with target.lock("--overwrite"):
+            output = open_output(target, spec, mode="new", init=to_host(plan.init), check_resumable=lambda o: None)
+            sink = SinkSpec.of(output)
+            carry = to_host(plan.init)
+            task_times = []
+            for index, (start, stop) in enumerate(plan.bounds()):
+                if index > blocks_measured:
+                    break
+                t0 = time.perf_counter()
+                result = run_block_task(plan, sink, index, start, stop, carry, True)
+                task_times.append(time.perf_counter() - t0)
+                carry = result.carry_out
+        shutil.rmtree(out)
+        b = statistics.median(task_times[1:])  # the first compiles
+        results[name] = {
+            "a_s": a,
+            "b_s": b,
+            "ratio": b / a,
+            "a_ns_per_step": a / block * 1e9,
+            "b_ns_per_step": b / block * 1e9,
+        }
+        print(name, json.dumps(results[name]), flush=True)
+    cluster, client, start_s = _cluster(1)
+    try:
+        window, count = 5, 400
+        futures = []
+        t0 = time.perf_counter()
+        for i in range(count):
+            futures.append(client.submit(int, i, pure=False))
+            if len(futures) >= window:
+                futures.pop(0).result()
+        for f in futures:
+            f.result()
+        o = (time.perf_counter() - t0) / count
+    finally:
+        client.close()
+        cluster.close()
+    print(f"scheduler round trip per task {o * 1e3:.2f} ms; LocalCluster(1) start {start_s:.2f} s", flush=True)
+    return {"size": size, "block": block, "recipes": results, "o_s": o, "cluster_start_s": start_s}
+
+
+def _moto():
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
+    import boto3
+
+    endpoint = f"http://127.0.0.1:{port}"
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="bench")
+    return server, endpoint
+
+
+def runs(size: int, block: int, workdir: Path, s3: bool, pin: bool) -> list[dict]:
+    """``streamacc write`` in one process and with --workers 1, 2: each under /usr/bin/time -v."""
+    server = endpoint = None
+    if s3:
+        server, endpoint = _moto()
+    rows = []
+    try:
+        configs = (
+            [("1 core, 1 worker", ["0"], 1), ("2 cores, 2 workers", ["0", "1"], 2)]
+            if pin
+            else [("one process", None, 0), ("--workers 1", None, 1), ("--workers 2", None, 2)]
+        )
+        for label, cores, workers in configs:
+            name = label.replace(" ", "-").replace(",", "")
+            out = f"s3://bench/{name}.zarr" if s3 else str(workdir / f"{name}.zarr")
+            cmd = [
+                sys.executable,
+                "-m",
+                "streamacc",
+                "write",
+                out,
+                "--size",
+                str(size),
+                "--block-size",
+                str(block),
+                "--no-progress",
+                "--overwrite",
+            ]
+            if workers:
+                cmd += ["--workers", str(workers)]
+            if s3:
+                cmd += ["--storage-option", f"endpoint_url={endpoint}"]
+            if cores:
+                cmd = ["taskset", "-c", ",".join(cores), *cmd]
+            measured = time_command(cmd)
+            if measured["returncode"] != 0:
+                raise SystemExit(f"{label} failed: {measured['stderr']}")
+            row = {"run": label, "workers": workers, "cores": cores, "target": "s3 (moto)" if s3 else "local disk"}
+            row.update({k: v for k, v in measured.items() if k not in ("stdout", "stderr")})
+            row["steps_per_s"] = size / measured["wall_s"]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            if not s3:
+                shutil.rmtree(out, ignore_errors=True)
+    finally:
+        if server is not None:
+            server.stop()
+    return rows
+
+
+def predict(part: dict, o: float, start: float, n: int, workers: int) -> float:
+    a, b = part["a_s"], part["b_s"]
+    return start + a + b + (n - 1) * max(a + o, b / workers)
+
+
+def model(doc: dict, out: Path) -> str:
+    """The model's speedups and the measured runs, as markdown; draws dist_model.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    p = doc["parts"]
+    n = -(-p.get("model_size", 2**32) // p["block"])
+    lines = [
+        f"Model for {p.get('model_size', 2**32)} steps in blocks of {p['block']} ({n} blocks); "
+        f"o = {p['o_s'] * 1e3:.2f} ms per task, cluster start {p['cluster_start_s']:.1f} s.",
+        "",
+        "| recipe | a (carry pass) ms/block | b (block task) ms/block | b / a | "
+        + " | ".join(f"speedup at {w}" for w in WORKERS)
+        + " |",
+        "|---|--:|--:|--:|" + "--:|" * len(WORKERS),
+    ]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, part in p["recipes"].items():
+        base = predict(part, p["o_s"], 0.0, n, 1)
+        speed = [base / predict(part, p["o_s"], 0.0, n, w) for w in WORKERS]
+        ax.plot(WORKERS, speed, marker="o", label=f"{name} (b/a = {part['ratio']:.0f})")
+        cells = " | ".join(f"{s:.1f}x" for s in speed)
+        lines.append(f"| {name} | {part['a_s'] * 1e3:.1f} | {part['b_s'] * 1e3:.1f} | {part['ratio']:.1f} | {cells} |")
+    ax.plot(WORKERS, WORKERS, color="grey", linestyle=":", label="linear")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="workers",
+        ylabel="speedup over 1 worker (model)",
+        title="Cluster wall time model: the carry pass bounds the speedup",
+    )
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "dist_model.png", dpi=120)
+    checks = []
+    for section in ("runs", "runs_s3", "pinned"):
+        rows = doc.get(section, [])
+        size = doc.get(f"{section}_size")
+        for row in rows:
+            if not row["workers"] or size is None:
+                continue
+            blocks = -(-size // p["block"])
+            gp = p["recipes"]["gp"]
+            predicted = predict(gp, p["o_s"], p["cluster_start_s"] + 1.0, blocks, row["workers"])
+            checks.append(f"| {section} | {row['run']} | {row['wall_s']:.1f} | {predicted:.1f} |")
+    if checks:
+        header = "| runs | run | measured wall s | model wall s (gp, incl. start-up) |"
+        lines += ["", header, "|---|---|--:|--:|", *checks]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("section", choices=["parts", "runs", "pinned", "model"])
+    parser.add_argument("--size", default="2**26")
+    parser.add_argument("--block", default="2**22")
+    parser.add_argument("--blocks", type=int, default=8, help="blocks timed per recipe in parts")
+    parser.add_argument("--model-size", default="2**32", help="the length the model predicts for")
+    parser.add_argument("--s3", action="store_true", help="runs: write to a moto S3 server instead of local disk")
+    parser.add_argument("--out", type=Path, default=BENCH_DIR / "out" / "dist")
+    args = parser.parse_args()
+    from streamacc._expr import parse_int
+
+    size, block = parse_int(args.size, name="--size"), parse_int(args.block, name="--block")
+    args.out.mkdir(parents=True, exist_ok=True)
+    store = args.out / "dist.json"
+    with tempfile.TemporaryDirectory(dir=args.out) as tmp:
+        work = Path(tmp)
+        if args.section == "parts":
+            data = parts(size, block, work, args.blocks)
+            data["model_size"] = parse_int(args.model_size, name="--model-size")
+            _save(store, "parts", data)
+        elif args.section in ("runs", "pinned"):
+            key = "pinned" if args.section == "pinned" else "runs_s3" if args.s3 else "runs"
+            _save(store, key, runs(size, block, work, args.s3, args.section == "pinned"))
+            _save(store, f"{key}_size", size)
+        else:
+            text = model(_load(store), args.out)
+            (args.out / "dist.md").write_text(text + "\n")
+            print(text)
+
+
+if __name__ == "__main__":
+    main()
