@@ -110,6 +110,7 @@ class ZarrSink:
         self.arrays = arrays
         self.chunk = chunk
         self._root: dict | None = None
+        self._members: dict[str, dict] | None = None
 
     @classmethod
     def create(
@@ -173,8 +174,9 @@ class ZarrSink:
         root = self._root
         root.update(zarr_format=3, node_type="group")
         root["attributes"] = {**root.get("attributes", {}), **netcdf_safe(attrs)}
-        members = {name: json.loads(self.target.read(f"{name}/zarr.json") or b"{}") for name in self.arrays}
-        root["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": members}
+        if self._members is None:  # array metadata never changes during a run: read it once
+            self._members = {name: json.loads(self.target.read(f"{name}/zarr.json") or b"{}") for name in self.arrays}
+        root["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": self._members}
         self.target.write("zarr.json", json.dumps(root, indent=1, allow_nan=False).encode())
 
     def chunk_keys(self, name: str, start: int, stop: int) -> list[str]:
