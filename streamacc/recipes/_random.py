@@ -7,8 +7,9 @@ restarts.
 
 The draws depend on the index alone, not on the walk, so they are made for a whole block
 at once, vectorised (:class:`Increments`, the job's ``xs``), and the scan only adds. Drawn
-one step at a time inside the scan, the same walk ran about 15x slower on CPU, where
-XLA executes a loop body's dozens of small operations one by one for every step.
+one step at a time inside the scan, the same walk ran more than 10x slower on CPU, where
+XLA executes a loop body's dozens of small operations one by one for every step
+(``python benchmarks/bench_cli.py walk``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ MAX_SIZE = 2**32
 MAX_SEED = 2**63 - 1
 
 PIECE = 2**18
-"""Increments drawn per call: a block's worth at once would hold several block-sized temporaries."""
+"""Increments drawn per call, so that the draws' temporaries stay a fraction of a block."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -63,7 +64,12 @@ class RandomWalk(Step):
 def _key_data(seed: int) -> Any:
     import jax
 
-    with jax.enable_x64(True):  # a seed past 2**31 would be truncated to 32 bits without it
+    scope: Any = getattr(jax, "enable_x64", None)
+    if scope is None:  # jax < 0.8 has it only here
+        import jax.experimental
+
+        scope = jax.experimental.enable_x64  # type: ignore[attr-defined]
+    with scope(True):  # a seed past 2**31 would be truncated to 32 bits without it
         return jax.random.key_data(jax.random.key(seed))
 
 
