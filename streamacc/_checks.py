@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._errors import InputError, StepFunctionError, X64Error
+from ._errors import InputError, StepFunctionError, X64Error, spell
 
 __all__ = ["as_count", "check_x64", "resolve_length", "step_shapes"]
 
@@ -22,18 +22,19 @@ _COMPLEX_WIDE = np.dtype(np.complex128)
 
 
 def as_count(name: str, value: Any, *, minimum: int) -> int:
-    """Return ``value`` as a Python int no smaller than ``minimum``, or explain why not."""
+    """Return argument ``name`` as a Python int no smaller than ``minimum``, or explain why not."""
+    example = spell(name, max(minimum, 1024))
     if isinstance(value, bool) or value is None:
-        raise InputError(f"{name} must be an integer >= {minimum}, got {value!r}; pass e.g. {name}=1024")
+        raise InputError(f"{spell(name)} must be an integer >= {minimum}, got {value!r}; pass e.g. {example}")
     try:
         count = operator.index(value)
     except TypeError:
         raise InputError(
-            f"{name} must be an integer >= {minimum}, got {value!r} of type "
-            f"{type(value).__name__}; pass a whole number such as {name}=1024"
+            f"{spell(name)} must be an integer >= {minimum}, got {value!r} of type "
+            f"{type(value).__name__}; pass a whole number such as {example}"
         ) from None
     if count < minimum:
-        raise InputError(f"{name} must be >= {minimum}, got {count}; pass a larger {name}")
+        raise InputError(f"{spell(name)} must be >= {minimum}, got {count}; pass e.g. {example}")
     return count
 
 
@@ -44,7 +45,9 @@ def resolve_length(xs: Any, length: Any) -> int:
         length = as_count("length", length, minimum=0)
     if not leaves:
         if length is None:
-            raise InputError("length is required when xs is None; pass length=N, the number of steps")
+            raise InputError(
+                f"{spell('length')} is required when xs is None; pass the number of steps, e.g. {spell('length', 1000)}"
+            )
         return length
     sizes = []
     for leaf in leaves:
@@ -62,7 +65,8 @@ def resolve_length(xs: Any, length: Any) -> int:
         )
     if length is not None and length != sizes[0]:
         raise InputError(
-            f"length={length} disagrees with xs, whose leaves have {sizes[0]} steps; drop length or slice xs to match"
+            f"{spell('length', length)} disagrees with xs, whose leaves have {sizes[0]} steps; "
+            f"drop {spell('length')} or slice xs to match"
         )
     return sizes[0]
 
@@ -79,7 +83,7 @@ def _dtype_of(leaf: Any) -> np.dtype | None:
 
 def check_x64(**trees: Any) -> None:
     """Refuse 64-bit inputs while ``jax_enable_x64`` is off, since JAX would halve them silently."""
-    if jax.config.jax_enable_x64:
+    if jax.config.read("jax_enable_x64"):
         return
     for name, tree in trees.items():
         for leaf in jax.tree_util.tree_leaves(tree):
@@ -134,7 +138,7 @@ def _trace_step(f: Callable, carry: Any, x: Any) -> tuple[Any, Any]:
 
 def _check_carry(carry_in: Any, carry_out: Any) -> None:
     tree_in, tree_out = (jax.tree_util.tree_structure(t) for t in (carry_in, carry_out))
-    same = tree_in == tree_out and all(
+    same = tree_in == tree_out and all(  # type: ignore[operator]  # PyTreeDefs compare
         a.shape == b.shape and (a.dtype == b.dtype or a.weak_type)
         for a, b in zip(jax.tree_util.tree_leaves(carry_in), jax.tree_util.tree_leaves(carry_out), strict=True)
     )

@@ -3,7 +3,12 @@
 A thin shell over the library: it parses options (numbers through the safe arithmetic
 parser, never ``eval``), turns library errors into one line on stderr, and maps them to
 exit codes: 0 success, 2 bad usage or input, 1 runtime failure, 130 interrupted (Ctrl-C), 143
-terminated (SIGTERM).
+terminated (SIGTERM), 141 when the reader of stdout went away (as for a tool killed by
+SIGPIPE, ``... | head -1``).
+
+It imports JAX and Zarr only once a command needs them, so that ``--help``, ``recipes``
+and mistakes in the arguments answer at once. Only streamacc's own log messages are
+shown, as ``streamacc: ...``; ``--debug`` adds other libraries' and tracebacks.
 """
 
 from __future__ import annotations
@@ -16,10 +21,11 @@ import re
 import signal
 import sys
 import threading
+import time
 import traceback
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ._codecs import CODECS
 from ._defaults import DEFAULT_CODEC, DEFAULT_WRITE_BLOCK_SIZE
@@ -31,10 +37,12 @@ from ._errors import (
     StreamaccError,
     StreamaccWarning,
     cli_spelling,
+    spell,
 )
 from ._expr import parse_int, parse_number
+from ._progress import si
 from ._version import __version__
-from .recipes._base import option
+from .recipes._base import Recipe, option
 
 __all__ = ["main"]
 
@@ -51,6 +59,26 @@ class _Exit(Exception):
     def __init__(self, status: int) -> None:
         super().__init__(status)
         self.status = status
+
+
+class _StdoutClosed(Exception):
+    """The reader of stdout went away (``streamacc recipes | head -1``)."""
+
+
+def _out(text: str) -> None:
+    """Print ``text`` on stdout now, so that a closed pipe is noticed here and not at exit."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        raise _StdoutClosed from None
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's flush at exit does not fail on the closed pipe again."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # no file descriptor: nothing to flush at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -70,6 +98,27 @@ class _Parser(argparse.ArgumentParser):
             self._print_message(message, sys.stderr)
         raise _Exit(status)
 
+    def _print_message(self, message: str, file: Any = None) -> None:
+        # as argparse's, but a closed pipe (`streamacc --help | head -1`) is not ignored: main() exits as on SIGPIPE
+        if not message:
+            return
+        try:
+            file = file or sys.stderr
+            file.write(message)
+            file.flush()
+        except BrokenPipeError:
+            raise _StdoutClosed from None
+        except (AttributeError, OSError):  # no stderr at all (pythonw), or it is closed
+            pass
+
+
+def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """--debug and --version, accepted before the command and after it alike."""
+    # a subcommand's default would overwrite the value given before the command: it has none
+    default = False if top else argparse.SUPPRESS
+    parser.add_argument("--debug", action="store_true", default=default, help="show tracebacks and all libraries' logs")
+    parser.add_argument("--version", action="version", version=f"streamacc {__version__}")
+
 
 def _recipe_options() -> dict[str, tuple[str, str]]:
     """Every recipe option: dest -> (kind, help), merged across recipes, naming every recipe that takes it."""
@@ -86,6 +135,7 @@ def _recipe_options() -> dict[str, tuple[str, str]]:
 
 def _add_write(sub: argparse._SubParsersAction) -> None:
     w = sub.add_parser("write", allow_abbrev=False, help="run a recipe and stream its output to a Zarr store")
+    _add_common(w, top=False)
     w.add_argument("out", metavar="OUT", help="output path or fsspec URL (a Zarr v3 group)")
     w.add_argument("--size", help="number of steps, e.g. '2**32' (cumsum/cumprod default: the input's length)")
     w.add_argument("--recipe", default="gp", help="recipe name (default gp; see `streamacc recipes`)")
@@ -109,28 +159,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="streamacc", allow_abbrev=False, description="Long JAX accumulations streamed to Zarr in bounded memory."
     )
-    parser.add_argument("--version", action="version", version=f"streamacc {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    _add_common(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     _add_write(sub)
     info = sub.add_parser("info", help="describe an output: shape, dtype, codec, recipe, steps written")
+    _add_common(info, top=False)
     info.add_argument("out", metavar="OUT")
     verify = sub.add_parser("verify", help="recompute stored blocks from their carry-ins and compare bytes")
+    _add_common(verify, top=False)
     verify.add_argument("out", metavar="OUT")
     verify.add_argument("--blocks", default="all", help="'all' (default) or N, the number of blocks to check")
-    sub.add_parser("recipes", help="list recipes and their parameters")
+    _add_common(sub.add_parser("recipes", help="list recipes and their parameters"), top=False)
     return parser
 
 
-def _recipe_params(args: argparse.Namespace, recipe) -> dict:
+def _recipe_params(args: argparse.Namespace, recipe: Recipe) -> dict[str, Any]:
     """The recipe options given on the command line, parsed by kind; others are refused."""
     kinds = {p.name: p.kind for p in recipe.params}
     given = {k[len("param_") :]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
-    params = {}
+    params: dict[str, Any] = {}
     for name, text in given.items():
-        opt = option(name)
+        opt = spell(name)
         if name not in kinds:
-            valid = ", ".join(option(n) for n in kinds) or "none"
+            valid = ", ".join(spell(n) for n in kinds) or "none"
             raise InputError(f"{opt} does not apply to recipe {recipe.name!r}; its options are: {valid}")
         if kinds[name] == "float":
             params[name] = parse_number(text, name=opt)
@@ -152,7 +203,7 @@ def _absolute(path: str) -> str:
     return os.path.abspath(path.removeprefix("file://"))
 
 
-def _check_no_overlap(out: str, params: dict, recipe) -> None:
+def _check_no_overlap(out: str, params: dict[str, Any], recipe: Recipe) -> None:
     """Refuse a path parameter that is OUT, lies inside it or contains it: --overwrite would delete the input."""
 
     def norm(text: str) -> str:
@@ -167,35 +218,82 @@ def _check_no_overlap(out: str, params: dict, recipe) -> None:
         source = norm(value)
         if source.startswith(target) or target.startswith(source):
             raise InputError(
-                f"{option(p.name)} {value!r} and the output {out!r} overlap, so writing the output would destroy "
+                f"{spell(p.name, repr(value))} and the output {out!r} overlap, so writing the output would destroy "
                 "its input; choose an output path outside the input"
             )
 
 
+def _enable_x64() -> None:
+    import jax
+
+    jax.config.update("jax_enable_x64", True)  # the CLI owns its process: float64 must stay float64
+
+
+def _committed_steps(out: str) -> int:
+    """How many steps ``out`` has committed already; 0 where it holds no readable run."""
+    from ._inspect import describe_output
+
+    try:
+        return describe_output(out)["committed_steps"]
+    except Exception:  # only a count for the summary line: whatever is wrong, write() itself will say
+        return 0
+
+
+def summary(info: dict[str, Any], before: int, seconds: float) -> str:
+    """The line ``write`` prints on success: steps and bytes written, time, rates, bytes stored, compression.
+
+    ``info`` is :func:`streamacc._inspect.describe_output` of the finished output, ``before``
+    the steps it had committed before this run (resumed), ``seconds`` this run's wall time.
+    """
+    import numpy as np
+
+    arrays = info["arrays"].values()
+    step_bytes = sum(int(np.prod(a["shape"][1:], dtype=np.int64)) * np.dtype(a["dtype"]).itemsize for a in arrays)
+    stored = sum(a["stored_bytes"] for a in arrays)
+    committed = info["committed_steps"]
+    ratio = f"{committed * step_bytes / stored:.2f}x" if stored else "n/a"
+    kept = f"stored {si(stored)}B for {committed} steps (compression {ratio})"
+    steps = committed - before
+    if steps == 0:
+        return f"{info['path']}: nothing to write, all {committed} steps were committed already; {kept}"
+    rate = steps / max(seconds, 1e-9)
+    resumed = f", resumed at step {before}," if before else ""
+    return (
+        f"{info['path']}: wrote {steps} steps ({si(steps * step_bytes)}B){resumed} in {seconds:.2f} s "
+        f"({si(rate)} steps/s, {si(rate * step_bytes)}B/s); {kept}"
+    )
+
+
 def cmd_write(args: argparse.Namespace) -> int:
-    from ._write import write
     from .recipes import get_recipe
     from .recipes._base import check_dtype
 
     recipe = get_recipe(args.recipe)
-    size = None if args.size is None else parse_int(args.size, name="--size", minimum=1)
+    size = None if args.size is None else parse_int(args.size, name=spell("length"), minimum=1)
     block = (
         DEFAULT_WRITE_BLOCK_SIZE
         if args.block_size is None
-        else parse_int(args.block_size, name="--block-size", minimum=1)
+        else parse_int(args.block_size, name=spell("block_size"), minimum=1)
     )
     if args.codec not in CODECS:
-        raise InputError(f"--codec {args.codec!r} is unknown; choose one of: {', '.join(CODECS)}")
+        raise InputError(f"{spell('codec', repr(args.codec))} is unknown; choose one of: {', '.join(CODECS)}")
     params = _recipe_params(args, recipe)
     _check_no_overlap(args.out, params, recipe)
     job = recipe.build(size, args.dtype, **params)
     attrs = {**job.attrs, "dtype": check_dtype(args.dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
+    _enable_x64()
+    from ._inspect import describe_output
+    from ._write import write
+
+    before = _committed_steps(args.out) if args.resume else 0
+    start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", StreamaccWarning)
         _write(args, write, job, block, attrs, array_attrs)
     for warning in caught:
         logging.getLogger("streamacc").info("%s", warning.message)
+    _out(summary(describe_output(args.out), before, time.perf_counter() - start))
     return 0
 
 
@@ -219,21 +317,23 @@ def _write(args: argparse.Namespace, write, job, block: int, attrs: dict, array_
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    _enable_x64()
     from ._inspect import describe_output, format_description
 
-    print(format_description(describe_output(args.out)))
+    _out(format_description(describe_output(args.out)))
     return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    blocks = "all" if args.blocks == "all" else parse_int(args.blocks, name=spell("blocks"), minimum=1)
+    _enable_x64()
     from ._inspect import verify_recipe_output
 
-    blocks = "all" if args.blocks == "all" else parse_int(args.blocks, name="--blocks", minimum=1)
     report = verify_recipe_output(args.out, blocks=blocks)
-    print(
+    _out(
         f"{args.out}: OK, {len(report.checked_blocks)} of {report.committed_blocks} committed blocks recomputed "
         f"bit for bit ({report.committed_steps} of {report.total_steps} steps committed"
-        f"{', complete' if report.complete else ', incomplete: resume with --resume'})"
+        f"{', complete' if report.complete else ', incomplete: resume with ' + spell('resume')})"
     )
     return 0
 
@@ -241,11 +341,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_recipes(args: argparse.Namespace) -> int:
     from .recipes import RECIPES
 
+    lines = []
     for recipe in RECIPES.values():
-        print(f"{recipe.name}: {recipe.description}")
+        lines.append(f"{recipe.name}: {recipe.description}")
         for p in recipe.params:
             default = "required" if p.default is None else f"default {p.default!r}"
-            print(f"    {option(p.name):<12} {p.kind:<5} {default:<22} {p.help}")
+            lines.append(f"    {option(p.name):<12} {p.kind:<5} {default:<22} {p.help}")
+    _out("\n".join(lines))
     return 0
 
 
@@ -280,27 +382,60 @@ def _sigterm_stops() -> Iterator[None]:
         signal.signal(signal.SIGTERM, before)
 
 
+def _not_ours(record: logging.LogRecord) -> bool:
+    return record.name != "streamacc" and not record.name.startswith("streamacc.")
+
+
+@contextlib.contextmanager
+def _logging(debug: bool) -> Iterator[None]:
+    """Show streamacc's log messages as ``streamacc: ...``, other libraries' only with ``--debug``.
+
+    Without it, botocore's "Found credentials in environment variables." and the like stay
+    out of the user's terminal. Everything is undone on exit, as main() may run in-process.
+    """
+    ours, root = logging.getLogger("streamacc"), logging.getLogger()
+    saved = ours.level, root.level
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("streamacc: %(message)s"))
+    if debug:
+        others: logging.Handler = logging.StreamHandler(sys.stderr)
+        others.setFormatter(logging.Formatter("%(name)s: %(levelname)s: %(message)s"))
+        others.addFilter(_not_ours)  # ours are shown once, by their own handler
+        root.setLevel(logging.INFO)
+    else:
+        others = logging.NullHandler()  # else Python's last-resort handler prints their warnings
+    ours.addHandler(handler)
+    ours.setLevel(logging.DEBUG if debug else logging.INFO)
+    root.addHandler(others)
+    try:
+        yield
+    finally:
+        ours.removeHandler(handler)
+        root.removeHandler(others)
+        ours.level, root.level = saved
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``streamacc`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    debug = "--debug" in argv
     with cli_spelling(), _sigterm_stops():
-        return _main(argv, debug)
+        return _main(argv)
 
 
-def _main(argv: list[str], debug: bool) -> int:
+def _main(argv: list[str]) -> int:
+    debug = False
     try:
         args = build_parser().parse_args(argv)
-        logging.basicConfig(level=logging.INFO, format="streamacc: %(message)s", stream=sys.stderr)
-        logging.getLogger("jax").setLevel(logging.WARNING)
-        import jax
-
-        jax.config.update("jax_enable_x64", True)  # the CLI owns its process: float64 must stay float64
-        return COMMANDS[args.command](args)
+        debug = args.debug
+        with _logging(debug):
+            return COMMANDS[args.command](args)
     except _Exit as exc:
         return exc.status
+    except _StdoutClosed:
+        _drop_stdout()
+        return 141  # what a shell reports for a tool killed by SIGPIPE, as `seq 1 1000000 | head -1` is
     except UsageError as exc:
-        return _fail(str(exc), 2, debug)
+        return _fail(str(exc), 2, False)  # argparse's own traceback would say nothing
     except USAGE_ERRORS as exc:
         return _fail(str(exc), 2, debug)
     except StreamaccError as exc:

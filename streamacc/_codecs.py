@@ -3,13 +3,14 @@
 Names are what the CLI and ``write(codec=...)`` accept; each maps to a zarr v3
 compressor list. The default was chosen by benchmark (see benchmarks/RESULTS.md):
 zarr's own default, zstd level 0, encodes several times slower than this disk writes.
+zarr is imported only when a compressor list is made, so that the command line can list
+the names without paying for zarr's import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-
-from zarr.codecs import BloscCodec, ZstdCodec
+from typing import Literal
 
 from ._defaults import DEFAULT_CODEC
 from ._errors import InputError
@@ -17,13 +18,24 @@ from ._errors import InputError
 __all__ = ["CODECS", "DEFAULT_CODEC", "compressors_for"]
 
 
-def _blosc(cname: str, shuffle: str) -> Callable[[], list]:
-    return lambda: [BloscCodec(cname=cname, clevel=5, shuffle=shuffle)]
+def _blosc(cname: Literal["lz4", "zstd"], shuffle: Literal["shuffle", "bitshuffle"]) -> Callable[[], list]:
+    def make() -> list:
+        from zarr.codecs import BloscCodec
+
+        return [BloscCodec(cname=cname, clevel=5, shuffle=shuffle)]
+
+    return make
+
+
+def _zstd() -> list:
+    from zarr.codecs import ZstdCodec
+
+    return [ZstdCodec(level=0)]
 
 
 CODECS: dict[str, Callable[[], list]] = {
     "none": list,
-    "zstd": lambda: [ZstdCodec(level=0)],
+    "zstd": _zstd,
     "blosc-lz4": _blosc("lz4", "shuffle"),
     "blosc-lz4-bitshuffle": _blosc("lz4", "bitshuffle"),
     "blosc-zstd": _blosc("zstd", "shuffle"),

@@ -19,7 +19,7 @@ from jax import lax
 
 from ._checks import as_count, check_x64, resolve_length, step_shapes
 from ._defaults import DEFAULT_BLOCK_SIZE
-from ._errors import InputError
+from ._errors import InputError, spell
 from ._layout import block_bounds, block_count
 
 __all__ = [
@@ -97,19 +97,21 @@ def _check_grouping(length: int, block_size: int, unroll: int | bool, reverse: b
         return
     if unroll is True:
         raise InputError(
-            "unroll=True unrolls each block completely, which regroups steps unlike one lax.scan; "
-            "pass an integer unroll such as unroll=8"
+            f"{spell('unroll', True)} unrolls each block completely, which regroups steps unlike one lax.scan; "
+            f"pass an integer unroll such as {spell('unroll', 8)}"
         )
     if block_size % unroll or block_size < 2 * unroll:
         good = max(2 * unroll, block_size - block_size % unroll)
         raise InputError(
-            f"block_size={block_size} must be a multiple of unroll={unroll} and at least {2 * unroll}, so that "
-            f"blocks line up with lax.scan's unrolled groups; pass e.g. block_size={good}"
+            f"{spell('block_size', block_size)} must be a multiple of the scan's unroll ({unroll}) and at least "
+            f"{2 * unroll}, so that blocks line up with lax.scan's unrolled groups; "
+            f"pass e.g. {spell('block_size', good)}"
         )
     if reverse and length % unroll:
         raise InputError(
-            f"with reverse=True, length={length} must be a multiple of unroll={unroll} (lax.scan then runs its "
-            "remainder steps first); pass unroll=1 or a length divisible by unroll"
+            f"with {spell('reverse', True)}, {spell('length', length)} must be a multiple of the scan's unroll "
+            f"({unroll}), as lax.scan runs its remainder steps first; pass {spell('unroll', 1)} or a length divisible "
+            "by the unroll"
         )
 
 
@@ -128,7 +130,7 @@ def make_plan(
     block_size = as_count("block_size", block_size, minimum=1)
     unroll = _as_unroll(unroll)
     if not isinstance(reverse, (bool, np.bool_)):
-        raise InputError(f"reverse must be True or False, got {reverse!r}")
+        raise InputError(f"{spell('reverse')} must be True or False, got {reverse!r}")
     _check_grouping(n, block_size, unroll, bool(reverse))
     check_x64(init=init, xs=xs)
     carry_struct, y_struct = step_shapes(f, init, xs)

@@ -99,7 +99,7 @@ def _eval(node: ast.AST) -> Number:
     if isinstance(node, ast.Expression):
         return _eval(node.body)
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):  # not bool, str, complex...
-        return _checked(node.value)
+        return _checked(node.value)  # type: ignore[arg-type]  # an int or a float, as just checked
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.UAdd | ast.USub):
         value = _eval(node.operand)
         return value if isinstance(node.op, ast.UAdd) else -value

@@ -7,8 +7,10 @@ Most tests call ``streamacc._cli.main`` in-process (it returns the exit code); a
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,7 +25,7 @@ import zarr
 from _fault_helpers import RECORDS, node_attribute, read_manifest, write_manifest
 
 import streamacc
-from streamacc._cli import main
+from streamacc._cli import main, summary
 from streamacc._inspect import describe_output
 from streamacc.recipes import RECIPES
 
@@ -334,6 +336,83 @@ def test_version_and_help_return_zero_in_process(capsys):
     assert "--input PATH" in text and "[cumsum, cumprod]" in text
 
 
+# --- the summary line, --debug and --version everywhere --------------------------------------
+
+SUMMARY = re.compile(
+    r"(?P<path>\S+): wrote (?P<steps>\d+) steps \((?P<bytes>\S+)B\) in (?P<seconds>\d+\.\d\d) s "
+    r"\((?P<rate>\S+) steps/s, (?P<byte_rate>\S+)B/s\); stored (?P<stored>\S+)B for (?P<total>\d+) steps "
+    r"\(compression (?P<ratio>\d+\.\d\d)x\)"
+)
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("bar", [False, True], ids=["no-terminal", "progress-bar"])
+def test_write_prints_one_summary_line_on_stdout(tmp_path, capsys, monkeypatch, bar):
+    out = tmp_path / "out.zarr"
+    stderr = Terminal()
+    if bar:
+        monkeypatch.setattr(sys, "stderr", stderr)
+    assert run_cli("write", out, "--size", "1000", "--block-size", "64", "--codec", "zstd") == 0
+    stdout = capsys.readouterr().out
+    assert stdout.count("\n") == 1
+    match = SUMMARY.fullmatch(stdout.strip())
+    assert match, stdout
+    chunk_bytes = sum(p.stat().st_size for p in (out / "x" / "c").iterdir())
+    assert match["path"] == str(out) and match["steps"] == match["total"] == "1000"
+    assert match["bytes"] == "8k" and match["stored"] == streamacc._progress.si(chunk_bytes)
+    assert match["ratio"] == f"{8000 / chunk_bytes:.2f}"
+    assert ("1k/1k steps" in stderr.getvalue()) is bar  # the bar went to stderr, not stdout
+
+
+def test_summary_of_a_resumed_and_of_a_finished_run():
+    arrays = {
+        "x": {"shape": [300], "dtype": "float64", "stored_bytes": 1200},
+        "v": {"shape": [300, 2], "dtype": "float32", "stored_bytes": 800},
+    }
+    info = {"path": "out.zarr", "committed_steps": 300, "arrays": arrays}
+    # 16 bytes a step (8 + 2 * 4): 200 steps are 3200 bytes in 2 s; 4800 bytes stored in 2000
+    assert summary(info, 100, 2.0) == (
+        "out.zarr: wrote 200 steps (3.2kB), resumed at step 100, in 2.00 s (100 steps/s, 1.6kB/s); "
+        "stored 2kB for 300 steps (compression 2.40x)"
+    )
+    assert summary(info, 300, 0.5) == (
+        "out.zarr: nothing to write, all 300 steps were committed already; stored 2kB for 300 steps (compression 2.40x)"
+    )
+
+
+def test_debug_and_version_are_accepted_after_the_command(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out.zarr"
+    assert run_cli("write", out, "--size", "100", "--block-size", "64", "--debug", *QUIET) == 0
+    assert run_cli("info", out, "--debug") == 0
+    assert run_cli("verify", "--debug", out) == 0
+    assert run_cli("recipes", "--debug") == 0
+    assert "Traceback" not in capsys.readouterr().err
+    for argv in (["write", "--version"], ["info", "--version"], ["verify", "--version"], ["recipes", "--version"]):
+        assert run_cli(*argv) == 0
+        assert capsys.readouterr().out == f"streamacc {streamacc.__version__}\n"
+
+    def broken(args):
+        raise RuntimeError("unforeseen")
+
+    monkeypatch.setitem(streamacc._cli.COMMANDS, "info", broken)
+    for argv in (["info", out, "--debug"], ["--debug", "info", out]):  # before or after: both honoured
+        assert run_cli(*argv) == 1
+        assert "Traceback" in capsys.readouterr().err
+    assert run_cli("info", out) == 1
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_usage_error_with_debug_is_one_line_without_traceback(capsys):
+    # regression: --debug after the command printed the UsageError's traceback, then rejected --debug
+    assert run_cli("write", "out.zarr", "--size", "2**22", "--bogus", "--debug") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "--bogus" in err
+
+
 # --- the real entry points -----------------------------------------------------------------
 
 
@@ -348,7 +427,8 @@ def test_python_dash_m_streamacc_end_to_end(tmp_path):
         cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "" and proc.stderr == ""  # stderr is a pipe: no progress bar
+    assert proc.stderr == ""  # stderr is a pipe: no progress bar
+    assert proc.stdout.startswith("out.zarr: wrote 300 steps (2.4kB) in ") and proc.stdout.count("\n") == 1
     assert_bits_equal(
         zarr.open_group(tmp_path / "out.zarr")["x"][:], np.multiply.accumulate(np.array([1.0] + [1 + 1e-8] * 299))
     )

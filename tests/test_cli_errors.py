@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -121,6 +122,13 @@ ROWS = [
     pytest.param(W("--size", "10", "--recipe", "randomwalk", "--seed", "1.5"), 2, id="seed-fractional"),
     pytest.param(W("--size", "10", "--recipe", "randomwalk", "--seed", "-1"), 2, id="seed-negative"),
     pytest.param(W("--size", "2**33", "--recipe", "randomwalk"), 2, id="randomwalk-too-long"),
+    pytest.param(W("--size", "5000", "--block-size", "1004"), 2, id="block-size-not-a-multiple-of-unroll"),
+    # parameters that round to a degenerate value in the chosen dtype
+    pytest.param(W("--size", "10", "--dtype", "float32"), 2, id="float32-ratio-rounds-to-1"),
+    pytest.param(W("--size", "10", "--dtype", "float32", "--ratio", "2", "--x0", "1e39"), 2, id="float32-x0-inf"),
+    pytest.param(
+        W("--size", "10", "--dtype", "float32", "--recipe", "randomwalk", "--sigma", "1e-50"), 2, id="float32-sigma-0"
+    ),
     # cumsum / cumprod inputs
     pytest.param(W("--recipe", "cumsum"), 2, id="cumsum-without-input"),
     pytest.param(W("--recipe", "cumsum", "--input", "missing.zarr"), 2, id="input-missing"),
@@ -163,6 +171,35 @@ def test_bad_command_line(workspace, capfd, request, argv, code):
     assert out == ""
     assert listing(workspace) == before
     assert directories(workspace) == dirs_before
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (
+            W("--size", "5000", "--block-size", "1004"),
+            "--block-size 1004 must be a multiple of the scan's unroll (8) and at least 16, so that blocks line up "
+            "with lax.scan's unrolled groups; pass e.g. --block-size 1000",
+        ),
+        (
+            W("--size", "10", "--dtype", "float32"),
+            "--ratio 1.00000001 rounds to 1.0 in float32, so every value would equal x0; "
+            "pass --dtype float64 or a ratio farther from 1",
+        ),
+        (W("--recipe", "gp"), "recipe 'gp' needs --size, the number of output values; pass e.g. --size 1000000"),
+        (W("--recipe", "cumsum"), "; pass --input in.zarr"),
+        (W("--size", "3", "--dtype", "int8"), "--dtype must be float64 or float32, got 'int8'; pass --dtype float64"),
+        (W("--size", "3", "--recipe", "affine", "--ratio", "2"), "--ratio does not apply to recipe 'affine'"),
+        (W("--size", "3", "--codec", "bogus"), "--codec 'bogus' is unknown; choose one of: none, zstd"),
+    ],
+    ids=["block-size", "ratio-rounds", "size-missing", "input-missing", "dtype", "foreign-option", "codec"],
+)
+def test_errors_name_command_line_options(workspace, capfd, argv, says):
+    assert main(argv) == 2
+    err = capfd.readouterr().err
+    assert_one_error_line(err)
+    assert says in err
+    assert not re.search(r"\b[a-z_0-9]+=", err)  # no Python keyword arguments
 
 
 def test_table_is_large_enough():

@@ -223,7 +223,7 @@ def test_unroll_tail_joins_the_previous_block(tmp):
 @pytest.mark.parametrize(
     ("length", "block_size", "unroll", "reverse", "needle"),
     [
-        (100, 7, 4, False, "multiple of unroll=4"),
+        (100, 7, 4, False, r"block_size=7 must be a multiple of the scan's unroll \(4\).*pass e.g. block_size=8"),
         (100, 4, 4, False, "at least 8"),
         (102, 8, 4, True, "reverse=True"),
         (100, 8, True, False, "unroll=True"),

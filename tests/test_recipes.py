@@ -11,6 +11,7 @@ import zarr
 import streamacc
 from streamacc import InputError
 from streamacc._engine import _scan_fn
+from streamacc._errors import cli_spelling
 from streamacc.recipes import RECIPES, Job, Param, Recipe, get_recipe
 from streamacc.recipes._cumulative import Rows
 
@@ -129,29 +130,55 @@ def test_logistic_inner(dtype):
 # --- randomwalk -------------------------------------------------------------------------
 
 
+def walk_reference(n: int, dtype: str, x0: float, sigma: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The walk and its final carry from eager draws, one at a time, summed by numpy."""
+    key = jax.random.key(seed)
+    z = np.array([np.asarray(jax.random.normal(jax.random.fold_in(key, i), dtype=dtype)) for i in range(1, n + 1)])
+    d = np.asarray(sigma, dtype) * z  # each increment rounded once
+    walk = np.add.accumulate(np.r_[np.asarray([x0], dtype), d])  # numpy adds in order, one rounding each
+    return walk[:n], walk[n]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_randomwalk_independent_of_block_size(dtype):
-    job = get_recipe("randomwalk").build(2000, dtype, x0=2.0, sigma=0.3, seed=11)
-    outs = [run(job, block_size=bs) for bs in (7, 64, 1000)]
-    assert outs[0].dtype == dtype and job.names == ("x",)
-    assert outs[0].tobytes() == outs[1].tobytes() == outs[2].tobytes() == one_scan(job).tobytes()
-    key = jax.random.key(11)
-    ref = [np.asarray(2.0, dtype)]
-    for i in range(1, 6):
-        ref.append(
-            ref[-1] + np.asarray(0.3, dtype) * np.asarray(jax.random.normal(jax.random.fold_in(key, i), dtype=dtype))
-        )
-    # the draws inside the compiled loop may differ from eager ones in the last bit
-    np.testing.assert_allclose(outs[0][:6], np.array(ref), rtol=1e-12 if dtype == "float64" else 1e-5, atol=1e-6)
-    steps = np.diff(outs[0])
+def test_randomwalk_is_the_running_sum_of_its_draws_for_any_block_size(dtype):
+    job = get_recipe("randomwalk").build(600, dtype, x0=2.0, sigma=0.3, seed=11)
+    ref, ref_carry = walk_reference(600, dtype, 2.0, 0.3, 11)
+    assert ref.dtype == dtype and job.names == ("x",)
+    for block_size in (7, 64, 1000):
+        carry, out = streamacc.scan(job.f, job.init, job.xs, length=job.length, block_size=block_size)
+        assert out.tobytes() == ref.tobytes()
+        assert np.asarray(carry).tobytes() == ref_carry.tobytes()
+    assert one_scan(job).tobytes() == ref.tobytes()
+    steps = np.diff(ref)
     assert abs(steps.std() - 0.3) < 0.05 and abs(steps.mean()) < 0.05
 
 
-def test_randomwalk_carry_and_seed():
+def test_randomwalk_increments_are_keyed_by_the_global_step():
+    job = get_recipe("randomwalk").build(2**32, "float32", sigma=2.0, seed=2**40)  # a seed past 32 bits
+    key = jax.random.key(2**40)
+    for i in (0, 5, 2**31 + 3, 2**32 - 2):
+        expected = np.float32(2.0) * np.asarray(jax.random.normal(jax.random.fold_in(key, i + 1), dtype="float32"))
+        assert job.xs[i].tobytes() == expected.tobytes()
+        assert job.xs[i : i + 2][0].tobytes() == expected.tobytes()
+    # the last increment folds in 2**32, which fold_in takes modulo 2**32, as the scalar draw always did
+    last = np.float32(2.0) * np.asarray(jax.random.normal(jax.random.fold_in(key, 0), dtype="float32"))
+    assert job.xs[-1].tobytes() == last.tobytes()
+    assert job.xs[10:4:-3].tobytes() == np.stack([job.xs[10], job.xs[7]]).tobytes()
+    with pytest.raises(IndexError):
+        job.xs[2**32]
+
+
+def test_randomwalk_float32_needs_no_x64(x64_off):
+    job = get_recipe("randomwalk").build(100, "float32", seed=2**40)
+    _, out = streamacc.scan(job.f, job.init, job.xs, length=job.length, block_size=16)
+    jax.config.update("jax_enable_x64", True)
+    assert out.tobytes() == walk_reference(100, "float32", 0.0, 1.0, 2**40)[0].tobytes()
+
+
+def test_randomwalk_seed_and_sigma():
     job = get_recipe("randomwalk").build(50, "float64", seed=3)
-    carry, out = streamacc.scan(job.f, job.init, None, length=50, block_size=16)
-    assert np.asarray(carry[1]).dtype == np.uint64 and int(carry[1]) == 50
-    assert out[0] == 0.0
+    carry, out = streamacc.scan(job.f, job.init, job.xs, length=50, block_size=16)
+    assert out[0] == 0.0 and np.asarray(carry).shape == ()
     other = run(get_recipe("randomwalk").build(50, "float64", seed=4))
     assert not np.array_equal(out, other)
     flat = run(get_recipe("randomwalk").build(50, "float64", x0=1.5, sigma=0.0))
@@ -207,7 +234,8 @@ def test_step_functions_hash_by_value(name, params):
     assert first.f is not second.f and first.f == second.f and hash(first.f) == hash(second.f)
     assert recipe.build(10, "float32", **params).f != first.f
     assert recipe.build(10, "float64").f != first.f
-    assert jax.jit(first.f)(jax.tree_util.tree_map(jnp.asarray, first.init), None)[1] is not None
+    x = None if first.xs is None else first.xs[0]
+    assert jax.jit(first.f)(jax.tree_util.tree_map(jnp.asarray, first.init), x)[1] is not None
 
 
 def test_signed_zero_is_a_different_step():
@@ -227,6 +255,7 @@ def test_attrs_are_json(tmp_path):
     path = save(tmp_path / "u.zarr", np.ones(10))
     for name, recipe in RECIPES.items():
         params = {"input": tmp_path / "u.zarr"} if name in ("cumsum", "cumprod") else {}
+        params |= {"ratio": 1.5} if name == "gp" else {}  # the default ratio rounds to 1 in float32
         job = recipe.build(10, "float32", **params)
         attrs = json.loads(json.dumps(job.attrs))
         assert attrs == job.attrs
@@ -238,43 +267,129 @@ def test_attrs_are_json(tmp_path):
 # --- bad parameters -----------------------------------------------------------------------
 
 BAD = [
-    ("gp", None, "float64", {}, "--size"),
-    ("gp", 0, "float64", {}, "--size"),
-    ("gp", 2.5, "float64", {}, "--size"),
-    ("gp", 10, "int32", {}, "--dtype"),
-    ("gp", 10, "float16", {}, "--dtype"),
-    ("gp", 10, "float64", {"ratio": float("nan")}, "--ratio"),
-    ("gp", 10, "float64", {"x0": float("inf")}, "--x0"),
-    ("gp", 10, "float64", {"ratio": "abc"}, "--ratio"),
-    ("gp", 10, "float64", {"rate": 2.0}, "--rate"),
-    ("affine", 10, "float64", {"b": -float("inf")}, "--b"),
-    ("logistic", 10, "float64", {"r": 0.0}, "--r"),
-    ("logistic", 10, "float64", {"r": 4.5}, "--r"),
-    ("logistic", 10, "float64", {"inner": 0}, "--inner"),
-    ("logistic", 10, "float64", {"inner": 1.5}, "--inner"),
-    ("logistic", 10, "float64", {"x0": 1.5}, "--x0"),
-    ("randomwalk", 10, "float64", {"sigma": -1.0}, "--sigma"),
-    ("randomwalk", 10, "float64", {"seed": -1}, "--seed"),
-    ("randomwalk", 2**32 + 1, "float64", {}, "--size"),
-    ("cumsum", None, "float64", {}, "--input"),
-    ("cumsum", None, "float64", {"input": "{tmp}/missing.zarr"}, "--input"),
-    ("cumsum", None, "float64", {"input": "{tmp}/group.zarr"}, "--input"),
-    ("cumprod", None, "float64", {"input": "{tmp}/2d.zarr"}, "--input"),
-    ("cumprod", None, "float64", {"input": "{tmp}/empty.zarr"}, "--input"),
-    ("cumsum", 11, "float64", {"input": "{tmp}/ok.zarr"}, "--size"),
-    ("cumsum", 0, "float64", {"input": "{tmp}/ok.zarr"}, "--size"),
-    ("cumsum", None, "bfloat16", {"input": "{tmp}/ok.zarr"}, "--dtype"),
+    ("gp", None, "float64", {}, "size", "needs size", "size=1000000"),
+    ("gp", 0, "float64", {}, "size", "size must be >= 1", "size=1000000"),
+    ("gp", 2.5, "float64", {}, "size", "size must be a whole number", "size=1000000"),
+    ("gp", 10, "int32", {}, "dtype", "dtype must be", "dtype='float64'"),
+    ("gp", 10, "float16", {}, "dtype", "dtype must be", "dtype='float64'"),
+    ("gp", 10, "float64", {"ratio": float("nan")}, "ratio", "ratio must be finite", "ratio=1.00000001"),
+    ("gp", 10, "float64", {"x0": float("inf")}, "x0", "x0 must be finite", "x0=1.0"),
+    ("gp", 10, "float64", {"ratio": "abc"}, "ratio", "ratio must be a number", "ratio=1.00000001"),
+    ("gp", 10, "float64", {"rate": 2.0}, "rate", "no parameter rate", "x0, ratio"),
+    ("affine", 10, "float64", {"b": -float("inf")}, "b", "b must be finite", "b=1.0"),
+    ("logistic", 10, "float64", {"r": 0.0}, "r", "r must be in (0, 4]", "r=3.7"),
+    ("logistic", 10, "float64", {"r": 4.5}, "r", "r must be in (0, 4]", "r=3.7"),
+    ("logistic", 10, "float64", {"inner": 0}, "inner", "inner must be >= 1", "inner=1"),
+    ("logistic", 10, "float64", {"inner": 1.5}, "inner", "inner must be a whole number", "inner=1"),
+    ("logistic", 10, "float64", {"x0": 1.5}, "x0", "x0 must be in [0, 1]", "x0=0.5"),
+    ("randomwalk", 10, "float64", {"sigma": -1.0}, "sigma", "sigma must be >= 0", "sigma=1.0"),
+    ("randomwalk", 10, "float64", {"seed": -1}, "seed", "seed must be in", "seed=0"),
+    ("randomwalk", 2**32 + 1, "float64", {}, "size", "size must be <= 4294967296", "different seed values"),
+    ("cumsum", None, "float64", {}, "input", "needs input", "input='in.zarr'"),
+    (
+        "cumsum",
+        None,
+        "float64",
+        {"input": "{tmp}/missing.zarr"},
+        "input",
+        "input='{tmp}/missing.zarr' is not",
+        "1-D zarr",
+    ),
+    ("cumsum", None, "float64", {"input": "{tmp}/group.zarr"}, "input", "input='{tmp}/group.zarr' is not", "1-D zarr"),
+    ("cumprod", None, "float64", {"input": "{tmp}/2d.zarr"}, "input", "input must be a 1-D", "got shape (4, 4)"),
+    (
+        "cumprod",
+        None,
+        "float64",
+        {"input": "{tmp}/empty.zarr"},
+        "input",
+        "input='{tmp}/empty.zarr' is empty",
+        "one value",
+    ),
+    ("cumsum", 11, "float64", {"input": "{tmp}/ok.zarr"}, "size", "size=11 exceeds the 10 values", "size=10 or less"),
+    ("cumsum", 0, "float64", {"input": "{tmp}/ok.zarr"}, "size", "size must be >= 1", "size=1000000"),
+    ("cumsum", None, "bfloat16", {"input": "{tmp}/ok.zarr"}, "dtype", "dtype must be", "dtype='float64'"),
 ]
 
 
-@pytest.mark.parametrize(("name", "size", "dtype", "params", "opt"), BAD)
-def test_bad_params(tmp_path, name, size, dtype, params, opt):
+@pytest.fixture
+def inputs(tmp_path):
     save(tmp_path / "ok.zarr", np.ones(10))
     save(tmp_path / "2d.zarr", np.ones((4, 4)), chunk=2)
     save(tmp_path / "empty.zarr", np.ones(0))
     zarr.create_group(str(tmp_path / "group.zarr"))
-    params = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in params.items()}
+    return tmp_path
+
+
+ARGS = ("name", "size", "dtype", "params", "arg", "problem", "fix")
+
+
+@pytest.mark.parametrize(ARGS, BAD)
+def test_bad_params_speak_python(inputs, name, size, dtype, params, arg, problem, fix):
+    params = {k: v.format(tmp=inputs) if isinstance(v, str) else v for k, v in params.items()}
     with pytest.raises(InputError) as info:
         get_recipe(name).build(size, dtype, **params)
     message = str(info.value)
-    assert "\n" not in message and opt in message
+    assert "\n" not in message and "--" not in message
+    assert problem.format(tmp=inputs) in message and fix in message
+
+
+@pytest.mark.parametrize(ARGS, BAD)
+def test_bad_params_speak_cli_options_in_the_cli(inputs, name, size, dtype, params, arg, problem, fix):
+    params = {k: v.format(tmp=inputs) if isinstance(v, str) else v for k, v in params.items()}
+    with cli_spelling(), pytest.raises(InputError) as info:
+        get_recipe(name).build(size, dtype, **params)
+    message = str(info.value)
+    assert "\n" not in message and f"--{arg}" in message and f"{arg}=" not in message
+
+
+# --- parameters that round to a degenerate value in the output dtype ----------------------
+
+DEGENERATE = [
+    ("gp", {}, "ratio=1.00000001 rounds to 1.0 in float32, so every value would equal x0", "a ratio farther from 1"),
+    ("gp", {"ratio": -1 - 1e-9}, "ratio=-1.000000001 rounds to -1.0 in float32", "a ratio farther from -1"),
+    ("gp", {"ratio": 1e-50}, "ratio=1e-50 rounds to 0.0 in float32", "a ratio farther from 0"),
+    ("gp", {"ratio": 1e39}, "ratio=1e+39 rounds to inf in float32", "a smaller ratio"),
+    ("gp", {"x0": -1e39, "ratio": 2.0}, "x0=-1e+39 rounds to -inf in float32", "a smaller x0"),
+    ("gp", {"x0": 1e-46, "ratio": 2.0}, "x0=1e-46 rounds to 0.0 in float32, so every value would be 0", "from 0"),
+    ("affine", {"a": 1e-50}, "a=1e-50 rounds to 0.0 in float32, so every value after x0 would equal b", "from 0"),
+    ("affine", {"a": 1 + 1e-9, "b": 0.0}, "a=1.000000001 rounds to 1.0 in float32, so the map would be x -> x", "1"),
+    ("affine", {"a": 1.0, "b": 1e-50}, "b=1e-50 rounds to 0.0 in float32, so the map would be x -> x", "from 0"),
+    ("affine", {"b": 3e38 * 2}, "b=6e+38 rounds to inf in float32", "a smaller b"),
+    ("logistic", {"r": 1e-50}, "r=1e-50 rounds to 0.0 in float32, so every value after x0 would be 0", "from 0"),
+    ("logistic", {"x0": 1e-50}, "x0=1e-50 rounds to 0.0 in float32, so every value would be 0", "from 0"),
+    ("logistic", {"x0": 1 - 1e-9}, "x0=0.999999999 rounds to 1.0 in float32, so every value after x0", "from 1"),
+    ("randomwalk", {"sigma": 1e-50}, "sigma=1e-50 rounds to 0.0 in float32, so every value would equal x0", "sigma"),
+    ("randomwalk", {"x0": 1e39}, "x0=1e+39 rounds to inf in float32", "a smaller x0"),
+]
+
+
+@pytest.mark.parametrize(("name", "params", "problem", "fix"), DEGENERATE)
+def test_a_parameter_that_rounds_to_a_degenerate_value_is_refused(name, params, problem, fix):
+    with pytest.raises(InputError) as info:
+        get_recipe(name).build(10, "float32", **params)
+    message = str(info.value)
+    assert problem in message and "\n" not in message
+    assert fix in message.split("; pass dtype='float64' or ")[1]
+    get_recipe(name).build(10, "float64", **params)  # exact in float64: accepted
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("gp", {"ratio": 1.0}),  # a constant sequence asked for
+        ("gp", {"ratio": 1 + 2**-20}),  # close to 1 but distinct in float32
+        ("gp", {"x0": 0.0, "ratio": 2.0}),
+        ("gp", {"ratio": -1.0}),
+        ("affine", {"a": 1.0, "b": 0.0}),
+        ("affine", {"a": 1 + 1e-9, "b": 1.0}),  # a rounds to 1: an arithmetic progression, not a degenerate one
+        ("affine", {"a": 0.0}),
+        ("logistic", {"x0": 0.0}),
+        ("logistic", {"x0": 1.0}),
+        ("randomwalk", {"sigma": 0.0}),
+        ("randomwalk", {"x0": 1e-50}),  # the start rounds to 0, the walk goes on
+    ],
+)
+def test_values_given_on_purpose_or_harmless_rounding_are_accepted(name, params):
+    job = get_recipe(name).build(10, "float32", **params)
+    assert job.attrs["params"] == {**job.attrs["params"], **params}

@@ -1,13 +1,17 @@
 """Named, parameterised step functions for the CLI, in the style of optax.
 
 Each :class:`Recipe` has a ``build(size, dtype, **params) -> Job`` that validates its
-arguments (raising :class:`~streamacc.InputError` with one line naming the CLI option)
-and returns a :class:`Job`: a step function hashable by value, its initial carry, its
-inputs, its length and output names, the recommended unroll, and JSON metadata::
+arguments (raising :class:`~streamacc.InputError` with one line that names the argument
+as the caller spells it) and returns a :class:`Job`: a step function hashable by value,
+its initial carry, its inputs, its length and output names, the recommended unroll, and
+JSON metadata::
 
     job = get_recipe("gp").build(10**9, "float64", ratio=1 + 1e-8)
     for block in streamacc.iter_blocks(job.f, job.init, job.xs, length=job.length, unroll=job.unroll):
         ...
+
+Importing the recipes loads neither numpy nor JAX, so their names, parameters and
+descriptions cost the command line nothing.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ A :class:`Recipe` is a named factory in the style of optax: its ``build`` closes
 configuration and returns a :class:`Job`, whose step function is a small frozen dataclass
 compared and hashed by value, so that two builds with the same parameters share the
 engine's compile cache.
+
+Recipe modules import numpy and JAX inside their functions, not at import time, so that
+the command line can list recipes and check arguments without loading them.
 """
 
 from __future__ import annotations
@@ -14,11 +17,9 @@ import numbers
 import operator
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
-import numpy as np
-
-from .._errors import InputError
+from .._errors import InputError, spell
 
 __all__ = [
     "DTYPES",
@@ -28,7 +29,10 @@ __all__ = [
     "Recipe",
     "Step",
     "check_dtype",
+    "check_overflow",
+    "check_rounding",
     "check_size",
+    "in_dtype",
     "option",
     "recipe_attrs",
     "resolve_params",
@@ -88,7 +92,8 @@ class Recipe:
     """A named, parameterised step function.
 
     ``build(size, dtype, **params) -> Job`` validates everything and raises
-    :class:`~streamacc.InputError` with a one-line message naming the CLI option; ``size``
+    :class:`~streamacc.InputError` with a one-line message naming the argument as the
+    caller spells it (``ratio=2.0`` from Python, ``--ratio 2.0`` from the CLI); ``size``
     may be None only where the recipe can infer it (cumsum and cumprod, from the input).
     """
 
@@ -109,6 +114,10 @@ class Step:
     Subclasses are declared ``@dataclasses.dataclass(frozen=True, eq=False)`` and hold only
     Python scalars and a dtype string, which become compile-time constants when traced.
     """
+
+    def __call__(self, carry: Any, x: Any) -> tuple[Any, Any]:
+        """One step: ``(carry, x) -> (new carry, y)``."""
+        raise NotImplementedError
 
     def _key(self) -> tuple:
         return (type(self), *(_value_key(getattr(self, f.name)) for f in dataclasses.fields(self)))  # type: ignore[arg-type]
@@ -134,6 +143,8 @@ def option(name: str) -> str:
 
 def check_dtype(dtype: Any) -> str:
     """Return ``dtype`` as ``'float64'`` or ``'float32'``, or explain the fix."""
+    import numpy as np
+
     name = None
     if dtype is not None and not isinstance(dtype, bool):
         try:
@@ -141,14 +152,17 @@ def check_dtype(dtype: Any) -> str:
         except (TypeError, ValueError):
             name = None
     if name not in DTYPES:
-        raise InputError(f"--dtype must be float64 or float32, got {dtype!r}; pass --dtype float64 (or float32)")
+        raise InputError(
+            f"{spell('dtype')} must be float64 or float32, got {dtype!r}; pass {spell('dtype', 'float64')} (or float32)"
+        )
     return name
 
 
 def check_size(size: Any, recipe: str) -> int:
     """Return ``size`` as an int >= 1, or explain the fix."""
+    example = spell("size", 1000000)
     if size is None:
-        raise InputError(f"recipe {recipe!r} needs --size, the number of output values; pass e.g. --size 1000000")
+        raise InputError(f"recipe {recipe!r} needs {spell('size')}, the number of output values; pass e.g. {example}")
     if isinstance(size, bool):
         count = None
     else:
@@ -157,20 +171,56 @@ def check_size(size: Any, recipe: str) -> int:
         except TypeError:
             count = None
     if count is None:
-        raise InputError(f"--size must be a whole number, got {size!r}; pass e.g. --size 1000000")
+        raise InputError(f"{spell('size')} must be a whole number, got {size!r}; pass e.g. {example}")
     if count < 1:
-        raise InputError(f"--size must be >= 1, got {count}; pass the number of output values, e.g. --size 1000000")
+        raise InputError(f"{spell('size')} must be >= 1, got {count}; pass the number of output values, e.g. {example}")
     return count
 
 
+def in_dtype(value: float, dtype: str) -> float:
+    """``value`` rounded to ``dtype`` as the step functions round it (``inf`` where it overflows)."""
+    import numpy as np
+
+    with np.errstate(over="ignore"):
+        return float(np.asarray(value, dtype=dtype))
+
+
+def _refuse(name: str, value: float, dtype: str, consequence: str, fix: str) -> NoReturn:
+    raise InputError(
+        f"{spell(name, value)} rounds to {in_dtype(value, dtype)!r} in {dtype}, so {consequence}; "
+        f"pass {spell('dtype', 'float64')} or {fix}"
+    )
+
+
+def check_rounding(
+    params: Mapping[str, Any], name: str, dtype: str, special: float, consequence: str, fix: str
+) -> None:
+    """Refuse parameter ``name`` if it rounds to the degenerate value ``special`` in ``dtype`` without being it.
+
+    A ratio of 1 given on purpose is the user's choice; 1 + 1e-8 silently becoming 1.0 in
+    float32 is not. ``consequence`` says what the output would be, ``fix`` the change of
+    parameter that avoids it (besides float64, in which every given value is exact).
+    """
+    value = params[name]
+    if value != special and in_dtype(value, dtype) == special:
+        _refuse(name, value, dtype, consequence, fix)
+
+
+def check_overflow(params: Mapping[str, Any], names: tuple[str, ...], dtype: str) -> None:
+    """Refuse a finite parameter that overflows to infinity in ``dtype`` (say 1e39 in float32)."""
+    for name in names:
+        if math.isinf(in_dtype(params[name], dtype)):
+            _refuse(name, params[name], dtype, "every value would be inf or nan", f"a smaller {name}")
+
+
 def _example(param: Param) -> str:
-    if param.default is not None:
-        return f"{option(param.name)} {param.default}"
-    return f"{option(param.name)} PATH" if param.kind == "path" else f"{option(param.name)} VALUE"
+    if param.kind == "path":
+        return spell(param.name, param.default or "in.zarr")
+    return spell(param.name, "VALUE" if param.default is None else param.default)
 
 
 def _coerce(recipe: str, param: Param, value: Any) -> Any:
-    opt = option(param.name)
+    opt = spell(param.name)
     if param.kind == "path":
         if isinstance(value, (str, os.PathLike)):
             path = os.fspath(value)
@@ -193,19 +243,19 @@ def _coerce(recipe: str, param: Param, value: Any) -> Any:
             raise InputError(f"{opt} must be a whole number, got {value!r}; pass e.g. {_example(param)}")
         return int(number)
     if param.kind == "float":
-        number = None
+        real = None
         if isinstance(value, str):
             try:
-                number = float(value.strip())
+                real = float(value.strip())
             except ValueError:
-                number = None
-        elif isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
-            number = float(value)
-        if number is None:
+                real = None
+        elif isinstance(value, numbers.Real) and not isinstance(value, bool):  # numpy's bool_ is not Real either
+            real = float(value)
+        if real is None:
             raise InputError(f"{opt} must be a number, got {value!r}; pass e.g. {_example(param)}")
-        if not math.isfinite(number):
-            raise InputError(f"{opt} must be finite, got {number!r}; pass a finite number, e.g. {_example(param)}")
-        return number
+        if not math.isfinite(real):
+            raise InputError(f"{opt} must be finite, got {real!r}; pass a finite number, e.g. {_example(param)}")
+        return real
     raise AssertionError(f"recipe {recipe!r}: parameter {param.name!r} has unknown kind {param.kind!r}")
 
 
@@ -217,9 +267,10 @@ def resolve_params(recipe: str, params: tuple[Param, ...], given: Mapping[str, A
     known = {p.name for p in params}
     for name in given:
         if name not in known:
-            choices = ", ".join(option(p.name) for p in params) or "none"
+            choices = ", ".join(spell(p.name) for p in params) or "none"
             raise InputError(
-                f"recipe {recipe!r} has no option {option(name)}; its options are: {choices} (see `streamacc recipes`)"
+                f"recipe {recipe!r} has no parameter {spell(name)}; its parameters are: {choices} "
+                "(see `streamacc recipes`)"
             )
     resolved = {}
     for param in params:
@@ -227,6 +278,6 @@ def resolve_params(recipe: str, params: tuple[Param, ...], given: Mapping[str, A
         if value is None:
             value = param.default
         if value is None:
-            raise InputError(f"recipe {recipe!r} needs {option(param.name)} ({param.help}); pass {_example(param)}")
+            raise InputError(f"recipe {recipe!r} needs {spell(param.name)} ({param.help}); pass {_example(param)}")
         resolved[param.name] = _coerce(recipe, param, value)
     return resolved

@@ -10,9 +10,7 @@ import dataclasses
 import operator
 from typing import Any
 
-import numpy as np
-
-from .._errors import InputError
+from .._errors import InputError, spell
 from ._base import Job, Param, Recipe, Step, check_dtype, check_size, recipe_attrs, resolve_params
 
 __all__ = ["CUMPROD", "CUMSUM", "Cumulative", "Rows", "open_input"]
@@ -40,7 +38,9 @@ class Rows:
         return (self.n, *self.array.shape[1:])
 
     @property
-    def dtype(self) -> np.dtype:
+    def dtype(self) -> Any:
+        import numpy as np
+
         return np.dtype(self.array.dtype)
 
     @property
@@ -64,6 +64,8 @@ class Rows:
             rows = range(start, stop, step)
             if not rows:
                 return self.array[(slice(0, 0), *rest)]
+            import numpy as np
+
             low = rows[-1]
             return np.asarray(self.array[(slice(low, rows[0] + 1), *rest)])[::step]
         index = operator.index(key)
@@ -74,27 +76,29 @@ class Rows:
 
 def open_input(path: str) -> Any:
     """Open ``path`` read-only as a 1-D numeric Zarr array, or explain the fix."""
-    import zarr  # imported here so that the other recipes do not need it
+    import numpy as np
+    import zarr
 
     try:
         array = zarr.open_array(path, mode="r")
     except Exception as error:
         reason = " ".join(str(error).split()) or type(error).__name__
         raise InputError(
-            f"--input {path!r} is not a zarr array ({reason}); pass the path of a 1-D zarr array"
+            f"{spell('input', path)} is not a zarr array ({reason}); pass the path of a 1-D zarr array"
         ) from None
     if len(array.shape) != 1:
         raise InputError(
-            f"--input must be a 1-D zarr array, got shape {tuple(array.shape)} at {path!r}; "
+            f"{spell('input')} must be a 1-D zarr array, got shape {tuple(array.shape)} at {path!r}; "
             "pass a 1-D array (one value per step)"
         )
     try:
-        kind = np.dtype(array.dtype).kind
+        kind: str = np.dtype(array.dtype).kind
     except TypeError:
         kind = "?"
     if kind not in _NUMERIC_KINDS:
         raise InputError(
-            f"--input must hold real numbers, got dtype {array.dtype} at {path!r}; pass a float, int or bool array"
+            f"{spell('input')} must hold real numbers, got dtype {array.dtype} at {path!r}; "
+            "pass a float, int or bool array"
         )
     return array
 
@@ -116,6 +120,8 @@ INPUT_PARAMS = (Param("input", "path", None, "path of a 1-D zarr array to accumu
 
 
 def _build(recipe: Recipe, op: str, identity: int, size: Any, dtype: Any, params: dict) -> Job:
+    import numpy as np
+
     p = resolve_params(recipe.name, INPUT_PARAMS, params)
     dtype = check_dtype(dtype)
     if size is not None:
@@ -123,12 +129,13 @@ def _build(recipe: Recipe, op: str, identity: int, size: Any, dtype: Any, params
     array = open_input(p["input"])
     n = int(array.shape[0])
     if n == 0:
-        raise InputError(f"--input {p['input']!r} is empty; pass a zarr array with at least one value")
+        raise InputError(f"{spell('input', p['input'])} is empty; pass a zarr array with at least one value")
     if size is None:
         size = n
     if size > n:
         raise InputError(
-            f"--size {size} exceeds the {n} values of --input {p['input']!r}; pass --size {n} or less, or omit it"
+            f"{spell('size', size)} exceeds the {n} values of {spell('input', p['input'])}; "
+            f"pass {spell('size', n)} or less, or omit it"
         )
     xs = array if size == n else Rows(array, size)
     units = array.attrs.get("units", "") if op == "add" else ""

@@ -9,17 +9,27 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import jax.numpy as jnp
-import numpy as np
-from jax import lax
-
-from .._errors import InputError
-from ._base import Job, Param, Recipe, Step, check_dtype, check_size, recipe_attrs, resolve_params
+from .._errors import InputError, spell
+from ._base import (
+    Job,
+    Param,
+    Recipe,
+    Step,
+    check_dtype,
+    check_overflow,
+    check_rounding,
+    check_size,
+    in_dtype,
+    recipe_attrs,
+    resolve_params,
+)
 
 __all__ = ["AFFINE", "GP", "LOGISTIC", "Affine", "Geometric", "Logistic"]
 
 
 def _job(recipe: Recipe, f: Step, x0: float, size: int, dtype: str, params: dict, unroll: int) -> Job:
+    import numpy as np
+
     attrs = recipe_attrs(recipe, params)
     return Job(f=f, init=np.asarray(x0, dtype=dtype), xs=None, length=size, names=("x",), unroll=unroll, attrs=attrs)
 
@@ -40,6 +50,9 @@ class Geometric(Step):
     dtype: str
 
     def __call__(self, carry: Any, x: Any) -> tuple[Any, Any]:
+        import jax.numpy as jnp
+        from jax import lax
+
         return lax.optimization_barrier(carry * jnp.asarray(self.ratio, self.dtype)), carry
 
 
@@ -49,9 +62,18 @@ GP_PARAMS = (
 )
 
 
+def _check_gp(p: dict[str, float], dtype: str) -> None:
+    check_overflow(p, ("x0", "ratio"), dtype)
+    check_rounding(p, "x0", dtype, 0.0, "every value would be 0", "an x0 farther from 0")
+    check_rounding(p, "ratio", dtype, 1.0, "every value would equal x0", "a ratio farther from 1")
+    check_rounding(p, "ratio", dtype, -1.0, "the values would alternate between x0 and -x0", "a ratio farther from -1")
+    check_rounding(p, "ratio", dtype, 0.0, "every value after x0 would be 0", "a ratio farther from 0")
+
+
 def _build_gp(size: int | None = None, dtype: str = "float64", **params: Any) -> Job:
     p = resolve_params("gp", GP_PARAMS, params)
     size, dtype = check_size(size, "gp"), check_dtype(dtype)
+    _check_gp(p, dtype)
     return _job(GP, Geometric(p["ratio"], dtype), p["x0"], size, dtype, p, unroll=8)
 
 
@@ -75,6 +97,8 @@ class Affine(Step):
     dtype: str
 
     def __call__(self, carry: Any, x: Any) -> tuple[Any, Any]:
+        import jax.numpy as jnp
+
         return jnp.asarray(self.a, self.dtype) * carry + jnp.asarray(self.b, self.dtype), carry
 
 
@@ -85,9 +109,20 @@ AFFINE_PARAMS = (
 )
 
 
+def _check_affine(p: dict[str, float], dtype: str) -> None:
+    check_overflow(p, ("x0", "a", "b"), dtype)
+    check_rounding(p, "a", dtype, 0.0, "every value after x0 would equal b", "an a farther from 0")
+    identity = "the map would be x -> x and every value would equal x0"
+    if in_dtype(p["a"], dtype) == 1.0:
+        check_rounding(p, "b", dtype, 0.0, identity, "a b farther from 0")
+    if in_dtype(p["b"], dtype) == 0.0:
+        check_rounding(p, "a", dtype, 1.0, identity, "an a farther from 1")
+
+
 def _build_affine(size: int | None = None, dtype: str = "float64", **params: Any) -> Job:
     p = resolve_params("affine", AFFINE_PARAMS, params)
     size, dtype = check_size(size, "affine"), check_dtype(dtype)
+    _check_affine(p, dtype)
     return _job(AFFINE, Affine(p["a"], p["b"], dtype), p["x0"], size, dtype, p, unroll=1)
 
 
@@ -111,6 +146,9 @@ class Logistic(Step):
     dtype: str
 
     def __call__(self, carry: Any, x: Any) -> tuple[Any, Any]:
+        import jax.numpy as jnp
+        from jax import lax
+
         r, one = jnp.asarray(self.r, self.dtype), jnp.asarray(1.0, self.dtype)
 
         def once(v: Any) -> Any:
@@ -130,14 +168,20 @@ LOGISTIC_PARAMS = (
 def _build_logistic(size: int | None = None, dtype: str = "float64", **params: Any) -> Job:
     p = resolve_params("logistic", LOGISTIC_PARAMS, params)
     if not 0.0 < p["r"] <= 4.0:
-        raise InputError(f"--r must be in (0, 4] for the logistic map, got {p['r']!r}; pass e.g. --r 3.7")
+        raise InputError(
+            f"{spell('r')} must be in (0, 4] for the logistic map, got {p['r']!r}; pass e.g. {spell('r', 3.7)}"
+        )
     if not 0.0 <= p["x0"] <= 1.0:
         raise InputError(
-            f"--x0 must be in [0, 1] for the logistic map (outside it diverges), got {p['x0']!r}; pass e.g. --x0 0.5"
+            f"{spell('x0')} must be in [0, 1] for the logistic map (outside it diverges), got {p['x0']!r}; "
+            f"pass e.g. {spell('x0', 0.5)}"
         )
     if p["inner"] < 1:
-        raise InputError(f"--inner must be >= 1, got {p['inner']}; pass e.g. --inner 1")
+        raise InputError(f"{spell('inner')} must be >= 1, got {p['inner']}; pass e.g. {spell('inner', 1)}")
     size, dtype = check_size(size, "logistic"), check_dtype(dtype)
+    check_rounding(p, "r", dtype, 0.0, "every value after x0 would be 0", "an r farther from 0")
+    check_rounding(p, "x0", dtype, 0.0, "every value would be 0 (a fixed point of the map)", "an x0 farther from 0")
+    check_rounding(p, "x0", dtype, 1.0, "every value after x0 would be 0", "an x0 farther from 1")
     return _job(LOGISTIC, Logistic(p["r"], p["inner"], dtype), p["x0"], size, dtype, p, unroll=1)
 
 

@@ -1,0 +1,129 @@
+"""The command line as a process: what it imports to start, how it ends on a closed pipe,
+and whose log messages reach the terminal. Each case runs a fresh Python."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+HEAVY = ("jax", "zarr", "numpy")
+
+
+def python(code: str, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run ``code`` with arguments ``argv`` in a fresh interpreter, capturing its output."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *argv], cwd=cwd, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+
+
+def imported_by(code: str, tmp_path: Path) -> set[str]:
+    """Which of ``HEAVY`` a fresh interpreter has imported after running ``code``."""
+    proc = python(
+        f"""
+        import json, sys
+        {code}
+        print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))
+        """,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return set(json.loads(proc.stdout.splitlines()[-1]))
+
+
+def cli(*argv: str) -> str:
+    """Code that runs the command line in-process and keeps going whatever it returns."""
+    return f"from streamacc._cli import main; main({list(argv)!r})"
+
+
+@pytest.mark.parametrize(
+    ("code", "allowed"),
+    [
+        pytest.param("import streamacc", set(), id="import"),
+        pytest.param(
+            "import streamacc as s; s.__version__, s.InputError, s.DEFAULT_CODEC, s.CODECS, dir(s)", set(), id="light"
+        ),
+        pytest.param(cli("--help"), set(), id="help"),
+        pytest.param(cli("write", "--help"), set(), id="write-help"),
+        pytest.param(cli("--version"), set(), id="version"),
+        pytest.param(cli("recipes"), set(), id="recipes"),
+        pytest.param(cli("write", "o.zarr", "--bogus"), set(), id="unknown-option"),
+        pytest.param(cli("write", "o.zarr", "--size", "lambda: 1"), set(), id="size-not-arithmetic"),
+        pytest.param(cli("write", "o.zarr", "--size", "10", "--recipe", "nope"), set(), id="unknown-recipe"),
+        pytest.param(cli("write", "o.zarr", "--size", "10", "--ratio", "1/0"), set(), id="ratio-division-by-zero"),
+        # a dtype is a numpy question, so numpy may come; JAX and Zarr still may not
+        pytest.param(cli("write", "o.zarr", "--size", "10", "--dtype", "float32"), {"numpy"}, id="ratio-rounds-to-1"),
+        pytest.param(cli("write", "o.zarr", "--size", "10", "--dtype", "int8"), {"numpy"}, id="bad-dtype"),
+        pytest.param(cli("write", "o.zarr", "--recipe", "affine", "--size", "10", "--r", "3"), set(), id="wrong-param"),
+    ],
+)
+def test_start_up_and_argument_errors_do_not_import_jax_or_zarr(tmp_path, code, allowed):
+    assert imported_by(code, tmp_path) <= allowed
+
+
+def test_the_check_sees_heavy_imports(tmp_path):
+    # the same check notices JAX and Zarr once something needs them, so the test above can fail
+    assert imported_by("from streamacc import write", tmp_path) == set(HEAVY)
+    assert {"jax", "numpy"} <= imported_by("import streamacc; streamacc.scan", tmp_path)
+
+
+def closed_pipe_run(*argv: str) -> subprocess.CompletedProcess:
+    """Run ``streamacc ARGV`` with stdout a pipe whose reader has already gone, as `| head -0` leaves it."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+        return subprocess.run(
+            [sys.executable, "-m", "streamacc", *argv], stdout=write, stderr=subprocess.PIPE, env=env, timeout=120
+        )
+    finally:
+        os.close(write)
+
+
+@pytest.mark.parametrize("argv", [["recipes"], ["--help"], ["recipes", "--help"]])
+def test_a_closed_pipe_ends_quietly_with_sigpipe_status(argv):
+    proc = closed_pipe_run(*argv)
+    assert proc.stderr == b""  # no BrokenPipeError, no traceback
+    assert proc.returncode == 141  # as `seq 1 1000000 | head -1` leaves seq under bash: 128 + SIGPIPE
+
+
+def test_head_reads_the_first_line_of_recipes():
+    shell = f"{sys.executable} -m streamacc recipes | head -1; exit ${{PIPESTATUS[0]}}"
+    proc = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.startswith("gp: ") and proc.stdout.count("\n") == 1
+    assert proc.stderr == "" and proc.returncode in (0, 141)  # 0 when all was written before head left
+
+
+LOGGING = """
+    import logging, sys
+    import streamacc._cli as cli
+
+    def talk(args):
+        logging.getLogger("botocore.credentials").info("Found credentials in environment variables.")
+        logging.getLogger("fsspec").warning("a warning from another library")
+        logging.getLogger("streamacc").info("resuming out.zarr at step 4 of 8")
+        return 0
+
+    cli.COMMANDS["recipes"] = talk
+    sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("debug", [[], ["--debug"]], ids=["quiet", "debug"])
+def test_only_streamacc_messages_reach_stderr_unless_debug(debug):
+    proc = python(LOGGING, "recipes", *debug)
+    assert proc.returncode == 0 and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert "streamacc: resuming out.zarr at step 4 of 8" in lines
+    if debug:
+        assert "botocore.credentials: INFO: Found credentials in environment variables." in lines
+        assert "fsspec: WARNING: a warning from another library" in lines
+    else:
+        assert lines == ["streamacc: resuming out.zarr at step 4 of 8"]
