@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import re
@@ -133,10 +134,39 @@ def _recipe_options() -> dict[str, tuple[str, str]]:
     return {name: (kind, f"{text} [{', '.join(users[name])}]") for name, (kind, text) in helps.items()}
 
 
+def _add_storage(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an fsspec storage option for OUT as a URL (repeatable; VALUE is read as JSON where it parses, "
+        "e.g. --storage-option endpoint_url=http://127.0.0.1:9000); credentials come from the usual "
+        "environment variables",
+    )
+
+
+def storage_options(pairs: list[str]) -> dict[str, Any] | None:
+    """``--storage-option KEY=VALUE`` pairs as a dict: VALUE as JSON where it parses, else as text."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.strip():
+            raise InputError(
+                f"--storage-option {pair!r} is not KEY=VALUE; pass e.g. --storage-option endpoint_url=http://host:9000"
+            )
+        try:
+            options[key.strip()] = json.loads(text)
+        except ValueError:
+            options[key.strip()] = text
+    return options or None
+
+
 def _add_write(sub: argparse._SubParsersAction) -> None:
     w = sub.add_parser("write", allow_abbrev=False, help="run a recipe and stream its output to a Zarr store")
     _add_common(w, top=False)
     w.add_argument("out", metavar="OUT", help="output path or fsspec URL (a Zarr v3 group)")
+    _add_storage(w)
     w.add_argument("--size", help="number of steps, e.g. '2**32' (cumsum/cumprod default: the input's length)")
     w.add_argument("--recipe", default="gp", help="recipe name (default gp; see `streamacc recipes`)")
     w.add_argument("--dtype", default="float64", help="float64 (default) or float32")
@@ -165,9 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="describe an output: shape, dtype, codec, recipe, steps written")
     _add_common(info, top=False)
     info.add_argument("out", metavar="OUT")
+    _add_storage(info)
     verify = sub.add_parser("verify", help="recompute stored blocks from their carry-ins and compare bytes")
     _add_common(verify, top=False)
     verify.add_argument("out", metavar="OUT")
+    _add_storage(verify)
     verify.add_argument("--blocks", default="all", help="'all' (default) or N, the number of blocks to check")
     _add_common(sub.add_parser("recipes", help="list recipes and their parameters"), top=False)
     return parser
@@ -229,12 +261,12 @@ def _enable_x64() -> None:
     jax.config.update("jax_enable_x64", True)  # the CLI owns its process: float64 must stay float64
 
 
-def _committed_steps(out: str) -> int:
+def _committed_steps(out: str, options: dict[str, Any] | None) -> int:
     """How many steps ``out`` has committed already; 0 where it holds no readable run."""
     from ._inspect import describe_output
 
     try:
-        return describe_output(out)["committed_steps"]
+        return describe_output(out, storage_options=options)["committed_steps"]
     except Exception:  # only a count for the summary line: whatever is wrong, write() itself will say
         return 0
 
@@ -269,6 +301,7 @@ def cmd_write(args: argparse.Namespace) -> int:
     from .recipes._base import check_dtype
 
     recipe = get_recipe(args.recipe)
+    options = storage_options(args.storage_option)
     size = None if args.size is None else parse_int(args.size, name=spell("length"), minimum=1)
     block = (
         DEFAULT_WRITE_BLOCK_SIZE
@@ -286,18 +319,18 @@ def cmd_write(args: argparse.Namespace) -> int:
     from ._inspect import describe_output
     from ._write import write
 
-    before = _committed_steps(args.out) if args.resume else 0
+    before = _committed_steps(args.out, options) if args.resume else 0
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", StreamaccWarning)
-        _write(args, write, job, block, attrs, array_attrs)
+        _write(args, write, job, block, attrs, array_attrs, options)
     for warning in caught:
         logging.getLogger("streamacc").info("%s", warning.message)
-    _out(summary(describe_output(args.out), before, time.perf_counter() - start))
+    _out(summary(describe_output(args.out, storage_options=options), before, time.perf_counter() - start))
     return 0
 
 
-def _write(args: argparse.Namespace, write, job, block: int, attrs: dict, array_attrs: dict) -> None:
+def _write(args: argparse.Namespace, write, job, block: int, attrs: dict, array_attrs: dict, options) -> None:
     write(
         args.out,
         job.f,
@@ -313,6 +346,7 @@ def _write(args: argparse.Namespace, write, job, block: int, attrs: dict, array_
         progress=not args.no_progress,
         attrs=attrs,
         array_attrs=array_attrs,
+        storage_options=options,
     )
 
 
@@ -320,7 +354,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     _enable_x64()
     from ._inspect import describe_output, format_description
 
-    _out(format_description(describe_output(args.out)))
+    _out(format_description(describe_output(args.out, storage_options=storage_options(args.storage_option))))
     return 0
 
 
@@ -329,7 +363,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     _enable_x64()
     from ._inspect import verify_recipe_output
 
-    report = verify_recipe_output(args.out, blocks=blocks)
+    report = verify_recipe_output(args.out, blocks=blocks, storage_options=storage_options(args.storage_option))
     _out(
         f"{args.out}: OK, {len(report.checked_blocks)} of {report.committed_blocks} committed blocks recomputed "
         f"bit for bit ({report.committed_steps} of {report.total_steps} steps committed"

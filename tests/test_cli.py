@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -443,3 +444,29 @@ def test_console_script_info_and_version(tmp_path, gp_out):
     proc = run_process(script, "info", gp_out, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "1000 of 1000 steps committed" in proc.stdout and "recipe: gp" in proc.stdout
+
+
+def test_storage_options_reach_write_info_and_verify(capsys):
+    url = f"memory://streamacc-cli/{os.getpid()}-{time.monotonic_ns()}/out.zarr"
+    option = ["--storage-option", "skip_instance_cache=false"]  # JSON false: the boolean reaches fsspec
+    assert run_cli("write", url, "--size", "300", "--block-size", "64", *QUIET, *option) == 0
+    assert f"{url}: wrote 300 steps" in capsys.readouterr().out
+    assert run_cli("info", url, *option) == 0
+    assert "300 of 300 steps committed, complete" in capsys.readouterr().out
+    assert run_cli("verify", url, *option, "--blocks", "2") == 0
+    assert "OK, 2 of 5 committed blocks" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("pair", ["endpoint_url", "=x", ""])
+def test_a_storage_option_without_key_and_value_is_refused(tmp_path, capsys, pair):
+    assert run_cli("write", "memory://x/out.zarr", "--size", "10", "--storage-option", pair) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not KEY=VALUE" in err and "--storage-option endpoint_url=" in err
+
+
+def test_storage_options_are_parsed_as_json_where_they_parse():
+    from streamacc._cli import storage_options
+
+    parsed = storage_options(["endpoint_url=http://127.0.0.1:9000", "anon=true", "n=3", 'kw={"a": [1]}', "s=a=b"])
+    assert parsed == {"endpoint_url": "http://127.0.0.1:9000", "anon": True, "n": 3, "kw": {"a": [1]}, "s": "a=b"}
+    assert storage_options([]) is None
