@@ -140,6 +140,7 @@ class Lease:
         """
         lease = cls(open_lease_store(fs, f"{root.rstrip('/')}/{LEASE_KEY}"), what, ttl or lease_seconds())
         lease._take()
+        lease._renew()  # acquisition took a few requests: start the validity afresh
         lease._thread = threading.Thread(target=lease._renew_loop, name="streamacc-lease", daemon=True)
         lease._thread.start()
         return lease
@@ -190,34 +191,35 @@ class Lease:
 
     def _held(self, seen: Seen | None, remaining: float) -> str:
         holder = seen.holder if seen else None
-        if holder is None:
-            who, when = "another writer", f"in at most {self.ttl:.0f} s"
-        elif seen is not None and seen.age is not None:
-            who, when = str(holder), f"in {max(remaining, 0):.0f} s unless renewed"
+        if holder is not None and seen is not None and seen.age is None:
+            when = f"at {holder.expires} by that writer's clock"
         else:
-            who, when = str(holder), f"at {holder.expires} by that writer's clock unless renewed"
+            when = f"in {max(remaining, 0):.0f} s"
         return (
-            f"{self.what} is being written by {who} (its lease expires {when}); "
-            f"wait for it to finish or stop it, then rerun with {spell('resume', True)}"
+            f"{self.what} is being written by {holder or 'another writer'} (its lease expires {when} unless "
+            f"renewed); wait for it to finish or stop it, then rerun with {spell('resume', True)}"
         )
+
+    def _renew(self) -> bool:
+        """Renew once; say whether it worked (a failure may pass: :meth:`check` tells when it is too late)."""
+        sent = time.monotonic()
+        self._seq += 1
+        try:
+            self._version = self._store.replace(self._body(), self._version, self._timeout)
+        except Conflict:
+            self._on_conflict()
+            return False
+        except Exception as exc:  # unreachable store, timeout
+            self._error = exc
+            return False
+        self._valid_from, self._error = sent, None
+        return True
 
     def _renew_loop(self) -> None:
         interval = self.ttl / 4
         wait = interval
-        while not self._stop.wait(wait):
-            wait = interval
-            sent = time.monotonic()
-            self._seq += 1
-            try:
-                self._version = self._store.replace(self._body(), self._version, self._timeout)
-                self._valid_from, self._error = sent, None
-            except Conflict:
-                self._on_conflict()
-                if self._lost:
-                    return
-            except Exception as exc:  # unreachable store, timeout: retry soon; check() tells when it is too late
-                self._error = exc
-                wait = interval / 4
+        while not self._stop.wait(wait) and not self._lost:
+            wait = interval if self._renew() else interval / 4
 
     def _on_conflict(self) -> None:
         """A renewal's condition failed: either our previous renewal landed unseen, or we lost the lease."""
@@ -268,7 +270,3 @@ class Lease:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-    def expires_in(self) -> float:
-        """Seconds this holder still counts its lease valid without another renewal (for tests and logs)."""
-        return self._valid_from + self.ttl * 3 / 4 - time.monotonic()

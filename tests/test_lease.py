@@ -77,7 +77,8 @@ def wait_for_lockederror(lease: Lease, deadline: float = 15.0) -> LockedError:
 def test_lease_is_a_zarr_group_node_beside_the_output(s3_bucket):
     store = zarr.storage.FsspecStore.from_url(s3_bucket.url(), storage_options=s3_bucket.storage_options)
     zarr.open_group(store, mode="w").create_group("_streamacc")
-    with acquire(s3_bucket) as lease:
+    # as the writer takes it: through the zarr store's own (asynchronous) s3fs instance
+    with Lease.acquire(store.fs, store.path, s3_bucket.url(), ttl=1.0) as lease:
         reader = zarr.storage.FsspecStore.from_url(
             s3_bucket.url(), storage_options=s3_bucket.storage_options, read_only=True
         )
