@@ -4,13 +4,17 @@
 each worker in a child process. A worker process watches a pipe from its parent and exits
 at once when the parent dies, so even a driver killed with SIGKILL leaves no worker behind
 (measured: gone within 0.5 s). Normal exits, errors and Ctrl-C close the cluster through
-the context manager, after each worker has closed its store sessions.
+the context manager, after each worker has closed its store sessions. Workers ignore
+Ctrl-C, which a terminal sends to them too: the driver alone reacts, closing them in order
+(a worker the nanny restarts later does not inherit that).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import signal
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,6 +41,23 @@ def close_worker_sessions(client: Any) -> None:
 
 
 @contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Ignore Ctrl-C while worker processes start, so that they inherit ignoring it.
+
+    A terminal sends Ctrl-C to every process in the foreground group, workers included;
+    the driver alone should react, by closing the cluster in order.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; workers then see Ctrl-C too
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+@contextlib.contextmanager
 def local_cluster(n_workers: int, **cluster_options: Any) -> Iterator[Any]:
     """A ``distributed.Client`` on a new cluster of ``n_workers`` single-threaded worker processes.
 
@@ -56,10 +77,9 @@ def local_cluster(n_workers: int, **cluster_options: Any) -> Iterator[Any]:
         "scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"},  # not on 8787, which another cluster may hold
         **cluster_options,
     }
-    with (
-        distributed.LocalCluster(n_workers=n_workers, silence_logs=logging.ERROR, **options) as cluster,
-        distributed.Client(cluster) as client,
-    ):
+    with _sigint_ignored():
+        cluster = distributed.LocalCluster(n_workers=n_workers, silence_logs=logging.ERROR, **options)
+    with cluster, distributed.Client(cluster) as client:
         try:
             yield client
         finally:

@@ -149,6 +149,7 @@ def start_driver(mode: str, s3_bucket) -> tuple[subprocess.Popen, list[int]]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # a process group of its own, as a command typed in a terminal
     )
     workers = [int(pid) for pid in driver.stdout.readline().split()]
     assert len(workers) == 2 and float(driver.stdout.readline()) == 10.0
@@ -166,6 +167,15 @@ def test_a_driver_killed_with_sigkill_leaves_no_worker_behind(s3_bucket):
     driver, workers = start_driver("kill", s3_bucket)
     driver.send_signal(signal.SIGKILL)
     driver.communicate(timeout=60)
+    assert_all_gone(workers)
+
+
+def test_ctrl_c_at_a_terminal_closes_the_cluster_from_the_driver_alone(s3_bucket):
+    driver, workers = start_driver("wait", s3_bucket)
+    os.killpg(driver.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group gets it
+    _, stderr = driver.communicate(timeout=120)
+    assert driver.returncode != 0
+    assert stderr.count("Traceback") == 1 and stderr.rstrip().endswith("KeyboardInterrupt")  # none from workers
     assert_all_gone(workers)
 
 
