@@ -21,7 +21,7 @@ import warnings
 import fsspec
 import pytest
 import zarr
-from _s3 import Bucket, S3Server, start_server, stripping_proxy
+from _s3 import Bucket, start_server, stripping_proxy
 
 from streamacc import InputError, LockedError
 from streamacc._lease import LEASE_ENV, LEASE_KEY, Lease, lease_seconds
@@ -157,8 +157,7 @@ def test_check_detects_a_lease_taken_over(s3_bucket):
 def test_check_detects_a_store_unreachable_for_longer_than_the_lease(aws_credentials):
     server, described = start_server()
     try:
-        fs = S3Server(described.endpoint).fs()
-        fs.mkdir("lost")
+        described.fs().mkdir("lost")
         bucket = Bucket("lost", described)
         lease = acquire(bucket, config_kwargs={"retries": {"max_attempts": 1}})
         lease.check()
