@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -202,13 +203,7 @@ def test_lease_of_a_killed_writer_on_this_machine_is_waited_out(s3_bucket, caplo
         holder.wait()
     with caplog.at_level(logging.WARNING, logger="streamacc"), acquire(s3_bucket) as taker:
         assert stored(s3_bucket).token == taker.token
-    assert f"lease of {stored_host()} pid {holder.pid} (no longer running)" in caplog.text
-
-
-def stored_host() -> str:
-    import socket
-
-    return socket.gethostname()
+    assert f"lease of {socket.gethostname()} pid {holder.pid} (no longer running)" in caplog.text
 
 
 def test_store_ignoring_conditional_writes_is_detected_and_still_refuses_a_second_writer(s3_bucket, caplog):
