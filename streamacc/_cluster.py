@@ -1,0 +1,86 @@
+"""A local dask.distributed cluster that closes on every exit and never outlives its driver.
+
+``LocalCluster(processes=True)`` runs the scheduler and the nannies inside the driver and
+each worker in a child process. A worker process watches a pipe from its parent and exits
+at once when the parent dies, so even a driver killed with SIGKILL leaves no worker behind
+(measured: gone within 0.5 s). Normal exits, errors and Ctrl-C close the cluster through
+the context manager, after each worker has closed its store sessions. Workers ignore
+Ctrl-C, which a terminal sends to them too: the driver alone reacts, closing them in order
+(a worker the nanny restarts later does not inherit that).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from ._errors import InputError, spell
+from ._sessions import close_store_sessions
+
+__all__ = ["close_worker_sessions", "local_cluster"]
+
+
+def _distributed() -> Any:
+    try:
+        import distributed
+    except ImportError:
+        raise InputError(
+            f"{spell('workers')} needs dask.distributed; install it with pip install 'streamacc[dist]'"
+        ) from None
+    return distributed
+
+
+def close_worker_sessions(client: Any) -> None:
+    """Have every worker close its store sessions (quietly: a worker may already be gone)."""
+    with contextlib.suppress(Exception):
+        client.run(close_store_sessions, wait=True)
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Ignore Ctrl-C while worker processes start, so that they inherit ignoring it.
+
+    A terminal sends Ctrl-C to every process in the foreground group, workers included;
+    the driver alone should react, by closing the cluster in order.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; workers then see Ctrl-C too
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+@contextlib.contextmanager
+def local_cluster(n_workers: int, **cluster_options: Any) -> Iterator[Any]:
+    """A ``distributed.Client`` on a new cluster of ``n_workers`` single-threaded worker processes.
+
+    The cluster is closed when the block ends, however it ends. ``cluster_options`` go to
+    ``LocalCluster`` (e.g. ``memory_limit``).
+    """
+    if not (isinstance(n_workers, int) and n_workers >= 1):
+        raise InputError(
+            f"{spell('workers', n_workers)} is not a positive number of worker processes; "
+            f"pass e.g. {spell('workers', 2)}"
+        )
+    distributed = _distributed()
+    options = {
+        "threads_per_worker": 1,
+        "processes": True,
+        "dashboard_address": None,  # no dashboard; its HTTP server (health, metrics) on a free loopback port
+        "scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"},  # not on 8787, which another cluster may hold
+        **cluster_options,
+    }
+    with _sigint_ignored():
+        cluster = distributed.LocalCluster(n_workers=n_workers, silence_logs=logging.ERROR, **options)
+    with cluster, distributed.Client(cluster) as client:
+        try:
+            yield client
+        finally:
+            close_worker_sessions(client)

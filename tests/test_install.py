@@ -1,0 +1,80 @@
+"""The test install: .ci/run runs the README's command, and the pinned S3 stack is consistent."""
+
+from __future__ import annotations
+
+import configparser
+import re
+import shlex
+from importlib import metadata
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parents[1]
+QUIET = {"--quiet", "-q", "--disable-pip-version-check"}
+
+
+def readme_test_commands() -> list[list[str]]:
+    match = re.search(r"Run the tests:\s*```\n(.+?)\n```", (ROOT / "README.md").read_text(), re.S)
+    assert match, "README.md has no 'Run the tests:' block"
+    return [shlex.split(part) for part in match.group(1).split("&&")]
+
+
+def ci_commands() -> list[list[str]]:
+    commands = []
+    for line in (ROOT / ".ci" / "run").read_text().splitlines():
+        words = shlex.split(line, comments=True)
+        if words and words[0] not in ("set", "cd"):
+            commands.append(words)
+    return commands
+
+
+def normalised(words: list[str]) -> list[str]:
+    """``python -m pip ... --quiet`` and ``pip ...`` are the same command."""
+    if words[:2] == ["python", "-m"]:
+        words = words[2:]
+    return [word for word in words if word not in QUIET]
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    assert [normalised(c) for c in ci_commands()] == [normalised(c) for c in readme_test_commands()]
+
+
+def pins() -> dict[str, str]:
+    found = {}
+    for line in (ROOT / ".ci" / "constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, version = line.split("==")
+            found[canonicalize_name(name)] = version
+    return found
+
+
+def test_the_pinned_s3_stack_satisfies_its_own_requirements():
+    pinned = pins()
+    checked = 0
+    for name, version in pinned.items():
+        try:
+            if metadata.version(name) != version:
+                continue  # another version installed here: its metadata says nothing about the pin
+        except metadata.PackageNotFoundError:
+            continue
+        for text in metadata.requires(name) or []:
+            requirement = Requirement(text)
+            other = canonicalize_name(requirement.name)
+            if other in pinned and (requirement.marker is None or requirement.marker.evaluate({"extra": ""})):
+                assert requirement.specifier.contains(pinned[other], prereleases=True), f"{name}: {text}"
+                checked += 1
+    assert checked >= 4  # botocore under aiobotocore and boto3, s3transfer under boto3, fsspec under s3fs...
+
+
+def test_the_pins_satisfy_the_extras():
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    pinned = pins()
+    for extra, lines in config["options.extras_require"].items():
+        for text in filter(None, (line.strip() for line in lines.splitlines())):
+            requirement = Requirement(text)
+            if canonicalize_name(requirement.name) in pinned:
+                assert requirement.specifier.contains(pinned[canonicalize_name(requirement.name)]), f"[{extra}] {text}"
