@@ -44,6 +44,12 @@ __all__ = [
 CALLER_HELD = 1
 """Blocks a plain ``for block in iter_blocks(...)`` loop holds while asking for the next."""
 
+POOL_MIN_BYTES = 4 * 2**20
+"""Smallest block (bytes of ys) that the default pool recycles. glibc's heap already
+reuses freed buffers of up to a few MiB without page faults (measured: 2**16 to 2**18
+float64 steps per block), and there the pool's own cost, about 10 us per block, would
+exceed what it saves; from 8 MiB on, fresh buffers page-fault."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Block:
@@ -288,12 +294,14 @@ def run_plan(plan: Plan, *, carry: Any = None, first_block: int = 0, pool: Block
     comes from the caller's own threads, as in :func:`streamacc.write`.)
 
     Full blocks are computed into the buffers of ``pool``; by default a pool sized for a
-    caller that holds one block at a time. A caller that keeps ``depth`` blocks in flight
-    passes ``BlockPool(pool_size(depth))`` and calls :meth:`Block.release` on each block
-    once done with it; memory then stays at that many blocks of ``plan.block_nbytes``. A
-    caller that keeps more blocks stays correct: the extra blocks get buffers of their own.
+    caller that holds one block at a time (none for blocks under ``POOL_MIN_BYTES``). A
+    caller that keeps ``depth`` blocks in flight passes ``BlockPool(pool_size(depth))``
+    and calls :meth:`Block.release` on each block once done with it; memory then stays at
+    that many blocks of ``plan.block_nbytes``. A caller that keeps more blocks stays
+    correct: the extra blocks get buffers of their own.
     """
-    pool = BlockPool(pool_size(CALLER_HELD)) if pool is None else pool
+    if pool is None:
+        pool = BlockPool(pool_size(CALLER_HELD) if plan.block_nbytes >= POOL_MIN_BYTES else 0)
     carry = plan.init if carry is None else carry
     pending = None
     for start, stop in plan.bounds(first_block):

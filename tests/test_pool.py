@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from streamacc._engine import make_plan, run_plan
+from streamacc._engine import POOL_MIN_BYTES, make_plan, run_plan
 from streamacc._pool import BlockPool, pool_size
 
 DATA = np.random.default_rng(7).normal(size=(200, 3))
@@ -133,13 +133,21 @@ def test_a_derived_view_keeps_its_buffer_leased():
 
 def test_a_view_outlives_the_pool():
     plan = make_plan(count_step, np.int64(0), length=6 * 8, block_size=8)
-    gen = run_plan(plan)  # the default pool lives and dies with the generator
+    pool = BlockPool(3)
+    gen = run_plan(plan, pool=pool)
     part = next(gen).ys[-3:]
     for _ in gen:
         pass
-    del gen
+    del gen, pool
     gc.collect()
     np.testing.assert_array_equal(part, [5, 6, 7])
+
+
+def test_default_pool_recycles_large_blocks():
+    """A plain loop over blocks of ``POOL_MIN_BYTES`` cycles through three buffers."""
+    block_size = POOL_MIN_BYTES // 8  # float64: 8 bytes per step
+    plan = make_plan(product_step, np.float64(1.0), length=8 * block_size, block_size=block_size)
+    assert len({_address(b) for b in run_plan(plan)}) == pool_size(1)
 
 
 def test_release_from_writer_threads_and_twice():
