@@ -26,7 +26,10 @@ Options (codec blosc-lz4, byte shuffle, level 5 everywhere):
   +zlib-raw, +crc32c-raw a checksum of the raw block in the writer thread (zlib.crc32, google_crc32c)
 
 With ``--read`` each option also reads everything back through zarr (block by block)
-and reports that CPU, to price the crc32c codec for readers.
+and reports that CPU, to price the crc32c codec for readers. With ``--fsync --dontneed``
+each chunk file's pages leave the page cache once they are durable
+(``posix_fadvise(POSIX_FADV_DONTNEED)``), which keeps the kernel from growing the cache
+by every byte written.
 """
 
 from __future__ import annotations
@@ -142,15 +145,15 @@ def _raw_checksum(kind: str | None):
     return lambda data: None
 
 
-def _fsync_tree(root: Path, seen: set) -> None:
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            path = Path(dirpath) / name
-            if path not in seen:
-                fd = os.open(path, os.O_RDONLY)
-                os.fsync(fd)
-                os.close(fd)
-                seen.add(path)
+def _fsync_block(array, root: Path, start: int, length: int, dontneed: bool) -> None:
+    """fsync the chunk files of rows ``[start, start + length)`` (and with ``dontneed`` drop their cached pages)."""
+    chunk = array.chunks[0] if array.shards is None else array.shards[0]
+    for i in range(start // chunk, -(-(start + length) // chunk)):
+        fd = os.open(root / "x" / array.metadata.encode_chunk_key((i,)), os.O_RDONLY)
+        os.fsync(fd)
+        if dontneed:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
 
 
 def _blocks(n: int, block: int, compute: str):
@@ -189,14 +192,13 @@ def child(args: argparse.Namespace) -> None:
     if args.compute == "engine":  # compile before the clock starts
         for _ in _blocks(2 * args.block, args.block, "engine"):
             pass
-    synced: set = set()
 
     def work(item):
         start, data, release = item
         write(start, data)
         checksum(data)
         if args.fsync:
-            _fsync_tree(path / "x", synced)
+            _fsync_block(array, path, start, len(data), args.dontneed)
         release()
 
     r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
@@ -205,6 +207,7 @@ def child(args: argparse.Namespace) -> None:
     stored = sum(f.stat().st_size for f in (path / "x").rglob("*") if f.is_file() and f.name != "zarr.json")
     row = {
         "option": args.option, "n": args.n, "block": args.block, "compute": args.compute, "fsync": args.fsync,
+        "dontneed": args.dontneed,
         "wall_s": t1 - t0, "user_s": r1.ru_utime - r0.ru_utime, "sys_s": r1.ru_stime - r0.ru_stime,
         "minflt": r1.ru_minflt - r0.ru_minflt, "peak_rss_mib": r1.ru_maxrss / 1024, "stored": stored,
     }  # fmt: skip
@@ -249,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--options", nargs="*", default=None, choices=list(OPTIONS), help="instead of --sections")
     p.add_argument("--compute", choices=["precomputed", "engine"], default="precomputed")
     p.add_argument("--fsync", action="store_true", help="fsync every chunk file after its block is written")
+    p.add_argument("--dontneed", action="store_true", help="with --fsync: drop each file's cached pages after it")
     p.add_argument("--read", action="store_true", help="also read everything back through zarr")
     p.add_argument("--repeat", type=int, default=1, help="rounds; each option once per round, the fastest kept")
     p.add_argument("--scratch", type=Path, default=Path("/tmp/streamacc-bench-chunks"))
@@ -266,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         for option in options:
             cmd = [sys.executable, __file__, "--_child", option, "--size", str(args.n), "--block", str(args.block),
                    "--compute", args.compute, "--scratch", str(args.scratch)]  # fmt: skip
-            cmd += ["--fsync"] * args.fsync + ["--read"] * args.read
+            cmd += ["--fsync"] * args.fsync + ["--dontneed"] * args.dontneed + ["--read"] * args.read
             row = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
             print(f"  {option}: {row['wall_s']:.2f} s, {row['minflt']} faults", file=sys.stderr)
             if option not in best or row["wall_s"] < best[option]["wall_s"]:
@@ -274,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "python benchmarks/bench_chunks.py " + " ".join(sys.argv[1:] if argv is None else argv)
     text = (
         f"`{command}`\n\nN = {_fmt(args.n)} float64 steps, blocks of {_fmt(args.block)}, blosc-lz4, "
-        f"3 writer threads, blocks {args.compute}, fsync {'per block' if args.fsync else 'none'}, "
+        f"3 writer threads, blocks {args.compute}, fsync {'per block' if args.fsync else 'none'}"
+        f"{' then POSIX_FADV_DONTNEED' if args.dontneed else ''}, "
         f"load average {os.getloadavg()[0]:.2f} at the end\n\n{table(list(best.values()))}\n"
     )
     print(text)
