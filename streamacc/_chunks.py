@@ -86,7 +86,11 @@ class _Blosc:
 
 @dataclasses.dataclass(frozen=True)
 class EncodedChunk:
-    """One chunk as stored: its key, its size in bytes and its CRC-32C (None without the crc32c codec)."""
+    """One chunk as stored: its key, its size in bytes and its CRC-32C.
+
+    ``crc32c`` is None without the crc32c codec; both are unknown (-1, None) when zarr
+    encoded the chunk itself.
+    """
 
     key: str
     nbytes: int
@@ -155,9 +159,10 @@ class ChunkWriter:
         return padded
 
     def encode(self, chunk: np.ndarray) -> tuple[np.ndarray, int | None]:
-        """The stored bytes of one full chunk and their CRC-32C.
+        """The stored bytes of one full chunk (uint8) and their CRC-32C (None without the crc32c codec).
 
-        The bytes are a view of this thread's buffer: valid until its next ``encode``.
+        The bytes are a view of the chunk itself or of this thread's buffer: valid until
+        the chunk changes or this thread's next ``encode``.
         """
         if self._layout is None:
             raise ValueError("this array's codecs are not encoded here; use write(), which lets zarr encode them")

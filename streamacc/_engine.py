@@ -259,7 +259,7 @@ class _Computed:
     stop: int
     out: list
     carry: Any
-    lease: Any  # the pool slot's lease, None for a temporary buffer; a block dropped unseen gives it back
+    lease: Any  # its pool slot's lease (dropped unseen, it gives the slot back); None when XLA allocated out
 
 
 def _dispatch(plan: Plan, pool: BlockPool, carry: Any, start: int, stop: int) -> _Computed:
