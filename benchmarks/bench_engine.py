@@ -11,7 +11,9 @@ memory      runs ``for b in iter_blocks(gp_step, np.float64(1.0), length=N, bloc
 throughput  compares iter_blocks (consuming the blocks without copying) with one jitted
             full-length ``lax.scan`` (``block_until_ready``), same step and unroll, best of
             --repeat runs after a warm-up that compiles everything; the target is a
-            blocked/full throughput ratio >= 0.95.
+            blocked/full throughput ratio >= 0.95. With --compare-recycling, every block
+            size also runs with the engine's buffer pool off (``BlockPool(0)``: XLA
+            allocates each block's output, as before the pool existed).
 
 Both print Markdown tables (and the command line) for benchmarks/RESULTS.md.
 """
@@ -135,8 +137,10 @@ def memory_table(rows: list[dict]) -> str:
 # --- throughput --------------------------------------------------------------------------
 
 
-def run_throughput(length: int, unrolls: list[int], block_sizes: list[int], repeat: int) -> list[dict]:
-    """Best-of-``repeat`` seconds per (unroll, block size); block size None is the full scan.
+def run_throughput(
+    length: int, unrolls: list[int], block_sizes: list[int], repeat: int, compare_recycling: bool = False
+) -> list[dict]:
+    """Best-of-``repeat`` seconds per (unroll, block size, recycling); block size None is the full scan.
 
     The runs are interleaved (each round times every configuration once), so that a
     change in the machine's load hits all configurations alike.
@@ -146,6 +150,8 @@ def run_throughput(length: int, unrolls: list[int], block_sizes: list[int], repe
     from jax import lax
 
     import streamacc
+    from streamacc._engine import make_plan, run_plan
+    from streamacc._pool import BlockPool
 
     init = np.float64(1.0)
     block_sizes = [bs for bs in block_sizes if bs <= length]
@@ -160,11 +166,18 @@ def run_throughput(length: int, unrolls: list[int], block_sizes: list[int], repe
             for _b in streamacc.iter_blocks(gp_step, init, length=n, block_size=bs, unroll=unroll):
                 pass  # consume and discard: ys are zero-copy host views on CPU
 
+        def run_fresh(bs, unroll=unroll, n=length):
+            plan = make_plan(gp_step, init, length=n, block_size=bs, unroll=unroll)
+            for _b in run_plan(plan, pool=BlockPool(0)):
+                pass
+
         runs = {None: run_full, **{bs: (lambda bs=bs: run_blocked(bs)) for bs in block_sizes}}
-        # warm up: compile the full scan and every block function (full and short blocks)
+        if compare_recycling:
+            runs.update({(bs, "fresh"): (lambda bs=bs: run_fresh(bs)) for bs in block_sizes})
+        # warm up: compile the full scan and every block function (full and short blocks, fresh and recycled)
         run_full()
         for bs in block_sizes:
-            run_blocked(bs, n=min(length, 2 * bs))
+            run_blocked(bs, n=min(length, 4 * bs))
             if length % bs:
                 run_blocked(bs, n=length % bs)
         best = dict.fromkeys(runs, float("inf"))
@@ -180,12 +193,18 @@ def run_throughput(length: int, unrolls: list[int], block_sizes: list[int], repe
                     faults[key] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
         for key, t in best.items():
             rows.append({"unroll": unroll, "block_size": key, "seconds": t, "full": best[None], "faults": faults[key]})
-            what = "full" if key is None else f"block_size={_fmt_pow2(key)}"
+            what = "full" if key is None else f"block_size={_label(key)}"
             print(
                 f"  unroll={unroll} {what}: {1e9 * t / length:.3f} ns/step, {best[None] / t:.3f}x full",
                 file=sys.stderr,
             )
     return rows
+
+
+def _label(key: int | tuple) -> str:
+    if isinstance(key, tuple):
+        return f"{_fmt_pow2(key[0])}, no recycling"
+    return _fmt_pow2(key)
 
 
 def throughput_table(rows: list[dict], length: int) -> str:
@@ -195,8 +214,8 @@ def throughput_table(rows: list[dict], length: int) -> str:
     ]
     for r in rows:
         bs = r["block_size"]
-        name = "full lax.scan" if bs is None else f"iter_blocks, block_size={_fmt_pow2(bs)}"
-        blocks = 1 if bs is None else -(-length // bs)
+        name = "full lax.scan" if bs is None else f"iter_blocks, block_size={_label(bs)}"
+        blocks = 1 if bs is None else -(-length // (bs[0] if isinstance(bs, tuple) else bs))
         ratio = r["full"] / r["seconds"]
         lines.append(
             f"| {r['unroll']} | {name} | {blocks} | {1e9 * r['seconds'] / length:.3f} | "
@@ -244,6 +263,11 @@ def main(argv: list[str] | None = None) -> int:
         help="throughput mode: comma-separated block sizes (default 2**16,2**18,2**20,2**22)",
     )
     p.add_argument("--repeat", type=int, default=5, help="throughput mode: runs per measurement, best taken")
+    p.add_argument(
+        "--compare-recycling",
+        action="store_true",
+        help="throughput mode: also run every block size with the engine's buffer pool off",
+    )
     p.add_argument("--_child-memory", type=_pow2, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
@@ -270,12 +294,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode in ("throughput", "all"):
         unrolls = [int(x) for x in args.unrolls.split(",")]
         block_sizes = [_pow2(x) for x in args.block_sizes.split(",")]
-        rows = run_throughput(args.length, unrolls, block_sizes, args.repeat)
+        rows = run_throughput(args.length, unrolls, block_sizes, args.repeat, args.compare_recycling)
         print(f"Steps per run: {_fmt_pow2(args.length)}; best of {args.repeat}\n")
         print(throughput_table(rows, args.length))
         best = max((r for r in rows if r["block_size"] is not None), key=lambda r: r["full"] / r["seconds"])
         print(
-            f"\nBest blocked: unroll={best['unroll']}, block_size={_fmt_pow2(best['block_size'])}, "
+            f"\nBest blocked: unroll={best['unroll']}, block_size={_label(best['block_size'])}, "
             f"{best['full'] / best['seconds']:.3f}x full (target >= 0.95x)"
         )
     print(f"\nLoad average {os.getloadavg()[0]:.2f} at the end")

@@ -53,7 +53,7 @@ def instrument() -> None:
     from streamacc import _engine, _manifest, _target, _write, _zarr
 
     _engine._dispatch = timed("engine._dispatch (trace/dispatch a block)", _engine._dispatch)
-    _engine._to_host = timed("engine._to_host (wait for the block's values)", _engine._to_host)
+    _engine._hand_over = timed("engine._hand_over (host views of a block)", _engine._hand_over)
     _write.to_host = timed("carry to_host", _write.to_host)
     _write.encode_leaves = timed("encode_leaves (carry to JSON)", _write.encode_leaves)
     _zarr.ZarrSink.write = timed("ZarrSink.write (encode + write + fsync + crc)", _zarr.ZarrSink.write)

@@ -3,6 +3,10 @@
 The engine is pure computation. It slices the inputs one block at a time, runs one
 compiled scan per block with the carry flowing from block to block, and hands each
 finished block to the caller as host arrays. It knows nothing of files or progress.
+
+Each block's ys are written into a recycled buffer from a :class:`BlockPool` (donated
+to the block function), so that a long run touches the same few buffers over and over
+instead of page-faulting a fresh one per block.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ from ._checks import as_count, check_x64, resolve_length, step_shapes
 from ._defaults import DEFAULT_BLOCK_SIZE
 from ._errors import InputError, spell
 from ._layout import block_bounds, block_count
+from ._pool import BlockPool, pool_size
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "Block",
+    "BlockPool",
     "Plan",
     "block_bounds",
     "block_count",
@@ -32,9 +38,19 @@ __all__ = [
     "compute_block",
     "iter_blocks",
     "make_plan",
+    "pool_size",
     "run_plan",
     "scan",
 ]
+
+CALLER_HELD = 1
+"""Blocks a plain ``for block in iter_blocks(...)`` loop holds while asking for the next."""
+
+POOL_MIN_BYTES = 4 * 2**20
+"""Smallest block (bytes of ys) that the default pool recycles. glibc's heap already
+reuses freed buffers of up to a few MiB without page faults (measured: 2**16 to 2**18
+float64 steps per block), and there the pool's own cost, about 10 us per block, would
+exceed what it saves; from 8 MiB on, fresh buffers page-fault."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +59,8 @@ class Block:
 
     Attributes:
         start, stop: the block covers steps ``[start, stop)`` of the whole scan.
-        ys: pytree of host numpy arrays, each with leading axis ``stop - start``.
+        ys: pytree of host numpy arrays, each with leading axis ``stop - start``
+            (read-only; on CPU, views of the engine's recycled buffers).
         carry: pytree of (small) JAX arrays, the carry after the block's last step in
             scan order, i.e. the carry that enters the next block.
     """
@@ -52,9 +69,23 @@ class Block:
     stop: int
     ys: Any
     carry: Any
+    _release: Callable[[], None] | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return self.stop - self.start
+
+    def __reduce__(self) -> tuple:
+        return Block, (self.start, self.stop, self.ys, self.carry)  # a copy holds no buffer of the pool
+
+    def release(self) -> None:
+        """Give this block's buffers back for reuse by a later block; ``ys`` must not be read after.
+
+        Optional: without it a buffer is reused once every reference to ``ys`` is gone.
+        Call it where references linger after the last read, e.g. in a writer, once the
+        block's chunks are durable. Calling it again does nothing.
+        """
+        if self._release is not None:
+            self._release()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +100,22 @@ class Plan:
     unroll: int
     reverse: bool
     y_struct: Any
+
+    @property
+    def block_nbytes(self) -> int:
+        """Bytes of ys in one full block: the size of each buffer of a :class:`BlockPool`."""
+        return sum(s.dtype.itemsize * int(np.prod(s.shape)) for s in self._full_block)
+
+    def out_structs(self, length: int) -> list[jax.ShapeDtypeStruct]:
+        """Shape and dtype of each ys leaf of a block of ``length`` steps."""
+        if length == self.block_size:
+            return self._full_block
+        return [jax.ShapeDtypeStruct((length, *s.shape), s.dtype) for s in jax.tree_util.tree_leaves(self.y_struct)]
+
+    @functools.cached_property
+    def _full_block(self) -> list[jax.ShapeDtypeStruct]:
+        leaves = jax.tree_util.tree_leaves(self.y_struct)
+        return [jax.ShapeDtypeStruct((self.block_size, *s.shape), s.dtype) for s in leaves]
 
     @property
     def block_count(self) -> int:
@@ -139,18 +186,31 @@ def make_plan(
 
 
 @functools.lru_cache(maxsize=256)
-def _scan_fn(f: Callable, length: int, unroll: int | bool, reverse: bool) -> Callable:
-    def run(carry: Any, xs: Any) -> tuple[Any, Any]:
-        return lax.scan(f, carry, xs, length=length, unroll=unroll, reverse=reverse)
+def _scan_fn(f: Callable, length: int, unroll: int | bool, reverse: bool, into: bool) -> Callable:
+    """One block: ``lax.scan`` itself, returning ``(carry, ys leaves)``.
 
-    return jax.jit(run)
+    With ``into``, the ys are written into the donated buffers ``out``: the update
+    covers all of ``out``, so XLA drops it and lets the scan's own ys buffer be
+    ``out``'s memory. Both forms are one ``lax.scan``'s bits by construction; without
+    ``into`` XLA allocates the ys, which is how a buffer first enters a pool.
+    """
+
+    def run(carry: Any, xs: Any) -> tuple[Any, list]:
+        carry, ys = lax.scan(f, carry, xs, length=length, unroll=unroll, reverse=reverse)
+        return carry, jax.tree_util.tree_leaves(ys)
+
+    def run_into(carry: Any, xs: Any, out: list) -> tuple[Any, list]:
+        carry, ys = run(carry, xs)
+        return carry, [lax.dynamic_update_slice_in_dim(o, y, 0, 0) for o, y in zip(out, ys, strict=True)]
+
+    return jax.jit(run_into, donate_argnums=2) if into else jax.jit(run)
 
 
-def _block_fn(f: Callable, length: int, unroll: int | bool, reverse: bool) -> Callable:
+def _block_fn(f: Callable, length: int, unroll: int | bool, reverse: bool, into: bool) -> Callable:
     try:
-        return _scan_fn(f, length, unroll, reverse)
+        return _scan_fn(f, length, unroll, reverse, into)
     except TypeError:  # an unhashable step function cannot be cached; compile per call
-        return _scan_fn.__wrapped__(f, length, unroll, reverse)
+        return _scan_fn.__wrapped__(f, length, unroll, reverse, into)
 
 
 @functools.lru_cache(maxsize=64)
@@ -165,9 +225,32 @@ def _take(leaf: Any, start: int, stop: int) -> Any:
     return np.asarray(leaf[start:stop])
 
 
-def _dispatch(plan: Plan, carry: Any, start: int, stop: int) -> tuple[Any, Any]:
-    xs = jax.tree_util.tree_map(lambda leaf: _take(leaf, start, stop), plan.xs)
-    return _block_fn(plan.f, stop - start, plan.unroll, plan.reverse)(carry, xs)
+@dataclasses.dataclass(frozen=True)
+class _Computed:
+    """A dispatched block: its device outputs, and the pool slot they live in (if any)."""
+
+    start: int
+    stop: int
+    out: list
+    carry: Any
+    lease: Any  # its pool slot's lease (dropped unseen, it gives the slot back); None when XLA allocated out
+
+
+def _dispatch(plan: Plan, pool: BlockPool, carry: Any, start: int, stop: int) -> _Computed:
+    xs = None if plan.xs is None else jax.tree_util.tree_map(lambda leaf: _take(leaf, start, stop), plan.xs)
+    lease = pool.acquire() if stop - start == plan.block_size else None  # only full blocks share buffers
+    out = pool.buffers(lease, plan.out_structs(stop - start))
+    if out is None:
+        carry, out = _block_fn(plan.f, stop - start, plan.unroll, plan.reverse, False)(carry, xs)
+    else:
+        carry, out = _block_fn(plan.f, stop - start, plan.unroll, plan.reverse, True)(carry, xs, out)
+    return _Computed(start, stop, out, carry, lease)
+
+
+def _hand_over(plan: Plan, pool: BlockPool, done: _Computed) -> Block:
+    hosts = pool.hand_over(done.lease, done.out)
+    ys = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(plan.y_struct), hosts)
+    return Block(done.start, done.stop, ys, done.carry, None if done.lease is None else done.lease.release)
 
 
 @functools.lru_cache(maxsize=256)
@@ -207,35 +290,41 @@ def carry_pass(plan: Plan, *, carry: Any = None, first_block: int = 0) -> Iterat
         yield start, stop, carry
 
 
-def _to_host(tree: Any) -> Any:
-    return jax.tree_util.tree_map(np.asarray, tree)
-
-
 def compute_block(plan: Plan, carry: Any, start: int, stop: int) -> Block:
     """Compute the single block ``[start, stop)`` from the carry entering it (to check a stored block)."""
-    carry, ys = _dispatch(plan, carry, start, stop)
-    return Block(start, stop, _to_host(ys), carry)
+    pool = BlockPool(0)
+    return _hand_over(plan, pool, _dispatch(plan, pool, carry, start, stop))
 
 
-def run_plan(plan: Plan, *, carry: Any = None, first_block: int = 0) -> Iterator[Block]:
+def run_plan(plan: Plan, *, carry: Any = None, first_block: int = 0, pool: BlockPool | None = None) -> Iterator[Block]:
     """Run ``plan`` from block ``first_block`` (in scan order) with ``carry`` entering it.
 
     Block k+1 is dispatched before block k is handed over, so that with JAX's
     asynchronous dispatch an accelerator computes while the caller consumes. (XLA's CPU
     client was measured to return only once such a block is computed: on CPU the overlap
-    comes from the caller's own threads, as in :func:`streamacc.write`.) The engine
-    holds only those two blocks; a block the caller keeps stays alive too (on CPU its
-    host arrays share the device buffer).
+    comes from the caller's own threads, as in :func:`streamacc.write`.)
+
+    Full blocks are computed into the buffers of ``pool``; by default a pool sized for a
+    caller that holds one block at a time (none for blocks under ``POOL_MIN_BYTES``). A
+    caller that keeps ``depth`` blocks in flight passes ``BlockPool(pool_size(depth))``
+    and calls :meth:`Block.release` on each block once done with it; memory then stays at
+    that many blocks of ``plan.block_nbytes``. A caller that keeps more blocks stays
+    correct: the extra blocks get buffers of their own.
     """
+    if pool is None:
+        pool = BlockPool(pool_size(CALLER_HELD) if plan.block_nbytes >= POOL_MIN_BYTES else 0)
     carry = plan.init if carry is None else carry
     pending = None
     for start, stop in plan.bounds(first_block):
-        carry, ys = _dispatch(plan, carry, start, stop)
+        done = _dispatch(plan, pool, carry, start, stop)
+        carry = done.carry
         if pending is not None:
-            yield Block(pending[0], pending[1], _to_host(pending[2]), pending[3])
-        pending = (start, stop, ys, carry)
+            # handed over without a local name: the generator must not keep the block's
+            # views alive while it computes the next one, or its buffer could not be reused
+            yield _hand_over(plan, pool, pending)
+        pending = done
     if pending is not None:
-        yield Block(pending[0], pending[1], _to_host(pending[2]), pending[3])
+        yield _hand_over(plan, pool, pending)
 
 
 def iter_blocks(
@@ -287,4 +376,5 @@ def scan(
     for block in run_plan(plan):
         jax.tree_util.tree_map(lambda out, y, b=block: out.__setitem__(slice(b.start, b.stop), y), ys, block.ys)
         carry = block.carry
+        block.release()
     return carry, ys

@@ -391,7 +391,8 @@ def _count_compiles(f: Callable, xs: Any, length: int, block_size: int) -> int:
 
 
 @pytest.mark.parametrize("with_xs", [False, True], ids=["no_xs", "numpy_xs"])
-def test_compiles_two_block_functions_whatever_the_block_count(with_xs):
+def test_compiles_three_block_functions_whatever_the_block_count(with_xs):
+    """The full block (into a fresh buffer, and into a recycled one) and the short last one."""
     block_size = 6
     fresh = fresh_affine_step if with_xs else fresh_product_step
     counts = {}
@@ -399,13 +400,13 @@ def test_compiles_two_block_functions_whatever_the_block_count(with_xs):
         length = blocks * block_size + 3
         xs = np.linspace(0.0, 1.0, length) if with_xs else None
         counts[blocks] = _count_compiles(fresh(), xs, length, block_size)
-    assert 1 <= counts[10] <= 2  # the full block and the short last one
+    assert 1 <= counts[10] <= 3
     assert counts[5] == counts[10] == counts[50]
 
 
 def test_second_identical_call_compiles_nothing():
     f = fresh_product_step()
-    assert 1 <= _count_compiles(f, None, 63, 6) <= 2
+    assert 1 <= _count_compiles(f, None, 63, 6) <= 3
     assert _count_compiles(f, None, 63, 6) == 0
     with CompileCounter() as counter:
         streamacc.scan(f, np.float64(1.0), length=63, block_size=6)

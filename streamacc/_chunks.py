@@ -1,0 +1,207 @@
+"""Encode and store whole chunks of a Zarr v3 array into reused buffers.
+
+zarr-python encodes each chunk into fresh memory: numcodecs' Blosc allocates a
+destination as large as the raw chunk (32 MiB at the default block), which glibc maps
+afresh and the kernel zero-fills page by page, and zarr's ``crc32c`` codec copies the
+compressed bytes once more to append four. Here each writer thread compresses into a
+buffer of its own that lives as long as the thread, so steady state allocates nothing,
+and the bytes go to the store in one ``set`` per chunk.
+
+The direct path covers the layouts streamacc writes: a regular chunk grid along the
+first axis, the ``bytes`` codec in native byte order, optionally ``blosc``, optionally
+``crc32c`` last. It calls the same c-blosc function with the same arguments as
+numcodecs, so the stored bytes are those zarr would write. Anything else falls back to
+zarr's own write (``array[start:stop] = data``), which is correct but allocates.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import struct
+import sys
+import threading
+from typing import Any
+
+import google_crc32c
+import numcodecs.blosc
+import numpy as np
+import zarr
+from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.chunk_grids import RegularChunkGrid
+from zarr.core.sync import sync
+
+__all__ = ["ChunkWriter", "EncodedChunk"]
+
+_SHUFFLE = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
+_CRC = struct.Struct("<I")  # zarr's crc32c codec appends the checksum as little-endian uint32
+
+
+def _load_blosc() -> Any:
+    """c-blosc's ``blosc_compress_ctx`` from the library numcodecs bundles, or None.
+
+    ctypes releases the GIL around the call, as numcodecs does.
+    """
+    try:
+        fn = ctypes.CDLL(numcodecs.blosc.__file__).blosc_compress_ctx
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p,
+                   ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int]  # fmt: skip
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_BLOSC_COMPRESS = _load_blosc()
+_BLOSC_OVERHEAD = 16  # BLOSC_MAX_OVERHEAD: a destination of nbytes + 16 always fits
+_SCRATCH = threading.local()  # per thread: "out" (encoded bytes) and "pad" (a partial last chunk)
+
+
+def _scratch(name: str, nbytes: int) -> np.ndarray:
+    """This thread's reusable buffer ``name`` of at least ``nbytes``."""
+    buf = getattr(_SCRATCH, name, None)
+    if buf is None or buf.nbytes < nbytes:
+        buf = np.empty(nbytes, dtype=np.uint8)
+        setattr(_SCRATCH, name, buf)
+    return buf
+
+
+@dataclasses.dataclass(frozen=True)
+class _Blosc:
+    cname: bytes
+    clevel: int
+    shuffle: int
+    typesize: int
+    blocksize: int
+
+    def compress(self, src: np.ndarray, dest: np.ndarray) -> int:
+        """Compress the bytes of ``src`` into ``dest``; the number of bytes written."""
+        size = _BLOSC_COMPRESS(self.clevel, self.shuffle, self.typesize, src.nbytes, src.ctypes.data,
+                               dest.ctypes.data, dest.nbytes, self.cname, self.blocksize, 1)  # fmt: skip
+        if size <= 0:
+            raise RuntimeError(f"blosc compression failed ({size})")
+        return size
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedChunk:
+    """One chunk as stored: its key, its size in bytes and its CRC-32C.
+
+    ``crc32c`` is None without the crc32c codec; both are unknown (-1, None) when zarr
+    encoded the chunk itself.
+    """
+
+    key: str
+    nbytes: int
+    crc32c: int | None
+
+
+def _direct_layout(array: zarr.Array) -> tuple[_Blosc | None, bool] | None:
+    """(blosc settings or None, whether crc32c is appended) when the direct path applies."""
+    meta = array.metadata
+    if meta.zarr_format != 3 or not isinstance(meta.chunk_grid, RegularChunkGrid) or array.ndim < 1:
+        return None
+    if tuple(meta.chunk_grid.chunk_shape[1:]) != tuple(array.shape[1:]):
+        return None  # chunks must split the first axis only, so that a row range is contiguous
+    codecs = list(meta.codecs)
+    first = codecs.pop(0) if codecs else None
+    if not isinstance(first, BytesCodec) or (first.endian is not None and first.endian.value != sys.byteorder):
+        return None
+    crc = bool(codecs) and isinstance(codecs[-1], Crc32cCodec)
+    if crc:
+        codecs.pop()
+    blosc = None
+    if codecs:
+        codec = codecs.pop(0)
+        if codecs or not isinstance(codec, BloscCodec) or _BLOSC_COMPRESS is None:
+            return None
+        blosc = _Blosc(codec.cname.value.encode(), codec.clevel, _SHUFFLE[codec.shuffle.value], codec.typesize,
+                       codec.blocksize)  # fmt: skip
+    if np.dtype(array.dtype).hasobject:
+        return None
+    return blosc, crc
+
+
+class ChunkWriter:
+    """Writes row ranges of one Zarr v3 array as whole encoded chunks.
+
+    Thread-safe: each thread encodes into a buffer of its own, allocated once (as large
+    as one raw chunk plus a few bytes) and reused for every chunk it writes.
+    """
+
+    def __init__(self, array: zarr.Array) -> None:
+        self.array = array
+        self.chunk = int(array.metadata.chunk_grid.chunk_shape[0])
+        self._layout = _direct_layout(array)
+
+    @property
+    def direct(self) -> bool:
+        """Whether chunks are encoded here (True) or by zarr's own write (False)."""
+        return self._layout is not None
+
+    def key(self, index: int) -> str:
+        """The store key of chunk ``index`` along the first axis."""
+        name = self.array.metadata.encode_chunk_key((index,) + (0,) * (self.array.ndim - 1))
+        path = self.array.store_path.path
+        return f"{path}/{name}" if path else name
+
+    def _full_chunk(self, rows: np.ndarray) -> np.ndarray:
+        """``rows`` as a C-contiguous chunk of full shape, padded with the fill value (the last chunk)."""
+        shape = (self.chunk, *self.array.shape[1:])
+        if rows.shape == shape and rows.flags.c_contiguous:
+            return rows
+        dtype = np.dtype(self.array.dtype)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        padded = _scratch("pad", nbytes)[:nbytes].view(dtype).reshape(shape)
+        padded[: len(rows)] = rows
+        padded[len(rows) :] = self.array.metadata.fill_value
+        return padded
+
+    def encode(self, chunk: np.ndarray) -> tuple[np.ndarray, int | None]:
+        """The stored bytes of one full chunk (uint8) and their CRC-32C (None without the crc32c codec).
+
+        The bytes are a view of the chunk itself or of this thread's buffer: valid until
+        the chunk changes or this thread's next ``encode``.
+        """
+        if self._layout is None:
+            raise ValueError("this array's codecs are not encoded here; use write(), which lets zarr encode them")
+        blosc, crc = self._layout
+        raw = np.ascontiguousarray(chunk).reshape(-1).view(np.uint8)
+        if blosc is None and not crc:
+            return raw, None
+        out = _scratch("out", raw.nbytes + _BLOSC_OVERHEAD + _CRC.size)
+        if blosc is not None:
+            size = blosc.compress(raw, out[: raw.nbytes + _BLOSC_OVERHEAD])
+        else:
+            size = raw.nbytes
+            out[:size] = raw
+        if not crc:
+            return out[:size], None
+        value = google_crc32c.value(out[:size])
+        out[size : size + _CRC.size] = np.frombuffer(_CRC.pack(value), dtype=np.uint8)
+        return out[: size + _CRC.size], value
+
+    def write(self, start: int, data: np.ndarray) -> list[EncodedChunk]:
+        """Store rows ``[start, start + len(data))`` as whole chunks; ``start`` must be a chunk boundary.
+
+        ``data`` must end on a chunk boundary too, or at the end of the array.
+        """
+        stop = start + len(data)
+        if start % self.chunk or (stop % self.chunk and stop != self.array.shape[0]):
+            raise ValueError(f"rows {start}-{stop} do not cover whole chunks of {self.chunk}")
+        first = start // self.chunk
+        count = -(-len(data) // self.chunk)
+        if self._layout is None or data.dtype != self.array.dtype:
+            self.array[start:stop] = data
+            return [EncodedChunk(self.key(first + i), -1, None) for i in range(count)]
+        store = self.array.store_path.store
+        prototype = default_buffer_prototype()
+        written = []
+        for i in range(count):
+            rows = data[i * self.chunk : (i + 1) * self.chunk]
+            encoded, crc = self.encode(self._full_chunk(rows))
+            key = self.key(first + i)
+            sync(store.set(key, prototype.buffer.from_array_like(encoded)))
+            written.append(EncodedChunk(key, encoded.nbytes, crc))
+        return written
