@@ -31,6 +31,7 @@ from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.chunk_grids import RegularChunkGrid
 from zarr.core.sync import sync
+from zarr.storage import FsspecStore, LocalStore
 
 __all__ = ["ChunkWriter", "EncodedChunk"]
 
@@ -196,12 +197,15 @@ class ChunkWriter:
             self.array[start:stop] = data
             return [EncodedChunk(self.key(first + i), -1, None) for i in range(count)]
         store = self.array.store_path.store
+        # LocalStore writes the bytes out and FsspecStore copies them before returning; other stores (memory)
+        # may keep the buffer itself, which this thread's next chunk overwrites
+        keeps_buffer = not isinstance(store, (LocalStore, FsspecStore))
         prototype = default_buffer_prototype()
         written = []
         for i in range(count):
             rows = data[i * self.chunk : (i + 1) * self.chunk]
             encoded, crc = self.encode(self._full_chunk(rows))
             key = self.key(first + i)
-            sync(store.set(key, prototype.buffer.from_array_like(encoded)))
+            sync(store.set(key, prototype.buffer.from_array_like(encoded.copy() if keeps_buffer else encoded)))
             written.append(EncodedChunk(key, encoded.nbytes, crc))
         return written

@@ -79,7 +79,8 @@ def local_cluster(n_workers: int, **cluster_options: Any) -> Iterator[Any]:
     }
     with _sigint_ignored():
         cluster = distributed.LocalCluster(n_workers=n_workers, silence_logs=logging.ERROR, **options)
-    with cluster, distributed.Client(cluster) as client:
+    # not the process's default dask scheduler: dask arrays the caller computes meanwhile stay local
+    with cluster, distributed.Client(cluster, set_as_default=False) as client:
         try:
             yield client
         finally:

@@ -17,16 +17,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import secrets
 from collections import deque
 from typing import Any
 
 import jax
 
 from ._carry import HostLeaf, from_host, to_host
+from ._cluster import close_worker_sessions
 from ._engine import Plan, carry_pass, compute_block
 from ._errors import CarryMismatchError, InputError
 from ._executor import named_ys
 from ._output import BlockResult, Output
+from ._pool import BlockPool
 from ._target import LocalTarget, StoreTarget, Target, open_target
 from ._zarr import ZarrSink
 
@@ -38,16 +41,18 @@ class SinkSpec:
     """How a worker reaches the output: a path or URL, its storage options, the arrays and their chunking."""
 
     location: str
-    storage_options: str  # JSON text, so that the spec is hashable and each worker opens the store once
+    storage_options: str  # JSON text, so that the spec is hashable and each worker opens the store once a run
     names: tuple[str, ...]
     chunk: int
     fsync: bool
+    run: str  # a token per run: a worker reuses an opened sink within a run only
 
     @classmethod
     def of(cls, output: Output) -> SinkSpec:
         target = output.target
         options = json.dumps(getattr(target, "storage_options", None), sort_keys=True)
-        return cls(cls.location_of(target), options, tuple(output.spec.names), output.spec.chunk, target.fsync)
+        names = tuple(output.spec.names)
+        return cls(cls.location_of(target), options, names, output.spec.chunk, target.fsync, secrets.token_hex(8))
 
     @staticmethod
     def location_of(target: Target) -> str:
@@ -62,12 +67,18 @@ class SinkSpec:
         )
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=4)
 def _open_sink(spec: SinkSpec) -> ZarrSink:
-    """The sink of ``spec`` in this worker process, opened once and reused by later tasks."""
+    """The sink of ``spec`` in this worker process, opened once a run and reused by its later tasks."""
     target: Target = open_target(spec.location, storage_options=json.loads(spec.storage_options))
     target.fsync = spec.fsync
     return ZarrSink.open(target, list(spec.names), spec.chunk)
+
+
+@functools.lru_cache(maxsize=1)
+def _worker_pool() -> BlockPool:
+    """This worker process's buffers for block outputs, recycled from one task to the next."""
+    return BlockPool(1)
 
 
 def run_block_task(
@@ -78,10 +89,11 @@ def run_block_task(
     Runs on a worker, in the driver's precision (``x64``) whatever the worker's own setting.
     """
     with jax.enable_x64(x64):
-        block = compute_block(plan, from_host(carry_in, plan.init), start, stop)
-        crcs = _open_sink(spec).write(start, stop, named_ys(list(spec.names), block.ys))
+        block = compute_block(plan, from_host(carry_in, plan.init), start, stop, pool=_worker_pool())
         nbytes = sum(y.nbytes for y in jax.tree_util.tree_leaves(block.ys))
-        return BlockResult(index, start, stop, carry_in, to_host(block.carry), crcs, nbytes)
+        crcs, stored = _open_sink(spec).write(start, stop, named_ys(list(spec.names), block.ys))
+        block.release()
+        return BlockResult(index, start, stop, carry_in, to_host(block.carry), crcs, nbytes, stored)
 
 
 def _same(a: list[HostLeaf], b: list[HostLeaf]) -> bool:
@@ -152,3 +164,4 @@ class DaskExecutor:
         finally:
             for future, _ in pending:
                 future.cancel()
+            close_worker_sessions(self.client)

@@ -290,9 +290,12 @@ def carry_pass(plan: Plan, *, carry: Any = None, first_block: int = 0) -> Iterat
         yield start, stop, carry
 
 
-def compute_block(plan: Plan, carry: Any, start: int, stop: int) -> Block:
-    """Compute the single block ``[start, stop)`` from the carry entering it (to check a stored block)."""
-    pool = BlockPool(0)
+def compute_block(plan: Plan, carry: Any, start: int, stop: int, *, pool: BlockPool | None = None) -> Block:
+    """Compute the single block ``[start, stop)`` from the carry entering it (a block task, or a check).
+
+    With ``pool`` the block is computed into one of its buffers; release the block when done.
+    """
+    pool = BlockPool(0) if pool is None else pool
     return _hand_over(plan, pool, _dispatch(plan, pool, carry, start, stop))
 
 

@@ -20,6 +20,7 @@ from ._defaults import DEFAULT_INFLIGHT
 from ._engine import Block, Plan, run_plan
 from ._output import BlockResult, Output
 from ._pipeline import run_ordered
+from ._pool import BlockPool, pool_size
 from ._target import Target
 
 __all__ = ["Executor", "LocalExecutor", "named_ys"]
@@ -58,9 +59,10 @@ def _items(blocks: Iterator[Block], first: int, carry_in: list[HostLeaf]) -> Ite
 class LocalExecutor:
     """Blocks computed in order on this thread, written and committed by ``inflight`` threads.
 
-    At most ``inflight`` blocks are being written at once, so memory stays at a few
-    blocks whatever the length; commits run on the writer threads, each after the one
-    before it, so the computing thread never waits for a commit.
+    At most ``inflight`` blocks are being written at once, and they are computed into a
+    fixed pool of buffers that a block returns once durable, so memory is known in
+    advance and stays flat whatever the length; commits run on the writer threads, each
+    after the one before it, so the computing thread never waits for a commit.
     """
 
     inflight: int = DEFAULT_INFLIGHT
@@ -70,13 +72,16 @@ class LocalExecutor:
 
     def run(self, plan: Plan, output: Output) -> None:
         names = output.spec.names
-        blocks = run_plan(plan, carry=from_host(output.carry, plan.init), first_block=output.first_block)
+        pool = BlockPool(pool_size(self.inflight))
+        carry = from_host(output.carry, plan.init)
+        blocks = run_plan(plan, carry=carry, first_block=output.first_block, pool=pool)
 
         def work(item: _Item) -> BlockResult:
             b = item.block
-            crcs = output.sink.write(b.start, b.stop, named_ys(names, b.ys))
             nbytes = sum(y.nbytes for y in jax.tree_util.tree_leaves(b.ys))
-            return BlockResult(item.index, b.start, b.stop, item.carry_in, item.carry_out, crcs, nbytes)
+            crcs, stored = output.sink.write(b.start, b.stop, named_ys(names, b.ys))
+            b.release()  # durable: its buffer may take a later block
+            return BlockResult(item.index, b.start, b.stop, item.carry_in, item.carry_out, crcs, nbytes, stored)
 
         def commit(item: _Item, result: BlockResult) -> None:
             output.commit(result)

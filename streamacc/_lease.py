@@ -114,10 +114,11 @@ class Lease:
     commit, and :meth:`release` it at the end.
     """
 
-    def __init__(self, store: LeaseStore, what: str, ttl: float) -> None:
+    def __init__(self, store: LeaseStore, what: str, ttl: float, command: str | None = None) -> None:
         self._store = store
         self.what = what
         self.ttl = ttl
+        self.command = command or spell("resume", True)
         self.token = secrets.token_hex(16)
         self._seq = 0
         self._version = ""
@@ -133,12 +134,16 @@ class Lease:
         return max(self.ttl / 4, 5.0)
 
     @classmethod
-    def acquire(cls, fs: Any, root: str, what: str, *, ttl: float | None = None) -> Lease:
+    def acquire(
+        cls, fs: Any, root: str, what: str, *, ttl: float | None = None, command: str | None = None
+    ) -> Lease:
         """Take the lease of the output at ``root`` on filesystem ``fs``, or raise LockedError.
 
-        ``what`` names the output in messages (its URL).
+        ``what`` names the output in messages (its URL), ``command`` the option to rerun
+        with once the other writer is gone (default: resume).
         """
-        lease = cls(open_lease_store(fs, f"{root.rstrip('/')}/{LEASE_KEY}"), what, ttl or lease_seconds())
+        store = open_lease_store(fs, f"{root.rstrip('/')}/{LEASE_KEY}")
+        lease = cls(store, what, ttl or lease_seconds(), command)
         lease._take()
         lease._renew()  # acquisition took a few requests: start the validity afresh
         lease._thread = threading.Thread(target=lease._renew_loop, name="streamacc-lease", daemon=True)
@@ -197,7 +202,7 @@ class Lease:
             when = f"in {max(remaining, 0):.0f} s"
         return (
             f"{self.what} is being written by {holder or 'another writer'} (its lease expires {when} unless "
-            f"renewed); wait for it to finish or stop it, then rerun with {spell('resume', True)}"
+            f"renewed); wait for it to finish or stop it, then rerun with {self.command}"
         )
 
     def _renew(self) -> bool:

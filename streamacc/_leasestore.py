@@ -292,4 +292,4 @@ def open_lease_store(fs: Any, path: str) -> LeaseStore:
     protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
     if hasattr(fs, "_call_s3") and {"s3", "s3a"} & set(protocols):
         return _S3LeaseStore(fs, path)
-    return _PlainLeaseStore(fs, path)
+    return _PlainLeaseStore(getattr(fs, "sync_fs", fs), path)  # zarr wraps synchronous filesystems: unwrap

@@ -2,7 +2,7 @@
 
 It holds the run's identity, the metadata its arrays were created with, how many blocks
 (in scan order) are committed, and the carry after them. Per-block records (the carry
-entering each block and a CRC-32C of each output array's bytes) live in segments of
+entering each block and the CRC-32C of each stored chunk) live in segments of
 ``SEGMENT`` blocks, so a commit rewrites a bounded amount whatever the length. Each
 block's record is written before the manifest that counts it, so the manifest never
 claims a block it cannot describe.
@@ -83,7 +83,7 @@ class BlockRecord:
     start: int
     stop: int
     carry_in: list[dict]
-    crc32c: dict[str, int]
+    crc32c: dict[str, list[int]]  # per array, the CRC-32C of each stored chunk (as zarr's crc32c codec appends it)
 
 
 @dataclasses.dataclass

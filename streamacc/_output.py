@@ -32,7 +32,7 @@ from ._manifest import (
     node_attribute,
     require_same_run,
 )
-from ._target import Target
+from ._target import LEASE_KEY, Target
 from ._zarr import ArraySpec, ZarrSink, progress_attrs
 
 __all__ = ["PUBLISH_SECONDS", "BlockResult", "Output", "OutputSpec", "open_output", "probe"]
@@ -69,8 +69,9 @@ class BlockResult:
     stop: int
     carry_in: list[HostLeaf]
     carry_out: list[HostLeaf]
-    crc32c: dict[str, int]
+    crc32c: dict[str, list[int]]
     nbytes: int
+    stored: int
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -97,7 +98,8 @@ def probe(target: Target) -> str:
             return "legacy" if json.loads(legacy).get("format") == "streamacc-manifest/1" else "foreign"
         except (ValueError, AttributeError):
             return "foreign"
-    return "empty" if all(key.endswith(PARTIAL_SUFFIXES) for key in target.list_keys()) else "foreign"
+    leftovers = (key.endswith(PARTIAL_SUFFIXES) or key == LEASE_KEY for key in target.list_keys())
+    return "empty" if all(leftovers) else "foreign"
 
 
 class Output:
@@ -132,6 +134,7 @@ class Output:
         The in-memory manifest changes only once the new one is durable, so that an error
         message never counts a block whose commit failed.
         """
+        self.target.check_lock()
         self.ledger.save(dataclasses.replace(self.manifest, **changes))
         for name, value in changes.items():
             setattr(self.manifest, name, value)
@@ -169,9 +172,11 @@ def _create(target: Target, spec: OutputSpec, init: list[HostLeaf], ledger: Ledg
     """Start the run afresh: the new manifest first, so that any interruption leaves an output
     recognisably streamacc's that claims no block; then clear the rest; then create."""
     manifest = Manifest(spec.identity, total_blocks=spec.total_blocks, carry=encode_leaves(init))
+    target.check_lock()
     ledger.save(manifest)
-    if target.list_keys() != [MANIFEST_KEY]:
-        target.clear(keep=MANIFEST_KEY)
+    keep = {MANIFEST_KEY, LEASE_KEY}
+    if not set(target.list_keys()) <= keep:
+        target.clear(keep)
     sink = ZarrSink.create(
         target, spec.arrays, chunk=spec.chunk, codec=spec.codec, attrs=spec.attrs, array_attrs=spec.array_attrs
     )

@@ -29,6 +29,9 @@ __all__ = ["BOOKKEEPING", "LocalTarget", "StoreTarget", "Target", "open_target"]
 BOOKKEEPING = "_streamacc"
 """The group streamacc keeps beside the arrays (manifest, block records, lease)."""
 
+LEASE_KEY = f"{BOOKKEEPING}/lease/zarr.json"
+"""The writer lease on object stores (see ``_lease.py``); kept when an output is cleared."""
+
 
 class Target:
     """One output location: its zarr store and the key-level operations streamacc needs.
@@ -68,8 +71,15 @@ class Target:
         """Whether anything at all is stored here."""
         raise NotImplementedError
 
-    def make_durable(self, keys: list[str]) -> None:
-        """Make keys written through the zarr store durable (local disk only)."""
+    def make_durable(self, keys: list[str], *, drop_cache: bool = False) -> None:
+        """Make keys written through the zarr store durable (local disk only).
+
+        With ``drop_cache`` their pages also leave the page cache: written data nobody
+        reads back soon would otherwise crowd it and cost the kernel time to reclaim.
+        """
+
+    def check_lock(self) -> None:
+        """Raise LockedError if the writer lock was lost (an object store's lease); call before each commit."""
 
     def clean_partials(self) -> list[str]:
         """Remove temp files a killed writer left behind; return their keys."""
@@ -78,11 +88,11 @@ class Target:
     def check_contents(self) -> None:
         """Refuse contents streamacc must not act on (links inside a local output)."""
 
-    def clear(self, keep: str) -> None:
-        """Delete every key except ``keep`` (the root group's metadata first)."""
+    def clear(self, keep: set[str]) -> None:
+        """Delete every key except those in ``keep`` (the root group's metadata first)."""
         self.delete("zarr.json")
         for key in self.list_keys():
-            if key != keep:
+            if key not in keep:
                 self.delete(key)
 
     @contextlib.contextmanager
@@ -155,13 +165,13 @@ class LocalTarget(Target):
     def exists(self) -> bool:
         return self.root.exists() and (not self.root.is_dir() or any(self.root.iterdir()))
 
-    def make_durable(self, keys: list[str]) -> None:
+    def make_durable(self, keys: list[str], *, drop_cache: bool = False) -> None:
         if not self.fsync:
             return
         dirs = set()
         for key in keys:
             path = self.root / key
-            fsync_file(path)
+            fsync_file(path, drop_cache=drop_cache)
             dirs.add(path.parent)
         for directory in dirs:
             fsync_dir(directory)
@@ -181,10 +191,10 @@ class LocalTarget(Target):
                 "inside an output: remove it, or choose another output path"
             )
 
-    def clear(self, keep: str) -> None:
+    def clear(self, keep: set[str]) -> None:
         self.check_contents()
         self.delete("zarr.json")  # first: readers stop seeing the old group at once
-        remove_tree_contents(self.root, {self.root / keep})
+        remove_tree_contents(self.root, {self.root / key for key in keep})
         if self.fsync:
             fsync_dir(self.root)
 
@@ -225,6 +235,7 @@ class StoreTarget(Target):
         self.store = store
         self.label = label
         self.storage_options = storage_options
+        self._lease: Any = None
 
     def read(self, key: str) -> bytes | None:
         buf = sync(self.store.get(key, prototype=default_buffer_prototype()))
@@ -248,8 +259,30 @@ class StoreTarget(Target):
     def exists(self) -> bool:
         return not sync(self.store.is_empty(""))
 
+    def check_lock(self) -> None:
+        if self._lease is not None:
+            self._lease.check()
+
     @contextlib.contextmanager
     def lock(self, command: str) -> Iterator[None]:
+        """A lease object for fsspec stores (conditional writes where the store has them), else a process lock."""
+        fs = getattr(self.store, "fs", None)
+        if fs is None:
+            with self._process_lock(command):
+                yield
+            return
+        from ._lease import Lease
+
+        self._lease = Lease.acquire(fs, self.store.path, self.label, command=command)
+        try:
+            yield
+        finally:
+            lease, self._lease = self._lease, None
+            lease.release()
+
+    @contextlib.contextmanager
+    def _process_lock(self, command: str) -> Iterator[None]:
+        """A store object that lives in this process only: a lock of this process suffices."""
         lock = _memory_locks.setdefault(self.label, threading.Lock())
         if not lock.acquire(blocking=False):
             raise LockedError(

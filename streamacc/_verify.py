@@ -2,7 +2,7 @@
 
 The manifest must agree with itself and with the layout, the run's arrays must still have
 the metadata they were created with, and every checked block must pass: its chunks exist,
-its stored bytes match the CRC-32C recorded at commit, recomputing it from its carry-in
+their stored bytes match the CRC-32Cs recorded at commit, recomputing it from its carry-in
 reproduces those bytes exactly, and the carry it ends with is the carry recorded after it.
 Only the run's own arrays are judged, so variables a user added later change nothing.
 """
@@ -23,7 +23,7 @@ from ._identity import describe_function
 from ._manifest import Ledger, Manifest, decode_leaves
 from ._output import Output
 from ._target import Target, open_target
-from ._zarr import ZarrSink, array_document, checksum
+from ._zarr import ZarrSink, array_document, stored_crc32c
 
 __all__ = ["Checker", "VerifyReport", "check_resumable", "load_manifest", "plan_for", "verify", "verify_plan"]
 
@@ -139,18 +139,22 @@ class Checker:
                 k, rec.start, rec.stop, f"its record says steps {rec.start}-{rec.stop}, the layout {bounds}"
             )
         for name in self.sink.arrays:
-            missing = [key for key in self.sink.chunk_keys(name, rec.start, rec.stop) if self.target.read(key) is None]
-            if missing:
-                raise self.bad_block(k, rec.start, rec.stop, f"chunk {missing[0]} is missing")
+            keys, recorded = self.sink.chunk_keys(name, rec.start, rec.stop), rec.crc32c.get(name, [])
+            if len(recorded) != len(keys):
+                what = f"its record has {len(recorded)} checksums for the {len(keys)} chunks of {name!r}"
+                raise self.bad_block(k, rec.start, rec.stop, what)
+            for key, crc in zip(keys, recorded, strict=True):
+                raw = self.target.read(key)
+                if raw is None:
+                    raise self.bad_block(k, rec.start, rec.stop, f"chunk {key} is missing")
+                if stored_crc32c(raw) != crc:
+                    what = f"the stored bytes of chunk {key} do not match their checksum (corrupted chunk)"
+                    raise self.bad_block(k, rec.start, rec.stop, what)
         try:
             stored = self.sink.read(rec.start, rec.stop)
         except Exception as exc:  # a damaged compressed chunk fails in its codec, with the codec's own error
             what = f"its chunks cannot be decoded ({type(exc).__name__}: {' '.join(str(exc).split())})"
             raise self.bad_block(k, rec.start, rec.stop, what) from None
-        for name, data in stored.items():
-            if checksum(data) != rec.crc32c.get(name):
-                what = f"the bytes of {name!r} do not match their checksum (corrupted chunk)"
-                raise self.bad_block(k, rec.start, rec.stop, what)
         plan = self.plan
         block = compute_block(plan, from_host(decode_leaves(rec.carry_in), plan.init), rec.start, rec.stop)
         for name, y in zip(self.sink.arrays, jax.tree_util.tree_leaves(block.ys), strict=True):

@@ -23,12 +23,13 @@ from ._checks import as_count
 from ._codecs import compressors_for
 from ._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_SIZE
 from ._engine import Plan, make_plan
-from ._errors import InputError, StoreError, StreamaccError, StreamaccWarning, spell
+from ._errors import InputError, StoreError, StreamaccWarning, spell
 from ._executor import Executor, LocalExecutor
 from ._identity import run_identity
 from ._layout import MAX_LENGTH
 from ._output import OutputSpec, open_output
 from ._progress import Progress
+from ._storeerrors import describe_store_failure, is_store_failure
 from ._target import open_target
 from ._verify import check_resumable
 from ._version import __version__
@@ -36,9 +37,6 @@ from ._version import __version__
 __all__ = ["output_names", "output_spec", "write"]
 
 log = logging.getLogger("streamacc")
-
-_STORE_LIBRARIES = frozenset({"botocore", "aiobotocore", "aiohttp", "s3fs", "fsspec", "gcsfs", "adlfs", "urllib3"})
-
 
 def output_names(y_struct: Any, names: Sequence[str] | None) -> list[str]:
     """One array name per leaf of ``y``: from ``names``, from dict keys, or ``y`` for one leaf."""
@@ -138,20 +136,6 @@ def _executor_for(client: Any, inflight: int) -> Executor:
     return DaskExecutor.for_client(client)
 
 
-def _is_store_failure(exc: BaseException) -> bool:
-    """Whether ``exc`` comes from the storage (a disk, a network store), not from streamacc or the step."""
-    if isinstance(exc, StreamaccError):
-        return False
-    if isinstance(exc, OSError):
-        return True
-    return any(cls.__module__.split(".")[0] in _STORE_LIBRARIES for cls in type(exc).__mro__)
-
-
-def _reason(exc: BaseException) -> str:
-    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
-    return " ".join(str(text).split())
-
-
 def write(
     store: Any,
     f: Callable,
@@ -207,9 +191,9 @@ def write(
                 target, spec, mode=mode, init=to_host(plan.init), check_resumable=lambda o: check_resumable(o, plan)
             )
         except Exception as exc:
-            if _is_store_failure(exc):
+            if is_store_failure(exc):
                 raise StoreError(
-                    f"preparing {target.label} failed ({_reason(exc)}); fix the cause and rerun with "
+                    f"preparing {target.label} failed ({describe_store_failure(exc)}); fix the cause and rerun with "
                     f"{spell('resume', True)}"
                 ) from exc
             raise
@@ -221,16 +205,16 @@ def write(
             log.info("resuming %s at step %d of %d", target.label, output.manifest.committed_steps, plan.length)
         initial = output.manifest.committed_steps
         with Progress(plan.length, initial=initial, enabled=progress, label=target.label) as bar:
-            output.on_commit = lambda result: bar.update(len(result), result.nbytes)
+            output.on_commit = lambda result: bar.update(len(result), result.nbytes, stored=result.stored)
             try:
                 executor.run(plan, output)
                 output.finish()
             except Exception as exc:
-                if not _is_store_failure(exc):
+                if not is_store_failure(exc):
                     raise
                 raise StoreError(
                     f"writing {target.label} failed after {output.manifest.committed_steps} of {plan.length} steps "
-                    f"({_reason(exc)}); those steps are safely committed: fix the cause and rerun with "
+                    f"({describe_store_failure(exc)}); those steps are safely committed: fix the cause and rerun with "
                     f"{spell('resume', True)}"
                 ) from exc
     return from_host(output.carry, plan.init)

@@ -19,12 +19,17 @@ from typing import Any
 import google_crc32c
 import numpy as np
 import zarr
+from zarr.abc.store import SuffixByteRequest
+from zarr.codecs import Crc32cCodec
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
 
+from ._chunks import ChunkWriter
 from ._codecs import compressors_for
 from ._errors import NoOutputError, spell
 from ._target import Target
 
-__all__ = ["ArraySpec", "ZarrSink", "array_document", "checksum", "netcdf_safe", "progress_attrs"]
+__all__ = ["ArraySpec", "ZarrSink", "array_document", "netcdf_safe", "progress_attrs", "stored_crc32c"]
 
 ArraySpec = tuple[tuple[int, ...], np.dtype]
 """(shape, dtype) of one output array."""
@@ -38,9 +43,16 @@ def _fill_value(dtype: np.dtype) -> object:
     return False if dtype.kind == "b" else 0
 
 
-def checksum(data: np.ndarray) -> int:
-    """CRC-32C of an array's bytes in C order (hardware-accelerated; zarr's own checksum)."""
-    return int(google_crc32c.value(np.ascontiguousarray(data).reshape(-1).view(np.uint8)))
+_CONFIG = {"write_empty_chunks": True}  # every committed chunk exists in the store, even one equal to the fill
+
+
+def stored_crc32c(raw: bytes) -> int | None:
+    """The CRC-32C a stored chunk carries (zarr's ``crc32c`` codec, last), or None when it does not match its bytes."""
+    if len(raw) < 4:
+        return None
+    body = np.frombuffer(raw, dtype=np.uint8, count=len(raw) - 4)
+    value = int.from_bytes(raw[-4:], "little")
+    return value if int(google_crc32c.value(body)) == value else None
 
 
 def _safe_value(value: Any) -> Any:
@@ -109,6 +121,7 @@ class ZarrSink:
         self.target = target
         self.arrays = arrays
         self.chunk = chunk
+        self.writers = {name: ChunkWriter(arr) for name, arr in arrays.items()}
         self._root: dict | None = None
         self._members: dict[str, dict] | None = None
 
@@ -134,10 +147,10 @@ class ZarrSink:
                 chunks=(max(1, min(chunk, shape[0])), *shape[1:]),
                 dtype=dtype,
                 fill_value=_fill_value(np.dtype(dtype)),
-                compressors=compressors,
+                compressors=[*compressors, Crc32cCodec()],  # every reader checks each chunk it decodes
                 dimension_names=["step", *(f"dim_{i}" for i in range(1, len(shape)))],
                 attributes=netcdf_safe(array_attrs.get(name, {})),
-                config={"write_empty_chunks": True},  # every committed chunk exists on disk
+                config=_CONFIG,
             )
         sink = cls(target, arrays, chunk)
         sink._root = json.loads(target.read("zarr.json") or b"{}")
@@ -150,7 +163,7 @@ class ZarrSink:
         arrays = {}
         for name in names:
             try:
-                arrays[name] = zarr.open_array(target.store, path=name, mode=mode)
+                arrays[name] = zarr.open_array(target.store, path=name, mode=mode, config=_CONFIG)
             except (FileNotFoundError, ValueError, KeyError, TypeError) as exc:
                 raise NoOutputError(
                     f"array {name!r} of {target.label} cannot be opened ({' '.join(str(exc).split())}); "
@@ -186,14 +199,24 @@ class ZarrSink:
         encode = arr.metadata.encode_chunk_key
         return [f"{name}/{encode((i, *rest))}" for i in range(start // self.chunk, -(-stop // self.chunk))]
 
-    def write(self, start: int, stop: int, ys: Mapping[str, np.ndarray]) -> dict[str, int]:
-        """Write steps ``[start, stop)`` of every array and make them durable; return CRC-32Cs."""
-        keys = []
-        for name, data in ys.items():
-            self.arrays[name][start:stop] = data
-            keys += self.chunk_keys(name, start, stop)
-        self.target.make_durable(keys)
-        return {name: checksum(data) for name, data in ys.items()}
+    def write(self, start: int, stop: int, ys: Mapping[str, np.ndarray]) -> tuple[dict[str, list[int]], int]:
+        """Write steps ``[start, stop)`` of every array and make them durable.
+
+        Returns each array's per-chunk CRC-32C (the value zarr's ``crc32c`` codec appends
+        to the stored chunk) and the bytes stored.
+        """
+        chunks = {name: self.writers[name].write(start, np.asarray(data)) for name, data in ys.items()}
+        self.target.make_durable([c.key for written in chunks.values() for c in written], drop_cache=True)
+        crcs, stored = {}, 0
+        for name, written in chunks.items():
+            crcs[name] = [c.crc32c if c.crc32c is not None else self._tail_crc(c.key) for c in written]
+            stored += sum(c.nbytes if c.nbytes >= 0 else self.target.size(c.key) for c in written)
+        return crcs, stored
+
+    def _tail_crc(self, key: str) -> int:
+        """The CRC-32C zarr appended to a chunk it encoded itself (its last four bytes)."""
+        buf = sync(self.target.store.get(key, default_buffer_prototype(), byte_range=SuffixByteRequest(4)))
+        return int.from_bytes(buf.to_bytes(), "little")
 
     def read(self, start: int, stop: int) -> dict[str, np.ndarray]:
         """Read back steps ``[start, stop)`` of every array."""

@@ -189,7 +189,7 @@ def test_negative_arithmetic_values_are_values_not_options(tmp_path):
 def test_codec_option_is_recorded(tmp_path):
     out = tmp_path / "out.zarr"
     write_ok(out, "--size", "100", "--block-size", "64", "--codec", "zstd")
-    assert [type(c).__name__ for c in zarr.open_group(out)["x"].compressors] == ["ZstdCodec"]
+    assert [type(c).__name__ for c in zarr.open_group(out)["x"].compressors] == ["ZstdCodec", "Crc32cCodec"]
 
 
 def test_output_opens_in_xarray_with_recipe_attrs(tmp_path):
@@ -312,10 +312,11 @@ def test_info_counts_only_chunk_bytes_of_each_array(tmp_path, capsys):
     for store in (store_path, memory):
         streamacc.write(store, prefix_step, np.float64(1.0), length=96, block_size=16, codec="none", progress=False)
         arrays = describe_output(store)["arrays"]
-        assert arrays["a"]["stored_bytes"] == 96 * 8 and arrays["a"]["compression_ratio"] == 1.0
-        assert arrays["ab"]["stored_bytes"] == 96 * 3 * 8 and arrays["ab"]["compression_ratio"] == 1.0
+        crc = 6 * 4  # 6 chunks, each followed by its 4-byte CRC-32C
+        assert arrays["a"]["stored_bytes"] == 96 * 8 + crc and arrays["a"]["compression_ratio"] == 0.97
+        assert arrays["ab"]["stored_bytes"] == 96 * 3 * 8 + crc and arrays["ab"]["compression_ratio"] == 0.99
     assert run_cli("info", store_path) == 0
-    assert "stored 768 bytes (compression 1.0x)" in capsys.readouterr().out
+    assert "stored 792 bytes (compression 0.97x)" in capsys.readouterr().out
 
 
 def test_recipes_lists_every_recipe_and_parameter(capsys):

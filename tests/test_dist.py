@@ -19,6 +19,7 @@ import zarr
 from _fault_helpers import assert_same_output, read_manifest
 
 import streamacc
+from streamacc._cluster import local_cluster
 from streamacc._output import Output
 from streamacc.recipes import get_recipe
 
@@ -29,16 +30,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 @pytest.fixture(scope="module")
 def client():
-    """Two single-threaded worker processes on 127.0.0.1, shared by this module's tests."""
-    cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1"
-    )
-    client = distributed.Client(cluster)
-    try:
+    """Two single-threaded worker processes of this module's own (one test kills a worker)."""
+    with local_cluster(2, host="127.0.0.1") as client:
         yield client
-    finally:
-        client.close()
-        cluster.close()
 
 
 def write_both(tmp_path, client, f, init, xs=None, **kw):

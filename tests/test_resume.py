@@ -257,6 +257,7 @@ def test_info_counts_only_committed_chunks(tmp_path, monkeypatch):
             run(out, codec="none")
     info = describe_output(out)
     assert info["committed_steps"] == 4 * BLOCK and not info["complete"]
-    assert info["arrays"]["level"]["stored_bytes"] == 4 * BLOCK * 8
-    assert info["arrays"]["pair"]["stored_bytes"] == 4 * BLOCK * 2 * 8
-    assert info["arrays"]["level"]["compression_ratio"] == 1.0
+    crc = 4  # bytes of CRC-32C stored after each chunk
+    assert info["arrays"]["level"]["stored_bytes"] == 4 * (BLOCK * 8 + crc)
+    assert info["arrays"]["pair"]["stored_bytes"] == 4 * (BLOCK * 2 * 8 + crc)
+    assert info["arrays"]["level"]["compression_ratio"] == round(BLOCK * 8 / (BLOCK * 8 + crc), 3)
