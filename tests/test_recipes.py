@@ -54,7 +54,7 @@ def test_registry_order_and_types():
         assert recipe.description and "\n" not in recipe.description
         for param in recipe.params:
             assert isinstance(param, Param) and param.name.isidentifier()
-            assert param.kind in ("float", "int", "path") and param.help and "\n" not in param.help
+            assert param.kind in ("float", "int", "path", "flag") and param.help and "\n" not in param.help
 
 
 def test_get_recipe_unknown():
@@ -82,7 +82,7 @@ def test_gp_defaults_are_the_seed_question():
     job = get_recipe("gp").build(1000, "float64")
     ref = np.multiply.accumulate(np.r_[1.0, np.full(999, 1 + 1e-8)])
     assert run(job).tobytes() == ref.tobytes()
-    assert job.attrs["params"] == {"x0": 1.0, "ratio": 1 + 1e-8}
+    assert job.attrs["params"] == {"x0": 1.0, "ratio": 1 + 1e-8, "compensated": False}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -232,7 +232,10 @@ def test_attrs_are_json(tmp_path):
         assert attrs == job.attrs
         assert set(attrs) == {"recipe", "params", "description", "units"} and attrs["recipe"] == name
         assert set(attrs["params"]) == {p.name for p in recipe.params}
-    assert get_recipe("cumsum").build(None, "float64", input=tmp_path / "u.zarr").attrs["params"] == {"input": path}
+    assert get_recipe("cumsum").build(None, "float64", input=tmp_path / "u.zarr").attrs["params"] == {
+        "input": path,
+        "compensated": False,
+    }
 
 
 # --- bad parameters -----------------------------------------------------------------------

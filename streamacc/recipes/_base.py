@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import InputError
+from .._errors import InputError, spell
 
 __all__ = [
     "DTYPES",
@@ -31,13 +31,14 @@ __all__ = [
     "check_size",
     "option",
     "recipe_attrs",
+    "refusal",
     "resolve_params",
 ]
 
 DTYPES = ("float64", "float32")
 """The output dtypes every recipe supports."""
 
-KINDS = ("float", "int", "path")
+KINDS = ("float", "int", "path", "flag")
 """The kinds of :class:`Param`."""
 
 
@@ -47,8 +48,9 @@ class Param:
 
     Attributes:
         name: a Python identifier, e.g. ``'x0'``, ``'ratio'``, ``'seed'``, ``'input'``.
-        kind: ``'float'``, ``'int'`` or ``'path'``.
-        default: a value (float, int or str), or None when the parameter is required.
+        kind: ``'float'``, ``'int'``, ``'path'`` or ``'flag'`` (True or False; on the command
+            line an option without a value).
+        default: a value (float, int, str or bool), or None when the parameter is required.
         help: one line for ``--help`` and ``streamacc recipes``.
         units: the parameter's units, '' when dimensionless or not applicable.
     """
@@ -90,12 +92,15 @@ class Recipe:
     ``build(size, dtype, **params) -> Job`` validates everything and raises
     :class:`~streamacc.InputError` with a one-line message naming the CLI option; ``size``
     may be None only where the recipe can infer it (cumsum and cumprod, from the input).
+    ``refused`` names options that other recipes take and this one refuses when set, each
+    with the reason, e.g. ``(("compensated", "its step is not a sum or a product ..."),)``.
     """
 
     name: str
     description: str
     params: tuple[Param, ...]
     build: Callable[..., Job]
+    refused: tuple[tuple[str, str], ...] = ()
 
 
 def _value_key(value: Any) -> Any:
@@ -120,6 +125,18 @@ class Step:
 
     def __hash__(self) -> int:
         return hash(self._key())
+
+
+def refusal(recipe: str, refused: tuple[tuple[str, str], ...], name: str, value: Any) -> str | None:
+    """The one-line message refusing option ``name`` set to ``value`` for ``recipe``, or None.
+
+    None when ``name`` is not among ``refused`` (pairs of option name and reason) or when
+    ``value`` leaves it off (None or False).
+    """
+    why = dict(refused).get(name)
+    if why is None or value is None or value is False:
+        return None
+    return f"{spell(name, value)} does not apply to recipe {recipe!r}: {why}; run it without {spell(name, value)}"
 
 
 def recipe_attrs(recipe: Recipe, params: dict[str, Any], units: str = "") -> dict[str, Any]:
@@ -164,6 +181,8 @@ def check_size(size: Any, recipe: str) -> int:
 
 
 def _example(param: Param) -> str:
+    if param.kind == "flag":
+        return spell(param.name, True)
     if param.default is not None:
         return f"{option(param.name)} {param.default}"
     return f"{option(param.name)} PATH" if param.kind == "path" else f"{option(param.name)} VALUE"
@@ -177,6 +196,11 @@ def _coerce(recipe: str, param: Param, value: Any) -> Any:
             if isinstance(path, str) and path:
                 return path
         raise InputError(f"{opt} must be a path, got {value!r}; pass e.g. {_example(param)}")
+    if param.kind == "flag":
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        fix = spell(param.name, True)
+        raise InputError(f"{spell(param.name)} must be True or False, got {value!r}; pass e.g. {fix}")
     if param.kind == "int":
         number = None
         if isinstance(value, str):
@@ -209,12 +233,21 @@ def _coerce(recipe: str, param: Param, value: Any) -> Any:
     raise AssertionError(f"recipe {recipe!r}: parameter {param.name!r} has unknown kind {param.kind!r}")
 
 
-def resolve_params(recipe: str, params: tuple[Param, ...], given: Mapping[str, Any]) -> dict[str, Any]:
+def resolve_params(
+    recipe: str, params: tuple[Param, ...], given: Mapping[str, Any], refused: tuple[tuple[str, str], ...] = ()
+) -> dict[str, Any]:
     """Fill in defaults, coerce to each kind, refuse unknown, missing and non-finite values.
 
-    A value of None means "not given" (the CLI passes None for an omitted option).
+    A value of None means "not given" (the CLI passes None for an omitted option). An
+    option in ``refused`` (see :attr:`Recipe.refused`) is refused with its reason when
+    set, and dropped when off (``compensated=False`` for a recipe without that mode).
     """
     known = {p.name for p in params}
+    for name, value in given.items():
+        message = refusal(recipe, refused, name, value)
+        if message is not None:
+            raise InputError(message)
+    given = {k: v for k, v in given.items() if k in known or k not in dict(refused)}
     for name in given:
         if name not in known:
             choices = ", ".join(option(p.name) for p in params) or "none"

@@ -14,6 +14,7 @@ import numpy as np
 
 from .._errors import InputError
 from ._base import Job, Param, Recipe, Step, check_dtype, check_size, recipe_attrs, resolve_params
+from ._compensated import COMPENSATED, UNROLL, CompensatedCumulative, initial
 
 __all__ = ["CUMPROD", "CUMSUM", "Cumulative", "Rows", "open_input"]
 
@@ -112,7 +113,10 @@ class Cumulative(Step):
         return new, new
 
 
-INPUT_PARAMS = (Param("input", "path", None, "path of a 1-D zarr array to accumulate, read block by block"),)
+INPUT_PARAMS = (
+    Param("input", "path", None, "path of a 1-D zarr array to accumulate, read block by block"),
+    COMPENSATED,
+)
 
 
 def _build(recipe: Recipe, op: str, identity: int, size: Any, dtype: Any, params: dict) -> Job:
@@ -133,8 +137,11 @@ def _build(recipe: Recipe, op: str, identity: int, size: Any, dtype: Any, params
     xs = array if size == n else Rows(array, size)
     units = array.attrs.get("units", "") if op == "add" else ""
     attrs = recipe_attrs(recipe, p, units if isinstance(units, str) else "")
-    init = np.asarray(identity, dtype=dtype)
-    return Job(f=Cumulative(op, dtype), init=init, xs=xs, length=size, names=("y",), unroll=8, attrs=attrs)
+    if p["compensated"]:
+        f, init, unroll = CompensatedCumulative(op, dtype), initial(identity, dtype), UNROLL
+    else:
+        f, init, unroll = Cumulative(op, dtype), np.asarray(identity, dtype=dtype), 8
+    return Job(f=f, init=init, xs=xs, length=size, names=("y",), unroll=unroll, attrs=attrs)
 
 
 def _build_cumsum(size: int | None = None, dtype: str = "float64", **params: Any) -> Job:

@@ -15,13 +15,15 @@ from jax import lax
 
 from .._errors import InputError
 from ._base import Job, Param, Recipe, Step, check_dtype, check_size, recipe_attrs, resolve_params
+from ._compensated import COMPENSATED, UNROLL, CompensatedAffine, CompensatedGeometric, initial
 
 __all__ = ["AFFINE", "GP", "LOGISTIC", "Affine", "Geometric", "Logistic"]
 
 
 def _job(recipe: Recipe, f: Step, x0: float, size: int, dtype: str, params: dict, unroll: int) -> Job:
     attrs = recipe_attrs(recipe, params)
-    return Job(f=f, init=np.asarray(x0, dtype=dtype), xs=None, length=size, names=("x",), unroll=unroll, attrs=attrs)
+    init = initial(x0, dtype) if params.get("compensated") else np.asarray(x0, dtype=dtype)
+    return Job(f=f, init=init, xs=None, length=size, names=("x",), unroll=unroll, attrs=attrs)
 
 
 # --- gp ---------------------------------------------------------------------------------
@@ -46,12 +48,15 @@ class Geometric(Step):
 GP_PARAMS = (
     Param("x0", "float", 1.0, "first value x[0]"),
     Param("ratio", "float", 1.0 + 1e-8, "common ratio: x[i] = x[i-1] * ratio"),
+    COMPENSATED,
 )
 
 
 def _build_gp(size: int | None = None, dtype: str = "float64", **params: Any) -> Job:
     p = resolve_params("gp", GP_PARAMS, params)
     size, dtype = check_size(size, "gp"), check_dtype(dtype)
+    if p["compensated"]:
+        return _job(GP, CompensatedGeometric(p["ratio"], dtype), p["x0"], size, dtype, p, unroll=UNROLL)
     return _job(GP, Geometric(p["ratio"], dtype), p["x0"], size, dtype, p, unroll=8)
 
 
@@ -82,12 +87,15 @@ AFFINE_PARAMS = (
     Param("x0", "float", 0.0, "first value x[0]"),
     Param("a", "float", 0.5, "multiplier: x[i] = a * x[i-1] + b"),
     Param("b", "float", 1.0, "offset: x[i] = a * x[i-1] + b"),
+    COMPENSATED,
 )
 
 
 def _build_affine(size: int | None = None, dtype: str = "float64", **params: Any) -> Job:
     p = resolve_params("affine", AFFINE_PARAMS, params)
     size, dtype = check_size(size, "affine"), check_dtype(dtype)
+    if p["compensated"]:
+        return _job(AFFINE, CompensatedAffine(p["a"], p["b"], dtype), p["x0"], size, dtype, p, unroll=UNROLL)
     return _job(AFFINE, Affine(p["a"], p["b"], dtype), p["x0"], size, dtype, p, unroll=1)
 
 
@@ -127,8 +135,17 @@ LOGISTIC_PARAMS = (
 )
 
 
+LOGISTIC_REFUSED = (
+    (
+        "compensated",
+        "its step r * x * (1 - x) is not a sum or a product whose rounding error a hi + lo carry can hold exactly "
+        "(compensation covers gp, affine, cumsum and cumprod)",
+    ),
+)
+
+
 def _build_logistic(size: int | None = None, dtype: str = "float64", **params: Any) -> Job:
-    p = resolve_params("logistic", LOGISTIC_PARAMS, params)
+    p = resolve_params("logistic", LOGISTIC_PARAMS, params, LOGISTIC_REFUSED)
     if not 0.0 < p["r"] <= 4.0:
         raise InputError(f"--r must be in (0, 4] for the logistic map, got {p['r']!r}; pass e.g. --r 3.7")
     if not 0.0 <= p["x0"] <= 1.0:
@@ -146,4 +163,5 @@ LOGISTIC = Recipe(
     description="logistic map x[i] = r * x[i-1] * (1 - x[i-1]), applied --inner times per value, x[0] = x0",
     params=LOGISTIC_PARAMS,
     build=_build_logistic,
+    refused=LOGISTIC_REFUSED,
 )
