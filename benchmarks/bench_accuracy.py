@@ -417,8 +417,9 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def save(rows: list[dict], args: argparse.Namespace) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
+    before = json.loads((args.out / "accuracy.json").read_text())["meta"]["commands"] if args.append else []
     meta = {
-        "command": " ".join(sys.argv),
+        "commands": [*before, "python " + " ".join(sys.argv)],
         "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}",
         "jax": jax.__version__,
         "numpy": np.__version__,
@@ -427,8 +428,13 @@ def save(rows: list[dict], args: argparse.Namespace) -> None:
         "dask_chunk": args.chunk,
     }
     (args.out / "accuracy.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
-    (args.out / "accuracy.md").write_text(f"`{meta['command']}`\n\n" + summary_table(rows) + "\n" + table(rows))
-    plot(rows, args.out / "accuracy.png")
+    report(meta, rows, args.out)
+
+
+def report(meta: dict, rows: list[dict], out: Path) -> None:
+    commands = "".join(f"    {c}\n" for c in meta["commands"])
+    (out / "accuracy.md").write_text(f"Produced by\n\n{commands}\n" + summary_table(rows) + "\n" + table(rows))
+    plot(rows, out / "accuracy.png")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -453,9 +459,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.replot:
-        rows = json.loads((args.out / "accuracy.json").read_text())["rows"]
-        (args.out / "accuracy.md").write_text(summary_table(rows) + "\n" + table(rows))
-        plot(rows, args.out / "accuracy.png")
+        saved = json.loads((args.out / "accuracy.json").read_text())
+        report(saved["meta"], saved["rows"], args.out)
         return
     run(args)
 
