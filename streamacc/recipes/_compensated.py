@@ -8,18 +8,18 @@ with ``s = fl(a + b)`` and ``a + b == s + e`` exactly, and ``two_prod(a, b) = (p
 with ``p = fl(a * b)`` and ``a * b == p + e`` exactly (Dekker's product). They hold only
 if every operation is rounded once, as written, and XLA threatens that in two ways:
 
-* FMA contraction. jax has no explicit FMA, and XLA's CPU and GPU backends contract
-  ``a * b + c`` into one fused multiply-add where they can, even for a product with
-  several users, and XLA copies a cheap value into every fusion that uses it, where
-  each copy may be contracted differently. So no product here that is not exact ever
+* FMA contraction. jax has no explicit FMA, and XLA's CPU backend contracts ``a * b +
+  c`` into one fused multiply-add where it can, even for a product with several users
+  (other backends may too), and XLA copies a cheap value into every fusion that uses
+  it, where each copy may be contracted differently. So no product here that is not exact ever
   reaches an addition directly: :func:`rounded_product` adds a zero computed at run
   time, which leaves nothing to contract. :func:`split` rounds a significand with
   integer operations instead of Veltkamp's ``(2**27 + 1) * x`` (whose contraction
   ruins the split, and which overflows near the top of the range), so Dekker's partial
   products are exact and contracting one of them changes nothing.
-* Reassociation. XLA reassociates floating-point arithmetic only with fast-math, which
-  jax leaves off; its algebraic simplifier does fold a product of constants, which
-  these steps never form (each step multiplies a carried number by one constant).
+* Reassociation. jax compiles without fast-math, so XLA keeps these sums in their
+  order; its algebraic simplifier does fold a product of constants, which these steps
+  never form (each product has a carried number or a split of one as a factor).
   ``lax.optimization_barrier`` would not help: XLA's CPU compiler drops it before
   fusion and code generation.
 
@@ -154,8 +154,8 @@ COMPENSATED = Param(
     "compensated",
     "flag",
     False,
-    "carry each value as an unevaluated sum hi + lo (error-free transformations), so that every output is "
-    "correctly rounded; slower",
+    "carry each value as an unevaluated sum hi + lo (error-free transformations), so that outputs stay "
+    "correctly rounded over long runs; slower",
 )
 """The parameter of every recipe with a compensated mode."""
 

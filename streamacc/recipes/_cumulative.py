@@ -1,7 +1,8 @@
 """Running sums and products of a 1-D Zarr array, read block by block.
 
 ``y[i] = input[0] op ... op input[i]`` (inclusive), computed sequentially in the output
-dtype, hence bit-identical to ``np.cumsum`` / ``np.cumprod`` of the input cast to it.
+dtype, hence bit-identical to ``np.cumsum`` / ``np.cumprod`` of the input cast to it; or,
+with ``compensated=True``, on a compensated carry (see ``_compensated``).
 """
 
 from __future__ import annotations
@@ -154,14 +155,14 @@ def _build_cumprod(size: int | None = None, dtype: str = "float64", **params: An
 
 CUMSUM = Recipe(
     name="cumsum",
-    description="running sum y[i] = input[0] + ... + input[i] of a 1-D zarr array (as numpy.cumsum)",
+    description="running sum y[i] = input[0] + ... + input[i] of a 1-D zarr array (plain: as numpy.cumsum)",
     params=INPUT_PARAMS,
     build=_build_cumsum,
 )
 
 CUMPROD = Recipe(
     name="cumprod",
-    description="running product y[i] = input[0] * ... * input[i] of a 1-D zarr array (as numpy.cumprod)",
+    description="running product y[i] = input[0] * ... * input[i] of a 1-D zarr array (plain: as numpy.cumprod)",
     params=INPUT_PARAMS,
     build=_build_cumprod,
 )

@@ -1,7 +1,8 @@
 """Deterministic recurrences: the geometric progression, the affine map and the logistic map.
 
 Every recurrence has output length ``size`` with ``x[0] = x0``: the step emits the carry
-before updating it, ``f(c, _) = (next(c), c)``.
+before updating it, ``f(c, _) = (next(c), c)``. ``gp`` and ``affine`` also run on a
+compensated carry (``compensated=True``, see ``_compensated``).
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def _build_gp(size: int | None = None, dtype: str = "float64", **params: Any) ->
 
 GP = Recipe(
     name="gp",
-    description="geometric progression x[i] = x[i-1] * ratio, x[0] = x0 (bit-identical to numpy.multiply.accumulate)",
+    description="geometric progression x[i] = x[i-1] * ratio, x[0] = x0 "
+    "(plain: bit-identical to numpy.multiply.accumulate)",
     params=GP_PARAMS,
     build=_build_gp,
 )
