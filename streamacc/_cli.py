@@ -43,7 +43,7 @@ from ._errors import (
 from ._expr import parse_int, parse_number
 from ._progress import si
 from ._version import __version__
-from .recipes._base import Recipe, option
+from .recipes._base import Recipe, option, refusal
 
 __all__ = ["main"]
 
@@ -180,6 +180,9 @@ def _add_write(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--no-progress", action="store_true", help="no progress bar")
     group = w.add_argument_group("recipe options (numbers accept arithmetic such as 1+1e-8)")
     for name, (kind, text) in _recipe_options().items():
+        if kind == "flag":
+            group.add_argument(option(name), dest=f"param_{name}", action="store_true", default=None, help=text)
+            continue
         metavar = {"float": "NUMBER", "int": "INT", "path": "PATH"}.get(kind, "VALUE")
         group.add_argument(option(name), dest=f"param_{name}", default=None, metavar=metavar, help=text)
 
@@ -213,12 +216,17 @@ def _recipe_params(args: argparse.Namespace, recipe: Recipe) -> dict[str, Any]:
     for name, text in given.items():
         opt = spell(name)
         if name not in kinds:
+            refused = refusal(recipe.name, recipe.refused, name, text)
+            if refused is not None:
+                raise InputError(refused)
             valid = ", ".join(spell(n) for n in kinds) or "none"
             raise InputError(f"{opt} does not apply to recipe {recipe.name!r}; its options are: {valid}")
         if kinds[name] == "float":
             params[name] = parse_number(text, name=opt)
         elif kinds[name] == "int":
             params[name] = parse_int(text, name=opt)
+        elif kinds[name] == "flag":
+            params[name] = text
         else:
             params[name] = _absolute(text)
     return params

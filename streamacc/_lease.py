@@ -134,9 +134,7 @@ class Lease:
         return max(self.ttl / 4, 5.0)
 
     @classmethod
-    def acquire(
-        cls, fs: Any, root: str, what: str, *, ttl: float | None = None, command: str | None = None
-    ) -> Lease:
+    def acquire(cls, fs: Any, root: str, what: str, *, ttl: float | None = None, command: str | None = None) -> Lease:
         """Take the lease of the output at ``root`` on filesystem ``fs``, or raise LockedError.
 
         ``what`` names the output in messages (its URL), ``command`` the option to rerun

@@ -38,6 +38,7 @@ __all__ = ["output_names", "output_spec", "write"]
 
 log = logging.getLogger("streamacc")
 
+
 def output_names(y_struct: Any, names: Sequence[str] | None) -> list[str]:
     """One array name per leaf of ``y``: from ``names``, from dict keys, or ``y`` for one leaf."""
     paths = [path for path, _ in jax.tree_util.tree_leaves_with_path(y_struct)]

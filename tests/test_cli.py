@@ -201,7 +201,8 @@ def test_output_opens_in_xarray_with_recipe_attrs(tmp_path):
         assert set(ds.data_vars) == {"x"}
         assert ds["x"].dims == ("step",)
         assert ds.attrs["recipe"] == "affine"
-        assert json.loads(ds.attrs["params"]) == {"x0": 0.0, "a": 0.25, "b": 1.0}  # JSON text: netCDF-safe
+        params = json.loads(ds.attrs["params"])  # JSON text: netCDF-safe
+        assert params == {"x0": 0.0, "a": 0.25, "b": 1.0, "compensated": False}
         assert ds.attrs["dtype"] == "float64"
         assert ds.attrs["streamacc_version"] == streamacc.__version__
         assert ds.attrs["streamacc_complete"] == 1 and ds.attrs["streamacc_committed_steps"] == 100

@@ -55,7 +55,7 @@ def test_registry_order_and_types():
         assert recipe.description and "\n" not in recipe.description
         for param in recipe.params:
             assert isinstance(param, Param) and param.name.isidentifier()
-            assert param.kind in ("float", "int", "path") and param.help and "\n" not in param.help
+            assert param.kind in ("float", "int", "path", "flag") and param.help and "\n" not in param.help
 
 
 def test_get_recipe_unknown():
@@ -83,7 +83,7 @@ def test_gp_defaults_are_the_seed_question():
     job = get_recipe("gp").build(1000, "float64")
     ref = np.multiply.accumulate(np.r_[1.0, np.full(999, 1 + 1e-8)])
     assert run(job).tobytes() == ref.tobytes()
-    assert job.attrs["params"] == {"x0": 1.0, "ratio": 1 + 1e-8}
+    assert job.attrs["params"] == {"x0": 1.0, "ratio": 1 + 1e-8, "compensated": False}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -261,7 +261,10 @@ def test_attrs_are_json(tmp_path):
         assert attrs == job.attrs
         assert set(attrs) == {"recipe", "params", "description", "units"} and attrs["recipe"] == name
         assert set(attrs["params"]) == {p.name for p in recipe.params}
-    assert get_recipe("cumsum").build(None, "float64", input=tmp_path / "u.zarr").attrs["params"] == {"input": path}
+    assert get_recipe("cumsum").build(None, "float64", input=tmp_path / "u.zarr").attrs["params"] == {
+        "input": path,
+        "compensated": False,
+    }
 
 
 # --- bad parameters -----------------------------------------------------------------------
@@ -393,3 +396,13 @@ def test_a_parameter_that_rounds_to_a_degenerate_value_is_refused(name, params, 
 def test_values_given_on_purpose_or_harmless_rounding_are_accepted(name, params):
     job = get_recipe(name).build(10, "float32", **params)
     assert job.attrs["params"] == {**job.attrs["params"], **params}
+
+
+def test_a_compensated_recipe_holds_a_parameter_as_a_pair_before_calling_it_degenerate():
+    """1 + 1e-8 is 1.0 in float32 but a float32 pair holds it; 1e-50 is 0 even as a pair."""
+    with pytest.raises(InputError, match=r"rounds to 1\.0 in float32"):
+        get_recipe("gp").build(10, "float32", ratio=1 + 1e-8)
+    job = get_recipe("gp").build(10, "float32", ratio=1 + 1e-8, compensated=True)
+    assert job.attrs["params"]["compensated"] is True
+    with pytest.raises(InputError, match=r"x0=1e-50 rounds to 0\.0 in float32, so every value would be 0"):
+        get_recipe("gp").build(10, "float32", x0=1e-50, compensated=True)  # below float32's range, pair or not

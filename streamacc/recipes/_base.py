@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 from .._errors import InputError, spell
 
 __all__ = [
+    "COMPENSATED",
     "DTYPES",
     "KINDS",
     "Job",
@@ -35,13 +36,14 @@ __all__ = [
     "in_dtype",
     "option",
     "recipe_attrs",
+    "refusal",
     "resolve_params",
 ]
 
 DTYPES = ("float64", "float32")
 """The output dtypes every recipe supports."""
 
-KINDS = ("float", "int", "path")
+KINDS = ("float", "int", "path", "flag")
 """The kinds of :class:`Param`."""
 
 
@@ -51,8 +53,9 @@ class Param:
 
     Attributes:
         name: a Python identifier, e.g. ``'x0'``, ``'ratio'``, ``'seed'``, ``'input'``.
-        kind: ``'float'``, ``'int'`` or ``'path'``.
-        default: a value (float, int or str), or None when the parameter is required.
+        kind: ``'float'``, ``'int'``, ``'path'`` or ``'flag'`` (True or False; on the command
+            line an option without a value).
+        default: a value (float, int, str or bool), or None when the parameter is required.
         help: one line for ``--help`` and ``streamacc recipes``.
         units: the parameter's units, '' when dimensionless or not applicable.
     """
@@ -95,12 +98,25 @@ class Recipe:
     :class:`~streamacc.InputError` with a one-line message naming the argument as the
     caller spells it (``ratio=2.0`` from Python, ``--ratio 2.0`` from the CLI); ``size``
     may be None only where the recipe can infer it (cumsum and cumprod, from the input).
+    ``refused`` names options that other recipes take and this one refuses when set, each
+    with the reason, e.g. ``(("compensated", "its step is not a sum or a product ..."),)``.
     """
 
     name: str
     description: str
     params: tuple[Param, ...]
     build: Callable[..., Job]
+    refused: tuple[tuple[str, str], ...] = ()
+
+
+COMPENSATED = Param(
+    "compensated",
+    "flag",
+    False,
+    "carry each value as an unevaluated sum hi + lo (error-free transformations), so that outputs stay "
+    "correctly rounded over long runs; slower",
+)
+"""The option of the recipes that have a compensated mode (see ``_compensated``)."""
 
 
 def _value_key(value: Any) -> Any:
@@ -129,6 +145,18 @@ class Step:
 
     def __hash__(self) -> int:
         return hash(self._key())
+
+
+def refusal(recipe: str, refused: tuple[tuple[str, str], ...], name: str, value: Any) -> str | None:
+    """The one-line message refusing option ``name`` set to ``value`` for ``recipe``, or None.
+
+    None when ``name`` is not among ``refused`` (pairs of option name and reason) or when
+    ``value`` leaves it off (None or False).
+    """
+    why = dict(refused).get(name)
+    if why is None or value is None or value is False:
+        return None
+    return f"{spell(name, value)} does not apply to recipe {recipe!r}: {why}; run it without {spell(name, value)}"
 
 
 def recipe_attrs(recipe: Recipe, params: dict[str, Any], units: str = "") -> dict[str, Any]:
@@ -177,17 +205,24 @@ def check_size(size: Any, recipe: str) -> int:
     return count
 
 
-def in_dtype(value: float, dtype: str) -> float:
-    """``value`` rounded to ``dtype`` as the step functions round it (``inf`` where it overflows)."""
+def in_dtype(value: float, dtype: str, *, pair: bool = False) -> float:
+    """``value`` rounded to ``dtype`` as the step functions round it (``inf`` where it overflows).
+
+    With ``pair`` (compensated recipes), the value of the nearest unevaluated sum
+    ``hi + lo`` of two numbers of ``dtype``, which is how those steps hold a parameter.
+    """
     import numpy as np
 
-    with np.errstate(over="ignore"):
-        return float(np.asarray(value, dtype=dtype))
+    with np.errstate(over="ignore", under="ignore"):
+        hi = float(np.asarray(value, dtype=dtype))
+        if not pair or not math.isfinite(hi):
+            return hi
+        return hi + float(np.asarray(value - hi, dtype=dtype))  # exact: the two parts are far apart
 
 
-def _refuse(name: str, value: float, dtype: str, consequence: str, fix: str) -> NoReturn:
+def _refuse(name: str, value: float, dtype: str, consequence: str, fix: str, pair: bool) -> NoReturn:
     raise InputError(
-        f"{spell(name, value)} rounds to {in_dtype(value, dtype)!r} in {dtype}, so {consequence}; "
+        f"{spell(name, value)} rounds to {in_dtype(value, dtype, pair=pair)!r} in {dtype}, so {consequence}; "
         f"pass {spell('dtype', 'float64')} or {fix}"
     )
 
@@ -199,21 +234,24 @@ def check_rounding(
 
     A ratio of 1 given on purpose is the user's choice; 1 + 1e-8 silently becoming 1.0 in
     float32 is not. ``consequence`` says what the output would be, ``fix`` the change of
-    parameter that avoids it (besides float64, in which every given value is exact).
+    parameter that avoids it (besides float64, in which every given value is exact). A
+    compensated recipe holds the parameter as a pair, which degenerates far more rarely.
     """
-    value = params[name]
-    if value != special and in_dtype(value, dtype) == special:
-        _refuse(name, value, dtype, consequence, fix)
+    value, pair = params[name], bool(params.get("compensated"))
+    if value != special and in_dtype(value, dtype, pair=pair) == special:
+        _refuse(name, value, dtype, consequence, fix, pair)
 
 
 def check_overflow(params: Mapping[str, Any], names: tuple[str, ...], dtype: str) -> None:
     """Refuse a finite parameter that overflows to infinity in ``dtype`` (say 1e39 in float32)."""
     for name in names:
         if math.isinf(in_dtype(params[name], dtype)):
-            _refuse(name, params[name], dtype, "every value would be inf or nan", f"a smaller {name}")
+            _refuse(name, params[name], dtype, "every value would be inf or nan", f"a smaller {name}", False)
 
 
 def _example(param: Param) -> str:
+    if param.kind == "flag":
+        return spell(param.name, True)
     if param.kind == "path":
         return spell(param.name, param.default or "in.zarr")
     return spell(param.name, "VALUE" if param.default is None else param.default)
@@ -227,6 +265,11 @@ def _coerce(recipe: str, param: Param, value: Any) -> Any:
             if isinstance(path, str) and path:
                 return path
         raise InputError(f"{opt} must be a path, got {value!r}; pass e.g. {_example(param)}")
+    if param.kind == "flag":
+        if isinstance(value, bool) or type(value).__name__ == "bool_":  # numpy's, without importing numpy
+            return bool(value)
+        fix = spell(param.name, True)
+        raise InputError(f"{spell(param.name)} must be True or False, got {value!r}; pass e.g. {fix}")
     if param.kind == "int":
         number = None
         if isinstance(value, str):
@@ -259,12 +302,21 @@ def _coerce(recipe: str, param: Param, value: Any) -> Any:
     raise AssertionError(f"recipe {recipe!r}: parameter {param.name!r} has unknown kind {param.kind!r}")
 
 
-def resolve_params(recipe: str, params: tuple[Param, ...], given: Mapping[str, Any]) -> dict[str, Any]:
+def resolve_params(
+    recipe: str, params: tuple[Param, ...], given: Mapping[str, Any], refused: tuple[tuple[str, str], ...] = ()
+) -> dict[str, Any]:
     """Fill in defaults, coerce to each kind, refuse unknown, missing and non-finite values.
 
-    A value of None means "not given" (the CLI passes None for an omitted option).
+    A value of None means "not given" (the CLI passes None for an omitted option). An
+    option in ``refused`` (see :attr:`Recipe.refused`) is refused with its reason when
+    set, and dropped when off (``compensated=False`` for a recipe without that mode).
     """
     known = {p.name for p in params}
+    for name, value in given.items():
+        message = refusal(recipe, refused, name, value)
+        if message is not None:
+            raise InputError(message)
+    given = {k: v for k, v in given.items() if k in known or k not in dict(refused)}
     for name in given:
         if name not in known:
             choices = ", ".join(spell(p.name) for p in params) or "none"

@@ -1,7 +1,8 @@
 """Running sums and products of a 1-D Zarr array, read block by block.
 
 ``y[i] = input[0] op ... op input[i]`` (inclusive), computed sequentially in the output
-dtype, hence bit-identical to ``np.cumsum`` / ``np.cumprod`` of the input cast to it.
+dtype, hence bit-identical to ``np.cumsum`` / ``np.cumprod`` of the input cast to it; or,
+with ``compensated=True``, on a compensated carry (see ``_compensated``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import operator
 from typing import Any
 
 from .._errors import InputError, spell
-from ._base import Job, Param, Recipe, Step, check_dtype, check_size, recipe_attrs, resolve_params
+from ._base import COMPENSATED, Job, Param, Recipe, Step, check_dtype, check_size, recipe_attrs, resolve_params
 
 __all__ = ["CUMPROD", "CUMSUM", "Cumulative", "Rows", "open_input"]
 
@@ -116,7 +117,10 @@ class Cumulative(Step):
         return new, new
 
 
-INPUT_PARAMS = (Param("input", "path", None, "path of a 1-D zarr array to accumulate, read block by block"),)
+INPUT_PARAMS = (
+    Param("input", "path", None, "path of a 1-D zarr array to accumulate, read block by block"),
+    COMPENSATED,
+)
 
 
 def _build(recipe: Recipe, op: str, identity: int, size: Any, dtype: Any, params: dict) -> Job:
@@ -140,8 +144,13 @@ def _build(recipe: Recipe, op: str, identity: int, size: Any, dtype: Any, params
     xs = array if size == n else Rows(array, size)
     units = array.attrs.get("units", "") if op == "add" else ""
     attrs = recipe_attrs(recipe, p, units if isinstance(units, str) else "")
-    init = np.asarray(identity, dtype=dtype)
-    return Job(f=Cumulative(op, dtype), init=init, xs=xs, length=size, names=("y",), unroll=8, attrs=attrs)
+    if p["compensated"]:
+        from ._compensated import UNROLL, CompensatedCumulative, initial
+
+        f, init, unroll = CompensatedCumulative(op, dtype), initial(identity, dtype), UNROLL
+    else:
+        f, init, unroll = Cumulative(op, dtype), np.asarray(identity, dtype=dtype), 8
+    return Job(f=f, init=init, xs=xs, length=size, names=("y",), unroll=unroll, attrs=attrs)
 
 
 def _build_cumsum(size: int | None = None, dtype: str = "float64", **params: Any) -> Job:
@@ -154,14 +163,14 @@ def _build_cumprod(size: int | None = None, dtype: str = "float64", **params: An
 
 CUMSUM = Recipe(
     name="cumsum",
-    description="running sum y[i] = input[0] + ... + input[i] of a 1-D zarr array (as numpy.cumsum)",
+    description="running sum y[i] = input[0] + ... + input[i] of a 1-D zarr array (plain: as numpy.cumsum)",
     params=INPUT_PARAMS,
     build=_build_cumsum,
 )
 
 CUMPROD = Recipe(
     name="cumprod",
-    description="running product y[i] = input[0] * ... * input[i] of a 1-D zarr array (as numpy.cumprod)",
+    description="running product y[i] = input[0] * ... * input[i] of a 1-D zarr array (plain: as numpy.cumprod)",
     params=INPUT_PARAMS,
     build=_build_cumprod,
 )

@@ -1,7 +1,8 @@
 """Deterministic recurrences: the geometric progression, the affine map and the logistic map.
 
 Every recurrence has output length ``size`` with ``x[0] = x0``: the step emits the carry
-before updating it, ``f(c, _) = (next(c), c)``.
+before updating it, ``f(c, _) = (next(c), c)``. ``gp`` and ``affine`` also run on a
+compensated carry (``compensated=True``, see ``_compensated``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 from .._errors import InputError, spell
 from ._base import (
+    COMPENSATED,
     Job,
     Param,
     Recipe,
@@ -30,8 +32,11 @@ __all__ = ["AFFINE", "GP", "LOGISTIC", "Affine", "Geometric", "Logistic"]
 def _job(recipe: Recipe, f: Step, x0: float, size: int, dtype: str, params: dict, unroll: int) -> Job:
     import numpy as np
 
+    from ._compensated import initial
+
     attrs = recipe_attrs(recipe, params)
-    return Job(f=f, init=np.asarray(x0, dtype=dtype), xs=None, length=size, names=("x",), unroll=unroll, attrs=attrs)
+    init = initial(x0, dtype) if params.get("compensated") else np.asarray(x0, dtype=dtype)
+    return Job(f=f, init=init, xs=None, length=size, names=("x",), unroll=unroll, attrs=attrs)
 
 
 # --- gp ---------------------------------------------------------------------------------
@@ -59,6 +64,7 @@ class Geometric(Step):
 GP_PARAMS = (
     Param("x0", "float", 1.0, "first value x[0]"),
     Param("ratio", "float", 1.0 + 1e-8, "common ratio: x[i] = x[i-1] * ratio"),
+    COMPENSATED,
 )
 
 
@@ -74,12 +80,17 @@ def _build_gp(size: int | None = None, dtype: str = "float64", **params: Any) ->
     p = resolve_params("gp", GP_PARAMS, params)
     size, dtype = check_size(size, "gp"), check_dtype(dtype)
     _check_gp(p, dtype)
+    if p["compensated"]:
+        from ._compensated import UNROLL, CompensatedGeometric
+
+        return _job(GP, CompensatedGeometric(p["ratio"], dtype), p["x0"], size, dtype, p, unroll=UNROLL)
     return _job(GP, Geometric(p["ratio"], dtype), p["x0"], size, dtype, p, unroll=8)
 
 
 GP = Recipe(
     name="gp",
-    description="geometric progression x[i] = x[i-1] * ratio, x[0] = x0 (bit-identical to numpy.multiply.accumulate)",
+    description="geometric progression x[i] = x[i-1] * ratio, x[0] = x0 "
+    "(plain: bit-identical to numpy.multiply.accumulate)",
     params=GP_PARAMS,
     build=_build_gp,
 )
@@ -106,6 +117,7 @@ AFFINE_PARAMS = (
     Param("x0", "float", 0.0, "first value x[0]"),
     Param("a", "float", 0.5, "multiplier: x[i] = a * x[i-1] + b"),
     Param("b", "float", 1.0, "offset: x[i] = a * x[i-1] + b"),
+    COMPENSATED,
 )
 
 
@@ -113,9 +125,10 @@ def _check_affine(p: dict[str, float], dtype: str) -> None:
     check_overflow(p, ("x0", "a", "b"), dtype)
     check_rounding(p, "a", dtype, 0.0, "every value after x0 would equal b", "an a farther from 0")
     identity = "the map would be x -> x and every value would equal x0"
-    if in_dtype(p["a"], dtype) == 1.0:
+    pair = bool(p.get("compensated"))
+    if in_dtype(p["a"], dtype, pair=pair) == 1.0:
         check_rounding(p, "b", dtype, 0.0, identity, "a b farther from 0")
-    if in_dtype(p["b"], dtype) == 0.0:
+    if in_dtype(p["b"], dtype, pair=pair) == 0.0:
         check_rounding(p, "a", dtype, 1.0, identity, "an a farther from 1")
 
 
@@ -123,6 +136,10 @@ def _build_affine(size: int | None = None, dtype: str = "float64", **params: Any
     p = resolve_params("affine", AFFINE_PARAMS, params)
     size, dtype = check_size(size, "affine"), check_dtype(dtype)
     _check_affine(p, dtype)
+    if p["compensated"]:
+        from ._compensated import UNROLL, CompensatedAffine
+
+        return _job(AFFINE, CompensatedAffine(p["a"], p["b"], dtype), p["x0"], size, dtype, p, unroll=UNROLL)
     return _job(AFFINE, Affine(p["a"], p["b"], dtype), p["x0"], size, dtype, p, unroll=1)
 
 
@@ -165,8 +182,17 @@ LOGISTIC_PARAMS = (
 )
 
 
+LOGISTIC_REFUSED = (
+    (
+        "compensated",
+        "its step r * x * (1 - x) is not a sum or a product whose rounding error a hi + lo carry can hold exactly "
+        "(compensation covers gp, affine, cumsum and cumprod)",
+    ),
+)
+
+
 def _build_logistic(size: int | None = None, dtype: str = "float64", **params: Any) -> Job:
-    p = resolve_params("logistic", LOGISTIC_PARAMS, params)
+    p = resolve_params("logistic", LOGISTIC_PARAMS, params, LOGISTIC_REFUSED)
     if not 0.0 < p["r"] <= 4.0:
         raise InputError(
             f"{spell('r')} must be in (0, 4] for the logistic map, got {p['r']!r}; pass e.g. {spell('r', 3.7)}"
@@ -190,4 +216,5 @@ LOGISTIC = Recipe(
     description="logistic map x[i] = r * x[i-1] * (1 - x[i-1]), applied --inner times per value, x[0] = x0",
     params=LOGISTIC_PARAMS,
     build=_build_logistic,
+    refused=LOGISTIC_REFUSED,
 )

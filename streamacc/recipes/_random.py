@@ -157,10 +157,19 @@ RANDOMWALK_PARAMS = (
 )
 
 
+RANDOMWALK_REFUSED = (
+    (
+        "compensated",
+        "its increments sigma * N(0, 1) are drawn already rounded to the dtype, so there is no exact sum "
+        "for a hi + lo carry to hold (compensation covers gp, affine, cumsum and cumprod)",
+    ),
+)
+
+
 def _build_randomwalk(size: int | None = None, dtype: str = "float64", **params: Any) -> Job:
     import numpy as np
 
-    p = resolve_params("randomwalk", RANDOMWALK_PARAMS, params)
+    p = resolve_params("randomwalk", RANDOMWALK_PARAMS, params, RANDOMWALK_REFUSED)
     if p["sigma"] < 0:
         raise InputError(
             f"{spell('sigma')} must be >= 0, got {p['sigma']!r}; pass a standard deviation such as "
@@ -187,4 +196,5 @@ RANDOMWALK = Recipe(
     description="Gaussian random walk x[i] = x[i-1] + sigma * N(0, 1), x[0] = x0, the same for any block size",
     params=RANDOMWALK_PARAMS,
     build=_build_randomwalk,
+    refused=RANDOMWALK_REFUSED,
 )
