@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -140,9 +141,9 @@ def _add_storage(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="an fsspec storage option for OUT as a URL (repeatable; VALUE is read as JSON where it parses, "
-        "e.g. --storage-option endpoint_url=http://127.0.0.1:9000); credentials come from the usual "
-        "environment variables",
+        help="an fsspec storage option for OUT (and an --input) given as a URL, repeatable; VALUE is read as JSON "
+        "where it parses, e.g. --storage-option endpoint_url=http://127.0.0.1:9000; credentials come from the "
+        "usual environment variables",
     )
 
 
@@ -178,6 +179,20 @@ def _add_write(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--overwrite", action="store_true", help="replace an existing output")
     mode.add_argument("--resume", action="store_true", help="continue an interrupted run with the same settings")
     w.add_argument("--no-progress", action="store_true", help="no progress bar")
+    where = w.add_mutually_exclusive_group()
+    where.add_argument(
+        "--workers",
+        default=None,
+        metavar="N",
+        help="run the blocks on a local dask cluster of N single-threaded worker processes (started and closed "
+        "by this command); the output is the same bytes",
+    )
+    where.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="run the blocks on a running dask cluster, e.g. tcp://host:8786",
+    )
     group = w.add_argument_group("recipe options (numbers accept arithmetic such as 1+1e-8)")
     for name, (kind, text) in _recipe_options().items():
         if kind == "flag":
@@ -320,25 +335,28 @@ def cmd_write(args: argparse.Namespace) -> int:
         raise InputError(f"{spell('codec', repr(args.codec))} is unknown; choose one of: {', '.join(CODECS)}")
     params = _recipe_params(args, recipe)
     _check_no_overlap(args.out, params, recipe)
-    job = recipe.build(size, args.dtype, **params)
+    job = recipe.make(size, args.dtype, params, options)  # an --input URL takes the same storage options
     attrs = {**job.attrs, "dtype": check_dtype(args.dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
     _enable_x64()
+    from ._cluster import cluster_client
     from ._inspect import describe_output
     from ._write import write
 
+    workers = None if args.workers is None else parse_int(args.workers, name=spell("workers"), minimum=1)
     before = _committed_steps(args.out, options) if args.resume else 0
     start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
+    gc.freeze()  # the CLI owns its process: spare the collector the objects that live for the whole run
+    with warnings.catch_warnings(record=True) as caught, cluster_client(workers, args.scheduler) as client:
         warnings.simplefilter("always", StreamaccWarning)
-        _write(args, write, job, block, attrs, array_attrs, options)
+        _write(args, write, job, block, attrs, array_attrs, options, client)
     for warning in caught:
         logging.getLogger("streamacc").info("%s", warning.message)
     _out(summary(describe_output(args.out, storage_options=options), before, time.perf_counter() - start))
     return 0
 
 
-def _write(args: argparse.Namespace, write, job, block: int, attrs: dict, array_attrs: dict, options) -> None:
+def _write(args: argparse.Namespace, write, job, block: int, attrs: dict, array_attrs: dict, options, client) -> None:
     write(
         args.out,
         job.f,
@@ -355,6 +373,7 @@ def _write(args: argparse.Namespace, write, job, block: int, attrs: dict, array_
         attrs=attrs,
         array_attrs=array_attrs,
         storage_options=options,
+        client=client,
     )
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from ._errors import InputError, spell
 from ._sessions import close_store_sessions
 
-__all__ = ["close_worker_sessions", "local_cluster"]
+__all__ = ["close_worker_sessions", "cluster_client", "local_cluster"]
 
 
 def _distributed() -> Any:
@@ -85,3 +85,34 @@ def local_cluster(n_workers: int, **cluster_options: Any) -> Iterator[Any]:
             yield client
         finally:
             close_worker_sessions(client)
+
+
+@contextlib.contextmanager
+def cluster_client(workers: int | None, scheduler: str | None) -> Iterator[Any]:
+    """Where a command's blocks run: None (this process), a new local cluster, or a running one.
+
+    ``workers`` starts a :func:`local_cluster` of that many processes for the block and
+    closes it afterwards; ``scheduler`` (e.g. ``tcp://10.0.0.5:8786``) connects to a
+    cluster someone else runs and only disconnects.
+    """
+    if workers is not None and scheduler is not None:
+        raise InputError(f"{spell('workers')} and {spell('scheduler')} exclude each other; pass one")
+    if workers is not None:
+        with local_cluster(workers) as client:
+            yield client
+    elif scheduler is not None:
+        distributed = _distributed()
+        try:
+            client = distributed.Client(scheduler, timeout=30, set_as_default=False)
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise InputError(
+                f"cannot reach the dask scheduler at {scheduler!r} ({' '.join(str(exc).split())}); check "
+                f"{spell('scheduler')}, e.g. {spell('scheduler', 'tcp://127.0.0.1:8786')}"
+            ) from None
+        with client:
+            try:
+                yield client
+            finally:
+                close_worker_sessions(client)
+    else:
+        yield None

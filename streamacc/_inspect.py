@@ -82,6 +82,6 @@ def verify_recipe_output(store: Any, *, blocks: str | int = "all", storage_optio
             f"{target.label} was written from Python, not by a recipe; verify it with streamacc.verify(path, f, init)"
         )
     dtype = ident["arrays"][next(iter(ident["arrays"]))][0]
-    job = get_recipe(ident["recipe"]).build(ident["length"], np.dtype(dtype).name, **ident["params"])
+    job = get_recipe(ident["recipe"]).make(ident["length"], np.dtype(dtype).name, ident["params"], storage_options)
     plan = plan_for(manifest, job.f, job.init, job.xs)
     return verify_plan(target, plan, manifest, blocks=blocks)

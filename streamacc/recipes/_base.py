@@ -98,6 +98,7 @@ class Recipe:
     :class:`~streamacc.InputError` with a one-line message naming the argument as the
     caller spells it (``ratio=2.0`` from Python, ``--ratio 2.0`` from the CLI); ``size``
     may be None only where the recipe can infer it (cumsum and cumprod, from the input).
+    A recipe with a path parameter also takes ``storage_options=`` for an input URL.
     ``refused`` names options that other recipes take and this one refuses when set, each
     with the reason, e.g. ``(("compensated", "its step is not a sum or a product ..."),)``.
     """
@@ -107,6 +108,11 @@ class Recipe:
     params: tuple[Param, ...]
     build: Callable[..., Job]
     refused: tuple[tuple[str, str], ...] = ()
+
+    def make(self, size: Any, dtype: Any, params: Mapping[str, Any], storage_options: dict | None = None) -> Job:
+        """:attr:`build` with ``params``, handing ``storage_options`` to a recipe that reads an input."""
+        reads = any(p.kind == "path" for p in self.params)
+        return self.build(size, dtype, **params, **({"storage_options": storage_options} if reads else {}))
 
 
 COMPENSATED = Param(

@@ -75,13 +75,13 @@ class Rows:
         return self.array[(index % self.n, *rest)]
 
 
-def open_input(path: str) -> Any:
-    """Open ``path`` read-only as a 1-D numeric Zarr array, or explain the fix."""
+def open_input(path: str, storage_options: dict | None = None) -> Any:
+    """Open ``path`` (a local path or a URL, with fsspec ``storage_options``) read-only as a 1-D numeric Zarr array."""
     import numpy as np
     import zarr
 
     try:
-        array = zarr.open_array(path, mode="r")
+        array = zarr.open_array(path, mode="r", storage_options=storage_options if "://" in path else None)
     except Exception as error:
         reason = " ".join(str(error).split()) or type(error).__name__
         raise InputError(
@@ -123,14 +123,16 @@ INPUT_PARAMS = (
 )
 
 
-def _build(recipe: Recipe, op: str, identity: int, size: Any, dtype: Any, params: dict) -> Job:
+def _build(
+    recipe: Recipe, op: str, identity: int, size: Any, dtype: Any, params: dict, storage_options: dict | None
+) -> Job:
     import numpy as np
 
     p = resolve_params(recipe.name, INPUT_PARAMS, params)
     dtype = check_dtype(dtype)
     if size is not None:
         size = check_size(size, recipe.name)
-    array = open_input(p["input"])
+    array = open_input(p["input"], storage_options)
     n = int(array.shape[0])
     if n == 0:
         raise InputError(f"{spell('input', p['input'])} is empty; pass a zarr array with at least one value")
@@ -153,12 +155,16 @@ def _build(recipe: Recipe, op: str, identity: int, size: Any, dtype: Any, params
     return Job(f=f, init=init, xs=xs, length=size, names=("y",), unroll=unroll, attrs=attrs)
 
 
-def _build_cumsum(size: int | None = None, dtype: str = "float64", **params: Any) -> Job:
-    return _build(CUMSUM, "add", 0, size, dtype, params)
+def _build_cumsum(
+    size: int | None = None, dtype: str = "float64", *, storage_options: dict | None = None, **params: Any
+) -> Job:
+    return _build(CUMSUM, "add", 0, size, dtype, params, storage_options)
 
 
-def _build_cumprod(size: int | None = None, dtype: str = "float64", **params: Any) -> Job:
-    return _build(CUMPROD, "mul", 1, size, dtype, params)
+def _build_cumprod(
+    size: int | None = None, dtype: str = "float64", *, storage_options: dict | None = None, **params: Any
+) -> Job:
+    return _build(CUMPROD, "mul", 1, size, dtype, params, storage_options)
 
 
 CUMSUM = Recipe(
