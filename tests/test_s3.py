@@ -1,0 +1,239 @@
+"""Outputs on object storage, through moto's real S3 server, and the command line on a cluster.
+
+Every run is compared object for object with the same run elsewhere (local disk, one
+process): writing, reading back with xarray and ``streamacc.open``, ``info``, ``verify``, a
+writer SIGKILLed and resumed, a second writer refused while the first lives, ``cumsum``
+of an input on S3, and the CLI's ``--workers``/``--scheduler`` (including a driver killed
+with its cluster and resumed without one).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from _fault_helpers import assert_same_output, cli, committed, read_manifest, store_files
+
+import streamacc
+from streamacc._cli import main
+from streamacc._cluster import local_cluster
+from streamacc.recipes import get_recipe
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto.server")
+
+SMALL = ["--size", "6000", "--block-size", "512", "--no-progress"]  # 12 blocks
+BIG = ["--size", "2**19", "--block-size", "2**13", "--codec", "none", "--no-progress"]  # 64 blocks
+LEASE_SECONDS = "2"  # a killed writer's lease expires quickly
+
+
+def objects(bucket, key: str) -> dict[str, bytes]:
+    """Every object under ``key`` and its bytes, relative to it."""
+    fs = bucket.server.fs()
+    fs.invalidate_cache()
+    root = f"{bucket.name}/{key}"
+    return {path[len(root) + 1 :]: fs.cat_file(path) for path in fs.find(root)}
+
+
+def assert_same_objects(bucket, key: str, local: Path) -> None:
+    """The S3 output holds exactly the files of the local run (the lease, if any, aside)."""
+    remote = objects(bucket, key)
+    remote.pop("_streamacc/lease/zarr.json", None)
+    assert remote == store_files(local)
+
+
+def s3_args(bucket) -> list[str]:
+    return ["--storage-option", f"endpoint_url={bucket.server.endpoint}"]
+
+
+def remote_committed(bucket, key: str) -> int:
+    """Blocks the output at ``key`` has committed, -1 while it has no manifest."""
+    import json
+
+    try:
+        raw = bucket.server.fs().cat_file(f"{bucket.name}/{key}/_streamacc/zarr.json")
+    except FileNotFoundError:
+        return -1
+    return json.loads(json.loads(raw)["attributes"]["streamacc_manifest"])["committed_blocks"]
+
+
+@pytest.fixture(scope="module")
+def local_ref(tmp_path_factory):
+    """Uninterrupted local runs, one per argument list, made on first use."""
+    made: dict[tuple, Path] = {}
+
+    def get(*args: str) -> Path:
+        if args not in made:
+            out = tmp_path_factory.mktemp("ref") / "out.zarr"
+            assert main(["write", str(out), *args]) == 0
+            made[args] = out
+        return made[args]
+
+    return get
+
+
+def test_write_read_info_verify_on_s3(s3_bucket, local_ref, capsys):
+    url = s3_bucket.url("out.zarr")
+    assert main(["write", url, *SMALL, *s3_args(s3_bucket)]) == 0
+    assert capsys.readouterr().out.startswith(f"{url}: wrote 6000 steps")
+    assert_same_objects(s3_bucket, "out.zarr", local_ref(*SMALL))
+    options = s3_bucket.storage_options
+    ds = xr.open_zarr(url, storage_options=options)
+    expected = zarr.open_group(local_ref(*SMALL), mode="r")["x"][:]
+    assert ds.x.values.tobytes() == expected.tobytes() and ds.attrs["streamacc_complete"] == 1
+    assert streamacc.open(url, storage_options=options).x.values.tobytes() == expected.tobytes()
+    assert main(["info", url, *s3_args(s3_bucket)]) == 0
+    assert "6000 of 6000 steps committed, complete" in capsys.readouterr().out
+    assert main(["verify", url, *s3_args(s3_bucket)]) == 0
+    assert "OK, 12 of 12 committed blocks" in capsys.readouterr().out
+
+
+def test_sigkill_then_resume_on_s3_is_identical(s3_bucket, local_ref, monkeypatch):
+    monkeypatch.setenv("STREAMACC_LEASE_SECONDS", LEASE_SECONDS)
+    url = s3_bucket.url("out.zarr")
+    writer = subprocess.Popen(cli("write", url, *BIG, *s3_args(s3_bucket)), stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while remote_committed(s3_bucket, "out.zarr") < 3 and writer.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        writer.send_signal(signal.SIGKILL)
+    finally:
+        writer.wait(timeout=60)
+    assert writer.returncode == -signal.SIGKILL, writer.stderr.read()
+    done = remote_committed(s3_bucket, "out.zarr")
+    assert 3 <= done < 64
+    assert objects(s3_bucket, "out.zarr").get("_streamacc/lease/zarr.json")  # the dead writer's lease is still there
+    assert main(["write", url, *BIG, *s3_args(s3_bucket), "--resume"]) == 0  # waits out the lease, then resumes
+    assert_same_objects(s3_bucket, "out.zarr", local_ref(*BIG))
+    assert main(["verify", url, *s3_args(s3_bucket), "--blocks", "4"]) == 0
+
+
+def test_a_second_writer_is_refused_while_the_first_lives(s3_bucket, capsys):
+    url = s3_bucket.url("out.zarr")
+    writer = subprocess.Popen(cli("write", url, *BIG, *s3_args(s3_bucket)), stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while remote_committed(s3_bucket, "out.zarr") < 1 and writer.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for flag in ("--resume", "--overwrite"):
+            capsys.readouterr()
+            assert main(["write", url, *BIG, *s3_args(s3_bucket), flag]) == 1
+            err = capsys.readouterr().err
+            assert (
+                err.count("\n") == 1
+                and "is being written by" in err
+                and f"pid {writer.pid} " in err
+                and f"with {flag}" in err
+            )
+        assert writer.poll() is None  # undisturbed
+    finally:
+        writer.wait(timeout=120)
+    assert writer.returncode == 0, writer.stderr.read()
+    assert not objects(s3_bucket, "out.zarr").get("_streamacc/lease/zarr.json")  # released at the end
+
+
+def test_cumsum_of_an_input_on_s3(s3_bucket, tmp_path):
+    values = np.random.default_rng(4).uniform(0.5, 1.0, 3000)
+    options = s3_bucket.storage_options
+    source = zarr.create_array(
+        zarr.storage.FsspecStore.from_url(s3_bucket.url("in.zarr"), storage_options=options),
+        shape=(3000,),
+        chunks=(700,),
+        dtype="f8",
+    )
+    source[:] = values
+    url = s3_bucket.url("sum.zarr")
+    args = ["--recipe", "cumsum", "--input", s3_bucket.url("in.zarr"), "--block-size", "256", "--no-progress"]
+    assert main(["write", url, *args, *s3_args(s3_bucket)]) == 0
+    assert streamacc.open(url, storage_options=options).y.values.tobytes() == np.cumsum(values).tobytes()
+    assert main(["verify", url, *s3_args(s3_bucket)]) == 0
+
+
+# --- the command line on a cluster ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def scheduler():
+    """The address of a two-worker cluster for --scheduler runs."""
+    with local_cluster(2) as client:
+        yield client.scheduler.address
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--recipe", "gp"],
+        ["--recipe", "affine", "--a", "0.75"],
+        ["--recipe", "logistic", "--inner", "3"],
+        ["--recipe", "randomwalk", "--seed", "7"],
+        ["--recipe", "gp", "--compensated"],
+    ],
+    ids=["gp", "affine", "logistic", "randomwalk", "gp-compensated"],
+)
+def test_every_recipe_on_a_running_cluster_is_byte_identical(tmp_path, scheduler, args):
+    common = ["--size", "3000", "--block-size", "256", "--no-progress", *args]
+    local, remote = tmp_path / "local.zarr", tmp_path / "cluster.zarr"
+    assert main(["write", str(local), *common]) == 0
+    assert main(["write", str(remote), *common, "--scheduler", scheduler]) == 0
+    assert_same_output(remote, local)
+
+
+def test_workers_start_and_close_a_local_cluster_and_write_the_same_bytes(tmp_path, local_ref, capsys):
+    out = tmp_path / "out.zarr"
+    source = zarr.create_array(tmp_path / "in.zarr", shape=(2000,), chunks=(300,), dtype="f8")
+    source[:] = np.linspace(1.0, 2.0, 2000)
+    args = ["--recipe", "cumprod", "--input", str(tmp_path / "in.zarr"), "--block-size", "256", "--no-progress"]
+    local = tmp_path / "local.zarr"
+    assert main(["write", str(local), *args]) == 0
+    assert main(["write", str(out), *args, "--workers", "2"]) == 0
+    assert_same_output(out, local)
+
+
+def test_a_driver_killed_with_its_cluster_resumes_without_one(tmp_path, local_ref):
+    out = tmp_path / "out.zarr"
+    proc = subprocess.Popen(cli("write", out, *BIG, "--workers", "2"), stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while committed(out) < 3 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read()
+    assert 3 <= read_manifest(out)["committed_blocks"] < 64
+    assert main(["write", str(out), *BIG, "--resume"]) == 0
+    assert_same_output(out, local_ref(*BIG))
+
+
+def test_workers_and_scheduler_exclude_each_other(tmp_path, capsys):
+    code = main(["write", str(tmp_path / "o.zarr"), "--size", "10", "--workers", "2", "--scheduler", "tcp://x:1"])
+    assert code == 2 and "not allowed with argument" in capsys.readouterr().err
+    assert main(["write", str(tmp_path / "o.zarr"), "--size", "10", "--workers", "0"]) == 2
+    assert "--workers" in capsys.readouterr().err and not (tmp_path / "o.zarr").exists()
+
+
+def test_python_client_on_s3_is_byte_identical(s3_bucket, local_ref, dask_client):
+    job = get_recipe("gp").build(6000, "float64")
+    url = s3_bucket.url("out.zarr")
+    streamacc.write(
+        url,
+        job.f,
+        job.init,
+        length=job.length,
+        block_size=512,
+        unroll=job.unroll,
+        names=job.names,
+        attrs={**job.attrs, "dtype": "float64"},
+        array_attrs={"x": {"long_name": job.attrs["description"], "units": job.attrs["units"]}},
+        storage_options=s3_bucket.storage_options,
+        client=dask_client,
+        progress=False,
+    )
+    assert_same_objects(s3_bucket, "out.zarr", local_ref(*SMALL))
