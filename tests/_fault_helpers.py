@@ -19,6 +19,20 @@ MANIFEST = "_streamacc/zarr.json"
 RECORDS = "_streamacc/records_000000/zarr.json"
 
 
+def fail_write_at(monkeypatch, start: int, exc: BaseException) -> None:
+    """Make the write of the block starting at step ``start`` raise ``exc`` (in its writer thread)."""
+    from streamacc._zarr import ZarrSink
+
+    real = ZarrSink.write
+
+    def write(self, block_start, stop, ys):
+        if block_start == start:
+            raise exc
+        return real(self, block_start, stop, ys)
+
+    monkeypatch.setattr(ZarrSink, "write", write)
+
+
 def cli(*args: str) -> list[str]:
     """The command line running ``streamacc *args`` in a fresh interpreter."""
     return [sys.executable, "-m", "streamacc", *map(str, args)]

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
+from _fault_helpers import fail_write_at
 from zarr.storage import FsspecStore, LocalStore
 
 import streamacc
@@ -30,7 +31,6 @@ from streamacc import StoreError
 from streamacc._cli import main
 from streamacc._inspect import describe_output
 from streamacc._output import Output
-from streamacc._zarr import ZarrSink
 
 LENGTH, BLOCK = 1000, 64  # 16 blocks, the last one short
 XS = np.linspace(-1.0, 1.0, LENGTH)
@@ -74,14 +74,7 @@ def strict():
 
 
 def fail_at(monkeypatch, k: int, exc: BaseException) -> None:
-    real = ZarrSink.write
-
-    def write_block(self, start, stop, ys):
-        if start == k * BLOCK:
-            raise exc
-        return real(self, start, stop, ys)
-
-    monkeypatch.setattr(ZarrSink, "write", write_block)
+    fail_write_at(monkeypatch, k * BLOCK, exc)
 
 
 # --- the truth about partial outputs --------------------------------------------------------

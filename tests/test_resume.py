@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import zarr
-from _fault_helpers import MANIFEST, assert_same_output, read_manifest, store_files, temp_files
+from _fault_helpers import MANIFEST, assert_same_output, fail_write_at, read_manifest, store_files, temp_files
 
 import streamacc
 import streamacc._target
@@ -55,14 +55,7 @@ def reference(tmp_path_factory):
 
 def fail_block(monkeypatch, k: int, exc: BaseException) -> None:
     """Make the write of block ``k`` raise ``exc`` (in its worker thread)."""
-    real = ZarrSink.write
-
-    def write(self, start, stop, ys):
-        if start == k * BLOCK:
-            raise exc
-        return real(self, start, stop, ys)
-
-    monkeypatch.setattr(ZarrSink, "write", write)
+    fail_write_at(monkeypatch, k * BLOCK, exc)
 
 
 @pytest.mark.parametrize("k", [0, 1, 4, BLOCKS - 1])

@@ -64,6 +64,15 @@ def remote_committed(bucket, key: str) -> int:
     return json.loads(json.loads(raw)["attributes"]["streamacc_manifest"])["committed_blocks"]
 
 
+def writer_at(bucket, key: str, blocks: int) -> subprocess.Popen:
+    """``streamacc write`` of BIG to ``key`` in a subprocess, returned once it has committed ``blocks`` blocks."""
+    writer = subprocess.Popen(cli("write", bucket.url(key), *BIG, *s3_args(bucket)), stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while remote_committed(bucket, key) < blocks and writer.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return writer
+
+
 @pytest.fixture(scope="module")
 def local_ref(tmp_path_factory):
     """Uninterrupted local runs, one per argument list, made on first use."""
@@ -98,11 +107,8 @@ def test_write_read_info_verify_on_s3(s3_bucket, local_ref, capsys):
 def test_sigkill_then_resume_on_s3_is_identical(s3_bucket, local_ref, monkeypatch):
     monkeypatch.setenv("STREAMACC_LEASE_SECONDS", LEASE_SECONDS)
     url = s3_bucket.url("out.zarr")
-    writer = subprocess.Popen(cli("write", url, *BIG, *s3_args(s3_bucket)), stderr=subprocess.PIPE, text=True)
+    writer = writer_at(s3_bucket, "out.zarr", 3)
     try:
-        deadline = time.monotonic() + 120
-        while remote_committed(s3_bucket, "out.zarr") < 3 and writer.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
         writer.send_signal(signal.SIGKILL)
     finally:
         writer.wait(timeout=60)
@@ -117,11 +123,8 @@ def test_sigkill_then_resume_on_s3_is_identical(s3_bucket, local_ref, monkeypatc
 
 def test_a_second_writer_is_refused_while_the_first_lives(s3_bucket, capsys):
     url = s3_bucket.url("out.zarr")
-    writer = subprocess.Popen(cli("write", url, *BIG, *s3_args(s3_bucket)), stderr=subprocess.PIPE, text=True)
+    writer = writer_at(s3_bucket, "out.zarr", 1)
     try:
-        deadline = time.monotonic() + 120
-        while remote_committed(s3_bucket, "out.zarr") < 1 and writer.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
         for flag in ("--resume", "--overwrite"):
             capsys.readouterr()
             assert main(["write", url, *BIG, *s3_args(s3_bucket), flag]) == 1
