@@ -403,11 +403,12 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     from .recipes import RECIPES
 
     lines = []
+    width = max(len(option(p.name)) for recipe in RECIPES.values() for p in recipe.params)
     for recipe in RECIPES.values():
         lines.append(f"{recipe.name}: {recipe.description}")
         for p in recipe.params:
             default = "required" if p.default is None else f"default {p.default!r}"
-            lines.append(f"    {option(p.name):<12} {p.kind:<5} {default:<22} {p.help}")
+            lines.append(f"    {option(p.name):<{width}} {p.kind:<5} {default:<22} {p.help}")
     _out("\n".join(lines))
     return 0
 
