@@ -50,17 +50,19 @@ def timed(label: str, fn):
 
 def instrument() -> None:
     """Wrap the write path's pieces where the library looks them up (module globals, class attributes)."""
-    from streamacc import _engine, _manifest, _target, _write, _zarr
+    from streamacc import _chunks, _engine, _executor, _manifest, _output, _target, _zarr
 
     _engine._dispatch = timed("engine._dispatch (trace/dispatch a block)", _engine._dispatch)
     _engine._hand_over = timed("engine._hand_over (host views of a block)", _engine._hand_over)
-    _write.to_host = timed("carry to_host", _write.to_host)
-    _write.encode_leaves = timed("encode_leaves (carry to JSON)", _write.encode_leaves)
-    _zarr.ZarrSink.write = timed("ZarrSink.write (encode + write + fsync + crc)", _zarr.ZarrSink.write)
-    _zarr.checksum = timed("checksum (crc32 of the block)", _zarr.checksum)
-    _target.Target.make_durable = timed("Target.make_durable (fsync chunks)", _target.Target.make_durable)
+    _executor.to_host = timed("carry to_host", _executor.to_host)
+    _output.encode_leaves = timed("encode_leaves (carry to JSON)", _output.encode_leaves)
+    _zarr.ZarrSink.write = timed("ZarrSink.write (encode + write + fsync)", _zarr.ZarrSink.write)
+    _chunks.ChunkWriter.encode = timed("ChunkWriter.encode (blosc + crc32c)", _chunks.ChunkWriter.encode)
+    local = _target.LocalTarget
+    local.make_durable = timed("LocalTarget.make_durable (fsync chunks)", local.make_durable)
     _manifest.Ledger.record = timed("Ledger.record (block record, fsync)", _manifest.Ledger.record)
     _manifest.Ledger.save = timed("Ledger.save (manifest, fsync)", _manifest.Ledger.save)
+    _zarr.ZarrSink.publish = timed("ZarrSink.publish (root attributes)", _zarr.ZarrSink.publish)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
