@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Every measurement behind benchmarks/RESULTS.md and the README, in the order they were run
+# (one after another, on a machine doing nothing else). Outputs go to benchmarks/out/ and the
+# commands' logs to benchmarks/out/logs/; results worth keeping are copied to benchmarks/results/.
+#
+#   bash benchmarks/reproduce.sh            # everything (about an hour on 2 cores, 30 GB of disk)
+#   bash benchmarks/reproduce.sh headline   # one section: headline rss suite engine chunks
+#                                           #   compensated dist cli accuracy
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=benchmarks/out
+LOGS=$OUT/logs
+mkdir -p "$LOGS"
+run() {  # run NAME COMMAND...: log the command, its output and its GNU time report
+  local name=$1
+  shift
+  echo "== $name: $*" | tee -a "$LOGS/commands.txt"
+  "$@" 2>&1 | tee "$LOGS/$name.log"
+}
+
+headline() {
+  for i in 1 2; do
+    run "headline-$i" python benchmarks/headline.py --size '2**32' --out /tmp/streamacc-headline.zarr
+  done
+}
+
+rss() {  # peak RSS and page faults against the length, the default CLI run
+  for n in 24 26 28 30; do
+    run "rss-2p$n" /usr/bin/time -v python -m streamacc write /tmp/streamacc-rss.zarr --size "2**$n" \
+      --no-progress --overwrite
+  done
+  rm -rf /tmp/streamacc-rss.zarr
+}
+
+suite() {
+  run suite python benchmarks/bench_suite.py --size 2**20 2**22 2**24 2**26 2**28 2**30 --repeat 1 --out $OUT/suite
+  run suite30 python benchmarks/bench_suite.py --size 2**30 --repeat 3 \
+    --approaches streamacc-api streamacc-cli numpy-loop dask-cumprod floor --out $OUT/suite30
+}
+
+engine() {
+  run engine-throughput python benchmarks/bench_engine.py --mode throughput --compare-recycling
+  run engine-memory python benchmarks/bench_engine.py --mode memory --lengths 2**24,2**26,2**28,2**30
+}
+
+chunks() {
+  run chunks python benchmarks/bench_chunks.py --size '2**28' --read --repeat 3 --out $OUT/chunks
+  run checksum python benchmarks/bench_checksum.py --repeat 30
+}
+
+compensated() {
+  run compensated-28 python benchmarks/bench_compensated_cost.py --sizes 2**28 --repeat 3 --out $OUT/compensated28
+  run compensated-30 python benchmarks/bench_compensated_cost.py --sizes 2**30 --recipes gp --repeat 3 \
+    --out $OUT/compensated30
+}
+
+dist() {
+  run dist-parts python benchmarks/bench_dist.py parts --size 2**26 --block 2**22
+  run dist-runs python benchmarks/bench_dist.py runs --size 2**28 --block 2**22
+  run dist-pinned python benchmarks/bench_dist.py pinned --size 2**28 --block 2**22
+  run dist-s3 python benchmarks/bench_dist.py runs --size 2**26 --block 2**22 --s3
+  run dist-model python benchmarks/bench_dist.py model
+}
+
+cli() {
+  run cli-startup python benchmarks/bench_cli.py startup --repeat 20
+  run cli-recipes python benchmarks/bench_cli.py recipes --size '2**22' --repeat 3
+}
+
+accuracy() {  # deterministic: the same numbers on any machine with the same versions
+  run accuracy python benchmarks/bench_accuracy.py
+}
+
+sections=("$@")
+[ ${#sections[@]} -gt 0 ] || sections=(headline rss suite engine chunks compensated dist cli accuracy)
+for section in "${sections[@]}"; do
+  "$section"
+done
