@@ -6,7 +6,8 @@
         scheduler round trip (o), all measured in this process and on a LocalCluster
     python benchmarks/bench_dist.py runs --size 2**28 --block 2**22 [--s3]
         `streamacc write` in one process, with --workers 1 and --workers 2, to local disk
-        (or to a moto S3 server on 127.0.0.1), each under /usr/bin/time -v
+        (or to a moto S3 server on 127.0.0.1): the whole command under /usr/bin/time -v,
+        then the write alone on a cluster already started and warmed up
     python benchmarks/bench_dist.py pinned --size 2**28 --block 2**22
         the same cluster runs pinned with taskset: 1 worker on 1 core, 2 workers on 2 cores
     python benchmarks/bench_dist.py model
@@ -14,9 +15,10 @@
         as the critical path, checked against the measured runs; writes dist_model.png
 
 Each section adds to ``--out``/dist.json; ``model`` also writes dist.md.
-The model: T(W) = t_start + a + b + (n - 1) * max(a + o, b / W) for n blocks, where the
+The model: T(W) = a + b + (n - 1) * max(a + o, b / W) for n blocks on W workers with a
+core each, where o is the scheduler's round trip shared by the blocks of one task: the
 driver's per-block work (carry pass plus scheduling) bounds the rate however many
-workers there are, and t_start is the cluster's start-up.
+workers there are.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import os
 import shutil
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -66,7 +69,7 @@ def parts(size: int, block: int, workdir: Path, blocks_measured: int) -> dict:
 
     jax.config.update("jax_enable_x64", True)
     from streamacc._carry import to_host
-    from streamacc._dask import SinkSpec, run_block_task
+    from streamacc._dask import BLOCKS_PER_TASK, BlockTask, SinkSpec, run_block_task
     from streamacc._engine import carry_pass, make_plan
     from streamacc._output import open_output
     from streamacc._target import open_target
@@ -98,7 +101,7 @@ def parts(size: int, block: int, workdir: Path, blocks_measured: int) -> dict:
                 if index > blocks_measured:
                     break
                 t0 = time.perf_counter()
-                result = run_block_task(plan, sink, index, start, stop, carry, True)
+                result = run_block_task(plan, sink, BlockTask(index, start, stop, carry), True)
                 task_times.append(time.perf_counter() - t0)
                 carry = result.carry_out
         shutil.rmtree(out)
@@ -127,7 +130,14 @@ def parts(size: int, block: int, workdir: Path, blocks_measured: int) -> dict:
         client.close()
         cluster.close()
     print(f"scheduler round trip per task {o * 1e3:.2f} ms; LocalCluster(1) start {start_s:.2f} s", flush=True)
-    return {"size": size, "block": block, "recipes": results, "o_s": o, "cluster_start_s": start_s}
+    return {
+        "size": size,
+        "block": block,
+        "recipes": results,
+        "o_s": o,
+        "blocks_per_task": BLOCKS_PER_TASK,
+        "cluster_start_s": start_s,
+    }
 
 
 def _moto():
@@ -146,8 +156,38 @@ def _moto():
     return server, endpoint
 
 
+def write_only(size: int, block: int, out: str, workers: int, endpoint: str | None) -> dict:
+    """In this process: start the cluster (if ``workers``), warm it up, then time ``streamacc.write`` alone.
+
+    The warm-up writes one block elsewhere, so that every worker has imported JAX and
+    compiled the block function, as on a cluster that has run before; what is timed is
+    the write itself, carry pass, tasks, commits and all.
+    """
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import streamacc
+    from streamacc._cluster import cluster_client
+    from streamacc.recipes import get_recipe
+
+    job = get_recipe("gp").build(size, "float64")
+    options = {"endpoint_url": endpoint} if endpoint else None
+    kw = dict(block_size=block, unroll=job.unroll, names=job.names, storage_options=options, progress=False)
+    t0 = time.perf_counter()
+    with cluster_client(workers or None, None) as client:
+        started = time.perf_counter() - t0
+        for i in range(max(1, 2 * workers)):  # one block on every worker
+            warm = out.rstrip("/").rsplit("/", 1)[0] + f"/warm-{i}.zarr"
+            streamacc.write(warm, job.f, job.init, length=block, client=client, overwrite=True, **kw)
+        warmed = time.perf_counter() - t0 - started
+        t1 = time.perf_counter()
+        streamacc.write(out, job.f, job.init, length=size, client=client, overwrite=True, **kw)
+        write_s = time.perf_counter() - t1
+    return {"cluster_start_s": started, "warm_up_s": warmed, "write_s": write_s}
+
+
 def runs(size: int, block: int, workdir: Path, s3: bool, pin: bool) -> list[dict]:
-    """``streamacc write`` in one process and with --workers 1, 2: each under /usr/bin/time -v."""
+    """One process and --workers 1, 2: the whole command under /usr/bin/time -v, then the write alone, warm."""
     server = endpoint = None
     if s3:
         server, endpoint = _moto()
@@ -161,35 +201,31 @@ def runs(size: int, block: int, workdir: Path, s3: bool, pin: bool) -> list[dict
         for label, cores, workers in configs:
             name = label.replace(" ", "-").replace(",", "")
             out = f"s3://bench/{name}.zarr" if s3 else str(workdir / f"{name}.zarr")
-            cmd = [
-                sys.executable,
-                "-m",
-                "streamacc",
-                "write",
-                out,
-                "--size",
-                str(size),
-                "--block-size",
-                str(block),
-                "--no-progress",
-                "--overwrite",
-            ]
+            cmd = [sys.executable, "-m", "streamacc", "write", out, "--size", str(size), "--block-size", str(block)]
+            cmd += ["--no-progress", "--overwrite"]
             if workers:
                 cmd += ["--workers", str(workers)]
             if s3:
                 cmd += ["--storage-option", f"endpoint_url={endpoint}"]
+            child = [sys.executable, __file__, "write-only", "--size", str(size), "--block", str(block)]
+            child += ["--target", out, "--workers", str(workers)] + (["--endpoint", endpoint] if s3 else [])
             if cores:
                 cmd = ["taskset", "-c", ",".join(cores), *cmd]
+                child = ["taskset", "-c", ",".join(cores), *child]
             measured = time_command(cmd)
             if measured["returncode"] != 0:
                 raise SystemExit(f"{label} failed: {measured['stderr']}")
             row = {"run": label, "workers": workers, "cores": cores, "target": "s3 (moto)" if s3 else "local disk"}
             row.update({k: v for k, v in measured.items() if k not in ("stdout", "stderr")})
             row["steps_per_s"] = size / measured["wall_s"]
+            warm = subprocess.run(child, capture_output=True, text=True, check=True)
+            row.update(json.loads(warm.stdout.strip().splitlines()[-1]))
+            row["write_steps_per_s"] = size / row["write_s"]
             rows.append(row)
             print(json.dumps(row), flush=True)
             if not s3:
-                shutil.rmtree(out, ignore_errors=True)
+                shutil.rmtree(workdir, ignore_errors=True)
+                workdir.mkdir()
     finally:
         if server is not None:
             server.stop()
@@ -197,6 +233,8 @@ def runs(size: int, block: int, workdir: Path, s3: bool, pin: bool) -> list[dict
 
 
 def predict(part: dict, o: float, start: float, n: int, workers: int) -> float:
+    """Wall time of ``n`` blocks on ``workers`` workers: the driver's per-block work (carry pass ``a`` plus its
+    share ``o`` of a task's scheduling) and the workers' (a block task ``b`` each) run side by side."""
     a, b = part["a_s"], part["b_s"]
     return start + a + b + (n - 1) * max(a + o, b / workers)
 
@@ -210,9 +248,11 @@ def model(doc: dict, out: Path) -> str:
 
     p = doc["parts"]
     n = -(-p.get("model_size", 2**32) // p["block"])
+    o = p["o_s"] / p["blocks_per_task"]  # the scheduler's cost per block
     lines = [
-        f"Model for {p.get('model_size', 2**32)} steps in blocks of {p['block']} ({n} blocks); "
-        f"o = {p['o_s'] * 1e3:.2f} ms per task, cluster start {p['cluster_start_s']:.1f} s.",
+        f"Model for {p.get('model_size', 2**32)} steps in blocks of {p['block']} ({n} blocks); the scheduler's "
+        f"round trip {p['o_s'] * 1e3:.2f} ms per task of {p['blocks_per_task']} blocks, "
+        f"o = {o * 1e3:.2f} ms per block.",
         "",
         "| recipe | a (carry pass) ms/block | b (block task) ms/block | b / a | "
         + " | ".join(f"speedup at {w}" for w in WORKERS)
@@ -221,8 +261,8 @@ def model(doc: dict, out: Path) -> str:
     ]
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, part in p["recipes"].items():
-        base = predict(part, p["o_s"], 0.0, n, 1)
-        speed = [base / predict(part, p["o_s"], 0.0, n, w) for w in WORKERS]
+        base = predict(part, o, 0.0, n, 1)
+        speed = [base / predict(part, o, 0.0, n, w) for w in WORKERS]
         ax.plot(WORKERS, speed, marker="o", label=f"{name} (b/a = {part['ratio']:.0f})")
         cells = " | ".join(f"{s:.1f}x" for s in speed)
         lines.append(f"| {name} | {part['a_s'] * 1e3:.1f} | {part['b_s'] * 1e3:.1f} | {part['ratio']:.1f} | {cells} |")
@@ -238,25 +278,26 @@ def model(doc: dict, out: Path) -> str:
     fig.tight_layout()
     fig.savefig(out / "dist_model.png", dpi=120)
     checks = []
-    for section in ("runs", "runs_s3", "pinned"):
+    for section in ("runs", "pinned"):
         rows = doc.get(section, [])
         size = doc.get(f"{section}_size")
         for row in rows:
             if not row["workers"] or size is None:
                 continue
-            blocks = -(-size // p["block"])
-            gp = p["recipes"]["gp"]
-            predicted = predict(gp, p["o_s"], p["cluster_start_s"] + 1.0, blocks, row["workers"])
-            checks.append(f"| {section} | {row['run']} | {row['wall_s']:.1f} | {predicted:.1f} |")
+            predicted = predict(p["recipes"]["gp"], o, 0.0, -(-size // p["block"]), row["workers"])
+            checks.append(f"| {section} | {row['run']} | {row['write_s']:.2f} | {predicted:.2f} |")
     if checks:
-        header = "| runs | run | measured wall s | model wall s (gp, incl. start-up) |"
+        header = "| runs | run | measured write s (warm cluster) | model s (gp) |"
         lines += ["", header, "|---|---|--:|--:|", *checks]
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("section", choices=["parts", "runs", "pinned", "model"])
+    parser.add_argument("section", choices=["parts", "runs", "pinned", "model", "write-only"])
+    parser.add_argument("--target", help="write-only: the output path or URL")
+    parser.add_argument("--workers", type=int, default=0, help="write-only: worker processes (0: one process)")
+    parser.add_argument("--endpoint", help="write-only: the S3 endpoint")
     parser.add_argument("--size", default="2**26")
     parser.add_argument("--block", default="2**22")
     parser.add_argument("--blocks", type=int, default=8, help="blocks timed per recipe in parts")
@@ -267,6 +308,9 @@ def main() -> None:
     from streamacc._expr import parse_int
 
     size, block = parse_int(args.size, name="--size"), parse_int(args.block, name="--block")
+    if args.section == "write-only":
+        print(json.dumps(write_only(size, block, args.target, args.workers, args.endpoint)))
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     store = args.out / "dist.json"
     with tempfile.TemporaryDirectory(dir=args.out) as tmp:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ._errors import InputError, StepFunctionError, X64Error, spell
 
-__all__ = ["as_count", "check_x64", "resolve_length", "step_shapes"]
+__all__ = ["as_count", "check_x64", "resolve_length", "step_shapes", "x64_scope"]
 
 _WIDE = frozenset("fui")  # float, unsigned and signed integer kinds that have a 64-bit form
 _COMPLEX_WIDE = np.dtype(np.complex128)
@@ -79,6 +79,20 @@ def _dtype_of(leaf: Any) -> np.dtype | None:
         return None if dtype is None else np.dtype(dtype)
     except TypeError:
         return None  # e.g. a PRNG key dtype, which has no 64-bit question
+
+
+def x64_scope(on: bool) -> Any:
+    """A context manager in which JAX computes with (or without) 64-bit types, on this thread only.
+
+    Used where streamacc must not depend on the process's setting (a cluster worker, a
+    64-bit seed); jax < 0.8 has it only under ``jax.experimental``.
+    """
+    scope: Any = getattr(jax, "enable_x64", None)
+    if scope is None:
+        from jax import experimental
+
+        scope = experimental.enable_x64  # type: ignore[attr-defined]
+    return scope(on)
 
 
 def check_x64(**trees: Any) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 import jax
 
 from ._carry import HostLeaf, from_host, to_host
+from ._checks import x64_scope
 from ._cluster import close_worker_sessions
 from ._engine import Plan, carry_pass, compute_block
 from ._errors import CarryMismatchError, InputError
@@ -33,7 +34,12 @@ from ._pool import BlockPool
 from ._target import LocalTarget, StoreTarget, Target, open_target
 from ._zarr import ZarrSink
 
-__all__ = ["DaskExecutor", "SinkSpec", "run_block_task"]
+__all__ = ["BLOCKS_PER_TASK", "BlockTask", "DaskExecutor", "SinkSpec", "run_block_task", "run_block_tasks"]
+
+BLOCKS_PER_TASK = 4
+"""Consecutive blocks per task: enough to share the scheduler's round trip (measured: about
+3.5 ms per task on 2 cores, against 1.1 ns per step of carry pass, 4.8 ms for a gp block
+of 2**22) while a worker still holds one block at a time."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,19 +87,33 @@ def _worker_pool() -> BlockPool:
     return BlockPool(1)
 
 
-def run_block_task(
-    plan: Plan, spec: SinkSpec, index: int, start: int, stop: int, carry_in: list[HostLeaf], x64: bool
-) -> BlockResult:
-    """Recompute block ``index`` from ``carry_in``, write its chunks durably, and describe it.
+@dataclasses.dataclass(frozen=True)
+class BlockTask:
+    """One block to recompute on a worker: where it lies, and the carry entering it."""
+
+    index: int
+    start: int
+    stop: int
+    carry_in: list[HostLeaf]
+
+
+def run_block_task(plan: Plan, spec: SinkSpec, task: BlockTask, x64: bool) -> BlockResult:
+    """Recompute one block from its carry-in, write its chunks durably, and describe it.
 
     Runs on a worker, in the driver's precision (``x64``) whatever the worker's own setting.
     """
-    with jax.enable_x64(x64):
-        block = compute_block(plan, from_host(carry_in, plan.init), start, stop, pool=_worker_pool())
+    with x64_scope(x64):
+        block = compute_block(plan, from_host(task.carry_in, plan.init), task.start, task.stop, pool=_worker_pool())
         nbytes = sum(y.nbytes for y in jax.tree_util.tree_leaves(block.ys))
-        crcs, stored = _open_sink(spec).write(start, stop, named_ys(list(spec.names), block.ys))
+        crcs, stored = _open_sink(spec).write(task.start, task.stop, named_ys(list(spec.names), block.ys))
         block.release()
-        return BlockResult(index, start, stop, carry_in, to_host(block.carry), crcs, nbytes, stored)
+        carry_out = to_host(block.carry)
+        return BlockResult(task.index, task.start, task.stop, task.carry_in, carry_out, crcs, nbytes, stored)
+
+
+def run_block_tasks(plan: Plan, spec: SinkSpec, tasks: list[BlockTask], x64: bool) -> list[BlockResult]:
+    """:func:`run_block_task` for a few consecutive blocks, one after the other (one scheduler round trip)."""
+    return [run_block_task(plan, spec, task, x64) for task in tasks]
 
 
 def _same(a: list[HostLeaf], b: list[HostLeaf]) -> bool:
@@ -107,12 +127,15 @@ def _same(a: list[HostLeaf], b: list[HostLeaf]) -> bool:
 class DaskExecutor:
     """Blocks recomputed as tasks on a dask cluster from carries the driver computes.
 
-    At most ``inflight`` tasks are submitted and not yet committed, which keeps driver
-    and worker memory flat whatever the length.
+    Each task recomputes ``blocks_per_task`` consecutive blocks (each from its own
+    carry-in, one at a time), so that the scheduler's cost per task, a few milliseconds,
+    is shared. At most ``inflight`` tasks are submitted and not yet committed, which
+    keeps driver and worker memory flat whatever the length.
     """
 
     client: Any
     inflight: int
+    blocks_per_task: int = BLOCKS_PER_TASK
 
     @classmethod
     def for_client(cls, client: Any, inflight: int | None = None) -> DaskExecutor:
@@ -132,33 +155,43 @@ class DaskExecutor:
         spec = SinkSpec.of(output)
         x64 = bool(jax.config.jax_enable_x64)
         plan_future = self.client.scatter(plan, broadcast=True, hash=False)
-        pending: deque[tuple[Any, list[HostLeaf]]] = deque()
+        pending: deque[tuple[Any, list[list[HostLeaf]]]] = deque()
+        group: list[BlockTask] = []
+        expected: list[list[HostLeaf]] = []
 
         def commit_oldest() -> None:
-            future, expected = pending.popleft()
-            result: BlockResult = future.result()
-            if not _same(result.carry_out, expected):
-                raise CarryMismatchError(
-                    f"block {result.index} (steps {result.start}-{result.stop}) ended with another carry on its "
-                    "worker than in the carry pass, so the step is not reproducible there (nondeterministic, or "
-                    "different hardware); nothing past it was committed: rerun without a cluster"
-                )
-            output.commit(result)
+            future, carries_out = pending.popleft()
+            for result, carry_out in zip(future.result(), carries_out, strict=True):
+                if not _same(result.carry_out, carry_out):
+                    raise CarryMismatchError(
+                        f"block {result.index} (steps {result.start}-{result.stop}) ended with another carry on its "
+                        "worker than in the carry pass, so the step is not reproducible there (nondeterministic, or "
+                        "different hardware); nothing past it was committed: rerun without a cluster"
+                    )
+                output.commit(result)
+
+        def submit() -> None:
+            while len(pending) >= self.inflight:
+                commit_oldest()
+            future = self.client.submit(run_block_tasks, plan_future, spec, list(group), x64, pure=False, retries=2)
+            pending.append((future, list(expected)))
+            group.clear()
+            expected.clear()
 
         carry_in = output.carry
         carries = carry_pass(plan, carry=from_host(carry_in, plan.init), first_block=output.first_block)
         try:
             for index, (start, stop, carry) in enumerate(carries, start=output.first_block):
                 carry_out = to_host(carry)
-                while len(pending) >= self.inflight:
-                    commit_oldest()
-                future = self.client.submit(
-                    run_block_task, plan_future, spec, index, start, stop, carry_in, x64, pure=False, retries=2
-                )
-                pending.append((future, carry_out))
+                group.append(BlockTask(index, start, stop, carry_in))
+                expected.append(carry_out)
+                if len(group) == self.blocks_per_task:
+                    submit()
                 while pending and pending[0][0].done():
                     commit_oldest()
                 carry_in = carry_out
+            if group:
+                submit()
             while pending:
                 commit_oldest()
         finally:

@@ -16,7 +16,7 @@ QUIET = {"--quiet", "-q", "--disable-pip-version-check"}
 
 
 def readme_test_commands() -> list[list[str]]:
-    match = re.search(r"Run the tests:\s*```\n(.+?)\n```", (ROOT / "README.md").read_text(), re.S)
+    match = re.search(r"Run the tests[^\n]*:\s*```\n(.+?)\n```", (ROOT / "README.md").read_text(), re.S)
     assert match, "README.md has no 'Run the tests:' block"
     return [shlex.split(part) for part in match.group(1).split("&&")]
 

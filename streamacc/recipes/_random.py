@@ -64,12 +64,9 @@ class RandomWalk(Step):
 def _key_data(seed: int) -> Any:
     import jax
 
-    scope: Any = getattr(jax, "enable_x64", None)
-    if scope is None:  # jax < 0.8 has it only here
-        import jax.experimental
+    from .._checks import x64_scope
 
-        scope = jax.experimental.enable_x64  # type: ignore[attr-defined]
-    with scope(True):  # a seed past 2**31 would be truncated to 32 bits without it
+    with x64_scope(True):  # a seed past 2**31 would be truncated to 32 bits without it
         return jax.random.key_data(jax.random.key(seed))
 
 
