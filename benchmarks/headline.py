@@ -9,6 +9,7 @@ RSS is its own). Then measures the bytes on disk, opens the output with
 but keeps only the sampled ones. Extra arguments go to ``streamacc write``.
 
     python benchmarks/headline.py --size '2**32' --out /tmp/headline.zarr
+    python benchmarks/headline.py --size '2**32' --compensated   # samples against exact values (mpmath)
 """
 
 from __future__ import annotations
@@ -85,6 +86,23 @@ def check_samples(out: Path, size: int, samples: int) -> dict:
     return {"sampled_blocks": checked, "of_blocks": blocks, "bit_identical": True, "last_value": float(carry)}
 
 
+def check_exact(out: Path, size: int, samples: int) -> dict:
+    """For ``--compensated``: sampled steps (the last included) against ``x0 * ratio**i`` by mpmath at 256 bits."""
+    import mpmath
+    import xarray as xr
+
+    mpmath.mp.prec = 256
+    x = xr.open_zarr(out)["x"]
+    steps = sorted(set(np.linspace(0, size - 1, samples).round().astype(np.int64).tolist()))
+    got = x.isel(step=steps).values
+    ratio = mpmath.mpf(RATIO)  # the float64 ratio, exactly
+    exact = [float(ratio**i) for i in steps]  # mpf -> float rounds to nearest
+    wrong = [i for i, g, e in zip(steps, got, exact, strict=True) if g != e]
+    if wrong:
+        raise SystemExit(f"steps {wrong[:5]} differ from the correctly rounded exact values")
+    return {"sampled_steps": len(steps), "correctly_rounded": True, "last_value": float(got[-1])}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="2**32")
@@ -98,7 +116,10 @@ def main() -> None:
     result["gib_per_s"] = size * 8 / result["wall_s"] / 2**30
     result["disk_bytes"] = disk_bytes(args.out)
     result["compression_ratio"] = size * 8 / result["disk_bytes"]
-    result.update(check_samples(args.out, size, args.samples))
+    if "--compensated" in extra:
+        result.update(check_exact(args.out, size, 4 * args.samples))
+    else:
+        result.update(check_samples(args.out, size, args.samples))
     result["targets"] = verdicts(result)
     print(json.dumps(result, indent=1))
     if not args.keep:

@@ -4,7 +4,7 @@
 # commands' logs to benchmarks/out/logs/; results worth keeping are copied to benchmarks/results/.
 #
 #   bash benchmarks/reproduce.sh            # everything (about an hour on 2 cores, 30 GB of disk)
-#   bash benchmarks/reproduce.sh headline   # one section: headline rss suite engine chunks
+#   bash benchmarks/reproduce.sh headline   # one section: headline rss suite engine codecs chunks
 #                                           #   compensated dist cli accuracy
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,12 +43,18 @@ engine() {
   run engine-memory python benchmarks/bench_engine.py --mode memory --lengths 2**24,2**26,2**28,2**30
 }
 
+codecs() {  # the write-path settings behind the defaults
+  run codecs python benchmarks/bench_codecs.py --size '2**28' --repeat 3 --block '2**22' \
+    --sections codec durable inflight --out $OUT/codecs28
+}
+
 chunks() {
   run chunks python benchmarks/bench_chunks.py --size '2**28' --read --repeat 3 --out $OUT/chunks
   run checksum python benchmarks/bench_checksum.py --repeat 30
 }
 
 compensated() {
+  run compensated-2p32 python benchmarks/headline.py --size '2**32' --compensated --out /tmp/streamacc-compensated.zarr
   run compensated-28 python benchmarks/bench_compensated_cost.py --sizes 2**28 --repeat 3 --out $OUT/compensated28
   run compensated-30 python benchmarks/bench_compensated_cost.py --sizes 2**30 --recipes gp --repeat 3 \
     --out $OUT/compensated30
@@ -72,7 +78,7 @@ accuracy() {  # deterministic: the same numbers on any machine with the same ver
 }
 
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(headline rss suite engine chunks compensated dist cli accuracy)
+[ ${#sections[@]} -gt 0 ] || sections=(headline rss suite engine codecs chunks compensated dist cli accuracy)
 for section in "${sections[@]}"; do
   "$section"
 done
