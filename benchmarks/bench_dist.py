@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import socket
@@ -147,6 +148,7 @@ def _moto():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a log line per request otherwise
     server.start()
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
     import boto3

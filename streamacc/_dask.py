@@ -14,11 +14,14 @@ worker died. Step functions travel by cloudpickle; the plan is scattered once pe
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
+import queue
 import secrets
-from collections import deque
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -26,11 +29,12 @@ import jax
 from ._carry import HostLeaf, from_host, to_host
 from ._checks import x64_scope
 from ._cluster import close_worker_sessions
-from ._engine import Plan, carry_pass, compute_block
+from ._engine import Block, Plan, carry_pass, compute_block
 from ._errors import CarryMismatchError, InputError
 from ._executor import named_ys
 from ._output import BlockResult, Output
-from ._pool import BlockPool
+from ._pipeline import run_ordered
+from ._pool import BlockPool, pool_size
 from ._target import LocalTarget, StoreTarget, Target, open_target
 from ._zarr import ZarrSink
 
@@ -81,10 +85,14 @@ def _open_sink(spec: SinkSpec) -> ZarrSink:
     return ZarrSink.open(target, list(spec.names), spec.chunk)
 
 
+WRITE_AHEAD = 1
+"""Blocks a task computes ahead of the one being written."""
+
+
 @functools.lru_cache(maxsize=1)
 def _worker_pool() -> BlockPool:
     """This worker process's buffers for block outputs, recycled from one task to the next."""
-    return BlockPool(1)
+    return BlockPool(pool_size(WRITE_AHEAD))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,23 +105,43 @@ class BlockTask:
     carry_in: list[HostLeaf]
 
 
-def run_block_task(plan: Plan, spec: SinkSpec, task: BlockTask, x64: bool) -> BlockResult:
-    """Recompute one block from its carry-in, write its chunks durably, and describe it.
+def _results(plan: Plan, spec: SinkSpec, tasks: list[BlockTask]) -> list[BlockResult]:
+    """Compute the blocks of ``tasks`` on this thread while a second thread writes the one before.
 
-    Runs on a worker, in the driver's precision (``x64``) whatever the worker's own setting.
+    As the local pipeline does: a single-threaded worker would otherwise wait, idle, for
+    every chunk's fsync (or PUT) before computing the next block.
     """
-    with x64_scope(x64):
-        block = compute_block(plan, from_host(task.carry_in, plan.init), task.start, task.stop, pool=_worker_pool())
+    sink, pool, names = _open_sink(spec), _worker_pool(), list(spec.names)
+    results: list[BlockResult] = []
+
+    def computed() -> Iterator[tuple[BlockTask, Block]]:
+        for task in tasks:
+            yield task, compute_block(plan, from_host(task.carry_in, plan.init), task.start, task.stop, pool=pool)
+
+    def write(item: tuple[BlockTask, Block]) -> BlockResult:
+        task, block = item
         nbytes = sum(y.nbytes for y in jax.tree_util.tree_leaves(block.ys))
-        crcs, stored = _open_sink(spec).write(task.start, task.stop, named_ys(list(spec.names), block.ys))
+        crcs, stored = sink.write(task.start, task.stop, named_ys(names, block.ys))
         block.release()
         carry_out = to_host(block.carry)
         return BlockResult(task.index, task.start, task.stop, task.carry_in, carry_out, crcs, nbytes, stored)
 
+    run_ordered(computed(), write, lambda item, result: results.append(result), depth=WRITE_AHEAD, workers=1)
+    return results
+
 
 def run_block_tasks(plan: Plan, spec: SinkSpec, tasks: list[BlockTask], x64: bool) -> list[BlockResult]:
-    """:func:`run_block_task` for a few consecutive blocks, one after the other (one scheduler round trip)."""
-    return [run_block_task(plan, spec, task, x64) for task in tasks]
+    """Recompute a few consecutive blocks, each from its own carry-in, write their chunks durably, describe them.
+
+    Runs on a worker, in the driver's precision (``x64``) whatever the worker's own setting.
+    """
+    with x64_scope(x64):
+        return _results(plan, spec, tasks)
+
+
+def run_block_task(plan: Plan, spec: SinkSpec, task: BlockTask, x64: bool) -> BlockResult:
+    """:func:`run_block_tasks` for one block."""
+    return run_block_tasks(plan, spec, [task], x64)[0]
 
 
 def _same(a: list[HostLeaf], b: list[HostLeaf]) -> bool:
@@ -155,46 +183,76 @@ class DaskExecutor:
         spec = SinkSpec.of(output)
         x64 = bool(jax.config.jax_enable_x64)
         plan_future = self.client.scatter(plan, broadcast=True, hash=False)
-        pending: deque[tuple[Any, list[list[HostLeaf]]]] = deque()
+        # tasks submitted and not yet committed, in scan order; a thread of its own commits them, so
+        # that the carry pass and the submissions never wait for a commit's fsyncs
+        pending: queue.Queue[tuple[Any, list[list[HostLeaf]]] | None] = queue.Queue(maxsize=self.inflight)
+        failed: list[BaseException] = []
+
+        def commit_in_order() -> None:
+            try:
+                while not failed and (item := pending.get()) is not None:
+                    future, carries_out = item
+                    results = future.result()
+                    if failed:
+                        return  # the driver gave up meanwhile: commit nothing more
+                    for result, carry_out in zip(results, carries_out, strict=True):
+                        if not _same(result.carry_out, carry_out):
+                            output.commit(*results[: result.index - results[0].index])
+                            raise CarryMismatchError(
+                                f"block {result.index} (steps {result.start}-{result.stop}) ended with another "
+                                "carry on its worker than in the carry pass, so the step is not reproducible there "
+                                "(nondeterministic, or different hardware); nothing past it was committed: rerun "
+                                "without a cluster"
+                            )
+                    output.commit(*results)
+            except BaseException as exc:
+                failed.append(exc)
+
+        committer = threading.Thread(target=commit_in_order, name="streamacc-commit", daemon=True)
+        committer.start()
+        submitted: list[Any] = []
+
+        def put(item: tuple[Any, list[list[HostLeaf]]] | None) -> None:
+            while not failed and committer.is_alive():
+                try:
+                    pending.put(item, timeout=0.1)
+                    return
+                except queue.Full:
+                    continue
+
         group: list[BlockTask] = []
         expected: list[list[HostLeaf]] = []
-
-        def commit_oldest() -> None:
-            future, carries_out = pending.popleft()
-            for result, carry_out in zip(future.result(), carries_out, strict=True):
-                if not _same(result.carry_out, carry_out):
-                    raise CarryMismatchError(
-                        f"block {result.index} (steps {result.start}-{result.stop}) ended with another carry on its "
-                        "worker than in the carry pass, so the step is not reproducible there (nondeterministic, or "
-                        "different hardware); nothing past it was committed: rerun without a cluster"
-                    )
-                output.commit(result)
-
-        def submit() -> None:
-            while len(pending) >= self.inflight:
-                commit_oldest()
-            future = self.client.submit(run_block_tasks, plan_future, spec, list(group), x64, pure=False, retries=2)
-            pending.append((future, list(expected)))
-            group.clear()
-            expected.clear()
-
         carry_in = output.carry
         carries = carry_pass(plan, carry=from_host(carry_in, plan.init), first_block=output.first_block)
         try:
             for index, (start, stop, carry) in enumerate(carries, start=output.first_block):
+                if failed:
+                    break
                 carry_out = to_host(carry)
                 group.append(BlockTask(index, start, stop, carry_in))
                 expected.append(carry_out)
-                if len(group) == self.blocks_per_task:
-                    submit()
-                while pending and pending[0][0].done():
-                    commit_oldest()
                 carry_in = carry_out
-            if group:
-                submit()
-            while pending:
-                commit_oldest()
+                if len(group) == self.blocks_per_task:
+                    submitted.append(self._submit(plan_future, spec, group, x64))
+                    put((submitted[-1], list(expected)))
+                    group, expected = [], []
+            if group and not failed:
+                submitted.append(self._submit(plan_future, spec, group, x64))
+                put((submitted[-1], expected))
+            put(None)
+            while committer.is_alive():
+                committer.join(0.1)
         finally:
-            for future, _ in pending:
-                future.cancel()
+            if committer.is_alive():  # interrupted: the committer stops after the commit in hand
+                failed.append(KeyboardInterrupt())
+                for future in submitted:
+                    future.cancel()
+                with contextlib.suppress(queue.Full):
+                    pending.put_nowait(None)
+                committer.join()
             close_worker_sessions(self.client)
+        if failed:
+            raise failed[0]
+
+    def _submit(self, plan_future: Any, spec: SinkSpec, group: list[BlockTask], x64: bool) -> Any:
+        return self.client.submit(run_block_tasks, plan_future, spec, list(group), x64, pure=False, retries=2)

@@ -213,15 +213,19 @@ class Ledger:
         self._segment = (seg, records)
         return records
 
-    def record(self, rec: BlockRecord) -> None:
-        """Durably store block ``rec.index``'s record (blocks are recorded in scan order)."""
-        seg, pos = divmod(rec.index, SEGMENT)
-        records = self._read_segment(seg)
-        if len(records) < pos:
-            raise self._damaged(f"they end at block {seg * SEGMENT + len(records)}, before block {rec.index}")
-        records = [*records[:pos], dataclasses.asdict(rec)]  # drops records written past an interrupted commit
-        self._segment = (seg, records)
-        self.target.write(self.segment_key(seg), group_node({RECORDS_ATTR: json.dumps(records)}))
+    def record(self, *recs: BlockRecord) -> None:
+        """Durably store the records of consecutive blocks (in scan order), one write per segment."""
+        for seg in sorted({rec.index // SEGMENT for rec in recs}):
+            records = self._read_segment(seg)
+            for rec in recs:
+                pos = rec.index - seg * SEGMENT
+                if not 0 <= pos < SEGMENT:
+                    continue
+                if len(records) < pos:
+                    raise self._damaged(f"they end at block {seg * SEGMENT + len(records)}, before block {rec.index}")
+                records = [*records[:pos], dataclasses.asdict(rec)]  # drops records written past an interrupted commit
+            self._segment = (seg, records)
+            self.target.write(self.segment_key(seg), group_node({RECORDS_ATTR: json.dumps(records)}))
 
     def block(self, index: int) -> BlockRecord:
         """The record of committed block ``index`` (in scan order)."""

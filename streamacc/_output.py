@@ -147,20 +147,24 @@ class Output:
             self.sink.publish(progress_attrs(m.span(), m.length, m.complete))
             self._published = now
 
-    def commit(self, result: BlockResult) -> None:
-        """Commit block ``result.index``, the next one in scan order: its record, then the manifest."""
-        if result.index != self.manifest.committed_blocks:
-            raise AssertionError(f"block {result.index} committed out of order")
-        rec = BlockRecord(result.index, result.start, result.stop, encode_leaves(result.carry_in), result.crc32c)
-        self.ledger.record(rec)
+    def commit(self, *results: BlockResult) -> None:
+        """Commit the next blocks in scan order: their records, then one manifest that counts them all."""
+        if not results:
+            return
+        first = self.manifest.committed_blocks
+        if [r.index for r in results] != list(range(first, first + len(results))):
+            raise AssertionError(f"blocks {[r.index for r in results]} committed out of order after {first}")
+        recs = [BlockRecord(r.index, r.start, r.stop, encode_leaves(r.carry_in), r.crc32c) for r in results]
+        self.ledger.record(*recs)
         self._save(
-            committed_blocks=result.index + 1,
-            committed_steps=self.manifest.committed_steps + len(result),
-            carry=encode_leaves(result.carry_out),
+            committed_blocks=first + len(results),
+            committed_steps=self.manifest.committed_steps + sum(len(r) for r in results),
+            carry=encode_leaves(results[-1].carry_out),
         )
         self.publish()
         if self.on_commit is not None:
-            self.on_commit(result)
+            for result in results:
+                self.on_commit(result)
 
     def finish(self) -> None:
         """Mark the run complete, in the manifest and then in the root attributes."""

@@ -112,9 +112,9 @@ def test_attributes_and_open_stay_true_while_the_run_goes(tmp_path, monkeypatch)
     seen = []
     real = Output.commit
 
-    def commit(self, result):
+    def commit(self, *results):
         before = xr.open_zarr(out).attrs
-        real(self, result)
+        real(self, *results)
         after = xr.open_zarr(out).attrs
         ds = streamacc.open(out)
         seen.append((before["streamacc_committed_steps"], after["streamacc_committed_steps"], ds.sizes["step"]))
