@@ -1,6 +1,6 @@
 """Scale-out: what the two passes cost, cluster runs against one process, and a model of wall time.
 
-    python benchmarks/bench_dist.py parts --size 2**26 --block 2**22
+    python benchmarks/bench_dist.py parts --size 2**27 --block 2**22
         per recipe: the carry pass's time per block on the driver (a), a block task's time
         (recompute, encode, checksum, write, fsync: b) and the per-task cost of the
         scheduler round trip (o), all measured in this process and on a LocalCluster
@@ -70,7 +70,7 @@ def parts(size: int, block: int, workdir: Path, blocks_measured: int) -> dict:
 
     jax.config.update("jax_enable_x64", True)
     from streamacc._carry import to_host
-    from streamacc._dask import BLOCKS_PER_TASK, BlockTask, SinkSpec, run_block_task
+    from streamacc._dask import BLOCKS_PER_TASK, BlockTask, SinkSpec, run_block_task, run_block_tasks
     from streamacc._engine import carry_pass, make_plan
     from streamacc._output import open_output
     from streamacc._target import open_target
@@ -84,29 +84,35 @@ def parts(size: int, block: int, workdir: Path, blocks_measured: int) -> dict:
         carries = carry_pass(plan)
         next(carries)  # compile
         times = []
-        for _ in range(blocks_measured):
+        for _ in range(min(blocks_measured, plan.block_count - 1)):
             t0 = time.perf_counter()
             next(carries)
             times.append(time.perf_counter() - t0)
         a = statistics.median(times)
-        # block tasks exactly as a worker runs them, into a real output
+        # block tasks exactly as a worker runs them (groups of BLOCKS_PER_TASK, each written while the
+        # next computes), into a real output; b is the time per block of a group
         out = workdir / f"parts-{name}.zarr"
         spec = output_spec(plan, names=job.names, attrs=job.attrs)
         target = open_target(out)
         with target.lock("--overwrite"):
             output = open_output(target, spec, mode="new", init=to_host(plan.init), check_resumable=lambda o: None)
             sink = SinkSpec.of(output)
-            carry = to_host(plan.init)
-            task_times = []
-            for index, (start, stop) in enumerate(plan.bounds()):
-                if index > blocks_measured:
+            bounds = list(plan.bounds())[: 1 + blocks_measured]
+            carries_in = [to_host(plan.init)]
+            for _, _, carry in carry_pass(plan):
+                if len(carries_in) == len(bounds):
                     break
+                carries_in.append(to_host(carry))
+            tasks = [BlockTask(k, start, stop, carries_in[k]) for k, (start, stop) in enumerate(bounds)]
+            run_block_task(plan, sink, tasks[0], True)  # compiles
+            task_times = []
+            for first in range(1, len(tasks), BLOCKS_PER_TASK):
+                group = tasks[first : first + BLOCKS_PER_TASK]
                 t0 = time.perf_counter()
-                result = run_block_task(plan, sink, BlockTask(index, start, stop, carry), True)
-                task_times.append(time.perf_counter() - t0)
-                carry = result.carry_out
+                run_block_tasks(plan, sink, group, True)
+                task_times += [(time.perf_counter() - t0) / len(group)] * len(group)
         shutil.rmtree(out)
-        b = statistics.median(task_times[1:])  # the first compiles
+        b = statistics.median(task_times)
         results[name] = {
             "a_s": a,
             "b_s": b,
@@ -269,6 +275,12 @@ def model(doc: dict, out: Path) -> str:
         cells = " | ".join(f"{s:.1f}x" for s in speed)
         lines.append(f"| {name} | {part['a_s'] * 1e3:.1f} | {part['b_s'] * 1e3:.1f} | {part['ratio']:.1f} | {cells} |")
     ax.plot(WORKERS, WORKERS, color="grey", linestyle=":", label="linear")
+    for section, marker in (("runs", "x"), ("pinned", "+")):
+        rows = {row["workers"]: row["write_s"] for row in doc.get(section, []) if row["workers"]}
+        if 1 in rows:
+            points = sorted(rows)
+            label = f"gp measured, {section} (driver, scheduler and workers share 2 cores)"
+            ax.plot(points, [rows[1] / rows[w] for w in points], marker, color="black", markersize=9, label=label)
     ax.set(
         xscale="log",
         yscale="log",
@@ -302,7 +314,7 @@ def main() -> None:
     parser.add_argument("--endpoint", help="write-only: the S3 endpoint")
     parser.add_argument("--size", default="2**26")
     parser.add_argument("--block", default="2**22")
-    parser.add_argument("--blocks", type=int, default=8, help="blocks timed per recipe in parts")
+    parser.add_argument("--blocks", type=int, default=16, help="blocks timed per recipe in parts")
     parser.add_argument("--model-size", default="2**32", help="the length the model predicts for")
     parser.add_argument("--s3", action="store_true", help="runs: write to a moto S3 server instead of local disk")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "out" / "dist")

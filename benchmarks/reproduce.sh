@@ -4,7 +4,7 @@
 # commands' logs to benchmarks/out/logs/; results worth keeping are copied to benchmarks/results/.
 #
 #   bash benchmarks/reproduce.sh            # everything (about an hour on 2 cores, 30 GB of disk)
-#   bash benchmarks/reproduce.sh headline   # one section: headline rss suite engine codecs chunks
+#   bash benchmarks/reproduce.sh headline   # one section: headline before rss suite engine codecs chunks
 #                                           #   compensated dist cli accuracy
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +22,16 @@ headline() {
   for i in 1 2; do
     run "headline-$i" python benchmarks/headline.py --size '2**32' --out /tmp/streamacc-headline.zarr
   done
+}
+
+before() {  # the same runs on the release before the buffer pool and ChunkWriter (commit fa2e11d)
+  git worktree add -f /tmp/streamacc-before fa2e11d
+  for n in 28 30; do
+    PYTHONPATH=/tmp/streamacc-before run "before-2p$n" /usr/bin/time -v python -m streamacc write \
+      /tmp/streamacc-before.zarr --size "2**$n" --no-progress --overwrite
+  done
+  rm -rf /tmp/streamacc-before.zarr
+  git worktree remove --force /tmp/streamacc-before
 }
 
 rss() {  # peak RSS and page faults against the length, the default CLI run
@@ -61,7 +71,7 @@ compensated() {
 }
 
 dist() {
-  run dist-parts python benchmarks/bench_dist.py parts --size 2**26 --block 2**22
+  run dist-parts python benchmarks/bench_dist.py parts --size 2**27 --block 2**22
   run dist-runs python benchmarks/bench_dist.py runs --size 2**28 --block 2**22
   run dist-pinned python benchmarks/bench_dist.py pinned --size 2**28 --block 2**22
   run dist-s3 python benchmarks/bench_dist.py runs --size 2**26 --block 2**22 --s3
@@ -78,7 +88,7 @@ accuracy() {  # deterministic: the same numbers on any machine with the same ver
 }
 
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(headline rss suite engine codecs chunks compensated dist cli accuracy)
+[ ${#sections[@]} -gt 0 ] || sections=(headline before rss suite engine codecs chunks compensated dist cli accuracy)
 for section in "${sections[@]}"; do
   "$section"
 done
