@@ -1,0 +1,234 @@
+"""The ``streamacc`` command line's parser: options, recipe parameters, and their checks.
+
+Everything here is cheap to import (no JAX, no Zarr), so that ``--help`` and mistakes in
+the arguments answer at once. Numbers go through the safe arithmetic parser, never ``eval``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from typing import Any, NoReturn
+
+from ._codecs import CODECS
+from ._defaults import DEFAULT_CODEC, DEFAULT_WRITE_BLOCK_SIZE
+from ._errors import InputError, spell
+from ._expr import parse_int, parse_number
+from ._version import __version__
+from .recipes._base import Recipe, option, refusal
+
+__all__ = ["UsageError", "build_parser", "check_no_overlap", "recipe_params", "storage_options"]
+
+
+class UsageError(Exception):
+    """A command-line mistake found by argparse."""
+
+
+class _Exit(Exception):
+    """argparse finished the command itself (``--help``, ``--version``) with this exit status."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class _StdoutClosed(Exception):
+    """The reader of stdout went away (``streamacc recipes | head -1``)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # argparse takes '-1e-3' or '-2**3' for an option (it knows only '-1' and '-1.5') and then
+        # fails with "expected one argument"; no option starts with a digit, '.' or '(', so such
+        # words are always values.
+        self._negative_number_matcher = re.compile(r"^-[\d.(]")
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        # argparse would call sys.exit; main() returns the status instead, as it does for every other outcome.
+        if message:
+            self._print_message(message, sys.stderr)
+        raise _Exit(status)
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        # as argparse's, but a closed pipe (`streamacc --help | head -1`) is not ignored: main() exits as on SIGPIPE
+        if not message:
+            return
+        try:
+            file = file or sys.stderr
+            file.write(message)
+            file.flush()
+        except BrokenPipeError:
+            raise _StdoutClosed from None
+        except (AttributeError, OSError):  # no stderr at all (pythonw), or it is closed
+            pass
+
+
+def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """--debug and --version, accepted before the command and after it alike."""
+    # a subcommand's default would overwrite the value given before the command: it has none
+    default = False if top else argparse.SUPPRESS
+    parser.add_argument("--debug", action="store_true", default=default, help="show tracebacks and all libraries' logs")
+    parser.add_argument("--version", action="version", version=f"streamacc {__version__}")
+
+
+def _recipe_options() -> dict[str, tuple[str, str]]:
+    """Every recipe option: dest -> (kind, help), merged across recipes, naming every recipe that takes it."""
+    from .recipes import RECIPES
+
+    helps: dict[str, tuple[str, str]] = {}
+    users: dict[str, list[str]] = {}
+    for recipe in RECIPES.values():
+        for p in recipe.params:
+            helps.setdefault(p.name, (p.kind, p.help))
+            users.setdefault(p.name, []).append(recipe.name)
+    return {name: (kind, f"{text} [{', '.join(users[name])}]") for name, (kind, text) in helps.items()}
+
+
+def _add_storage(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an fsspec storage option for OUT (and an --input) given as a URL, repeatable; VALUE is read as JSON "
+        "where it parses, e.g. --storage-option endpoint_url=http://127.0.0.1:9000; credentials come from the "
+        "usual environment variables",
+    )
+
+
+def storage_options(pairs: list[str]) -> dict[str, Any] | None:
+    """``--storage-option KEY=VALUE`` pairs as a dict: VALUE as JSON where it parses, else as text."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.strip():
+            raise InputError(
+                f"--storage-option {pair!r} is not KEY=VALUE; pass e.g. --storage-option endpoint_url=http://host:9000"
+            )
+        try:
+            options[key.strip()] = json.loads(text)
+        except ValueError:
+            options[key.strip()] = text
+    return options or None
+
+
+def _add_write(sub: argparse._SubParsersAction) -> None:
+    w = sub.add_parser("write", allow_abbrev=False, help="run a recipe and stream its output to a Zarr store")
+    _add_common(w, top=False)
+    w.add_argument("out", metavar="OUT", help="output path or fsspec URL (a Zarr v3 group)")
+    _add_storage(w)
+    w.add_argument("--size", help="number of steps, e.g. '2**32' (cumsum/cumprod default: the input's length)")
+    w.add_argument("--recipe", default="gp", help="recipe name (default gp; see `streamacc recipes`)")
+    w.add_argument("--dtype", default="float64", help="float64 (default) or float32")
+    w.add_argument(
+        "--block-size", default=None, help=f"steps per block, e.g. '2**22' (default {DEFAULT_WRITE_BLOCK_SIZE})"
+    )
+    w.add_argument("--codec", default=DEFAULT_CODEC, help=f"one of {', '.join(CODECS)} (default {DEFAULT_CODEC})")
+    mode = w.add_mutually_exclusive_group()
+    mode.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    mode.add_argument("--resume", action="store_true", help="continue an interrupted run with the same settings")
+    w.add_argument("--no-progress", action="store_true", help="no progress bar")
+    where = w.add_mutually_exclusive_group()
+    where.add_argument(
+        "--workers",
+        default=None,
+        metavar="N",
+        help="run the blocks on a local dask cluster of N single-threaded worker processes (started and closed "
+        "by this command); the output is the same bytes",
+    )
+    where.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="run the blocks on a running dask cluster, e.g. tcp://host:8786",
+    )
+    group = w.add_argument_group("recipe options (numbers accept arithmetic such as 1+1e-8)")
+    for name, (kind, text) in _recipe_options().items():
+        if kind == "flag":
+            group.add_argument(option(name), dest=f"param_{name}", action="store_true", default=None, help=text)
+            continue
+        metavar = {"float": "NUMBER", "int": "INT", "path": "PATH"}.get(kind, "VALUE")
+        group.add_argument(option(name), dest=f"param_{name}", default=None, metavar=metavar, help=text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``streamacc`` command."""
+    parser = _Parser(
+        prog="streamacc", allow_abbrev=False, description="Long JAX accumulations streamed to Zarr in bounded memory."
+    )
+    _add_common(parser, top=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    _add_write(sub)
+    info = sub.add_parser("info", help="describe an output: shape, dtype, codec, recipe, steps written")
+    _add_common(info, top=False)
+    info.add_argument("out", metavar="OUT")
+    _add_storage(info)
+    verify = sub.add_parser("verify", help="recompute stored blocks from their carry-ins and compare bytes")
+    _add_common(verify, top=False)
+    verify.add_argument("out", metavar="OUT")
+    _add_storage(verify)
+    verify.add_argument("--blocks", default="all", help="'all' (default) or N, the number of blocks to check")
+    _add_common(sub.add_parser("recipes", help="list recipes and their parameters"), top=False)
+    return parser
+
+
+def recipe_params(args: argparse.Namespace, recipe: Recipe) -> dict[str, Any]:
+    """The recipe options given on the command line, parsed by kind; others are refused."""
+    kinds = {p.name: p.kind for p in recipe.params}
+    given = {k[len("param_") :]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
+    params: dict[str, Any] = {}
+    for name, text in given.items():
+        opt = spell(name)
+        if name not in kinds:
+            refused = refusal(recipe.name, recipe.refused, name, text)
+            if refused is not None:
+                raise InputError(refused)
+            valid = ", ".join(spell(n) for n in kinds) or "none"
+            raise InputError(f"{opt} does not apply to recipe {recipe.name!r}; its options are: {valid}")
+        if kinds[name] == "float":
+            params[name] = parse_number(text, name=opt)
+        elif kinds[name] == "int":
+            params[name] = parse_int(text, name=opt)
+        elif kinds[name] == "flag":
+            params[name] = text
+        else:
+            params[name] = _absolute(text)
+    return params
+
+
+def _is_url(text: str) -> bool:
+    return "://" in text and not text.startswith("file://")
+
+
+def _absolute(path: str) -> str:
+    """A local path made absolute, so that the recorded parameters name the same file from any directory."""
+    if not path or _is_url(path):
+        return path
+    return os.path.abspath(path.removeprefix("file://"))
+
+
+def check_no_overlap(out: str, params: dict[str, Any], recipe: Recipe) -> None:
+    """Refuse a path parameter that is OUT, lies inside it or contains it: --overwrite would delete the input."""
+
+    def norm(text: str) -> str:
+        text = text if _is_url(text) else os.path.realpath(text.removeprefix("file://"))
+        return text.rstrip("/") + "/"
+
+    target = norm(out)
+    for p in recipe.params:
+        value = params.get(p.name)
+        if p.kind != "path" or not value:
+            continue
+        source = norm(value)
+        if source.startswith(target) or target.startswith(source):
+            raise InputError(
+                f"{spell(p.name, repr(value))} and the output {out!r} overlap, so writing the output would destroy "
+                "its input; choose an output path outside the input"
+            )
