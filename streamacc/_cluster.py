@@ -34,10 +34,20 @@ def _distributed() -> Any:
     return distributed
 
 
-def close_worker_sessions(client: Any) -> None:
-    """Have every worker close its store sessions (quietly: a worker may already be gone)."""
-    with contextlib.suppress(Exception):
-        client.run(close_store_sessions, wait=True)
+def close_worker_sessions(client: Any, timeout: float = 10.0) -> None:
+    """Have every worker close its store sessions, waiting at most ``timeout`` seconds.
+
+    Quietly, and bounded: a worker may be gone or unresponsive, and shutting down must not
+    hang on it (the sessions then die with the worker).
+    """
+
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            client.run(close_store_sessions, wait=True)
+
+    closer = threading.Thread(target=run, name="streamacc-close-sessions", daemon=True)
+    closer.start()
+    closer.join(timeout)
 
 
 @contextlib.contextmanager
