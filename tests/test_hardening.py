@@ -300,3 +300,19 @@ def test_sigterm_handler_is_restored(monkeypatch):
     before = signal.getsignal(signal.SIGTERM)
     assert main(["recipes"]) == 0
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_an_output_of_the_first_format_is_refused_with_the_fix_and_can_be_overwritten(tmp_path, ref, capfd):
+    """streamacc 0.1 kept its bookkeeping in ``_streamacc/manifest.json`` (format 1)."""
+    out = tmp_path / "old.zarr"
+    zarr.open_group(str(out), mode="w").create_array("x", shape=(5000,), chunks=(512,), dtype="f8")
+    (out / "_streamacc").mkdir()
+    (out / "_streamacc" / "manifest.json").write_text('{"format": "streamacc-manifest/1", "committed_blocks": 3}')
+    before = tree(out)
+    for args in (["write", out, *SMALL, "--resume"], ["verify", out], ["info", out]):
+        code, line = run(*args, capfd=capfd)
+        assert code == 2 and "streamacc 0.1 (bookkeeping format 1)" in line and "--overwrite" in line, line
+    assert tree(out) == before
+    assert main(["write", str(out), *SMALL, "--overwrite"]) == 0  # recognisably streamacc's: it may be replaced
+    assert not (out / "_streamacc" / "manifest.json").exists()
+    assert_same_output(out, ref)
