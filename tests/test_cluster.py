@@ -119,9 +119,13 @@ def test_the_task_of_a_killed_worker_is_run_again_elsewhere(tmp_path, aws_creden
 
 DRIVER = textwrap.dedent(
     """
-    import sys, time, zarr
+    import signal, sys, time, zarr
     from zarr.storage import FsspecStore
     from streamacc._cluster import local_cluster
+
+    # as a command typed at a terminal: Ctrl-C interrupts it (a test run started in the
+    # background, `pytest &`, would otherwise hand down SIGINT ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def total(xs):
         return float(xs[:].sum())
