@@ -107,6 +107,7 @@ def slow_square(n, note):
     return os.getpid(), n * n
 
 
+@pytest.mark.slow
 def test_the_task_of_a_killed_worker_is_run_again_elsewhere(tmp_path, aws_credentials):
     note = tmp_path / "pid"
     with local_cluster(2) as client:

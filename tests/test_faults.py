@@ -101,6 +101,7 @@ def kill_chain(out, args: list[str], total: int, seed: int, kills: int) -> int:
     return killed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(4))
 def test_sigkill_then_resume_is_identical(tmp_path, refs, seed):
     """4 seeds x 4 kills of the same output (fresh run, resume, resume, resume), then a final resume."""
@@ -113,6 +114,7 @@ def test_sigkill_then_resume_is_identical(tmp_path, refs, seed):
     assert cli("verify", out)[0] == 0
 
 
+@pytest.mark.slow
 def test_sigkill_with_compression_then_resume_is_identical(tmp_path, refs):
     """Compressed chunks (blosc-lz4) are rewritten identically too: 4 more kill points."""
     out = tmp_path / "out.zarr"

@@ -93,6 +93,7 @@ def test_lease_is_a_zarr_group_node_beside_the_output(s3_bucket):
         assert set(fields) >= {"host", "pid", "token", "ttl", "expires"}
 
 
+@pytest.mark.slow
 def test_second_writer_is_refused_while_the_first_renews(s3_bucket):
     with acquire(s3_bucket) as first:
         with pytest.raises(LockedError) as refused:
@@ -108,6 +109,7 @@ def test_second_writer_is_refused_while_the_first_renews(s3_bucket):
             acquire(s3_bucket)
 
 
+@pytest.mark.slow
 def test_lease_that_stopped_renewing_is_taken_over_after_it_expires(s3_bucket):
     plant(s3_bucket, ttl=0.5)
     with pytest.raises(LockedError, match="elsewhere pid 4242"):
@@ -188,6 +190,7 @@ HOLDER_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_lease_of_a_killed_writer_on_this_machine_is_waited_out(s3_bucket, caplog):
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER_SCRIPT, s3_bucket.server.endpoint, root(s3_bucket)],

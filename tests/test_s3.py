@@ -104,6 +104,7 @@ def test_write_read_info_verify_on_s3(s3_bucket, local_ref, capsys):
     assert "OK, 12 of 12 committed blocks" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_on_s3_is_identical(s3_bucket, local_ref, monkeypatch):
     monkeypatch.setenv("STREAMACC_LEASE_SECONDS", LEASE_SECONDS)
     url = s3_bucket.url("out.zarr")
@@ -121,6 +122,7 @@ def test_sigkill_then_resume_on_s3_is_identical(s3_bucket, local_ref, monkeypatc
     assert main(["verify", url, *s3_args(s3_bucket), "--blocks", "4"]) == 0
 
 
+@pytest.mark.slow
 def test_a_second_writer_is_refused_while_the_first_lives(s3_bucket, capsys):
     url = s3_bucket.url("out.zarr")
     writer = writer_at(s3_bucket, "out.zarr", 1)
@@ -188,6 +190,7 @@ def test_every_recipe_on_a_running_cluster_is_byte_identical(tmp_path, scheduler
     assert_same_output(remote, local)
 
 
+@pytest.mark.slow
 def test_workers_start_and_close_a_local_cluster_and_write_the_same_bytes(tmp_path, local_ref, capsys):
     out = tmp_path / "out.zarr"
     source = zarr.create_array(tmp_path / "in.zarr", shape=(2000,), chunks=(300,), dtype="f8")
@@ -199,6 +202,7 @@ def test_workers_start_and_close_a_local_cluster_and_write_the_same_bytes(tmp_pa
     assert_same_output(out, local)
 
 
+@pytest.mark.slow
 def test_a_driver_killed_with_its_cluster_resumes_without_one(tmp_path, local_ref):
     out = tmp_path / "out.zarr"
     proc = subprocess.Popen(cli("write", out, *BIG, "--workers", "2"), stderr=subprocess.PIPE, text=True)
