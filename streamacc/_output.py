@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._carry import HostLeaf
-from ._errors import NoOutputError, OutputExistsError, ResumeError, spell
+from ._errors import OutputExistsError, ResumeError, spell
 from ._files import PARTIAL_SUFFIXES
 from ._manifest import (
     LEGACY_MANIFEST_KEY,
@@ -243,8 +243,3 @@ def open_output(
     output = Output(target, spec, manifest, ZarrSink.open(target, spec.names, spec.chunk))
     check_resumable(output)
     return output
-
-
-def missing(target: Target) -> NoOutputError:
-    """The error for reading an output that is not there."""
-    return NoOutputError(f"{target.label} does not exist; check the path")
