@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["HostLeaf", "from_host", "to_host"]
+__all__ = ["HostLeaf", "from_host", "same_leaves", "to_host"]
 
 HostLeaf = tuple[np.ndarray, str | None]
 
@@ -34,3 +34,11 @@ def from_host(leaves: list[HostLeaf], like: Any) -> Any:
     treedef = jax.tree_util.tree_structure(like)
     arrays = [jax.random.wrap_key_data(a, impl=impl) if impl else jnp.asarray(a) for a, impl in leaves]
     return jax.tree_util.tree_unflatten(treedef, arrays)
+
+
+def same_leaves(a: list[HostLeaf], b: list[HostLeaf]) -> bool:
+    """Whether two host carries are the same bit for bit (dtypes, shapes, bytes and key implementations)."""
+    return len(a) == len(b) and all(
+        x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes() and i == j
+        for (x, i), (y, j) in zip(a, b, strict=True)
+    )

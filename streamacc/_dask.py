@@ -26,12 +26,12 @@ from typing import Any
 
 import jax
 
-from ._carry import HostLeaf, from_host, to_host
+from ._carry import HostLeaf, from_host, same_leaves, to_host
 from ._checks import x64_scope
 from ._cluster import close_worker_sessions
 from ._engine import Block, Plan, carry_pass, compute_block
 from ._errors import CarryMismatchError, InputError
-from ._executor import named_ys
+from ._executor import write_block
 from ._output import BlockResult, Output
 from ._pipeline import run_ordered
 from ._pool import BlockPool, pool_size
@@ -121,11 +121,7 @@ def _results(plan: Plan, spec: SinkSpec, tasks: list[BlockTask]) -> list[BlockRe
 
     def write(item: tuple[BlockTask, Block]) -> BlockResult:
         task, block = item
-        nbytes = sum(y.nbytes for y in jax.tree_util.tree_leaves(block.ys))
-        crcs, stored = sink.write(task.start, task.stop, named_ys(names, block.ys))
-        block.release()
-        carry_out = to_host(block.carry)
-        return BlockResult(task.index, task.start, task.stop, task.carry_in, carry_out, crcs, nbytes, stored)
+        return write_block(sink, names, task.index, block, task.carry_in, to_host(block.carry))
 
     run_ordered(computed(), write, lambda item, result: results.append(result), depth=WRITE_AHEAD, workers=1)
     return results
@@ -143,13 +139,6 @@ def run_block_tasks(plan: Plan, spec: SinkSpec, tasks: list[BlockTask], x64: boo
 def run_block_task(plan: Plan, spec: SinkSpec, task: BlockTask, x64: bool) -> BlockResult:
     """:func:`run_block_tasks` for one block."""
     return run_block_tasks(plan, spec, [task], x64)[0]
-
-
-def _same(a: list[HostLeaf], b: list[HostLeaf]) -> bool:
-    return len(a) == len(b) and all(
-        x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes() and i == j
-        for (x, i), (y, j) in zip(a, b, strict=True)
-    )
 
 
 @dataclasses.dataclass
@@ -197,7 +186,7 @@ class DaskExecutor:
                     if failed:
                         return  # the driver gave up meanwhile: commit nothing more
                     for result, carry_out in zip(results, carries_out, strict=True):
-                        if not _same(result.carry_out, carry_out):
+                        if not same_leaves(result.carry_out, carry_out):
                             output.commit(*results[: result.index - results[0].index])
                             raise CarryMismatchError(
                                 f"block {result.index} (steps {result.start}-{result.stop}) ended with another "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Protocol
 
 import jax
 
@@ -22,8 +22,9 @@ from ._output import BlockResult, Output
 from ._pipeline import run_ordered
 from ._pool import BlockPool, pool_size
 from ._target import Target
+from ._zarr import ZarrSink
 
-__all__ = ["Executor", "LocalExecutor", "named_ys"]
+__all__ = ["Executor", "LocalExecutor", "write_block"]
 
 
 class Executor(Protocol):
@@ -35,9 +36,15 @@ class Executor(Protocol):
     def run(self, plan: Plan, output: Output) -> None: ...
 
 
-def named_ys(names: list[str], ys: Any) -> dict[str, Any]:
-    """A block's ys as one host array per output name."""
-    return dict(zip(names, jax.tree_util.tree_leaves(ys), strict=True))
+def write_block(
+    sink: ZarrSink, names: list[str], index: int, block: Block, carry_in: list[HostLeaf], carry_out: list[HostLeaf]
+) -> BlockResult:
+    """Write one computed block durably, give its buffer back, and describe it for its commit."""
+    leaves = jax.tree_util.tree_leaves(block.ys)
+    nbytes = sum(y.nbytes for y in leaves)
+    crcs, stored = sink.write(block.start, block.stop, dict(zip(names, leaves, strict=True)))
+    block.release()  # durable: its buffer may take a later block
+    return BlockResult(index, block.start, block.stop, carry_in, carry_out, crcs, nbytes, stored)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,11 +84,7 @@ class LocalExecutor:
         blocks = run_plan(plan, carry=carry, first_block=output.first_block, pool=pool)
 
         def work(item: _Item) -> BlockResult:
-            b = item.block
-            nbytes = sum(y.nbytes for y in jax.tree_util.tree_leaves(b.ys))
-            crcs, stored = output.sink.write(b.start, b.stop, named_ys(names, b.ys))
-            b.release()  # durable: its buffer may take a later block
-            return BlockResult(item.index, b.start, b.stop, item.carry_in, item.carry_out, crcs, nbytes, stored)
+            return write_block(output.sink, names, item.index, item.block, item.carry_in, item.carry_out)
 
         def commit(item: _Item, result: BlockResult) -> None:
             output.commit(result)

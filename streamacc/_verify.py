@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._carry import from_host, to_host
+from ._carry import from_host, same_leaves, to_host
 from ._engine import Plan, compute_block, make_plan
 from ._errors import InputError, NoOutputError, ResumeError, VerifyError, spell
 from ._identity import describe_function
@@ -63,13 +63,6 @@ def select_blocks(committed: int, blocks: str | int) -> list[int]:
     if count <= 1:
         return list(range(count))
     return sorted({round(i * (committed - 1) / (count - 1)) for i in range(count)})
-
-
-def _leaves_equal(a: list, b: list) -> bool:
-    return len(a) == len(b) and all(
-        x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes() and i == j
-        for (x, i), (y, j) in zip(a, b, strict=True)
-    )
 
 
 class Checker:
@@ -164,7 +157,7 @@ class Checker:
                 )
         m = self.manifest
         after = m.carry if k + 1 == m.committed_blocks else self.ledger.block(k + 1).carry_in
-        if not _leaves_equal(to_host(block.carry), decode_leaves(after or [])):
+        if not same_leaves(to_host(block.carry), decode_leaves(after or [])):
             raise self.bad_block(k, rec.start, rec.stop, "its final carry is not the carry recorded after it")
 
 
