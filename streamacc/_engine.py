@@ -206,11 +206,12 @@ def _scan_fn(f: Callable, length: int, unroll: int | bool, reverse: bool, into: 
     return jax.jit(run_into, donate_argnums=2) if into else jax.jit(run)
 
 
-def _block_fn(f: Callable, length: int, unroll: int | bool, reverse: bool, into: bool) -> Callable:
+def _cached(build: Callable, f: Callable, *args: Any) -> Callable:
+    """``build(f, *args)`` from its cache; an unhashable step function cannot be cached: built per call."""
     try:
-        return _scan_fn(f, length, unroll, reverse, into)
-    except TypeError:  # an unhashable step function cannot be cached; compile per call
-        return _scan_fn.__wrapped__(f, length, unroll, reverse, into)
+        return build(f, *args)
+    except TypeError:
+        return build.__wrapped__(f, *args)
 
 
 @functools.lru_cache(maxsize=64)
@@ -236,14 +237,19 @@ class _Computed:
     lease: Any  # its pool slot's lease (dropped unseen, it gives the slot back); None when XLA allocated out
 
 
+def _block_xs(plan: Plan, start: int, stop: int) -> Any:
+    """The rows ``[start, stop)`` of every xs leaf (None without xs)."""
+    return None if plan.xs is None else jax.tree_util.tree_map(lambda leaf: _take(leaf, start, stop), plan.xs)
+
+
 def _dispatch(plan: Plan, pool: BlockPool, carry: Any, start: int, stop: int) -> _Computed:
-    xs = None if plan.xs is None else jax.tree_util.tree_map(lambda leaf: _take(leaf, start, stop), plan.xs)
+    xs = _block_xs(plan, start, stop)
     lease = pool.acquire() if stop - start == plan.block_size else None  # only full blocks share buffers
     out = pool.buffers(lease, plan.out_structs(stop - start))
     if out is None:
-        carry, out = _block_fn(plan.f, stop - start, plan.unroll, plan.reverse, False)(carry, xs)
+        carry, out = _cached(_scan_fn, plan.f, stop - start, plan.unroll, plan.reverse, False)(carry, xs)
     else:
-        carry, out = _block_fn(plan.f, stop - start, plan.unroll, plan.reverse, True)(carry, xs, out)
+        carry, out = _cached(_scan_fn, plan.f, stop - start, plan.unroll, plan.reverse, True)(carry, xs, out)
     return _Computed(start, stop, out, carry, lease)
 
 
@@ -267,13 +273,6 @@ def _carry_scan_fn(f: Callable, length: int, unroll: int | bool, reverse: bool) 
     return jax.jit(run)
 
 
-def _carry_block_fn(f: Callable, length: int, unroll: int | bool, reverse: bool) -> Callable:
-    try:
-        return _carry_scan_fn(f, length, unroll, reverse)
-    except TypeError:  # an unhashable step function cannot be cached; compile per call
-        return _carry_scan_fn.__wrapped__(f, length, unroll, reverse)
-
-
 def carry_pass(plan: Plan, *, carry: Any = None, first_block: int = 0) -> Iterator[tuple[int, int, Any]]:
     """The carry after each block from ``first_block`` on, without materialising any ys.
 
@@ -285,8 +284,9 @@ def carry_pass(plan: Plan, *, carry: Any = None, first_block: int = 0) -> Iterat
     """
     carry = plan.init if carry is None else carry
     for start, stop in plan.bounds(first_block):
-        xs = jax.tree_util.tree_map(lambda leaf, a=start, b=stop: _take(leaf, a, b), plan.xs)
-        carry = _carry_block_fn(plan.f, stop - start, plan.unroll, plan.reverse)(carry, xs)
+        carry = _cached(_carry_scan_fn, plan.f, stop - start, plan.unroll, plan.reverse)(
+            carry, _block_xs(plan, start, stop)
+        )
         yield start, stop, carry
 
 
