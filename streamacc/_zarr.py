@@ -109,8 +109,10 @@ def array_document(raw: bytes | None) -> dict | None:
         doc = json.loads(raw)
     except ValueError:
         return None
-    if not isinstance(doc, dict):
-        return None
+    return _without_attributes(doc) if isinstance(doc, dict) else None
+
+
+def _without_attributes(doc: dict) -> dict:
     return {k: v for k, v in doc.items() if k != "attributes"}
 
 
@@ -171,9 +173,15 @@ class ZarrSink:
                 ) from None
         return cls(target, arrays, chunk)
 
+    def _stored_metadata(self) -> dict[str, dict]:
+        """Each array's stored ``zarr.json``, read once: it never changes during a run."""
+        if self._members is None:
+            self._members = {name: json.loads(self.target.read(f"{name}/zarr.json") or b"{}") for name in self.arrays}
+        return self._members
+
     def documents(self) -> dict[str, dict | None]:
         """Each array's stored metadata without attributes, as :func:`array_document` reads it."""
-        return {name: array_document(self.target.read(f"{name}/zarr.json")) for name in self.arrays}
+        return {name: _without_attributes(doc) if doc else None for name, doc in self._stored_metadata().items()}
 
     def publish(self, attrs: Mapping[str, Any]) -> None:
         """Rewrite the root group's metadata with ``attrs`` merged in, consolidating only the run's arrays.
@@ -187,17 +195,13 @@ class ZarrSink:
         root = self._root
         root.update(zarr_format=3, node_type="group")
         root["attributes"] = {**root.get("attributes", {}), **netcdf_safe(attrs)}
-        if self._members is None:  # array metadata never changes during a run: read it once
-            self._members = {name: json.loads(self.target.read(f"{name}/zarr.json") or b"{}") for name in self.arrays}
-        root["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": self._members}
+        members = self._stored_metadata()
+        root["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": members}
         self.target.write("zarr.json", json.dumps(root, indent=1, allow_nan=False).encode())
 
     def chunk_keys(self, name: str, start: int, stop: int) -> list[str]:
         """The keys of the chunks of array ``name`` covering steps ``[start, stop)``."""
-        arr = self.arrays[name]
-        rest = (0,) * (arr.ndim - 1)
-        encode = arr.metadata.encode_chunk_key
-        return [f"{name}/{encode((i, *rest))}" for i in range(start // self.chunk, -(-stop // self.chunk))]
+        return [self.writers[name].key(i) for i in range(start // self.chunk, -(-stop // self.chunk))]
 
     def write(self, start: int, stop: int, ys: Mapping[str, np.ndarray]) -> tuple[dict[str, list[int]], int]:
         """Write steps ``[start, stop)`` of every array and make them durable.
