@@ -80,11 +80,12 @@ def _enable_x64() -> None:
 
 
 def _committed_steps(out: str, options: dict[str, Any] | None) -> int:
-    """How many steps ``out`` has committed already; 0 where it holds no readable run."""
-    from ._inspect import describe_output
+    """How many steps ``out`` has committed already (its manifest alone); 0 where it holds no readable run."""
+    from ._target import open_target
+    from ._verify import load_manifest
 
     try:
-        return describe_output(out, storage_options=options)["committed_steps"]
+        return load_manifest(open_target(out, storage_options=options, read_only=True)).committed_steps
     except Exception:  # only a count for the summary line: whatever is wrong, write() itself will say
         return 0
 
