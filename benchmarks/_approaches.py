@@ -76,10 +76,12 @@ def approach(name: str) -> Callable:
 
 
 def light_streamacc() -> None:
-    """Make ``streamacc._codecs``, ``._files`` and ``._pipeline`` importable without importing JAX.
+    """Make ``streamacc.store._codecs``, ``streamacc.store._files`` and ``streamacc.run._pipeline``
+    importable without running ``streamacc/__init__`` at all.
 
-    ``streamacc/__init__`` imports the engine (and so JAX, ~120 MB of RSS); these three
-    modules need only the standard library and zarr. Not used when streamacc is imported.
+    These three modules need only the standard library and zarr; a stub package keeps
+    the hand-written approaches free of anything streamacc's public face sets up. Not
+    used when streamacc is imported.
     """
     if "streamacc" in sys.modules:
         return
@@ -102,7 +104,7 @@ def import_zarr() -> None:
     import numpy  # noqa: F401
     import zarr  # noqa: F401
 
-    import streamacc._codecs  # noqa: F401
+    import streamacc.store._codecs  # noqa: F401
 
 
 def fsync_tree(root: Path) -> None:
@@ -129,7 +131,7 @@ def create_x(out: Path, n: int, chunk: int, codec: str):
     import numpy as np
     import zarr
 
-    from streamacc._codecs import compressors_for
+    from streamacc.store._codecs import compressors_for
 
     group = zarr.open_group(str(out), mode="w")
     return group.create_array(
@@ -345,8 +347,8 @@ def run_floor(args: argparse.Namespace) -> dict:
 def run_precomputed(args: argparse.Namespace) -> dict:
     """Zarr alone: one precomputed block written N/B times, with streamacc's pipeline and fsyncs."""
     import_zarr()
-    from streamacc._files import fsync_dir, fsync_file
-    from streamacc._pipeline import run_ordered
+    from streamacc.run._pipeline import run_ordered
+    from streamacc.store._files import fsync_dir, fsync_file
 
     t0 = time.perf_counter()
     arr = create_x(args.out, args.size, args.chunk, args.codec)

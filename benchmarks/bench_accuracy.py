@@ -438,7 +438,7 @@ def report(meta: dict, rows: list[dict], out: Path) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from streamacc._expr import parse_int
+    from streamacc.cli._expr import parse_int
 
     def size(text: str) -> int:
         return parse_int(text, name="--sizes", minimum=1)

@@ -20,7 +20,7 @@ Options (codec blosc-lz4, byte shuffle, level 5 everywhere):
   zarr-chunk/4, /8       chunk = block/4 or block/8, one ``array[s:e] =`` per block
   zarr-shard/8           one shard per block, inner chunks of block/8
   pipeline               the array's codec pipeline called directly, then ``store.set``
-  writer                 ``streamacc._chunks.ChunkWriter``: blosc into per-thread reused buffers
+  writer                 ``streamacc.store._chunks.ChunkWriter``: blosc into per-thread reused buffers
   writer-chunk/8         the same with chunk = block/8
   +crc32c-codec          the array also has zarr's crc32c codec (readers check it)
   +zlib-raw, +crc32c-raw a checksum of the raw block in the writer thread (zlib.crc32, google_crc32c)
@@ -73,7 +73,7 @@ RATIO = 1 + 1e-8
 
 
 def _pow2(text: str) -> int:
-    from streamacc._expr import parse_int
+    from streamacc.cli._expr import parse_int
 
     return parse_int(text, name="size", minimum=1)
 
@@ -128,7 +128,7 @@ def _writer(array, spec: dict):
         return write
     if spec["method"] == "pipeline":
         return _pipeline_writer(array)
-    from streamacc._chunks import ChunkWriter
+    from streamacc.store._chunks import ChunkWriter
 
     writer = ChunkWriter(array)
     assert writer.direct
@@ -169,8 +169,8 @@ def _blocks(n: int, block: int, compute: str):
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    from streamacc._engine import make_plan, run_plan
-    from streamacc._pool import BlockPool, pool_size
+    from streamacc.engine._pool import BlockPool, pool_size
+    from streamacc.engine._scan import make_plan, run_plan
     from streamacc.recipes import get_recipe
 
     job = get_recipe("gp").build(n, "float64")
@@ -182,7 +182,7 @@ def _blocks(n: int, block: int, compute: str):
 def child(args: argparse.Namespace) -> None:
     import numpy as np
 
-    from streamacc._pipeline import run_ordered
+    from streamacc.run._pipeline import run_ordered
 
     spec = OPTIONS[args.option]
     path = args.scratch / "out.zarr"

@@ -48,7 +48,7 @@ STARTUP = {
 
 def _heavy(args: list[str]) -> str:
     """Which of jax, zarr and numpy the command imports (run again, in-process, in a fresh interpreter)."""
-    code = f"from streamacc._cli import main; main({args[2:]!r})" if args[0] == "-m" else args[1]
+    code = f"from streamacc.cli._main import main; main({args[2:]!r})" if args[0] == "-m" else args[1]
     probe = f"{code}\nimport sys; print('HEAVY', *[m for m in ('jax', 'zarr', 'numpy') if m in sys.modules])"
     proc = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, env=ENV, cwd=tempfile.gettempdir()
@@ -163,7 +163,7 @@ def _timed(run) -> float:
 
 def _count(text: str) -> int:
     sys.path.insert(0, str(ROOT))
-    from streamacc._expr import parse_int
+    from streamacc.cli._expr import parse_int
 
     return parse_int(text, name="--size", minimum=1)
 

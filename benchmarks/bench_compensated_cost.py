@@ -170,7 +170,7 @@ def table(summary: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, str(REPO))
-    from streamacc._expr import parse_int
+    from streamacc.cli._expr import parse_int
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", nargs="+", default=["2**28", "2**30"], help="steps, e.g. 2**28 2**30")

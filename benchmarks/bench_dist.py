@@ -69,13 +69,13 @@ def parts(size: int, block: int, workdir: Path, blocks_measured: int) -> dict:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    from streamacc._carry import to_host
-    from streamacc._dask import BLOCKS_PER_TASK, BlockTask, SinkSpec, run_block_task, run_block_tasks
-    from streamacc._engine import carry_pass, make_plan
-    from streamacc._output import open_output
-    from streamacc._target import open_target
-    from streamacc._write import output_spec
+    from streamacc.engine._carry import to_host
+    from streamacc.engine._scan import carry_pass, make_plan
     from streamacc.recipes import get_recipe
+    from streamacc.run._dask import BLOCKS_PER_TASK, BlockTask, SinkSpec, run_block_task, run_block_tasks
+    from streamacc.run._output import open_output
+    from streamacc.run._write import output_spec
+    from streamacc.store._target import open_target
 
     results = {}
     for name, params in RECIPES.items():
@@ -175,8 +175,8 @@ def write_only(size: int, block: int, out: str, workers: int, endpoint: str | No
 
     jax.config.update("jax_enable_x64", True)
     import streamacc
-    from streamacc._cluster import cluster_client
     from streamacc.recipes import get_recipe
+    from streamacc.run._cluster import cluster_client
 
     job = get_recipe("gp").build(size, "float64")
     options = {"endpoint_url": endpoint} if endpoint else None
@@ -319,7 +319,7 @@ def main() -> None:
     parser.add_argument("--s3", action="store_true", help="runs: write to a moto S3 server instead of local disk")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "out" / "dist")
     args = parser.parse_args()
-    from streamacc._expr import parse_int
+    from streamacc.cli._expr import parse_int
 
     size, block = parse_int(args.size, name="--size"), parse_int(args.block, name="--block")
     if args.section == "write-only":

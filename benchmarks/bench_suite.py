@@ -62,14 +62,14 @@ def kind_of(name: str) -> str:
 
 
 def parse_size(text: str) -> int:
-    from streamacc._expr import parse_int
+    from streamacc.cli._expr import parse_int
 
     return parse_int(text, name="--size", minimum=1)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     import streamacc
-    from streamacc._write import DEFAULT_INFLIGHT
+    from streamacc.run._write import DEFAULT_INFLIGHT
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--size", nargs="+", default=["2**20", "2**22"], help="steps, e.g. 2**24 2**26")

@@ -22,7 +22,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import streamacc  # noqa: E402
-from streamacc._expr import parse_int  # noqa: E402
+from streamacc.cli._expr import parse_int  # noqa: E402
 from streamacc.recipes import get_recipe  # noqa: E402
 
 

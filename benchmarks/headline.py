@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from streamacc._expr import parse_int
+from streamacc.cli._expr import parse_int
 
 RATIO = 1 + 1e-8
 REF_BLOCK = 2**22

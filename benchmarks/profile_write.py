@@ -50,7 +50,9 @@ def timed(label: str, fn):
 
 def instrument() -> None:
     """Wrap the write path's pieces where the library looks them up (module globals, class attributes)."""
-    from streamacc import _chunks, _engine, _executor, _manifest, _output, _target, _zarr
+    from streamacc.engine import _scan as _engine
+    from streamacc.run import _executor, _manifest, _output
+    from streamacc.store import _chunks, _target, _zarr
 
     _engine._dispatch = timed("engine._dispatch (trace/dispatch a block)", _engine._dispatch)
     _engine._hand_over = timed("engine._hand_over (host views of a block)", _engine._hand_over)
@@ -67,7 +69,7 @@ def instrument() -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     import streamacc
-    from streamacc._expr import parse_int
+    from streamacc.cli._expr import parse_int
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", default="2**24")
@@ -88,8 +90,8 @@ def ledger_costs(blocks: int, scratch: Path) -> str:
     """Time ``Ledger.record`` for blocks 0..blocks-1 (what each commit adds on the main thread)."""
     import numpy as np
 
-    from streamacc._manifest import BlockRecord, Ledger, encode_leaves
-    from streamacc._target import BOOKKEEPING, open_target
+    from streamacc.run._manifest import BlockRecord, Ledger, encode_leaves
+    from streamacc.store._target import BOOKKEEPING, open_target
 
     lines = [f"Ledger.record for blocks 0..{blocks - 1}, scalar float64 carry (ms per call)"]
     carry = encode_leaves([(np.asarray(1.0), None)])

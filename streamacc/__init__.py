@@ -7,10 +7,8 @@ write`` and type checkers (through the ``TYPE_CHECKING`` imports) see them as us
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ._codecs import CODECS
 from ._defaults import DEFAULT_BLOCK_SIZE, DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_SIZE
 from ._errors import (
     CarryMismatchError,
@@ -26,13 +24,13 @@ from ._errors import (
     VerifyError,
     X64Error,
 )
+from ._lazy import lazy_exports
 from ._version import __version__
+from .store import CODECS
 
 if TYPE_CHECKING:
-    from ._engine import Block, iter_blocks, scan
-    from ._reader import open
-    from ._verify import VerifyReport, verify
-    from ._write import write
+    from .engine import Block, iter_blocks, scan
+    from .run import VerifyReport, open, verify, write
 
 __all__ = [
     "CODECS",
@@ -62,26 +60,6 @@ __all__ = [
     "write",
 ]
 
-_LAZY = {
-    "Block": "._engine",
-    "iter_blocks": "._engine",
-    "scan": "._engine",
-    "open": "._reader",
-    "VerifyReport": "._verify",
-    "verify": "._verify",
-    "write": "._write",
-}
-"""The public names that need JAX or Zarr -> the private module that defines each."""
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'streamacc' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(
+    __name__, {".engine": ["Block", "iter_blocks", "scan"], ".run": ["VerifyReport", "open", "verify", "write"]}
+)

@@ -21,7 +21,7 @@ RECORDS = "_streamacc/records_000000/zarr.json"
 
 def fail_write_at(monkeypatch, start: int, exc: BaseException) -> None:
     """Make the write of the block starting at step ``start`` raise ``exc`` (in its writer thread)."""
-    from streamacc._zarr import ZarrSink
+    from streamacc.store._zarr import ZarrSink
 
     real = ZarrSink.write
 

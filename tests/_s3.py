@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from streamacc._sessions import close_store_sessions
+from streamacc.store._sessions import close_store_sessions
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",

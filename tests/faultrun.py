@@ -16,9 +16,9 @@ import sys
 
 from zarr.storage import LocalStore
 
-import streamacc._files
-import streamacc._target
-from streamacc._cli import main
+import streamacc.store._files
+import streamacc.store._target
+from streamacc.cli._main import main
 
 
 def _full_disk() -> OSError:
@@ -51,19 +51,19 @@ class _HalfWrite:
 
 def fail_manifest(at: int) -> None:
     """The ``at``-th manifest write raises ENOSPC (writes 1 and 2 create the run, k + 3 commits block k)."""
-    real_write = streamacc._files.atomic_write
+    real_write = streamacc.store._files.atomic_write
     count = itertools.count(1)
 
     def atomic_write(path, data, *, sync=True):
         if path.parent.name == "_streamacc" and path.name == "zarr.json" and next(count) == at:
-            streamacc._files.os = _HalfWrite()  # only the main thread writes manifests
+            streamacc.store._files.os = _HalfWrite()  # only the main thread writes manifests
             try:
                 return real_write(path, data, sync=sync)
             finally:
-                streamacc._files.os = os
+                streamacc.store._files.os = os
         return real_write(path, data, sync=sync)
 
-    streamacc._target.atomic_write = atomic_write
+    streamacc.store._target.atomic_write = atomic_write
 
 
 if __name__ == "__main__":

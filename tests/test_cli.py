@@ -1,7 +1,7 @@
 """The ``streamacc`` command line: every recipe round-trips against a numpy reference,
 ``info``, ``verify``, ``recipes``, ``--version``, and the real entry points.
 
-Most tests call ``streamacc._cli.main`` in-process (it returns the exit code); a few run
+Most tests call ``streamacc.cli._main.main`` in-process (it returns the exit code); a few run
 ``python -m streamacc`` and the ``streamacc`` console script to prove the real thing.
 """
 
@@ -26,9 +26,9 @@ import zarr
 from _fault_helpers import RECORDS, node_attribute, read_manifest, write_manifest
 
 import streamacc
-from streamacc._cli import main, summary
-from streamacc._inspect import describe_output
+from streamacc.cli._main import main, summary
 from streamacc.recipes import RECIPES
+from streamacc.run._inspect import describe_output
 
 QUIET = ["--no-progress"]
 
@@ -366,7 +366,7 @@ def test_write_prints_one_summary_line_on_stdout(tmp_path, capsys, monkeypatch, 
     assert match, stdout
     chunk_bytes = sum(p.stat().st_size for p in (out / "x" / "c").iterdir())
     assert match["path"] == str(out) and match["steps"] == match["total"] == "1000"
-    assert match["bytes"] == "8k" and match["stored"] == streamacc._progress.si(chunk_bytes)
+    assert match["bytes"] == "8k" and match["stored"] == streamacc.run._progress.si(chunk_bytes)
     assert match["ratio"] == f"{8000 / chunk_bytes:.2f}"
     assert ("1k/1k steps" in stderr.getvalue()) is bar  # the bar went to stderr, not stdout
 
@@ -401,7 +401,7 @@ def test_debug_and_version_are_accepted_after_the_command(tmp_path, capsys, monk
     def broken(args):
         raise RuntimeError("unforeseen")
 
-    monkeypatch.setitem(streamacc._cli.COMMANDS, "info", broken)
+    monkeypatch.setitem(streamacc.cli._main.COMMANDS, "info", broken)
     for argv in (["info", out, "--debug"], ["--debug", "info", out]):  # before or after: both honoured
         assert run_cli(*argv) == 1
         assert "Traceback" in capsys.readouterr().err
@@ -467,7 +467,7 @@ def test_a_storage_option_without_key_and_value_is_refused(tmp_path, capsys, pai
 
 
 def test_storage_options_are_parsed_as_json_where_they_parse():
-    from streamacc._cli import storage_options
+    from streamacc.cli._main import storage_options
 
     parsed = storage_options(["endpoint_url=http://127.0.0.1:9000", "anon=true", "n=3", 'kw={"a": [1]}', "s=a=b"])
     assert parsed == {"endpoint_url": "http://127.0.0.1:9000", "anon": True, "n": 3, "kw": {"a": [1]}, "s": "a=b"}

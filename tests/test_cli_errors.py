@@ -23,8 +23,8 @@ import pytest
 import zarr
 
 import streamacc
-import streamacc._cli
-from streamacc._cli import main
+import streamacc.cli._main
+from streamacc.cli._main import main
 
 LOCK = "out.zarr"  # writers lock the output folder itself
 
@@ -230,7 +230,7 @@ def test_interrupt_exits_130_with_one_line(workspace, capfd, monkeypatch):
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setitem(streamacc._cli.COMMANDS, "write", interrupted)
+    monkeypatch.setitem(streamacc.cli._main.COMMANDS, "write", interrupted)
     assert main(W("--size", "10")) == 130
     err = capfd.readouterr().err
     assert_one_error_line(err)
@@ -241,7 +241,7 @@ def test_unexpected_error_is_one_line_and_debug_shows_the_traceback(workspace, c
     def broken(args):
         raise RuntimeError("something\nunforeseen")
 
-    monkeypatch.setitem(streamacc._cli.COMMANDS, "info", broken)
+    monkeypatch.setitem(streamacc.cli._main.COMMANDS, "info", broken)
     assert main(["info", "out.zarr"]) == 1
     err = capfd.readouterr().err
     assert_one_error_line(err)

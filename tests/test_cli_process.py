@@ -40,7 +40,7 @@ def imported_by(code: str, tmp_path: Path) -> set[str]:
 
 def cli(*argv: str) -> str:
     """Code that runs the command line in-process and keeps going whatever it returns."""
-    return f"from streamacc._cli import main; main({list(argv)!r})"
+    return f"from streamacc.cli._main import main; main({list(argv)!r})"
 
 
 @pytest.mark.parametrize(
@@ -50,6 +50,13 @@ def cli(*argv: str) -> str:
         pytest.param(
             "import streamacc as s; s.__version__, s.InputError, s.DEFAULT_CODEC, s.CODECS, dir(s)", set(), id="light"
         ),
+        pytest.param(
+            "import streamacc.engine, streamacc.store, streamacc.run, streamacc.cli, streamacc.recipes",
+            set(),
+            id="wings",
+        ),
+        pytest.param("from streamacc.store import CODECS", set(), id="codec-names"),
+        pytest.param("from streamacc.engine import block_count", set(), id="layout-arithmetic"),
         pytest.param(cli("--help"), set(), id="help"),
         pytest.param(cli("write", "--help"), set(), id="write-help"),
         pytest.param(cli("--version"), set(), id="version"),
@@ -103,7 +110,7 @@ def test_head_reads_the_first_line_of_recipes():
 
 LOGGING = """
     import logging, sys
-    import streamacc._cli as cli
+    import streamacc.cli._main as cli
 
     def talk(args):
         logging.getLogger("botocore.credentials").info("Found credentials in environment variables.")

@@ -19,9 +19,9 @@ import zarr
 from _fault_helpers import assert_same_output, read_manifest
 
 import streamacc
-from streamacc._cluster import local_cluster
-from streamacc._output import Output
 from streamacc.recipes import get_recipe
+from streamacc.run._cluster import local_cluster
+from streamacc.run._output import Output
 
 distributed = pytest.importorskip("distributed")
 

@@ -18,8 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import zarr
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from jax import lax
 
 import streamacc

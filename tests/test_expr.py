@@ -1,13 +1,12 @@
-"""Tests for the safe command-line arithmetic in streamacc._expr."""
+"""Tests for the safe command-line arithmetic in streamacc.cli._expr."""
 
 import math
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from streamacc._errors import InputError
-from streamacc._expr import parse_int, parse_number
+from streamacc.cli._expr import parse_int, parse_number
 
 GOOD_INT = [
     ("2**32", 4294967296),

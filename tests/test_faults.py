@@ -6,7 +6,7 @@ as the writer replaces it) plus a seeded delay, so kills land anywhere in a bloc
 write-and-commit cycle, including before the first block and in a resumed run. Every
 interrupted output is finished with ``--resume`` and must equal, file for file, an
 uninterrupted run, and pass ``streamacc verify``. Resumes, references and checks run
-in-process through ``streamacc._cli.main`` to save interpreter start-ups.
+in-process through ``streamacc.cli._main.main`` to save interpreter start-ups.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from _fault_helpers import (
 )
 
 import streamacc
-import streamacc._files
+import streamacc.store._files
 from streamacc import LockedError, ResumeError
-from streamacc._cli import main
-from streamacc._files import DirLock, atomic_write
+from streamacc.cli._main import main
 from streamacc.recipes import get_recipe
+from streamacc.store._files import DirLock, atomic_write
 
 BIG = ["--size", "2**20", "--block-size", "2**14", "--codec", "none"]  # 64 blocks, ~1 s of writing
 BIG_LZ4 = ["--size", "2**19", "--block-size", "2**13", "--codec", "blosc-lz4"]  # 64 blocks
@@ -223,7 +223,7 @@ def test_atomic_write_that_fails_keeps_the_old_file_and_no_temp(tmp_path, monkey
         raise OSError(errno.ENOSPC, "No space left on device")
 
     with monkeypatch.context() as m:
-        m.setattr(streamacc._files.os, "fsync", fsync)
+        m.setattr(streamacc.store._files.os, "fsync", fsync)
         with pytest.raises(OSError, match="No space left"):
             atomic_write(path, b"new")
     assert path.read_bytes() == b"old" and list(tmp_path.iterdir()) == [path]

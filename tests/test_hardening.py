@@ -35,9 +35,9 @@ from _fault_helpers import (
 )
 
 import streamacc
-import streamacc._output
-from streamacc._cli import main
-from streamacc._files import DirLock
+import streamacc.run._output
+from streamacc.cli._main import main
+from streamacc.store._files import DirLock
 
 SMALL = ["--size", "5000", "--block-size", "512", "--codec", "none", "--no-progress"]  # 10 blocks, the last short
 BIG = ["--size", "2**20", "--block-size", "2**14", "--codec", "none", "--no-progress"]  # 64 blocks
@@ -232,7 +232,7 @@ def test_verify_and_resume_check_the_array_metadata(tmp_path, ref, interrupted, 
 
 def test_the_lock_is_taken_before_the_output_is_looked_at(tmp_path, monkeypatch):
     out = tmp_path / "out.zarr"
-    real = streamacc._output.probe
+    real = streamacc.run._output.probe
     seen = []
 
     def probe(target):
@@ -245,7 +245,7 @@ def test_the_lock_is_taken_before_the_output_is_looked_at(tmp_path, monkeypatch)
         seen.append(target.label)
         return real(target)
 
-    monkeypatch.setattr(streamacc._output, "probe", probe)
+    monkeypatch.setattr(streamacc.run._output, "probe", probe)
     assert main(["write", str(out), *SMALL]) == 0
     assert main(["write", str(out), *SMALL, "--overwrite"]) == 0
     assert seen == [str(out), str(out)]

@@ -25,8 +25,8 @@ import zarr
 from _s3 import Bucket, start_server, stripping_proxy
 
 from streamacc import InputError, LockedError
-from streamacc._lease import LEASE_ENV, LEASE_KEY, Lease, lease_seconds
-from streamacc._leasestore import Holder, open_lease_store
+from streamacc.store._lease import LEASE_ENV, LEASE_KEY, Lease, lease_seconds
+from streamacc.store._leasestore import Holder, open_lease_store
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -181,7 +181,7 @@ def test_release_deletes_the_lease(s3_bucket):
 HOLDER_SCRIPT = textwrap.dedent(
     """
     import sys, time, fsspec
-    from streamacc._lease import Lease
+    from streamacc.store._lease import Lease
     fs = fsspec.filesystem("s3", endpoint_url=sys.argv[1])
     Lease.acquire(fs, sys.argv[2], "out", ttl=1.0)
     print("held", flush=True)

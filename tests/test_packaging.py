@@ -2,7 +2,10 @@
 use its annotations, and declares where it lives, its license and the Pythons it supports."""
 
 import configparser
+import importlib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,3 +36,14 @@ def test_metadata_names_urls_license_and_pythons():
         assert f"Programming Language :: Python :: {version}" in classifiers
     assert "Typing :: Typed" in classifiers
     assert not any(c.startswith("License ::") for c in classifiers)
+
+
+@pytest.mark.parametrize("wing", ["streamacc", "streamacc.engine", "streamacc.store", "streamacc.run", "streamacc.cli"])
+def test_every_name_a_wing_exports_resolves(wing):
+    """Each name in a wing's ``__all__`` (re-exported lazily) is defined, and ``dir()`` lists it."""
+    module = importlib.import_module(wing)
+    for name in module.__all__:
+        assert getattr(module, name) is not None, name
+    assert set(module.__all__) <= set(dir(module))
+    with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
+        module.nonexistent  # noqa: B018

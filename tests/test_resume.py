@@ -19,10 +19,10 @@ import zarr
 from _fault_helpers import MANIFEST, assert_same_output, fail_write_at, read_manifest, store_files, temp_files
 
 import streamacc
-import streamacc._target
+import streamacc.store._target
 from streamacc import ResumeError, StoreError, StreamaccWarning
-from streamacc._manifest import Ledger
-from streamacc._zarr import ZarrSink
+from streamacc.run._manifest import Ledger
+from streamacc.store._zarr import ZarrSink
 
 LENGTH, BLOCK = 5000, 512  # 10 blocks, the last one short
 BLOCKS = -(-LENGTH // BLOCK)
@@ -226,7 +226,7 @@ def test_overwrite_interrupted_while_deleting_leaves_a_recognised_output(tmp_pat
         raise KeyboardInterrupt
 
     with monkeypatch.context() as m:
-        m.setattr(streamacc._target, "remove_tree_contents", interrupted)
+        m.setattr(streamacc.store._target, "remove_tree_contents", interrupted)
         with pytest.raises(KeyboardInterrupt):
             run(out, overwrite=True, **new)
     manifest = read_manifest(out)
@@ -241,7 +241,7 @@ def test_overwrite_interrupted_while_deleting_leaves_a_recognised_output(tmp_pat
 
 def test_info_counts_only_committed_chunks(tmp_path, monkeypatch):
     """Chunks written past the last commit are not counted in info's stored bytes."""
-    from streamacc._inspect import describe_output
+    from streamacc.run._inspect import describe_output
 
     out = tmp_path / "out.zarr"
     with monkeypatch.context() as m:

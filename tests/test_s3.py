@@ -22,9 +22,9 @@ import zarr
 from _fault_helpers import assert_same_output, cli, committed, read_manifest, store_files
 
 import streamacc
-from streamacc._cli import main
-from streamacc._cluster import local_cluster
+from streamacc.cli._main import main
 from streamacc.recipes import get_recipe
+from streamacc.run._cluster import local_cluster
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")

@@ -16,7 +16,7 @@ from _s3 import start_server
 from zarr.storage import FsspecStore
 
 from streamacc import InputError, LockedError, StoreError
-from streamacc._storeerrors import describe_store_failure, is_store_failure
+from streamacc.store._storeerrors import describe_store_failure, is_store_failure
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")

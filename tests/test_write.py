@@ -24,8 +24,8 @@ import xarray as xr
 import zarr
 
 import streamacc
-from streamacc._inspect import describe_output
-from streamacc._progress import Progress, si
+from streamacc.run._inspect import describe_output
+from streamacc.run._progress import Progress, si
 
 N = 100  # not a multiple of BLOCK: the last block is short
 BLOCK = 16

@@ -27,18 +27,8 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ._cli_parser import (
-    UsageError,
-    _Exit,
-    _StdoutClosed,
-    build_parser,
-    check_no_overlap,
-    recipe_params,
-    storage_options,
-)
-from ._codecs import CODECS
-from ._defaults import DEFAULT_WRITE_BLOCK_SIZE
-from ._errors import (
+from .._defaults import DEFAULT_WRITE_BLOCK_SIZE
+from .._errors import (
     InputError,
     NoOutputError,
     OutputExistsError,
@@ -48,9 +38,19 @@ from ._errors import (
     cli_spelling,
     spell,
 )
+from ..recipes import option
+from ..run import si
+from ..store import CODECS
 from ._expr import parse_int
-from ._progress import si
-from .recipes._base import option
+from ._parser import (
+    UsageError,
+    _Exit,
+    _StdoutClosed,
+    build_parser,
+    check_no_overlap,
+    recipe_params,
+    storage_options,
+)
 
 __all__ = ["build_parser", "main", "storage_options"]
 
@@ -81,8 +81,8 @@ def _enable_x64() -> None:
 
 def _committed_steps(out: str, options: dict[str, Any] | None) -> int:
     """How many steps ``out`` has committed already (its manifest alone); 0 where it holds no readable run."""
-    from ._target import open_target
-    from ._verify import load_manifest
+    from ..run import load_manifest
+    from ..store import open_target
 
     try:
         return load_manifest(open_target(out, storage_options=options, read_only=True)).committed_steps
@@ -93,7 +93,7 @@ def _committed_steps(out: str, options: dict[str, Any] | None) -> int:
 def summary(info: dict[str, Any], before: int, seconds: float) -> str:
     """The line ``write`` prints on success: steps and bytes written, time, rates, bytes stored, compression.
 
-    ``info`` is :func:`streamacc._inspect.describe_output` of the finished output, ``before``
+    ``info`` is :func:`streamacc.run.describe_output` of the finished output, ``before``
     the steps it had committed before this run (resumed), ``seconds`` this run's wall time.
     """
     import numpy as np
@@ -116,8 +116,7 @@ def summary(info: dict[str, Any], before: int, seconds: float) -> str:
 
 
 def cmd_write(args: argparse.Namespace) -> int:
-    from .recipes import get_recipe
-    from .recipes._base import check_dtype
+    from ..recipes import check_dtype, get_recipe
 
     recipe = get_recipe(args.recipe)
     options = storage_options(args.storage_option)
@@ -135,9 +134,7 @@ def cmd_write(args: argparse.Namespace) -> int:
     attrs = {**job.attrs, "dtype": check_dtype(args.dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
     _enable_x64()
-    from ._cluster import cluster_client
-    from ._inspect import describe_output
-    from ._write import write
+    from ..run import cluster_client, describe_output, write
 
     workers = None if args.workers is None else parse_int(args.workers, name=spell("workers"), minimum=1)
     before = _committed_steps(args.out, options) if args.resume else 0
@@ -175,7 +172,7 @@ def _write(args: argparse.Namespace, write, job, block: int, attrs: dict, array_
 
 def cmd_info(args: argparse.Namespace) -> int:
     _enable_x64()
-    from ._inspect import describe_output, format_description
+    from ..run import describe_output, format_description
 
     _out(format_description(describe_output(args.out, storage_options=storage_options(args.storage_option))))
     return 0
@@ -184,7 +181,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     blocks = "all" if args.blocks == "all" else parse_int(args.blocks, name=spell("blocks"), minimum=1)
     _enable_x64()
-    from ._inspect import verify_recipe_output
+    from ..run import verify_recipe_output
 
     report = verify_recipe_output(args.out, blocks=blocks, storage_options=storage_options(args.storage_option))
     _out(
@@ -196,7 +193,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_recipes(args: argparse.Namespace) -> int:
-    from .recipes import RECIPES
+    from ..recipes import RECIPES
 
     lines = []
     width = max(len(option(p.name)) for recipe in RECIPES.values() for p in recipe.params)

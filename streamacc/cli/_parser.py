@@ -13,12 +13,12 @@ import re
 import sys
 from typing import Any, NoReturn
 
-from ._codecs import CODECS
-from ._defaults import DEFAULT_CODEC, DEFAULT_WRITE_BLOCK_SIZE
-from ._errors import InputError, spell
+from .._defaults import DEFAULT_CODEC, DEFAULT_WRITE_BLOCK_SIZE
+from .._errors import InputError, spell
+from .._version import __version__
+from ..recipes import Recipe, option, refusal
+from ..store import CODECS
 from ._expr import parse_int, parse_number
-from ._version import __version__
-from .recipes._base import Recipe, option, refusal
 
 __all__ = ["UsageError", "build_parser", "check_no_overlap", "recipe_params", "storage_options"]
 
@@ -80,7 +80,7 @@ def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
 
 def _recipe_options() -> dict[str, tuple[str, str]]:
     """Every recipe option: dest -> (kind, help), merged across recipes, naming every recipe that takes it."""
-    from .recipes import RECIPES
+    from ..recipes import RECIPES
 
     helps: dict[str, tuple[str, str]] = {}
     users: dict[str, list[str]] = {}

@@ -21,9 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .._defaults import DEFAULT_BLOCK_SIZE
+from .._errors import InputError, spell
 from ._checks import as_count, check_x64, resolve_length, step_shapes
-from ._defaults import DEFAULT_BLOCK_SIZE
-from ._errors import InputError, spell
 from ._layout import block_bounds, block_count
 from ._pool import BlockPool, pool_size
 

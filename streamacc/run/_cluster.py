@@ -18,8 +18,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from ._errors import InputError, spell
-from ._sessions import close_store_sessions
+from .._errors import InputError, spell
+from ..store import close_store_sessions
 
 __all__ = ["close_worker_sessions", "cluster_client", "local_cluster"]
 

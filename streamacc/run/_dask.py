@@ -26,17 +26,25 @@ from typing import Any
 
 import jax
 
-from ._carry import HostLeaf, from_host, same_leaves, to_host
-from ._checks import x64_scope
+from .._errors import CarryMismatchError, InputError
+from ..engine import (
+    Block,
+    BlockPool,
+    HostLeaf,
+    Plan,
+    carry_pass,
+    compute_block,
+    from_host,
+    pool_size,
+    same_leaves,
+    to_host,
+    x64_scope,
+)
+from ..store import LocalTarget, StoreTarget, Target, ZarrSink, open_target
 from ._cluster import close_worker_sessions
-from ._engine import Block, Plan, carry_pass, compute_block
-from ._errors import CarryMismatchError, InputError
 from ._executor import write_block
 from ._output import BlockResult, Output
 from ._pipeline import run_ordered
-from ._pool import BlockPool, pool_size
-from ._target import LocalTarget, StoreTarget, Target, open_target
-from ._zarr import ZarrSink
 
 __all__ = ["BLOCKS_PER_TASK", "BlockTask", "DaskExecutor", "SinkSpec", "run_block_task", "run_block_tasks"]
 

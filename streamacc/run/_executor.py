@@ -4,7 +4,7 @@ An executor computes and writes the blocks of a plan from the output's first unc
 block and hands each durable block to ``output.commit`` strictly in scan order. It is not
 part of a run's identity: every executor writes the same bytes, so a run started by one
 can be resumed by another. :class:`LocalExecutor` computes on the calling thread and
-encodes and writes on a few threads; ``streamacc._dask`` runs block tasks on a cluster.
+encodes and writes on a few threads; ``run/_dask.py`` runs block tasks on a cluster.
 """
 
 from __future__ import annotations
@@ -15,14 +15,11 @@ from typing import Protocol
 
 import jax
 
-from ._carry import HostLeaf, from_host, to_host
-from ._defaults import DEFAULT_INFLIGHT
-from ._engine import Block, Plan, run_plan
+from .._defaults import DEFAULT_INFLIGHT
+from ..engine import Block, BlockPool, HostLeaf, Plan, from_host, pool_size, run_plan, to_host
+from ..store import Target, ZarrSink
 from ._output import BlockResult, Output
 from ._pipeline import run_ordered
-from ._pool import BlockPool, pool_size
-from ._target import Target
-from ._zarr import ZarrSink
 
 __all__ = ["Executor", "LocalExecutor", "write_block"]
 

@@ -9,9 +9,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._carry import to_host
-from ._engine import Plan
-from ._version import __version__
+from .._version import __version__
+from ..engine import Plan, to_host
 
 __all__ = ["describe_function", "run_identity"]
 

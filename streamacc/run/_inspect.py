@@ -10,10 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import VerifyError
-from ._target import open_target
+from .._errors import VerifyError
+from ..store import ZarrSink, open_target
 from ._verify import VerifyReport, load_manifest, plan_for, verify_plan
-from ._zarr import ZarrSink
 
 __all__ = ["describe_output", "format_description", "verify_recipe_output"]
 
@@ -72,7 +71,7 @@ def format_description(info: dict[str, Any]) -> str:
 
 def verify_recipe_output(store: Any, *, blocks: str | int = "all", storage_options: dict | None = None) -> VerifyReport:
     """Verify an output written by ``streamacc write``, rebuilding its recipe from the manifest."""
-    from .recipes import get_recipe
+    from ..recipes import get_recipe
 
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)

@@ -20,10 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ._carry import HostLeaf
-from ._errors import NoOutputError, ResumeError, VerifyError, spell
-from ._layout import block_count, committed_span
-from ._target import BOOKKEEPING, Target
+from .._errors import NoOutputError, ResumeError, VerifyError, spell
+from ..engine import HostLeaf, block_count, committed_span
+from ..store import BOOKKEEPING, Target
 
 __all__ = [
     "FORMAT",

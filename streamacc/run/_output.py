@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ._carry import HostLeaf
-from ._errors import OutputExistsError, ResumeError, spell
-from ._files import PARTIAL_SUFFIXES
+from .._errors import OutputExistsError, ResumeError, spell
+from ..engine import HostLeaf
+from ..store import LEASE_KEY, PARTIAL_SUFFIXES, ArraySpec, Target, ZarrSink, progress_attrs
 from ._manifest import (
     LEGACY_MANIFEST_KEY,
     MANIFEST_ATTR,
@@ -32,8 +32,6 @@ from ._manifest import (
     node_attribute,
     require_same_run,
 )
-from ._target import LEASE_KEY, Target
-from ._zarr import ArraySpec, ZarrSink, progress_attrs
 
 __all__ = ["PUBLISH_SECONDS", "BlockResult", "Output", "OutputSpec", "open_output", "probe"]
 

@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._errors import InputError
-from ._target import open_target
+from .._errors import InputError
+from ..store import open_target, progress_attrs
 from ._verify import load_manifest
-from ._zarr import progress_attrs
 
 if TYPE_CHECKING:
     import xarray

@@ -16,14 +16,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._carry import from_host, same_leaves, to_host
-from ._engine import Plan, compute_block, make_plan
-from ._errors import InputError, NoOutputError, ResumeError, VerifyError, spell
+from .._errors import InputError, NoOutputError, ResumeError, VerifyError, spell
+from ..engine import Plan, compute_block, from_host, make_plan, same_leaves, to_host
+from ..store import Target, ZarrSink, array_document, open_target, stored_crc32c
 from ._identity import describe_function
 from ._manifest import Ledger, Manifest, decode_leaves
 from ._output import Output
-from ._target import Target, open_target
-from ._zarr import ZarrSink, array_document, stored_crc32c
 
 __all__ = ["Checker", "VerifyReport", "check_resumable", "load_manifest", "plan_for", "verify", "verify_plan"]
 

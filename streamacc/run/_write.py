@@ -18,21 +18,16 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._carry import from_host, to_host
-from ._checks import as_count
-from ._codecs import compressors_for
-from ._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_SIZE
-from ._engine import Plan, make_plan
-from ._errors import InputError, StoreError, StreamaccWarning, spell
+from .._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_SIZE
+from .._errors import InputError, StoreError, StreamaccWarning, spell
+from .._version import __version__
+from ..engine import MAX_LENGTH, Plan, as_count, from_host, make_plan, to_host
+from ..store import compressors_for, describe_store_failure, is_store_failure, open_target
 from ._executor import Executor, LocalExecutor
 from ._identity import run_identity
-from ._layout import MAX_LENGTH
 from ._output import OutputSpec, open_output
 from ._progress import Progress
-from ._storeerrors import describe_store_failure, is_store_failure
-from ._target import open_target
 from ._verify import check_resumable
-from ._version import __version__
 
 __all__ = ["output_names", "output_spec", "write"]
 

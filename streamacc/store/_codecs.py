@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from ._defaults import DEFAULT_CODEC
-from ._errors import InputError
+from .._defaults import DEFAULT_CODEC
+from .._errors import InputError
 
 __all__ = ["CODECS", "DEFAULT_CODEC", "compressors_for"]
 

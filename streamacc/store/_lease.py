@@ -62,7 +62,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._errors import InputError, LockedError, spell
+from .._errors import InputError, LockedError, spell
 from ._leasestore import Conflict, Holder, LeaseStore, Seen, Unsupported, open_lease_store
 from ._storeerrors import describe_store_failure
 

@@ -21,10 +21,10 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
-from ._errors import InputError, LockedError, NoOutputError, StoreError, spell
+from .._errors import InputError, LockedError, NoOutputError, StoreError, spell
 from ._files import DirLock, atomic_write, find_link, fsync_dir, fsync_file, remove_partials, remove_tree_contents
 
-__all__ = ["BOOKKEEPING", "LocalTarget", "StoreTarget", "Target", "open_target"]
+__all__ = ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"]
 
 BOOKKEEPING = "_streamacc"
 """The group streamacc keeps beside the arrays (manifest, block records, lease)."""

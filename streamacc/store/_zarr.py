@@ -24,9 +24,9 @@ from zarr.codecs import Crc32cCodec
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
+from .._errors import NoOutputError, spell
 from ._chunks import ChunkWriter
 from ._codecs import compressors_for
-from ._errors import NoOutputError, spell
 from ._target import Target
 
 __all__ = ["ArraySpec", "ZarrSink", "array_document", "netcdf_safe", "progress_attrs", "stored_crc32c"]

@@ -1,0 +1,48 @@
+"""The blocked scan: a long ``lax.scan`` as a chain of cached, jitted block scans.
+
+Knows JAX and numpy, and nothing of Zarr, files, writer threads or progress: it yields
+finished blocks and lets the caller decide where they go. ``_scan`` plans and runs
+blocks, ``_layout`` cuts a length into blocks (pure arithmetic), ``_pool`` recycles the
+blocks' output buffers, ``_carry`` turns carries into host data and back, ``_checks``
+validates arguments.
+
+These are the names the other wings use; each is imported on first use, so importing
+the wing costs nothing until then.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._carry import HostLeaf as HostLeaf, from_host as from_host, same_leaves as same_leaves, to_host as to_host
+    from ._checks import as_count as as_count, x64_scope as x64_scope
+    from ._layout import (
+        MAX_LENGTH as MAX_LENGTH,
+        block_bounds as block_bounds,
+        block_count as block_count,
+        committed_span as committed_span,
+    )
+    from ._pool import BlockPool as BlockPool, pool_size as pool_size
+    from ._scan import (
+        Block as Block,
+        Plan as Plan,
+        carry_pass as carry_pass,
+        compute_block as compute_block,
+        iter_blocks as iter_blocks,
+        make_plan as make_plan,
+        run_plan as run_plan,
+        scan as scan,
+    )
+
+_EXPORTS = {
+    "._carry": ["HostLeaf", "from_host", "same_leaves", "to_host"],
+    "._checks": ["as_count", "x64_scope"],
+    "._layout": ["MAX_LENGTH", "block_bounds", "block_count", "committed_span"],
+    "._pool": ["BlockPool", "pool_size"],
+    "._scan": ["Block", "Plan", "carry_pass", "compute_block", "iter_blocks", "make_plan", "run_plan", "scan"],
+}
+__all__ = sorted(name for names in _EXPORTS.values() for name in names)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

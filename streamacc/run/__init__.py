@@ -1,0 +1,42 @@
+"""A run's life, from a plan to a committed output, and what reads and checks it afterwards.
+
+``write`` reads as three steps: a plan and the output it must produce (``_write``), the
+output opened under its lock and committed in scan order (``_output``, with the manifest
+and block records of ``_manifest`` and the identity of ``_identity``), and an executor
+that computes and writes the blocks: in this process (``_executor`` over the pipeline of
+``_pipeline``) or on a dask cluster (``_dask``, ``_cluster``). ``_verify`` recomputes
+committed blocks, ``_reader`` opens the committed steps with xarray, ``_inspect`` serves
+``info`` and the recipes' ``verify``, ``_progress`` draws the bar.
+
+These are the names the other wings and the public face use; each is imported on first
+use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._cluster import cluster_client as cluster_client
+    from ._inspect import (
+        describe_output as describe_output,
+        format_description as format_description,
+        verify_recipe_output as verify_recipe_output,
+    )
+    from ._progress import si as si
+    from ._reader import open as open
+    from ._verify import VerifyReport as VerifyReport, load_manifest as load_manifest, verify as verify
+    from ._write import write as write
+
+_EXPORTS = {
+    "._cluster": ["cluster_client"],
+    "._inspect": ["describe_output", "format_description", "verify_recipe_output"],
+    "._progress": ["si"],
+    "._reader": ["open"],
+    "._verify": ["VerifyReport", "load_manifest", "verify"],
+    "._write": ["write"],
+}
+__all__ = sorted(name for names in _EXPORTS.values() for name in names)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

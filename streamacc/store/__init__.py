@@ -1,0 +1,51 @@
+"""Where bytes live: output locations, locks and leases, chunk encoding, the Zarr sink, codecs.
+
+Knows Zarr, fsspec and the operating system, and never JAX: it takes host arrays and
+makes them durable. ``_target`` is one output location (a local folder or any zarr
+store) with its lock, ``_files`` the link-safe, fsynced file primitives, ``_lease`` and
+``_leasestore`` the writer lease on object stores, ``_zarr`` the sink that creates the
+group and writes blocks, ``_chunks`` the chunk encoder, ``_codecs`` the named
+compressors, ``_storeerrors`` and ``_sessions`` the failures and clients of fsspec
+backends.
+
+These are the names the other wings use; each is imported on first use, so that
+``streamacc.store.CODECS`` costs no Zarr import.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._codecs import CODECS as CODECS, compressors_for as compressors_for
+    from ._files import PARTIAL_SUFFIXES as PARTIAL_SUFFIXES
+    from ._sessions import close_store_sessions as close_store_sessions
+    from ._storeerrors import describe_store_failure as describe_store_failure, is_store_failure as is_store_failure
+    from ._target import (
+        BOOKKEEPING as BOOKKEEPING,
+        LEASE_KEY as LEASE_KEY,
+        LocalTarget as LocalTarget,
+        StoreTarget as StoreTarget,
+        Target as Target,
+        open_target as open_target,
+    )
+    from ._zarr import (
+        ArraySpec as ArraySpec,
+        ZarrSink as ZarrSink,
+        array_document as array_document,
+        progress_attrs as progress_attrs,
+        stored_crc32c as stored_crc32c,
+    )
+
+_EXPORTS = {
+    "._codecs": ["CODECS", "compressors_for"],
+    "._files": ["PARTIAL_SUFFIXES"],
+    "._sessions": ["close_store_sessions"],
+    "._storeerrors": ["describe_store_failure", "is_store_failure"],
+    "._target": ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"],
+    "._zarr": ["ArraySpec", "ZarrSink", "array_document", "progress_attrs", "stored_crc32c"],
+}
+__all__ = sorted(name for names in _EXPORTS.values() for name in names)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
