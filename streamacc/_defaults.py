@@ -4,14 +4,22 @@ The figures behind each choice, and the commands that produced them, are in
 benchmarks/RESULTS.md. Kept free of heavy imports so the command line starts fast.
 """
 
-DEFAULT_BLOCK_SIZE = 2**20
-"""Steps per block for compute (iter_blocks, scan): 2**18..2**20 ran fastest; beyond
-about 8 MiB of ys per block, fresh output buffers page-fault and throughput drops."""
+DEFAULT_BLOCK_BYTES = 8 * 2**20
+"""Bytes of ys per block for compute (iter_blocks, scan), whatever one step outputs:
+2**18..2**20 float64 steps ran fastest; beyond about 8 MiB of ys per block, fresh output
+buffers page-fault and throughput drops."""
 
-DEFAULT_WRITE_BLOCK_SIZE = 2**22
-"""Steps per block (and per chunk) when writing: each block pays fixed costs (chunk
-file, fsync, commit, checksum) that 2**22 steps amortise; 32 MiB float64 chunks suit
-dask."""
+DEFAULT_WRITE_BLOCK_BYTES = 32 * 2**20
+"""Bytes of ys per block when writing, whatever one step outputs: each block pays fixed
+costs (chunk files, fsync, commit, checksum) that 32 MiB amortise, and memory holds a
+few blocks (see ``info``)."""
+
+DEFAULT_BLOCK_SIZE = DEFAULT_BLOCK_BYTES // 8
+"""Steps per block for compute of a float64 scalar series (2**20): the block of
+``DEFAULT_BLOCK_BYTES``; blocks of other steps hold the same bytes."""
+
+DEFAULT_WRITE_BLOCK_SIZE = DEFAULT_WRITE_BLOCK_BYTES // 8
+"""Steps per block (and per chunk) when writing a float64 scalar series (2**22)."""
 
 DEFAULT_INFLIGHT = 3
 """Blocks being encoded and written at once: enough to keep both cores busy, few

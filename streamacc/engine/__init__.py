@@ -20,10 +20,14 @@ if TYPE_CHECKING:
     from ._carry import HostLeaf as HostLeaf, from_host as from_host, same_leaves as same_leaves, to_host as to_host
     from ._checks import as_count as as_count, x64_scope as x64_scope
     from ._layout import (
+        MAX_BLOCK_STEPS as MAX_BLOCK_STEPS,
         MAX_LENGTH as MAX_LENGTH,
         block_bounds as block_bounds,
         block_count as block_count,
+        block_steps as block_steps,
         committed_span as committed_span,
+        row_step as row_step,
+        rows_in as rows_in,
     )
     from ._pool import BlockPool as BlockPool, pool_size as pool_size
     from ._scan import (
@@ -33,6 +37,7 @@ if TYPE_CHECKING:
         compute_block as compute_block,
         iter_blocks as iter_blocks,
         make_plan as make_plan,
+        resize as resize,
         run_plan as run_plan,
         scan as scan,
     )
@@ -40,9 +45,28 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "._carry": ["HostLeaf", "from_host", "same_leaves", "to_host"],
     "._checks": ["as_count", "x64_scope"],
-    "._layout": ["MAX_LENGTH", "block_bounds", "block_count", "committed_span"],
+    "._layout": [
+        "MAX_BLOCK_STEPS",
+        "MAX_LENGTH",
+        "block_bounds",
+        "block_count",
+        "block_steps",
+        "committed_span",
+        "row_step",
+        "rows_in",
+    ],
     "._pool": ["BlockPool", "pool_size"],
-    "._scan": ["Block", "Plan", "carry_pass", "compute_block", "iter_blocks", "make_plan", "run_plan", "scan"],
+    "._scan": [
+        "Block",
+        "Plan",
+        "carry_pass",
+        "compute_block",
+        "iter_blocks",
+        "make_plan",
+        "resize",
+        "run_plan",
+        "scan",
+    ],
 }
 __all__ = sorted(name for names in _EXPORTS.values() for name in names)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -6,12 +6,87 @@ needs to import JAX.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
+from typing import Any
 
-__all__ = ["MAX_LENGTH", "block_bounds", "block_count", "committed_span"]
+__all__ = [
+    "MAX_BLOCK_STEPS",
+    "MAX_LENGTH",
+    "block_bounds",
+    "block_count",
+    "block_steps",
+    "committed_span",
+    "row_step",
+    "rows_in",
+]
 
 MAX_LENGTH = 2**63 - 1
 """The longest output readers can index: numpy, dask and xarray index with a C ``ssize_t``."""
+
+MAX_BLOCK_STEPS = 2**26
+"""The most steps a block sized by bytes runs (a step with little or no output, or one that
+keeps every k-th row, would otherwise make a block of billions of steps): a few seconds of
+work at most for a cheap step, so progress, commits and resumes stay fine-grained."""
+
+
+def rows_in(start: int, stop: int, save_every: int = 1) -> tuple[int, int]:
+    """The output rows ``[first, last)`` that the steps ``[start, stop)`` produce.
+
+    Output row r holds the y of step ``r * save_every + save_every - 1`` (see
+    :func:`row_step`), so the steps before ``s`` produce exactly ``s // save_every`` rows.
+    """
+    return start // save_every, stop // save_every
+
+
+def row_step(row: Any, save_every: int = 1) -> Any:
+    """The step whose y output row ``row`` holds: ``row * save_every + save_every - 1``.
+
+    The one mapping from output rows to step labels, for readers, writers and indexes
+    alike; works on Python ints (exact at any length) and on integer numpy arrays.
+    """
+    return row * save_every + (save_every - 1)
+
+
+def _round_rows(rows: int) -> int:
+    """``rows`` rounded down to a multiple of a power of two of at least an eighth of it.
+
+    Keeps its three leading bits (4096 stays, 4194 becomes 4096, 1398101 becomes 1310720),
+    so that chunk lengths that are powers of two divide a block.
+    """
+    if rows < 8:
+        return rows
+    unit = 1 << (rows.bit_length() - 3)
+    return rows - rows % unit
+
+
+def block_steps(
+    row_bytes: int,
+    budget: int,
+    *,
+    save_every: int = 1,
+    xs_bytes: int = 0,
+    unroll: int = 1,
+    rows_multiple: int = 1,
+) -> int:
+    """Steps per block so that one block's output, and the inputs it reads, take about ``budget`` bytes.
+
+    A block keeps ``rows`` output rows of ``row_bytes`` each and reads ``rows * save_every``
+    steps of inputs of ``xs_bytes`` each, whichever is larger counts. At least one row
+    (a step larger than the budget runs alone), at most :data:`MAX_BLOCK_STEPS` steps;
+    ``rows`` is a multiple of ``rows_multiple`` (whole chunks per block), and the steps a
+    multiple of ``unroll`` and at least twice it (see :func:`block_count`).
+    """
+    per_row = max(row_bytes, save_every * xs_bytes)
+    rows = budget // per_row if per_row else MAX_BLOCK_STEPS
+    rows = _round_rows(max(1, min(rows, MAX_BLOCK_STEPS // save_every)))
+    step = rows_multiple
+    if unroll > 1:
+        need = unroll // math.gcd(unroll, save_every)  # rows per whole number of unrolled groups
+        step = step * need // math.gcd(step, need)
+        rows = max(rows, -(-2 * unroll // save_every))
+    rows = max(step, rows - rows % step)
+    return rows * save_every
 
 
 def block_count(length: int, block_size: int, unroll: int | bool = 1) -> int:

@@ -21,13 +21,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._defaults import DEFAULT_BLOCK_SIZE
+from .._defaults import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_SIZE
 from .._errors import InputError, spell
 from ._checks import as_count, check_x64, resolve_length, step_shapes
-from ._layout import block_bounds, block_count
+from ._layout import block_bounds, block_count, block_steps, rows_in
 from ._pool import BlockPool, pool_size
 
 __all__ = [
+    "DEFAULT_BLOCK_BYTES",
     "DEFAULT_BLOCK_SIZE",
     "Block",
     "BlockPool",
@@ -59,10 +60,12 @@ class Block:
 
     Attributes:
         start, stop: the block covers steps ``[start, stop)`` of the whole scan.
-        ys: pytree of host numpy arrays, each with leading axis ``stop - start``
-            (read-only; on CPU, views of the engine's recycled buffers).
+        ys: pytree of host numpy arrays, each with leading axis ``len(block.rows)``:
+            the ys of every step, or of every ``save_every``-th (read-only; on CPU,
+            views of the engine's recycled buffers).
         carry: pytree of (small) JAX arrays, the carry after the block's last step in
             scan order, i.e. the carry that enters the next block.
+        save_every: the block keeps the y of steps ``k-1, 2k-1, ...`` (k = save_every).
     """
 
     start: int
@@ -70,12 +73,19 @@ class Block:
     ys: Any
     carry: Any
     _release: Callable[[], None] | None = dataclasses.field(default=None, repr=False, compare=False)
+    save_every: int = 1
 
     def __len__(self) -> int:
         return self.stop - self.start
 
+    @property
+    def rows(self) -> range:
+        """The output rows this block's ys fill (``range(start, stop)`` unless thinned)."""
+        return range(*rows_in(self.start, self.stop, self.save_every))
+
     def __reduce__(self) -> tuple:
-        return Block, (self.start, self.stop, self.ys, self.carry)  # a copy holds no buffer of the pool
+        # a copy holds no buffer of the pool
+        return _rebuild_block, (self.start, self.stop, self.ys, self.carry, self.save_every)
 
     def release(self) -> None:
         """Give this block's buffers back for reuse by a later block; ``ys`` must not be read after.
@@ -86,6 +96,10 @@ class Block:
         """
         if self._release is not None:
             self._release()
+
+
+def _rebuild_block(start: int, stop: int, ys: Any, carry: Any, save_every: int) -> Block:
+    return Block(start, stop, ys, carry, save_every=save_every)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,22 +114,34 @@ class Plan:
     unroll: int
     reverse: bool
     y_struct: Any
+    save_every: int = 1
 
     @property
     def block_nbytes(self) -> int:
         """Bytes of ys in one full block: the size of each buffer of a :class:`BlockPool`."""
         return sum(s.dtype.itemsize * int(np.prod(s.shape)) for s in self._full_block)
 
+    @property
+    def rows(self) -> int:
+        """Output rows of the whole scan: one per step, or per ``save_every`` steps."""
+        return self.length // self.save_every
+
+    @property
+    def block_rows(self) -> int:
+        """Output rows of one full block."""
+        return self.block_size // self.save_every
+
     def out_structs(self, length: int) -> list[jax.ShapeDtypeStruct]:
-        """Shape and dtype of each ys leaf of a block of ``length`` steps."""
+        """Shape and dtype of each ys leaf of a block of ``length`` steps (starting on a row boundary)."""
         if length == self.block_size:
             return self._full_block
-        return [jax.ShapeDtypeStruct((length, *s.shape), s.dtype) for s in jax.tree_util.tree_leaves(self.y_struct)]
+        rows = length // self.save_every
+        return [jax.ShapeDtypeStruct((rows, *s.shape), s.dtype) for s in jax.tree_util.tree_leaves(self.y_struct)]
 
     @functools.cached_property
     def _full_block(self) -> list[jax.ShapeDtypeStruct]:
         leaves = jax.tree_util.tree_leaves(self.y_struct)
-        return [jax.ShapeDtypeStruct((self.block_size, *s.shape), s.dtype) for s in leaves]
+        return [jax.ShapeDtypeStruct((self.block_rows, *s.shape), s.dtype) for s in leaves]
 
     @property
     def block_count(self) -> int:
@@ -162,32 +188,157 @@ def _check_grouping(length: int, block_size: int, unroll: int | bool, reverse: b
         )
 
 
+def _nbytes(tree: Any, skip: int = 0) -> int:
+    """Bytes of one element of every leaf of ``tree`` (its shape past the first ``skip`` axes)."""
+    return sum(
+        np.dtype(leaf.dtype).itemsize * int(np.prod(leaf.shape[skip:], dtype=np.int64))
+        for leaf in jax.tree_util.tree_leaves(tree)
+        if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.extended)
+    )
+
+
+def as_save_every(save_every: Any, length: int) -> int:
+    """``save_every`` as a positive int no larger than ``length``, or an :class:`InputError`."""
+    k = as_count("save_every", save_every, minimum=1)
+    if k > max(length, 1):
+        raise InputError(
+            f"{spell('save_every', k)} keeps no step of a scan of {length} steps (the first kept is step {k - 1}); "
+            f"pass a {spell('save_every')} of at most {spell('length')}"
+        )
+    return k
+
+
 def make_plan(
     f: Callable,
     init: Any,
     xs: Any = None,
     *,
     length: int | None = None,
-    block_size: int = DEFAULT_BLOCK_SIZE,
+    block_size: int | None = None,
     unroll: int | bool = 1,
     reverse: bool = False,
+    save_every: int = 1,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    rows_multiple: int = 1,
 ) -> Plan:
-    """Validate the arguments of a blocked scan, raising :class:`InputError` on any problem."""
+    """Validate the arguments of a blocked scan, raising :class:`InputError` on any problem.
+
+    ``block_size`` counts steps; None sizes blocks by bytes: about ``block_bytes`` of ys
+    (or of xs, if larger) per block, in a whole number of ``rows_multiple`` output rows.
+    """
     n = resolve_length(xs, length)
-    block_size = as_count("block_size", block_size, minimum=1)
+    save_every = as_save_every(save_every, n)
+    if block_size is not None:
+        block_size = as_count("block_size", block_size, minimum=1)
+        if block_size % save_every:
+            good = max(1, block_size // save_every) * save_every
+            raise InputError(
+                f"{spell('block_size', block_size)} must be a multiple of {spell('save_every', save_every)}, so that "
+                f"every block keeps whole rows; pass e.g. {spell('block_size', good)}"
+            )
     unroll = _as_unroll(unroll)
     if not isinstance(reverse, (bool, np.bool_)):
         raise InputError(f"{spell('reverse')} must be True or False, got {reverse!r}")
-    _check_grouping(n, block_size, unroll, bool(reverse))
     check_x64(init=init, xs=xs)
     carry_struct, y_struct = step_shapes(f, init, xs)
+    if block_size is None:
+        u = unroll if not isinstance(unroll, bool) else 1
+        row_bytes = _nbytes(y_struct) * (save_every if _unrolled(unroll) else 1)  # see _thinned_scan
+        block_size = block_steps(
+            row_bytes, block_bytes, save_every=save_every, xs_bytes=_nbytes(xs, 1), unroll=u,
+            rows_multiple=rows_multiple,
+        )  # fmt: skip
+    _check_grouping(n, block_size, unroll, bool(reverse))
     init = jax.tree_util.tree_map(lambda leaf, s: jnp.asarray(leaf, dtype=s.dtype), init, carry_struct)
-    return Plan(f, init, xs, n, block_size, unroll, bool(reverse), y_struct)
+    return Plan(f, init, xs, n, block_size, unroll, bool(reverse), y_struct, save_every)
+
+
+def resize(plan: Plan, block_size: int) -> Plan:
+    """``plan`` with blocks of ``block_size`` steps, checked as :func:`make_plan` checks them."""
+    _check_grouping(plan.length, block_size, plan.unroll, plan.reverse)
+    return dataclasses.replace(plan, block_size=block_size)
+
+
+def _carry_only(f: Callable) -> Callable:
+    """``f`` keeping only the carry; y stays computed (behind a barrier) but is never stored.
+
+    So XLA sees the step it sees in a full block and makes the same fusion and contraction
+    choices for the carry.
+    """
+
+    def step(carry: Any, x: Any) -> tuple[Any, None]:
+        carry, _ = lax.optimization_barrier(f(carry, x))
+        return carry, None
+
+    return step
+
+
+def _thinned_scan(
+    f: Callable, carry: Any, xs: Any, length: int, unroll: int | bool, reverse: bool, every: int
+) -> tuple[Any, Any]:
+    """``lax.scan(f, carry, xs, length)`` keeping only the ys of steps ``every-1, 2*every-1, ...``.
+
+    An outer scan over the kept rows runs, per row, an inner scan of ``every`` steps that
+    carries the latest y along (so no more than one row of ys ever exists per row); steps
+    after the last kept row only advance the carry. Every step runs exactly as in one long
+    scan, in the same order, so the kept ys and the final carry are its bits.
+
+    Unrolled (``unroll`` > 1), XLA fuses the arithmetic of the steps of one unrolled group
+    differently when their ys are not all stored (measured: a kept y 1 ulp off), so the
+    block runs as one plain scan, storing every y, and keeps every ``every``-th: exact, at
+    the cost of a block's full ys in memory (blocks sized by bytes count them).
+    """
+    if _unrolled(unroll):
+        carry, ys = lax.scan(f, carry, xs, length=length, unroll=unroll, reverse=reverse)
+        kept = (length // every) * every
+        return carry, jax.tree_util.tree_map(lambda y: y[every - 1 : kept : every], ys)
+    rows, rest = divmod(length, every)
+    split = rows * every
+    head = jax.tree_util.tree_map(lambda a: a[:split].reshape(rows, every, *a.shape[1:]), xs)
+    tail = jax.tree_util.tree_map(lambda a: a[split:], xs)
+    y_struct = jax.eval_shape(f, carry, _x0(xs))[1]
+    position = jnp.arange(every, dtype=jnp.int32)
+
+    def inner(state: Any, item: Any) -> tuple[Any, None]:
+        (c, kept), (x, i) = state, item
+        c, y = f(c, x)
+        if reverse:  # the kept step (index every-1 of the row) is the first this row runs
+            y = jax.tree_util.tree_map(lambda new, old: jnp.where(i == every - 1, new, old), y, kept)
+        return (c, y), None
+
+    def row(c: Any, x: Any) -> tuple[Any, Any]:
+        zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), y_struct)
+        (c, y), _ = lax.scan(inner, (c, zeros), (x, position), length=every, unroll=unroll, reverse=reverse)
+        return c, y
+
+    def leftover(c: Any) -> Any:
+        # the steps after the last kept row, run as the rows' steps run (their y carried, then dropped)
+        if not rest:
+            return c
+        zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), y_struct)
+        at = jnp.zeros(rest, dtype=jnp.int32)
+        return lax.scan(inner, (c, zeros), (tail, at), length=rest, unroll=unroll, reverse=reverse)[0][0]
+
+    if reverse:
+        carry = leftover(carry)
+    carry, ys = lax.scan(row, carry, head, length=rows, reverse=reverse)
+    if not reverse:
+        carry = leftover(carry)
+    return carry, ys
+
+
+def _unrolled(unroll: int | bool) -> bool:
+    return unroll is True or (not isinstance(unroll, bool) and unroll > 1)
+
+
+def _x0(xs: Any) -> Any:
+    """An abstract single step's x of ``xs`` (None without xs)."""
+    return None if xs is None else jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), xs)
 
 
 @functools.lru_cache(maxsize=256)
-def _scan_fn(f: Callable, length: int, unroll: int | bool, reverse: bool, into: bool) -> Callable:
-    """One block: ``lax.scan`` itself, returning ``(carry, ys leaves)``.
+def _scan_fn(f: Callable, length: int, unroll: int | bool, reverse: bool, into: bool, every: int = 1) -> Callable:
+    """One block: ``lax.scan`` itself (thinned to every ``every``-th y), returning ``(carry, ys leaves)``.
 
     With ``into``, the ys are written into the donated buffers ``out``: the update
     covers all of ``out``, so XLA drops it and lets the scan's own ys buffer be
@@ -196,7 +347,10 @@ def _scan_fn(f: Callable, length: int, unroll: int | bool, reverse: bool, into: 
     """
 
     def run(carry: Any, xs: Any) -> tuple[Any, list]:
-        carry, ys = lax.scan(f, carry, xs, length=length, unroll=unroll, reverse=reverse)
+        if every == 1:
+            carry, ys = lax.scan(f, carry, xs, length=length, unroll=unroll, reverse=reverse)
+        else:
+            carry, ys = _thinned_scan(f, carry, xs, length, unroll, reverse, every)
         return carry, jax.tree_util.tree_leaves(ys)
 
     def run_into(carry: Any, xs: Any, out: list) -> tuple[Any, list]:
@@ -246,26 +400,24 @@ def _dispatch(plan: Plan, pool: BlockPool, carry: Any, start: int, stop: int) ->
     xs = _block_xs(plan, start, stop)
     lease = pool.acquire() if stop - start == plan.block_size else None  # only full blocks share buffers
     out = pool.buffers(lease, plan.out_structs(stop - start))
+    shape = (plan.f, stop - start, plan.unroll, plan.reverse)
     if out is None:
-        carry, out = _cached(_scan_fn, plan.f, stop - start, plan.unroll, plan.reverse, False)(carry, xs)
+        carry, out = _cached(_scan_fn, *shape, False, plan.save_every)(carry, xs)
     else:
-        carry, out = _cached(_scan_fn, plan.f, stop - start, plan.unroll, plan.reverse, True)(carry, xs, out)
+        carry, out = _cached(_scan_fn, *shape, True, plan.save_every)(carry, xs, out)
     return _Computed(start, stop, out, carry, lease)
 
 
 def _hand_over(plan: Plan, pool: BlockPool, done: _Computed) -> Block:
     hosts = pool.hand_over(done.lease, done.out)
     ys = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(plan.y_struct), hosts)
-    return Block(done.start, done.stop, ys, done.carry, None if done.lease is None else done.lease.release)
+    release = None if done.lease is None else done.lease.release
+    return Block(done.start, done.stop, ys, done.carry, release, save_every=plan.save_every)
 
 
 @functools.lru_cache(maxsize=256)
 def _carry_scan_fn(f: Callable, length: int, unroll: int | bool, reverse: bool) -> Callable:
-    def step(carry: Any, x: Any) -> tuple[Any, None]:
-        # y stays computed (behind the barrier), so XLA sees the step it sees in the full block and
-        # makes the same fusion and contraction choices for the carry; it is just never stored
-        carry, _ = lax.optimization_barrier(f(carry, x))
-        return carry, None
+    step = _carry_only(f)
 
     def run(carry: Any, xs: Any) -> Any:
         return lax.scan(step, carry, xs, length=length, unroll=unroll, reverse=reverse)[0]
@@ -284,9 +436,13 @@ def carry_pass(plan: Plan, *, carry: Any = None, first_block: int = 0) -> Iterat
     """
     carry = plan.init if carry is None else carry
     for start, stop in plan.bounds(first_block):
-        carry = _cached(_carry_scan_fn, plan.f, stop - start, plan.unroll, plan.reverse)(
-            carry, _block_xs(plan, start, stop)
-        )
+        xs = _block_xs(plan, start, stop)
+        if plan.save_every == 1:
+            carry = _cached(_carry_scan_fn, plan.f, stop - start, plan.unroll, plan.reverse)(carry, xs)
+        else:  # the block function itself (its kept rows are few): the carry has its bits by construction
+            carry = _cached(_scan_fn, plan.f, stop - start, plan.unroll, plan.reverse, False, plan.save_every)(
+                carry, xs
+            )[0]
         yield start, stop, carry
 
 
@@ -336,9 +492,10 @@ def iter_blocks(
     xs: Any = None,
     *,
     length: int | None = None,
-    block_size: int = DEFAULT_BLOCK_SIZE,
+    block_size: int | None = None,
     unroll: int | bool = 1,
     reverse: bool = False,
+    save_every: int = 1,
 ) -> Iterator[Block]:
     """Run ``lax.scan(f, init, xs, length, unroll=unroll, reverse=reverse)`` block by block.
 
@@ -349,8 +506,14 @@ def iter_blocks(
     block's ``carry``, gives bit for bit what one ``lax.scan`` over the whole length
     gives (with ``unroll`` > 1, block sizes that would regroup the unrolled steps are
     refused). Arguments are checked now, not at the first ``next()``.
+
+    ``block_size`` counts steps; by default blocks hold about ``DEFAULT_BLOCK_BYTES`` of
+    ys, whatever one step outputs. ``save_every=k`` keeps only the ys of steps
+    ``k-1, 2k-1, ...`` (``lax.scan(...)[1][k-1::k]``): every step still runs.
     """
-    plan = make_plan(f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse)
+    plan = make_plan(
+        f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every
+    )
     return run_plan(plan)
 
 
@@ -360,24 +523,29 @@ def scan(
     xs: Any = None,
     *,
     length: int | None = None,
-    block_size: int = DEFAULT_BLOCK_SIZE,
+    block_size: int | None = None,
     unroll: int | bool = 1,
     reverse: bool = False,
+    save_every: int = 1,
 ) -> tuple[Any, Any]:
     """Blocked ``lax.scan`` returning ``(carry, ys)`` with ``ys`` assembled in host memory.
 
     The result equals ``jax.lax.scan`` bit for bit; use it when the output fits in RAM
-    but one device-side scan of the whole length would not compile or fit.
+    but one device-side scan of the whole length would not compile or fit. With
+    ``save_every=k`` it is ``lax.scan(...)[1][k-1::k]`` and the carry after every step.
     """
-    plan = make_plan(f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse)
+    plan = make_plan(
+        f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every
+    )
 
     def empty(s: jax.ShapeDtypeStruct) -> np.ndarray:
-        return np.empty((plan.length, *s.shape), dtype=s.dtype)
+        return np.empty((plan.rows, *s.shape), dtype=s.dtype)
 
     ys = jax.tree_util.tree_map(empty, plan.y_struct)
     carry = plan.init
     for block in run_plan(plan):
-        jax.tree_util.tree_map(lambda out, y, b=block: out.__setitem__(slice(b.start, b.stop), y), ys, block.ys)
+        rows = slice(block.rows.start, block.rows.stop)
+        jax.tree_util.tree_map(lambda out, y, rows=rows: out.__setitem__(rows, y), ys, block.ys)
         carry = block.carry
         block.release()
     return carry, ys
