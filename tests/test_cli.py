@@ -298,7 +298,7 @@ def test_info_of_an_output_written_from_python(tmp_path, capsys):
     assert run_cli("info", tmp_path / "out.zarr") == 0
     text = capsys.readouterr().out
     assert "10 of 10 steps committed" in text and "recipe: " in text and "step" in text
-    assert "y: shape (10,) float64 chunks (4,)" in text
+    assert "y: shape (10,) float64 dims ('step',) chunks (4,)" in text
 
 
 def prefix_step(c, _):
@@ -376,7 +376,7 @@ def test_summary_of_a_resumed_and_of_a_finished_run():
         "x": {"shape": [300], "dtype": "float64", "stored_bytes": 1200},
         "v": {"shape": [300, 2], "dtype": "float32", "stored_bytes": 800},
     }
-    info = {"path": "out.zarr", "committed_steps": 300, "arrays": arrays}
+    info = {"path": "out.zarr", "committed_steps": 300, "committed_rows": 300, "save_every": 1, "arrays": arrays}
     # 16 bytes a step (8 + 2 * 4): 200 steps are 3200 bytes in 2 s; 4800 bytes stored in 2000
     assert summary(info, 100, 2.0) == (
         "out.zarr: wrote 200 steps (3.2kB), resumed at step 100, in 2.00 s (100 steps/s, 1.6kB/s); "

@@ -175,8 +175,8 @@ def interrupted(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("change", "fields"),
     [
-        ({"block_size": 1024}, ["block_size", "chunk"]),
-        ({"chunk_size": 256}, ["chunk"]),
+        ({"block_size": 1024}, ["block_size", "chunk", "chunks.level", "chunks.pair"]),
+        ({"chunk_size": 256}, ["chunk", "chunks.level", "chunks.pair"]),
         ({"attrs": {"recipe": "demo", "params": {"ratio": 2.0}}}, ["params.ratio"]),
         ({"codec": "none"}, ["codec"]),
         ({"length": LENGTH - 1, "xs": XS[:-1]}, ["length", "arrays.level", "arrays.pair", "xs"]),
@@ -184,7 +184,7 @@ def interrupted(tmp_path, monkeypatch):
         ({"unroll": 2}, ["unroll"]),
         (
             {"block_size": 1024, "codec": "none", "attrs": {"recipe": "other", "params": {"ratio": 3.0}}},
-            ["block_size", "chunk", "codec", "params.ratio", "recipe"],
+            ["block_size", "chunk", "chunks.level", "chunks.pair", "codec", "params.ratio", "recipe"],
         ),
     ],
 )

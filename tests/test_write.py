@@ -116,7 +116,7 @@ def test_layout_dimension_names_fill_value_and_chunks(tree_out):
     assert group.metadata.zarr_format == 3
     level, triple = group["level"], group["triple"]
     assert level.metadata.dimension_names == ("step",)
-    assert triple.metadata.dimension_names == ("step", "dim_1")
+    assert triple.metadata.dimension_names == ("step", "triple_dim_1")
     assert np.isnan(level.fill_value) and np.isnan(triple.fill_value)
     assert level.chunks == (BLOCK,)
     assert triple.chunks == (BLOCK, 3)
@@ -171,7 +171,7 @@ def test_xarray_opens_without_warnings_with_only_the_outputs(tree_out):
         assert set(ds.data_vars) == {"level", "triple"}
         assert not ds.coords
         assert ds["level"].dims == ("step",)
-        assert ds["triple"].dims == ("step", "dim_1")
+        assert ds["triple"].dims == ("step", "triple_dim_1")
         assert ds.sizes["step"] == N
         assert ds.attrs["recipe"] == "tree"
         assert json.loads(ds.attrs["params"]) == {"k": 1.5, "name": "x"}

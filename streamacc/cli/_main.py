@@ -27,7 +27,6 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .._defaults import DEFAULT_WRITE_BLOCK_SIZE
 from .._errors import (
     InputError,
     NoOutputError,
@@ -48,8 +47,10 @@ from ._parser import (
     _StdoutClosed,
     build_parser,
     check_no_overlap,
+    chunks_option,
     recipe_params,
     storage_options,
+    time_options,
 )
 
 __all__ = ["build_parser", "main", "storage_options"]
@@ -90,28 +91,31 @@ def _committed_steps(out: str, options: dict[str, Any] | None) -> int:
         return 0
 
 
-def summary(info: dict[str, Any], before: int, seconds: float) -> str:
+def summary(info: dict[str, Any], before: int, seconds: float, how: str = "resumed") -> str:
     """The line ``write`` prints on success: steps and bytes written, time, rates, bytes stored, compression.
 
     ``info`` is :func:`streamacc.run.describe_output` of the finished output, ``before``
-    the steps it had committed before this run (resumed), ``seconds`` this run's wall time.
+    the steps it had committed before this run (``how``: resumed or extended), ``seconds``
+    this run's wall time. Bytes count the rows stored (every ``save_every``-th step).
     """
     import numpy as np
 
     arrays = info["arrays"].values()
-    step_bytes = sum(int(np.prod(a["shape"][1:], dtype=np.int64)) * np.dtype(a["dtype"]).itemsize for a in arrays)
+    row_bytes = sum(int(np.prod(a["shape"][1:], dtype=np.int64)) * np.dtype(a["dtype"]).itemsize for a in arrays)
     stored = sum(a["stored_bytes"] for a in arrays)
-    committed = info["committed_steps"]
-    ratio = f"{committed * step_bytes / stored:.2f}x" if stored else "n/a"
-    kept = f"stored {si(stored)}B for {committed} steps (compression {ratio})"
+    committed, rows, every = info["committed_steps"], info["committed_rows"], info["save_every"]
+    ratio = f"{rows * row_bytes / stored:.2f}x" if stored else "n/a"
+    kept = "" if every == 1 else f" ({rows} rows, every {every}th step)"
+    kept = f"stored {si(stored)}B for {committed} steps{kept} (compression {ratio})"
     steps = committed - before
     if steps == 0:
         return f"{info['path']}: nothing to write, all {committed} steps were committed already; {kept}"
     rate = steps / max(seconds, 1e-9)
-    resumed = f", resumed at step {before}," if before else ""
+    out_bytes = (rows - before // every) * row_bytes
+    resumed = f", {how} at step {before}," if before else ""
     return (
-        f"{info['path']}: wrote {steps} steps ({si(steps * step_bytes)}B){resumed} in {seconds:.2f} s "
-        f"({si(rate)} steps/s, {si(rate * step_bytes)}B/s); {kept}"
+        f"{info['path']}: wrote {steps} steps ({si(out_bytes)}B){resumed} in {seconds:.2f} s "
+        f"({si(rate)} steps/s, {si(out_bytes / max(seconds, 1e-9))}B/s); {kept}"
     )
 
 
@@ -121,11 +125,10 @@ def cmd_write(args: argparse.Namespace) -> int:
     recipe = get_recipe(args.recipe)
     options = storage_options(args.storage_option)
     size = None if args.size is None else parse_int(args.size, name=spell("length"), minimum=1)
-    block = (
-        DEFAULT_WRITE_BLOCK_SIZE
-        if args.block_size is None
-        else parse_int(args.block_size, name=spell("block_size"), minimum=1)
-    )
+    block = None if args.block_size is None else parse_int(args.block_size, name=spell("block_size"), minimum=1)
+    every = 1 if args.save_every is None else parse_int(args.save_every, name=spell("save_every"), minimum=1)
+    chunks, time_axis = chunks_option(args.chunks), time_options(args)
+    layout = {"block_size": block, "save_every": every, "chunks": chunks, "time": time_axis}
     if args.codec not in CODECS:
         raise InputError(f"{spell('codec', repr(args.codec))} is unknown; choose one of: {', '.join(CODECS)}")
     params = recipe_params(args, recipe)
@@ -137,31 +140,34 @@ def cmd_write(args: argparse.Namespace) -> int:
     from ..run import cluster_client, describe_output, write
 
     workers = None if args.workers is None else parse_int(args.workers, name=spell("workers"), minimum=1)
-    before = _committed_steps(args.out, options) if args.resume else 0
+    before = _committed_steps(args.out, options) if args.resume or args.extend else 0
     start = time.perf_counter()
     gc.freeze()  # the CLI owns its process: spare the collector the objects that live for the whole run
     with warnings.catch_warnings(record=True) as caught, cluster_client(workers, args.scheduler) as client:
         warnings.simplefilter("always", StreamaccWarning)
-        _write(args, write, job, block, attrs, array_attrs, options, client)
+        _write(args, write, job, layout, attrs, array_attrs, options, client)
     for warning in caught:
         logging.getLogger("streamacc").info("%s", warning.message)
-    _out(summary(describe_output(args.out, storage_options=options), before, time.perf_counter() - start))
+    how = "extended" if args.extend else "resumed"
+    _out(summary(describe_output(args.out, storage_options=options), before, time.perf_counter() - start, how))
     return 0
 
 
-def _write(args: argparse.Namespace, write, job, block: int, attrs: dict, array_attrs: dict, options, client) -> None:
+def _write(args: argparse.Namespace, write, job, layout: dict, attrs: dict, array_attrs: dict, options, client) -> None:
     write(
         args.out,
         job.f,
         job.init,
         job.xs,
         length=job.length,
-        block_size=block,
+        **layout,
         unroll=job.unroll,
         names=job.names,
+        dims=job.dims,
         codec=args.codec,
         overwrite=args.overwrite,
         resume=args.resume,
+        extend=args.extend,
         progress=not args.no_progress,
         attrs=attrs,
         array_attrs=array_attrs,

@@ -13,14 +13,22 @@ import re
 import sys
 from typing import Any, NoReturn
 
-from .._defaults import DEFAULT_CODEC, DEFAULT_WRITE_BLOCK_SIZE
+from .._defaults import DEFAULT_CODEC, DEFAULT_WRITE_BLOCK_BYTES, DEFAULT_WRITE_BLOCK_SIZE
 from .._errors import InputError, spell
 from .._version import __version__
 from ..recipes import Recipe, option, refusal
 from ..store import CODECS
 from ._expr import parse_int, parse_number
 
-__all__ = ["UsageError", "build_parser", "check_no_overlap", "recipe_params", "storage_options"]
+__all__ = [
+    "UsageError",
+    "build_parser",
+    "check_no_overlap",
+    "chunks_option",
+    "recipe_params",
+    "storage_options",
+    "time_options",
+]
 
 
 class UsageError(Exception):
@@ -128,12 +136,41 @@ def _add_write(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--recipe", default="gp", help="recipe name (default gp; see `streamacc recipes`)")
     w.add_argument("--dtype", default="float64", help="float64 (default) or float32")
     w.add_argument(
-        "--block-size", default=None, help=f"steps per block, e.g. '2**22' (default {DEFAULT_WRITE_BLOCK_SIZE})"
+        "--block-size",
+        default=None,
+        help=f"steps per block, e.g. '2**22' (default: about {DEFAULT_WRITE_BLOCK_BYTES // 2**20} MiB of output per "
+        f"block whatever one step outputs, {DEFAULT_WRITE_BLOCK_SIZE} steps of a float64 series)",
+    )
+    w.add_argument(
+        "--chunks",
+        default=None,
+        metavar="SPEC",
+        help="chunk shape of the output arrays: 'auto' (default: sized in bytes on every axis), N for every axis, "
+        "N,M,... one per axis (-1 for a whole axis), or by dimension name, e.g. 'step=4096,path=-1'",
+    )
+    w.add_argument(
+        "--save-every",
+        default=None,
+        metavar="K",
+        help="keep every K-th step: the scan runs every step and stores steps K-1, 2K-1, ... (default 1, all)",
+    )
+    w.add_argument("--time-step", default=None, metavar="DT", help="the time one step takes, for a time coordinate")
+    w.add_argument("--time-start", default=None, metavar="T0", help="the time of step 0 (default 0; needs --time-step)")
+    w.add_argument(
+        "--time-units",
+        default=None,
+        metavar="UNITS",
+        help="units of --time-step and --time-start, e.g. s, or 'seconds since 2000-01-01' for dates (CF)",
     )
     w.add_argument("--codec", default=DEFAULT_CODEC, help=f"one of {', '.join(CODECS)} (default {DEFAULT_CODEC})")
     mode = w.add_mutually_exclusive_group()
     mode.add_argument("--overwrite", action="store_true", help="replace an existing output")
     mode.add_argument("--resume", action="store_true", help="continue an interrupted run with the same settings")
+    mode.add_argument(
+        "--extend",
+        action="store_true",
+        help="continue a finished run to a longer --size, as one run of that length would have written it",
+    )
     w.add_argument("--no-progress", action="store_true", help="no progress bar")
     where = w.add_mutually_exclusive_group()
     where.add_argument(
@@ -177,6 +214,45 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--blocks", default="all", help="'all' (default) or N, the number of blocks to check")
     _add_common(sub.add_parser("recipes", help="list recipes and their parameters"), top=False)
     return parser
+
+
+def chunks_option(text: str | None) -> Any:
+    """``--chunks SPEC`` as ``chunks=`` takes it: None/'auto', an int, a tuple, or a dict by dimension name."""
+    if text is None or text.strip() == "auto":
+        return None
+    parts = [part.strip() for part in text.split(",")]
+
+    def entry(value: str) -> Any:
+        value = value.strip()
+        return "auto" if value == "auto" else parse_int(value, name="--chunks", minimum=-1)
+
+    if all("=" in part for part in parts):
+        pairs = [part.partition("=") for part in parts]
+        if any(not name.strip() for name, _, _ in pairs):
+            raise InputError(f"--chunks {text!r} names no dimension; pass e.g. --chunks step=4096,path=-1")
+        return {name.strip(): entry(value) for name, _, value in pairs}
+    if any("=" in part for part in parts) or not all(parts):
+        raise InputError(
+            f"--chunks {text!r} mixes forms or has an empty entry; pass N, N,M,... or DIM=N,DIM=M, e.g. "
+            "--chunks step=4096,path=-1"
+        )
+    values = [entry(part) for part in parts]
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def time_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``--time-step``, ``--time-start`` and ``--time-units`` as ``time=`` takes them (None without --time-step)."""
+    if args.time_step is None:
+        if args.time_start is not None or args.time_units is not None:
+            raise InputError("--time-start and --time-units need --time-step, the time one step takes; pass e.g. "
+                             "--time-step 0.001")  # fmt: skip
+        return None
+    time: dict[str, Any] = {"step": parse_number(args.time_step, name="--time-step")}
+    if args.time_start is not None:
+        time["start"] = parse_number(args.time_start, name="--time-start")
+    if args.time_units is not None:
+        time["units"] = args.time_units
+    return time
 
 
 def recipe_params(args: argparse.Namespace, recipe: Recipe) -> dict[str, Any]:

@@ -79,6 +79,8 @@ class Job:
         names: the output array name(s), one per leaf of ``y``.
         unroll: the ``lax.scan`` unroll the recipe recommends (part of the result's identity).
         attrs: JSON-serialisable metadata ``{'recipe', 'params', 'description', 'units'}``.
+        dims: the names of the axes after ``step`` of each output that has any
+            (``{"x": ["path"]}`` for an ensemble), or None.
     """
 
     f: Callable
@@ -88,6 +90,7 @@ class Job:
     names: tuple[str, ...]
     unroll: int
     attrs: dict
+    dims: dict[str, list[str]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -57,12 +57,11 @@ time whatever this is: the one it computes and the one it writes."""
 
 @dataclasses.dataclass(frozen=True)
 class SinkSpec:
-    """How a worker reaches the output: a path or URL, its storage options, the arrays and their chunking."""
+    """How a worker reaches the output: a path or URL, its storage options and the arrays."""
 
     location: str
     storage_options: str  # JSON text, so that the spec is hashable and each worker opens the store once a run
     names: tuple[str, ...]
-    chunk: int
     fsync: bool
     run: str  # a token per run: a worker reuses an opened sink within a run only
 
@@ -71,7 +70,7 @@ class SinkSpec:
         target = output.target
         options = json.dumps(getattr(target, "storage_options", None), sort_keys=True)
         names = tuple(output.spec.names)
-        return cls(cls.location_of(target), options, names, output.spec.chunk, target.fsync, secrets.token_hex(8))
+        return cls(cls.location_of(target), options, names, target.fsync, secrets.token_hex(8))
 
     @staticmethod
     def location_of(target: Target) -> str:
@@ -91,7 +90,7 @@ def _open_sink(spec: SinkSpec) -> ZarrSink:
     """The sink of ``spec`` in this worker process, opened once a run and reused by its later tasks."""
     target: Target = open_target(spec.location, storage_options=json.loads(spec.storage_options))
     target.fsync = spec.fsync
-    return ZarrSink.open(target, list(spec.names), spec.chunk)
+    return ZarrSink.open(target, list(spec.names))
 
 
 WRITE_AHEAD = 1

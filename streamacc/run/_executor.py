@@ -39,7 +39,7 @@ def write_block(
     """Write one computed block durably, give its buffer back, and describe it for its commit."""
     leaves = jax.tree_util.tree_leaves(block.ys)
     nbytes = sum(y.nbytes for y in leaves)
-    crcs, stored = sink.write(block.start, block.stop, dict(zip(names, leaves, strict=True)))
+    crcs, stored = sink.write(block.rows.start, block.rows.stop, dict(zip(names, leaves, strict=True)))
     block.release()  # durable: its buffer may take a later block
     return BlockResult(index, block.start, block.stop, carry_in, carry_out, crcs, nbytes, stored)
 

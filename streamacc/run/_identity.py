@@ -43,8 +43,22 @@ def _describe_xs(xs: Any) -> list[str]:
     return [one(leaf) for leaf in jax.tree_util.tree_leaves(xs)]
 
 
-def run_identity(plan: Plan, *, arrays: dict[str, Any], codec: str, chunk: int, attrs: dict) -> dict[str, Any]:
-    """The JSON-ready identity of a write: function, inputs, layout, codec and versions."""
+def run_identity(
+    plan: Plan,
+    *,
+    arrays: dict[str, Any],
+    codec: str,
+    chunks: dict[str, tuple[int, ...]],
+    attrs: dict,
+    dims: dict | None = None,
+    time: dict | None = None,
+) -> dict[str, Any]:
+    """The JSON-ready identity of a write: function, inputs, layout, codec and versions.
+
+    ``chunks`` are the arrays' chunk shapes before they are capped at a short output's
+    length (so that they do not depend on it); ``chunk`` repeats the first one's rows
+    along ``step``, as streamacc 0.2.0 recorded it. ``dims`` and ``time`` are as asked.
+    """
     return {
         "function": describe_function(plan.f),
         "recipe": attrs.get("recipe"),
@@ -53,7 +67,11 @@ def run_identity(plan: Plan, *, arrays: dict[str, Any], codec: str, chunk: int, 
         "xs": _describe_xs(plan.xs),
         "length": plan.length,
         "block_size": plan.block_size,
-        "chunk": chunk,
+        "chunk": next(iter(chunks.values()))[0] if chunks else plan.block_rows,
+        "chunks": {name: list(shape) for name, shape in chunks.items()},
+        "save_every": plan.save_every,
+        "dims": None if dims is None else {name: list(names) for name, names in dims.items()},
+        "time": time,
         "unroll": plan.unroll,
         "reverse": plan.reverse,
         "codec": codec,

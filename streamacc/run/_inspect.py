@@ -10,28 +10,48 @@ from typing import Any
 
 import numpy as np
 
+from .._defaults import DEFAULT_INFLIGHT
 from .._errors import VerifyError
+from ..engine import pool_size
 from ..store import ZarrSink, open_target
 from ._verify import VerifyReport, load_manifest, plan_for, verify_plan
 
-__all__ = ["describe_output", "format_description", "verify_recipe_output"]
+__all__ = ["describe_output", "format_description", "memory_estimate", "verify_recipe_output"]
+
+
+def memory_estimate(block_bytes: int, chunk_bytes: int, inflight: int = DEFAULT_INFLIGHT) -> dict[str, int]:
+    """The memory a local ``write`` of blocks of ``block_bytes`` takes beyond the interpreter and JAX.
+
+    The engine computes into a fixed pool of block buffers (``inflight`` blocks being written
+    plus two the engine holds), and each of the ``inflight`` writer threads encodes into a
+    buffer as large as one chunk and assembles a partial or split chunk in another.
+    """
+    blocks = pool_size(inflight) * block_bytes
+    encoders = inflight * 2 * chunk_bytes
+    return {"block_bytes": block_bytes, "pool_blocks": pool_size(inflight), "blocks": blocks, "encoders": encoders}
 
 
 def describe_output(store: Any, *, storage_options: dict | None = None) -> dict[str, Any]:
-    """A summary of an output: arrays, codec, compression, recipe, committed steps (read-only)."""
+    """A summary of an output: arrays, layout, codec, compression, memory, recipe, committed steps (read-only)."""
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)
     ident = manifest.identity
-    sink = ZarrSink.open(target, list(ident["arrays"]), ident["chunk"])
-    stored_bytes = sink.stored_bytes(manifest.span())
-    arrays = {}
+    every = ident.get("save_every", 1)
+    sink = ZarrSink.open(target, list(ident["arrays"]))
+    first, last = manifest.rows()
+    stored_bytes = sink.stored_bytes((first, last))
+    block_rows = ident["block_size"] // every
+    arrays, block_bytes, chunk_bytes = {}, 0, 0
     for name, arr in sink.arrays.items():
         row_bytes = int(np.prod(arr.shape[1:], dtype=np.int64)) * arr.dtype.itemsize
-        written = manifest.committed_steps * row_bytes
+        block_bytes += block_rows * row_bytes
+        chunk_bytes = max(chunk_bytes, int(np.prod(arr.chunks, dtype=np.int64)) * arr.dtype.itemsize)
+        written = (last - first) * row_bytes
         stored = stored_bytes[name]
         arrays[name] = {
             "shape": list(arr.shape),
             "dtype": str(arr.dtype),
+            "dims": list(arr.metadata.dimension_names or ()),
             "chunks": list(arr.chunks),
             "codec": ident["codec"],
             "stored_bytes": stored,
@@ -44,27 +64,44 @@ def describe_output(store: Any, *, storage_options: dict | None = None) -> dict[
         "params": ident.get("params"),
         "function": ident["function"],
         "block_size": ident["block_size"],
+        "save_every": every,
+        "time": ident.get("time"),
         "unroll": ident["unroll"],
+        "memory": memory_estimate(block_bytes, chunk_bytes),
         "committed_steps": manifest.committed_steps,
+        "committed_rows": last - first,
         "total_steps": ident["length"],
         "complete": manifest.complete,
         "versions": ident["versions"],
     }
 
 
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.1f} MiB"
+
+
 def format_description(info: dict[str, Any]) -> str:
     """``describe_output`` as the lines ``streamacc info`` prints."""
     state = "complete" if info["complete"] else "incomplete (continue with --resume)"
+    mem = info["memory"]
+    every = info["save_every"]
+    kept = "every step" if every == 1 else f"every {every}th step (steps {every - 1}, {2 * every - 1}, ...)"
     lines = [
         f"{info['path']}: {info['committed_steps']} of {info['total_steps']} steps committed, {state}",
         f"  recipe: {info['recipe'] or info['function']}  params: {info['params']}",
-        f"  block size: {info['block_size']}  unroll: {info['unroll']}  versions: {info['versions']}",
+        f"  block size: {info['block_size']} steps ({_mib(mem['block_bytes'])} of output)  keeps: {kept}  "
+        f"unroll: {info['unroll']}  versions: {info['versions']}",
+        f"  memory to write it: {mem['pool_blocks']} block buffers x {_mib(mem['block_bytes'])} = "
+        f"{_mib(mem['blocks'])}, encoders {_mib(mem['encoders'])} (beyond Python and JAX)",
     ]
+    if info["time"]:
+        t = info["time"]
+        lines.append(f"  time: step s at {t['start']!r} + s * {t['step']!r} {t['units']}".rstrip())
     for name, a in info["arrays"].items():
         ratio = "n/a" if a["compression_ratio"] is None else f"{a['compression_ratio']}x"
         lines.append(
-            f"  {name}: shape {tuple(a['shape'])} {a['dtype']} chunks {tuple(a['chunks'])} codec {a['codec']} "
-            f"stored {a['stored_bytes']} bytes (compression {ratio})"
+            f"  {name}: shape {tuple(a['shape'])} {a['dtype']} dims {tuple(a['dims'])} chunks {tuple(a['chunks'])} "
+            f"codec {a['codec']} stored {a['stored_bytes']} bytes (compression {ratio})"
         )
     return "\n".join(lines)
 

@@ -14,6 +14,7 @@ text in one attribute), so every Zarr reader sees a normal hierarchy.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import json
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import NoOutputError, ResumeError, VerifyError, spell
-from ..engine import HostLeaf, block_count, committed_span
+from ..engine import HostLeaf, block_count, committed_span, rows_in
 from ..store import BOOKKEEPING, Target
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "group_node",
     "identity_differences",
     "node_attribute",
+    "upgrade_identity",
 ]
 
 FORMAT = "streamacc-manifest/2"
@@ -42,6 +44,25 @@ MANIFEST_KEY = f"{BOOKKEEPING}/zarr.json"
 LEGACY_MANIFEST_KEY = f"{BOOKKEEPING}/manifest.json"  # format 1, streamacc 0.1
 MANIFEST_ATTR = "streamacc_manifest"
 RECORDS_ATTR = "streamacc_records"
+
+LEGACY_FIELDS: dict[str, Any] = {"save_every": 1, "dims": None, "time": None}
+"""Identity fields added after streamacc 0.2.0, with the value an identity without them means."""
+
+
+def upgrade_identity(identity: Any) -> Any:
+    """A stored identity in this version's form: each field added since 0.2.0 with the value its absence meant.
+
+    An output written by 0.2.0 then compares equal to the same run today, so that it
+    resumes and verifies (its chunks: ``chunk`` rows of whole trailing axes). Anything
+    that is not a readable identity is returned as it is, for the manifest's checks.
+    """
+    if not isinstance(identity, dict):
+        return identity
+    out = {**LEGACY_FIELDS, **identity}
+    if "chunks" not in out:
+        with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
+            out["chunks"] = {name: [out["chunk"], *shape[1:]] for name, (_, shape) in out["arrays"].items()}
+    return out
 
 
 def group_node(attributes: dict[str, Any]) -> bytes:
@@ -109,6 +130,7 @@ class Manifest:
             if doc.pop("format") != FORMAT:
                 raise ValueError("unknown format")
             manifest = cls(**doc)
+            manifest.identity = upgrade_identity(manifest.identity)
             if manifest.carry is not None:
                 decode_leaves(manifest.carry)
         except (ValueError, KeyError, TypeError, AttributeError):
@@ -127,6 +149,10 @@ class Manifest:
         ident = self.identity
         count = self.committed_blocks if blocks is None else blocks
         return committed_span(ident["length"], ident["block_size"], ident["reverse"], count, ident["unroll"])
+
+    def rows(self, blocks: int | None = None) -> tuple[int, int]:
+        """The output rows the first ``blocks`` committed blocks (default: all committed) fill."""
+        return rows_in(*self.span(blocks), self.identity.get("save_every", 1))
 
     def inconsistency(self) -> str | None:
         """Why this manifest contradicts itself, or None when its counts agree with its layout."""

@@ -20,6 +20,7 @@ from typing import Any
 from .._errors import OutputExistsError, ResumeError, spell
 from ..engine import HostLeaf
 from ..store import LEASE_KEY, PARTIAL_SUFFIXES, ArraySpec, Target, ZarrSink, progress_attrs
+from ._extend import extend_manifest, finish_extension, nothing_to_extend
 from ._manifest import (
     LEGACY_MANIFEST_KEY,
     MANIFEST_ATTR,
@@ -47,7 +48,8 @@ class OutputSpec:
 
     identity: dict[str, Any]
     arrays: dict[str, ArraySpec]
-    chunk: int
+    chunks: dict[str, tuple[int, ...]]
+    dims: dict[str, tuple[str, ...]]
     codec: str
     attrs: dict[str, Any]
     array_attrs: dict[str, dict]
@@ -180,7 +182,13 @@ def _create(target: Target, spec: OutputSpec, init: list[HostLeaf], ledger: Ledg
     if not set(target.list_keys()) <= keep:
         target.clear(keep)
     sink = ZarrSink.create(
-        target, spec.arrays, chunk=spec.chunk, codec=spec.codec, attrs=spec.attrs, array_attrs=spec.array_attrs
+        target,
+        spec.arrays,
+        chunks=spec.chunks,
+        dims=spec.dims,
+        codec=spec.codec,
+        attrs=spec.attrs,
+        array_attrs=spec.array_attrs,
     )
     target.make_durable([f"{name}/zarr.json" for name in spec.arrays])
     manifest.arrays = {name: doc for name, doc in sink.documents().items() if doc is not None}
@@ -198,16 +206,20 @@ def open_output(
     init: list[HostLeaf],
     check_resumable: Callable[[Output], None],
 ) -> Output:
-    """Open ``target`` for a run of ``spec`` (``mode`` 'new', 'overwrite' or 'resume'); the lock is held.
+    """Open ``target`` for a run of ``spec`` (``mode`` 'new', 'overwrite', 'resume' or 'extend'); the lock is held.
 
     A resumed output is checked before anything is written: same run, a self-consistent
     manifest, safe contents, and ``check_resumable`` (which recomputes the last committed
-    block). Resuming an output whose run never committed a block starts it afresh.
+    block). Resuming an output whose run never committed a block starts it afresh. An
+    extended output (a finished run, to a longer length) becomes the longer run's, with
+    every block but the last kept (see ``_extend``), and then resumes.
     """
     state = probe(target)
     ledger = Ledger(target)
     overwrite, resume = spell("overwrite", True), spell("resume", True)
     if state == "empty":
+        if mode == "extend":
+            raise nothing_to_extend(target.label)
         return _create(target, spec, init, ledger)
     if mode == "new":
         raise OutputExistsError(
@@ -217,7 +229,7 @@ def open_output(
         what = "will not delete it" if mode == "overwrite" else "cannot continue it"
         raise (OutputExistsError if mode == "overwrite" else ResumeError)(
             f"{target.label} exists and is not a streamacc output (it has no readable streamacc manifest), so "
-            f"{overwrite if mode == 'overwrite' else resume} {what}; choose another output path, or remove it yourself"
+            f"{spell(mode, True)} {what}; choose another output path, or remove it yourself"
         )
     target.check_contents()
     if mode == "overwrite":
@@ -226,6 +238,11 @@ def open_output(
         ledger.load()  # raises the legacy message
     manifest = ledger.load()
     assert manifest is not None
+    if mode == "extend" and manifest.length != spec.identity["length"]:
+        extended = extend_manifest(target, spec.identity, manifest, spec.total_blocks)
+        if extended is None:
+            return _create(target, spec, init, ledger)  # the stored run was a single block: nothing to keep
+        manifest = extended
     require_same_run(manifest, spec.identity, target.label)
     problem = manifest.inconsistency()
     if problem is not None:
@@ -233,11 +250,12 @@ def open_output(
             f"cannot resume {target.label}: its manifest contradicts itself ({problem}); its data cannot be trusted: "
             f"check it with `streamacc verify` or start afresh with {overwrite}"
         )
+    finish_extension(target, manifest)
     removed = target.clean_partials()
     if removed:
         log.info("removed %d temp file(s) left by an interrupted run", len(removed))
     if manifest.committed_blocks == 0:
         return _create(target, spec, init, ledger)  # killed before its first commit: the arrays may be half made
-    output = Output(target, spec, manifest, ZarrSink.open(target, spec.names, spec.chunk))
+    output = Output(target, spec, manifest, ZarrSink.open(target, spec.names))
     check_resumable(output)
     return output

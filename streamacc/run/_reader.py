@@ -3,14 +3,15 @@
 A run still writing, or one that was killed, has chunks past its last commit that any
 plain Zarr reader would show as data. This reader takes the manifest's committed span at
 the moment it opens and returns exactly those steps, lazily (dask), with a ``step``
-coordinate that costs no memory whatever the length.
+coordinate that costs no memory whatever the length (the steps whose output each row
+holds: every step, or every ``save_every``-th), and a ``time`` coordinate beside it
+where the run has a time axis. Both select by label (``sel``, ``.loc``, slices, ``where``
+with ``drop=True``, ``concat`` along ``step``) by arithmetic; see ``_index``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from .._errors import InputError
 from ..store import open_target, progress_attrs
@@ -33,15 +34,17 @@ def open(store: Any, *, storage_options: dict | None = None, chunks: Any = "auto
     """
     try:
         import xarray as xr
-        from xarray.indexes import RangeIndex
+
+        from ._index import StepIndex
     except ImportError:
         raise InputError("streamacc.open needs xarray: pip install 'streamacc[xarray]'") from None
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)
-    start, stop = manifest.span()
-    names = list(manifest.identity["arrays"])
-    ds = xr.open_zarr(target.store, consolidated=False, chunks=chunks)[names].isel(step=slice(start, stop))
-    steps = RangeIndex.arange(start, stop, 1, dim="step", dtype=np.dtype(np.int64))
-    ds = ds.assign_coords(xr.Coordinates.from_xindex(steps))
-    ds.attrs.update(progress_attrs((start, stop), manifest.length, manifest.complete))
+    ident = manifest.identity
+    first, last = manifest.rows()
+    names = list(ident["arrays"])
+    ds = xr.open_zarr(target.store, consolidated=False, chunks=chunks)[names].isel(step=slice(first, last))
+    index = StepIndex.for_rows(first, last, ident.get("save_every", 1), ident.get("time"))
+    ds = ds.assign_coords(xr.Coordinates.from_xindex(index))
+    ds.attrs.update(progress_attrs(manifest.span(), manifest.length, manifest.complete))
     return ds

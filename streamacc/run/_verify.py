@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from .._errors import InputError, NoOutputError, ResumeError, VerifyError, spell
-from ..engine import Plan, compute_block, from_host, make_plan, same_leaves, to_host
+from ..engine import Plan, compute_block, from_host, make_plan, rows_in, same_leaves, to_host
 from ..store import Target, ZarrSink, array_document, open_target, stored_crc32c
 from ._identity import describe_function
 from ._manifest import Ledger, Manifest, decode_leaves
@@ -107,7 +107,7 @@ class Checker:
     def sink(self) -> ZarrSink:
         if self._sink is None:
             names = list(self.manifest.identity["arrays"])
-            self._sink = ZarrSink.open(self.target, names, self.manifest.identity["chunk"])
+            self._sink = ZarrSink.open(self.target, names)
         return self._sink
 
     def chunks_present(self) -> None:
@@ -116,8 +116,9 @@ class Checker:
         bounds = self.plan.bounds()
         for k in range(self.manifest.committed_blocks):
             start, stop = next(bounds)
+            rows = rows_in(start, stop, self.plan.save_every)
             for name in self.sink.arrays:
-                missing = [key for key in self.sink.chunk_keys(name, start, stop) if key not in stored[name]]
+                missing = [key for key in self.sink.chunk_keys(name, *rows) if key not in stored[name]]
                 if missing:
                     raise self.bad_block(k, start, stop, f"chunk {missing[0]} is missing")
 
@@ -129,8 +130,9 @@ class Checker:
             raise self.bad_block(
                 k, rec.start, rec.stop, f"its record says steps {rec.start}-{rec.stop}, the layout {bounds}"
             )
+        rows = rows_in(rec.start, rec.stop, self.plan.save_every)
         for name in self.sink.arrays:
-            keys, recorded = self.sink.chunk_keys(name, rec.start, rec.stop), rec.crc32c.get(name, [])
+            keys, recorded = self.sink.chunk_keys(name, *rows), rec.crc32c.get(name, [])
             if len(recorded) != len(keys):
                 what = f"its record has {len(recorded)} checksums for the {len(keys)} chunks of {name!r}"
                 raise self.bad_block(k, rec.start, rec.stop, what)
@@ -142,7 +144,7 @@ class Checker:
                     what = f"the stored bytes of chunk {key} do not match their checksum (corrupted chunk)"
                     raise self.bad_block(k, rec.start, rec.stop, what)
         try:
-            stored = self.sink.read(rec.start, rec.stop)
+            stored = self.sink.read(*rows)
         except Exception as exc:  # a damaged compressed chunk fails in its codec, with the codec's own error
             what = f"its chunks cannot be decoded ({type(exc).__name__}: {' '.join(str(exc).split())})"
             raise self.bad_block(k, rec.start, rec.stop, what) from None
@@ -206,6 +208,7 @@ def plan_for(manifest: Manifest, f: Callable, init: Any, xs: Any) -> Plan:
         block_size=ident["block_size"],
         unroll=ident["unroll"],
         reverse=ident["reverse"],
+        save_every=ident["save_every"],
     )
 
 

@@ -18,15 +18,17 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_SIZE
+from .._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_BYTES
 from .._errors import InputError, StoreError, StreamaccWarning, spell
 from .._version import __version__
 from ..engine import MAX_LENGTH, Plan, as_count, from_host, make_plan, to_host
 from ..store import compressors_for, describe_store_failure, is_store_failure, open_target
+from ._arrays import STEP, array_dims, chunk_rows, resolve_chunks, stored_chunks
 from ._executor import Executor, LocalExecutor
 from ._identity import run_identity
 from ._output import OutputSpec, open_output
 from ._progress import Progress
+from ._time import check_time, time_attrs
 from ._verify import check_resumable
 
 __all__ = ["output_names", "output_spec", "write"]
@@ -86,17 +88,16 @@ def _check_array_attrs(array_attrs: Mapping | None, names: list[str]) -> dict[st
     return {name: dict(value) for name, value in array_attrs.items()}
 
 
-def _check_chunk(chunk_size: int | None, block_size: int) -> int:
+def _chunks_arg(chunks: Any, chunk_size: int | None) -> Any:
+    """``chunks``, or the older ``chunk_size`` (rows along ``step``) as the same request."""
     if chunk_size is None:
-        return block_size
+        return chunks
+    if chunks is not None:
+        raise InputError(f"{spell('chunk_size')} and {spell('chunks')} exclude each other; pass "
+                         f"{spell('chunks', {STEP: chunk_size})} alone")  # fmt: skip
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
         raise InputError(f"{spell('chunk_size')} must be a positive integer, got {chunk_size!r}")
-    if block_size % chunk_size:
-        raise InputError(
-            f"{spell('chunk_size', chunk_size)} does not divide {spell('block_size', block_size)}; every block "
-            "must cover whole chunks"
-        )
-    return int(chunk_size)
+    return {STEP: int(chunk_size)}
 
 
 def output_spec(
@@ -104,23 +105,29 @@ def output_spec(
     *,
     names: Sequence[str] | None = None,
     codec: str = DEFAULT_CODEC,
-    chunk_size: int | None = None,
+    chunks: Any = None,
+    dims: Mapping[str, Sequence[str]] | None = None,
     attrs: Mapping[str, Any] | None = None,
     array_attrs: Mapping[str, Mapping[str, Any]] | None = None,
+    time: dict | None = None,
 ) -> OutputSpec:
     """The output a run of ``plan`` must produce (arrays, layout, codec, attributes, identity), checked."""
     names = output_names(plan.y_struct, names)
-    chunk = _check_chunk(chunk_size, plan.block_size)
     compressors_for(codec)
-    attrs = _check_attrs(attrs)
+    attrs = {**_check_attrs(attrs), **time_attrs(time)}
+    if plan.save_every > 1:
+        attrs["streamacc_save_every"] = plan.save_every  # row r holds step r * k + k - 1
     checked_array_attrs = _check_array_attrs(array_attrs, names)
-    specs = {
-        n: ((plan.length, *s.shape), np.dtype(s.dtype))
-        for n, s in zip(names, jax.tree_util.tree_leaves(plan.y_struct), strict=True)
-    }
+    leaves = dict(zip(names, jax.tree_util.tree_leaves(plan.y_struct), strict=True))
+    trailing = {n: tuple(s.shape) for n, s in leaves.items()}
+    dimensions = array_dims(trailing, dims)
+    itemsizes = {n: np.dtype(s.dtype).itemsize for n, s in leaves.items()}
+    chunk_shapes = resolve_chunks(trailing, itemsizes, dimensions, chunks, plan.block_rows)
+    specs = {n: ((plan.rows, *trailing[n]), np.dtype(s.dtype)) for n, s in leaves.items()}
     arrays = {n: [dt.str, list(shape)] for n, (shape, dt) in specs.items()}
-    identity = run_identity(plan, arrays=arrays, codec=codec, chunk=chunk, attrs=attrs)
-    return OutputSpec(identity, specs, chunk, codec, attrs, checked_array_attrs, plan.block_count)
+    asked = None if dims is None else {n: list(dimensions[n][1:]) for n in dims}
+    identity = run_identity(plan, arrays=arrays, codec=codec, chunks=chunk_shapes, attrs=attrs, dims=asked, time=time)
+    return OutputSpec(identity, specs, chunk_shapes, dimensions, codec, attrs, checked_array_attrs, plan.block_count)
 
 
 def _executor_for(client: Any, inflight: int) -> Executor:
@@ -132,6 +139,24 @@ def _executor_for(client: Any, inflight: int) -> Executor:
     return DaskExecutor.for_client(client)
 
 
+def _stored_layout(store: Any, storage_options: dict | None) -> dict[str, Any] | None:
+    """The block size and chunk shapes of the run stored at ``store``, or None where there is none to read.
+
+    A resumed or extended run that leaves ``block_size`` or ``chunks`` to the default takes
+    them from the output, so that a change of the defaults never strands an output.
+    """
+    from ._manifest import Ledger
+
+    try:
+        target = open_target(store, storage_options=storage_options, read_only=True)
+        manifest = Ledger(target).load()
+    except Exception:  # whatever is wrong, opening the output under its lock will say
+        return None
+    if manifest is None or not isinstance(manifest.identity, dict):
+        return None
+    return manifest.identity
+
+
 def write(
     store: Any,
     f: Callable,
@@ -139,17 +164,22 @@ def write(
     xs: Any = None,
     *,
     length: int | None = None,
-    block_size: int = DEFAULT_WRITE_BLOCK_SIZE,
+    block_size: int | None = None,
     unroll: int | bool = 1,
     reverse: bool = False,
     names: Sequence[str] | None = None,
+    dims: Mapping[str, Sequence[str]] | None = None,
+    chunks: Any = None,
+    save_every: int = 1,
     codec: str = DEFAULT_CODEC,
     chunk_size: int | None = None,
     overwrite: bool = False,
     resume: bool = False,
+    extend: bool = False,
     progress: bool = True,
     attrs: Mapping[str, Any] | None = None,
     array_attrs: Mapping[str, Mapping[str, Any]] | None = None,
+    time: Mapping[str, Any] | None = None,
     inflight: int = DEFAULT_INFLIGHT,
     durable: bool = True,
     storage_options: dict | None = None,
@@ -159,27 +189,53 @@ def write(
 
     ``store`` is a local path, an fsspec URL (with ``storage_options``) or a zarr store.
     Each leaf of ``y`` becomes one array (named by ``names``, by dict keys, or ``y``) on
-    dimension ``step``, with ``array_attrs[name]`` as its attributes and ``attrs`` on the
-    group. An existing output is refused unless ``overwrite`` (start afresh) or
-    ``resume`` (continue an interrupted run with identical settings; on a finished run it
-    does nothing and warns). ``durable=False`` skips fsync and exists only to measure its
-    cost. ``client`` (a ``distributed.Client``) runs the blocks on a dask cluster; the
-    bytes written are the same either way. Bad arguments raise before anything is written.
+    dimension ``step`` followed by ``dims[name]`` (default ``{name}_dim_1``, ...), with
+    ``array_attrs[name]`` as its attributes and ``attrs`` on the group.
+
+    Layout: ``block_size`` counts steps; by default a block holds about 32 MiB of ys
+    whatever one step outputs. ``chunks`` follows dask's conventions (an int for every
+    axis, a tuple per axis, a dict by dimension name such as ``{"step": 4096, "x": 512}``;
+    -1 or None for a whole axis; 'auto'); by default chunks are sized in bytes on every
+    axis. ``save_every=k`` keeps the ys of steps ``k-1, 2k-1, ...`` only. ``time`` says
+    what a step means in time (``{"step": dt, "start": t0, "units": "s"}``), for the
+    ``time`` coordinate of :func:`streamacc.open`.
+
+    An existing output is refused unless ``overwrite`` (start afresh), ``resume``
+    (continue an interrupted run with identical settings; on a finished run it does
+    nothing and warns) or ``extend`` (continue a finished run to a longer ``length``, as
+    one run of that length would have written it). ``durable=False`` skips fsync and
+    exists only to measure its cost. ``client`` (a ``distributed.Client``) runs the blocks
+    on a dask cluster; the bytes written are the same either way. Bad arguments raise
+    before anything is written.
     """
-    plan = make_plan(f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse)
+    if sum(map(bool, (overwrite, resume, extend))) > 1:
+        chosen = [spell(n, True) for n, v in (("overwrite", overwrite), ("resume", resume), ("extend", extend)) if v]
+        raise InputError(f"{' and '.join(chosen)} exclude each other; pass one")
+    chunks = _chunks_arg(chunks, chunk_size)
+    time = check_time(time)
+    stored = _stored_layout(store, storage_options) if (resume or extend) else None
+    if stored is not None and block_size is None and stored.get("save_every", 1) == save_every:
+        block_size = stored.get("block_size")
+    rows_multiple = chunk_rows(chunks)
+    plan = make_plan(
+        f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every,
+        block_bytes=DEFAULT_WRITE_BLOCK_BYTES, rows_multiple=rows_multiple,
+    )  # fmt: skip
     if plan.length > MAX_LENGTH:
         raise InputError(
             f"{spell('length', plan.length)} is longer than 2**63 - 1 steps, the most that numpy, dask and xarray "
             "can index; split the run into several outputs"
         )
-    if overwrite and resume:
-        raise InputError(f"{spell('overwrite', True)} and {spell('resume', True)} exclude each other; pass one")
-    spec = output_spec(plan, names=names, codec=codec, chunk_size=chunk_size, attrs=attrs, array_attrs=array_attrs)
+    if stored is not None and chunks is None and plan.block_size == stored.get("block_size"):
+        chunks = stored_chunks(stored, plan.block_rows)
+    spec = output_spec(
+        plan, names=names, codec=codec, chunks=chunks, dims=dims, attrs=attrs, array_attrs=array_attrs, time=time
+    )
     executor = _executor_for(client, as_count("inflight", inflight, minimum=1))
     target = open_target(store, storage_options=storage_options)
     target.fsync = durable
     executor.check(target)
-    mode = "resume" if resume else "overwrite" if overwrite else "new"
+    mode = "resume" if resume else "overwrite" if overwrite else "extend" if extend else "new"
     command = spell(mode, True) if mode != "new" else "another output path"
     with target.lock(command):
         try:

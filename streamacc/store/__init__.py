@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._codecs import CODECS as CODECS, compressors_for as compressors_for
+    from ._codecs import CODECS as CODECS, MAX_CHUNK_BYTES as MAX_CHUNK_BYTES, compressors_for as compressors_for
     from ._files import PARTIAL_SUFFIXES as PARTIAL_SUFFIXES
     from ._sessions import close_store_sessions as close_store_sessions
     from ._storeerrors import describe_store_failure as describe_store_failure, is_store_failure as is_store_failure
@@ -36,16 +36,17 @@ if TYPE_CHECKING:
         ZarrSink as ZarrSink,
         array_document as array_document,
         progress_attrs as progress_attrs,
+        resize_arrays as resize_arrays,
         stored_crc32c as stored_crc32c,
     )
 
 _EXPORTS = {
-    "._codecs": ["CODECS", "compressors_for"],
+    "._codecs": ["CODECS", "MAX_CHUNK_BYTES", "compressors_for"],
     "._files": ["PARTIAL_SUFFIXES"],
     "._sessions": ["close_store_sessions"],
     "._storeerrors": ["describe_store_failure", "is_store_failure"],
     "._target": ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"],
-    "._zarr": ["ArraySpec", "ZarrSink", "array_document", "progress_attrs", "stored_crc32c"],
+    "._zarr": ["ArraySpec", "ZarrSink", "array_document", "progress_attrs", "resize_arrays", "stored_crc32c"],
 }
 __all__ = sorted(name for names in _EXPORTS.values() for name in names)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -7,17 +7,19 @@ compressed bytes once more to append four. Here each writer thread compresses in
 buffer of its own that lives as long as the thread, so steady state allocates nothing,
 and the bytes go to the store in one ``set`` per chunk.
 
-The direct path covers the layouts streamacc writes: a regular chunk grid along the
-first axis, the ``bytes`` codec in native byte order, optionally ``blosc``, optionally
-``crc32c`` last. It calls the same c-blosc function with the same arguments as
-numcodecs, so the stored bytes are those zarr would write. Anything else falls back to
-zarr's own write (``array[start:stop] = data``), which is correct but allocates.
+The direct path covers the layouts streamacc writes: a regular chunk grid (along the
+first axis, and along the trailing axes where one step is large), the ``bytes`` codec in
+native byte order, optionally ``blosc``, optionally ``crc32c`` last. It calls the same
+c-blosc function with the same arguments as numcodecs, so the stored bytes are those
+zarr would write. Anything else falls back to zarr's own write
+(``array[start:stop] = data``), which is correct but allocates.
 """
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
+import itertools
 import struct
 import sys
 import threading
@@ -103,8 +105,6 @@ def _direct_layout(array: zarr.Array) -> tuple[_Blosc | None, bool] | None:
     meta = array.metadata
     if meta.zarr_format != 3 or not isinstance(meta.chunk_grid, RegularChunkGrid) or array.ndim < 1:
         return None
-    if tuple(meta.chunk_grid.chunk_shape[1:]) != tuple(array.shape[1:]):
-        return None  # chunks must split the first axis only, so that a row range is contiguous
     codecs = list(meta.codecs)
     first = codecs.pop(0) if codecs else None
     if not isinstance(first, BytesCodec) or (first.endian is not None and first.endian.value != sys.byteorder):
@@ -127,13 +127,19 @@ def _direct_layout(array: zarr.Array) -> tuple[_Blosc | None, bool] | None:
 class ChunkWriter:
     """Writes row ranges of one Zarr v3 array as whole encoded chunks.
 
+    Rows are split into chunks along the first axis, and each row chunk into the tiles of
+    the trailing axes' chunk grid (one tile when the trailing axes are not split).
     Thread-safe: each thread encodes into a buffer of its own, allocated once (as large
     as one raw chunk plus a few bytes) and reused for every chunk it writes.
     """
 
     def __init__(self, array: zarr.Array) -> None:
         self.array = array
-        self.chunk = int(array.metadata.chunk_grid.chunk_shape[0])
+        self.shape = tuple(int(n) for n in array.metadata.chunk_grid.chunk_shape)
+        self.chunk = self.shape[0]
+        grids = [range(-(-int(n) // c)) for n, c in zip(array.shape[1:], self.shape[1:], strict=True)]
+        self.tiles: list[tuple[int, ...]] = list(itertools.product(*grids))
+        """The chunk indices along the trailing axes, in the order chunks are written (C order)."""
         self._layout = _direct_layout(array)
 
     @property
@@ -141,22 +147,35 @@ class ChunkWriter:
         """Whether chunks are encoded here (True) or by zarr's own write (False)."""
         return self._layout is not None
 
-    def key(self, index: int) -> str:
-        """The store key of chunk ``index`` along the first axis."""
-        name = self.array.metadata.encode_chunk_key((index,) + (0,) * (self.array.ndim - 1))
+    def key(self, index: int | tuple[int, ...]) -> str:
+        """The store key of the chunk at grid ``index`` (a row chunk alone: its first tile)."""
+        if isinstance(index, int):
+            index = (index,) + (0,) * (self.array.ndim - 1)
+        name = self.array.metadata.encode_chunk_key(tuple(index))
         path = self.array.store_path.path
         return f"{path}/{name}" if path else name
 
-    def _full_chunk(self, rows: np.ndarray) -> np.ndarray:
-        """``rows`` as a C-contiguous chunk of full shape, padded with the fill value (the last chunk)."""
-        shape = (self.chunk, *self.array.shape[1:])
-        if rows.shape == shape and rows.flags.c_contiguous:
-            return rows
+    def keys(self, start: int, stop: int) -> list[str]:
+        """The keys of every chunk holding rows ``[start, stop)``, in the order :meth:`write` writes them."""
+        rows = range(start // self.chunk, -(-stop // self.chunk))
+        return [self.key((i, *tile)) for i in rows for tile in self.tiles]
+
+    def _tile(self, rows: np.ndarray, tile: tuple[int, ...]) -> np.ndarray:
+        """The part of ``rows`` in trailing chunk ``tile``, as a C-contiguous chunk of full shape.
+
+        Padded with the fill value where it is smaller (the last row chunk, the edges of
+        the trailing grid).
+        """
+        region = tuple(slice(t * c, (t + 1) * c) for t, c in zip(tile, self.shape[1:], strict=True))
+        part = rows[(slice(None), *region)]
+        if part.shape == self.shape and part.flags.c_contiguous:
+            return part
         dtype = np.dtype(self.array.dtype)
-        nbytes = int(np.prod(shape)) * dtype.itemsize
-        padded = _scratch("pad", nbytes)[:nbytes].view(dtype).reshape(shape)
-        padded[: len(rows)] = rows
-        padded[len(rows) :] = self.array.metadata.fill_value
+        nbytes = int(np.prod(self.shape)) * dtype.itemsize
+        padded = _scratch("pad", nbytes)[:nbytes].view(dtype).reshape(self.shape)
+        if part.shape != self.shape:
+            padded[...] = self.array.metadata.fill_value
+        padded[tuple(slice(0, n) for n in part.shape)] = part
         return padded
 
     def encode(self, chunk: np.ndarray) -> tuple[np.ndarray, int | None]:
@@ -186,26 +205,26 @@ class ChunkWriter:
     def write(self, start: int, data: np.ndarray) -> list[EncodedChunk]:
         """Store rows ``[start, start + len(data))`` as whole chunks; ``start`` must be a chunk boundary.
 
-        ``data`` must end on a chunk boundary too, or at the end of the array.
+        ``data`` must end on a chunk boundary too, or at the end of the array. Chunks are
+        returned in the order of :meth:`keys`.
         """
         stop = start + len(data)
         if start % self.chunk or (stop % self.chunk and stop != self.array.shape[0]):
             raise ValueError(f"rows {start}-{stop} do not cover whole chunks of {self.chunk}")
-        first = start // self.chunk
-        count = -(-len(data) // self.chunk)
+        keys = self.keys(start, stop)
         if self._layout is None or data.dtype != self.array.dtype:
             self.array[start:stop] = data
-            return [EncodedChunk(self.key(first + i), -1, None) for i in range(count)]
+            return [EncodedChunk(key, -1, None) for key in keys]
         store = self.array.store_path.store
         # LocalStore writes the bytes out and FsspecStore copies them before returning; other stores (memory)
         # may keep the buffer itself, which this thread's next chunk overwrites
         keeps_buffer = not isinstance(store, (LocalStore, FsspecStore))
         prototype = default_buffer_prototype()
         written = []
-        for i in range(count):
-            rows = data[i * self.chunk : (i + 1) * self.chunk]
-            encoded, crc = self.encode(self._full_chunk(rows))
-            key = self.key(first + i)
+        chunks = (data[i : i + self.chunk] for i in range(0, len(data), self.chunk))
+        tiles = ((rows, tile) for rows in chunks for tile in self.tiles)
+        for key, (rows, tile) in zip(keys, tiles, strict=True):
+            encoded, crc = self.encode(self._tile(rows, tile))
             sync(store.set(key, prototype.buffer.from_array_like(encoded.copy() if keeps_buffer else encoded)))
             written.append(EncodedChunk(key, encoded.nbytes, crc))
         return written

@@ -15,7 +15,12 @@ from typing import Literal
 from .._defaults import DEFAULT_CODEC
 from .._errors import InputError
 
-__all__ = ["CODECS", "DEFAULT_CODEC", "compressors_for"]
+__all__ = ["CODECS", "DEFAULT_CODEC", "MAX_CHUNK_BYTES", "compressors_for"]
+
+MAX_CHUNK_BYTES = 2**31 - 1 - 16
+"""The largest chunk (uncompressed) c-blosc compresses (its BLOSC_MAX_BUFFERSIZE: INT_MAX
+less its 16-byte header); larger chunks fail with "blosc compression failed". No chunk
+may be larger, whatever the codec, so that changing the codec never breaks a layout."""
 
 
 def _blosc(cname: Literal["lz4", "zstd"], shuffle: Literal["shuffle", "bitshuffle"]) -> Callable[[], list]:

@@ -1,9 +1,9 @@
 """The Zarr sink: one Zarr v3 group per run, one array per output leaf.
 
-Arrays are chunked along ``step`` so that every block covers whole chunks (no
-read-modify-write, no two writers on one chunk), filled with NaN where floating so
-that unwritten steps read as missing, named by dimension for xarray, and carry their
-own metadata (units, description). The root group's attributes tell every reader
+Arrays are chunked so that every block covers whole chunks (no read-modify-write, no
+two writers on one chunk), filled with NaN where floating so that unwritten steps read
+as missing, named by dimension for xarray, and carry their own metadata (units,
+description). The root group's attributes tell every reader
 whether the output is complete and how many steps are committed; its consolidated
 metadata lists only the run's arrays. The sink takes host arrays; it knows nothing of
 JAX.
@@ -29,7 +29,15 @@ from ._chunks import ChunkWriter
 from ._codecs import compressors_for
 from ._target import Target
 
-__all__ = ["ArraySpec", "ZarrSink", "array_document", "netcdf_safe", "progress_attrs", "stored_crc32c"]
+__all__ = [
+    "ArraySpec",
+    "ZarrSink",
+    "array_document",
+    "netcdf_safe",
+    "progress_attrs",
+    "resize_arrays",
+    "stored_crc32c",
+]
 
 ArraySpec = tuple[tuple[int, ...], np.dtype]
 """(shape, dtype) of one output array."""
@@ -116,13 +124,23 @@ def _without_attributes(doc: dict) -> dict:
     return {k: v for k, v in doc.items() if k != "attributes"}
 
 
+def resize_arrays(target: Target, shapes: Mapping[str, tuple[int, ...]]) -> None:
+    """Give the arrays ``shapes`` (only ever longer: no chunk is deleted) and make their metadata durable.
+
+    zarr writes the metadata, so that it is byte for byte what creating the array with that
+    shape writes.
+    """
+    for name, shape in shapes.items():
+        zarr.open_array(target.store, path=name, mode="r+", config=_CONFIG).resize(shape)
+    target.make_durable([f"{name}/zarr.json" for name in shapes])
+
+
 class ZarrSink:
     """Writes blocks of named host arrays into a Zarr group, durably."""
 
-    def __init__(self, target: Target, arrays: dict[str, zarr.Array], chunk: int) -> None:
+    def __init__(self, target: Target, arrays: dict[str, zarr.Array]) -> None:
         self.target = target
         self.arrays = arrays
-        self.chunk = chunk
         self.writers = {name: ChunkWriter(arr) for name, arr in arrays.items()}
         self._root: dict | None = None
         self._members: dict[str, dict] | None = None
@@ -133,12 +151,17 @@ class ZarrSink:
         target: Target,
         specs: Mapping[str, ArraySpec],
         *,
-        chunk: int,
+        chunks: Mapping[str, tuple[int, ...]],
+        dims: Mapping[str, tuple[str, ...]],
         codec: str,
         attrs: dict,
         array_attrs: Mapping[str, dict],
     ) -> ZarrSink:
-        """Create the group and its arrays (the target must be empty apart from bookkeeping)."""
+        """Create the group and its arrays (the target must be empty apart from bookkeeping).
+
+        ``chunks[name]`` is the chunk shape of array ``name`` (capped here at its shape,
+        at least 1), ``dims[name]`` its dimension names.
+        """
         compressors = compressors_for(codec)
         group = zarr.open_group(target.store, mode="a", attributes=netcdf_safe(attrs))
         arrays = {}
@@ -146,20 +169,20 @@ class ZarrSink:
             arrays[name] = group.create_array(
                 name,
                 shape=shape,
-                chunks=(max(1, min(chunk, shape[0])), *shape[1:]),
+                chunks=tuple(max(1, min(c, n)) for c, n in zip(chunks[name], shape, strict=True)),
                 dtype=dtype,
                 fill_value=_fill_value(np.dtype(dtype)),
                 compressors=[*compressors, Crc32cCodec()],  # every reader checks each chunk it decodes
-                dimension_names=["step", *(f"dim_{i}" for i in range(1, len(shape)))],
+                dimension_names=list(dims[name]),
                 attributes=netcdf_safe(array_attrs.get(name, {})),
                 config=_CONFIG,
             )
-        sink = cls(target, arrays, chunk)
+        sink = cls(target, arrays)
         sink._root = json.loads(target.read("zarr.json") or b"{}")
         return sink
 
     @classmethod
-    def open(cls, target: Target, names: list[str], chunk: int) -> ZarrSink:
+    def open(cls, target: Target, names: list[str]) -> ZarrSink:
         """Open the run's arrays ``names`` of an existing output, for resuming or reading."""
         mode = "r" if target.read_only else "r+"
         arrays = {}
@@ -171,7 +194,7 @@ class ZarrSink:
                     f"array {name!r} of {target.label} cannot be opened ({' '.join(str(exc).split())}); "
                     f"rewrite the output with {spell('overwrite', True)}"
                 ) from None
-        return cls(target, arrays, chunk)
+        return cls(target, arrays)
 
     def _stored_metadata(self) -> dict[str, dict]:
         """Each array's stored ``zarr.json``, read once: it never changes during a run."""
@@ -200,11 +223,11 @@ class ZarrSink:
         self.target.write("zarr.json", json.dumps(root, indent=1, allow_nan=False).encode())
 
     def chunk_keys(self, name: str, start: int, stop: int) -> list[str]:
-        """The keys of the chunks of array ``name`` covering steps ``[start, stop)``."""
-        return [self.writers[name].key(i) for i in range(start // self.chunk, -(-stop // self.chunk))]
+        """The keys of the chunks of array ``name`` holding rows ``[start, stop)``, in the order they are written."""
+        return self.writers[name].keys(start, stop)
 
     def write(self, start: int, stop: int, ys: Mapping[str, np.ndarray]) -> tuple[dict[str, list[int]], int]:
-        """Write steps ``[start, stop)`` of every array and make them durable.
+        """Write rows ``[start, stop)`` of every array and make them durable.
 
         Returns each array's per-chunk CRC-32C (the value zarr's ``crc32c`` codec appends
         to the stored chunk) and the bytes stored.
@@ -223,9 +246,9 @@ class ZarrSink:
         return int.from_bytes(buf.to_bytes(), "little")
 
     def read(self, start: int, stop: int) -> dict[str, np.ndarray]:
-        """Read back steps ``[start, stop)`` of every array."""
+        """Read back rows ``[start, stop)`` of every array."""
         return {name: arr[start:stop] for name, arr in self.arrays.items()}
 
     def stored_bytes(self, span: tuple[int, int]) -> dict[str, int]:
-        """Bytes stored in each array's chunks covering ``span`` (committed chunks only)."""
+        """Bytes stored in each array's chunks holding the rows ``span`` (committed chunks only)."""
         return {name: sum(self.target.size(k) for k in self.chunk_keys(name, *span)) for name in self.arrays}

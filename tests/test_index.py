@@ -1,0 +1,173 @@
+"""The ``step`` and ``time`` index of ``streamacc.open``: what xarray users do, by arithmetic, at any length.
+
+Expected selections come from pandas on the same labels materialised (small outputs), or
+from integer arithmetic (lengths near 2**63, which nothing could materialise).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+import streamacc
+from streamacc.run._index import StepIndex
+
+K = 3
+
+
+def step(c, _):
+    c = c + 1.0
+    return c, {"u": jnp.stack([c, -c]), "s": c}
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    """600 steps keeping every 3rd (steps 2, 5, ..., 599), with a time axis of 0.5 s a step from t=10."""
+    path = tmp_path_factory.mktemp("index") / "out.zarr"
+    streamacc.write(path, step, np.float64(0.0), length=600, block_size=60, save_every=K, progress=False,
+                    dims={"u": ["side"]}, time={"step": 0.5, "start": 10.0, "units": "s"})  # fmt: skip
+    return path
+
+
+@pytest.fixture
+def ds(out):
+    return streamacc.open(out)
+
+
+@pytest.fixture
+def plain(ds):
+    """The same Dataset with its labels materialised in a pandas index: the reference."""
+    return ds.drop_indexes(["step", "time"]).set_xindex("step")
+
+
+def test_labels_are_the_kept_steps_and_their_times(ds):
+    assert isinstance(ds.xindexes["step"], StepIndex) and ds.xindexes["time"] is ds.xindexes["step"]
+    np.testing.assert_array_equal(ds["step"].values, np.arange(2, 600, K))
+    np.testing.assert_array_equal(ds["time"].values, 10.0 + 0.5 * np.arange(2, 600, K))
+    assert ds["step"].dtype == np.int64 and ds["time"].dtype == np.float64 and ds["time"].attrs["units"] == "s"
+    np.testing.assert_array_equal(ds["s"].values, np.arange(3, 601, K, dtype=float))  # the y of step 2 is 3.0
+
+
+@pytest.mark.parametrize(
+    "label",
+    [5, np.int64(599), slice(5, 50), slice(4, 50), slice(None, 20), slice(590, None), slice(6, 7), [8, 2, 599],
+     slice(5, 200, 6), 5.0],
+    ids=repr,
+)  # fmt: skip
+def test_sel_and_loc_by_step_match_pandas(ds, plain, label):
+    got, want = ds.sel(step=label), plain.sel(step=label)
+    np.testing.assert_array_equal(got["s"].values, want["s"].values)
+    np.testing.assert_array_equal(got["step"].values, want["step"].values)
+    np.testing.assert_array_equal(ds.loc[{"step": label}]["s"].values, want["s"].values)
+    np.testing.assert_array_equal(ds["u"].loc[label].values, plain["u"].loc[label].values)
+
+
+@pytest.mark.parametrize("method", ["nearest", "pad", "ffill", "backfill", "bfill"])
+@pytest.mark.parametrize("label", [0, 4, 6, 598, 1000, [1, 7, 300]], ids=repr)
+def test_inexact_methods_match_pandas(ds, plain, label, method):
+    try:
+        want = plain.sel(step=label, method=method)["step"].values
+    except KeyError:
+        with pytest.raises(KeyError):
+            ds.sel(step=label, method=method)
+        return
+    np.testing.assert_array_equal(ds.sel(step=label, method=method)["step"].values, want)
+
+
+def test_missing_labels_say_which_steps_exist(ds):
+    with pytest.raises(KeyError, match=r"step 4 is not in the index: it holds steps 2 to 599 every 3"):
+        ds.sel(step=4)
+    with pytest.raises(KeyError):
+        ds.sel(step=[2, 3])
+    with pytest.raises(KeyError, match="not a step label"):
+        ds.sel(step=2.5)
+
+
+def test_sel_by_time(ds):
+    assert int(ds.sel(time=11.0)["step"]) == 2  # 10 + 0.5 * 2
+    assert int(ds.sel(time=12.0, method="nearest")["step"]) == 5
+    with pytest.raises(KeyError, match="method='nearest'"):
+        ds.sel(time=12.0)
+    np.testing.assert_array_equal(ds.sel(time=slice(11.0, 14.5))["step"].values, [2, 5, 8])
+    np.testing.assert_array_equal(ds.sel(time=slice(11.1, 13.9))["step"].values, [5])
+
+
+def test_isel_where_and_concat_keep_the_index(ds, plain):
+    part = ds.isel(step=slice(10, 20, 2))
+    assert isinstance(part.xindexes["step"], StepIndex)
+    np.testing.assert_array_equal(part["step"].values, plain.isel(step=slice(10, 20, 2))["step"].values)
+    kept = ds.where((ds["s"] % 2 == 0).compute(), drop=True)  # xarray needs a computed condition to drop
+    want = plain.where((plain["s"] % 2 == 0).compute(), drop=True)
+    np.testing.assert_array_equal(kept["step"].values, want["step"].values)
+    np.testing.assert_array_equal(kept["s"].values, want["s"].values)
+    odd = ds.where(ds["s"].isin([3, 9, 300]).compute(), drop=True)  # not evenly spaced
+    np.testing.assert_array_equal(odd["step"].values, [2, 8, 299])
+    assert int(odd.sel(step=8)["s"]) == 9
+    joined = xr.concat([ds.isel(step=slice(0, 50)), ds.isel(step=slice(50, None))], dim="step")
+    assert isinstance(joined.xindexes["step"], StepIndex) and joined.xindexes["step"].equals(ds.xindexes["step"])
+    xr.testing.assert_identical(joined, ds)
+    gap = xr.concat([ds.isel(step=slice(0, 5)), ds.isel(step=slice(60, 62))], dim="step")
+    np.testing.assert_array_equal(gap["step"].values, [2, 5, 8, 11, 14, 182, 185])
+    assert int(gap.sel(step=185)["s"]) == 186
+    total = (ds["s"] + ds["s"]).sum()  # aligned arithmetic on two equal indexes
+    assert float(total) == 2 * float(ds["s"].sum())
+
+
+def test_to_pandas_index_is_lazy_and_exact(ds):
+    index = ds.indexes["step"]
+    assert isinstance(index, pd.RangeIndex) and (index.start, index.step, len(index)) == (2, 3, 200)
+
+
+def test_a_dataset_with_the_index_exports_to_netcdf_and_zarr(ds, tmp_path):
+    part = ds.sel(step=slice(2, 29))
+    part.to_netcdf(tmp_path / "part.nc")
+    back = xr.open_dataset(tmp_path / "part.nc")
+    np.testing.assert_array_equal(back["step"].values, part["step"].values)
+    np.testing.assert_array_equal(back["time"].values, part["time"].values)
+
+
+def test_calendar_time_axis(tmp_path):
+    path = tmp_path / "dates.zarr"
+    streamacc.write(path, step, np.float64(0.0), length=48, block_size=24, progress=False,
+                    time={"step": 3600, "units": "seconds since 2000-01-01"})  # fmt: skip
+    ds = streamacc.open(path)
+    assert ds["time"].dtype == np.dtype("datetime64[ns]")
+    assert ds["time"].values[25] == np.datetime64("2000-01-02T01:00")
+    assert int(ds.sel(time="2000-01-02T01:00")["step"]) == 25
+    assert list(ds.sel(time=slice("2000-01-02", "2000-01-02T02:00"))["step"].values) == [24, 25, 26]
+
+
+def test_bad_time_axes_are_refused(tmp_path):
+    for time, needle in [
+        ({"start": 0.0}, r"time must be a dict with 'step'"),
+        ({"step": 0}, r"time\['step'\] must not be 0"),
+        ({"step": float("nan")}, r"time\['step'\] must be a finite number"),
+        ({"step": 1.0, "units": "days since yesterday"}, r"cannot be read as CF dates"),
+    ]:
+        with pytest.raises(streamacc.InputError, match=needle):
+            streamacc.write(tmp_path / "t.zarr", step, np.float64(0.0), length=8, time=time, progress=False)
+        assert not (tmp_path / "t.zarr").exists()
+
+
+# --- lengths near 2**63 -------------------------------------------------------------------
+
+FAR = 2**63 - 1
+
+
+def test_an_index_near_2_63_selects_exactly():
+    rows = FAR // 1000
+    index = StepIndex.for_rows(rows - 4, rows, 1000, {"start": 0.0, "step": 1e-3, "units": "s"})
+    ds = xr.Dataset({"v": ("step", np.arange(4.0))}, coords=xr.Coordinates.from_xindex(index))
+    last = (rows - 1) * 1000 + 999  # exact integers: floats would round these
+    assert [int(s) for s in ds["step"].values] == [last - 3000, last - 2000, last - 1000, last]
+    assert float(ds.sel(step=last - 1000)["v"]) == 2.0
+    with pytest.raises(KeyError):
+        ds.sel(step=last - 999)
+    assert list(ds.sel(step=slice(last - 2500, None))["v"].values) == [1.0, 2.0, 3.0]
+    assert int(ds.sel(step=last - 999, method="nearest")["step"]) == last - 1000
+    whole = StepIndex.for_rows(0, FAR, 1, None)
+    part = xr.Dataset(coords=xr.Coordinates.from_xindex(whole)).sel(step=slice(FAR - 3, None))
+    assert [int(s) for s in part["step"].values] == [FAR - 3, FAR - 2, FAR - 1]
