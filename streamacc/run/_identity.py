@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import zlib
 from typing import Any
 
@@ -11,21 +10,9 @@ import numpy as np
 
 from .._version import __version__
 from ..engine import Plan, to_host
+from ._fingerprint import describe_function
 
 __all__ = ["describe_function", "run_identity"]
-
-
-def describe_function(f: Any) -> str:
-    """A stable description of a step function: its name, and its parameters or code digest.
-
-    Recipes are frozen dataclasses, whose repr holds every parameter; a plain function is
-    named and fingerprinted by its bytecode (values it closes over are not seen).
-    """
-    if dataclasses.is_dataclass(f):
-        return repr(f)
-    name = f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', type(f).__qualname__)}"
-    code = getattr(f, "__code__", None)
-    return name if code is None else f"{name} code:{zlib.crc32(code.co_code):08x}"
 
 
 def _digest(leaves: list[tuple[np.ndarray, Any]]) -> str:

@@ -17,11 +17,12 @@ import base64
 import contextlib
 import dataclasses
 import json
+import warnings
 from typing import Any
 
 import numpy as np
 
-from .._errors import NoOutputError, ResumeError, VerifyError, spell
+from .._errors import NoOutputError, ResumeError, StreamaccWarning, VerifyError, spell
 from ..engine import HostLeaf, block_count, committed_span, rows_in
 from ..store import BOOKKEEPING, Target
 
@@ -35,6 +36,7 @@ __all__ = [
     "group_node",
     "identity_differences",
     "node_attribute",
+    "same_function",
     "upgrade_identity",
 ]
 
@@ -269,8 +271,31 @@ class Ledger:
         return rec
 
 
+def same_function(stored: Any, current: str, label: str) -> bool:
+    """Whether the step function recorded as ``stored`` is ``current`` (both from ``describe_function``).
+
+    streamacc 0.2.0 recorded a plain function by name and code alone; such a record
+    matches a function of that name and code, with a warning that the values it uses
+    (closed-over parameters, constants) cannot be compared.
+    """
+    if stored == current:
+        return True
+    if isinstance(stored, str) and " values:" not in stored and current.startswith(f"{stored} values:"):
+        warnings.warn(
+            f"{label} was written by streamacc 0.2.0, which recorded its step function {stored.split()[0]} by its "
+            "code alone: the values the function uses cannot be compared, and a change to them is caught only by "
+            "recomputing blocks",
+            StreamaccWarning,
+            stacklevel=4,
+        )
+        return True
+    return False
+
+
 def require_same_run(stored: Manifest, identity: dict, label: str) -> None:
     """Refuse to continue a run whose identity differs, naming every difference."""
+    if same_function(stored.identity.get("function"), identity["function"], label):
+        identity = {**identity, "function": stored.identity.get("function")}
     diffs = identity_differences(stored.identity, identity)
     if diffs:
         raise ResumeError(

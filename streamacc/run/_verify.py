@@ -20,7 +20,7 @@ from .._errors import InputError, NoOutputError, ResumeError, VerifyError, spell
 from ..engine import Plan, compute_block, from_host, make_plan, rows_in, same_leaves, to_host
 from ..store import Target, ZarrSink, array_document, open_target, stored_crc32c
 from ._identity import describe_function
-from ._manifest import Ledger, Manifest, decode_leaves
+from ._manifest import Ledger, Manifest, decode_leaves, same_function
 from ._output import Output
 
 __all__ = ["Checker", "VerifyReport", "check_resumable", "load_manifest", "plan_for", "verify", "verify_plan"]
@@ -80,6 +80,20 @@ class Checker:
         return VerifyError(
             f"block {k} (steps {start}-{stop}) of {self.target.label} is bad: {what}; rewrite the output with "
             f"{spell('overwrite', True)}"
+        )
+
+    def not_recomputed(self, k: int, start: int, stop: int, what: str) -> VerifyError:
+        """A block whose recomputation from its recorded carry-in does not give what is stored.
+
+        Either the step function (or a value it uses) is not the one that wrote the output,
+        or the stored block is damaged; the data may well be fine, so nothing here says to
+        delete it.
+        """
+        return VerifyError(
+            f"block {k} (steps {start}-{stop}) of {self.target.label} does not recompute to what is stored ({what}): "
+            "either f, or a value it uses, is not that of the run that wrote it, or the block is damaged; run with "
+            "the original f and its values, and check the output with streamacc.verify (`streamacc verify` for a "
+            "recipe) to tell which"
         )
 
     def manifest_agrees(self) -> None:
@@ -152,13 +166,11 @@ class Checker:
         block = compute_block(plan, from_host(decode_leaves(rec.carry_in), plan.init), rec.start, rec.stop)
         for name, y in zip(self.sink.arrays, jax.tree_util.tree_leaves(block.ys), strict=True):
             if y.tobytes() != np.ascontiguousarray(stored[name]).tobytes():
-                raise self.bad_block(
-                    k, rec.start, rec.stop, f"recomputing {name!r} from its carry-in gives different bytes"
-                )
+                raise self.not_recomputed(k, rec.start, rec.stop, f"{name!r} differs")
         m = self.manifest
         after = m.carry if k + 1 == m.committed_blocks else self.ledger.block(k + 1).carry_in
         if not same_leaves(to_host(block.carry), decode_leaves(after or [])):
-            raise self.bad_block(k, rec.start, rec.stop, "its final carry is not the carry recorded after it")
+            raise self.not_recomputed(k, rec.start, rec.stop, "its final carry is not the carry recorded after it")
 
 
 def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str | int = "all") -> VerifyReport:
@@ -230,7 +242,10 @@ def verify(
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)
     ident = manifest.identity
-    if describe_function(f) != ident.get("function"):
-        raise VerifyError(f"{target.label} was written by {ident.get('function')}, not {describe_function(f)}")
+    if not same_function(ident.get("function"), describe_function(f), target.label):
+        raise VerifyError(
+            f"{target.label} was written by {ident.get('function')}, not {describe_function(f)}; pass the step "
+            "function (and the values it uses) that wrote it"
+        )
     plan = plan_for(manifest, f, init, xs)
     return verify_plan(target, plan, manifest, blocks=blocks)

@@ -1,0 +1,155 @@
+"""A step function's identity includes the values it uses, and outputs of streamacc 0.2.0 still resume.
+
+A changed closed-over parameter, default argument or module constant is refused up front,
+naming the function; what cannot be fingerprinted is said once; a late mismatch never
+recommends deleting data that may be fine.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _fault_helpers import MANIFEST, array_bytes, fail_write_at, read_manifest, store_files, write_manifest
+
+import streamacc
+from streamacc.run._fingerprint import describe_function
+
+RATE = 0.5
+
+
+def make_step(rate, weights=None):
+    weights = np.ones(2) if weights is None else weights
+
+    def step(c, _):
+        c = rate * c + weights
+        return c, c
+
+    return step
+
+
+def with_default(c, _, rate=0.5):
+    return rate * c + 1.0, c
+
+
+def with_global(c, _):
+    return RATE * c + 1.0, c
+
+
+def with_library(c, _):
+    return jnp.sin(c) + np.float64(1.0), c
+
+
+class Opaque:
+    """A parameter holder streamacc knows nothing about (no __dict__ to read)."""
+
+    __slots__ = ("rate",)
+
+    def __init__(self, rate):
+        self.rate = rate
+
+
+def digest(f):
+    return describe_function(f).split(" values:")[1]
+
+
+def test_the_values_a_function_uses_are_in_its_fingerprint(monkeypatch):
+    assert digest(make_step(0.5)) == digest(make_step(0.5))
+    assert digest(make_step(0.5)) != digest(make_step(0.25))
+    assert digest(make_step(0.5, np.array([1.0, 2.0]))) != digest(make_step(0.5, np.array([1.0, 3.0])))
+    assert describe_function(make_step(0.5)).startswith(f"{__name__}.make_step.<locals>.step code:")
+    before = digest(with_global)
+    monkeypatch.setattr(__import__(__name__), "RATE", 0.25)
+    assert digest(with_global) != before
+    assert digest(with_default) != digest(lambda c, _, rate=0.25: (rate * c + 1.0, c))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        digest(with_library)  # library functions count by name, quietly
+
+
+def test_what_cannot_be_fingerprinted_is_said_once():
+    holder = Opaque(0.5)
+
+    def step(c, _):
+        return holder.rate * c, c
+
+    with pytest.warns(streamacc.StreamaccWarning, match=r"uses 'holder' \(closed over\), a Opaque that streamacc"):
+        describe_function(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        describe_function(step)  # once per function and value
+
+
+LENGTH, BLOCK = 200, 32
+
+
+def write(out, f, **kw):
+    return streamacc.write(str(out), f, np.zeros(2), length=LENGTH, block_size=BLOCK, progress=False, **kw)
+
+
+@pytest.fixture
+def interrupted(tmp_path, monkeypatch):
+    out = tmp_path / "out.zarr"
+    with monkeypatch.context() as m:
+        fail_write_at(m, 3 * BLOCK, OSError(errno.EIO, "Input/output error"))
+        with pytest.raises(streamacc.StoreError):
+            write(out, make_step(0.5))
+    return out
+
+
+def test_a_changed_closed_over_parameter_is_refused_up_front(interrupted):
+    before = store_files(interrupted)
+    with pytest.raises(streamacc.ResumeError, match=r"cannot resume .*\(function: stored '.*make_step.<locals>.step"):
+        write(interrupted, make_step(0.25), resume=True)
+    assert store_files(interrupted) == before
+    write(interrupted, make_step(0.5), resume=True)
+    assert streamacc.verify(interrupted, make_step(0.5), np.zeros(2)).complete
+
+
+def opaque_step(holder):
+    def step(c, _):
+        return holder.rate * c + 1.0, c
+
+    return step
+
+
+def test_a_late_mismatch_does_not_recommend_deleting_the_data(tmp_path, monkeypatch):
+    out = tmp_path / "out.zarr"
+    with pytest.warns(streamacc.StreamaccWarning), monkeypatch.context() as m:
+        fail_write_at(m, 3 * BLOCK, OSError(errno.EIO, "Input/output error"))
+        with pytest.raises(streamacc.StoreError):
+            write(out, opaque_step(Opaque(0.5)))
+    # another rate, unseen by the fingerprint: caught by recomputing the last committed block
+    with pytest.raises(streamacc.ResumeError) as info:
+        write(out, opaque_step(Opaque(0.25)), resume=True)
+    message = str(info.value)
+    assert "does not recompute to what is stored" in message and "a value it uses" in message
+    assert "overwrite" not in message
+
+
+def as_written_by_0_2_0(out):
+    """Rewrite a manifest as streamacc 0.2.0 wrote it: no fields added since, the function by its code alone."""
+    manifest = read_manifest(out)
+    ident = manifest["identity"]
+    for field in ("chunks", "save_every", "dims", "time"):
+        del ident[field]
+    ident["function"] = ident["function"].split(" values:")[0]
+    write_manifest(out, manifest)
+    assert "values:" not in json.loads((out / MANIFEST).read_text())["attributes"]["streamacc_manifest"]
+
+
+def test_an_output_of_0_2_0_resumes_and_verifies(tmp_path, interrupted):
+    ref = tmp_path / "ref.zarr"
+    write(ref, make_step(0.5))
+    as_written_by_0_2_0(interrupted)
+    with pytest.warns(streamacc.StreamaccWarning, match=r"written by streamacc 0.2.0, which recorded its step"):
+        write(interrupted, make_step(0.5), resume=True)
+    assert array_bytes(interrupted) == array_bytes(ref)
+    with pytest.warns(streamacc.StreamaccWarning, match="0.2.0"):
+        assert streamacc.verify(interrupted, make_step(0.5), np.zeros(2)).complete
+    with pytest.raises(streamacc.VerifyError, match=r"was written by .*make_step.*, not .*with_default"):
+        streamacc.verify(interrupted, with_default, np.zeros(2))
