@@ -323,7 +323,7 @@ def test_info_counts_only_chunk_bytes_of_each_array(tmp_path, capsys):
 def test_recipes_lists_every_recipe_and_parameter(capsys):
     assert run_cli("recipes") == 0
     text = capsys.readouterr().out
-    assert set(RECIPES) == {"gp", "affine", "logistic", "randomwalk", "cumsum", "cumprod"}
+    assert set(RECIPES) == {"gp", "affine", "logistic", "randomwalk", "lorenz", "cumsum", "cumprod"}
     for recipe in RECIPES.values():
         assert f"{recipe.name}: " in text
         for param in recipe.params:

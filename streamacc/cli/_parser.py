@@ -90,13 +90,16 @@ def _recipe_options() -> dict[str, tuple[str, str]]:
     """Every recipe option: dest -> (kind, help), merged across recipes, naming every recipe that takes it."""
     from ..recipes import RECIPES
 
-    helps: dict[str, tuple[str, str]] = {}
-    users: dict[str, list[str]] = {}
+    kinds: dict[str, str] = {}
+    helps: dict[str, dict[str, list[str]]] = {}  # name -> help text -> the recipes that give it
     for recipe in RECIPES.values():
         for p in recipe.params:
-            helps.setdefault(p.name, (p.kind, p.help))
-            users.setdefault(p.name, []).append(recipe.name)
-    return {name: (kind, f"{text} [{', '.join(users[name])}]") for name, (kind, text) in helps.items()}
+            kinds.setdefault(p.name, p.kind)
+            helps.setdefault(p.name, {}).setdefault(p.help, []).append(recipe.name)
+    return {
+        name: (kinds[name], "; ".join(f"{text} [{', '.join(users)}]" for text, users in texts.items()))
+        for name, texts in helps.items()
+    }
 
 
 def _add_storage(parser: argparse.ArgumentParser) -> None:
