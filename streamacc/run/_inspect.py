@@ -19,16 +19,26 @@ from ._verify import VerifyReport, load_manifest, plan_for, verify_plan
 __all__ = ["describe_output", "format_description", "memory_estimate", "verify_recipe_output"]
 
 
-def memory_estimate(block_bytes: int, chunk_bytes: int, inflight: int = DEFAULT_INFLIGHT) -> dict[str, int]:
+def memory_estimate(
+    block_bytes: int, chunk_bytes: int, inflight: int = DEFAULT_INFLIGHT, computing_bytes: int = 0
+) -> dict[str, int]:
     """The memory a local ``write`` of blocks of ``block_bytes`` takes beyond the interpreter and JAX.
 
     The engine computes into a fixed pool of block buffers (``inflight`` blocks being written
     plus two the engine holds), and each of the ``inflight`` writer threads encodes into a
-    buffer as large as one chunk and assembles a partial or split chunk in another.
+    buffer as large as one chunk and assembles a partial or split chunk in another. An
+    unrolled, thinned block also holds every step's y while it computes (``computing_bytes``).
     """
     blocks = pool_size(inflight) * block_bytes
     encoders = inflight * 2 * chunk_bytes
-    return {"block_bytes": block_bytes, "pool_blocks": pool_size(inflight), "blocks": blocks, "encoders": encoders}
+    return {
+        "block_bytes": block_bytes,
+        "pool_blocks": pool_size(inflight),
+        "blocks": blocks,
+        "encoders": encoders,
+        "computing": computing_bytes,
+        "total": blocks + encoders + computing_bytes,
+    }
 
 
 def describe_output(store: Any, *, storage_options: dict | None = None) -> dict[str, Any]:
@@ -57,6 +67,8 @@ def describe_output(store: Any, *, storage_options: dict | None = None) -> dict[
             "stored_bytes": stored,
             "compression_ratio": round(written / stored, 3) if stored else None,
         }
+    unrolled = every > 1 and ident["unroll"] is not True and ident["unroll"] not in (False, 1)
+    computing = block_bytes * every if unrolled else 0  # see engine/_scan._thinned_scan
     return {
         "path": target.label,
         "arrays": arrays,
@@ -67,7 +79,7 @@ def describe_output(store: Any, *, storage_options: dict | None = None) -> dict[
         "save_every": every,
         "time": ident.get("time"),
         "unroll": ident["unroll"],
-        "memory": memory_estimate(block_bytes, chunk_bytes),
+        "memory": memory_estimate(block_bytes, chunk_bytes, computing_bytes=computing),
         "committed_steps": manifest.committed_steps,
         "committed_rows": last - first,
         "total_steps": ident["length"],
@@ -92,7 +104,9 @@ def format_description(info: dict[str, Any]) -> str:
         f"  block size: {info['block_size']} steps ({_mib(mem['block_bytes'])} of output)  keeps: {kept}  "
         f"unroll: {info['unroll']}  versions: {info['versions']}",
         f"  memory to write it: {mem['pool_blocks']} block buffers x {_mib(mem['block_bytes'])} = "
-        f"{_mib(mem['blocks'])}, encoders {_mib(mem['encoders'])} (beyond Python and JAX)",
+        f"{_mib(mem['blocks'])}, encoders {_mib(mem['encoders'])}"
+        + (f", every step's y of a computing block {_mib(mem['computing'])}" if mem["computing"] else "")
+        + f": {_mib(mem['total'])} beyond Python, JAX and zarr",
     ]
     if info["time"]:
         t = info["time"]
