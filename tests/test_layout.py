@@ -92,14 +92,15 @@ def test_unroll_and_thinning_shape_the_block():
 
 def test_default_chunks_rule():
     assert default_chunks((), 8, 2**22) == (2**22,)
-    assert default_chunks((1000,), 8, 4096) == (4096, 1000)  # few values a row: a whole block per chunk
-    assert default_chunks((4096,), 8, 1024) == (1024, 1024)  # many: balanced between snapshot and series
-    assert default_chunks((256, 256), 8, 64) == (64, 128, 128)
-    assert default_chunks((2**24,), 8, 1) == (1, 2**20)
+    assert default_chunks((500,), 8, 4096) == (4096, 500)  # few values a row: a whole block per chunk
+    assert default_chunks((4096,), 8, 1024) == (512, 512)  # many: 2 MiB, balanced between snapshot and series
+    assert default_chunks((1000,), 8, 4096) == (512, 500)
+    assert default_chunks((256, 256), 8, 64) == (64, 64, 64)  # rows are a block's at most
+    assert default_chunks((2**24,), 8, 1) == (1, 2**18)
     assert default_chunks((), 8, 2**26) == (2**23,)  # never above 64 MiB, even for an explicit large block
-    for trailing, rows in [((4096,), 1024), ((256, 256), 64), ((1000,), 4096), ((7, 999), 96)]:
+    for trailing, rows in [((4096,), 1024), ((256, 256), 64), ((1000,), 4096), ((7, 999), 96), ((2**26,), 1)]:
         chunk = default_chunks(trailing, 8, rows)
-        assert rows % chunk[0] == 0 and math.prod(chunk) * 8 <= 64 * MIB
+        assert rows % chunk[0] == 0 and 1 * MIB <= math.prod(chunk) * 8 <= 64 * MIB
 
 
 def test_divisor_at_most():

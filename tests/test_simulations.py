@@ -34,8 +34,8 @@ def field(c, _):
 @pytest.mark.parametrize(
     ("f", "init", "length", "chunk"),
     [
-        (heat, np.exp(-(np.linspace(-4, 4, 4096) ** 2)), 64, (64, 1024)),
-        (field, np.random.default_rng(2).normal(size=(256, 256)), 12, (12, 128, 128)),
+        (heat, np.exp(-(np.linspace(-4, 4, 4096) ** 2)), 64, (64, 512)),
+        (field, np.random.default_rng(2).normal(size=(256, 256)), 12, (12, 64, 64)),
     ],
     ids=["heat_4096", "field_256x256"],
 )

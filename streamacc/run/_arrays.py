@@ -38,7 +38,7 @@ STEP = "step"
 RESERVED = frozenset({STEP, "time"})
 """Dimension names streamacc gives its own coordinates."""
 
-CHUNK_BYTES = 8 * 2**20
+CHUNK_BYTES = 2 * 2**20
 """Uncompressed bytes per chunk the default aims at where rows hold many values (see
 :func:`default_chunks`; chosen by benchmark, benchmarks/RESULTS.md)."""
 
@@ -136,7 +136,7 @@ def divisor_at_most(n: int, limit: int) -> int:
 def default_chunks(trailing: tuple[int, ...], itemsize: int, block_rows: int, target: int = CHUNK_BYTES) -> tuple:
     """The default chunk shape of an array whose rows have shape ``trailing``, in blocks of ``block_rows`` rows.
 
-    Where a row has few values (at most ``sqrt(target / itemsize)``, 1024 for float64), a
+    Where a row has few values (at most ``sqrt(target / itemsize)``, 512 for float64), a
     chunk is a whole block, as for a scalar series (32 MiB), cut along ``step`` only where
     it would exceed ``MAX_DEFAULT_CHUNK_BYTES``. Otherwise a chunk of about ``target``
     bytes is balanced between the two ways simulations are read: a snapshot (all of one
