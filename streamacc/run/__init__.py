@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         format_description as format_description,
         verify_recipe_output as verify_recipe_output,
     )
+    from ._overview import overview as overview
     from ._progress import si as si
     from ._reader import open as open
     from ._verify import VerifyReport as VerifyReport, load_manifest as load_manifest, verify as verify
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "._cluster": ["cluster_client"],
     "._inspect": ["describe_output", "format_description", "verify_recipe_output"],
+    "._overview": ["overview"],
     "._progress": ["si"],
     "._reader": ["open"],
     "._verify": ["VerifyReport", "load_manifest", "verify"],

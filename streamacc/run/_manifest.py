@@ -16,13 +16,16 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._errors import NoOutputError, ResumeError, VerifyError, spell
-from ..engine import HostLeaf, block_count, committed_span
+from ..engine import block_count, committed_span
 from ..store import BOOKKEEPING, Target
+
+if TYPE_CHECKING:
+    from ..engine import HostLeaf
 
 __all__ = [
     "FORMAT",
@@ -33,6 +36,7 @@ __all__ = [
     "Manifest",
     "group_node",
     "identity_differences",
+    "load_manifest",
     "node_attribute",
 ]
 
@@ -96,6 +100,7 @@ class Manifest:
     committed_steps: int = 0
     carry: list[dict] | None = None
     complete: bool = False
+    summaries: dict | None = None  # the committed summary tail: its key and CRC-32C
 
     def to_json(self) -> bytes:
         doc = json.dumps({"format": FORMAT, **dataclasses.asdict(self)}, sort_keys=True)
@@ -251,3 +256,13 @@ def require_same_run(stored: Manifest, identity: dict, label: str) -> None:
             f"cannot resume {label}: it was written by a different run ({'; '.join(diffs)}); "
             f"rerun with the original settings, or use {spell('overwrite', True)} to start afresh"
         )
+
+
+def load_manifest(target: Target) -> Manifest:
+    """The manifest of ``target``, or an error saying why there is none."""
+    manifest = Ledger(target).load()
+    if manifest is None:
+        if not target.exists():
+            raise NoOutputError(f"{target.label} does not exist; check the path")
+        raise NoOutputError(f"{target.label} has no streamacc manifest; it was not written by streamacc or is empty")
+    return manifest

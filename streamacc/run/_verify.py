@@ -16,12 +16,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._errors import InputError, NoOutputError, ResumeError, VerifyError, spell
+from .._errors import InputError, ResumeError, VerifyError, spell
 from ..engine import Plan, compute_block, from_host, make_plan, same_leaves, to_host
 from ..store import Target, ZarrSink, array_document, open_target, stored_crc32c
 from ._identity import describe_function
-from ._manifest import Ledger, Manifest, decode_leaves
+from ._manifest import Ledger, Manifest, decode_leaves, load_manifest
 from ._output import Output
+from ._summaries import Summaries, SummaryCheck
 
 __all__ = ["Checker", "VerifyReport", "check_resumable", "load_manifest", "plan_for", "verify", "verify_plan"]
 
@@ -36,16 +37,7 @@ class VerifyReport:
     committed_steps: int
     total_steps: int
     complete: bool
-
-
-def load_manifest(target: Target) -> Manifest:
-    """The manifest of ``target``, or an error saying why there is none."""
-    manifest = Ledger(target).load()
-    if manifest is None:
-        if not target.exists():
-            raise NoOutputError(f"{target.label} does not exist; check the path")
-        raise NoOutputError(f"{target.label} has no streamacc manifest; it was not written by streamacc or is empty")
-    return manifest
+    summary_windows: int = 0  # summary rows compared with the data or with the rows below them
 
 
 def select_blocks(committed: int, blocks: str | int) -> list[int]:
@@ -72,6 +64,7 @@ class Checker:
         self.plan = plan
         self.ledger = Ledger(target)
         self._sink = sink
+        self.seen: Callable[[int, dict[str, np.ndarray]], None] | None = None  # each checked block's stored data
 
     def fail(self, what: str) -> VerifyError:
         return VerifyError(f"{self.target.label}: {what}; rewrite the output with {spell('overwrite', True)}")
@@ -146,6 +139,8 @@ class Checker:
         except Exception as exc:  # a damaged compressed chunk fails in its codec, with the codec's own error
             what = f"its chunks cannot be decoded ({type(exc).__name__}: {' '.join(str(exc).split())})"
             raise self.bad_block(k, rec.start, rec.stop, what) from None
+        if self.seen is not None:
+            self.seen(rec.start, stored)
         plan = self.plan
         block = compute_block(plan, from_host(decode_leaves(rec.carry_in), plan.init), rec.start, rec.stop)
         for name, y in zip(self.sink.arrays, jax.tree_util.tree_leaves(block.ys), strict=True):
@@ -165,8 +160,15 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
     checker = Checker(target, manifest, plan)
     checker.manifest_agrees()
     checker.arrays_unchanged()
+    summaries = Summaries.load(target, manifest.identity, manifest.summaries)
+    check = None
+    if summaries is not None:
+        check = SummaryCheck(summaries, plan.length, len(chosen) == manifest.committed_blocks, checker.fail)
+        checker.seen = check.block
     for k in chosen:
         checker.block(k)
+    if check is not None:
+        check.finish()
     return VerifyReport(
         tuple(chosen),
         manifest.committed_blocks,
@@ -174,6 +176,7 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
         manifest.committed_steps,
         plan.length,
         manifest.complete,
+        0 if check is None else check.checked,
     )
 
 

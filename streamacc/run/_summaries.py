@@ -1,0 +1,263 @@
+"""A run's window summaries: cut from each block where it is written, committed with it in scan order.
+
+Each block's pieces (its steps in each finest window it touches, reduced) are computed on
+the thread or worker that writes the block, from the block still in memory, so the
+computing thread never pays for them. The output's commit then folds the pieces in scan
+order (cheap: a few rows per block), writes the summary chunks now complete, and records
+the rest, the *tail*, in an object the manifest names with its CRC-32C, so that the
+committed summaries always cover exactly the committed steps.
+
+Why the open windows are recorded rather than recomputed on resume: an open finest
+window's sum is a fold of its pieces so far, which no stored row holds (a row stores
+the mean), and rebuilding it would mean reading back up to a window of data, 128 MiB
+for a 4096-point float64 state. The record costs a few KiB per commit. The coarse
+levels' open windows are folds of stored rows, so a resume rebuilds them from those
+rows instead of recording them (for a 256x256 field they would be megabytes per commit).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import google_crc32c
+import numpy as np
+
+from .._defaults import DEFAULT_SUMMARY_WINDOWS
+from .._errors import InputError, VerifyError, spell
+from ..store import SUMMARIES, Target
+from ..store._pyramid import BlockPieces, Piece, Pyramid, Rows, block_pieces, fold_children, summarizable
+from ..store._summarystore import SummaryStore, decode_tail, encode_tail
+
+__all__ = ["Summaries", "SummaryCheck", "SummaryPlan", "check_windows", "summarized_names"]
+
+
+def check_windows(summaries: bool | Sequence[int] | None, reverse: bool) -> list[int]:
+    """The summary windows of a write: ``summaries=True`` (the default levels), False/None, or window lengths.
+
+    A reverse scan gets none: its blocks commit from the end, and its summaries are not
+    written (``overview`` and ``plot`` say so).
+    """
+    if summaries is None or summaries is False:
+        return []
+    windows: Any = list(DEFAULT_SUMMARY_WINDOWS) if summaries is True else summaries
+    try:
+        windows = list(windows)
+    except TypeError:
+        windows = None
+    good = windows is not None and all(isinstance(w, (int, np.integer)) and not isinstance(w, bool) for w in windows)
+    if good and windows:
+        good = windows[0] >= 1 and all(b > a and b % a == 0 for a, b in itertools.pairwise(windows))
+    if not good:
+        raise InputError(
+            f"{spell('summaries')} must be True, False or increasing window lengths in steps, each a multiple of the "
+            f"one before, got {summaries!r}; pass e.g. {spell('summaries', list(DEFAULT_SUMMARY_WINDOWS))}"
+        )
+    return [] if reverse else [int(w) for w in windows]
+
+
+def summarized_names(arrays: Mapping[str, Any]) -> list[str]:
+    """The outputs that get summaries (identity ``arrays``: name -> [dtype, shape]): ordered numbers only."""
+    return [name for name, (dtype, _shape) in arrays.items() if summarizable(np.dtype(dtype))]
+
+
+@dataclasses.dataclass(frozen=True)
+class SummaryPlan:
+    """What the writer of a block needs to cut its pieces (hashable: it travels to cluster workers)."""
+
+    window: int
+    length: int
+    names: tuple[str, ...]
+
+    def pieces(self, start: int, ys: Mapping[str, np.ndarray]) -> dict[str, BlockPieces]:
+        return {name: block_pieces(np.asarray(ys[name]), start, self.window, self.length) for name in self.names}
+
+
+def _tail_key(slot: int) -> str:
+    return f"{SUMMARIES}/tail_{slot}/zarr.json"
+
+
+class Summaries:
+    """The summaries of a run being written: pyramids per output, their store, and the committed tail."""
+
+    def __init__(self, target: Target, store: SummaryStore, pyramids: dict[str, Pyramid], length: int) -> None:
+        self.target = target
+        self.store = store
+        self.pyramids = pyramids
+        self.plan = SummaryPlan(store.windows[0], length, tuple(pyramids))
+
+    @classmethod
+    def create(cls, target: Target, identity: dict, specs: Mapping, codec: str, dims: Mapping) -> Summaries | None:
+        """Create the summary arrays of a new run (None when it has no summaries)."""
+        windows = identity.get("summaries") or []
+        names = summarized_names(identity["arrays"])
+        if not windows or not names:
+            return None
+        sizes = {n: int(np.prod(specs[n][0][1:], dtype=np.int64)) for n in names}
+        pyramids = {n: Pyramid.new(windows, identity["length"], sizes[n]) for n in names}
+        chunks = {n: pyramids[n].levels[0].chunk for n in names}
+        store = SummaryStore.create(
+            target, {n: specs[n] for n in names}, windows=windows, chunks=chunks, codec=codec, dims=dims
+        )
+        target.make_durable(store.metadata_keys())
+        return cls(target, store, pyramids, identity["length"])
+
+    @classmethod
+    def load(cls, target: Target, identity: dict, record: dict | None) -> Summaries | None:
+        """The committed summaries of an output (``record``: the manifest's), ready to continue or to read."""
+        windows = identity.get("summaries") or []
+        names = summarized_names(identity["arrays"])
+        if not windows or not names:
+            return None
+        store = SummaryStore(target, windows)
+        pyramids = {}
+        tail = _read_tail(target, record)
+        for name in names:
+            size = int(np.prod(identity["arrays"][name][1][1:], dtype=np.int64))
+            pyramid = Pyramid.new(windows, identity["length"], size)
+            if tail is not None:
+                if name not in tail:
+                    raise VerifyError(f"the summary tail of {target.label} has no entry for {name!r}")
+                levels, pyramid.open = tail[name]
+                if len(levels) != len(pyramid.levels):
+                    raise VerifyError(f"the summary tail of {target.label} has {len(levels)} levels for {name!r}")
+                for level, (emitted, pending) in zip(pyramid.levels, levels, strict=True):
+                    level.emitted, level.pending = emitted, pending
+                    held = 0 if pending is None else len(pending)
+                    if not 0 <= emitted <= level.total or held != emitted - level.stored:
+                        raise VerifyError(f"the summary tail of {target.label} is inconsistent for {name!r}")
+            pyramids[name] = pyramid
+        summaries = cls(target, store, pyramids, identity["length"])
+        for name, pyramid in pyramids.items():
+            summaries._reopen(name, pyramid)
+        return summaries
+
+    def rows(self, name: str, index: int, start: int, stop: int) -> Rows:
+        """Committed complete windows ``[start, stop)`` of level ``index``: stored chunks, then the tail."""
+        level = self.pyramids[name].levels[index]
+        parts = []
+        if start < min(stop, level.stored):
+            parts.append(self.store.read(name, level.window, start, min(stop, level.stored)))
+        if stop > level.stored and level.pending is not None:
+            parts.append(level.pending[max(start, level.stored) - level.stored : stop - level.stored])
+        if not parts:
+            return self.store.read(name, level.window, start, start)
+        return parts[0] if len(parts) == 1 else Rows.concat(parts)
+
+    def _reopen(self, name: str, pyramid: Pyramid) -> None:
+        """Rebuild each coarse level's open window from the stored rows of the level below."""
+        for i in range(1, len(pyramid.levels)):
+            level, below = pyramid.levels[i], pyramid.levels[i - 1]
+            begun = level.emitted * level.factor
+            if below.emitted > begun:
+                level.acc, done = fold_children(
+                    None, begun, self.rows(name, i - 1, begun, below.emitted), level.factor, below.total
+                )
+                if done is not None:
+                    raise VerifyError(f"the summaries of {self.target.label} count fewer windows than their rows hold")
+
+    def commit(self, results: Sequence[Any], committed_blocks: int) -> dict:
+        """Fold the blocks of ``results`` in (scan order), store what they complete; the manifest's record."""
+        keys: list[str] = []
+        for result in results:
+            for name, pyramid in self.pyramids.items():
+                for index, first, rows in pyramid.add(result.summary[name]):
+                    keys += self.store.write(name, pyramid.levels[index].window, first, rows)
+        self.target.make_durable(keys)
+        state = {name: ([(lv.emitted, lv.pending) for lv in p.levels], p.open) for name, p in self.pyramids.items()}
+        raw = encode_tail(state)
+        key = _tail_key(committed_blocks % 2)
+        self.target.write(key, raw)
+        return {"tail": key, "crc32c": int(google_crc32c.value(raw))}
+
+
+def _read_tail(target: Target, record: dict | None) -> dict | None:
+    """The tail the manifest names, checked against its CRC-32C (None before the first commit)."""
+    if not record:
+        return None
+    try:
+        raw = target.read(record["tail"])
+        if raw is None or int(google_crc32c.value(raw)) != record["crc32c"]:
+            raise ValueError
+        return decode_tail(raw)
+    except (ValueError, KeyError, TypeError):
+        raise VerifyError(
+            f"the summaries' tail of {target.label} ({record.get('tail') if isinstance(record, dict) else record}) "
+            f"is missing or damaged; rewrite the output with {spell('overwrite', True)}"
+        ) from None
+
+
+def _same(a: Rows, b: Rows) -> bool:
+    return all(np.ascontiguousarray(x).tobytes() == np.ascontiguousarray(y).tobytes()
+               for x, y in zip(a.arrays().values(), b.arrays().values(), strict=True))  # fmt: skip
+
+
+def _same_piece(a: Piece | None, b: Piece | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return (a.window, a.start, a.stop) == (b.window, b.start, b.stop) and _same(a.acc.one().rows(), b.acc.one().rows())
+
+
+class SummaryCheck:
+    """``verify``'s check of the summaries against the data it reads back (already proven to recompute).
+
+    When every committed block is checked, in scan order, the summaries are rebuilt from
+    the data exactly as the writer built them and compared row for row, tail included.
+    When only some blocks are checked, the finest windows lying inside them are compared
+    with the data, and every coarser row with the fold of the stored rows below it.
+    """
+
+    def __init__(self, summaries: Summaries, length: int, streaming: bool, fail: Any) -> None:
+        self.summaries = summaries
+        self.streaming = streaming
+        self.fail = fail
+        self.checked = 0
+        windows = summaries.store.windows
+        self.fresh = {n: Pyramid.new(windows, length, 1) for n in summaries.pyramids} if streaming else {}
+        for name, pyramid in self.fresh.items():
+            for level, loaded in zip(pyramid.levels, summaries.pyramids[name].levels, strict=True):
+                level.chunk = loaded.chunk
+
+    def _compare(self, name: str, index: int, first: int, rows: Rows) -> None:
+        level = self.summaries.pyramids[name].levels[index]
+        stop = first + len(rows)
+        if stop > level.emitted or not _same(self.summaries.rows(name, index, first, stop), rows):
+            raise self.fail(
+                f"the summaries of {name!r} (windows of {level.window} steps, windows {first} to {stop - 1}) do not "
+                "match its data"
+            )
+        self.checked += len(rows)
+
+    def block(self, start: int, data: Mapping[str, np.ndarray]) -> None:
+        """Check what the committed block beginning at ``start`` (its stored ``data``) contributes."""
+        for name, pieces in self.summaries.plan.pieces(start, data).items():
+            if self.streaming:
+                for index, first, rows in self.fresh[name].add(pieces):
+                    self._compare(name, index, first, rows)
+            elif pieces.rows is not None:
+                self._compare(name, 0, pieces.first, pieces.rows)
+
+    def finish(self) -> None:
+        for name, loaded in self.summaries.pyramids.items():
+            if self.streaming:
+                fresh = self.fresh[name]
+                for index, (mine, theirs) in enumerate(zip(fresh.levels, loaded.levels, strict=True)):
+                    if mine.emitted != theirs.emitted:
+                        raise self.fail(f"the summaries of {name!r} count {theirs.emitted} windows of {theirs.window} "
+                                        f"steps where the data make {mine.emitted}")  # fmt: skip
+                    if mine.pending is not None:
+                        self._compare(name, index, mine.stored, mine.pending)
+                if not _same_piece(fresh.open, loaded.open):
+                    raise self.fail(f"the open window of the summaries of {name!r} does not match its data")
+                continue
+            for index in range(1, len(loaded.levels)):
+                level, below = loaded.levels[index], loaded.levels[index - 1]
+                if level.emitted:
+                    children = self.summaries.rows(name, index - 1, 0, min(below.emitted, level.emitted * level.factor))
+                    _, parents = fold_children(None, 0, children, level.factor, below.total)
+                    if parents is None or len(parents) != level.emitted:
+                        raise self.fail(f"the summaries of {name!r} at windows of {level.window} steps count "
+                                        "windows their finer level does not hold")  # fmt: skip
+                    self._compare(name, index, 0, parents)
