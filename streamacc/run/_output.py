@@ -181,7 +181,11 @@ class Output:
 
     def finish(self) -> None:
         """Mark the run complete, in the manifest and then in the root attributes."""
-        self._save(complete=True)
+        if self.summaries is None:
+            self._save(complete=True)
+        else:
+            self._save(complete=True, summaries=self.summaries.finish())
+            self.summaries.drop_spare()
         self.publish(force=True)
 
 
@@ -256,7 +260,7 @@ def open_output(
     if manifest.committed_blocks == 0:
         return _create(target, spec, init, ledger)  # killed before its first commit: the arrays may be half made
     try:
-        summaries = Summaries.load(target, manifest.identity, manifest.summaries)
+        summaries = Summaries.load(target, manifest.identity, manifest.summaries, manifest.committed_steps)
     except VerifyError as exc:
         raise ResumeError(f"cannot resume: {exc}") from None
     output = Output(target, spec, manifest, ZarrSink.open(target, spec.names, spec.chunk), summaries)

@@ -98,7 +98,7 @@ def overview(
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)
     ident = manifest.identity
-    summaries = Summaries.load(target, ident, manifest.summaries)
+    summaries = Summaries.load(target, ident, manifest.summaries, manifest.committed_steps)
     if summaries is None:
         why = "a reverse scan" if ident.get("reverse") else "summaries=False or an older streamacc"
         raise NoOutputError(

@@ -105,8 +105,11 @@ class Summaries:
         return cls(target, store, pyramids, identity["length"])
 
     @classmethod
-    def load(cls, target: Target, identity: dict, record: dict | None) -> Summaries | None:
-        """The committed summaries of an output (``record``: the manifest's), ready to continue or to read."""
+    def load(cls, target: Target, identity: dict, record: dict | None, committed: int) -> Summaries | None:
+        """The committed summaries of an output (``record``: the manifest's), ready to continue or to read.
+
+        ``committed`` is the steps the manifest commits: the tail must cover exactly those.
+        """
         windows = identity.get("summaries") or []
         names = summarized_names(identity["arrays"])
         if not windows or not names:
@@ -119,15 +122,19 @@ class Summaries:
             pyramid = Pyramid.new(windows, identity["length"], size)
             if tail is not None:
                 if name not in tail:
-                    raise VerifyError(f"the summary tail of {target.label} has no entry for {name!r}")
+                    raise _damaged(target, f"its tail has no entry for {name!r}")
                 levels, pyramid.open = tail[name]
                 if len(levels) != len(pyramid.levels):
-                    raise VerifyError(f"the summary tail of {target.label} has {len(levels)} levels for {name!r}")
+                    raise _damaged(target, f"its tail has {len(levels)} levels for {name!r}")
                 for level, (emitted, pending) in zip(pyramid.levels, levels, strict=True):
                     level.emitted, level.pending = emitted, pending
                     held = 0 if pending is None else len(pending)
                     if not 0 <= emitted <= level.total or held != emitted - level.stored:
-                        raise VerifyError(f"the summary tail of {target.label} is inconsistent for {name!r}")
+                        raise _damaged(target, f"its tail contradicts itself for {name!r}")
+            if pyramid.covered() != committed:
+                raise _damaged(
+                    target, f"they cover {pyramid.covered()} steps of {name!r}, the manifest commits {committed}"
+                )
             pyramids[name] = pyramid
         summaries = cls(target, store, pyramids, identity["length"])
         for name, pyramid in pyramids.items():
@@ -156,7 +163,7 @@ class Summaries:
                     None, begun, self.rows(name, i - 1, begun, below.emitted), level.factor, below.total
                 )
                 if done is not None:
-                    raise VerifyError(f"the summaries of {self.target.label} count fewer windows than their rows hold")
+                    raise _damaged(self.target, "a level counts fewer windows than the rows below it make")
 
     def commit(self, results: Sequence[Any], committed_blocks: int) -> dict:
         """Fold the blocks of ``results`` in (scan order), store what they complete; the manifest's record."""
@@ -166,11 +173,29 @@ class Summaries:
                 for index, first, rows in pyramid.add(result.summary[name]):
                     keys += self.store.write(name, pyramid.levels[index].window, first, rows)
         self.target.make_durable(keys)
+        return self._save_tail(committed_blocks % 2)
+
+    def _save_tail(self, slot: int) -> dict:
         state = {name: ([(lv.emitted, lv.pending) for lv in p.levels], p.open) for name, p in self.pyramids.items()}
         raw = encode_tail(state)
-        key = _tail_key(committed_blocks % 2)
+        key = _tail_key(slot)
         self.target.write(key, raw)
         return {"tail": key, "crc32c": int(google_crc32c.value(raw))}
+
+    def finish(self) -> dict:
+        """The finished run's record: its (empty) tail in slot 0, whichever slot the last commit used, so that
+        every executor and every resume leaves the same files; call :meth:`drop_spare` once it is saved."""
+        return self._save_tail(0)
+
+    def drop_spare(self) -> None:
+        """Delete slot 1, which a finished run no longer names."""
+        self.target.delete(_tail_key(1))
+
+
+def _damaged(target: Target, what: str) -> VerifyError:
+    return VerifyError(
+        f"the summaries of {target.label} are damaged ({what}); rewrite the output with {spell('overwrite', True)}"
+    )
 
 
 def _read_tail(target: Target, record: dict | None) -> dict | None:
@@ -183,10 +208,8 @@ def _read_tail(target: Target, record: dict | None) -> dict | None:
             raise ValueError
         return decode_tail(raw)
     except (ValueError, KeyError, TypeError):
-        raise VerifyError(
-            f"the summaries' tail of {target.label} ({record.get('tail') if isinstance(record, dict) else record}) "
-            f"is missing or damaged; rewrite the output with {spell('overwrite', True)}"
-        ) from None
+        raise _damaged(target, f"their tail {record.get('tail') if isinstance(record, dict) else record!r} is missing "
+                       "or does not match its checksum") from None  # fmt: skip
 
 
 def _same(a: Rows, b: Rows) -> bool:

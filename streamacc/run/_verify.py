@@ -160,7 +160,7 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
     checker = Checker(target, manifest, plan)
     checker.manifest_agrees()
     checker.arrays_unchanged()
-    summaries = Summaries.load(target, manifest.identity, manifest.summaries)
+    summaries = Summaries.load(target, manifest.identity, manifest.summaries, manifest.committed_steps)
     check = None
     if summaries is not None:
         check = SummaryCheck(summaries, plan.length, len(chosen) == manifest.committed_blocks, checker.fail)

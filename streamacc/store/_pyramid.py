@@ -98,27 +98,53 @@ class Acc:
         return Acc(rows.min, rows.max, np.where(rows.count > 0, rows.mean * rows.count, 0.0), rows.count)
 
 
-def reduce_steps(data: np.ndarray, axis: int) -> Acc:
-    """Statistics of ``data`` along ``axis`` (a window's steps), NaNs skipped.
+SLICE_BYTES = 256 * 1024
+"""Windows are reduced a slice of about this many bytes at a time, so that the three passes
+(min, max, sum) over a slice find it in the core's cache instead of memory: a 32 MiB block
+costs one trip from memory instead of three."""
 
-    One numpy call per statistic over contiguous memory; only windows holding a NaN (or
-    an inf - inf) pay for a second, NaN-aware pass.
+
+def _sum(data: np.ndarray, axis: int) -> np.ndarray:
+    """The float64 sum along ``axis`` (0 or 1).
+
+    Along contiguous steps (a series) einsum's loop, twice as fast here as ``np.add.reduce``;
+    across the steps of a state (rows added element by element) ``np.add.reduce``, faster there.
     """
+    cast = {} if data.dtype == np.float64 else {"dtype": np.float64}
+    if data.ndim == axis + 1:
+        return np.einsum("i->" if axis == 0 else "ij->i", data, **cast)
+    return np.add.reduce(data, axis=axis, **cast)
+
+
+def _reduce(data: np.ndarray, axis: int) -> Acc:
     if data.dtype.kind == "b":
         low, high = np.logical_and.reduce(data, axis=axis), np.logical_or.reduce(data, axis=axis)
     else:
         low, high = np.minimum.reduce(data, axis=axis), np.maximum.reduce(data, axis=axis)
-    total = np.add.reduce(data, axis=axis, dtype=np.float64)
+    total = np.asarray(_sum(data, axis))
     count = np.full(total.shape, data.shape[axis], dtype=np.int64)
     if data.dtype.kind == "f":
         bad = np.isnan(total)
-        if bad.any():
+        if bad.any():  # a NaN in the window (or an inf - inf): a second, NaN-aware pass
             nan = np.isnan(data)
             count = count - np.count_nonzero(nan, axis=axis)
-            total = np.where(bad, np.add.reduce(np.where(nan, 0.0, data), axis=axis, dtype=np.float64), total)
+            total = np.where(bad, _sum(np.where(nan, 0, data), axis), total)
             low = np.where(bad, np.fmin.reduce(data, axis=axis), low)
             high = np.where(bad, np.fmax.reduce(data, axis=axis), high)
-    return Acc(np.asarray(low), np.asarray(high), np.asarray(total), np.asarray(count))
+    return Acc(np.asarray(low), np.asarray(high), total, np.asarray(count))
+
+
+def reduce_steps(data: np.ndarray, axis: int) -> Acc:
+    """Statistics of ``data`` along ``axis`` (a window's steps: 0 for one window, 1 for a batch), NaNs skipped.
+
+    Only windows holding a NaN (or an inf - inf) pay for a second, NaN-aware pass. A
+    large batch goes a slice of windows at a time.
+    """
+    if axis == 0 or data.nbytes <= SLICE_BYTES:
+        return _reduce(data, axis)
+    rows = max(1, SLICE_BYTES * len(data) // data.nbytes)
+    parts = [_reduce(data[i : i + rows], axis) for i in range(0, len(data), rows)]
+    return Acc(*(np.concatenate(v) for v in zip(*(p.fields() for p in parts), strict=True)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -319,6 +345,13 @@ class Pyramid:
             upper.acc, parents = fold_children(upper.acc, first, rows, upper.factor, level.total)
             if parents is not None:
                 self._emit(index + 1, parents, writes)
+
+    def covered(self) -> int:
+        """Steps folded in so far (from step 0): the finest level's complete windows and its open one."""
+        first = self.levels[0]
+        if self.open is not None:
+            return self.open.stop
+        return self.length if first.emitted == first.total else first.emitted * first.window
 
     def partial_rows(self) -> list[Rows | None]:
         """Each level's open window as one row, over the steps folded so far (None where none is open)."""
