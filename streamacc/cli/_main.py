@@ -196,10 +196,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from ._plot import plot_output
-
     steps = step_range(args.steps)
     options = storage_options(args.storage_option)
+    from ._plot import plot_output
+
     _out(plot_output(args.out, var=args.var, path=args.output, steps=steps, storage_options=options))
     return 0
 

@@ -10,13 +10,14 @@ trailing dimensions) is the band of its spatial min, max and mean. matplotlib (t
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import numpy as np
 
 from .._errors import InputError
 
-__all__ = ["default_path", "plot_output"]
+__all__ = ["default_path", "draw", "plot_output"]
 
 ENSEMBLE_DIMS = ("path", "member", "ensemble")
 BANDS_UP_TO = 8
@@ -66,6 +67,46 @@ def _series(ax: Any, steps: np.ndarray, low: Any, high: Any, mean: Any, label: s
     ax.step(steps, mean, where="post", linewidth=0.8, label=f"{label}mean".strip())
 
 
+def _pad(values: np.ndarray) -> np.ndarray:
+    """``values`` with its last window repeated: a step plot needs one value per window edge."""
+    return np.concatenate([values, values[-1:]])
+
+
+def draw(ds: Any, var: str) -> Any:
+    """The figure of output ``var`` of an :func:`streamacc.overview` Dataset (needs matplotlib)."""
+    figure, canvas = _matplotlib()
+    # numpy from here on: indexing xarray objects would import dask (0.4 s) to look for dask arrays
+    meta = ds[f"{var}_mean"]
+    low, high, mean = (_pad(ds[f"{var}_{stat}"].values) for stat in ("min", "max", "mean"))
+    window = int(ds.attrs["window"])
+    steps = ds["step"].values
+    edges = np.append(steps, steps[-1] + window)
+    fig = figure(figsize=(10, 4.8), dpi=110, layout="constrained")
+    canvas(fig)
+    ax = fig.add_subplot()
+    trailing = meta.dims[1:]
+    if not trailing:
+        _series(ax, edges, low, high, mean)
+    elif len(trailing) == 1 and trailing[0] in ENSEMBLE_DIMS:
+        _ensemble(ax, edges, low, high, mean, trailing[0])
+    elif len(trailing) == 1:
+        image = ax.pcolormesh(edges, np.arange(mean.shape[1] + 1), mean[:-1].T, shading="flat", rasterized=True)
+        fig.colorbar(image, ax=ax, label=f"mean {_label(meta)}")
+    else:
+        axes = tuple(range(1, mean.ndim))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a window whose values were all NaN
+            low, high, mean = np.nanmin(low, axis=axes), np.nanmax(high, axis=axes), np.nanmean(mean, axis=axes)
+        _series(ax, edges, low, high, mean, f"over {' x '.join(trailing)}: ")
+    ax.set_ylabel(trailing[0] if len(trailing) == 1 and trailing[0] not in ENSEMBLE_DIMS else _label(meta))
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="best", fontsize="small" if len(ax.get_legend_handles_labels()[0]) < 6 else "x-small", ncol=2)
+    ax.set_xlabel(f"step (windows of {window} steps)")
+    ax.set_xlim(edges[0], edges[-1])
+    ax.set_title(_title(ds, var, meta.attrs.get("long_name")), fontsize="medium")
+    return fig
+
+
 def plot_output(
     out: str,
     *,
@@ -76,7 +117,7 @@ def plot_output(
     points: int = 2048,
 ) -> str:
     """Draw output ``out`` (array ``var``, default the first) into ``path`` (default :func:`default_path`)."""
-    figure, canvas = _matplotlib()
+    _matplotlib()  # before reading anything: without it, say how to install it
     from ..run import overview
 
     ds = overview(out, points=points, storage_options=storage_options, steps=steps)
@@ -85,43 +126,7 @@ def plot_output(
         var = names[0]
     if var not in names:
         raise InputError(f"--var {var!r} is not an output of {out}; choose one of: {', '.join(names)}")
-    # numpy from here on: indexing xarray objects would import dask (0.4 s) to look for dask arrays
-    meta = ds[f"{var}_mean"]
-    low, high, mean = (ds[f"{var}_{stat}"].values for stat in ("min", "max", "mean"))
-    window = int(ds.attrs["window"])
-    steps_ = ds["step"].values
-    edges = np.append(steps_, steps_[-1] + window)
-    fig = figure(figsize=(10, 4.8), dpi=110, layout="constrained")
-    canvas(fig)
-    ax = fig.add_subplot()
-    trailing = meta.dims[1:]
-    if not trailing:
-        _series(ax, edges, np.append(low, low[-1]), np.append(high, high[-1]), np.append(mean, mean[-1]))
-        ax.set_ylabel(_label(meta))
-        ax.legend(loc="best", fontsize="small")
-    elif len(trailing) == 1 and trailing[0] in ENSEMBLE_DIMS:
-        _ensemble(ax, edges, low, high, mean, trailing[0])
-        ax.set_ylabel(_label(meta))
-    elif len(trailing) == 1:
-        size = mean.shape[1]
-        image = ax.pcolormesh(edges, np.arange(size + 1), mean.T, shading="flat", rasterized=True)
-        fig.colorbar(image, ax=ax, label=f"mean {_label(meta)}")
-        ax.set_ylabel(trailing[0])
-    else:
-        axes = tuple(range(1, mean.ndim))
-        _series(
-            ax,
-            edges,
-            np.append(np.nanmin(low, axis=axes), np.nan),
-            np.append(np.nanmax(high, axis=axes), np.nan),
-            np.append(np.nanmean(mean, axis=axes), np.nan),
-            f"over {' x '.join(trailing)}: ",
-        )
-        ax.set_ylabel(_label(meta))
-        ax.legend(loc="best", fontsize="small")
-    ax.set_xlabel(f"{ds['step'].dims[0]} (windows of {window} steps)")
-    ax.set_xlim(edges[0], edges[-1])
-    ax.set_title(_title(ds, var, meta.attrs.get("long_name")), fontsize="medium")
+    fig = draw(ds, var)
     target = path or default_path(out, var)
     try:
         fig.savefig(target)
@@ -135,17 +140,13 @@ def _ensemble(ax: Any, edges: np.ndarray, low: np.ndarray, high: np.ndarray, mea
     paths = mean.shape[1]
     if paths <= BANDS_UP_TO:
         for p in range(paths):
-            _series(ax, edges, np.append(low[:, p], np.nan), np.append(high[:, p], np.nan),
-                    np.append(mean[:, p], np.nan), f"{dim} {p}: ")  # fmt: skip
-        ax.legend(loc="best", fontsize="x-small", ncol=2)
+            _series(ax, edges, low[:, p], high[:, p], mean[:, p], f"{dim} {p}: ")
         return
-    pad = np.full((1, paths), np.nan)
-    low, high, mean = (np.vstack([a, pad]) for a in (low, high, mean))
     ax.fill_between(edges, np.nanmin(low, axis=1), np.nanmax(high, axis=1), step="post", color="0.85",
                     label=f"min-max over all {paths} {dim}s")  # fmt: skip
-    with np.errstate(invalid="ignore"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a window whose paths were all NaN
         q = np.nanpercentile(mean, [5, 25, 50, 75, 95], axis=1)
     ax.fill_between(edges, q[0], q[4], step="post", alpha=0.35, color="C0", linewidth=0, label="5-95% of means")
     ax.fill_between(edges, q[1], q[3], step="post", alpha=0.5, color="C0", linewidth=0, label="25-75% of means")
     ax.step(edges, q[2], where="post", color="C1", linewidth=0.8, label="median of means")
-    ax.legend(loc="best", fontsize="small")

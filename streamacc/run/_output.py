@@ -185,7 +185,6 @@ class Output:
             self._save(complete=True)
         else:
             self._save(complete=True, summaries=self.summaries.finish())
-            self.summaries.drop_spare()
         self.publish(force=True)
 
 

@@ -183,13 +183,10 @@ class Summaries:
         return {"tail": key, "crc32c": int(google_crc32c.value(raw))}
 
     def finish(self) -> dict:
-        """The finished run's record: its (empty) tail in slot 0, whichever slot the last commit used, so that
-        every executor and every resume leaves the same files; call :meth:`drop_spare` once it is saved."""
+        """The finished run's record: its tail (every window stored) in both slots, naming slot 0, whichever
+        slot the last commit used, so that every executor and every resume leaves the same files."""
+        self._save_tail(1)
         return self._save_tail(0)
-
-    def drop_spare(self) -> None:
-        """Delete slot 1, which a finished run no longer names."""
-        self.target.delete(_tail_key(1))
 
 
 def _damaged(target: Target, what: str) -> VerifyError:
@@ -246,7 +243,12 @@ class SummaryCheck:
     def _compare(self, name: str, index: int, first: int, rows: Rows) -> None:
         level = self.summaries.pyramids[name].levels[index]
         stop = first + len(rows)
-        if stop > level.emitted or not _same(self.summaries.rows(name, index, first, stop), rows):
+        try:
+            stored = self.summaries.rows(name, index, first, min(stop, level.emitted))
+        except Exception as exc:  # a damaged chunk fails in its codec or checksum, with the codec's own error
+            what = f"windows of {level.window} steps, {type(exc).__name__}: {' '.join(str(exc).split())}"
+            raise self.fail(f"the summaries of {name!r} cannot be read ({what})") from None
+        if stop > level.emitted or not _same(stored, rows):
             raise self.fail(
                 f"the summaries of {name!r} (windows of {level.window} steps, windows {first} to {stop - 1}) do not "
                 "match its data"
