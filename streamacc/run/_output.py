@@ -166,7 +166,7 @@ class Output:
         recs = [BlockRecord(r.index, r.start, r.stop, encode_leaves(r.carry_in), r.crc32c) for r in results]
         changes = {}
         if self.summaries is not None:
-            changes["summaries"] = self.summaries.commit(results, first + len(results))
+            changes["summaries"] = self.summaries.commit(results)
         self.ledger.record(*recs)
         self._save(
             committed_blocks=first + len(results),
@@ -186,6 +186,11 @@ class Output:
         else:
             self._save(complete=True, summaries=self.summaries.finish())
         self.publish(force=True)
+
+    def close(self) -> None:
+        """Let background writes end (call before the writer lock is released, whatever happened)."""
+        if self.summaries is not None:
+            self.summaries.close()
 
 
 def _create(target: Target, spec: OutputSpec, init: list[HostLeaf], ledger: Ledger) -> Output:
@@ -264,4 +269,6 @@ def open_output(
         raise ResumeError(f"cannot resume: {exc}") from None
     output = Output(target, spec, manifest, ZarrSink.open(target, spec.names, spec.chunk), summaries)
     check_resumable(output)
+    if summaries is not None:
+        summaries.resume()
     return output

@@ -3,14 +3,16 @@
 Each block's pieces (its steps in each finest window it touches, reduced) are computed on
 the thread or worker that writes the block, from the block still in memory, so the
 computing thread never pays for them. The output's commit then folds the pieces in scan
-order (cheap: a few rows per block), writes the summary chunks now complete, and records
-the rest, the *tail*, in an object the manifest names with its CRC-32C, so that the
-committed summaries always cover exactly the committed steps.
+order (cheap: a few rows per block), hands the summary chunks now complete to a writer
+thread, and records the rest, the *tail* (rows in no durable chunk yet, and the open
+window), in the manifest it saves, so that the committed summaries always cover exactly
+the committed steps and change with them atomically.
 
 Why the open windows are recorded rather than recomputed on resume: an open finest
 window's sum is a fold of its pieces so far, which no stored row holds (a row stores
 the mean), and rebuilding it would mean reading back up to a window of data, 128 MiB
-for a 4096-point float64 state. The record costs a few KiB per commit. The coarse
+for a 4096-point float64 state. The record costs a few KiB per commit (the open window
+is one row). The coarse
 levels' open windows are folds of stored rows, so a resume rebuilds them from those
 rows instead of recording them (for a 256x256 field they would be megabytes per commit).
 """
@@ -19,15 +21,16 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections import deque
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-import google_crc32c
 import numpy as np
 
 from .._defaults import DEFAULT_SUMMARY_WINDOWS
 from .._errors import InputError, VerifyError, spell
-from ..store import SUMMARIES, Target
+from ..store import Target
 from ..store._pyramid import BlockPieces, Piece, Pyramid, Rows, block_pieces, fold_children, summarizable
 from ..store._summarystore import SummaryStore, decode_tail, encode_tail
 
@@ -75,18 +78,26 @@ class SummaryPlan:
         return {name: block_pieces(np.asarray(ys[name]), start, self.window, self.length) for name in self.names}
 
 
-def _tail_key(slot: int) -> str:
-    return f"{SUMMARIES}/tail_{slot}/zarr.json"
+INFLIGHT_WRITES = 4
+"""Commits whose summary chunks may still be on their way to the disk; the next commit waits
+for the oldest beyond these (their rows stay in the tail meanwhile, a few KiB each)."""
 
 
 class Summaries:
-    """The summaries of a run being written: pyramids per output, their store, and the committed tail."""
+    """The summaries of a run being written: pyramids per output, their store, and the committed tail.
+
+    Chunks a commit completes are written and fsynced by a thread of their own, so that a
+    commit (which every later block waits for) never waits for them; until a chunk is
+    durable its rows stay in the tail that the manifest records.
+    """
 
     def __init__(self, target: Target, store: SummaryStore, pyramids: dict[str, Pyramid], length: int) -> None:
         self.target = target
         self.store = store
         self.pyramids = pyramids
         self.plan = SummaryPlan(store.windows[0], length, tuple(pyramids))
+        self._writer: ThreadPoolExecutor | None = None
+        self._inflight: deque[tuple[Future[None], list[tuple[str, int, int]]]] = deque()
 
     @classmethod
     def create(cls, target: Target, identity: dict, specs: Mapping, codec: str, dims: Mapping) -> Summaries | None:
@@ -106,7 +117,7 @@ class Summaries:
 
     @classmethod
     def load(cls, target: Target, identity: dict, record: dict | None, committed: int) -> Summaries | None:
-        """The committed summaries of an output (``record``: the manifest's), ready to continue or to read.
+        """The committed summaries of an output (``record``: the manifest's tail), to continue or to read.
 
         ``committed`` is the steps the manifest commits: the tail must cover exactly those.
         """
@@ -114,9 +125,12 @@ class Summaries:
         names = summarized_names(identity["arrays"])
         if not windows or not names:
             return None
+        try:
+            tail = None if record is None else decode_tail(record)
+        except (ValueError, KeyError, TypeError, AttributeError, OSError):
+            raise _damaged(target, "the tail its manifest records cannot be read") from None
         store = SummaryStore(target, windows)
         pyramids = {}
-        tail = _read_tail(target, record)
         for name in names:
             size = int(np.prod(identity["arrays"][name][1][1:], dtype=np.int64))
             pyramid = Pyramid.new(windows, identity["length"], size)
@@ -126,15 +140,16 @@ class Summaries:
                 levels, pyramid.open = tail[name]
                 if len(levels) != len(pyramid.levels):
                     raise _damaged(target, f"its tail has {len(levels)} levels for {name!r}")
-                for level, (emitted, pending) in zip(pyramid.levels, levels, strict=True):
-                    level.emitted, level.pending = emitted, pending
-                    held = 0 if pending is None else len(pending)
-                    if not 0 <= emitted <= level.total or held != emitted - level.stored:
+                for level, (emitted, durable, pending) in zip(pyramid.levels, levels, strict=True):
+                    level.emitted, level.durable, level.pending = emitted, durable, pending
+                    if not 0 <= durable <= emitted <= level.total:
                         raise _damaged(target, f"its tail contradicts itself for {name!r}")
+                first = pyramid.levels[0]
+                if (0 if first.pending is None else len(first.pending)) != first.emitted - first.durable:
+                    raise _damaged(target, f"its tail contradicts itself for {name!r}")
             if pyramid.covered() != committed:
-                raise _damaged(
-                    target, f"they cover {pyramid.covered()} steps of {name!r}, the manifest commits {committed}"
-                )
+                what = f"they cover {pyramid.covered()} steps of {name!r}, the manifest commits {committed}"
+                raise _damaged(target, what)
             pyramids[name] = pyramid
         summaries = cls(target, store, pyramids, identity["length"])
         for name, pyramid in pyramids.items():
@@ -142,71 +157,97 @@ class Summaries:
         return summaries
 
     def rows(self, name: str, index: int, start: int, stop: int) -> Rows:
-        """Committed complete windows ``[start, stop)`` of level ``index``: stored chunks, then the tail."""
+        """Committed complete windows ``[start, stop)`` of level ``index``: durable chunks, then the tail."""
         level = self.pyramids[name].levels[index]
         parts = []
-        if start < min(stop, level.stored):
-            parts.append(self.store.read(name, level.window, start, min(stop, level.stored)))
-        if stop > level.stored and level.pending is not None:
-            parts.append(level.pending[max(start, level.stored) - level.stored : stop - level.stored])
+        if start < min(stop, level.durable):
+            parts.append(self.store.read(name, level.window, start, min(stop, level.durable)))
+        if stop > level.durable and level.pending is not None:
+            parts.append(level.pending[max(start, level.durable) - level.durable : stop - level.durable])
         if not parts:
             return self.store.read(name, level.window, start, start)
         return parts[0] if len(parts) == 1 else Rows.concat(parts)
 
     def _reopen(self, name: str, pyramid: Pyramid) -> None:
-        """Rebuild each coarse level's open window from the stored rows of the level below."""
+        """Rebuild each coarse level's rows in no durable chunk, and its open window, from the rows below."""
         for i in range(1, len(pyramid.levels)):
             level, below = pyramid.levels[i], pyramid.levels[i - 1]
-            begun = level.emitted * level.factor
+            begun = level.durable * level.factor
             if below.emitted > begun:
-                level.acc, done = fold_children(
-                    None, begun, self.rows(name, i - 1, begun, below.emitted), level.factor, below.total
-                )
-                if done is not None:
-                    raise _damaged(self.target, "a level counts fewer windows than the rows below it make")
+                children = self.rows(name, i - 1, begun, below.emitted)
+                level.acc, level.pending = fold_children(None, begun, children, level.factor, below.total)
+            made = 0 if level.pending is None else len(level.pending)
+            if made != level.emitted - level.durable:
+                what = f"level {level.window} counts {level.emitted - level.durable} windows its finer rows make {made}"
+                raise _damaged(self.target, what)
 
-    def commit(self, results: Sequence[Any], committed_blocks: int) -> dict:
-        """Fold the blocks of ``results`` in (scan order), store what they complete; the manifest's record."""
-        keys: list[str] = []
+    def resume(self) -> None:
+        """Write again the whole chunks a killed run may not have made durable (their rows are in the tail)."""
+        writes = []
+        for name, pyramid in self.pyramids.items():
+            for index, level in enumerate(pyramid.levels):
+                if level.whole > level.durable:
+                    writes.append((name, index, level.durable, level.pending[: level.whole - level.durable]))
+        self._submit(writes)
+
+    def _submit(self, writes: list[tuple[str, int, int, Rows]]) -> None:
+        if not writes:
+            return
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamacc-summaries")
+
+        def write() -> None:
+            keys: list[str] = []
+            for name, index, first, rows in writes:
+                keys += self.store.write(name, self.pyramids[name].levels[index].window, first, rows)
+            self.target.make_durable(keys)
+
+        marks = [(name, index, first + len(rows)) for name, index, first, rows in writes]
+        self._inflight.append((self._writer.submit(write), marks))
+
+    def _settle(self, keep: int) -> None:
+        """Take in the chunk writes that are done, in order, waiting for the oldest beyond ``keep`` in flight."""
+        while self._inflight and (len(self._inflight) > keep or self._inflight[0][0].done()):
+            future, marks = self._inflight.popleft()
+            future.result()  # a failed write stops the run here, before a commit counts its rows as durable
+            for name, index, upto in marks:
+                self.pyramids[name].levels[index].made_durable(upto)
+
+    def commit(self, results: Sequence[Any]) -> dict:
+        """Fold the blocks of ``results`` in (scan order), start writing the chunks they complete; the tail."""
+        writes = []
         for result in results:
             for name, pyramid in self.pyramids.items():
                 for index, first, rows in pyramid.add(result.summary[name]):
-                    keys += self.store.write(name, pyramid.levels[index].window, first, rows)
-        self.target.make_durable(keys)
-        return self._save_tail(committed_blocks % 2)
-
-    def _save_tail(self, slot: int) -> dict:
-        state = {name: ([(lv.emitted, lv.pending) for lv in p.levels], p.open) for name, p in self.pyramids.items()}
-        raw = encode_tail(state)
-        key = _tail_key(slot)
-        self.target.write(key, raw)
-        return {"tail": key, "crc32c": int(google_crc32c.value(raw))}
+                    writes.append((name, index, first, rows))
+        self._submit(writes)
+        self._settle(INFLIGHT_WRITES)
+        return self.tail()
 
     def finish(self) -> dict:
-        """The finished run's record: its tail (every window stored) in both slots, naming slot 0, whichever
-        slot the last commit used, so that every executor and every resume leaves the same files."""
-        self._save_tail(1)
-        return self._save_tail(0)
+        """Wait for every chunk write; the finished run's tail (every window in a durable chunk)."""
+        self._settle(0)
+        self.close()
+        return self.tail()
+
+    def close(self) -> None:
+        """Stop the chunk writer once its writes are done (before the run's lock is released)."""
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+            self._writer = None
+
+    def tail(self) -> dict:
+        state = {
+            name: ([(lv.emitted, lv.durable, lv.pending) for lv in p.levels], p.open)
+            for name, p in self.pyramids.items()
+        }
+        return encode_tail(state)
 
 
 def _damaged(target: Target, what: str) -> VerifyError:
     return VerifyError(
         f"the summaries of {target.label} are damaged ({what}); rewrite the output with {spell('overwrite', True)}"
     )
-
-
-def _read_tail(target: Target, record: dict | None) -> dict | None:
-    """The tail the manifest names, checked against its CRC-32C (None before the first commit)."""
-    if not record:
-        return None
-    try:
-        raw = target.read(record["tail"])
-        if raw is None or int(google_crc32c.value(raw)) != record["crc32c"]:
-            raise ValueError
-        return decode_tail(raw)
-    except (ValueError, KeyError, TypeError):
-        raise _damaged(target, f"their tail {record.get('tail') if isinstance(record, dict) else record!r} is missing "
-                       "or does not match its checksum") from None  # fmt: skip
 
 
 def _same(a: Rows, b: Rows) -> bool:
@@ -259,8 +300,10 @@ class SummaryCheck:
         """Check what the committed block beginning at ``start`` (its stored ``data``) contributes."""
         for name, pieces in self.summaries.plan.pieces(start, data).items():
             if self.streaming:
-                for index, first, rows in self.fresh[name].add(pieces):
+                fresh = self.fresh[name]
+                for index, first, rows in fresh.add(pieces):
                     self._compare(name, index, first, rows)
+                    fresh.levels[index].made_durable(first + len(rows))
             elif pieces.rows is not None:
                 self._compare(name, 0, pieces.first, pieces.rows)
 
@@ -273,7 +316,7 @@ class SummaryCheck:
                         raise self.fail(f"the summaries of {name!r} count {theirs.emitted} windows of {theirs.window} "
                                         f"steps where the data make {mine.emitted}")  # fmt: skip
                     if mine.pending is not None:
-                        self._compare(name, index, mine.stored, mine.pending)
+                        self._compare(name, index, mine.durable, mine.pending)
                 if not _same_piece(fresh.open, loaded.open):
                     raise self.fail(f"the open window of the summaries of {name!r} does not match its data")
                 continue

@@ -223,4 +223,6 @@ def write(
                     f"({describe_store_failure(exc)}); those steps are safely committed: fix the cause and rerun with "
                     f"{spell('resume', True)}"
                 ) from exc
+            finally:
+                output.close()  # no summary chunk may be written once the lock is released
     return from_host(output.carry, plan.init)

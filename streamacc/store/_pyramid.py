@@ -275,32 +275,40 @@ def fold_children(
 
 
 def chunk_rows(state_size: int) -> int:
-    """Windows per stored chunk: about 64 KiB of float64 statistics, 1 to 1024 windows.
+    """Windows per stored chunk: about 32 KiB of float64 per statistic, 1 to 4096 windows.
 
-    Small enough that a run's uncommitted tail (the rows of each level's unfilled chunk,
-    rewritten at every commit) stays a few tens of KiB, large enough that the coarsest
-    level of a 2**32-step output is a handful of chunks.
+    Few chunk files to write and fsync (for a series, four per 2**24 steps at the finest
+    level), few to read (the 4096 windows of a 2**32-step picture are one chunk per
+    statistic), and a small tail: a commit records the finest level's rows of its unfilled
+    chunk, at most 128 KiB.
     """
-    rows = (64 * 1024 // 8) // max(state_size, 1)
-    return 1 << max(0, min(rows, 1024).bit_length() - 1)
+    rows = (32 * 1024 // 8) // max(state_size, 1)
+    return 1 << max(0, min(rows, 4096).bit_length() - 1)
 
 
 @dataclasses.dataclass
 class Level:
-    """One level of one output's summaries while it is written: what is stored, pending and open."""
+    """One level of one output's summaries while it is written: what is durable, pending and open."""
 
     window: int
     factor: int  # windows of the level below per window (1 for the finest)
     total: int  # windows in the whole output
     chunk: int  # windows per stored chunk
     emitted: int = 0  # windows complete
-    pending: Rows | None = None  # complete windows [emitted // chunk * chunk, emitted), not yet stored
+    durable: int = 0  # windows [0, durable) are in durable chunks
+    pending: Rows | None = None  # complete windows [durable, emitted), in no durable chunk yet
     acc: Acc | None = None  # the open window (coarse levels)
 
     @property
-    def stored(self) -> int:
-        """Windows written to the summary arrays (whole chunks, or every window once the level is complete)."""
+    def whole(self) -> int:
+        """Windows in whole chunks (every window once the level is complete): what may be written."""
         return self.emitted if self.emitted == self.total else self.emitted // self.chunk * self.chunk
+
+    def made_durable(self, upto: int) -> None:
+        """Windows ``[durable, upto)`` are now in durable chunks: drop them from the pending rows."""
+        if upto > self.durable:
+            self.pending = None if upto >= self.emitted else self.pending[upto - self.durable :]
+            self.durable = upto
 
 
 @dataclasses.dataclass
@@ -308,9 +316,9 @@ class Pyramid:
     """The summaries of one output array at every level, fed block by block in scan order.
 
     :meth:`add` folds one block's pieces in and returns the chunks now complete, as
-    ``(level, first window, rows)``: those are written once and never change. What is not
-    yet in a chunk (each level's pending rows and the open finest window) is the tail a
-    commit records.
+    ``(level, first window, rows)``: those are written once and never change. Until the
+    caller reports them durable (:meth:`Level.made_durable`), their rows stay pending:
+    each level's pending rows and the open finest window are the tail a commit records.
     """
 
     length: int
@@ -333,13 +341,11 @@ class Pyramid:
     def _emit(self, index: int, rows: Rows, writes: list[tuple[int, int, Rows]]) -> None:
         level = self.levels[index]
         first = level.emitted
+        written = level.whole
         level.pending = rows if level.pending is None else Rows.concat([level.pending, rows])
         level.emitted += len(rows)
-        start = first - (len(level.pending) - len(rows))  # the first pending window
-        stored = level.stored
-        if stored > start:
-            writes.append((index, start, level.pending[: stored - start]))
-            level.pending = level.pending[stored - start :] if stored < level.emitted else None
+        if level.whole > written:
+            writes.append((index, written, level.pending[written - level.durable : level.whole - level.durable]))
         if index + 1 < len(self.levels):
             upper = self.levels[index + 1]
             upper.acc, parents = fold_children(upper.acc, first, rows, upper.factor, level.total)

@@ -9,7 +9,7 @@ plain readers of the output itself never see it.
 
 Chunks are written once, whole (the last one of a level at the end of the array), by the
 same chunk writer as the data, so they are durable the same way. What is not yet in a
-chunk travels in the commit's *tail* (see :func:`encode_tail`).
+durable chunk travels in the commit's *tail*, in the manifest (see :func:`encode_tail`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ __all__ = ["STATS", "SUMMARIES", "SummaryStore", "decode_tail", "encode_tail", "
 
 SUMMARIES = f"{BOOKKEEPING}/summaries"
 STATS = ("min", "max", "mean", "count")
-TAIL_ATTR = "streamacc_summary_tail"
 
 
 def level_path(window: int) -> str:
@@ -156,43 +155,39 @@ def _unpack(text: str) -> dict[str, np.ndarray]:
         return {k: data[k] for k in data.files}
 
 
-def encode_tail(state: Mapping[str, Any]) -> bytes:
-    """A commit's tail as a Zarr group node: for each output, each level's windows not yet in a chunk.
+def encode_tail(state: Mapping[str, Any]) -> dict:
+    """A commit's tail, for the manifest: for each output, what no durable chunk holds yet.
 
-    ``state[name]`` is ``(levels, open)``: per level ``(emitted, pending rows or None)``,
-    and the open finest window (a :class:`Piece`, or None). Coarse levels' open windows
-    are not recorded: they are folds of stored rows and are rebuilt from them.
+    ``state[name]`` is ``(levels, open)``: per level ``(emitted, durable, pending rows or
+    None)``, and the open finest window (a :class:`Piece`, or None). Only the finest
+    level's pending rows are recorded: every coarser row, complete or open, is a fold of
+    rows below it and is rebuilt from them.
     """
     doc: dict[str, Any] = {}
     for name, (levels, piece) in state.items():
         arrays: dict[str, np.ndarray] = {}
-        emitted = []
-        for i, (count, pending) in enumerate(levels):
-            emitted.append(count)
-            if pending is not None:
-                arrays.update({f"{i}_{k}": v for k, v in pending.arrays().items()})
-        entry: dict[str, Any] = {"emitted": emitted}
+        pending = levels[0][2]
+        if pending is not None:
+            arrays.update({f"0_{k}": v for k, v in pending.arrays().items()})
+        entry: dict[str, Any] = {"emitted": [lv[0] for lv in levels], "durable": [lv[1] for lv in levels]}
         if piece is not None:
             entry["open"] = [piece.window, piece.start, piece.stop]
-            arrays.update(
-                {f"open_{k}": v for k, v in zip(("min", "max", "sum", "count"), piece.acc.fields(), strict=True)}
-            )
+            fields = zip(("min", "max", "sum", "count"), piece.acc.fields(), strict=True)
+            arrays.update({f"open_{k}": v for k, v in fields})
         entry["arrays"] = _pack(arrays)
         doc[name] = entry
-    text = json.dumps(doc, sort_keys=True)
-    return json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {TAIL_ATTR: text}}).encode()
+    return doc
 
 
-def decode_tail(raw: bytes) -> dict[str, tuple[list[tuple[int, Rows | None]], Piece | None]]:
-    """Inverse of :func:`encode_tail`; ValueError (or KeyError) when the bytes are not a tail."""
-    doc = json.loads(json.loads(raw)["attributes"][TAIL_ATTR])
-    out: dict[str, tuple[list[tuple[int, Rows | None]], Piece | None]] = {}
+def decode_tail(doc: Mapping[str, Any]) -> dict[str, tuple[list[tuple[int, int, Rows | None]], Piece | None]]:
+    """Inverse of :func:`encode_tail`; ValueError, KeyError or TypeError when ``doc`` is not a tail."""
+    out: dict[str, tuple[list[tuple[int, int, Rows | None]], Piece | None]] = {}
     for name, entry in doc.items():
         arrays = _unpack(entry["arrays"])
-        levels: list[tuple[int, Rows | None]] = []
-        for i, count in enumerate(entry["emitted"]):
-            pending = Rows(*(arrays[f"{i}_{k}"] for k in STATS)) if f"{i}_min" in arrays else None
-            levels.append((int(count), pending))
+        levels: list[tuple[int, int, Rows | None]] = []
+        for i, (emitted, durable) in enumerate(zip(entry["emitted"], entry["durable"], strict=True)):
+            pending = Rows(*(arrays[f"{i}_{k}"] for k in STATS)) if i == 0 and "0_min" in arrays else None
+            levels.append((int(emitted), int(durable), pending))
         piece = None
         if "open" in entry:
             window, start, stop = (int(v) for v in entry["open"])

@@ -1,0 +1,148 @@
+"""What summaries cost and what they buy, on the headline job.
+
+1. Cost: ``streamacc write OUT --size N`` with summaries (the default) and with
+   ``--no-summaries``, alternating, ``--pairs`` times, in one run: wall, user and system
+   CPU, page faults and peak RSS of each (``getrusage`` of the child, as ``/usr/bin/time -v``
+   reports them), and the bytes the summaries take against the data's.
+2. Gain: with the output's pages dropped from the page cache (``posix_fadvise(DONTNEED)`` on
+   every file, as the writer does after each fsync), in fresh processes:
+   ``streamacc.overview(OUT, points=4096)``, ``streamacc plot OUT``, and the same picture made
+   the usual way, reading the data through xarray and dask (``coarsen(step=W).min/max/mean``
+   over the window ``overview`` chose).
+
+    python benchmarks/bench_overview.py --size '2**32' --dir /scratch --pairs 2 --png docs/headline.png
+
+The output with summaries is left at DIR/headline.zarr (``--keep``) or deleted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from headline import disk_bytes, run_cli
+
+from streamacc.cli._expr import parse_int
+
+
+def drop_cache(path: Path) -> None:
+    """Drop every file of ``path`` from the page cache (they are durable: the writer fsynced them)."""
+    for f in path.rglob("*"):
+        if f.is_file():
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def timed(cmd: list[str]) -> dict:
+    """Run ``cmd`` (a fresh process), with its wall time, CPU, faults and peak RSS, and its last line of output."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {
+        "command": " ".join(cmd),
+        "wall_s": round(wall, 3),
+        "user_s": round(after.ru_utime - before.ru_utime, 3),
+        "sys_s": round(after.ru_stime - before.ru_stime, 3),
+        "majflt": after.ru_majflt - before.ru_majflt,
+        "peak_rss_mib": round(after.ru_maxrss / 1024, 1),
+        "printed": proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "",
+    }
+
+
+OVERVIEW = """
+import sys, time
+t0 = time.perf_counter()
+import streamacc
+ds = streamacc.overview(sys.argv[1], points=4096)
+print(f"window={ds.attrs['window']} windows={ds.sizes['step']} in_process_s={time.perf_counter() - t0:.3f}")
+"""
+
+XARRAY = """
+import sys, time
+t0 = time.perf_counter()
+import xarray as xr
+window = int(sys.argv[2])
+x = xr.open_zarr(sys.argv[1]).x
+c = x.coarsen(step=window, boundary="pad")
+lo, hi, mean = (getattr(c, s)() for s in ("min", "max", "mean"))
+lo, hi, mean = xr.align(lo.compute(), hi.compute(), mean.compute())
+import numpy as np
+from matplotlib.figure import Figure
+fig = Figure(figsize=(10, 4.8), dpi=110)
+ax = fig.add_subplot()
+steps = np.arange(lo.sizes["step"]) * window
+ax.fill_between(steps, lo, hi, step="post", alpha=0.35)
+ax.step(steps, mean, where="post", linewidth=0.8)
+fig.savefig(sys.argv[3])
+print(f"windows={lo.sizes['step']} in_process_s={time.perf_counter() - t0:.3f}")
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="2**32")
+    parser.add_argument("--dir", type=Path, required=True)
+    parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--png", type=Path, default=None, help="also keep streamacc plot's picture here")
+    parser.add_argument("--keep", action="store_true", help="keep DIR/headline.zarr")
+    parser.add_argument("--skip-xarray", action="store_true", help="leave out the xarray/dask comparison")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    size = parse_int(args.size, name="--size", minimum=1)
+    args.dir.mkdir(parents=True, exist_ok=True)
+    on, off = args.dir / "headline.zarr", args.dir / "nosummaries.zarr"
+    writes = []
+    for pair in range(args.pairs):
+        for summaries in (False, True):
+            out = on if summaries else off
+            shutil.rmtree(out, ignore_errors=True)
+            result = run_cli(out, size, [] if summaries else ["--no-summaries"])
+            result["summaries"] = summaries
+            result["pair"] = pair
+            if summaries:
+                data = disk_bytes(on / "x")
+                kept = disk_bytes(on / "_streamacc" / "summaries")
+                result.update(data_bytes=data, summary_bytes=kept, summary_percent=round(100 * kept / data, 4))
+            else:
+                shutil.rmtree(off)  # 10 GB at 2**32: gone before the next write
+            writes.append(result)
+            print(json.dumps({k: v for k, v in result.items() if k != "command"}), flush=True)
+    ratios = []
+    for pair in range(args.pairs):
+        a, b = (next(w for w in writes if w["pair"] == pair and w["summaries"] is s) for s in (False, True))
+        ratios.append({k: round(b[k] / a[k], 4) for k in ("wall_s", "user_s", "sys_s")})
+    png = args.dir / "headline-x.png"
+    reads = {}
+    drop_cache(on)
+    reads["overview"] = timed([sys.executable, "-c", OVERVIEW, str(on)])
+    drop_cache(on)
+    reads["plot"] = timed([sys.executable, "-m", "streamacc", "plot", str(on), "-o", str(png)])
+    window = int(reads["overview"]["printed"].split()[0].split("=")[1])
+    if not args.skip_xarray:
+        drop_cache(on)
+        reads["xarray_dask"] = timed([sys.executable, "-c", XARRAY, str(on), str(window), str(args.dir / "xr.png")])
+    for name, r in reads.items():
+        print(name, json.dumps(r), flush=True)
+    if args.png:
+        shutil.copyfile(png, args.png)
+    result = {"size": size, "writes": writes, "ratios_on_over_off": ratios, "reads_cold": reads}
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    if not args.keep:
+        shutil.rmtree(on)
+
+
+if __name__ == "__main__":
+    main()
