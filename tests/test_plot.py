@@ -116,3 +116,12 @@ def test_default_path():
     assert default_path("/data/run.zarr/", "y") == "/data/run-y.png"
     assert default_path("s3://bucket/deep/gp.zarr", "x") == "gp-x.png"
     assert default_path("file:///tmp/a", "x") == "/tmp/a-x.png"
+
+
+def test_summary_windows_from_the_command_line(tmp_path, capsys):
+    out = tmp_path / "w.zarr"
+    assert main(["write", str(out), "--size", "2000", "--summary-windows", "2**4,64", "--no-progress"]) == 0
+    assert streamacc.overview(out, points=100).attrs["windows"] == [16, 64]
+    code, _, err = run("write", tmp_path / "bad.zarr", "--size", "10", "--summary-windows", "8,12", capsys=capsys)
+    assert code == 2 and "--summary-windows must be increasing window lengths" in err and "got 8,12" in err
+    assert not (tmp_path / "bad.zarr").exists()

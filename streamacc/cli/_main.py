@@ -51,6 +51,7 @@ from ._parser import (
     recipe_params,
     step_range,
     storage_options,
+    summary_windows,
 )
 
 __all__ = ["build_parser", "main", "storage_options"]
@@ -168,7 +169,7 @@ def _write(args: argparse.Namespace, write, job, block: int, attrs: dict, array_
         array_attrs=array_attrs,
         storage_options=options,
         client=client,
-        summaries=not args.no_summaries,
+        summaries=summary_windows(args),
     )
 
 

@@ -54,9 +54,13 @@ def check_windows(summaries: bool | Sequence[int] | None, reverse: bool) -> list
     if good and windows:
         good = windows[0] >= 1 and all(b > a and b % a == 0 for a, b in itertools.pairwise(windows))
     if not good:
+        option = spell("summaries")
+        cli = option.startswith("--")
+        example = ",".join(map(str, DEFAULT_SUMMARY_WINDOWS)) if cli else list(DEFAULT_SUMMARY_WINDOWS)
         raise InputError(
-            f"{spell('summaries')} must be True, False or increasing window lengths in steps, each a multiple of the "
-            f"one before, got {summaries!r}; pass e.g. {spell('summaries', list(DEFAULT_SUMMARY_WINDOWS))}"
+            f"{option} must be {'' if cli else 'True, False or '}increasing window lengths in steps, each a multiple "
+            f"of the one before, got {','.join(map(str, windows)) if cli else repr(summaries)}; pass e.g. "
+            f"{option + ' ' if cli else option + '='}{example}"
         )
     return [] if reverse else [int(w) for w in windows]
 
