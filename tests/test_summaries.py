@@ -50,6 +50,14 @@ def write(out, **kw):
     return streamacc.write(str(out), step, np.float64(0.0), XS, **args)
 
 
+def interrupt(monkeypatch, out, at: int, **kw) -> None:
+    """``write(out, **kw)`` failing at the block that starts at step ``at``: steps before it stay committed."""
+    with monkeypatch.context() as m:
+        fail_write_at(m, at, OSError(errno.EIO, "Input/output error"))
+        with pytest.raises(StoreError):
+            write(out, **kw)
+
+
 def expected(values: np.ndarray, window: int) -> dict[str, np.ndarray]:
     """min, max, mean and count of each window, by numpy over the same steps (NaNs skipped)."""
     out = {k: [] for k in ("min", "max", "mean", "count")}
@@ -153,10 +161,7 @@ def test_an_interrupted_run_shows_exactly_its_committed_steps_and_resumes_identi
     tmp_path, uninterrupted, reference, monkeypatch, k
 ):
     out = tmp_path / "out.zarr"
-    with monkeypatch.context() as m:
-        fail_write_at(m, k * 100, OSError(errno.EIO, "Input/output error"))
-        with pytest.raises(StoreError):
-            write(out, block_size=100)
+    interrupt(monkeypatch, out, k * 100, block_size=100)
     committed = k * 100
     ds = streamacc.overview(out, points=10**6)
     assert ds.attrs["streamacc_complete"] == 0 and ds.attrs["streamacc_committed_steps"] == committed
@@ -200,10 +205,7 @@ def test_damaged_summaries_are_caught_by_verify(tmp_path, written):
 
 def test_a_damaged_or_foreign_tail_is_refused(tmp_path, monkeypatch):
     out = tmp_path / "out.zarr"
-    with monkeypatch.context() as m:
-        fail_write_at(m, 500, OSError(errno.EIO, "Input/output error"))
-        with pytest.raises(StoreError):
-            write(out, block_size=100)
+    interrupt(monkeypatch, out, 500, block_size=100)
     manifest = read_manifest(out)
     good = manifest["summaries"]
     assert sorted(good) == list("bfgiv") and good["f"]["open"] == [62, 496, 500]  # steps 496-499 of window 62
@@ -243,10 +245,7 @@ def test_no_summaries_reverse_and_bad_windows(tmp_path):
 @pytest.mark.slow
 def test_overview_on_object_storage_while_unfinished(s3_bucket, monkeypatch, reference):
     url, options = s3_bucket.url("out.zarr"), s3_bucket.storage_options
-    with monkeypatch.context() as m:
-        fail_write_at(m, 600, OSError(errno.EIO, "Input/output error"))
-        with pytest.raises(StoreError):
-            write(url, block_size=200, storage_options=options, summaries=[32, 128])
+    interrupt(monkeypatch, url, 600, block_size=200, storage_options=options, summaries=[32, 128])
     ds = streamacc.overview(url, points=18, storage_options=options)
     assert ds.attrs["window"] == 32 and ds.attrs["streamacc_committed_steps"] == 600
     want = expected(reference["v"][:600], 32)

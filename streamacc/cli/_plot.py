@@ -87,6 +87,7 @@ def draw(ds: Any, var: str) -> Any:
     trailing = meta.dims[1:]
     if not trailing:
         _series(ax, edges, low, high, mean)
+        _log_scale_if_wide(ax, low, high)
     elif len(trailing) == 1 and trailing[0] in ENSEMBLE_DIMS:
         _ensemble(ax, edges, low, high, mean, trailing[0])
     elif len(trailing) == 1:
@@ -134,6 +135,15 @@ def plot_output(
         why = exc.strerror or exc
         raise InputError(f"cannot write the picture to {target} ({why}); pass another -o FILE.png") from None
     return os.fspath(target)
+
+
+def _log_scale_if_wide(ax: Any, low: np.ndarray, high: np.ndarray) -> None:
+    """A logarithmic value axis for positive values spanning more than three decades (exponential growth)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        bottom, top = np.nanmin(low.astype(np.float64)), np.nanmax(high.astype(np.float64))
+    if bottom > 0 and top / bottom > 1e3:
+        ax.set_yscale("log")
 
 
 def _ensemble(ax: Any, edges: np.ndarray, low: np.ndarray, high: np.ndarray, mean: np.ndarray, dim: str) -> None:
