@@ -53,7 +53,6 @@ class OutputSpec:
     attrs: dict[str, Any]
     array_attrs: dict[str, dict]
     total_blocks: int
-    summaries: tuple[int, ...] = ()  # window lengths of the summary levels (none: no summaries)
 
     @property
     def names(self) -> list[str]:

@@ -123,7 +123,7 @@ def output_spec(
     arrays = {n: [dt.str, list(shape)] for n, (shape, dt) in specs.items()}
     windows = check_windows(summaries, plan.reverse)
     identity = run_identity(plan, arrays=arrays, codec=codec, chunk=chunk, attrs=attrs, summaries=windows)
-    return OutputSpec(identity, specs, chunk, codec, attrs, checked_array_attrs, plan.block_count, tuple(windows))
+    return OutputSpec(identity, specs, chunk, codec, attrs, checked_array_attrs, plan.block_count)
 
 
 def _executor_for(client: Any, inflight: int) -> Executor:

@@ -193,35 +193,32 @@ def block_pieces(data: np.ndarray, start: int, window: int, length: int) -> Bloc
     return BlockPieces(head, a // window, rows, tail)
 
 
-def fold_pieces(acc: Piece | None, pieces: BlockPieces, window: int, length: int) -> tuple[Piece | None, list[Rows]]:
-    """Fold one block's pieces into the open finest window ``acc``; the open window after, and rows completed."""
+def _extend(open_: Piece | None, piece: Piece, window: int) -> Piece:
+    """The open finest window with ``piece`` folded in (``piece`` begins the window when none is open)."""
+    if open_ is None:
+        if piece.start != piece.window * window:
+            raise ValueError(f"steps {piece.start}-{piece.stop} continue a window that was never begun")
+        return piece
+    if (open_.window, open_.stop) != (piece.window, piece.start):
+        raise ValueError(f"steps {piece.start}-{piece.stop} do not follow steps {open_.start}-{open_.stop}")
+    return Piece(piece.window, open_.start, piece.stop, open_.acc.fold(piece.acc))
+
+
+def fold_pieces(open_: Piece | None, pieces: BlockPieces, window: int, length: int) -> tuple[Piece | None, list[Rows]]:
+    """Fold one block's pieces into the open finest window; the window left open, and the rows completed."""
     done: list[Rows] = []
-
-    def add(piece: Piece) -> Piece | None:
-        if acc_box[0] is None:
-            if piece.start != piece.window * window:
-                raise ValueError(f"steps {piece.start}-{piece.stop} continue a window that was never begun")
-            merged = piece
-        else:
-            open_ = acc_box[0]
-            if (open_.window, open_.stop) != (piece.window, piece.start):
-                raise ValueError(f"steps {piece.start}-{piece.stop} do not follow steps {open_.start}-{open_.stop}")
-            merged = Piece(piece.window, open_.start, piece.stop, open_.acc.fold(piece.acc))
-        if merged.stop == min((merged.window + 1) * window, length):
-            done.append(merged.acc.one().rows())
-            return None
-        return merged
-
-    acc_box = [acc]
     if pieces.head is not None:
-        acc_box[0] = add(pieces.head)
+        open_ = _extend(open_, pieces.head, window)
+        if open_.stop == min((open_.window + 1) * window, length):
+            done.append(open_.acc.one().rows())
+            open_ = None
     if pieces.rows is not None:
-        if acc_box[0] is not None:
-            raise ValueError(f"window {acc_box[0].window} is left open before whole windows")
+        if open_ is not None:
+            raise ValueError(f"window {open_.window} is left open before whole windows")
         done.append(pieces.rows)
     if pieces.tail is not None:
-        acc_box[0] = add(pieces.tail)
-    return acc_box[0], done
+        open_ = _extend(open_, pieces.tail, window)  # a tail never reaches its window's end
+    return open_, done
 
 
 def _groups(first: int, count: int, factor: int, children: int) -> Iterator[tuple[int, int]]:
