@@ -82,9 +82,10 @@ class SummaryPlan:
         return {name: block_pieces(np.asarray(ys[name]), start, self.window, self.length) for name in self.names}
 
 
-INFLIGHT_WRITES = 4
+INFLIGHT_WRITES = 2
 """Commits whose summary chunks may still be on their way to the disk; the next commit waits
-for the oldest beyond these (their rows stay in the tail meanwhile, a few KiB each)."""
+for the oldest beyond these (their rows stay in the tail meanwhile: 32 KiB per block of a
+series at the default sizes)."""
 
 
 class Summaries:
