@@ -97,6 +97,27 @@ print(f"windows={lo.sizes['step']} in_process_s={time.perf_counter() - t0:.3f}")
 """
 
 
+def markdown(result: dict) -> str:
+    """The tables RESULTS.md copies."""
+    lines = ["| pair | summaries | wall | user | system | minor faults | peak RSS |", "|---|---|--:|--:|--:|--:|--:|"]
+    for w in result["writes"]:
+        state = "on" if w["summaries"] else "off"
+        lines.append(f"| {w['pair'] + 1} | {state} | {w['wall_s']:.1f} s | {w['user_s']:.1f} s | {w['sys_s']:.1f} s "
+                     f"| {w['minflt']:,} | {w['peak_rss_mib']:.0f} MiB |")  # fmt: skip
+    lines += ["", "| pair | wall on/off | user on/off | system on/off |", "|---|--:|--:|--:|"]
+    for i, q in enumerate(result["ratios_on_over_off"]):
+        lines.append(f"| {i + 1} | {q['wall_s']:.3f} | {q['user_s']:.3f} | {q['sys_s']:.3f} |")
+    on = [w for w in result["writes"] if w["summaries"]][-1]
+    share = f"{on['summary_bytes']:,} ({on['summary_percent']}%)"
+    lines += ["", f"Bytes: data {on['data_bytes']:,}, summaries {share}.", ""]
+    lines += ["| cold, fresh process | wall | user | system | major faults | peak RSS | printed |"]
+    lines += ["|---|--:|--:|--:|--:|--:|---|"]
+    for name, r in result["reads_cold"].items():
+        lines.append(f"| {name} | {r['wall_s']:.2f} s | {r['user_s']:.2f} s | {r['sys_s']:.2f} s | {r['majflt']} "
+                     f"| {r['peak_rss_mib']:.0f} MiB | {r['printed'].split('/')[-1]} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="2**32")
@@ -149,6 +170,8 @@ def main() -> None:
     result = {"size": size, "writes": writes, "ratios_on_over_off": ratios, "reads_cold": reads}
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
+        args.json.with_suffix(".md").write_text(markdown(result))
+    print(markdown(result))
     if not args.keep:
         shutil.rmtree(on)
 

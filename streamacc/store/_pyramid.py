@@ -272,15 +272,16 @@ def fold_children(
 
 
 def chunk_rows(state_size: int) -> int:
-    """Windows per stored chunk: about 8 KiB of float64 per statistic, 1 to 1024 windows.
+    """Windows per stored chunk: about 32 KiB of float64 per statistic, 1 to 4096 windows.
 
-    A commit records in the manifest the finest rows in no durable chunk yet, so chunks
-    are small: with the default block of 2**22 steps, each block of a series fills exactly
-    one chunk (1024 windows of 2**12) and its commit records only the rows still being
-    fsynced. The 4096 windows of a 2**32-step picture are then 4 chunks per statistic.
+    Chunks cost a write and an fsync each (four files, one per statistic, per 2**24 steps
+    of a series at the finest level), and a commit records in the manifest the finest rows
+    in no durable chunk yet: at most a chunk and the chunks being fsynced, 32 KiB per 1024
+    windows of a series. The 4096 windows of a 2**32-step picture are one chunk per
+    statistic.
     """
-    rows = (8 * 1024 // 8) // max(state_size, 1)
-    return 1 << max(0, min(rows, 1024).bit_length() - 1)
+    rows = (32 * 1024 // 8) // max(state_size, 1)
+    return 1 << max(0, min(rows, 4096).bit_length() - 1)
 
 
 @dataclasses.dataclass

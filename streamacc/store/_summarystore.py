@@ -15,7 +15,6 @@ durable chunk travels in the commit's *tail*, in the manifest (see :func:`encode
 from __future__ import annotations
 
 import base64
-import io
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -144,15 +143,22 @@ class SummaryStore:
         return Rows(*(self.array(name, window, stat)[start:stop] for stat in STATS))
 
 
-def _pack(arrays: dict[str, np.ndarray]) -> str:
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    return base64.b64encode(buf.getvalue()).decode()
+def _pack(arrays: dict[str, np.ndarray]) -> dict[str, list]:
+    """Arrays as JSON: dtype, shape and the exact bytes in base64 (no archive format: a commit pays for this)."""
+    return {
+        k: [v.dtype.str, list(v.shape), base64.b64encode(np.ascontiguousarray(v).tobytes()).decode()]
+        for k, v in arrays.items()
+    }
 
 
-def _unpack(text: str) -> dict[str, np.ndarray]:
-    with np.load(io.BytesIO(base64.b64decode(text, validate=True)), allow_pickle=False) as data:
-        return {k: data[k] for k in data.files}
+def _unpack(doc: dict[str, list]) -> dict[str, np.ndarray]:
+    out = {}
+    for k, (dtype, shape, text) in doc.items():
+        dt = np.dtype(dtype)
+        if dt.hasobject:
+            raise ValueError("object arrays are not summaries")
+        out[k] = np.frombuffer(base64.b64decode(text, validate=True), dtype=dt).reshape(shape)
+    return out
 
 
 def encode_tail(state: Mapping[str, Any]) -> dict:
