@@ -16,14 +16,14 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._errors import InputError, NoOutputError, ResumeError, VerifyError, spell
+from .._errors import InputError, ResumeError, VerifyError, spell
 from ..engine import Plan, compute_block, from_host, make_plan, same_leaves, to_host
 from ..store import Target, ZarrSink, array_document, open_target, stored_crc32c
 from ._identity import describe_function
-from ._manifest import Ledger, Manifest, decode_leaves
+from ._manifest import Ledger, Manifest, decode_leaves, load_manifest
 from ._output import Output
 
-__all__ = ["Checker", "VerifyReport", "check_resumable", "load_manifest", "plan_for", "verify", "verify_plan"]
+__all__ = ["Checker", "VerifyReport", "check_resumable", "plan_for", "verify", "verify_plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,16 +38,6 @@ class VerifyReport:
     complete: bool
 
 
-def load_manifest(target: Target) -> Manifest:
-    """The manifest of ``target``, or an error saying why there is none."""
-    manifest = Ledger(target).load()
-    if manifest is None:
-        if not target.exists():
-            raise NoOutputError(f"{target.label} does not exist; check the path")
-        raise NoOutputError(f"{target.label} has no streamacc manifest; it was not written by streamacc or is empty")
-    return manifest
-
-
 def select_blocks(committed: int, blocks: str | int) -> list[int]:
     """All committed blocks, or ``blocks`` of them spread evenly, first and last included."""
     if blocks == "all":
@@ -60,7 +50,8 @@ def select_blocks(committed: int, blocks: str | int) -> list[int]:
     count = min(int(blocks), committed)
     if count <= 1:
         return list(range(count))
-    return sorted({round(i * (committed - 1) / (count - 1)) for i in range(count)})
+    # i * (committed - 1) / (count - 1) rounded half up, in integers: exact at any number of blocks
+    return sorted({(2 * i * (committed - 1) + count - 1) // (2 * (count - 1)) for i in range(count)})
 
 
 class Checker:
