@@ -6,13 +6,16 @@ rebuilt and verified without any Python code from the user.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._errors import VerifyError
 from ..store import ZarrSink, open_target
-from ._verify import VerifyReport, load_manifest, plan_for, verify_plan
+from ._manifest import load_manifest
+
+if TYPE_CHECKING:
+    from ._verify import VerifyReport
 
 __all__ = ["describe_output", "format_description", "verify_recipe_output"]
 
@@ -72,6 +75,7 @@ def format_description(info: dict[str, Any]) -> str:
 def verify_recipe_output(store: Any, *, blocks: str | int = "all", storage_options: dict | None = None) -> VerifyReport:
     """Verify an output written by ``streamacc write``, rebuilding its recipe from the manifest."""
     from ..recipes import get_recipe
+    from ._verify import plan_for, verify_plan  # recomputing blocks needs JAX; describing an output does not
 
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)

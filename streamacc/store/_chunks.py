@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import struct
 import sys
 import threading
@@ -146,6 +147,21 @@ class ChunkWriter:
         name = self.array.metadata.encode_chunk_key((index,) + (0,) * (self.array.ndim - 1))
         path = self.array.store_path.path
         return f"{path}/{name}" if path else name
+
+    @functools.cached_property
+    def _key_parts(self) -> tuple[str, str]:
+        """What every chunk key has before and after its index along the first axis."""
+        first, second = self.key(0), self.key(1)
+        at = next(i for i, (a, b) in enumerate(zip(first, second, strict=True)) if a != b)  # where '0' became '1'
+        return first[:at], first[at + 1 :]
+
+    def index(self, key: str) -> int | None:
+        """The chunk index along the first axis that store key ``key`` names, or None when it names no chunk."""
+        prefix, suffix = self._key_parts
+        if len(key) <= len(prefix) + len(suffix) or not key.startswith(prefix) or not key.endswith(suffix):
+            return None
+        middle = key[len(prefix) : len(key) - len(suffix)]
+        return int(middle) if middle.isdigit() and middle.isascii() else None
 
     def _full_chunk(self, rows: np.ndarray) -> np.ndarray:
         """``rows`` as a C-contiguous chunk of full shape, padded with the fill value (the last chunk)."""

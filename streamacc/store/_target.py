@@ -67,6 +67,10 @@ class Target:
         """Bytes stored at ``key`` (0 when absent)."""
         raise NotImplementedError
 
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        """Every key under ``prefix`` with its size in bytes, from one listing where the store allows it."""
+        return {key: self.size(key) for key in self.list_keys(prefix)}
+
     def exists(self) -> bool:
         """Whether anything at all is stored here."""
         raise NotImplementedError
@@ -162,6 +166,19 @@ class LocalTarget(Target):
         path = self._path(key)
         return path.stat().st_size if path.is_file() else 0
 
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        base = self._path(prefix) if prefix else self.root
+        found: dict[str, int] = {}
+        pending = [base] if base.is_dir() and not base.is_symlink() else []
+        while pending:
+            with os.scandir(pending.pop()) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(Path(entry.path))
+                    elif entry.is_file(follow_symlinks=False):
+                        found[Path(entry.path).relative_to(self.root).as_posix()] = entry.stat().st_size
+        return found
+
     def exists(self) -> bool:
         return self.root.exists() and (not self.root.is_dir() or any(self.root.iterdir()))
 
@@ -255,6 +272,16 @@ class StoreTarget(Target):
 
     def size(self, key: str) -> int:
         return sync(self.store.getsize(key)) if sync(self.store.exists(key)) else 0
+
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        """One listing of an fsspec store (S3 returns sizes with its keys), not one request per key."""
+        fs, root = getattr(self.store, "fs", None), getattr(self.store, "path", "")
+        if fs is None or not getattr(fs, "async_impl", False):
+            return super().sizes(prefix)
+        base = f"{root.rstrip('/')}/{prefix}".rstrip("/") if root else prefix.rstrip("/")
+        found = sync(fs._find(base, detail=True))
+        cut = len(root.rstrip("/")) + 1 if root else 0
+        return {path[cut:]: int(info.get("size") or 0) for path, info in found.items() if info.get("type") == "file"}
 
     def exists(self) -> bool:
         return not sync(self.store.is_empty(""))

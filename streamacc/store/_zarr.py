@@ -227,5 +227,17 @@ class ZarrSink:
         return {name: arr[start:stop] for name, arr in self.arrays.items()}
 
     def stored_bytes(self, span: tuple[int, int]) -> dict[str, int]:
-        """Bytes stored in each array's chunks covering ``span`` (committed chunks only)."""
-        return {name: sum(self.target.size(k) for k in self.chunk_keys(name, *span)) for name in self.arrays}
+        """Bytes stored in each array's chunks covering ``span`` (committed chunks only).
+
+        One listing per array: its cost follows the chunks stored, not the array's length.
+        """
+        first, end = span[0] // self.chunk, -(-span[1] // self.chunk)
+        totals = {}
+        for name, writer in self.writers.items():
+            total = 0
+            for key, nbytes in self.target.sizes(f"{name}/").items():
+                index = writer.index(key)
+                if index is not None and first <= index < end:
+                    total += nbytes
+            totals[name] = total
+        return totals
