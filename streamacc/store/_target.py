@@ -10,7 +10,9 @@ store supports conditional writes (see ``_lease.py``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
 from .._errors import InputError, LockedError, NoOutputError, StoreError, spell
+from ._chunks import scratch
 from ._files import DirLock, atomic_write, find_link, fsync_dir, fsync_file, remove_partials, remove_tree_contents
 
 __all__ = ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"]
@@ -50,6 +53,14 @@ class Target:
     def read(self, key: str) -> bytes | None:
         """The bytes at ``key``, or None when absent."""
         raise NotImplementedError
+
+    def read_reused(self, key: str) -> Any:
+        """The bytes at ``key`` (a bytes-like object), or None when absent; valid until this thread's next call.
+
+        A local file is read into a buffer the thread reuses, so reading many large chunks maps
+        no fresh memory; other stores return :meth:`read`'s bytes.
+        """
+        return self.read(key)
 
     def write(self, key: str, data: bytes) -> None:
         """Store ``data`` at ``key`` atomically and durably."""
@@ -106,6 +117,10 @@ class Target:
         yield
 
 
+def _linked(path: Path) -> StoreError:
+    return StoreError(f"{path} is a link; streamacc never reads through links inside an output: remove it")
+
+
 class LocalTarget(Target):
     """An output in a local directory."""
 
@@ -140,8 +155,32 @@ class LocalTarget(Target):
     def read(self, key: str) -> bytes | None:
         path = self._path(key)
         if path.is_symlink():
-            raise StoreError(f"{path} is a link; streamacc never reads through links inside an output: remove it")
+            raise _linked(path)
         return path.read_bytes() if path.is_file() else None
+
+    def read_reused(self, key: str) -> Any:
+        path = self._path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _linked(path) from None
+            raise
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            buffer = scratch("read", info.st_size)[: info.st_size]
+            done = 0
+            while done < info.st_size and (got := os.readv(fd, [buffer[done:]])):
+                done += got
+            with contextlib.suppress(OSError, AttributeError):  # read once: keep it out of the page cache
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            return buffer[:done]
+        finally:
+            os.close(fd)
 
     def write(self, key: str, data: bytes) -> None:
         atomic_write(self._path(key, create=True), data, sync=self.fsync)
