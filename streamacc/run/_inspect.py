@@ -6,14 +6,17 @@ rebuilt and verified without any Python code from the user.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._errors import VerifyError
 from ..store import SUMMARIES, ZarrSink, open_target
+from ._manifest import load_manifest
 from ._summaries import summarized_names
-from ._verify import VerifyReport, load_manifest, plan_for, verify_plan
+
+if TYPE_CHECKING:
+    from ._verify import VerifyReport
 
 __all__ = ["describe_output", "format_description", "verify_recipe_output"]
 
@@ -60,7 +63,7 @@ def _summaries(target: Any, ident: dict, data_bytes: int) -> dict[str, Any] | No
     names = summarized_names(ident["arrays"])
     if not windows or not names:
         return None
-    stored = sum(target.size(key) for key in target.list_keys(f"{SUMMARIES}/"))
+    stored = sum(target.sizes(f"{SUMMARIES}/").values())
     share = round(100 * stored / data_bytes, 3) if data_bytes else None
     return {"windows": windows, "arrays": names, "stored_bytes": stored, "percent_of_data": share}
 
@@ -94,6 +97,7 @@ def format_description(info: dict[str, Any]) -> str:
 def verify_recipe_output(store: Any, *, blocks: str | int = "all", storage_options: dict | None = None) -> VerifyReport:
     """Verify an output written by ``streamacc write``, rebuilding its recipe from the manifest."""
     from ..recipes import get_recipe
+    from ._verify import plan_for, verify_plan  # recomputing blocks needs JAX; describing an output does not
 
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)

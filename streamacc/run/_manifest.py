@@ -25,7 +25,7 @@ from ..engine import block_count, committed_span
 from ..store import BOOKKEEPING, Target
 
 if TYPE_CHECKING:
-    from ..engine import HostLeaf
+    from ..engine import HostLeaf  # a type only: reading a manifest never imports JAX
 
 __all__ = [
     "FORMAT",
@@ -248,16 +248,6 @@ class Ledger:
         return rec
 
 
-def require_same_run(stored: Manifest, identity: dict, label: str) -> None:
-    """Refuse to continue a run whose identity differs, naming every difference."""
-    diffs = identity_differences(stored.identity, identity)
-    if diffs:
-        raise ResumeError(
-            f"cannot resume {label}: it was written by a different run ({'; '.join(diffs)}); "
-            f"rerun with the original settings, or use {spell('overwrite', True)} to start afresh"
-        )
-
-
 def load_manifest(target: Target) -> Manifest:
     """The manifest of ``target``, or an error saying why there is none."""
     manifest = Ledger(target).load()
@@ -266,3 +256,13 @@ def load_manifest(target: Target) -> Manifest:
             raise NoOutputError(f"{target.label} does not exist; check the path")
         raise NoOutputError(f"{target.label} has no streamacc manifest; it was not written by streamacc or is empty")
     return manifest
+
+
+def require_same_run(stored: Manifest, identity: dict, label: str) -> None:
+    """Refuse to continue a run whose identity differs, naming every difference."""
+    diffs = identity_differences(stored.identity, identity)
+    if diffs:
+        raise ResumeError(
+            f"cannot resume {label}: it was written by a different run ({'; '.join(diffs)}); "
+            f"rerun with the original settings, or use {spell('overwrite', True)} to start afresh"
+        )

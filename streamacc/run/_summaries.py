@@ -302,9 +302,9 @@ class SummaryCheck:
             )
         self.checked += len(rows)
 
-    def block(self, start: int, data: Mapping[str, np.ndarray]) -> None:
-        """Check what the committed block beginning at ``start`` (its stored ``data``) contributes."""
-        for name, pieces in self.summaries.plan.pieces(start, data).items():
+    def block(self, start: int, cut: Mapping[str, BlockPieces]) -> None:
+        """Check what the committed block beginning at ``start`` contributes (``cut``: its pieces, from its data)."""
+        for name, pieces in cut.items():
             if self.streaming:
                 fresh = self.fresh[name]
                 for index, first, rows in fresh.add(pieces):
