@@ -49,9 +49,11 @@ def write(out, length, *, f=step, **kw):
         ((54, 60), {"f": product, "unroll": 4, "block_size": 8}),  # a short tail joined its block, and still does
         ((54, 66), {"f": product, "unroll": 4, "block_size": 8}),  # ... and now stands alone
         ((60, 108), {"f": product, "unroll": 4, "block_size": 8, "save_every": 8}),
+        ((100, 250), {"summaries": [8, 32]}),  # complete summary windows kept, the open one rebuilt from the data
+        ((200, 451), {"save_every": 3, "block_size": 24, "summaries": [4, 8]}),
     ],
     ids=["partial", "less_than_a_block", "whole_blocks", "single_block", "twice", "thinned", "tail_joined",
-         "tail_alone", "unrolled_thinned"],
+         "tail_alone", "unrolled_thinned", "summaries", "thinned_summaries"],
 )  # fmt: skip
 def test_an_extended_output_is_the_longer_run(tmp_path, lengths, kw):
     out, ref = tmp_path / "out.zarr", tmp_path / "ref.zarr"

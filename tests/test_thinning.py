@@ -136,6 +136,18 @@ def test_written_rows_are_every_kth_step_and_open_labels_them(reference):
     assert info["save_every"] == K and info["committed_rows"] == LENGTH // K
 
 
+def test_overview_of_a_thinned_output_labels_its_windows_with_steps(tmp_path):
+    out = tmp_path / "out.zarr"
+    write(out, summaries=[4, 16])
+    ov = streamacc.overview(out, points=10)
+    assert ov.attrs["window"] in (4 * K, 16 * K)
+    rows = ov.attrs["window"] // K
+    np.testing.assert_array_equal(ov["step"].values, np.arange(0, LENGTH // K, rows) * K + K - 1)
+    state = zarr.open_group(out, mode="r")["state"][:]
+    np.testing.assert_array_equal(ov["state_max"].values[0], state[:rows].max(axis=0))
+    assert streamacc.verify(out, step, np.zeros(2), XS).summary_windows > 0
+
+
 def test_reverse_thinned_write(tmp_path):
     out = tmp_path / "out.zarr"
     carry = write(out, reverse=True)

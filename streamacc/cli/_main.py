@@ -1,4 +1,4 @@
-"""The ``streamacc`` command line: write, info, verify, recipes.
+"""The ``streamacc`` command line: write, info, verify, plot, recipes.
 
 A thin shell over the library: it parses options (numbers through the safe arithmetic
 parser, never ``eval``), turns library errors into one line on stderr, and maps them to
@@ -37,6 +37,7 @@ from .._errors import (
     cli_spelling,
     spell,
 )
+from ..engine import check_grouping, check_length
 from ..recipes import option
 from ..run import si
 from ..store import CODECS
@@ -49,7 +50,9 @@ from ._parser import (
     check_no_overlap,
     chunks_option,
     recipe_params,
+    step_range,
     storage_options,
+    summary_windows,
     time_options,
 )
 
@@ -125,21 +128,25 @@ def cmd_write(args: argparse.Namespace) -> int:
     recipe = get_recipe(args.recipe)
     options = storage_options(args.storage_option)
     size = None if args.size is None else parse_int(args.size, name=spell("length"), minimum=1)
+    if size is not None:
+        check_length(size)
     block = None if args.block_size is None else parse_int(args.block_size, name=spell("block_size"), minimum=1)
     every = 1 if args.save_every is None else parse_int(args.save_every, name=spell("save_every"), minimum=1)
     chunks, time_axis = chunks_option(args.chunks), time_options(args)
     layout = {"block_size": block, "save_every": every, "chunks": chunks, "time": time_axis}
     if args.codec not in CODECS:
         raise InputError(f"{spell('codec', repr(args.codec))} is unknown; choose one of: {', '.join(CODECS)}")
+    workers = None if args.workers is None else parse_int(args.workers, name=spell("workers"), minimum=1)
     params = recipe_params(args, recipe)
     check_no_overlap(args.out, params, recipe)
     job = recipe.make(size, args.dtype, params, options)  # an --input URL takes the same storage options
+    if block is not None:
+        check_grouping(job.length, block, job.unroll, reverse=False)  # the block size, before JAX is imported
     attrs = {**job.attrs, "dtype": check_dtype(args.dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
     _enable_x64()
     from ..run import cluster_client, describe_output, write
 
-    workers = None if args.workers is None else parse_int(args.workers, name=spell("workers"), minimum=1)
     before = _committed_steps(args.out, options) if args.resume or args.extend else 0
     start = time.perf_counter()
     gc.freeze()  # the CLI owns its process: spare the collector the objects that live for the whole run
@@ -173,11 +180,11 @@ def _write(args: argparse.Namespace, write, job, layout: dict, attrs: dict, arra
         array_attrs=array_attrs,
         storage_options=options,
         client=client,
+        summaries=summary_windows(args),
     )
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    _enable_x64()
     from ..run import describe_output, format_description
 
     _out(format_description(describe_output(args.out, storage_options=storage_options(args.storage_option))))
@@ -190,11 +197,21 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from ..run import verify_recipe_output
 
     report = verify_recipe_output(args.out, blocks=blocks, storage_options=storage_options(args.storage_option))
+    summaries = f"; {report.summary_windows} summary windows match" if report.summary_windows else ""
     _out(
         f"{args.out}: OK, {len(report.checked_blocks)} of {report.committed_blocks} committed blocks recomputed "
         f"bit for bit ({report.committed_steps} of {report.total_steps} steps committed"
-        f"{', complete' if report.complete else ', incomplete: resume with ' + spell('resume')})"
+        f"{', complete' if report.complete else ', incomplete: resume with ' + spell('resume')}){summaries}"
     )
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    steps = step_range(args.steps)
+    options = storage_options(args.storage_option)
+    from ._plot import plot_output
+
+    _out(plot_output(args.out, var=args.var, path=args.output, steps=steps, storage_options=options))
     return 0
 
 
@@ -212,7 +229,7 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"write": cmd_write, "info": cmd_info, "verify": cmd_verify, "recipes": cmd_recipes}
+COMMANDS = {"write": cmd_write, "info": cmd_info, "verify": cmd_verify, "plot": cmd_plot, "recipes": cmd_recipes}
 
 
 def _fail(message: str, code: int, debug: bool) -> int:

@@ -25,11 +25,14 @@ if TYPE_CHECKING:
         block_bounds as block_bounds,
         block_count as block_count,
         block_steps as block_steps,
+        check_grouping as check_grouping,
+        check_length as check_length,
         committed_span as committed_span,
+        pool_size as pool_size,
         row_step as row_step,
         rows_in as rows_in,
     )
-    from ._pool import BlockPool as BlockPool, pool_size as pool_size
+    from ._pool import BlockPool as BlockPool
     from ._scan import (
         Block as Block,
         Plan as Plan,
@@ -37,7 +40,6 @@ if TYPE_CHECKING:
         compute_block as compute_block,
         iter_blocks as iter_blocks,
         make_plan as make_plan,
-        resize as resize,
         run_plan as run_plan,
         scan as scan,
     )
@@ -51,11 +53,14 @@ _EXPORTS = {
         "block_bounds",
         "block_count",
         "block_steps",
+        "check_grouping",
+        "check_length",
         "committed_span",
+        "pool_size",
         "row_step",
         "rows_in",
     ],
-    "._pool": ["BlockPool", "pool_size"],
+    "._pool": ["BlockPool"],
     "._scan": [
         "Block",
         "Plan",
@@ -63,7 +68,6 @@ _EXPORTS = {
         "compute_block",
         "iter_blocks",
         "make_plan",
-        "resize",
         "run_plan",
         "scan",
     ],

@@ -29,16 +29,9 @@ import weakref
 import jax
 import numpy as np
 
+from ._layout import pool_size
+
 __all__ = ["BlockPool", "PoolStats", "pool_size"]
-
-ENGINE_HELD = 2
-"""Blocks the engine holds besides the caller's: the next block, computed before the
-previous one is handed over, and the one after it, whose computation needs a slot."""
-
-
-def pool_size(depth: int) -> int:
-    """Slots a caller needs so that no block waits for memory: its ``depth`` blocks in flight plus the engine's."""
-    return depth + ENGINE_HELD
 
 
 @dataclasses.dataclass

@@ -24,7 +24,7 @@ from jax import lax
 from .._defaults import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_SIZE
 from .._errors import InputError, spell
 from ._checks import as_count, check_x64, resolve_length, step_shapes
-from ._layout import block_bounds, block_count, block_steps, rows_in
+from ._layout import block_bounds, block_count, block_steps, check_grouping, rows_in
 from ._pool import BlockPool, pool_size
 
 __all__ = [
@@ -159,35 +159,6 @@ def _as_unroll(unroll: Any) -> int | bool:
     return as_count("unroll", unroll, minimum=1)
 
 
-def _check_grouping(length: int, block_size: int, unroll: int | bool, reverse: bool) -> None:
-    """Refuse blocks that cannot reproduce ``lax.scan``'s grouping of steps under ``unroll``.
-
-    ``lax.scan(unroll=u)`` runs groups of u steps per loop trip, and XLA may reassociate
-    floating-point work within a group, so blocks must line up with the whole scan's
-    groups (and run their loop at least twice) to give the same bits.
-    """
-    if length <= block_size or unroll is False or (unroll == 1 and unroll is not True):
-        return
-    if unroll is True:
-        raise InputError(
-            f"{spell('unroll', True)} unrolls each block completely, which regroups steps unlike one lax.scan; "
-            f"pass an integer unroll such as {spell('unroll', 8)}"
-        )
-    if block_size % unroll or block_size < 2 * unroll:
-        good = max(2 * unroll, block_size - block_size % unroll)
-        raise InputError(
-            f"{spell('block_size', block_size)} must be a multiple of the scan's unroll ({unroll}) and at least "
-            f"{2 * unroll}, so that blocks line up with lax.scan's unrolled groups; "
-            f"pass e.g. {spell('block_size', good)}"
-        )
-    if reverse and length % unroll:
-        raise InputError(
-            f"with {spell('reverse', True)}, {spell('length', length)} must be a multiple of the scan's unroll "
-            f"({unroll}), as lax.scan runs its remainder steps first; pass {spell('unroll', 1)} or a length divisible "
-            "by the unroll"
-        )
-
-
 def _nbytes(tree: Any, skip: int = 0) -> int:
     """Bytes of one element of every leaf of ``tree`` (its shape past the first ``skip`` axes)."""
     return sum(
@@ -248,15 +219,9 @@ def make_plan(
             row_bytes, block_bytes, save_every=save_every, xs_bytes=_nbytes(xs, 1), unroll=u,
             rows_multiple=rows_multiple,
         )  # fmt: skip
-    _check_grouping(n, block_size, unroll, bool(reverse))
+    check_grouping(n, block_size, unroll, bool(reverse))
     init = jax.tree_util.tree_map(lambda leaf, s: jnp.asarray(leaf, dtype=s.dtype), init, carry_struct)
     return Plan(f, init, xs, n, block_size, unroll, bool(reverse), y_struct, save_every)
-
-
-def resize(plan: Plan, block_size: int) -> Plan:
-    """``plan`` with blocks of ``block_size`` steps, checked as :func:`make_plan` checks them."""
-    _check_grouping(plan.length, block_size, plan.unroll, plan.reverse)
-    return dataclasses.replace(plan, block_size=block_size)
 
 
 def _carry_only(f: Callable) -> Callable:

@@ -14,6 +14,7 @@ worker died. Step functions travel by cloudpickle; the plan is scattered once pe
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -45,6 +46,7 @@ from ._cluster import close_worker_sessions
 from ._executor import write_block
 from ._output import BlockResult, Output
 from ._pipeline import run_ordered
+from ._summaries import SummaryPlan
 
 __all__ = ["BLOCKS_PER_TASK", "BlockTask", "DaskExecutor", "SinkSpec", "run_block_task", "run_block_tasks"]
 
@@ -64,13 +66,15 @@ class SinkSpec:
     names: tuple[str, ...]
     fsync: bool
     run: str  # a token per run: a worker reuses an opened sink within a run only
+    summary: SummaryPlan | None = None  # how to cut each block's summary pieces
 
     @classmethod
     def of(cls, output: Output) -> SinkSpec:
         target = output.target
         options = json.dumps(getattr(target, "storage_options", None), sort_keys=True)
         names = tuple(output.spec.names)
-        return cls(cls.location_of(target), options, names, target.fsync, secrets.token_hex(8))
+        location, token = cls.location_of(target), secrets.token_hex(8)
+        return cls(location, options, names, target.fsync, token, output.summary_plan)
 
     @staticmethod
     def location_of(target: Target) -> str:
@@ -128,7 +132,7 @@ def _results(plan: Plan, spec: SinkSpec, tasks: list[BlockTask]) -> list[BlockRe
 
     def write(item: tuple[BlockTask, Block]) -> BlockResult:
         task, block = item
-        return write_block(sink, names, task.index, block, task.carry_in, to_host(block.carry))
+        return write_block(sink, names, task.index, block, task.carry_in, to_host(block.carry), spec.summary)
 
     run_ordered(computed(), write, lambda item, result: results.append(result), depth=WRITE_AHEAD, workers=1)
     return results
@@ -207,7 +211,7 @@ class DaskExecutor:
 
         committer = threading.Thread(target=commit_in_order, name="streamacc-commit", daemon=True)
         committer.start()
-        submitted: list[Any] = []
+        submitted: collections.deque[Any] = collections.deque()  # the tasks that may still run, oldest first
 
         def put(item: tuple[Any, list[list[HostLeaf]]] | None) -> None:
             while not failed and committer.is_alive():
@@ -230,6 +234,8 @@ class DaskExecutor:
                 expected.append(carry_out)
                 carry_in = carry_out
                 if len(group) == self.blocks_per_task:
+                    while submitted and submitted[0].done():
+                        submitted.popleft()  # finished: nothing to cancel, and the deque stays as short as the queue
                     submitted.append(self._submit(plan_future, spec, group, x64))
                     put((submitted[-1], list(expected)))
                     group, expected = [], []

@@ -8,7 +8,8 @@ keeps every block before it, and recomputes from it on, from the carry its recor
 The new manifest (the longer run's identity, the kept blocks, that carry) is saved first
 and the arrays' metadata (their longer shape) after it, so an interruption anywhere leaves
 an output that ``resume`` continues: :func:`finish_extension` completes the arrays'
-metadata if the manifest got ahead of them. An extension that would change any byte
+metadata if the manifest got ahead of them. Window summaries are cut back to the kept
+rows the same way (see ``_summaries.extension_tail``). An extension that would change any byte
 already written (another parameter, dtype, layout, ``save_every``) is refused before
 anything is touched.
 """
@@ -19,9 +20,12 @@ import dataclasses
 import re
 from typing import Any
 
+import numpy as np
+
 from .._errors import NoOutputError, ResumeError, spell
-from ..store import Target, array_document, resize_arrays
+from ..store import Target, ZarrSink, array_document, resize_arrays
 from ._manifest import Ledger, Manifest, identity_differences
+from ._summaries import extension_tail, rebuild_stale_arrays
 
 __all__ = ["extend_manifest", "finish_extension"]
 
@@ -90,6 +94,11 @@ def extend_manifest(target: Target, identity: dict[str, Any], manifest: Manifest
     )
     start, stop = extended.span()
     extended.committed_steps = stop - start
+    block_rows = new["block_size"] // new.get("save_every", 1)
+    sink = ZarrSink.open(target, list(new["arrays"]))
+    extended.summaries = extension_tail(
+        target, manifest, extended.committed_rows, block_rows, lambda name, a, b: sink.arrays[name][a:b]
+    )
     target.check_lock()
     ledger.save(extended)
     finish_extension(target, extended)
@@ -97,7 +106,16 @@ def extend_manifest(target: Target, identity: dict[str, Any], manifest: Manifest
 
 
 def finish_extension(target: Target, manifest: Manifest) -> None:
-    """Give each array the rows ``manifest`` records where only its shape lags behind (an interrupted extension)."""
+    """Give each array the rows ``manifest`` records where only its shape lags behind (an interrupted extension),
+    and the summaries their longer arrays."""
+    _grow_arrays(target, manifest)
+    ident = manifest.identity
+    specs = {name: ((shape[0], *shape[1:]), np.dtype(dtype)) for name, (dtype, shape) in ident["arrays"].items()}
+    dims = {name: tuple(doc.get("dimension_names") or ()) for name, doc in manifest.arrays.items()}
+    rebuild_stale_arrays(target, ident, manifest.summaries, specs, ident["codec"], dims)
+
+
+def _grow_arrays(target: Target, manifest: Manifest) -> None:
     grow = {}
     for name, recorded in manifest.arrays.items():
         stored = array_document(target.read(f"{name}/zarr.json"))

@@ -39,12 +39,14 @@ def run_identity(
     attrs: dict,
     dims: dict | None = None,
     time: dict | None = None,
+    summaries: list[int] | None = None,
 ) -> dict[str, Any]:
     """The JSON-ready identity of a write: function, inputs, layout, codec and versions.
 
     ``chunks`` are the arrays' chunk shapes before they are capped at a short output's
     length (so that they do not depend on it); ``chunk`` repeats the first one's rows
-    along ``step``, as streamacc 0.2.0 recorded it. ``dims`` and ``time`` are as asked.
+    along ``step``, as streamacc 0.2.0 recorded it. ``dims`` and ``time`` are as asked;
+    ``summaries`` the window lengths (in rows) of the window summaries.
     """
     return {
         "function": describe_function(plan.f),
@@ -63,5 +65,6 @@ def run_identity(
         "reverse": plan.reverse,
         "codec": codec,
         "arrays": arrays,
+        "summaries": list(summaries or []),
         "versions": {"streamacc": __version__, "jax": jax.__version__, "backend": jax.default_backend()},
     }

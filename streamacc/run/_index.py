@@ -118,11 +118,19 @@ def from_steps(steps: np.ndarray, time: Mapping[str, Any] | None) -> StepTransfo
 
 
 class _LazyCoordinate(CoordinateTransformIndexingAdapter):
-    """xarray's lazy coordinate array, with each coordinate's own dtype (int64 steps, float or date times)."""
+    """xarray's lazy coordinate array, with each coordinate's own dtype (int64 steps, float or date times).
+
+    It holds no values, and says so: a Dataset of 2**32 steps does not count 32 GiB of labels
+    in its size.
+    """
 
     @property
     def dtype(self) -> np.dtype:
         return self._transform.dtypes[self._coord_name]
+
+    @property
+    def nbytes(self) -> int:
+        return 0
 
 
 def _exact_int(value: Any, what: str) -> int:

@@ -6,15 +6,19 @@ rebuilt and verified without any Python code from the user.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._defaults import DEFAULT_INFLIGHT
 from .._errors import VerifyError
-from ..engine import pool_size
-from ..store import ZarrSink, open_target
-from ._verify import VerifyReport, load_manifest, plan_for, verify_plan
+from ..engine._layout import pool_size  # arithmetic only: describing an output imports no JAX
+from ..store import SUMMARIES, ZarrSink, open_target
+from ._manifest import load_manifest
+from ._summaries import summarized_names
+
+if TYPE_CHECKING:
+    from ._verify import VerifyReport
 
 __all__ = ["describe_output", "format_description", "memory_estimate", "verify_recipe_output"]
 
@@ -85,7 +89,19 @@ def describe_output(store: Any, *, storage_options: dict | None = None) -> dict[
         "total_steps": ident["length"],
         "complete": manifest.complete,
         "versions": ident["versions"],
+        "summaries": _summaries(target, ident, sum(stored_bytes.values())),
     }
+
+
+def _summaries(target: Any, ident: dict, data_bytes: int) -> dict[str, Any] | None:
+    """The summary levels, the outputs they cover and the bytes they take (None without summaries)."""
+    windows = ident.get("summaries") or []
+    names = summarized_names(ident["arrays"])
+    if not windows or not names:
+        return None
+    stored = sum(target.sizes(f"{SUMMARIES}/").values())
+    share = round(100 * stored / data_bytes, 3) if data_bytes else None
+    return {"windows": windows, "arrays": names, "stored_bytes": stored, "percent_of_data": share}
 
 
 def _mib(nbytes: int) -> str:
@@ -117,12 +133,23 @@ def format_description(info: dict[str, Any]) -> str:
             f"  {name}: shape {tuple(a['shape'])} {a['dtype']} dims {tuple(a['dims'])} chunks {tuple(a['chunks'])} "
             f"codec {a['codec']} stored {a['stored_bytes']} bytes (compression {ratio})"
         )
+    s = info.get("summaries")
+    if s:
+        share = "" if s["percent_of_data"] is None else f" ({s['percent_of_data']}% of the data)"
+        lines.append(
+            f"  summaries: min, max, mean of {', '.join(s['arrays'])} per {', '.join(map(str, s['windows']))} "
+            f"{'steps' if every == 1 else f'rows (every {every}th step)'}, "
+            f"stored {s['stored_bytes']} bytes{share}; see them with `streamacc plot` or streamacc.overview(path)"
+        )
+    else:
+        lines.append("  summaries: none")
     return "\n".join(lines)
 
 
 def verify_recipe_output(store: Any, *, blocks: str | int = "all", storage_options: dict | None = None) -> VerifyReport:
     """Verify an output written by ``streamacc write``, rebuilding its recipe from the manifest."""
     from ..recipes import get_recipe
+    from ._verify import plan_for, verify_plan  # recomputing blocks needs JAX; describing an output does not
 
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)

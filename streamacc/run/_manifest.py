@@ -18,13 +18,16 @@ import contextlib
 import dataclasses
 import json
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._errors import NoOutputError, ResumeError, StreamaccWarning, VerifyError, spell
-from ..engine import HostLeaf, block_count, committed_span, rows_in
+from ..engine import block_count, committed_span, rows_in
 from ..store import BOOKKEEPING, Target
+
+if TYPE_CHECKING:
+    from ..engine import HostLeaf  # a type only: reading a manifest never imports JAX
 
 __all__ = [
     "FORMAT",
@@ -35,6 +38,7 @@ __all__ = [
     "Manifest",
     "group_node",
     "identity_differences",
+    "load_manifest",
     "node_attribute",
     "same_function",
     "upgrade_identity",
@@ -47,7 +51,7 @@ LEGACY_MANIFEST_KEY = f"{BOOKKEEPING}/manifest.json"  # format 1, streamacc 0.1
 MANIFEST_ATTR = "streamacc_manifest"
 RECORDS_ATTR = "streamacc_records"
 
-LEGACY_FIELDS: dict[str, Any] = {"save_every": 1, "dims": None, "time": None}
+LEGACY_FIELDS: dict[str, Any] = {"save_every": 1, "dims": None, "time": None, "summaries": []}
 """Identity fields added after streamacc 0.2.0, with the value an identity without them means."""
 
 
@@ -119,6 +123,7 @@ class Manifest:
     committed_steps: int = 0
     carry: list[dict] | None = None
     complete: bool = False
+    summaries: dict | None = None  # the summaries' tail: rows in no durable chunk yet, and the open window
 
     def to_json(self) -> bytes:
         doc = json.dumps({"format": FORMAT, **dataclasses.asdict(self)}, sort_keys=True)
@@ -155,6 +160,12 @@ class Manifest:
     def rows(self, blocks: int | None = None) -> tuple[int, int]:
         """The output rows the first ``blocks`` committed blocks (default: all committed) fill."""
         return rows_in(*self.span(blocks), self.identity.get("save_every", 1))
+
+    @property
+    def committed_rows(self) -> int:
+        """How many output rows the committed blocks fill (the committed steps, unless thinned)."""
+        first, last = self.rows()
+        return last - first
 
     def inconsistency(self) -> str | None:
         """Why this manifest contradicts itself, or None when its counts agree with its layout."""
@@ -269,6 +280,16 @@ class Ledger:
                 f"with {spell('overwrite', True)}"
             ) from None
         return rec
+
+
+def load_manifest(target: Target) -> Manifest:
+    """The manifest of ``target``, or an error saying why there is none."""
+    manifest = Ledger(target).load()
+    if manifest is None:
+        if not target.exists():
+            raise NoOutputError(f"{target.label} does not exist; check the path")
+        raise NoOutputError(f"{target.label} has no streamacc manifest; it was not written by streamacc or is empty")
+    return manifest
 
 
 def same_function(stored: Any, current: str, label: str) -> bool:

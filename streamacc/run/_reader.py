@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import InputError
 from ..store import open_target, progress_attrs
-from ._verify import load_manifest
+from ._manifest import load_manifest
 
 if TYPE_CHECKING:
     import xarray
@@ -29,8 +29,9 @@ def open(store: Any, *, storage_options: dict | None = None, chunks: Any = "auto
     ``store`` is a local path, an fsspec URL (with ``storage_options``) or a zarr store;
     read-only stores work. Works while a run is still writing: the Dataset holds what was
     committed when it was opened, and its ``streamacc_*`` attributes describe exactly that.
-    Only the run's own arrays are included. ``chunks`` is passed to ``xarray.open_zarr``
-    (dask chunks; None for plain lazy arrays).
+    Only the run's own arrays are included. ``chunks`` are dask chunks as ``xarray.open_zarr``
+    takes them ('auto': whole stored chunks near dask's preferred size; None for plain
+    lazy arrays); only the committed steps are chunked, so any length opens at once.
     """
     try:
         import xarray as xr
@@ -43,8 +44,32 @@ def open(store: Any, *, storage_options: dict | None = None, chunks: Any = "auto
     ident = manifest.identity
     first, last = manifest.rows()
     names = list(ident["arrays"])
-    ds = xr.open_zarr(target.store, consolidated=False, chunks=chunks)[names].isel(step=slice(first, last))
+    # sliced before dask sees it, so that its chunks (and graph) follow the committed rows, not the length
+    ds = xr.open_zarr(target.store, consolidated=False, chunks=None)[names].isel(step=slice(first, last))
+    if chunks is not None:
+        ds = ds.chunk(_dask_chunks(ds, chunks))
     index = StepIndex.for_rows(first, last, ident.get("save_every", 1), ident.get("time"))
     ds = ds.assign_coords(xr.Coordinates.from_xindex(index))
     ds.attrs.update(progress_attrs(manifest.span(), manifest.length, manifest.complete))
     return ds
+
+
+def _dask_chunks(ds: xarray.Dataset, chunks: Any) -> Any:
+    """The dask chunks ``xr.open_zarr(chunks=chunks)`` would choose: whole stored chunks, on every axis.
+
+    'auto' gives each dimension the smallest of the sizes dask prefers for the arrays on it,
+    each a whole number of the array's stored chunks.
+    """
+    stored = {name: tuple(v.encoding.get("chunks") or v.shape) for name, v in ds.data_vars.items()}
+    if chunks != "auto":
+        along = {"step": min((c[0] for c in stored.values()), default=1)}
+        return {**along, **chunks} if isinstance(chunks, dict) else chunks
+    from dask.array.core import normalize_chunks
+
+    sizes: dict[str, int] = {}
+    for name, v in ds.data_vars.items():
+        auto = normalize_chunks("auto", v.shape, dtype=v.dtype, previous_chunks=stored[name])
+        for dim, dim_chunks in zip(v.dims, auto, strict=True):
+            if dim_chunks and dim_chunks[0]:
+                sizes[dim] = min(sizes.get(dim, dim_chunks[0]), dim_chunks[0])
+    return sizes

@@ -10,20 +10,35 @@ Only the run's own arrays are judged, so variables a user added later change not
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import jax
 import numpy as np
 
-from .._errors import InputError, NoOutputError, ResumeError, VerifyError, spell
-from ..engine import Plan, compute_block, from_host, make_plan, rows_in, same_leaves, to_host
-from ..store import Target, ZarrSink, array_document, open_target, stored_crc32c
+from .._defaults import DEFAULT_INFLIGHT
+from .._errors import InputError, ResumeError, VerifyError, spell
+from ..engine import (
+    Block,
+    BlockPool,
+    HostLeaf,
+    Plan,
+    compute_block,
+    from_host,
+    make_plan,
+    pool_size,
+    rows_in,
+    same_leaves,
+    to_host,
+)
+from ..store import Target, ZarrSink, array_document, compare_chunks, open_target
 from ._identity import describe_function
-from ._manifest import Ledger, Manifest, decode_leaves, same_function
+from ._manifest import BlockRecord, Ledger, Manifest, decode_leaves, load_manifest, same_function
 from ._output import Output
+from ._pipeline import run_ordered
+from ._summaries import Summaries, SummaryCheck, SummaryPlan
 
-__all__ = ["Checker", "VerifyReport", "check_resumable", "load_manifest", "plan_for", "verify", "verify_plan"]
+__all__ = ["Checker", "VerifyReport", "check_resumable", "plan_for", "verify", "verify_plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,16 +51,7 @@ class VerifyReport:
     committed_steps: int
     total_steps: int
     complete: bool
-
-
-def load_manifest(target: Target) -> Manifest:
-    """The manifest of ``target``, or an error saying why there is none."""
-    manifest = Ledger(target).load()
-    if manifest is None:
-        if not target.exists():
-            raise NoOutputError(f"{target.label} does not exist; check the path")
-        raise NoOutputError(f"{target.label} has no streamacc manifest; it was not written by streamacc or is empty")
-    return manifest
+    summary_windows: int = 0  # summary rows compared with the data or with the rows below them
 
 
 def select_blocks(committed: int, blocks: str | int) -> list[int]:
@@ -60,7 +66,8 @@ def select_blocks(committed: int, blocks: str | int) -> list[int]:
     count = min(int(blocks), committed)
     if count <= 1:
         return list(range(count))
-    return sorted({round(i * (committed - 1) / (count - 1)) for i in range(count)})
+    # i * (committed - 1) / (count - 1) rounded half up, in integers: exact at any number of blocks
+    return sorted({(2 * i * (committed - 1) + count - 1) // (2 * (count - 1)) for i in range(count)})
 
 
 class Checker:
@@ -72,6 +79,8 @@ class Checker:
         self.plan = plan
         self.ledger = Ledger(target)
         self._sink = sink
+        self.summary: SummaryPlan | None = None  # cut each checked block's summary pieces, for ``seen``
+        self.seen: Callable[[int, dict], None] | None = None  # each checked block's pieces, in scan order
 
     def fail(self, what: str) -> VerifyError:
         return VerifyError(f"{self.target.label}: {what}; rewrite the output with {spell('overwrite', True)}")
@@ -136,8 +145,8 @@ class Checker:
                 if missing:
                     raise self.bad_block(k, start, stop, f"chunk {missing[0]} is missing")
 
-    def block(self, k: int) -> None:
-        """Check committed block ``k`` (in scan order) bit for bit."""
+    def _record(self, k: int) -> tuple[BlockRecord, list[HostLeaf]]:
+        """Block ``k``'s record, checked against the layout, and the carry recorded after it."""
         rec = self.ledger.block(k)
         bounds = next(self.plan.bounds(k))
         if (rec.start, rec.stop) != bounds:
@@ -150,27 +159,101 @@ class Checker:
             if len(recorded) != len(keys):
                 what = f"its record has {len(recorded)} checksums for the {len(keys)} chunks of {name!r}"
                 raise self.bad_block(k, rec.start, rec.stop, what)
-            for key, crc in zip(keys, recorded, strict=True):
-                raw = self.target.read(key)
-                if raw is None:
-                    raise self.bad_block(k, rec.start, rec.stop, f"chunk {key} is missing")
-                if stored_crc32c(raw) != crc:
-                    what = f"the stored bytes of chunk {key} do not match their checksum (corrupted chunk)"
-                    raise self.bad_block(k, rec.start, rec.stop, what)
+        m = self.manifest
+        after = m.carry if k + 1 == m.committed_blocks else self.ledger.block(k + 1).carry_in
+        return rec, decode_leaves(after or [])
+
+    def _recomputed(self, chosen: Iterable[int], pool: BlockPool) -> Iterator[_Recomputed]:
+        """Each chosen block recomputed from its recorded carry-in, in scan order, on this thread.
+
+        A block whose record fails travels as its error, so that it is raised in scan order
+        after the blocks before it are judged; nothing after it is recomputed.
+        """
+        plan = self.plan
+        for k in chosen:
+            try:
+                rec, after = self._record(k)
+                carry = from_host(decode_leaves(rec.carry_in), plan.init)
+                yield _Recomputed(k, rec, after, compute_block(plan, carry, rec.start, rec.stop, pool=pool))
+            except VerifyError as exc:
+                yield _Recomputed(k, None, [], None, exc)
+                return
+
+    def _compare(self, item: _Recomputed) -> dict | None:
+        """Judge one recomputed block against its stored chunks, checksums and the carry after it.
+
+        Returns the block's summary pieces (cut from the data now proven to be the stored data).
+        """
+        if item.error is not None:
+            raise item.error
+        rec, block = item.rec, item.block
+        assert rec is not None and block is not None
         try:
-            stored = self.sink.read(*rows)
+            rows = rows_in(rec.start, rec.stop, self.plan.save_every)
+            ys = dict(zip(self.sink.arrays, jax.tree_util.tree_leaves(block.ys), strict=True))
+            found = {
+                name: compare_chunks(self.sink.writers[name], self.target, rows[0], ys[name], rec.crc32c[name])
+                for name in self.sink.arrays
+            }
+            for check in found.values():
+                if check.problem is not None:
+                    key, kind = check.problem
+                    what = (
+                        f"chunk {key} is missing"
+                        if kind == "missing"
+                        else f"the stored bytes of chunk {key} do not match their checksum (corrupted chunk)"
+                    )
+                    raise self.bad_block(item.index, rec.start, rec.stop, what)
+            for name, check in found.items():
+                for i in check.differing:
+                    self._compare_values(item.index, rec, name, i, ys[name])
+            if not same_leaves(to_host(block.carry), item.after):
+                what = "its final carry is not the carry recorded after it"
+                raise self.not_recomputed(item.index, rec.start, rec.stop, what)
+            return None if self.summary is None else self.summary.pieces(rows[0], ys)
+        finally:
+            block.release()
+
+    def _compare_values(self, k: int, rec: BlockRecord, name: str, i: int, ys: np.ndarray) -> None:
+        """Decode chunk ``i`` of the block (its bytes are not the writer's encoding) and compare its values."""
+        first, last = rows_in(rec.start, rec.stop, self.plan.save_every)
+        region = self.sink.writers[name].region(first, last, i)
+        stored_region = (slice(first + region[0].start, first + region[0].stop), *region[1:])
+        try:
+            stored = self.sink.arrays[name][stored_region]
         except Exception as exc:  # a damaged compressed chunk fails in its codec, with the codec's own error
             what = f"its chunks cannot be decoded ({type(exc).__name__}: {' '.join(str(exc).split())})"
             raise self.bad_block(k, rec.start, rec.stop, what) from None
-        plan = self.plan
-        block = compute_block(plan, from_host(decode_leaves(rec.carry_in), plan.init), rec.start, rec.stop)
-        for name, y in zip(self.sink.arrays, jax.tree_util.tree_leaves(block.ys), strict=True):
-            if y.tobytes() != np.ascontiguousarray(stored[name]).tobytes():
-                raise self.not_recomputed(k, rec.start, rec.stop, f"{name!r} differs")
-        m = self.manifest
-        after = m.carry if k + 1 == m.committed_blocks else self.ledger.block(k + 1).carry_in
-        if not same_leaves(to_host(block.carry), decode_leaves(after or [])):
-            raise self.not_recomputed(k, rec.start, rec.stop, "its final carry is not the carry recorded after it")
+        if np.ascontiguousarray(ys[region]).tobytes() != stored.tobytes():
+            raise self.not_recomputed(k, rec.start, rec.stop, f"{name!r} differs")
+
+    def blocks(self, chosen: Iterable[int], *, depth: int = DEFAULT_INFLIGHT) -> None:
+        """Check the committed blocks ``chosen`` (in scan order) bit for bit; raise on the first bad one.
+
+        As a write runs: blocks are recomputed on this thread into a pool of recycled
+        buffers while ``depth`` threads compare earlier ones with their stored chunks.
+        """
+        pool = BlockPool(pool_size(depth))
+        run_ordered(self._recomputed(chosen, pool), self._compare, self._judged, depth=depth, workers=depth)
+
+    def _judged(self, item: _Recomputed, pieces: dict | None) -> None:
+        if self.seen is not None and pieces is not None and item.rec is not None:
+            self.seen(rows_in(item.rec.start, item.rec.stop, self.plan.save_every)[0], pieces)
+
+    def block(self, k: int) -> None:
+        """Check committed block ``k`` (in scan order) bit for bit."""
+        self.blocks([k], depth=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Recomputed:
+    """A block recomputed from its record, or the error its record raised."""
+
+    index: int
+    rec: BlockRecord | None
+    after: list[HostLeaf]
+    block: Block | None
+    error: VerifyError | None = None
 
 
 def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str | int = "all") -> VerifyReport:
@@ -179,8 +262,14 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
     checker = Checker(target, manifest, plan)
     checker.manifest_agrees()
     checker.arrays_unchanged()
-    for k in chosen:
-        checker.block(k)
+    summaries = Summaries.load(target, manifest.identity, manifest.summaries, manifest.committed_rows)
+    check = None
+    if summaries is not None:
+        check = SummaryCheck(summaries, plan.rows, len(chosen) == manifest.committed_blocks, checker.fail)
+        checker.summary, checker.seen = summaries.plan, check.block
+    checker.blocks(chosen)
+    if check is not None:
+        check.finish()
     return VerifyReport(
         tuple(chosen),
         manifest.committed_blocks,
@@ -188,6 +277,7 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
         manifest.committed_steps,
         plan.length,
         manifest.complete,
+        0 if check is None else check.checked,
     )
 
 

@@ -21,13 +21,14 @@ import numpy as np
 from .._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_BYTES
 from .._errors import InputError, StoreError, StreamaccWarning, spell
 from .._version import __version__
-from ..engine import MAX_LENGTH, Plan, as_count, from_host, make_plan, to_host
+from ..engine import Plan, as_count, check_length, from_host, make_plan, to_host
 from ..store import compressors_for, describe_store_failure, is_store_failure, open_target
 from ._arrays import STEP, array_dims, chunk_rows, resolve_chunks, stored_chunks
 from ._executor import Executor, LocalExecutor
 from ._identity import run_identity
 from ._output import OutputSpec, open_output
 from ._progress import Progress
+from ._summaries import check_windows
 from ._time import check_time, time_attrs
 from ._verify import check_resumable
 
@@ -110,6 +111,7 @@ def output_spec(
     attrs: Mapping[str, Any] | None = None,
     array_attrs: Mapping[str, Mapping[str, Any]] | None = None,
     time: dict | None = None,
+    summaries: bool | Sequence[int] | None = True,
 ) -> OutputSpec:
     """The output a run of ``plan`` must produce (arrays, layout, codec, attributes, identity), checked."""
     names = output_names(plan.y_struct, names)
@@ -126,7 +128,10 @@ def output_spec(
     specs = {n: ((plan.rows, *trailing[n]), np.dtype(s.dtype)) for n, s in leaves.items()}
     arrays = {n: [dt.str, list(shape)] for n, (shape, dt) in specs.items()}
     asked = None if dims is None else {n: list(dimensions[n][1:]) for n in dims}
-    identity = run_identity(plan, arrays=arrays, codec=codec, chunks=chunk_shapes, attrs=attrs, dims=asked, time=time)
+    windows = check_windows(summaries, plan.reverse)
+    identity = run_identity(
+        plan, arrays=arrays, codec=codec, chunks=chunk_shapes, attrs=attrs, dims=asked, time=time, summaries=windows
+    )
     return OutputSpec(identity, specs, chunk_shapes, dimensions, codec, attrs, checked_array_attrs, plan.block_count)
 
 
@@ -184,6 +189,7 @@ def write(
     durable: bool = True,
     storage_options: dict | None = None,
     client: Any = None,
+    summaries: bool | Sequence[int] | None = True,
 ) -> Any:
     """Run ``lax.scan(f, init, xs, length)`` block by block into a Zarr group; return the final carry.
 
@@ -198,7 +204,10 @@ def write(
     -1 or None for a whole axis; 'auto'); by default chunks are sized in bytes on every
     axis. ``save_every=k`` keeps the ys of steps ``k-1, 2k-1, ...`` only. ``time`` says
     what a step means in time (``{"step": dt, "start": t0, "units": "s"}``), for the
-    ``time`` coordinate of :func:`streamacc.open`.
+    ``time`` coordinate of :func:`streamacc.open`. ``summaries`` (default True: windows
+    of ``DEFAULT_SUMMARY_WINDOWS`` rows; a list of window lengths; False for none) writes
+    each window's min, max and mean with the data, for :func:`streamacc.overview` and
+    ``streamacc plot``; a reverse scan writes none.
 
     An existing output is refused unless ``overwrite`` (start afresh), ``resume``
     (continue an interrupted run with identical settings; on a finished run it does
@@ -216,21 +225,20 @@ def write(
     stored = _stored_layout(store, storage_options) if (resume or extend) else None
     if stored is not None and block_size is None and stored.get("save_every", 1) == save_every:
         block_size = stored.get("block_size")
+    if stored is not None and summaries is True:  # the default: an output keeps the summaries it was begun with
+        summaries = stored.get("summaries") or False
     rows_multiple = chunk_rows(chunks)
     plan = make_plan(
         f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every,
         block_bytes=DEFAULT_WRITE_BLOCK_BYTES, rows_multiple=rows_multiple,
     )  # fmt: skip
-    if plan.length > MAX_LENGTH:
-        raise InputError(
-            f"{spell('length', plan.length)} is longer than 2**63 - 1 steps, the most that numpy, dask and xarray "
-            "can index; split the run into several outputs"
-        )
+    check_length(plan.length)
     if stored is not None and chunks is None and plan.block_size == stored.get("block_size"):
         chunks = stored_chunks(stored, plan.block_rows)
     spec = output_spec(
-        plan, names=names, codec=codec, chunks=chunks, dims=dims, attrs=attrs, array_attrs=array_attrs, time=time
-    )
+        plan, names=names, codec=codec, chunks=chunks, dims=dims, attrs=attrs, array_attrs=array_attrs, time=time,
+        summaries=summaries,
+    )  # fmt: skip
     executor = _executor_for(client, as_count("inflight", inflight, minimum=1))
     target = open_target(store, storage_options=storage_options)
     target.fsync = durable
@@ -269,4 +277,6 @@ def write(
                     f"({describe_store_failure(exc)}); those steps are safely committed: fix the cause and rerun with "
                     f"{spell('resume', True)}"
                 ) from exc
+            finally:
+                output.close()  # no summary chunk may be written once the lock is released
     return from_host(output.carry, plan.init)

@@ -4,7 +4,8 @@ Knows Zarr, fsspec and the operating system, and never JAX: it takes host arrays
 makes them durable. ``_target`` is one output location (a local folder or any zarr
 store) with its lock, ``_files`` the link-safe, fsynced file primitives, ``_lease`` and
 ``_leasestore`` the writer lease on object stores, ``_zarr`` the sink that creates the
-group and writes blocks, ``_chunks`` the chunk encoder, ``_codecs`` the named
+group and writes blocks, ``_chunks`` the chunk encoder, ``_compare`` stored chunks
+against recomputed rows (for verify), ``_codecs`` the named
 compressors, ``_storeerrors`` and ``_sessions`` the failures and clients of fsspec
 backends.
 
@@ -20,9 +21,11 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._codecs import CODECS as CODECS, MAX_CHUNK_BYTES as MAX_CHUNK_BYTES, compressors_for as compressors_for
+    from ._compare import compare_chunks as compare_chunks
     from ._files import PARTIAL_SUFFIXES as PARTIAL_SUFFIXES
     from ._sessions import close_store_sessions as close_store_sessions
     from ._storeerrors import describe_store_failure as describe_store_failure, is_store_failure as is_store_failure
+    from ._summarystore import SUMMARIES as SUMMARIES, SummaryStore as SummaryStore
     from ._target import (
         BOOKKEEPING as BOOKKEEPING,
         LEASE_KEY as LEASE_KEY,
@@ -42,9 +45,11 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "._codecs": ["CODECS", "MAX_CHUNK_BYTES", "compressors_for"],
+    "._compare": ["compare_chunks"],
     "._files": ["PARTIAL_SUFFIXES"],
     "._sessions": ["close_store_sessions"],
     "._storeerrors": ["describe_store_failure", "is_store_failure"],
+    "._summarystore": ["SUMMARIES", "SummaryStore"],
     "._target": ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"],
     "._zarr": ["ArraySpec", "ZarrSink", "array_document", "progress_attrs", "resize_arrays", "stored_crc32c"],
 }

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import itertools
 import struct
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import google_crc32c
@@ -58,10 +60,10 @@ def _load_blosc() -> Any:
 
 _BLOSC_COMPRESS = _load_blosc()
 _BLOSC_OVERHEAD = 16  # BLOSC_MAX_OVERHEAD: a destination of nbytes + 16 always fits
-_SCRATCH = threading.local()  # per thread: "out" (encoded bytes) and "pad" (a partial last chunk)
+_SCRATCH = threading.local()  # per thread: "out" (encoded bytes), "pad" (a partial last chunk), others' own
 
 
-def _scratch(name: str, nbytes: int) -> np.ndarray:
+def scratch(name: str, nbytes: int) -> np.ndarray:
     """This thread's reusable buffer ``name`` of at least ``nbytes``."""
     buf = getattr(_SCRATCH, name, None)
     if buf is None or buf.nbytes < nbytes:
@@ -160,6 +162,36 @@ class ChunkWriter:
         rows = range(start // self.chunk, -(-stop // self.chunk))
         return [self.key((i, *tile)) for i in rows for tile in self.tiles]
 
+    def region(self, start: int, stop: int, position: int) -> tuple[slice, ...]:
+        """Where chunk ``position`` of :meth:`keys` ``(start, stop)`` lies in those rows: a slice per axis."""
+        row, tile = divmod(position, len(self.tiles))
+        low = start // self.chunk * self.chunk + row * self.chunk - start
+        trailing = (slice(t * c, (t + 1) * c) for t, c in zip(self.tiles[tile], self.shape[1:], strict=True))
+        return (slice(low, min(low + self.chunk, stop - start)), *trailing)
+
+    @functools.cached_property
+    def _key_parts(self) -> tuple[str, str]:
+        """What every chunk key has before and after its index along the first axis (and its separator)."""
+        first, second = self.key(0), self.key(1)
+        at = next(i for i, (a, b) in enumerate(zip(first, second, strict=True)) if a != b)  # where '0' became '1'
+        return first[:at], first[at + 1 :]
+
+    def index(self, key: str) -> int | None:
+        """The chunk index along the first axis that ``key`` names (any tile), or None when it names no chunk."""
+        prefix, suffix = self._key_parts
+        if len(key) <= len(prefix) + len(suffix) or not key.startswith(prefix):
+            return None
+        rest = key[len(prefix) :]
+        if len(self.shape) == 1:
+            middle = rest[: len(rest) - len(suffix)] if rest.endswith(suffix) else ""
+        else:
+            separator = suffix[:1]  # what follows the first index: '/' or '.'
+            middle, _, tail = rest.partition(separator)
+            others = tail.split(separator)
+            if len(others) != len(self.shape) - 1 or not all(o.isdigit() and o.isascii() for o in others):
+                return None
+        return int(middle) if middle.isdigit() and middle.isascii() else None
+
     def _tile(self, rows: np.ndarray, tile: tuple[int, ...]) -> np.ndarray:
         """The part of ``rows`` in trailing chunk ``tile``, as a C-contiguous chunk of full shape.
 
@@ -172,7 +204,7 @@ class ChunkWriter:
             return part
         dtype = np.dtype(self.array.dtype)
         nbytes = int(np.prod(self.shape)) * dtype.itemsize
-        padded = _scratch("pad", nbytes)[:nbytes].view(dtype).reshape(self.shape)
+        padded = scratch("pad", nbytes)[:nbytes].view(dtype).reshape(self.shape)
         if part.shape != self.shape:
             padded[...] = self.array.metadata.fill_value
         padded[tuple(slice(0, n) for n in part.shape)] = part
@@ -190,7 +222,7 @@ class ChunkWriter:
         raw = np.ascontiguousarray(chunk).reshape(-1).view(np.uint8)
         if blosc is None and not crc:
             return raw, None
-        out = _scratch("out", raw.nbytes + _BLOSC_OVERHEAD + _CRC.size)
+        out = scratch("out", raw.nbytes + _BLOSC_OVERHEAD + _CRC.size)
         if blosc is not None:
             size = blosc.compress(raw, out[: raw.nbytes + _BLOSC_OVERHEAD])
         else:
@@ -209,22 +241,39 @@ class ChunkWriter:
         returned in the order of :meth:`keys`.
         """
         stop = start + len(data)
-        if start % self.chunk or (stop % self.chunk and stop != self.array.shape[0]):
-            raise ValueError(f"rows {start}-{stop} do not cover whole chunks of {self.chunk}")
-        keys = self.keys(start, stop)
-        if self._layout is None or data.dtype != self.array.dtype:
+        if not self.encodes(start, data):
             self.array[start:stop] = data
-            return [EncodedChunk(key, -1, None) for key in keys]
+            return [EncodedChunk(key, -1, None) for key in self.keys(start, stop)]
         store = self.array.store_path.store
         # LocalStore writes the bytes out and FsspecStore copies them before returning; other stores (memory)
         # may keep the buffer itself, which this thread's next chunk overwrites
         keeps_buffer = not isinstance(store, (LocalStore, FsspecStore))
         prototype = default_buffer_prototype()
         written = []
+        for key, encoded, crc in self.encoded(start, data):
+            sync(store.set(key, prototype.buffer.from_array_like(encoded.copy() if keeps_buffer else encoded)))
+            written.append(EncodedChunk(key, encoded.nbytes, crc))
+        return written
+
+    def encodes(self, start: int, data: np.ndarray) -> bool:
+        """Whether rows ``[start, start + len(data))`` are encoded here (else zarr writes them itself).
+
+        They must cover whole chunks: ``start`` on a chunk boundary, the end on one or at the
+        end of the array.
+        """
+        stop = start + len(data)
+        if start % self.chunk or (stop % self.chunk and stop != self.array.shape[0]):
+            raise ValueError(f"rows {start}-{stop} do not cover whole chunks of {self.chunk}")
+        return self._layout is not None and data.dtype == self.array.dtype
+
+    def encoded(self, start: int, data: np.ndarray) -> Iterator[tuple[str, np.ndarray, int | None]]:
+        """``(key, stored bytes, CRC-32C)`` of each chunk of rows starting at ``start``, as :meth:`write` stores them.
+
+        The bytes live in this thread's reused buffer: each is valid until the next is made.
+        """
+        keys = self.keys(start, start + len(data))
         chunks = (data[i : i + self.chunk] for i in range(0, len(data), self.chunk))
         tiles = ((rows, tile) for rows in chunks for tile in self.tiles)
         for key, (rows, tile) in zip(keys, tiles, strict=True):
             encoded, crc = self.encode(self._tile(rows, tile))
-            sync(store.set(key, prototype.buffer.from_array_like(encoded.copy() if keeps_buffer else encoded)))
-            written.append(EncodedChunk(key, encoded.nbytes, crc))
-        return written
+            yield key, encoded, crc
