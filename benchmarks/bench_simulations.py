@@ -11,6 +11,7 @@ Workloads (``python benchmarks/bench_simulations.py WORKLOAD``):
             scalar headline's path (``gp``, 2**30 steps), in values per second
   lorenz    ``--recipe lorenz --size 2**30 --save-every 1000`` against the same RK4 scan computing its
             carry alone (no output)
+  rng       what the ensemble's draws cost per value, and their parts (threefry, erf_inv)
   chunks    the chunk layouts a default could take, for three states (4096 points, a 1000-member
             ensemble, a 256x256 field; 1 GiB each): write time, and cold reads through
             ``streamacc.open`` of a snapshot (one step, all of the state) and of a time series (one
@@ -175,6 +176,48 @@ def side_lorenz_carry(out: str, steps: int) -> dict:
     return {"run_s": time.perf_counter() - t0, "final": u.tolist()}
 
 
+def side_rng(out: str, steps: int) -> dict:
+    """ns per value of the ensemble's draws and of their parts, each a jitted, vectorised call (best of 5)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from streamacc.recipes._random import _draw, _key_data
+
+    _x64()
+    n, paths = 4096, 1000
+    key_data, sigma = _key_data(0), np.float64(1.0)
+    index = jnp.arange(n * paths, dtype=jnp.uint32)
+    u = jnp.linspace(-0.99, 0.99, n * paths)
+
+    def fold(kd, i):
+        return jax.random.key_data(jax.vmap(lambda j: jax.random.fold_in(jax.random.wrap_key_data(kd), j))(i))
+
+    def normal(kd):
+        return jax.random.normal(jax.random.wrap_key_data(kd), (n * paths,), jnp.float64)
+
+    parts = {
+        "ensemble draw (fold_in(fold_in(key, p), k), normal, * sigma)": (_draw(n, "float64", paths),
+                                                                        (key_data, sigma, np.uint32(1))),
+        "fold_in of a key": (jax.jit(fold), (key_data, index)),
+        "normal of a key": (jax.jit(normal), (key_data,)),
+        "erf_inv (float64)": (jax.jit(jax.lax.erf_inv), (u,)),
+        "the geometric progression's product": (jax.jit(lambda v: v * (1 + 1e-8)), (u,)),
+    }  # fmt: skip
+    out_ns = {}
+    for label, (fn, args) in parts.items():
+        jax.block_until_ready(fn(*args))
+        best = min(_seconds(lambda fn=fn, args=args: jax.block_until_ready(fn(*args))) for _ in range(5))
+        out_ns[label] = best / (n * paths) * 1e9
+    return {"ns_per_value": out_ns}
+
+
+def _seconds(call) -> float:
+    t0 = time.perf_counter()
+    call()
+    return time.perf_counter() - t0
+
+
 def side_read(out: str, name: str, point: str, repeat: int) -> dict:
     """Cold reads through streamacc.open: snapshots at spread steps, and the series of one value over every step."""
     import numpy as np
@@ -274,6 +317,7 @@ SIDES = {
     "xarray-append": lambda a: side_xarray_append(a.out, a.steps),
     "floor": lambda a: side_floor(a.out, a.bytes),
     "lorenz-carry": lambda a: side_lorenz_carry(a.out, a.steps),
+    "rng": lambda a: side_rng(a.out, a.steps),
     "read": lambda a: side_read(a.out, a.name, a.point, a.repeat),
     "chunks-write": lambda a: side_chunks_write(a.out, a.state, a.steps, a.chunks),
 }
@@ -355,6 +399,12 @@ def run_ensemble(args: argparse.Namespace) -> list[dict]:
     return records
 
 
+def run_rng(args: argparse.Namespace) -> list[dict]:
+    record = timed(side_cmd("rng", args.dir / "unused", steps=0), "draws, ns per value")
+    print("\n".join(f"{label}: {ns:.1f} ns/value" for label, ns in record["ns_per_value"].items()))
+    return [record]
+
+
 def run_lorenz(args: argparse.Namespace) -> list[dict]:
     out, steps = args.dir / "lorenz.zarr", args.steps or 2**30
     remove(out)
@@ -427,7 +477,7 @@ def chunk_table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-WORKLOADS = {"heat": run_heat, "ensemble": run_ensemble, "lorenz": run_lorenz, "chunks": run_chunks}
+WORKLOADS = {"heat": run_heat, "ensemble": run_ensemble, "lorenz": run_lorenz, "chunks": run_chunks, "rng": run_rng}
 
 
 def main() -> None:
@@ -455,7 +505,8 @@ def main() -> None:
     path = args.json or Path("benchmarks/out/simulations") / f"{args.command}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(records, indent=1))
-    print(chunk_table(records) if args.command == "chunks" else table(records))
+    if args.command != "rng":
+        print(chunk_table(records) if args.command == "chunks" else table(records))
 
 
 if __name__ == "__main__":
