@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from _timing import time_command
+from bench_overview import drop_cache
 
 from streamacc.cli._expr import parse_int
 
@@ -230,27 +231,16 @@ def side_read(out: str, name: str, point: str, repeat: int) -> dict:
     rows = array.sizes["step"]
     snapshots = []
     for k in range(repeat):
-        _drop_cache(out)
+        drop_cache(Path(out))
         row = (2 * k + 1) * rows // (2 * repeat)
         t0 = time.perf_counter()
         np.asarray(array.isel(step=row).values)
         snapshots.append(time.perf_counter() - t0)
-    _drop_cache(out)
+    drop_cache(Path(out))
     t0 = time.perf_counter()
     trailing = dict(zip(array.dims[1:], index, strict=True))
     series = np.asarray(array.isel(**trailing).values)
     return {"snapshot_s": float(np.median(snapshots)), "series_s": time.perf_counter() - t0, "series_len": len(series)}
-
-
-def _drop_cache(out: str) -> None:
-    """Evict the output's files from the page cache, so that a read comes from the disk."""
-    for path in Path(out).rglob("*"):
-        if path.is_file():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
 
 
 def side_chunks_write(out: str, state: str, steps: int, chunks: str) -> dict:
