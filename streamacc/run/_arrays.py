@@ -253,17 +253,20 @@ def resolve_chunks(
         tile = [n if a is None else d if a == "auto" else min(a, n)
                 for a, d, n in zip(asked[1:], default[1:], trailing, strict=True)]  # fmt: skip
         out[name] = (rows, *tile)
-        check_chunk_bytes(name, out[name], itemsizes[name])
+        check_chunk_bytes(name, out[name], itemsizes[name], dims[name])
     return out
 
 
-def check_chunk_bytes(name: str, chunk: tuple[int, ...], itemsize: int) -> None:
-    """Refuse a chunk too large for blosc (2 GiB), before anything is written."""
+def check_chunk_bytes(name: str, chunk: tuple[int, ...], itemsize: int, dims: tuple[str, ...]) -> None:
+    """Refuse a chunk too large for blosc (2 GiB), before anything is written, suggesting one of 64 MiB."""
     nbytes = math.prod(chunk) * itemsize
-    if nbytes > MAX_CHUNK_BYTES:
-        smaller = (max(1, chunk[0] * (2**26) // nbytes), *chunk[1:]) if chunk[0] > 1 else chunk
-        raise InputError(
-            f"the chunks of {name!r}, {tuple(chunk)}, would hold {nbytes} bytes each, more than the 2 GiB a "
-            f"compressor can take; pass smaller chunks, e.g. {spell('chunks', smaller)}, or a smaller "
-            f"{spell('block_size')}"
-        )
+    if nbytes <= MAX_CHUNK_BYTES:
+        return
+    rows = max(1, chunk[0] * MAX_DEFAULT_CHUNK_BYTES // nbytes)
+    tile = chunk[1:] if rows > 1 else _split(chunk[1:], MAX_DEFAULT_CHUNK_BYTES // itemsize)
+    smaller = dict(zip(dims, (rows, *tile), strict=True))
+    raise InputError(
+        f"the chunks of {name!r}, {tuple(chunk)}, would hold {nbytes} bytes each, more than the 2 GiB a "
+        f"compressor can take; pass smaller chunks, e.g. {spell('chunks', smaller)}, or a smaller "
+        f"{spell('block_size')}"
+    )
