@@ -171,9 +171,13 @@ def test_an_index_near_2_63_selects_exactly():
         ds.sel(step=last - 999)
     assert list(ds.sel(step=slice(last - 2500, None))["v"].values) == [1.0, 2.0, 3.0]
     assert int(ds.sel(step=last - 999, method="nearest")["step"]) == last - 1000
-    whole = StepIndex.for_rows(0, FAR, 1, None)
-    part = xr.Dataset(coords=xr.Coordinates.from_xindex(whole)).sel(step=slice(FAR - 3, None))
+    whole = xr.Dataset(coords=xr.Coordinates.from_xindex(StepIndex.for_rows(0, FAR, 1, None)))
+    part = whole.sel(step=slice(FAR - 3, None))
     assert [int(s) for s in part["step"].values] == [FAR - 3, FAR - 2, FAR - 1]
+    # each label decided on the few rows around it, found by integer arithmetic: exact where floats are not
+    assert [int(s) for s in whole.sel(step=[FAR - 2, 5, 2**62 + 1], method="nearest")["step"].values] == [
+        FAR - 2, 5, 2**62 + 1]  # fmt: skip
+    assert int(whole.sel(step=2**63 + 5, method="pad")["step"]) == FAR - 1
 
 
 def test_a_reverse_run_of_2_63_minus_1_steps_commits_its_last_steps(tmp_path, monkeypatch):

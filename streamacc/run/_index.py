@@ -233,31 +233,39 @@ class StepIndex(CoordinateTransformIndex):
         return np.asarray(out, dtype=np.int64).reshape(labels.shape)
 
     def _by_pandas(self, name: str, labels: np.ndarray, method: str | None, tolerance: Any) -> np.ndarray:
-        """Positions through a pandas index: explicit labels, times, and inexact methods on a window of rows."""
-        window = self._window(name, labels, method)
-        index = pd.Index(self._values(name, window))
+        """Positions through pandas: explicit labels, times, and inexact methods, each label on a few rows."""
+        t = self.transform
         flat = labels.reshape(-1)
-        if name == TIME and is_calendar(self.transform.time["units"]):
+        if name == TIME and is_calendar(t.time["units"]):
             flat = pd.to_datetime(flat).values
-        found = index.get_indexer(flat, method=method, tolerance=tolerance)
+        if t.labels is not None or flat.dtype.kind not in "iufM":
+            found = pd.Index(self._values(name, range(t.size))).get_indexer(flat, method=method, tolerance=tolerance)
+        else:
+            found = np.empty(len(flat), dtype=np.int64)
+            for i, value in enumerate(flat):  # the rows around each label, found by arithmetic, decide it
+                rows = self._around(name, value)
+                hit = pd.Index(self._values(name, rows)).get_indexer([value], method=method, tolerance=tolerance)[0]
+                found[i] = -1 if hit < 0 else hit + rows.start
         if (found < 0).any():
             missing = flat[found < 0][0]
             raise KeyError(f"{name} {missing!r} is not in the index (it holds {name}s {self._describe(name)}); pass "
                            "method='nearest' to select the closest")  # fmt: skip
-        return (found + window.start).reshape(labels.shape)
+        return found.reshape(labels.shape)
 
-    def _window(self, name: str, labels: np.ndarray, method: str | None) -> range:
-        """The rows that can hold an answer: all of them for explicit labels, a few around each label otherwise."""
+    def _around(self, name: str, value: Any) -> range:
+        """The few rows around where ``value`` falls (exact integer arithmetic for a step label)."""
         t = self.transform
-        if t.labels is not None or labels.size == 0 or labels.dtype.kind not in "iufM":
-            return range(t.size)
-        frac = self._fractional(name, labels.reshape(-1))
-        low, high = np.floor(np.nanmin(frac)) - 1, np.ceil(np.nanmax(frac)) + 2
-        if not (np.isfinite(low) and np.isfinite(high)):
-            return range(t.size)
-        if method is None and (high < 0 or low > t.size):
+        if t.size == 0:
             return range(0)
-        return range(int(min(max(low, 0), t.size - 1)) if t.size else 0, int(min(max(high, 1), t.size)))
+        if name == STEP and isinstance(value, (int, np.integer)):
+            centre = (int(value) - t.first) // t.stride
+        else:
+            frac = float(self._fractional(name, np.asarray([value]))[0])
+            if not math.isfinite(frac):
+                return range(0)
+            centre = math.floor(frac)
+        centre = min(max(centre, 0), t.size - 1)
+        return range(max(0, centre - 1), min(t.size, centre + 3))
 
     def _values(self, name: str, rows: range) -> np.ndarray:
         return self.transform.forward({STEP: np.arange(rows.start, rows.stop)})[name]
