@@ -134,6 +134,7 @@ def cmd_write(args: argparse.Namespace) -> int:
     every = 1 if args.save_every is None else parse_int(args.save_every, name=spell("save_every"), minimum=1)
     chunks, time_axis = chunks_option(args.chunks), time_options(args)
     layout = {"block_size": block, "save_every": every, "chunks": chunks, "time": time_axis}
+    layout["summaries"] = summary_windows(args)  # checked now, before JAX is imported
     if args.codec not in CODECS:
         raise InputError(f"{spell('codec', repr(args.codec))} is unknown; choose one of: {', '.join(CODECS)}")
     workers = None if args.workers is None else parse_int(args.workers, name=spell("workers"), minimum=1)
@@ -180,7 +181,6 @@ def _write(args: argparse.Namespace, write, job, layout: dict, attrs: dict, arra
         array_attrs=array_attrs,
         storage_options=options,
         client=client,
-        summaries=summary_windows(args),
     )
 
 

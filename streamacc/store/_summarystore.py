@@ -143,9 +143,8 @@ class SummaryStore:
             if not writer.direct:
                 keys += [c.key for c in writer.write(first, data)]
                 continue
-            for i in range(0, len(data), writer.chunk):
-                encoded, _ = writer.encode(writer._full_chunk(data[i : i + writer.chunk]))  # the padded last chunk
-                self.target.write(writer.key((first + i) // writer.chunk), encoded.tobytes())
+            for chunk_key, encoded, _ in writer.encoded(first, data):  # the last chunk padded
+                self.target.write(chunk_key, encoded.tobytes())
         return keys
 
     def read(self, name: str, window: int, start: int, stop: int) -> Rows:
