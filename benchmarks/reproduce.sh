@@ -5,7 +5,7 @@
 #
 #   bash benchmarks/reproduce.sh            # everything (about an hour on 2 cores, 30 GB of disk)
 #   bash benchmarks/reproduce.sh headline   # one section: headline before rss suite engine codecs chunks
-#                                           #   compensated dist cli overview accuracy
+#                                           #   compensated dist cli overview simulations accuracy
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=benchmarks/out
@@ -92,8 +92,17 @@ accuracy() {  # deterministic: the same numbers on any machine with the same ver
   run accuracy python benchmarks/bench_accuracy.py
 }
 
+simulations() {  # states of many values: the chunk layouts, the heat equation (twice), an ensemble, Lorenz-63
+  run sim-chunks python benchmarks/bench_simulations.py chunks --dir /tmp/streamacc-sim
+  for i in 1 2; do
+    run "sim-heat-$i" python benchmarks/bench_simulations.py heat --dir /tmp/streamacc-sim
+  done
+  run sim-ensemble python benchmarks/bench_simulations.py ensemble --dir /tmp/streamacc-sim
+  run sim-lorenz python benchmarks/bench_simulations.py lorenz --dir /tmp/streamacc-sim
+}
+
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(headline before rss suite engine codecs chunks compensated dist cli overview accuracy)
+[ ${#sections[@]} -gt 0 ] || sections=(headline before rss suite engine codecs chunks compensated dist cli overview simulations accuracy)
 for section in "${sections[@]}"; do
   "$section"
 done

@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._defaults import (
+    DEFAULT_BLOCK_BYTES,
     DEFAULT_BLOCK_SIZE,
     DEFAULT_CODEC,
     DEFAULT_INFLIGHT,
     DEFAULT_SUMMARY_WINDOWS,
+    DEFAULT_WRITE_BLOCK_BYTES,
     DEFAULT_WRITE_BLOCK_SIZE,
 )
 from ._errors import (
@@ -40,10 +42,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CODECS",
+    "DEFAULT_BLOCK_BYTES",
     "DEFAULT_BLOCK_SIZE",
     "DEFAULT_CODEC",
     "DEFAULT_INFLIGHT",
     "DEFAULT_SUMMARY_WINDOWS",
+    "DEFAULT_WRITE_BLOCK_BYTES",
     "DEFAULT_WRITE_BLOCK_SIZE",
     "Block",
     "CarryMismatchError",
