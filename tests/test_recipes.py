@@ -1,6 +1,7 @@
 """Recipes: each against its numpy reference, block-size invariance, hashing, metadata, errors."""
 
 import json
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -181,8 +182,8 @@ def test_randomwalk_seed_and_sigma():
     assert out[0] == 0.0 and np.asarray(carry).shape == ()
     other = run(get_recipe("randomwalk").build(50, "float64", seed=4))
     assert not np.array_equal(out, other)
-    flat = run(get_recipe("randomwalk").build(50, "float64", x0=1.5, sigma=0.0))
-    assert np.all(flat == 1.5)
+    narrow = run(get_recipe("randomwalk").build(50, "float64", x0=1.5, sigma=1e-300))
+    assert np.all(narrow == 1.5)  # each increment is far below half an ulp of 1.5
 
 
 # --- cumulative -------------------------------------------------------------------------
@@ -380,22 +381,51 @@ def test_a_parameter_that_rounds_to_a_degenerate_value_is_refused(name, params, 
 @pytest.mark.parametrize(
     ("name", "params"),
     [
-        ("gp", {"ratio": 1.0}),  # a constant sequence asked for
         ("gp", {"ratio": 1 + 2**-20}),  # close to 1 but distinct in float32
-        ("gp", {"x0": 0.0, "ratio": 2.0}),
-        ("gp", {"ratio": -1.0}),
-        ("affine", {"a": 1.0, "b": 0.0}),
         ("affine", {"a": 1 + 1e-9, "b": 1.0}),  # a rounds to 1: an arithmetic progression, not a degenerate one
-        ("affine", {"a": 0.0}),
-        ("logistic", {"x0": 0.0}),
-        ("logistic", {"x0": 1.0}),
-        ("randomwalk", {"sigma": 0.0}),
+        ("affine", {"a": -1 + 2**-20}),
+        ("logistic", {"x0": 2**-20}),
         ("randomwalk", {"x0": 1e-50}),  # the start rounds to 0, the walk goes on
     ],
 )
-def test_values_given_on_purpose_or_harmless_rounding_are_accepted(name, params):
+def test_harmless_rounding_is_accepted(name, params):
     job = get_recipe(name).build(10, "float32", **params)
     assert job.attrs["params"] == {**job.attrs["params"], **params}
+
+
+GIVEN_DEGENERATE = [
+    ("gp", {"ratio": 1.0}, "ratio=1.0 is degenerate: every value would equal x0", "a ratio farther from 1"),
+    ("gp", {"ratio": -1.0}, "ratio=-1.0 is degenerate: the values would alternate between x0 and -x0", "-1"),
+    ("gp", {"ratio": 0.0}, "ratio=0.0 is degenerate: every value after x0 would be 0", "a ratio farther from 0"),
+    ("gp", {"x0": 0.0, "ratio": 2.0}, "x0=0.0 is degenerate: every value would be 0", "an x0 farther from 0"),
+    ("affine", {"a": 1.0, "b": 0.0}, "b=0.0 is degenerate: the map would be x -> x", "a b farther from 0"),
+    ("affine", {"a": 0.0}, "a=0.0 is degenerate: every value after x0 would equal b", "an a farther from 0"),
+    ("affine", {"a": -1.0}, "a=-1.0 is degenerate: the values would alternate between x0 and b - x0", "from -1"),
+    ("logistic", {"x0": 0.0}, "x0=0.0 is degenerate: every value would be 0", "an x0 farther from 0"),
+    ("logistic", {"x0": 1.0}, "x0=1.0 is degenerate: every value after x0 would be 0", "an x0 farther from 1"),
+    ("randomwalk", {"sigma": 0.0}, "sigma=0.0 is degenerate: every value would equal x0", "a larger sigma"),
+]
+
+
+@pytest.mark.parametrize(("name", "params", "problem", "fix"), GIVEN_DEGENERATE)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_degenerate_parameter_is_refused_as_given_too(name, params, problem, fix, dtype):
+    """One rule: judged on the value the dtype holds, whether given so or rounded to it (see DEGENERATE)."""
+    with pytest.raises(InputError) as info:
+        get_recipe(name).build(10, dtype, **params)
+    message = str(info.value)
+    assert problem in message and fix in message.rsplit("; pass ", 1)[1]
+    assert "\n" not in message
+
+
+def test_the_rule_for_degenerate_parameters_is_stated_where_users_look(capsys):
+    from streamacc.cli._main import main
+    from streamacc.recipes import DEGENERATE_RULE
+
+    assert main(["recipes"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == DEGENERATE_RULE
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert DEGENERATE_RULE in readme
 
 
 def test_a_compensated_recipe_holds_a_parameter_as_a_pair_before_calling_it_degenerate():

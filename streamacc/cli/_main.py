@@ -196,7 +196,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_recipes(args: argparse.Namespace) -> int:
-    from ..recipes import RECIPES
+    from ..recipes import DEGENERATE_RULE, RECIPES
 
     lines = []
     width = max(len(option(p.name)) for recipe in RECIPES.values() for p in recipe.params)
@@ -205,6 +205,7 @@ def cmd_recipes(args: argparse.Namespace) -> int:
         for p in recipe.params:
             default = "required" if p.default is None else f"default {p.default!r}"
             lines.append(f"    {option(p.name):<{width}} {p.kind:<5} {default:<22} {p.help}")
+    lines.append(DEGENERATE_RULE)
     _out("\n".join(lines))
     return 0
 

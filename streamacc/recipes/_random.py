@@ -25,9 +25,9 @@ from ._base import (
     Param,
     Recipe,
     Step,
+    check_degenerate,
     check_dtype,
     check_overflow,
-    check_rounding,
     check_size,
     recipe_attrs,
     resolve_params,
@@ -181,7 +181,7 @@ def _build_randomwalk(size: int | None = None, dtype: str = "float64", **params:
             f"got {size}; make several walks with different {spell('seed')} values instead"
         )
     check_overflow(p, ("x0", "sigma"), dtype)
-    check_rounding(p, "sigma", dtype, 0.0, "every value would equal x0", "a larger sigma")
+    check_degenerate(p, "sigma", dtype, 0.0, "every value would equal x0", "a larger sigma")
     f = RandomWalk(p["sigma"], p["seed"], dtype)
     xs = Increments(p["sigma"], p["seed"], dtype, size)
     init = np.asarray(p["x0"], dtype=dtype)
