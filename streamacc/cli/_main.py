@@ -144,13 +144,27 @@ def cmd_write(args: argparse.Namespace) -> int:
     before = _committed_steps(args.out, options) if args.resume else 0
     start = time.perf_counter()
     gc.freeze()  # the CLI owns its process: spare the collector the objects that live for the whole run
-    with warnings.catch_warnings(record=True) as caught, cluster_client(workers, args.scheduler) as client:
-        warnings.simplefilter("always", StreamaccWarning)
+    with _warnings_as_messages(args.debug), cluster_client(workers, args.scheduler) as client:
         _write(args, write, job, block, attrs, array_attrs, options, client)
-    for warning in caught:
-        logging.getLogger("streamacc").info("%s", warning.message)
     _out(summary(describe_output(args.out, storage_options=options), before, time.perf_counter() - start))
     return 0
+
+
+@contextlib.contextmanager
+def _warnings_as_messages(debug: bool) -> Iterator[None]:
+    """streamacc's warnings shown at once as its messages (``streamacc: ...``); other libraries' only with --debug."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", StreamaccWarning)
+        original = warnings.showwarning
+
+        def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+            if issubclass(category, StreamaccWarning):
+                logging.getLogger("streamacc").info("%s", message)
+            elif debug:
+                original(message, category, *args, **kwargs)
+
+        warnings.showwarning = show
+        yield
 
 
 def _write(args: argparse.Namespace, write, job, block: int, attrs: dict, array_attrs: dict, options, client) -> None:

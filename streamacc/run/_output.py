@@ -14,10 +14,11 @@ import dataclasses
 import json
 import logging
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import OutputExistsError, ResumeError, spell
+from .._errors import OutputExistsError, ResumeError, StreamaccWarning, spell
 from ..engine import HostLeaf
 from ..store import LEASE_KEY, PARTIAL_SUFFIXES, ArraySpec, Target, ZarrSink, progress_attrs
 from ._manifest import (
@@ -208,6 +209,13 @@ def open_output(
     ledger = Ledger(target)
     overwrite, resume = spell("overwrite", True), spell("resume", True)
     if state == "empty":
+        if mode == "resume":
+            warnings.warn(
+                f"nothing to resume at {target.label} (check the path if a run was expected there); starting a new "
+                "run",
+                StreamaccWarning,
+                stacklevel=3,
+            )
         return _create(target, spec, init, ledger)
     if mode == "new":
         raise OutputExistsError(

@@ -9,6 +9,7 @@ the last committed block with the exact carry, giving the bytes of an uninterrup
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import warnings
@@ -22,7 +23,7 @@ from .._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_SIZ
 from .._errors import InputError, StoreError, StreamaccWarning, spell
 from .._version import __version__
 from ..engine import Plan, as_count, check_length, from_host, make_plan, to_host
-from ..store import compressors_for, describe_store_failure, is_store_failure, open_target
+from ..store import Target, compressors_for, describe_store_failure, is_store_failure, open_target
 from ._executor import Executor, LocalExecutor
 from ._identity import run_identity
 from ._output import OutputSpec, open_output
@@ -123,6 +124,16 @@ def output_spec(
     return OutputSpec(identity, specs, chunk, codec, attrs, checked_array_attrs, plan.block_count)
 
 
+def _again(target: Target, mode: str) -> str:
+    """How to rerun a command whose output failed before any block: as it was, unless it left an output behind."""
+    if mode != "new":
+        return f"rerun with {spell(mode, True)}"
+    with contextlib.suppress(Exception):  # the store just failed: it may fail to answer this too
+        if target.exists():
+            return f"rerun with {spell('resume', True)}"  # a run that claims no block: resuming starts it afresh
+    return "rerun"
+
+
 def _executor_for(client: Any, inflight: int) -> Executor:
     """Where the blocks run: this process, or the dask cluster behind ``client``."""
     if client is None:
@@ -185,8 +196,8 @@ def write(
         except Exception as exc:
             if is_store_failure(exc):
                 raise StoreError(
-                    f"preparing {target.label} failed ({describe_store_failure(exc)}); fix the cause and rerun with "
-                    f"{spell('resume', True)}"
+                    f"preparing {target.label} failed ({describe_store_failure(exc)}); fix the cause and "
+                    f"{_again(target, mode)}"
                 ) from exc
             raise
         if output.complete:
