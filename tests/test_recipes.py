@@ -299,7 +299,7 @@ BAD = [
         "input='{tmp}/missing.zarr' is not",
         "1-D zarr",
     ),
-    ("cumsum", None, "float64", {"input": "{tmp}/group.zarr"}, "input", "input='{tmp}/group.zarr' is not", "1-D zarr"),
+    ("cumsum", None, "float64", {"input": "{tmp}/group.zarr"}, "input", "group.zarr' is a zarr group", "its arrays"),
     ("cumprod", None, "float64", {"input": "{tmp}/2d.zarr"}, "input", "input must be a 1-D", "got shape (4, 4)"),
     (
         "cumprod",
@@ -436,3 +436,25 @@ def test_a_compensated_recipe_holds_a_parameter_as_a_pair_before_calling_it_dege
     assert job.attrs["params"]["compensated"] is True
     with pytest.raises(InputError, match=r"x0=1e-50 rounds to 0\.0 in float32, so every value would be 0"):
         get_recipe("gp").build(10, "float32", x0=1e-50, compensated=True)  # below float32's range, pair or not
+
+
+def test_each_recipe_writes_the_array_its_description_and_the_readme_name(tmp_path):
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert "`x` for every recipe's recurrence; `y` for `cumsum` and `cumprod`" in readme
+    source = save(tmp_path / "in.zarr", np.ones(10))
+    for name, recipe in RECIPES.items():
+        job = recipe.build(10, "float64", **({"input": source} if name in ("cumsum", "cumprod") else {}))
+        assert job.names == (("y",) if name in ("cumsum", "cumprod") else ("x",))
+        assert f"{job.names[0]}[i] = " in recipe.description, (name, recipe.description)
+
+
+def test_an_input_that_is_a_group_names_its_arrays(tmp_path):
+    out = tmp_path / "out.zarr"
+    streamacc.write(out, lambda c, _: (c * 2.0, c), np.float64(1.0), length=10, names=["x"], progress=False)
+    with pytest.raises(InputError) as info:
+        get_recipe("cumsum").build(None, "float64", input=str(out))
+    assert str(info.value) == (
+        f"input={str(out)!r} is a zarr group, not an array (its arrays: x); pass one of its arrays, "
+        f"e.g. input={str(out / 'x')!r}"
+    )
+    assert get_recipe("cumsum").build(None, "float64", input=str(out / "x")).length == 10
