@@ -14,7 +14,7 @@ import json
 import logging
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import numpy as np
@@ -33,6 +33,9 @@ from ._verify import check_resumable
 __all__ = ["output_names", "output_spec", "write"]
 
 log = logging.getLogger("streamacc")
+
+Carry = TypeVar("Carry")
+"""The carry's type, as ``jax.lax.scan`` types it: what ``write`` returns is the carry after the last step."""
 
 
 def output_names(y_struct: Any, names: Sequence[str] | None) -> list[str]:
@@ -145,8 +148,8 @@ def _executor_for(client: Any, inflight: int) -> Executor:
 
 def write(
     store: Any,
-    f: Callable,
-    init: Any,
+    f: Callable[[Carry, Any], tuple[Carry, Any]],
+    init: Carry,
     xs: Any = None,
     *,
     length: int | None = None,
@@ -165,7 +168,7 @@ def write(
     durable: bool = True,
     storage_options: dict | None = None,
     client: Any = None,
-) -> Any:
+) -> Carry:
     """Run ``lax.scan(f, init, xs, length)`` block by block into a Zarr group; return the final carry.
 
     ``store`` is a local path, an fsspec URL (with ``storage_options``) or a zarr store.
@@ -176,6 +179,8 @@ def write(
     does nothing and warns). ``durable=False`` skips fsync and exists only to measure its
     cost. ``client`` (a ``distributed.Client``) runs the blocks on a dask cluster; the
     bytes written are the same either way. Bad arguments raise before anything is written.
+    The carry returned is the one after the last step (``lax.scan``'s first result, with JAX
+    arrays as its leaves), also when resuming a run that was already complete.
     """
     plan = make_plan(f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse)
     check_length(plan.length)
