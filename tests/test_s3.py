@@ -25,7 +25,6 @@ from _s3 import stripping_proxy
 import streamacc
 from streamacc.cli._main import main
 from streamacc.recipes import get_recipe
-from streamacc.run._cluster import local_cluster
 from streamacc.run._inspect import describe_output
 
 pytest.importorskip("s3fs")
@@ -166,11 +165,10 @@ def test_cumsum_of_an_input_on_s3(s3_bucket, tmp_path):
 # --- the command line on a cluster ------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def scheduler():
-    """The address of a two-worker cluster for --scheduler runs."""
-    with local_cluster(2) as client:
-        yield client.scheduler.address
+@pytest.fixture
+def scheduler(dask_client):
+    """The address of the session's two-worker cluster, for --scheduler runs."""
+    return dask_client.scheduler.address
 
 
 @pytest.mark.parametrize(
@@ -200,14 +198,14 @@ def test_workers_start_and_close_a_local_cluster_and_write_the_same_bytes(tmp_pa
     args = ["--recipe", "cumprod", "--input", str(tmp_path / "in.zarr"), "--block-size", "256", "--no-progress"]
     local = tmp_path / "local.zarr"
     assert main(["write", str(local), *args]) == 0
-    assert main(["write", str(out), *args, "--workers", "2"]) == 0
+    assert main(["write", str(out), *args, "--workers", "1"]) == 0  # one worker process: started, used, closed
     assert_same_output(out, local)
 
 
 @pytest.mark.slow
 def test_a_driver_killed_with_its_cluster_resumes_without_one(tmp_path, local_ref):
     out = tmp_path / "out.zarr"
-    proc = subprocess.Popen(cli("write", out, *BIG, "--workers", "2"), stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cli("write", out, *BIG, "--workers", "1"), stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180
         while committed(out) < 3 and proc.poll() is None and time.monotonic() < deadline:
