@@ -175,6 +175,7 @@ def layouts(draw, max_len: int = MAX_LEN):
     return length, block_size
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(case=st.sampled_from(CASES), layout=layouts(), reverse=st.booleans())
 def test_exact_random_layouts(case, layout, reverse, tmp):
