@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         verify_recipe_output as verify_recipe_output,
     )
     from ._manifest import load_manifest as load_manifest
+    from ._overview import overview as overview
     from ._progress import si as si
     from ._reader import open as open
     from ._verify import VerifyReport as VerifyReport, verify as verify
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "._cluster": ["cluster_client"],
     "._inspect": ["describe_output", "format_description", "verify_recipe_output"],
+    "._overview": ["overview"],
     "._progress": ["si"],
     "._reader": ["open"],
     "._manifest": ["load_manifest"],

@@ -43,7 +43,9 @@ def _describe_xs(xs: Any) -> list[str]:
     return [one(leaf) for leaf in jax.tree_util.tree_leaves(xs)]
 
 
-def run_identity(plan: Plan, *, arrays: dict[str, Any], codec: str, chunk: int, attrs: dict) -> dict[str, Any]:
+def run_identity(
+    plan: Plan, *, arrays: dict[str, Any], codec: str, chunk: int, attrs: dict, summaries: list[int] | None = None
+) -> dict[str, Any]:
     """The JSON-ready identity of a write: function, inputs, layout, codec and versions."""
     return {
         "function": describe_function(plan.f),
@@ -58,5 +60,6 @@ def run_identity(plan: Plan, *, arrays: dict[str, Any], codec: str, chunk: int, 
         "reverse": plan.reverse,
         "codec": codec,
         "arrays": arrays,
+        "summaries": list(summaries or []),
         "versions": {"streamacc": __version__, "jax": jax.__version__, "backend": jax.default_backend()},
     }

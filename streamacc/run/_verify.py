@@ -35,6 +35,7 @@ from ._identity import describe_function
 from ._manifest import BlockRecord, Ledger, Manifest, decode_leaves, load_manifest
 from ._output import Output
 from ._pipeline import run_ordered
+from ._summaries import Summaries, SummaryCheck, SummaryPlan
 
 __all__ = ["Checker", "VerifyReport", "check_resumable", "plan_for", "verify", "verify_plan"]
 
@@ -49,6 +50,7 @@ class VerifyReport:
     committed_steps: int
     total_steps: int
     complete: bool
+    summary_windows: int = 0  # summary rows compared with the data or with the rows below them
 
 
 def select_blocks(committed: int, blocks: str | int) -> list[int]:
@@ -76,6 +78,8 @@ class Checker:
         self.plan = plan
         self.ledger = Ledger(target)
         self._sink = sink
+        self.summary: SummaryPlan | None = None  # cut each checked block's summary pieces, for ``seen``
+        self.seen: Callable[[int, dict], None] | None = None  # each checked block's pieces, in scan order
 
     def fail(self, what: str) -> VerifyError:
         return VerifyError(f"{self.target.label}: {what}; rewrite the output with {spell('overwrite', True)}")
@@ -158,8 +162,11 @@ class Checker:
                 yield _Recomputed(k, None, [], None, exc)
                 return
 
-    def _compare(self, item: _Recomputed) -> None:
-        """Judge one recomputed block against its stored chunks, checksums and the carry after it."""
+    def _compare(self, item: _Recomputed) -> dict | None:
+        """Judge one recomputed block against its stored chunks, checksums and the carry after it.
+
+        Returns the block's summary pieces (cut from the data now proven to be the stored data).
+        """
         if item.error is not None:
             raise item.error
         rec, block = item.rec, item.block
@@ -185,6 +192,7 @@ class Checker:
             if not same_leaves(to_host(block.carry), item.after):
                 what = "its final carry is not the carry recorded after it"
                 raise self.bad_block(item.index, rec.start, rec.stop, what)
+            return None if self.summary is None else self.summary.pieces(rec.start, ys)
         finally:
             block.release()
 
@@ -208,7 +216,11 @@ class Checker:
         buffers while ``depth`` threads compare earlier ones with their stored chunks.
         """
         pool = BlockPool(pool_size(depth))
-        run_ordered(self._recomputed(chosen, pool), self._compare, lambda item, _: None, depth=depth, workers=depth)
+        run_ordered(self._recomputed(chosen, pool), self._compare, self._judged, depth=depth, workers=depth)
+
+    def _judged(self, item: _Recomputed, pieces: dict | None) -> None:
+        if self.seen is not None and pieces is not None and item.rec is not None:
+            self.seen(item.rec.start, pieces)
 
     def block(self, k: int) -> None:
         """Check committed block ``k`` (in scan order) bit for bit."""
@@ -232,7 +244,14 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
     checker = Checker(target, manifest, plan)
     checker.manifest_agrees()
     checker.arrays_unchanged()
+    summaries = Summaries.load(target, manifest.identity, manifest.summaries, manifest.committed_steps)
+    check = None
+    if summaries is not None:
+        check = SummaryCheck(summaries, plan.length, len(chosen) == manifest.committed_blocks, checker.fail)
+        checker.summary, checker.seen = summaries.plan, check.block
     checker.blocks(chosen)
+    if check is not None:
+        check.finish()
     return VerifyReport(
         tuple(chosen),
         manifest.committed_blocks,
@@ -240,6 +259,7 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
         manifest.committed_steps,
         plan.length,
         manifest.complete,
+        0 if check is None else check.checked,
     )
 
 

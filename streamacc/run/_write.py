@@ -28,6 +28,7 @@ from ._executor import Executor, LocalExecutor
 from ._identity import run_identity
 from ._output import OutputSpec, open_output
 from ._progress import Progress
+from ._summaries import check_windows
 from ._verify import check_resumable
 
 __all__ = ["output_names", "output_spec", "write"]
@@ -111,6 +112,7 @@ def output_spec(
     chunk_size: int | None = None,
     attrs: Mapping[str, Any] | None = None,
     array_attrs: Mapping[str, Mapping[str, Any]] | None = None,
+    summaries: bool | Sequence[int] | None = True,
 ) -> OutputSpec:
     """The output a run of ``plan`` must produce (arrays, layout, codec, attributes, identity), checked."""
     names = output_names(plan.y_struct, names)
@@ -123,7 +125,8 @@ def output_spec(
         for n, s in zip(names, jax.tree_util.tree_leaves(plan.y_struct), strict=True)
     }
     arrays = {n: [dt.str, list(shape)] for n, (shape, dt) in specs.items()}
-    identity = run_identity(plan, arrays=arrays, codec=codec, chunk=chunk, attrs=attrs)
+    windows = check_windows(summaries, plan.reverse)
+    identity = run_identity(plan, arrays=arrays, codec=codec, chunk=chunk, attrs=attrs, summaries=windows)
     return OutputSpec(identity, specs, chunk, codec, attrs, checked_array_attrs, plan.block_count)
 
 
@@ -168,6 +171,7 @@ def write(
     durable: bool = True,
     storage_options: dict | None = None,
     client: Any = None,
+    summaries: bool | Sequence[int] | None = True,
 ) -> Carry:
     """Run ``lax.scan(f, init, xs, length)`` block by block into a Zarr group; return the final carry.
 
@@ -178,15 +182,21 @@ def write(
     ``resume`` (continue an interrupted run with identical settings; on a finished run it
     does nothing and warns). ``durable=False`` skips fsync and exists only to measure its
     cost. ``client`` (a ``distributed.Client``) runs the blocks on a dask cluster; the
-    bytes written are the same either way. Bad arguments raise before anything is written.
-    The carry returned is the one after the last step (``lax.scan``'s first result, with JAX
-    arrays as its leaves), also when resuming a run that was already complete.
+    bytes written are the same either way. ``summaries`` (default True: windows of
+    ``DEFAULT_SUMMARY_WINDOWS`` steps; a list of window lengths; False for none) writes
+    each window's min, max and mean with the data, for :func:`streamacc.overview` and
+    ``streamacc plot``; a reverse scan writes none. Bad arguments raise before anything
+    is written. The carry returned is the one after the last step (``lax.scan``'s first
+    result, with JAX arrays as its leaves), also when resuming a run that was already
+    complete.
     """
     plan = make_plan(f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse)
     check_length(plan.length)
     if overwrite and resume:
         raise InputError(f"{spell('overwrite', True)} and {spell('resume', True)} exclude each other; pass one")
-    spec = output_spec(plan, names=names, codec=codec, chunk_size=chunk_size, attrs=attrs, array_attrs=array_attrs)
+    spec = output_spec(
+        plan, names=names, codec=codec, chunk_size=chunk_size, attrs=attrs, array_attrs=array_attrs, summaries=summaries
+    )
     executor = _executor_for(client, as_count("inflight", inflight, minimum=1))
     target = open_target(store, storage_options=storage_options)
     target.fsync = durable
@@ -225,4 +235,6 @@ def write(
                     f"({describe_store_failure(exc)}); those steps are safely committed: fix the cause and rerun with "
                     f"{spell('resume', True)}"
                 ) from exc
+            finally:
+                output.close()  # no summary chunk may be written once the lock is released
     return from_host(output.carry, plan.init)

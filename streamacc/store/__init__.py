@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ._files import PARTIAL_SUFFIXES as PARTIAL_SUFFIXES
     from ._sessions import close_store_sessions as close_store_sessions
     from ._storeerrors import describe_store_failure as describe_store_failure, is_store_failure as is_store_failure
+    from ._summarystore import SUMMARIES as SUMMARIES, SummaryStore as SummaryStore
     from ._target import (
         BOOKKEEPING as BOOKKEEPING,
         LEASE_KEY as LEASE_KEY,
@@ -47,6 +48,7 @@ _EXPORTS = {
     "._files": ["PARTIAL_SUFFIXES"],
     "._sessions": ["close_store_sessions"],
     "._storeerrors": ["describe_store_failure", "is_store_failure"],
+    "._summarystore": ["SUMMARIES", "SummaryStore"],
     "._target": ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"],
     "._zarr": ["ArraySpec", "ZarrSink", "array_document", "progress_attrs", "stored_crc32c"],
 }
