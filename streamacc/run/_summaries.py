@@ -8,13 +8,15 @@ thread, and records the rest, the *tail* (rows in no durable chunk yet, and the 
 window), in the manifest it saves, so that the committed summaries always cover exactly
 the committed steps and change with them atomically.
 
-Why the open windows are recorded rather than recomputed on resume: an open finest
-window's sum is a fold of its pieces so far, which no stored row holds (a row stores
-the mean), and rebuilding it would mean reading back up to a window of data, 128 MiB
-for a 4096-point float64 state. The record costs a few KiB per commit (the open window
-is one row). The coarse
-levels' open windows are folds of stored rows, so a resume rebuilds them from those
-rows instead of recording them (for a 256x256 field they would be megabytes per commit).
+Why the open finest window is recorded rather than recomputed on resume: its sum is a
+fold of its pieces so far, which no stored row holds (a row stores the mean), and
+rebuilding it would mean reading back up to a window of data, 128 MiB for a 4096-point
+float64 state, and the data, which an unfinished run's ``overview`` must not need. It is
+one row per output in the manifest. The coarser levels' rows not yet in a chunk, and
+their open windows, are folds of the rows below them, so a resume (and ``overview``)
+rebuilds them instead of recording them: for a 256x256 field they would be megabytes per
+commit. The finest rows not yet in a durable chunk are recorded (for a series at the
+default sizes, 24-96 KiB per commit).
 """
 
 from __future__ import annotations
