@@ -10,6 +10,9 @@ but keeps only the sampled ones. Extra arguments go to ``streamacc write``.
 
     python benchmarks/headline.py --size '2**32' --out /tmp/headline.zarr
     python benchmarks/headline.py --size '2**32' --compensated   # samples against exact values (mpmath)
+
+Prints one JSON document on stdout (the command's own summary line goes to stderr, and into
+the JSON), so ``python benchmarks/headline.py | jq .wall_s`` works.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,12 +42,14 @@ def run_cli(out: Path, size: int, extra: list[str]) -> dict:
     cmd = [sys.executable, "-m", "streamacc", "write", str(out), "--size", str(size), "--no-progress", *extra]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True)
+    summary = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
     wall = time.perf_counter() - t0
+    print(summary, file=sys.stderr)  # stdout is the JSON alone
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     minflt = after.ru_minflt - before.ru_minflt
     return {
         "command": " ".join(cmd),
+        "summary": summary,
         "wall_s": wall,
         "user_s": after.ru_utime - before.ru_utime,
         "sys_s": after.ru_stime - before.ru_stime,
@@ -106,11 +112,13 @@ def check_exact(out: Path, size: int, samples: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="2**32")
-    parser.add_argument("--out", type=Path, default=Path("/tmp/streamacc-headline.zarr"))
+    parser.add_argument("--out", type=Path, default=None, help="where to write (default: a new temporary folder)")
     parser.add_argument("--samples", type=int, default=16)
     parser.add_argument("--keep", action="store_true", help="keep the output afterwards")
     args, extra = parser.parse_known_args()
     size = parse_int(args.size, name="--size", minimum=1)
+    if args.out is None:
+        args.out = Path(tempfile.mkdtemp(prefix="streamacc-headline-")) / "out.zarr"
     shutil.rmtree(args.out, ignore_errors=True)
     result = {"size": size, **run_cli(args.out, size, extra)}
     result["gib_per_s"] = size * 8 / result["wall_s"] / 2**30
@@ -124,6 +132,8 @@ def main() -> None:
     print(json.dumps(result, indent=1))
     if not args.keep:
         shutil.rmtree(args.out)
+        if args.out.parent.name.startswith("streamacc-headline-"):
+            args.out.parent.rmdir()
 
 
 if __name__ == "__main__":

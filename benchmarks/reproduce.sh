@@ -5,7 +5,7 @@
 #
 #   bash benchmarks/reproduce.sh            # everything (about an hour on 2 cores, 30 GB of disk)
 #   bash benchmarks/reproduce.sh headline   # one section: headline before rss suite engine codecs chunks
-#                                           #   compensated dist cli overview simulations accuracy
+#                                           #   compensated dist cli overview simulations accuracy limits verify
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=benchmarks/out
@@ -101,8 +101,20 @@ simulations() {  # states of many values: the chunk layouts, the heat equation (
   run sim-lorenz python benchmarks/bench_simulations.py lorenz --dir /tmp/streamacc-sim
 }
 
+limits() {  # a write of 2**62 steps against one of 2**30: memory, Ctrl-C, info/open/verify (about 2 min, 15 GB)
+  run limits python benchmarks/bench_limits.py --seconds 30 --dir /tmp/streamacc-limits --json $OUT/limits_2p62.json
+}
+
+verify() {  # verify of a whole output against its write, each 3 times (2**31: 2 times); about 25 minutes, 6 GB
+  run verify-2p28 python benchmarks/bench_verify.py --sizes 2**28 --repeat 3 --dir /tmp/streamacc-verify \
+    --json $OUT/verify_2p28.json
+  run verify-2p31 python benchmarks/bench_verify.py --sizes 2**31 --repeat 2 --dir /tmp/streamacc-verify \
+    --json $OUT/verify_2p31.json
+}
+
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(headline before rss suite engine codecs chunks compensated dist cli overview simulations accuracy)
+[ ${#sections[@]} -gt 0 ] || sections=(headline before rss suite engine codecs chunks compensated dist cli overview simulations
+  accuracy limits verify)
 for section in "${sections[@]}"; do
   "$section"
 done

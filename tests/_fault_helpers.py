@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -9,11 +11,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import zarr
 
-FAULTRUN = Path(__file__).with_name("faultrun.py")
 TEMP_SUFFIXES = (".partial", ".streamacc-tmp")
 MANIFEST = "_streamacc/zarr.json"
 RECORDS = "_streamacc/records_000000/zarr.json"
@@ -131,11 +133,16 @@ def start_writer(out: Path, args: list[str], *, resume: bool) -> subprocess.Pope
     )
 
 
-def faultrun(kind: str, at: int, *args: str) -> subprocess.CompletedProcess:
-    """Run ``streamacc *args`` with a full disk injected at write number ``at`` of ``kind``."""
-    return subprocess.run(
-        [sys.executable, str(FAULTRUN), kind, str(at), *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def faultrun(kind: str, at: int, *args: str) -> SimpleNamespace:
+    """Run ``streamacc *args`` in this process with a full disk injected at write number ``at`` of ``kind``.
+
+    Returns what a finished process would: ``returncode`` and ``stderr``.
+    """
+    from faultrun import full_disk
+
+    from streamacc.cli._main import main
+
+    err = io.StringIO()
+    with full_disk(kind, at), contextlib.redirect_stderr(err):
+        code = main([*map(str, args)])
+    return SimpleNamespace(returncode=code, stderr=err.getvalue())

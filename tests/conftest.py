@@ -57,3 +57,10 @@ def pytest_unconfigure(config):
 
 
 _BASETEMP = pytest.StashKey[str]()
+
+
+def pytest_collection_modifyitems(items):
+    """A test that needs the session's dask cluster is slow: the first one starts its worker processes."""
+    for item in items:
+        if "dask_client" in item.fixturenames:
+            item.add_marker(pytest.mark.slow)

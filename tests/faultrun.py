@@ -1,18 +1,21 @@
-"""Run the streamacc command line with a full disk injected at one write: a test helper.
+"""A full disk injected at one write of the streamacc command line: a test helper.
 
     python tests/faultrun.py chunk N    write OUT ...   # the N-th chunk the zarr LocalStore writes fails
     python tests/faultrun.py manifest N write OUT ...   # the N-th manifest write fails half way through
 
 Either fault raises ``OSError(ENOSPC, 'No space left on device')`` where a real full disk
-would; the process then exits with the command's own exit code.
+would; the process then exits with the command's own exit code. Tests use
+:func:`full_disk` in-process, which undoes the fault afterwards.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import os
 import sys
+from collections.abc import Iterator
 
 from zarr.storage import LocalStore
 
@@ -56,7 +59,7 @@ def fail_manifest(at: int) -> None:
 
     def atomic_write(path, data, *, sync=True):
         if path.parent.name == "_streamacc" and path.name == "zarr.json" and next(count) == at:
-            streamacc.store._files.os = _HalfWrite()  # only the main thread writes manifests
+            streamacc.store._files.os = _HalfWrite()  # only the committing thread writes manifests
             try:
                 return real_write(path, data, sync=sync)
             finally:
@@ -66,7 +69,18 @@ def fail_manifest(at: int) -> None:
     streamacc.store._target.atomic_write = atomic_write
 
 
+@contextlib.contextmanager
+def full_disk(kind: str, at: int) -> Iterator[None]:
+    """Within this block, write number ``at`` of ``kind`` ('chunk' or 'manifest') finds the disk full."""
+    saved = LocalStore.set, streamacc.store._target.atomic_write
+    {"chunk": fail_chunk, "manifest": fail_manifest}[kind](at)
+    try:
+        yield
+    finally:
+        LocalStore.set, streamacc.store._target.atomic_write = saved
+
+
 if __name__ == "__main__":
     kind, at, *argv = sys.argv[1:]
-    {"chunk": fail_chunk, "manifest": fail_manifest}[kind](int(at))
-    sys.exit(main(argv))
+    with full_disk(kind, int(at)):
+        sys.exit(main(argv))

@@ -474,3 +474,17 @@ def test_storage_options_are_parsed_as_json_where_they_parse():
     parsed = storage_options(["endpoint_url=http://127.0.0.1:9000", "anon=true", "n=3", 'kw={"a": [1]}', "s=a=b"])
     assert parsed == {"endpoint_url": "http://127.0.0.1:9000", "anon": True, "n": 3, "kw": {"a": [1]}, "s": "a=b"}
     assert storage_options([]) is None
+
+
+def test_every_argument_of_every_command_has_help_that_fits_the_command():
+    import argparse
+
+    from streamacc.cli._parser import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert {"write", "info", "verify", "recipes"} <= set(commands)
+    for name, parser in commands.items():
+        for action in parser._actions:
+            assert action.help, (name, action.dest)
+            if action.dest == "storage_option":
+                assert ("--input" in action.help) == (name == "write"), (name, action.help)  # only write reads one

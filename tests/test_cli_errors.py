@@ -249,3 +249,30 @@ def test_unexpected_error_is_one_line_and_debug_shows_the_traceback(workspace, c
     assert main(["--debug", "info", "out.zarr"]) == 1
     err = capfd.readouterr().err
     assert "Traceback" in err and err.splitlines()[-1].startswith("streamacc: error: RuntimeError")
+
+
+def test_a_store_failure_before_any_block_names_the_command_to_rerun(workspace, monkeypatch, capsys):
+    from streamacc.store._target import LocalTarget
+
+    def read_only(self, *args):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(LocalTarget, "delete", read_only)  # an output on a read-only file system
+    gp = "write {} --size 100 --block-size 64 --no-progress"
+    assert main([*gp.format("out.zarr").split(), "--overwrite"]) == 1
+    line = capsys.readouterr().err.strip()
+    assert "Permission denied" in line and line.endswith("fix the cause and rerun with --overwrite")
+    monkeypatch.setattr(LocalTarget, "write", read_only)
+    assert main(gp.format("new.zarr").split()) == 1
+    assert capsys.readouterr().err.strip().endswith("fix the cause and rerun")  # nothing was left behind
+    assert not (workspace / "new.zarr").exists()
+
+
+def test_resuming_where_nothing_is_says_so_and_starts(workspace, capsys, recwarn):
+    assert main(["write", "typo.zarr", "--size", "100", "--block-size", "64", "--no-progress", "--resume"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["streamacc: nothing to resume at typo.zarr (check the path if a run was expected there); "
+                   "starting a new run"]  # fmt: skip
+    with pytest.warns(streamacc.StreamaccWarning, match="nothing to resume at"):
+        streamacc.write(workspace / "other.zarr", lambda c, _: (c * 2.0, c), np.float64(1.0), length=10,
+                        progress=False, resume=True)  # fmt: skip

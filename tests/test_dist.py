@@ -20,7 +20,6 @@ from _fault_helpers import assert_same_output, read_manifest
 
 import streamacc
 from streamacc.recipes import get_recipe
-from streamacc.run._cluster import local_cluster
 from streamacc.run._output import Output
 
 distributed = pytest.importorskip("distributed")
@@ -28,11 +27,10 @@ distributed = pytest.importorskip("distributed")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-@pytest.fixture(scope="module")
-def client():
-    """Two single-threaded worker processes of this module's own (one test kills a worker)."""
-    with local_cluster(2, host="127.0.0.1") as client:
-        yield client
+@pytest.fixture
+def client(dask_client):
+    """The session's two worker processes (one test kills a worker: its nanny restarts it)."""
+    return dask_client
 
 
 def write_both(tmp_path, client, f, init, xs=None, **kw):

@@ -102,11 +102,11 @@ def kill_chain(out, args: list[str], total: int, seed: int, kills: int) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(2))
 def test_sigkill_then_resume_is_identical(tmp_path, refs, seed):
-    """4 seeds x 4 kills of the same output (fresh run, resume, resume, resume), then a final resume."""
+    """2 seeds (a fresh run killed before, then after, its first manifest) x 3 kills, then a final resume."""
     out = tmp_path / "out.zarr"
-    killed = kill_chain(out, BIG, 64, seed, kills=4)
+    killed = kill_chain(out, BIG, 64, seed, kills=3)
     assert killed >= 1
     assert cli("write", out, *BIG, "--no-progress", "--resume")[0] == 0
     assert temp_files(out) == []
@@ -116,9 +116,9 @@ def test_sigkill_then_resume_is_identical(tmp_path, refs, seed):
 
 @pytest.mark.slow
 def test_sigkill_with_compression_then_resume_is_identical(tmp_path, refs):
-    """Compressed chunks (blosc-lz4) are rewritten identically too: 4 more kill points."""
+    """Compressed chunks (blosc-lz4) are rewritten identically too: 3 more kill points."""
     out = tmp_path / "out.zarr"
-    assert kill_chain(out, BIG_LZ4, 64, seed=101, kills=4) >= 1
+    assert kill_chain(out, BIG_LZ4, 64, seed=101, kills=3) >= 1
     assert cli("write", out, *BIG_LZ4, "--no-progress", "--resume")[0] == 0
     assert_same_output(out, refs(BIG_LZ4))
     assert cli("verify", out, "--blocks", "8")[0] == 0

@@ -5,9 +5,12 @@ from __future__ import annotations
 import configparser
 import re
 import shlex
+import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -78,3 +81,22 @@ def test_the_pins_satisfy_the_extras():
             requirement = Requirement(text)
             if canonicalize_name(requirement.name) in pinned:
                 assert requirement.specifier.contains(pinned[canonicalize_name(requirement.name)]), f"[{extra}] {text}"
+
+
+@pytest.mark.slow
+def test_mypy_finds_the_installed_package_and_the_carry_write_returns(tmp_path):
+    """From outside the checkout, as a user's project type-checks against the README's install."""
+    (tmp_path / "probe.py").write_text(
+        "import numpy as np\nimport streamacc\n\n\n"
+        "def step(c: np.float64, x: object) -> tuple[np.float64, np.float64]:\n    return c, c\n\n\n"
+        'reveal_type(streamacc.write("o.zarr", step, np.float64(1.0), length=10))\n'
+    )
+    (tmp_path / "mypy.ini").write_text(  # analyse streamacc, not all of JAX
+        "[mypy]\nfollow_imports = skip\ncache_dir = /dev/null\n[mypy-streamacc.*]\nfollow_imports = silent\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", "mypy.ini", "probe.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout
+    assert 'Revealed type is "numpy.float64"' in proc.stdout

@@ -121,6 +121,7 @@ def test_lease_that_stopped_renewing_is_taken_over_after_it_expires(s3_bucket):
         taker.check()
 
 
+@pytest.mark.slow
 def test_of_racing_takers_exactly_one_wins(s3_bucket):
     plant(s3_bucket, ttl=0.01)
     wait_until_expired(s3_bucket)

@@ -15,6 +15,7 @@ import json
 import shutil
 import uuid
 import warnings
+from pathlib import Path
 
 import dask.array as da
 import jax.numpy as jnp
@@ -182,18 +183,12 @@ def test_attributes_are_on_the_arrays_and_netcdf_safe(done, tmp_path):
     for key, value in ds.attrs.items():
         assert isinstance(value, (str, int, float)), (key, value)
     nc = tmp_path / "s.nc"
-    without_big(ds.isel(step=slice(0, 100))).to_netcdf(nc)
+    ds.isel(step=slice(0, 100)).to_netcdf(nc)  # netCDF-4 (h5netcdf, of the xarray extra): 64-bit integers too
     back = xr.open_dataset(nc)
     assert back.attrs["recipe"] == "demo" and back.level.attrs["units"] == "m"
     np.testing.assert_array_equal(back.level.values, reference()["level"][:100])
-    without_big(streamacc.open(done).isel(step=slice(0, 10))).to_netcdf(tmp_path / "t.nc")
-
-
-def without_big(ds: xr.Dataset) -> xr.Dataset:
-    """``ds`` without the attribute ``big``: scipy writes netCDF-3, which holds no integer beyond 32 bits."""
-    ds = ds.copy()
-    ds.attrs = {k: v for k, v in ds.attrs.items() if k != "big"}
-    return ds
+    assert back.attrs["big"] == 2**40
+    streamacc.open(done).isel(step=slice(0, 10)).to_netcdf(tmp_path / "t.nc")
 
 
 # --- the run's own arrays only ----------------------------------------------------------------
@@ -254,3 +249,21 @@ def test_a_network_failure_of_an_object_store_names_the_committed_steps(monkeypa
 def test_cli_info_of_a_missing_path(tmp_path, capsys):
     assert main(["info", str(tmp_path / "missing.zarr")]) == 2
     assert capsys.readouterr().err.strip().endswith("missing.zarr does not exist; check the path")
+
+
+def test_the_readme_reading_example_runs_as_written(tmp_path, monkeypatch):
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code = re.search(r"## Reading the result\s+```python\n(.+?)```", readme, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    from streamacc.cli._main import main
+
+    assert main(["write", "out.zarr", "--size", "3000", "--block-size", "1024", "--no-progress"]) == 0
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)  # the README's own code, unchanged
+    ref = np.multiply.accumulate(np.r_[1.0, np.full(2999, 1 + 1e-8)])
+    np.testing.assert_array_equal(scope["ds"].x.values, ref)
+    with xr.open_dataset(tmp_path / "first.nc") as first:
+        np.testing.assert_array_equal(first.x.values, ref[:1000])
+        assert first.attrs["streamacc_total_steps"] == 3000

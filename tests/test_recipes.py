@@ -1,6 +1,7 @@
 """Recipes: each against its numpy reference, block-size invariance, hashing, metadata, errors."""
 
 import json
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -181,8 +182,8 @@ def test_randomwalk_seed_and_sigma():
     assert out[0] == 0.0 and np.asarray(carry).shape == ()
     other = run(get_recipe("randomwalk").build(50, "float64", seed=4))
     assert not np.array_equal(out, other)
-    flat = run(get_recipe("randomwalk").build(50, "float64", x0=1.5, sigma=0.0))
-    assert np.all(flat == 1.5)
+    narrow = run(get_recipe("randomwalk").build(50, "float64", x0=1.5, sigma=1e-300))
+    assert np.all(narrow == 1.5)  # each increment is far below half an ulp of 1.5
 
 
 # --- cumulative -------------------------------------------------------------------------
@@ -299,7 +300,7 @@ BAD = [
         "input='{tmp}/missing.zarr' is not",
         "1-D zarr",
     ),
-    ("cumsum", None, "float64", {"input": "{tmp}/group.zarr"}, "input", "input='{tmp}/group.zarr' is not", "1-D zarr"),
+    ("cumsum", None, "float64", {"input": "{tmp}/group.zarr"}, "input", "group.zarr' is a zarr group", "its arrays"),
     ("cumprod", None, "float64", {"input": "{tmp}/2d.zarr"}, "input", "input must be a 1-D", "got shape (4, 4)"),
     (
         "cumprod",
@@ -381,22 +382,51 @@ def test_a_parameter_that_rounds_to_a_degenerate_value_is_refused(name, params, 
 @pytest.mark.parametrize(
     ("name", "params"),
     [
-        ("gp", {"ratio": 1.0}),  # a constant sequence asked for
         ("gp", {"ratio": 1 + 2**-20}),  # close to 1 but distinct in float32
-        ("gp", {"x0": 0.0, "ratio": 2.0}),
-        ("gp", {"ratio": -1.0}),
-        ("affine", {"a": 1.0, "b": 0.0}),
         ("affine", {"a": 1 + 1e-9, "b": 1.0}),  # a rounds to 1: an arithmetic progression, not a degenerate one
-        ("affine", {"a": 0.0}),
-        ("logistic", {"x0": 0.0}),
-        ("logistic", {"x0": 1.0}),
-        ("randomwalk", {"sigma": 0.0}),
+        ("affine", {"a": -1 + 2**-20}),
+        ("logistic", {"x0": 2**-20}),
         ("randomwalk", {"x0": 1e-50}),  # the start rounds to 0, the walk goes on
     ],
 )
-def test_values_given_on_purpose_or_harmless_rounding_are_accepted(name, params):
+def test_harmless_rounding_is_accepted(name, params):
     job = get_recipe(name).build(10, "float32", **params)
     assert job.attrs["params"] == {**job.attrs["params"], **params}
+
+
+GIVEN_DEGENERATE = [
+    ("gp", {"ratio": 1.0}, "ratio=1.0 is degenerate: every value would equal x0", "a ratio farther from 1"),
+    ("gp", {"ratio": -1.0}, "ratio=-1.0 is degenerate: the values would alternate between x0 and -x0", "-1"),
+    ("gp", {"ratio": 0.0}, "ratio=0.0 is degenerate: every value after x0 would be 0", "a ratio farther from 0"),
+    ("gp", {"x0": 0.0, "ratio": 2.0}, "x0=0.0 is degenerate: every value would be 0", "an x0 farther from 0"),
+    ("affine", {"a": 1.0, "b": 0.0}, "b=0.0 is degenerate: the map would be x -> x", "a b farther from 0"),
+    ("affine", {"a": 0.0}, "a=0.0 is degenerate: every value after x0 would equal b", "an a farther from 0"),
+    ("affine", {"a": -1.0}, "a=-1.0 is degenerate: the values would alternate between x0 and b - x0", "from -1"),
+    ("logistic", {"x0": 0.0}, "x0=0.0 is degenerate: every value would be 0", "an x0 farther from 0"),
+    ("logistic", {"x0": 1.0}, "x0=1.0 is degenerate: every value after x0 would be 0", "an x0 farther from 1"),
+    ("randomwalk", {"sigma": 0.0}, "sigma=0.0 is degenerate: every value would equal x0", "a larger sigma"),
+]
+
+
+@pytest.mark.parametrize(("name", "params", "problem", "fix"), GIVEN_DEGENERATE)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_degenerate_parameter_is_refused_as_given_too(name, params, problem, fix, dtype):
+    """One rule: judged on the value the dtype holds, whether given so or rounded to it (see DEGENERATE)."""
+    with pytest.raises(InputError) as info:
+        get_recipe(name).build(10, dtype, **params)
+    message = str(info.value)
+    assert problem in message and fix in message.rsplit("; pass ", 1)[1]
+    assert "\n" not in message
+
+
+def test_the_rule_for_degenerate_parameters_is_stated_where_users_look(capsys):
+    from streamacc.cli._main import main
+    from streamacc.recipes import DEGENERATE_RULE
+
+    assert main(["recipes"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == DEGENERATE_RULE
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert DEGENERATE_RULE in readme
 
 
 def test_a_compensated_recipe_holds_a_parameter_as_a_pair_before_calling_it_degenerate():
@@ -407,3 +437,25 @@ def test_a_compensated_recipe_holds_a_parameter_as_a_pair_before_calling_it_dege
     assert job.attrs["params"]["compensated"] is True
     with pytest.raises(InputError, match=r"x0=1e-50 rounds to 0\.0 in float32, so every value would be 0"):
         get_recipe("gp").build(10, "float32", x0=1e-50, compensated=True)  # below float32's range, pair or not
+
+
+def test_each_recipe_writes_the_array_its_description_and_the_readme_name(tmp_path):
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert "`x` for every recipe's recurrence; `y` for `cumsum` and `cumprod`" in readme
+    source = save(tmp_path / "in.zarr", np.ones(10))
+    for name, recipe in RECIPES.items():
+        job = recipe.build(10, "float64", **({"input": source} if name in ("cumsum", "cumprod") else {}))
+        assert job.names == (("y",) if name in ("cumsum", "cumprod") else ("x",))
+        assert f"{job.names[0]}[i] = " in recipe.description, (name, recipe.description)
+
+
+def test_an_input_that_is_a_group_names_its_arrays(tmp_path):
+    out = tmp_path / "out.zarr"
+    streamacc.write(out, lambda c, _: (c * 2.0, c), np.float64(1.0), length=10, names=["x"], progress=False)
+    with pytest.raises(InputError) as info:
+        get_recipe("cumsum").build(None, "float64", input=str(out))
+    assert str(info.value) == (
+        f"input={str(out)!r} is a zarr group, not an array (its arrays: x); pass one of its arrays, "
+        f"e.g. input={str(out / 'x')!r}"
+    )
+    assert get_recipe("cumsum").build(None, "float64", input=str(out / "x")).length == 10

@@ -11,6 +11,7 @@ import errno
 import itertools
 import logging
 import shutil
+import warnings
 
 import jax.numpy as jnp
 import numpy as np
@@ -122,7 +123,10 @@ def test_killed_before_the_first_manifest_then_resume(tmp_path, reference):
         out = tmp_path / f"out-{resume}.zarr"
         (out / "_streamacc").mkdir(parents=True)
         (out / f"{MANIFEST}.streamacc-tmp").write_bytes(b'{"zarr_format": 3, "node_type": "gro')
-        run(out, resume=resume)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run(out, resume=resume)
+        assert [str(w.message).startswith("nothing to resume at") for w in caught] == ([True] if resume else [])
         assert_same_output(out, reference[0])
 
 
@@ -157,7 +161,8 @@ def test_resume_of_a_finished_run_does_nothing_and_warns(tmp_path, reference):
 
 def test_resume_of_a_missing_output_starts_it(tmp_path, reference):
     out = tmp_path / "new.zarr"
-    run(out, resume=True)
+    with pytest.warns(streamacc.StreamaccWarning, match="nothing to resume at .*new.zarr .*starting a new run"):
+        run(out, resume=True)
     assert_same_output(out, reference[0])
 
 

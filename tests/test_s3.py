@@ -25,7 +25,6 @@ from _s3 import stripping_proxy
 import streamacc
 from streamacc.cli._main import main
 from streamacc.recipes import get_recipe
-from streamacc.run._cluster import local_cluster
 from streamacc.run._inspect import describe_output
 
 pytest.importorskip("s3fs")
@@ -166,11 +165,10 @@ def test_cumsum_of_an_input_on_s3(s3_bucket, tmp_path):
 # --- the command line on a cluster ------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def scheduler():
-    """The address of a two-worker cluster for --scheduler runs."""
-    with local_cluster(2) as client:
-        yield client.scheduler.address
+@pytest.fixture
+def scheduler(dask_client):
+    """The address of the session's two-worker cluster, for --scheduler runs."""
+    return dask_client.scheduler.address
 
 
 @pytest.mark.parametrize(
@@ -200,14 +198,14 @@ def test_workers_start_and_close_a_local_cluster_and_write_the_same_bytes(tmp_pa
     args = ["--recipe", "cumprod", "--input", str(tmp_path / "in.zarr"), "--block-size", "256", "--no-progress"]
     local = tmp_path / "local.zarr"
     assert main(["write", str(local), *args]) == 0
-    assert main(["write", str(out), *args, "--workers", "2"]) == 0
+    assert main(["write", str(out), *args, "--workers", "1"]) == 0  # one worker process: started, used, closed
     assert_same_output(out, local)
 
 
 @pytest.mark.slow
 def test_a_driver_killed_with_its_cluster_resumes_without_one(tmp_path, local_ref):
     out = tmp_path / "out.zarr"
-    proc = subprocess.Popen(cli("write", out, *BIG, "--workers", "2"), stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cli("write", out, *BIG, "--workers", "1"), stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180
         while committed(out) < 3 and proc.poll() is None and time.monotonic() < deadline:
@@ -265,3 +263,42 @@ def test_info_asks_the_store_the_same_few_requests_whatever_the_number_of_chunks
 
 def cumulative(c, x):
     return c + x, c + x
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_object_store_mistakes_are_one_line_with_the_fix(s3_bucket, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    endpoint = f"endpoint_url={s3_bucket.server.endpoint}"
+    write = ["write", "--size", "100", "--no-progress", "--storage-option"]
+    cases = [
+        ([*write, endpoint, "s3://no-such-bucket/o.zarr"], 2, "the bucket 'no-such-bucket' of", "create the bucket"),
+        (["info", "--storage-option", endpoint, "s3://no-such-bucket/o.zarr"], 2, "does not exist", "check the URL"),
+        ([*write, endpoint, "--storage-option", "bogus_option=1", s3_bucket.url()], 2, "option 'bogus_option'",
+         "check --storage-option"),
+        (["verify", "--storage-option", f"endpoint_url=http://127.0.0.1:{free_port()}", s3_bucket.url()], 1,
+         "cannot reach", "check the endpoint and credentials in --storage-option"),
+    ]  # fmt: skip
+    for argv, code, problem, fix in cases:
+        assert main(argv) == code, argv
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and problem in err[0] and fix in err[0] and "Traceback" not in err[0], (argv, err)
+    assert s3_bucket.keys() == [] and list(tmp_path.iterdir()) == []
+
+
+def test_a_url_whose_backend_is_missing_names_the_package(capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("gcsfs") is not None:
+        pytest.skip("gcsfs is installed here")
+    assert main(["info", "gs://bucket/out.zarr"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "streamacc: error: cannot open 'gs://bucket/out.zarr': no fsspec backend for gs:// is installed; "
+        "pip install gcsfs"
+    )

@@ -151,14 +151,28 @@ def cmd_write(args: argparse.Namespace) -> int:
     before = _committed_steps(args.out, options) if args.resume or args.extend else 0
     start = time.perf_counter()
     gc.freeze()  # the CLI owns its process: spare the collector the objects that live for the whole run
-    with warnings.catch_warnings(record=True) as caught, cluster_client(workers, args.scheduler) as client:
-        warnings.simplefilter("always", StreamaccWarning)
+    with _warnings_as_messages(args.debug), cluster_client(workers, args.scheduler) as client:
         _write(args, write, job, layout, attrs, array_attrs, options, client)
-    for warning in caught:
-        logging.getLogger("streamacc").info("%s", warning.message)
     how = "extended" if args.extend else "resumed"
     _out(summary(describe_output(args.out, storage_options=options), before, time.perf_counter() - start, how))
     return 0
+
+
+@contextlib.contextmanager
+def _warnings_as_messages(debug: bool) -> Iterator[None]:
+    """streamacc's warnings shown at once as its messages (``streamacc: ...``); other libraries' only with --debug."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", StreamaccWarning)
+        original = warnings.showwarning
+
+        def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+            if issubclass(category, StreamaccWarning):
+                logging.getLogger("streamacc").info("%s", message)
+            elif debug:
+                original(message, category, *args, **kwargs)
+
+        warnings.showwarning = show
+        yield
 
 
 def _write(args: argparse.Namespace, write, job, layout: dict, attrs: dict, array_attrs: dict, options, client) -> None:
@@ -216,7 +230,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_recipes(args: argparse.Namespace) -> int:
-    from ..recipes import RECIPES
+    from ..recipes import DEGENERATE_RULE, RECIPES
 
     lines = []
     width = max(len(option(p.name)) for recipe in RECIPES.values() for p in recipe.params)
@@ -225,6 +239,7 @@ def cmd_recipes(args: argparse.Namespace) -> int:
         for p in recipe.params:
             default = "required" if p.default is None else f"default {p.default!r}"
             lines.append(f"    {option(p.name):<{width}} {p.kind:<5} {default:<22} {p.help}")
+    lines.append(DEGENERATE_RULE)
     _out("\n".join(lines))
     return 0
 

@@ -104,15 +104,15 @@ def _recipe_options() -> dict[str, tuple[str, str]]:
     }
 
 
-def _add_storage(parser: argparse.ArgumentParser) -> None:
+def _add_storage(parser: argparse.ArgumentParser, *, reads_input: bool = False) -> None:
+    where = "OUT (and an --input) given as a URL" if reads_input else "OUT given as a URL"
     parser.add_argument(
         "--storage-option",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="an fsspec storage option for OUT (and an --input) given as a URL, repeatable; VALUE is read as JSON "
-        "where it parses, e.g. --storage-option endpoint_url=http://127.0.0.1:9000; credentials come from the "
-        "usual environment variables",
+        help=f"an fsspec storage option for {where}, repeatable; VALUE is read as JSON where it parses, e.g. "
+        "--storage-option endpoint_url=http://127.0.0.1:9000; credentials come from the usual environment variables",
     )
 
 
@@ -136,7 +136,7 @@ def _add_write(sub: argparse._SubParsersAction) -> None:
     w = sub.add_parser("write", allow_abbrev=False, help="run a recipe and stream its output to a Zarr store")
     _add_common(w, top=False)
     w.add_argument("out", metavar="OUT", help="output path or fsspec URL (a Zarr v3 group)")
-    _add_storage(w)
+    _add_storage(w, reads_input=True)
     w.add_argument("--size", help="number of steps, e.g. '2**32' (cumsum/cumprod default: the input's length)")
     w.add_argument("--recipe", default="gp", help="recipe name (default gp; see `streamacc recipes`)")
     w.add_argument("--dtype", default="float64", help="float64 (default) or float32")
@@ -220,16 +220,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_write(sub)
     info = sub.add_parser("info", help="describe an output: shape, dtype, codec, recipe, steps written")
     _add_common(info, top=False)
-    info.add_argument("out", metavar="OUT")
+    info.add_argument("out", metavar="OUT", help="path or fsspec URL of an output streamacc wrote")
     _add_storage(info)
     verify = sub.add_parser("verify", help="recompute stored blocks from their carry-ins and compare bytes")
     _add_common(verify, top=False)
-    verify.add_argument("out", metavar="OUT")
+    verify.add_argument("out", metavar="OUT", help="path or fsspec URL of an output streamacc wrote")
     _add_storage(verify)
     verify.add_argument("--blocks", default="all", help="'all' (default) or N, the number of blocks to check")
     plot = sub.add_parser("plot", help="draw an output (or a range of steps) from its summaries into a PNG")
     _add_common(plot, top=False)
-    plot.add_argument("out", metavar="OUT")
+    plot.add_argument("out", metavar="OUT", help="path or fsspec URL of an output streamacc wrote")
     _add_storage(plot)
     plot.add_argument("--var", default=None, metavar="NAME", help="the output array to draw (default: the first)")
     plot.add_argument("-o", "--output", default=None, metavar="FILE.png", help="where to write (default OUT-NAME.png)")

@@ -17,13 +17,13 @@ descriptions cost the command line nothing.
 from __future__ import annotations
 
 from .._errors import InputError
-from ._base import Job, Param, Recipe, check_dtype, option, refusal
+from ._base import DEGENERATE_RULE, Job, Param, Recipe, check_dtype, option, refusal
 from ._cumulative import CUMPROD, CUMSUM
 from ._lorenz import LORENZ
 from ._progressions import AFFINE, GP, LOGISTIC
 from ._random import RANDOMWALK
 
-__all__ = ["RECIPES", "Job", "Param", "Recipe", "check_dtype", "get_recipe", "option", "refusal"]
+__all__ = ["DEGENERATE_RULE", "RECIPES", "Job", "Param", "Recipe", "check_dtype", "get_recipe", "option", "refusal"]
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (GP, AFFINE, LOGISTIC, RANDOMWALK, LORENZ, CUMSUM, CUMPROD)}
 """Every recipe by name, in the order ``streamacc recipes`` lists them."""

@@ -23,15 +23,16 @@ from .._errors import InputError, spell
 
 __all__ = [
     "COMPENSATED",
+    "DEGENERATE_RULE",
     "DTYPES",
     "KINDS",
     "Job",
     "Param",
     "Recipe",
     "Step",
+    "check_degenerate",
     "check_dtype",
     "check_overflow",
-    "check_rounding",
     "check_size",
     "in_dtype",
     "option",
@@ -236,19 +237,31 @@ def _refuse(name: str, value: float, dtype: str, consequence: str, fix: str, pai
     )
 
 
-def check_rounding(
+DEGENERATE_RULE = (
+    "A parameter that makes a recurrence degenerate (every value equal, zero or alternating: a ratio or "
+    "multiplier of 0, 1 or -1, a start of 0, a sigma of 0) is refused, whether given so or rounded to it in "
+    "--dtype; the Python API computes any recurrence."
+)
+"""The one rule for degenerate parameters, as ``streamacc recipes`` and the README state it."""
+
+
+def check_degenerate(
     params: Mapping[str, Any], name: str, dtype: str, special: float, consequence: str, fix: str
 ) -> None:
-    """Refuse parameter ``name`` if it rounds to the degenerate value ``special`` in ``dtype`` without being it.
+    """Refuse parameter ``name`` if the value ``dtype`` holds for it is the degenerate ``special``.
 
-    A ratio of 1 given on purpose is the user's choice; 1 + 1e-8 silently becoming 1.0 in
-    float32 is not. ``consequence`` says what the output would be, ``fix`` the change of
-    parameter that avoids it (besides float64, in which every given value is exact). A
-    compensated recipe holds the parameter as a pair, which degenerates far more rarely.
+    One rule for every recipe (:data:`DEGENERATE_RULE`): such an output holds nothing worth
+    its length in compute and disk, whether the value was given (a ratio of 1) or is what
+    rounding made of it (1 + 1e-8 is 1.0 in float32). ``consequence`` says what the output
+    would be, ``fix`` the change of parameter that avoids it. A compensated recipe holds the
+    parameter as a pair, which rounds to a special value far more rarely.
     """
     value, pair = params[name], bool(params.get("compensated"))
-    if value != special and in_dtype(value, dtype, pair=pair) == special:
-        _refuse(name, value, dtype, consequence, fix, pair)
+    if in_dtype(value, dtype, pair=pair) != special:
+        return
+    if value == special:
+        raise InputError(f"{spell(name, value)} is degenerate: {consequence}; pass {fix}")
+    _refuse(name, value, dtype, consequence, fix, pair)
 
 
 def check_overflow(params: Mapping[str, Any], names: tuple[str, ...], dtype: str) -> None:

@@ -80,9 +80,17 @@ def open_input(path: str, storage_options: dict | None = None) -> Any:
     import numpy as np
     import zarr
 
+    options = storage_options if "://" in path else None
     try:
-        array = zarr.open_array(path, mode="r", storage_options=storage_options if "://" in path else None)
+        array = zarr.open_array(path, mode="r", storage_options=options)
     except Exception as error:
+        members = _group_arrays(path, options)
+        if members is not None:
+            example = spell("input", f"{path.rstrip('/')}/{members[0]}" if members else f"{path.rstrip('/')}/NAME")
+            listed = f" (its arrays: {', '.join(members)})" if members else ""
+            raise InputError(
+                f"{spell('input', path)} is a zarr group, not an array{listed}; pass one of its arrays, e.g. {example}"
+            ) from None
         reason = " ".join(str(error).split()) or type(error).__name__
         raise InputError(
             f"{spell('input', path)} is not a zarr array ({reason}); pass the path of a 1-D zarr array"
@@ -102,6 +110,17 @@ def open_input(path: str, storage_options: dict | None = None) -> Any:
             "pass a float, int or bool array"
         )
     return array
+
+
+def _group_arrays(path: str, storage_options: dict | None) -> list[str] | None:
+    """The names of the arrays in the zarr group at ``path``, or None when there is no group there."""
+    import zarr
+
+    try:
+        group = zarr.open_group(path, mode="r", storage_options=storage_options)
+        return sorted(name for name, _ in group.arrays())
+    except Exception:
+        return None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -17,9 +17,9 @@ from ._base import (
     Param,
     Recipe,
     Step,
+    check_degenerate,
     check_dtype,
     check_overflow,
-    check_rounding,
     check_size,
     in_dtype,
     recipe_attrs,
@@ -70,10 +70,11 @@ GP_PARAMS = (
 
 def _check_gp(p: dict[str, float], dtype: str) -> None:
     check_overflow(p, ("x0", "ratio"), dtype)
-    check_rounding(p, "x0", dtype, 0.0, "every value would be 0", "an x0 farther from 0")
-    check_rounding(p, "ratio", dtype, 1.0, "every value would equal x0", "a ratio farther from 1")
-    check_rounding(p, "ratio", dtype, -1.0, "the values would alternate between x0 and -x0", "a ratio farther from -1")
-    check_rounding(p, "ratio", dtype, 0.0, "every value after x0 would be 0", "a ratio farther from 0")
+    check_degenerate(p, "x0", dtype, 0.0, "every value would be 0", "an x0 farther from 0")
+    check_degenerate(p, "ratio", dtype, 1.0, "every value would equal x0", "a ratio farther from 1")
+    alternate = "the values would alternate between x0 and -x0"
+    check_degenerate(p, "ratio", dtype, -1.0, alternate, "a ratio farther from -1")
+    check_degenerate(p, "ratio", dtype, 0.0, "every value after x0 would be 0", "a ratio farther from 0")
 
 
 def _build_gp(size: int | None = None, dtype: str = "float64", **params: Any) -> Job:
@@ -123,13 +124,16 @@ AFFINE_PARAMS = (
 
 def _check_affine(p: dict[str, float], dtype: str) -> None:
     check_overflow(p, ("x0", "a", "b"), dtype)
-    check_rounding(p, "a", dtype, 0.0, "every value after x0 would equal b", "an a farther from 0")
+    check_degenerate(p, "a", dtype, 0.0, "every value after x0 would equal b", "an a farther from 0")
+    alternate = "the values would alternate between x0 and b - x0"
+    check_degenerate(p, "a", dtype, -1.0, alternate, "an a farther from -1")
     identity = "the map would be x -> x and every value would equal x0"
     pair = bool(p.get("compensated"))
-    if in_dtype(p["a"], dtype, pair=pair) == 1.0:
-        check_rounding(p, "b", dtype, 0.0, identity, "a b farther from 0")
-    if in_dtype(p["b"], dtype, pair=pair) == 0.0:
-        check_rounding(p, "a", dtype, 1.0, identity, "an a farther from 1")
+    held = {name: in_dtype(p[name], dtype, pair=pair) for name in ("a", "b")}
+    if held == {"a": 1.0, "b": 0.0}:  # blame what rounding changed, if anything, else b
+        if held["a"] != p["a"]:
+            check_degenerate(p, "a", dtype, 1.0, identity, "an a farther from 1")
+        check_degenerate(p, "b", dtype, 0.0, identity, "a b farther from 0")
 
 
 def _build_affine(size: int | None = None, dtype: str = "float64", **params: Any) -> Job:
@@ -205,9 +209,9 @@ def _build_logistic(size: int | None = None, dtype: str = "float64", **params: A
     if p["inner"] < 1:
         raise InputError(f"{spell('inner')} must be >= 1, got {p['inner']}; pass e.g. {spell('inner', 1)}")
     size, dtype = check_size(size, "logistic"), check_dtype(dtype)
-    check_rounding(p, "r", dtype, 0.0, "every value after x0 would be 0", "an r farther from 0")
-    check_rounding(p, "x0", dtype, 0.0, "every value would be 0 (a fixed point of the map)", "an x0 farther from 0")
-    check_rounding(p, "x0", dtype, 1.0, "every value after x0 would be 0", "an x0 farther from 1")
+    check_degenerate(p, "r", dtype, 0.0, "every value after x0 would be 0", "an r farther from 0")
+    check_degenerate(p, "x0", dtype, 0.0, "every value would be 0 (a fixed point of the map)", "an x0 farther from 0")
+    check_degenerate(p, "x0", dtype, 1.0, "every value after x0 would be 0", "an x0 farther from 1")
     return _job(LOGISTIC, Logistic(p["r"], p["inner"], dtype), p["x0"], size, dtype, p, unroll=1)
 
 

@@ -27,9 +27,9 @@ from ._base import (
     Param,
     Recipe,
     Step,
+    check_degenerate,
     check_dtype,
     check_overflow,
-    check_rounding,
     check_size,
     recipe_attrs,
     resolve_params,
@@ -214,7 +214,7 @@ def _build_randomwalk(size: int | None = None, dtype: str = "float64", **params:
             f"{spell('paths', 1000)}"
         )
     check_overflow(p, ("x0", "sigma"), dtype)
-    check_rounding(p, "sigma", dtype, 0.0, "every value would equal x0", "a larger sigma")
+    check_degenerate(p, "sigma", dtype, 0.0, "every value would equal x0", "a larger sigma")
     paths = p["paths"] if p["paths"] > 1 else 0
     f = RandomWalk(p["sigma"], p["seed"], dtype)
     xs = Increments(p["sigma"], p["seed"], dtype, size, paths)

@@ -5,8 +5,9 @@ output opened under its lock and committed in scan order (``_output``, with the 
 and block records of ``_manifest`` and the identity of ``_identity``), and an executor
 that computes and writes the blocks: in this process (``_executor`` over the pipeline of
 ``_pipeline``) or on a dask cluster (``_dask``, ``_cluster``). ``_verify`` recomputes
-committed blocks, ``_reader`` opens the committed steps with xarray, ``_inspect`` serves
-``info`` and the recipes' ``verify``, ``_progress`` draws the bar.
+committed blocks, ``_reader`` opens the committed steps with xarray (``_steps`` is their
+step coordinate), ``_inspect`` serves ``info`` and the recipes' ``verify``, ``_progress``
+draws the bar.
 
 These are the names the other wings and the public face use; each is imported on first
 use.

@@ -14,10 +14,11 @@ import dataclasses
 import json
 import logging
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import OutputExistsError, ResumeError, VerifyError, spell
+from .._errors import OutputExistsError, ResumeError, StreamaccWarning, VerifyError, spell
 from ..engine import HostLeaf
 from ..store import LEASE_KEY, PARTIAL_SUFFIXES, ArraySpec, Target, ZarrSink, progress_attrs
 from ._extend import extend_manifest, finish_extension, nothing_to_extend
@@ -244,6 +245,12 @@ def open_output(
     if state == "empty":
         if mode == "extend":
             raise nothing_to_extend(target.label)
+        if mode == "resume":
+            warnings.warn(
+                f"nothing to resume at {target.label} (check the path if a run was expected there); starting a new run",
+                StreamaccWarning,
+                stacklevel=3,
+            )
         return _create(target, spec, init, ledger)
     if mode == "new":
         raise OutputExistsError(

@@ -9,11 +9,12 @@ the last committed block with the exact carry, giving the bytes of an uninterrup
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import numpy as np
@@ -22,7 +23,7 @@ from .._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_BYT
 from .._errors import InputError, StoreError, StreamaccWarning, spell
 from .._version import __version__
 from ..engine import Plan, as_count, check_length, from_host, make_plan, to_host
-from ..store import compressors_for, describe_store_failure, is_store_failure, open_target
+from ..store import Target, compressors_for, describe_store_failure, is_store_failure, open_target
 from ._arrays import STEP, array_dims, chunk_rows, resolve_chunks, stored_chunks
 from ._executor import Executor, LocalExecutor
 from ._identity import run_identity
@@ -35,6 +36,9 @@ from ._verify import check_resumable
 __all__ = ["output_names", "output_spec", "write"]
 
 log = logging.getLogger("streamacc")
+
+Carry = TypeVar("Carry")
+"""The carry's type, as ``jax.lax.scan`` types it: what ``write`` returns is the carry after the last step."""
 
 
 def output_names(y_struct: Any, names: Sequence[str] | None) -> list[str]:
@@ -135,6 +139,16 @@ def output_spec(
     return OutputSpec(identity, specs, chunk_shapes, dimensions, codec, attrs, checked_array_attrs, plan.block_count)
 
 
+def _again(target: Target, mode: str) -> str:
+    """How to rerun a command whose output failed before any block: as it was, unless it left an output behind."""
+    if mode != "new":
+        return f"rerun with {spell(mode, True)}"
+    with contextlib.suppress(Exception):  # the store just failed: it may fail to answer this too
+        if target.exists():
+            return f"rerun with {spell('resume', True)}"  # a run that claims no block: resuming starts it afresh
+    return "rerun"
+
+
 def _executor_for(client: Any, inflight: int) -> Executor:
     """Where the blocks run: this process, or the dask cluster behind ``client``."""
     if client is None:
@@ -164,8 +178,8 @@ def _stored_layout(store: Any, storage_options: dict | None) -> dict[str, Any] |
 
 def write(
     store: Any,
-    f: Callable,
-    init: Any,
+    f: Callable[[Carry, Any], tuple[Carry, Any]],
+    init: Carry,
     xs: Any = None,
     *,
     length: int | None = None,
@@ -190,7 +204,7 @@ def write(
     storage_options: dict | None = None,
     client: Any = None,
     summaries: bool | Sequence[int] | None = True,
-) -> Any:
+) -> Carry:
     """Run ``lax.scan(f, init, xs, length)`` block by block into a Zarr group; return the final carry.
 
     ``store`` is a local path, an fsspec URL (with ``storage_options``) or a zarr store.
@@ -215,7 +229,9 @@ def write(
     one run of that length would have written it). ``durable=False`` skips fsync and
     exists only to measure its cost. ``client`` (a ``distributed.Client``) runs the blocks
     on a dask cluster; the bytes written are the same either way. Bad arguments raise
-    before anything is written.
+    before anything is written. The carry returned is the one after the last
+    step (``lax.scan``'s first result, with JAX arrays as its leaves), also when resuming a
+    run that was already complete.
     """
     if sum(map(bool, (overwrite, resume, extend))) > 1:
         chosen = [spell(n, True) for n, v in (("overwrite", overwrite), ("resume", resume), ("extend", extend)) if v]
@@ -253,8 +269,8 @@ def write(
         except Exception as exc:
             if is_store_failure(exc):
                 raise StoreError(
-                    f"preparing {target.label} failed ({describe_store_failure(exc)}); fix the cause and rerun with "
-                    f"{spell('resume', True)}"
+                    f"preparing {target.label} failed ({describe_store_failure(exc)}); fix the cause and "
+                    f"{_again(target, mode)}"
                 ) from exc
             raise
         if output.complete:

@@ -2,12 +2,12 @@
 
 Knows Zarr, fsspec and the operating system, and never JAX: it takes host arrays and
 makes them durable. ``_target`` is one output location (a local folder or any zarr
-store) with its lock, ``_files`` the link-safe, fsynced file primitives, ``_lease`` and
-``_leasestore`` the writer lease on object stores, ``_zarr`` the sink that creates the
-group and writes blocks, ``_chunks`` the chunk encoder, ``_compare`` stored chunks
-against recomputed rows (for verify), ``_codecs`` the named
-compressors, ``_storeerrors`` and ``_sessions`` the failures and clients of fsspec
-backends.
+store) with its lock, ``_probe`` the first question to an object store, ``_files`` the
+link-safe, fsynced file primitives, ``_lease`` and ``_leasestore`` the writer lease on
+object stores, ``_zarr`` the sink that creates the group and writes blocks, ``_chunks``
+the chunk encoder, ``_compare`` stored chunks against recomputed rows (for verify),
+``_codecs`` the named compressors, ``_storeerrors`` and ``_sessions`` the failures and
+clients of fsspec backends.
 
 These are the names the other wings use; each is imported on first use, so that
 ``streamacc.store.CODECS`` costs no Zarr import.

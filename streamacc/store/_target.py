@@ -26,6 +26,7 @@ from zarr.storage import FsspecStore, LocalStore
 from .._errors import InputError, LockedError, NoOutputError, StoreError, spell
 from ._chunks import scratch
 from ._files import DirLock, atomic_write, find_link, fsync_dir, fsync_file, remove_partials, remove_tree_contents
+from ._probe import backend_missing, check_store
 
 __all__ = ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"]
 
@@ -380,11 +381,13 @@ def open_target(store: Any, *, storage_options: dict | None = None, read_only: b
             raise InputError(f"{spell('storage_options')} must be a dict, got {type(storage_options).__name__}")
         try:
             zstore = FsspecStore.from_url(text, storage_options=storage_options, read_only=read_only)
-        except (ImportError, ValueError, TypeError) as exc:
+        except ImportError:
+            raise backend_missing(text) from None
+        except (ValueError, TypeError) as exc:
             raise StoreError(
-                f"cannot open {text!r}: {' '.join(str(exc).split())}; install the fsspec backend it needs "
-                "(e.g. pip install s3fs) and check its storage options"
+                f"cannot open {text!r}: {' '.join(str(exc).split())}; check the URL and {spell('storage_options')}"
             ) from None
+        check_store(zstore, text, storage_options)
         return StoreTarget(zstore, text, storage_options)
     if storage_options:
         raise InputError(f"{spell('storage_options')} apply only to URLs such as s3://bucket/out.zarr, not to {text!r}")
