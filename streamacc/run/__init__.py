@@ -25,6 +25,11 @@ if TYPE_CHECKING:
         format_description as format_description,
         verify_recipe_output as verify_recipe_output,
     )
+    from ._interrupt import (
+        Terminated as Terminated,
+        run_interruptibly as run_interruptibly,
+        still_running as still_running,
+    )
     from ._progress import si as si
     from ._reader import open as open
     from ._verify import VerifyReport as VerifyReport, load_manifest as load_manifest, verify as verify
@@ -32,6 +37,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "._cluster": ["cluster_client"],
+    "._interrupt": ["Terminated", "run_interruptibly", "still_running"],
     "._inspect": ["describe_output", "format_description", "verify_recipe_output"],
     "._progress": ["si"],
     "._reader": ["open"],

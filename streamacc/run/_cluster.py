@@ -85,6 +85,7 @@ def local_cluster(n_workers: int, **cluster_options: Any) -> Iterator[Any]:
         "processes": True,
         "dashboard_address": None,  # no dashboard; its HTTP server (health, metrics) on a free loopback port
         "scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"},  # not on 8787, which another cluster may hold
+        "preload": ["streamacc.run._workerinit"],  # workers ignore Ctrl-C even when started from another thread
         **cluster_options,
     }
     with _sigint_ignored():
@@ -95,6 +96,27 @@ def local_cluster(n_workers: int, **cluster_options: Any) -> Iterator[Any]:
             yield client
         finally:
             close_worker_sessions(client)
+
+
+def _check_address(scheduler: str) -> None:
+    """Refuse an address no dask transport knows before a Client is made of it.
+
+    A Client that fails on such an address is left half started, and closing it at exit
+    waits 60 s and prints dask's traceback.
+    """
+    from distributed.comm import parse_address
+    from distributed.comm.registry import get_backend
+
+    try:
+        scheme, location = parse_address(scheduler)
+        get_backend(scheme)
+        if not location:
+            raise ValueError("it names no host")
+    except ValueError as exc:
+        raise InputError(
+            f"{spell('scheduler', repr(scheduler))} is not a dask scheduler address ({' '.join(str(exc).split())}); "
+            f"pass e.g. {spell('scheduler', 'tcp://127.0.0.1:8786')}"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -112,6 +134,7 @@ def cluster_client(workers: int | None, scheduler: str | None) -> Iterator[Any]:
             yield client
     elif scheduler is not None:
         distributed = _distributed()
+        _check_address(scheduler)
         try:
             client = distributed.Client(scheduler, timeout=30, set_as_default=False)
         except (OSError, TimeoutError, ValueError) as exc:

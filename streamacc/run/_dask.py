@@ -43,6 +43,7 @@ from ..engine import (
 from ..store import LocalTarget, StoreTarget, Target, ZarrSink, open_target
 from ._cluster import close_worker_sessions
 from ._executor import write_block
+from ._interrupt import check_stop, on_own_thread
 from ._output import BlockResult, Output
 from ._pipeline import run_ordered
 
@@ -221,9 +222,10 @@ class DaskExecutor:
         group: list[BlockTask] = []
         expected: list[list[HostLeaf]] = []
         carry_in = output.carry
-        carries = carry_pass(plan, carry=from_host(carry_in, plan.init), first_block=output.first_block)
+        carries = on_own_thread(carry_pass(plan, carry=from_host(carry_in, plan.init), first_block=output.first_block))
         try:
             for index, (start, stop, carry) in enumerate(carries, start=output.first_block):
+                check_stop()
                 if failed:
                     break
                 carry_out = to_host(carry)
@@ -239,8 +241,11 @@ class DaskExecutor:
                 put((submitted[-1], expected))
             put(None)
             while committer.is_alive():
+                check_stop()
                 committer.join(0.1)
         finally:
+            carries.close()
+
             if committer.is_alive():  # interrupted: the committer stops after the commit in hand
                 failed.append(KeyboardInterrupt())
                 for future in submitted:

@@ -20,6 +20,7 @@ from typing import Any
 from .._errors import OutputExistsError, ResumeError, spell
 from ..engine import HostLeaf
 from ..store import LEASE_KEY, PARTIAL_SUFFIXES, ArraySpec, Target, ZarrSink, progress_attrs
+from ._interrupt import check_stop
 from ._manifest import (
     LEGACY_MANIFEST_KEY,
     MANIFEST_ATTR,
@@ -147,6 +148,7 @@ class Output:
 
     def commit(self, *results: BlockResult) -> None:
         """Commit the next blocks in scan order: their records, then one manifest that counts them all."""
+        check_stop()  # after Ctrl-C or SIGTERM nothing more is committed
         if not results:
             return
         first = self.manifest.committed_blocks

@@ -20,6 +20,7 @@ from .._errors import InputError, NoOutputError, ResumeError, VerifyError, spell
 from ..engine import Plan, compute_block, from_host, make_plan, same_leaves, to_host
 from ..store import Target, ZarrSink, array_document, open_target, stored_crc32c
 from ._identity import describe_function
+from ._interrupt import call_on_own_thread, check_stop, interruptible
 from ._manifest import Ledger, Manifest, decode_leaves
 from ._output import Output
 
@@ -123,6 +124,7 @@ class Checker:
 
     def block(self, k: int) -> None:
         """Check committed block ``k`` (in scan order) bit for bit."""
+        check_stop()
         rec = self.ledger.block(k)
         bounds = next(self.plan.bounds(k))
         if (rec.start, rec.stop) != bounds:
@@ -147,7 +149,8 @@ class Checker:
             what = f"its chunks cannot be decoded ({type(exc).__name__}: {' '.join(str(exc).split())})"
             raise self.bad_block(k, rec.start, rec.stop, what) from None
         plan = self.plan
-        block = compute_block(plan, from_host(decode_leaves(rec.carry_in), plan.init), rec.start, rec.stop)
+        carry = from_host(decode_leaves(rec.carry_in), plan.init)
+        block = call_on_own_thread(compute_block, plan, carry, rec.start, rec.stop)  # Ctrl-C need not wait for it
         for name, y in zip(self.sink.arrays, jax.tree_util.tree_leaves(block.ys), strict=True):
             if y.tobytes() != np.ascontiguousarray(stored[name]).tobytes():
                 raise self.bad_block(
@@ -209,6 +212,7 @@ def plan_for(manifest: Manifest, f: Callable, init: Any, xs: Any) -> Plan:
     )
 
 
+@interruptible
 def verify(
     store: Any,
     f: Callable,

@@ -25,6 +25,7 @@ from ..engine import MAX_LENGTH, Plan, as_count, from_host, make_plan, to_host
 from ..store import compressors_for, describe_store_failure, is_store_failure, open_target
 from ._executor import Executor, LocalExecutor
 from ._identity import run_identity
+from ._interrupt import interruptible
 from ._output import OutputSpec, open_output
 from ._progress import Progress
 from ._verify import check_resumable
@@ -132,6 +133,7 @@ def _executor_for(client: Any, inflight: int) -> Executor:
     return DaskExecutor.for_client(client)
 
 
+@interruptible
 def write(
     store: Any,
     f: Callable,
