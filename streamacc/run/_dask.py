@@ -66,20 +66,24 @@ class SinkSpec:
     chunk: int
     fsync: bool
     run: str  # a token per run: a worker reuses an opened sink within a run only
+    lease: str | None  # the driver's lease token: a worker writes only while that lease holds
 
     @classmethod
     def of(cls, output: Output) -> SinkSpec:
         target = output.target
         options = json.dumps(getattr(target, "storage_options", None), sort_keys=True)
         names = tuple(output.spec.names)
-        return cls(cls.location_of(target), options, names, output.spec.chunk, target.fsync, secrets.token_hex(8))
+        lease = getattr(target, "lease_token", None)
+        return cls(
+            cls.location_of(target), options, names, output.spec.chunk, target.fsync, secrets.token_hex(8), lease
+        )
 
     @staticmethod
     def location_of(target: Target) -> str:
         """The path or URL by which workers reach ``target``, or an error when they cannot."""
         if isinstance(target, LocalTarget):
             return str(target.root)
-        if isinstance(target, StoreTarget) and hasattr(target.store, "fs") and "://" in target.label:
+        if isinstance(target, StoreTarget) and hasattr(target.raw, "fs") and "://" in target.label:
             return target.label
         raise InputError(
             f"{target.label} is a store object that lives in this process only; to write with a dask client "
@@ -92,6 +96,8 @@ def _open_sink(spec: SinkSpec) -> ZarrSink:
     """The sink of ``spec`` in this worker process, opened once a run and reused by its later tasks."""
     target: Target = open_target(spec.location, storage_options=json.loads(spec.storage_options))
     target.fsync = spec.fsync
+    if spec.lease is not None and isinstance(target, StoreTarget):
+        target.follow(spec.lease)
     return ZarrSink.open(target, list(spec.names), spec.chunk)
 
 

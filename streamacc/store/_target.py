@@ -22,6 +22,7 @@ from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
 from .._errors import InputError, LockedError, NoOutputError, StoreError, spell
+from ._fence import FencedStore
 from ._files import DirLock, atomic_write, find_link, fsync_dir, fsync_file, remove_partials, remove_tree_contents
 
 __all__ = ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"]
@@ -79,7 +80,7 @@ class Target:
         """
 
     def check_lock(self) -> None:
-        """Raise LockedError if the writer lock was lost (an object store's lease); call before each commit."""
+        """Raise LockedError if the writer lock may be lost (an object store's lease); called before each write."""
 
     def clean_partials(self) -> list[str]:
         """Remove temp files a killed writer left behind; return their keys."""
@@ -229,13 +230,23 @@ _memory_locks: dict[str, threading.Lock] = {}
 
 
 class StoreTarget(Target):
-    """An output in any other zarr store: an fsspec URL (``s3://``, ``memory://``) or a store object."""
+    """An output in any other zarr store: an fsspec URL (``s3://``, ``memory://``) or a store object.
+
+    Every write and delete through :attr:`store` is fenced by the lease (``_fence.py``): once
+    the lease may be lost, nothing more reaches the store.
+    """
 
     def __init__(self, store: Store, label: str, storage_options: dict | None = None) -> None:
-        self.store = store
+        self.raw = store
+        self.store = store if store.read_only else FencedStore(store, self.check_lock)
         self.label = label
         self.storage_options = storage_options
         self._lease: Any = None
+
+    @property
+    def lease_token(self) -> str | None:
+        """The token of the lease this writer holds (None without one)."""
+        return getattr(self._lease, "token", None)
 
     def read(self, key: str) -> bytes | None:
         buf = sync(self.store.get(key, prototype=default_buffer_prototype()))
@@ -254,7 +265,7 @@ class StoreTarget(Target):
         return sorted(sync(collect()))
 
     def size(self, key: str) -> int:
-        return sync(self.store.getsize(key)) if sync(self.store.exists(key)) else 0
+        return sync(self.raw.getsize(key)) if sync(self.raw.exists(key)) else 0
 
     def exists(self) -> bool:
         return not sync(self.store.is_empty(""))
@@ -266,19 +277,34 @@ class StoreTarget(Target):
     @contextlib.contextmanager
     def lock(self, command: str) -> Iterator[None]:
         """A lease object for fsspec stores (conditional writes where the store has them), else a process lock."""
-        fs = getattr(self.store, "fs", None)
+        fs = getattr(self.raw, "fs", None)
         if fs is None:
             with self._process_lock(command):
                 yield
             return
         from ._lease import Lease
 
-        self._lease = Lease.acquire(fs, self.store.path, self.label, command=command)
+        self._lease = Lease.acquire(fs, self.raw.path, self.label, command=command)
         try:
+            self._connect()
             yield
         finally:
             lease, self._lease = self._lease, None
             lease.release()
+
+    def follow(self, token: str) -> None:
+        """Write for the writer holding the lease ``token`` (a cluster worker): fenced by that lease."""
+        fs = getattr(self.raw, "fs", None)
+        if fs is not None:
+            from ._lease import LeaseView
+
+            self._lease = LeaseView.follow(fs, self.raw.path, self.label, token)
+            self._connect()
+
+    def _connect(self) -> None:
+        """On S3, hook the client now, so that even the first write request is fenced as it is sent."""
+        if isinstance(self.store, FencedStore):
+            sync(self.store.connect())
 
     @contextlib.contextmanager
     def _process_lock(self, command: str) -> Iterator[None]:
