@@ -13,13 +13,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any
 
 from .._errors import OutputExistsError, ResumeError, spell
 from ..engine import HostLeaf
-from ..store import LEASE_KEY, PARTIAL_SUFFIXES, ArraySpec, Target, ZarrSink, progress_attrs
+from ..store import BOOKKEEPING, LEASE_KEY, ArraySpec, Target, ZarrSink, progress_attrs
 from ._interrupt import check_stop
 from ._manifest import (
     LEGACY_MANIFEST_KEY,
@@ -76,12 +77,39 @@ class BlockResult:
         return self.stop - self.start
 
 
+FIRST_TEMP = "zarr.json.streamacc-tmp"
+"""All a writer killed before its first manifest can leave (in ``_streamacc/``), besides a lease."""
+
+
+def _only_leftovers(target: Target) -> bool:
+    """Whether ``target`` holds only what a writer killed before its first manifest leaves.
+
+    Looks at two folder listings, never walks the tree: any other entry anywhere makes it
+    not empty (a folder of a user's ``*.partial`` files is not ours to wipe).
+    """
+    if set(target.list_dir()) - {BOOKKEEPING}:
+        return False
+    for name in target.list_dir(BOOKKEEPING):
+        lease = name == "lease" and target.list_keys(f"{BOOKKEEPING}/lease/") in ([], [LEASE_KEY])
+        if name != FIRST_TEMP and not lease:
+            return False
+    return True
+
+
+def written_by_a_run(names: list[str]) -> Callable[[str], bool]:
+    """Whether a key is one a run with arrays ``names`` writes: root and array metadata, chunks, bookkeeping."""
+    fixed = {"zarr.json", MANIFEST_KEY, *(f"{name}/zarr.json" for name in names)}
+    chunks = re.compile(rf"^(?:{'|'.join(map(re.escape, names))})/c(?:/\d+)+$") if names else None
+    records = re.compile(rf"^{BOOKKEEPING}/records_\d+/zarr\.json$")
+    return lambda key: key in fixed or bool(records.match(key) or (chunks and chunks.match(key)))
+
+
 def probe(target: Target) -> str:
     """What is stored at ``target``: 'empty', 'ours', 'legacy' (streamacc 0.1) or 'foreign'.
 
     Only a readable bookkeeping node that streamacc wrote makes an output 'ours'; a file
-    name alone never does. Temp files left by a writer killed before its first manifest
-    count as empty.
+    name alone never does. The temp file of a writer killed before its first manifest
+    counts as empty, and nothing else does.
     """
     if not target.exists():
         return "empty"
@@ -97,8 +125,7 @@ def probe(target: Target) -> str:
             return "legacy" if json.loads(legacy).get("format") == "streamacc-manifest/1" else "foreign"
         except (ValueError, AttributeError):
             return "foreign"
-    leftovers = (key.endswith(PARTIAL_SUFFIXES) or key == LEASE_KEY for key in target.list_keys())
-    return "empty" if all(leftovers) else "foreign"
+    return "empty" if _only_leftovers(target) else "foreign"
 
 
 class Output:
@@ -176,10 +203,12 @@ def _create(target: Target, spec: OutputSpec, init: list[HostLeaf], ledger: Ledg
     """Start the run afresh: the new manifest first, so that any interruption leaves an output
     recognisably streamacc's that claims no block; then clear the rest; then create."""
     manifest = Manifest(spec.identity, total_blocks=spec.total_blocks, carry=encode_leaves(init))
-    target.check_lock()
-    ledger.save(manifest)
     keep = {MANIFEST_KEY, LEASE_KEY}
-    if not set(target.list_keys()) <= keep:
+    clear = not set(target.list_keys()) <= keep
+    if clear:
+        target.check_clearable()  # before anything is written: never the current directory, never through a link
+    ledger.save(manifest)
+    if clear:
         target.clear(keep)
     sink = ZarrSink.create(
         target, spec.arrays, chunk=spec.chunk, codec=spec.codec, attrs=spec.attrs, array_attrs=spec.array_attrs
@@ -211,9 +240,14 @@ def open_output(
     overwrite, resume = spell("overwrite", True), spell("resume", True)
     if state == "empty":
         return _create(target, spec, init, ledger)
-    if mode == "new":
+    if mode == "new" and state != "foreign":
         raise OutputExistsError(
             f"{target.label} already exists; pass {overwrite} to replace it or {resume} to continue it"
+        )
+    if state == "foreign" and mode == "new":
+        raise OutputExistsError(
+            f"{target.label} exists and is not a streamacc output (it has no readable streamacc manifest); choose "
+            "another output path"
         )
     if state == "foreign":
         what = "will not delete it" if mode == "overwrite" else "cannot continue it"
@@ -235,7 +269,7 @@ def open_output(
             f"cannot resume {target.label}: its manifest contradicts itself ({problem}); its data cannot be trusted: "
             f"check it with `streamacc verify` or start afresh with {overwrite}"
         )
-    removed = target.clean_partials()
+    removed = target.clean_partials(written_by_a_run([*spec.names, *manifest.arrays]))
     if removed:
         log.info("removed %d temp file(s) left by an interrupted run", len(removed))
     if manifest.committed_blocks == 0:

@@ -20,7 +20,6 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._codecs import CODECS as CODECS, compressors_for as compressors_for
-    from ._files import PARTIAL_SUFFIXES as PARTIAL_SUFFIXES
     from ._sessions import close_store_sessions as close_store_sessions
     from ._storeerrors import describe_store_failure as describe_store_failure, is_store_failure as is_store_failure
     from ._target import (
@@ -41,7 +40,6 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "._codecs": ["CODECS", "compressors_for"],
-    "._files": ["PARTIAL_SUFFIXES"],
     "._sessions": ["close_store_sessions"],
     "._storeerrors": ["describe_store_failure", "is_store_failure"],
     "._target": ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"],

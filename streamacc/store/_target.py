@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,9 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
-from .._errors import InputError, LockedError, NoOutputError, StoreError, spell
+from .._errors import InputError, LockedError, NoOutputError, OutputExistsError, StoreError, spell
 from ._fence import FencedStore
-from ._files import DirLock, atomic_write, find_link, fsync_dir, fsync_file, remove_partials, remove_tree_contents
+from ._files import DirLock, atomic_write, find_link, fsync_dir, fsync_file, remove_temp_files, remove_tree_contents
 
 __all__ = ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"]
 
@@ -64,6 +64,10 @@ class Target:
         """Every key under ``prefix`` ('' for all)."""
         raise NotImplementedError
 
+    def list_dir(self, prefix: str = "") -> list[str]:
+        """The names directly under ``prefix`` ('' for the root): keys and folders, without walking deeper."""
+        raise NotImplementedError
+
     def size(self, key: str) -> int:
         """Bytes stored at ``key`` (0 when absent)."""
         raise NotImplementedError
@@ -82,9 +86,12 @@ class Target:
     def check_lock(self) -> None:
         """Raise LockedError if the writer lock may be lost (an object store's lease); called before each write."""
 
-    def clean_partials(self) -> list[str]:
-        """Remove temp files a killed writer left behind; return their keys."""
+    def clean_partials(self, owned: Callable[[str], bool]) -> list[str]:
+        """Remove the temp files a killed writer left while writing keys for which ``owned`` holds; return them."""
         return []
+
+    def check_clearable(self) -> None:
+        """Refuse, before anything is written, to clear an output that must not be deleted (see LocalTarget)."""
 
     def check_contents(self) -> None:
         """Refuse contents streamacc must not act on (links inside a local output)."""
@@ -159,6 +166,10 @@ class LocalTarget(Target):
             found += [Path(dirpath, name).relative_to(self.root).as_posix() for name in filenames]
         return sorted(found)
 
+    def list_dir(self, prefix: str = "") -> list[str]:
+        base = self._path(prefix) if prefix else self.root
+        return sorted(os.listdir(base)) if base.is_dir() else []
+
     def size(self, key: str) -> int:
         path = self._path(key)
         return path.stat().st_size if path.is_file() else 0
@@ -181,8 +192,22 @@ class LocalTarget(Target):
                 fsync_dir(directory.parent)
                 directory = directory.parent
 
-    def clean_partials(self) -> list[str]:
-        return [p.relative_to(self.root).as_posix() for p in remove_partials(self.root)]
+    def clean_partials(self, owned: Callable[[str], bool]) -> list[str]:
+        return [p.relative_to(self.root).as_posix() for p in remove_temp_files(self.root, owned)]
+
+    def check_clearable(self) -> None:
+        """Never delete through a link at OUT itself, nor the current directory or a folder holding it."""
+        if self.root.is_symlink():
+            real = os.path.realpath(self.root)
+            raise OutputExistsError(
+                f"{self.label} is a link to {real}; streamacc never deletes through a link: name {real} itself"
+            )
+        here, real = os.path.realpath(os.getcwd()), os.path.realpath(self.root)
+        if here == real or here.startswith(real.rstrip("/") + "/"):
+            raise OutputExistsError(
+                f"{self.label} is the current directory or holds it, and streamacc never deletes the folder it "
+                f"runs in; run the command from outside {real}"
+            )
 
     def check_contents(self) -> None:
         link = find_link(self.root) if self.root.is_dir() else None
@@ -261,6 +286,12 @@ class StoreTarget(Target):
     def list_keys(self, prefix: str = "") -> list[str]:
         async def collect() -> list[str]:
             return [key async for key in self.store.list_prefix(prefix)]
+
+        return sorted(sync(collect()))
+
+    def list_dir(self, prefix: str = "") -> list[str]:
+        async def collect() -> list[str]:
+            return [key async for key in self.store.list_dir(prefix)]
 
         return sorted(sync(collect()))
 
