@@ -2,9 +2,11 @@
 
     python tests/faultrun.py chunk N    write OUT ...   # the N-th chunk the zarr LocalStore writes fails
     python tests/faultrun.py manifest N write OUT ...   # the N-th manifest write fails half way through
+    python tests/faultrun.py complete 0 write OUT ...   # SIGKILLed once the manifest says complete
 
-Either fault raises ``OSError(ENOSPC, 'No space left on device')`` where a real full disk
-would; the process then exits with the command's own exit code.
+The first two raise ``OSError(ENOSPC, 'No space left on device')`` where a real full disk
+would; the process then exits with the command's own exit code. The third kills the
+process between the manifest's last save and the root metadata's refresh.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import errno
 import itertools
 import os
+import signal
 import sys
 
 from zarr.storage import LocalStore
@@ -66,7 +69,21 @@ def fail_manifest(at: int) -> None:
     streamacc.store._target.atomic_write = atomic_write
 
 
+def kill_after_complete(_: int) -> None:
+    """SIGKILL this process right after the manifest is saved complete, before the root metadata follows."""
+    from streamacc.run._output import Output
+
+    real_save = Output._save
+
+    def _save(self, **changes):
+        real_save(self, **changes)
+        if changes.get("complete"):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    Output._save = _save
+
+
 if __name__ == "__main__":
     kind, at, *argv = sys.argv[1:]
-    {"chunk": fail_chunk, "manifest": fail_manifest}[kind](int(at))
+    {"chunk": fail_chunk, "manifest": fail_manifest, "complete": kill_after_complete}[kind](int(at))
     sys.exit(main(argv))

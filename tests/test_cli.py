@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from _fault_helpers import RECORDS, node_attribute, read_manifest, write_manifest
+from _fault_helpers import RECORDS, node_attribute, read_manifest, root_says, write_manifest
 
 import streamacc
 from streamacc.cli._main import main, summary
@@ -263,6 +263,7 @@ def test_info_verify_and_resume_of_an_interrupted_output(tmp_path, capsys):
     records = node_attribute(out / RECORDS, "streamacc_records")
     manifest.update(committed_blocks=8, committed_steps=512, carry=records[8]["carry_in"], complete=False)
     write_manifest(out, manifest)
+    root_says(out, 512)
     for k in range(8, 16):
         (out / "x" / "c" / str(k)).unlink()
     assert np.isnan(zarr.open_group(out)["x"][512:]).all()

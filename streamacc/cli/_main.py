@@ -260,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     with cli_spelling():
         try:
-            return run_interruptibly(_main, argv, signals=(signal.SIGINT, signal.SIGTERM))
+            return run_interruptibly(_main, argv, signals=(signal.SIGINT, signal.SIGTERM), scopes=False)
         except KeyboardInterrupt as exc:
             code = _interrupted(exc, argv, debug=False)
     if own_process and still_running():

@@ -12,7 +12,7 @@ import numpy as np
 
 from .._errors import VerifyError
 from ..store import ZarrSink, open_target
-from ._verify import VerifyReport, load_manifest, plan_for, verify_plan
+from ._verify import Checker, VerifyReport, load_manifest, plan_for, verify_plan
 
 __all__ = ["describe_output", "format_description", "verify_recipe_output"]
 
@@ -21,6 +21,7 @@ def describe_output(store: Any, *, storage_options: dict | None = None) -> dict[
     """A summary of an output: arrays, codec, compression, recipe, committed steps (read-only)."""
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)
+    Checker(target, manifest, None).structure_trusted()
     ident = manifest.identity
     sink = ZarrSink.open(target, list(ident["arrays"]), ident["chunk"])
     stored_bytes = sink.stored_bytes(manifest.span())

@@ -183,7 +183,11 @@ def _is_default(signum: int, handler: Any) -> bool:
 
 
 def run_interruptibly(
-    fn: Callable[..., T], *args: Any, signals: tuple[int, ...] = (signal.SIGINT,), grace: float = GRACE_SECONDS
+    fn: Callable[..., T],
+    *args: Any,
+    signals: tuple[int, ...] = (signal.SIGINT,),
+    grace: float = GRACE_SECONDS,
+    scopes: bool = True,
 ) -> T:
     """``fn(*args)`` on a thread of its own while the main thread waits and takes ``signals``.
 
@@ -191,18 +195,20 @@ def run_interruptibly(
     handler is Python's default is taken over for the call (one that is ignored, or
     handled by the caller, is left alone): it sets :data:`STOP`, waits up to ``grace``
     seconds for ``fn`` to wind down (a second signal stops the wait) and raises
-    ``KeyboardInterrupt`` (:class:`Terminated` for SIGTERM).
+    ``KeyboardInterrupt`` (:class:`Terminated` for SIGTERM). With ``scopes``, ``fn``
+    computes in this thread's JAX scopes; without, in the process's configuration (a
+    command line that sets it globally as it goes).
     """
     if threading.current_thread() is not threading.main_thread():
         return fn(*args)
     received: list[int] = []
     done = threading.Event()
     box: dict[str, Any] = {}
-    scopes = _scopes()
+    enter = _scopes() if scopes else nullcontext
 
     def work() -> None:
         try:
-            with scopes():
+            with enter():
                 box["value"] = fn(*args)
         except BaseException as exc:
             box["error"] = exc

@@ -34,6 +34,7 @@ from ._manifest import (
     node_attribute,
     require_same_run,
 )
+from ._root import root_problem
 
 __all__ = ["PUBLISH_SECONDS", "BlockResult", "Output", "OutputSpec", "open_output", "probe"]
 
@@ -276,4 +277,9 @@ def open_output(
         return _create(target, spec, init, ledger)  # killed before its first commit: the arrays may be half made
     output = Output(target, spec, manifest, ZarrSink.open(target, spec.names, spec.chunk))
     check_resumable(output)
+    problem = root_problem(target, manifest)
+    if problem is not None:  # killed before the root caught up, or tampered with: it follows from the manifest
+        log.info("rewrote the root metadata of %s, which %s", target.label, problem)
+        output.sink.reset_root(spec.attrs)
+        output.publish(force=True)
     return output

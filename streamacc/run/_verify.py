@@ -23,6 +23,7 @@ from ._identity import describe_function
 from ._interrupt import call_on_own_thread, check_stop, interruptible
 from ._manifest import Ledger, Manifest, decode_leaves
 from ._output import Output
+from ._root import root_problem
 
 __all__ = ["Checker", "VerifyReport", "check_resumable", "load_manifest", "plan_for", "verify", "verify_plan"]
 
@@ -67,7 +68,7 @@ def select_blocks(committed: int, blocks: str | int) -> list[int]:
 class Checker:
     """The checks of one output against its manifest and a plan that recomputes its blocks."""
 
-    def __init__(self, target: Target, manifest: Manifest, plan: Plan, sink: ZarrSink | None = None) -> None:
+    def __init__(self, target: Target, manifest: Manifest, plan: Plan | None, sink: ZarrSink | None = None) -> None:
         self.target = target
         self.manifest = manifest
         self.plan = plan
@@ -103,6 +104,18 @@ class Checker:
             changed = sorted(k for k in recorded[name].keys() | stored.keys() if recorded[name].get(k) != stored.get(k))
             if changed:
                 raise self.fail(f"the metadata of array {name!r} changed since it was written ({', '.join(changed)})")
+
+    def structure_trusted(self) -> None:
+        """What every reader checks first: no link or special file inside the output, the run's arrays with
+        the metadata they were created with, and root metadata that agrees with the manifest."""
+        self.target.check_contents()
+        self.arrays_unchanged()
+        problem = root_problem(self.target, self.manifest)
+        if problem is not None:
+            raise VerifyError(
+                f"{self.target.label}: its root metadata (zarr.json) {problem}; resume the run with "
+                f"{spell('resume', True)} to rewrite it from the manifest"
+            )
 
     @property
     def sink(self) -> ZarrSink:
@@ -167,7 +180,7 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
     chosen = select_blocks(manifest.committed_blocks, blocks)
     checker = Checker(target, manifest, plan)
     checker.manifest_agrees()
-    checker.arrays_unchanged()
+    checker.structure_trusted()
     for k in chosen:
         checker.block(k)
     return VerifyReport(

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         ArraySpec as ArraySpec,
         ZarrSink as ZarrSink,
         array_document as array_document,
+        netcdf_safe as netcdf_safe,
         progress_attrs as progress_attrs,
         stored_crc32c as stored_crc32c,
     )
@@ -43,7 +44,7 @@ _EXPORTS = {
     "._sessions": ["close_store_sessions"],
     "._storeerrors": ["describe_store_failure", "is_store_failure"],
     "._target": ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"],
-    "._zarr": ["ArraySpec", "ZarrSink", "array_document", "progress_attrs", "stored_crc32c"],
+    "._zarr": ["ArraySpec", "ZarrSink", "array_document", "netcdf_safe", "progress_attrs", "stored_crc32c"],
 }
 __all__ = sorted(name for names in _EXPORTS.values() for name in names)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
