@@ -10,7 +10,7 @@ Only the run's own arrays are judged, so variables a user added later change not
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax
@@ -24,6 +24,7 @@ from ._interrupt import call_on_own_thread, check_stop, interruptible
 from ._manifest import Ledger, Manifest, decode_leaves
 from ._output import Output
 from ._root import root_problem
+from ._trailers import trailer_problem
 
 __all__ = ["Checker", "VerifyReport", "check_resumable", "load_manifest", "plan_for", "verify", "verify_plan"]
 
@@ -135,6 +136,12 @@ class Checker:
                 if missing:
                     raise self.bad_block(k, start, stop, f"chunk {missing[0]} is missing")
 
+    def trailers_match(self, blocks: Iterable[int]) -> None:
+        """Every chunk of ``blocks`` ends with the CRC-32C its block record names (4 bytes read per chunk)."""
+        problem = trailer_problem(self.target, self.ledger, self.sink, blocks)
+        if problem is not None:
+            raise self.bad_block(*problem)
+
     def block(self, k: int) -> None:
         """Check committed block ``k`` (in scan order) bit for bit."""
         check_stop()
@@ -181,6 +188,8 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
     checker = Checker(target, manifest, plan)
     checker.manifest_agrees()
     checker.structure_trusted()
+    if len(chosen) < manifest.committed_blocks:  # the others at least have the chunks they committed
+        checker.trailers_match(k for k in range(manifest.committed_blocks) if k not in set(chosen))
     for k in chosen:
         checker.block(k)
     return VerifyReport(
@@ -206,6 +215,7 @@ def check_resumable(output: Output, plan: Plan) -> None:
         checker.manifest_agrees()
         checker.arrays_unchanged()
         checker.chunks_present()
+        checker.trailers_match(range(output.manifest.committed_blocks))
         checker.block(output.manifest.committed_blocks - 1)
     except VerifyError as exc:
         raise ResumeError(f"cannot resume: {exc}") from None

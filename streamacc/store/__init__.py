@@ -20,6 +20,7 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._codecs import CODECS as CODECS, compressors_for as compressors_for
+    from ._fingerprint import fingerprint_of as fingerprint_of
     from ._sessions import close_store_sessions as close_store_sessions
     from ._storeerrors import describe_store_failure as describe_store_failure, is_store_failure as is_store_failure
     from ._target import (
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "._codecs": ["CODECS", "compressors_for"],
+    "._fingerprint": ["fingerprint_of"],
     "._sessions": ["close_store_sessions"],
     "._storeerrors": ["describe_store_failure", "is_store_failure"],
     "._target": ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"],

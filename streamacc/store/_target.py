@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from zarr.abc.store import Store
+from zarr.abc.store import Store, SuffixByteRequest
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
@@ -32,6 +32,9 @@ BOOKKEEPING = "_streamacc"
 
 LEASE_KEY = f"{BOOKKEEPING}/lease/zarr.json"
 """The writer lease on object stores (see ``_lease.py``); kept when an output is cleared."""
+
+TAIL_BATCH = 256
+"""Keys whose last bytes are asked for at once (concurrent requests on an object store)."""
 
 
 class Target:
@@ -71,6 +74,17 @@ class Target:
     def size(self, key: str) -> int:
         """Bytes stored at ``key`` (0 when absent)."""
         raise NotImplementedError
+
+    def tails(self, keys: list[str], size: int = 4) -> list[bytes | None]:
+        """The last ``size`` bytes stored at each key (None where absent), read concurrently where the store can."""
+        found: list[bytes | None] = []
+        prototype = default_buffer_prototype()
+        for i in range(0, len(keys), TAIL_BATCH):
+            requests = [(key, SuffixByteRequest(size)) for key in keys[i : i + TAIL_BATCH]]
+            found += [
+                None if b is None else b.to_bytes() for b in sync(self.store.get_partial_values(prototype, requests))
+            ]
+        return found
 
     def exists(self) -> bool:
         """Whether anything at all is stored here."""
