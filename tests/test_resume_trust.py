@@ -73,3 +73,20 @@ def test_an_input_edited_since_the_run_started_is_refused(tmp_path, capfd):
     source[3] = 2.0  # a committed row
     code, line = run("write", out, *args, "--resume", capfd=capfd)
     assert code == 2 and "cannot resume" in line and "input" in line, line
+
+
+def test_an_input_path_through_a_link_names_what_the_system_reads(tmp_path, monkeypatch):
+    """``link/../in.zarr`` is the ``in.zarr`` beside the link's target, as zarr and ``realpath`` read it; a
+    textual ``abspath`` made it the ``in.zarr`` beside the link, read and recorded instead."""
+    (tmp_path / "real" / "deep").mkdir(parents=True)
+    (tmp_path / "link").symlink_to("real/deep")
+    for where, value in ((tmp_path / "real" / "in.zarr", 1.0), (tmp_path / "in.zarr", 3.0)):
+        zarr.create_array(str(where), shape=(100,), chunks=(50,), dtype="f8")[:] = np.full(100, value)
+    monkeypatch.chdir(tmp_path)
+    args = ["--recipe", "cumsum", "--input", "link/../in.zarr", "--block-size", "64", "--no-progress"]
+    assert main(["write", "out.zarr", *args]) == 0
+    assert np.array_equal(zarr.open_array("out.zarr/y", mode="r")[:], np.cumsum(np.full(100, 1.0)))
+    assert read_manifest(tmp_path / "out.zarr")["identity"]["params"]["input"] == str(
+        tmp_path.resolve() / "real/in.zarr"
+    )
+    assert main(["verify", "out.zarr"]) == 0
