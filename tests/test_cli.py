@@ -14,7 +14,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -449,9 +448,10 @@ def test_console_script_info_and_version(tmp_path, gp_out):
     assert "1000 of 1000 steps committed" in proc.stdout and "recipe: gp" in proc.stdout
 
 
-def test_storage_options_reach_write_info_and_verify(capsys):
-    url = f"memory://streamacc-cli/{os.getpid()}-{time.monotonic_ns()}/out.zarr"
-    option = ["--storage-option", "skip_instance_cache=false"]  # JSON false: the boolean reaches fsspec
+def test_storage_options_reach_write_info_and_verify(capsys, s3_bucket):
+    url = s3_bucket.url()
+    option = ["--storage-option", f"endpoint_url={s3_bucket.server.endpoint}"]
+    option += ["--storage-option", "skip_instance_cache=false"]  # JSON false: the boolean reaches fsspec
     assert run_cli("write", url, "--size", "300", "--block-size", "64", *QUIET, *option) == 0
     assert f"{url}: wrote 300 steps" in capsys.readouterr().out
     assert run_cli("info", url, *option) == 0

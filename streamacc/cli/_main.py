@@ -57,11 +57,17 @@ USAGE_ERRORS = (InputError, NoOutputError, OutputExistsError, ResumeError)
 
 
 def _out(text: str) -> None:
-    """Print ``text`` on stdout now, so that a closed pipe is noticed here and not at exit."""
+    """Print ``text`` on stdout now, so that a closed pipe or a full device is noticed here and not at exit."""
     try:
         print(text, flush=True)
     except BrokenPipeError:
         raise _StdoutClosed from None
+    except OSError as exc:
+        raise _StdoutFailed(exc.strerror or str(exc)) from None
+
+
+class _StdoutFailed(Exception):
+    """stdout failed (a full device): the command did its work, only its report is lost."""
 
 
 def _drop_stdout() -> None:
@@ -119,6 +125,11 @@ def cmd_write(args: argparse.Namespace) -> int:
 
     recipe = get_recipe(args.recipe)
     options = storage_options(args.storage_option)
+    if args.out.startswith("memory://"):
+        raise InputError(
+            f"OUT {args.out!r} is a store in this process's memory, which ends with the command, so nothing "
+            "would be kept; write to a path or an object-store URL such as s3://bucket/out.zarr"
+        )
     size = None if args.size is None else parse_int(args.size, name=spell("length"), minimum=1)
     block = (
         DEFAULT_WRITE_BLOCK_SIZE
@@ -296,6 +307,9 @@ def _main(argv: list[str]) -> int:
     except _StdoutClosed:
         _drop_stdout()
         return 141  # what a shell reports for a tool killed by SIGPIPE, as `seq 1 1000000 | head -1` is
+    except _StdoutFailed as exc:
+        _drop_stdout()
+        return _fail(f"the command completed, but its report could not be written to stdout ({exc})", 1, debug)
     except UsageError as exc:
         return _fail(str(exc), 2, False)  # argparse's own traceback would say nothing
     except USAGE_ERRORS as exc:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -22,6 +23,19 @@ from .._errors import InputError, spell
 from ..store import close_store_sessions
 
 __all__ = ["close_worker_sessions", "cluster_client", "local_cluster"]
+
+
+WORKERS_PER_CORE = 2
+"""The most worker processes per CPU core a local cluster may start: beyond one, only I/O waits gain."""
+MIN_WORKER_LIMIT = 4
+
+
+def _cores() -> int:
+    """The CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _distributed() -> Any:
@@ -78,6 +92,14 @@ def local_cluster(n_workers: int, **cluster_options: Any) -> Iterator[Any]:
         raise InputError(
             f"{spell('workers', n_workers)} is not a positive number of worker processes; "
             f"pass e.g. {spell('workers', 2)}"
+        )
+    cores = _cores()
+    most = max(MIN_WORKER_LIMIT, WORKERS_PER_CORE * cores)
+    if n_workers > most:
+        raise InputError(
+            f"{spell('workers', n_workers)} asks for more worker processes than this machine can run ({cores} CPU "
+            f"cores; each worker is a process of its own with its own JAX); pass at most {spell('workers', most)}, "
+            f"or run a larger cluster and pass {spell('scheduler')}"
         )
     distributed = _distributed()
     options = {

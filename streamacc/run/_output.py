@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import OutputExistsError, ResumeError, spell
+from .._errors import OutputExistsError, ResumeError, StoreError, spell
 from ..engine import HostLeaf
-from ..store import BOOKKEEPING, LEASE_KEY, ArraySpec, Target, ZarrSink, progress_attrs
+from ..store import BOOKKEEPING, LEASE_KEY, ArraySpec, Target, ZarrSink, describe_store_failure, progress_attrs
 from ._interrupt import check_stop
 from ._manifest import (
     LEGACY_MANIFEST_KEY,
@@ -198,6 +198,36 @@ class Output:
         """Mark the run complete, in the manifest and then in the root attributes."""
         self._save(complete=True)
         self.publish(force=True)
+
+    def _kept_steps(self) -> int | None:
+        """Steps the store's manifest still commits for this run, read back; None when it cannot be read."""
+        try:
+            stored = Ledger(self.target).load()
+        except Exception:
+            return None
+        return stored.committed_steps if stored is not None and stored.identity == self.manifest.identity else 0
+
+    def lost(self) -> bool:
+        """Whether the store has lost committed steps of this run (its manifest is gone or counts fewer)."""
+        kept = self._kept_steps()
+        return kept is not None and kept < self.manifest.committed_steps
+
+    def failure(self, exc: BaseException, length: int) -> StoreError:
+        """The error for a store that failed mid-run, saying what is kept as the store itself now tells."""
+        committed = self.manifest.committed_steps
+        what = f"writing {self.target.label} failed after {committed} of {length} steps ({describe_store_failure(exc)})"
+        resume, kept = spell("resume", True), self._kept_steps()
+        if kept is None:
+            return StoreError(
+                f"{what}, and the store cannot be read to confirm that those steps are kept; once it is reachable, "
+                f"rerun with {resume}, which checks them first"
+            )
+        if kept < committed:
+            return StoreError(
+                f"{what}, and the store no longer holds them (its manifest is gone or commits {kept} steps): the "
+                f"output is lost; start afresh with {spell('overwrite', True)}"
+            )
+        return StoreError(f"{what}; those steps are safely committed: fix the cause and rerun with {resume}")
 
 
 def _create(target: Target, spec: OutputSpec, init: list[HostLeaf], ledger: Ledger) -> Output:

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from .._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_SIZE
-from .._errors import InputError, StoreError, StreamaccWarning, spell
+from .._errors import InputError, LockedError, StoreError, StreamaccWarning, spell
 from .._version import __version__
 from ..engine import MAX_LENGTH, Plan, as_count, from_host, make_plan, to_host
 from ..store import compressors_for, describe_store_failure, is_store_failure, open_target
@@ -208,11 +208,8 @@ def write(
                 executor.run(plan, output)
                 output.finish()
             except Exception as exc:
-                if not is_store_failure(exc):
+                lost = isinstance(exc, LockedError) and output.lost()  # a lease gone with the rest of the store
+                if not (is_store_failure(exc) or lost):
                     raise
-                raise StoreError(
-                    f"writing {target.label} failed after {output.manifest.committed_steps} of {plan.length} steps "
-                    f"({describe_store_failure(exc)}); those steps are safely committed: fix the cause and rerun with "
-                    f"{spell('resume', True)}"
-                ) from exc
+                raise output.failure(exc, plan.length) from exc
     return from_host(output.carry, plan.init)
