@@ -127,10 +127,13 @@ def s3_bucket(s3_server: S3Server) -> Iterator[Bucket]:
 
 
 @contextlib.contextmanager
-def stripping_proxy(endpoint: str, strip: tuple[str, ...] = ("if-match", "if-none-match")) -> Iterator[str]:
+def stripping_proxy(
+    endpoint: str, strip: tuple[str, ...] = ("if-match", "if-none-match"), seen: list[str] | None = None
+) -> Iterator[str]:
     """An HTTP proxy on 127.0.0.1 in front of ``endpoint`` that drops the ``strip`` request headers.
 
     It plays an S3-compatible store that ignores conditional writes. Yields its endpoint URL.
+    Each request's method is appended to ``seen``, if given, to count what a command asks.
     """
     import http.client
     import http.server
@@ -143,6 +146,8 @@ def stripping_proxy(endpoint: str, strip: tuple[str, ...] = ("if-match", "if-non
         protocol_version = "HTTP/1.1"
 
         def _forward(self) -> None:
+            if seen is not None:
+                seen.append(self.command)
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             drop = {*strip, "expect", "host", "connection"}
             headers = {k: v for k, v in self.headers.items() if k.lower() not in drop}

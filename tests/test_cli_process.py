@@ -69,10 +69,31 @@ def cli(*argv: str) -> str:
         pytest.param(cli("write", "o.zarr", "--size", "10", "--dtype", "float32"), {"numpy"}, id="ratio-rounds-to-1"),
         pytest.param(cli("write", "o.zarr", "--size", "10", "--dtype", "int8"), {"numpy"}, id="bad-dtype"),
         pytest.param(cli("write", "o.zarr", "--recipe", "affine", "--size", "10", "--r", "3"), set(), id="wrong-param"),
+        pytest.param(cli("write", "o.zarr", "--size", "10", "--workers", "0"), set(), id="no-workers"),
+        pytest.param(cli("write", "o.zarr", "--size", "10", "--workers", "abc"), set(), id="workers-not-a-number"),
+        pytest.param(cli("write", "o.zarr", "--size", "2**63"), set(), id="size-too-long"),
+        pytest.param(cli("write", "o.zarr", "--size", "100", "--block-size", "7"), {"numpy"}, id="block-vs-unroll"),
+        pytest.param(
+            cli("write", "o.zarr", "--size", "100", "--block-size", "3", "--compensated"),
+            {"numpy"},
+            id="compensated-block-vs-unroll",
+        ),
     ],
 )
 def test_start_up_and_argument_errors_do_not_import_jax_or_zarr(tmp_path, code, allowed):
     assert imported_by(code, tmp_path) <= allowed
+
+
+def test_reading_an_output_imports_no_jax(tmp_path):
+    import numpy as np
+
+    import streamacc
+
+    streamacc.write(tmp_path / "out.zarr", lambda c, _: (c + 1.0, c), np.float64(0), length=40, block_size=16,
+                    names=["x"], progress=False)  # fmt: skip
+    read = "import streamacc; ds = streamacc.open('out.zarr'); assert ds.x.values[-1] == 39"
+    assert "jax" not in imported_by(read, tmp_path)
+    assert "jax" not in imported_by(cli("info", "out.zarr"), tmp_path)
 
 
 def test_the_check_sees_heavy_imports(tmp_path):

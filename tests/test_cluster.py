@@ -180,7 +180,9 @@ def test_ctrl_c_at_a_terminal_closes_the_cluster_from_the_driver_alone(s3_bucket
     os.killpg(driver.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group gets it
     _, stderr = driver.communicate(timeout=120)
     assert driver.returncode != 0
-    assert stderr.count("Traceback") == 1 and stderr.rstrip().endswith("KeyboardInterrupt")  # none from workers
+    # the driver's KeyboardInterrupt alone: no worker was interrupted (a worker whose heartbeat meets the closing
+    # scheduler on a busy machine may log that, which is not the point here)
+    assert stderr.count("KeyboardInterrupt") == 1 and stderr.rstrip().endswith("KeyboardInterrupt")
     assert_all_gone(workers)
 
 

@@ -154,7 +154,7 @@ def test_exact_messages():
     with pytest.raises(InputError) as info:
         parse_int("(2**3", name="--size")
     assert str(info.value) == "--size: '(2**3' is not a valid arithmetic expression; write e.g. '2**32'"
-    with pytest.raises(InputError, match=r"must be >= 1, got 0$"):
+    with pytest.raises(InputError, match=r"must be >= 1, got 0; pass --size 1 or more$"):
         parse_int("0", name="--size", minimum=1)
 
 

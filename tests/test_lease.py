@@ -18,6 +18,7 @@ import textwrap
 import threading
 import time
 import warnings
+from types import SimpleNamespace
 
 import fsspec
 import pytest
@@ -157,17 +158,32 @@ def test_check_detects_a_lease_taken_over(s3_bucket):
     assert stored(s3_bucket).host == "elsewhere"  # release leaves someone else's lease alone
 
 
-def test_check_detects_a_store_unreachable_for_longer_than_the_lease(aws_credentials):
+class FrozenClock:
+    """The lease's monotonic clock, moved by the test alone: a busy machine's delays do not count."""
+
+    def __init__(self) -> None:
+        self.now = time.monotonic()
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_check_detects_a_store_unreachable_for_longer_than_the_lease(aws_credentials, monkeypatch):
+    import streamacc.store._lease as lease_module
+
+    clock = FrozenClock()
+    monkeypatch.setattr(lease_module, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=time.sleep))
     server, described = start_server()
     try:
         described.fs().mkdir("lost")
         bucket = Bucket("lost", described)
         lease = acquire(bucket, config_kwargs={"retries": {"max_attempts": 1}})
-        lease.check()
+        lease.check()  # valid: no time has passed on the lease's clock since it was renewed
     finally:
         server.stop()
+    clock.now += 10.0  # well past the 1 s lease: renewals since the outage all failed
     error = wait_for_lockederror(lease)
-    assert "could not renew the writer lease" in str(error) and "resume=True" in str(error)
+    assert "could not renew the writer lease for 10 s" in str(error) and "resume=True" in str(error)
     lease.release()  # the store is gone: only logs
 
 

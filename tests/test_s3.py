@@ -20,11 +20,13 @@ import pytest
 import xarray as xr
 import zarr
 from _fault_helpers import assert_same_output, cli, committed, read_manifest, store_files
+from _s3 import stripping_proxy
 
 import streamacc
 from streamacc.cli._main import main
 from streamacc.recipes import get_recipe
 from streamacc.run._cluster import local_cluster
+from streamacc.run._inspect import describe_output
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -244,3 +246,22 @@ def test_python_client_on_s3_is_byte_identical(s3_bucket, local_ref, dask_client
         progress=False,
     )
     assert_same_objects(s3_bucket, "out.zarr", local_ref(*SMALL))
+
+
+def test_info_asks_the_store_the_same_few_requests_whatever_the_number_of_chunks(s3_bucket):
+    def requests(blocks: int) -> list[str]:
+        url = s3_bucket.url(f"chunks{blocks}.zarr")
+        streamacc.write(url, cumulative, np.float64(0), np.ones(blocks * 8), block_size=8, progress=False,
+                        storage_options=s3_bucket.storage_options)  # fmt: skip
+        seen: list[str] = []
+        with stripping_proxy(s3_bucket.server.endpoint, strip=(), seen=seen) as endpoint:
+            info = describe_output(url, storage_options={"endpoint_url": endpoint})
+        assert info["committed_steps"] == blocks * 8 and info["arrays"]["y"]["stored_bytes"] > 0
+        return seen
+
+    few, many = requests(2), requests(24)
+    assert sorted(many) == sorted(few) and len(many) < 24  # a listing per array, not a request per chunk
+
+
+def cumulative(c, x):
+    return c + x, c + x

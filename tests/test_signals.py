@@ -31,14 +31,19 @@ DEADLINE = 60.0
 SAFE = "committed blocks are safe: rerun with --resume to continue"
 
 
+AS_AT_A_TERMINAL = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
 def start(argv: list[str]) -> subprocess.Popen:
-    """A process as started from a terminal: Ctrl-C (SIGINT) not ignored, whatever pytest inherited."""
+    """A process as started from a terminal: Ctrl-C (SIGINT) not ignored, whatever pytest inherited.
+
+    A small interpreter resets SIGINT and then becomes the process (exec keeps the pid and
+    a default disposition), as no ``preexec_fn`` may run Python in a child of a threaded process.
+    """
     return subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        [sys.executable, "-c", AS_AT_A_TERMINAL, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
 
 

@@ -59,3 +59,33 @@ def test_other_inputs_give_different_bytes(out):
 def test_bad_blocks_argument(out):
     with pytest.raises(streamacc.InputError, match="blocks must be 'all'"):
         streamacc.verify(out, step, np.float64(0.0), XS, blocks=0)
+
+
+@pytest.fixture
+def compressed(tmp_path):
+    path = tmp_path / "lz4.zarr"
+    streamacc.write(path, step, np.float64(0.0), XS, block_size=BLOCK, chunk_size=64, progress=False)
+    return path
+
+
+def test_chunks_are_checked_without_decoding_them(compressed, monkeypatch):
+    def no_decoding(self, selection):
+        raise AssertionError("a stored chunk was decoded")
+
+    monkeypatch.setattr(zarr.Array, "__getitem__", no_decoding)
+    assert streamacc.verify(compressed, step, np.float64(0.0), XS).checked_blocks == tuple(range(8))
+
+
+def test_chunks_another_encoder_wrote_are_compared_by_value(compressed, monkeypatch):
+    from streamacc.store._chunks import ChunkWriter
+
+    real = ChunkWriter.encode
+
+    def other_encoder(self, chunk):  # as if another c-blosc had written the chunks: other bytes, same values
+        encoded, crc = real(self, chunk)
+        return np.concatenate([encoded, np.zeros(1, np.uint8)]), crc
+
+    monkeypatch.setattr(ChunkWriter, "encode", other_encoder)
+    assert streamacc.verify(compressed, step, np.float64(0.0), XS).checked_blocks == tuple(range(8))
+    with pytest.raises(streamacc.VerifyError, match=r"block 0 .*recomputing 'double'"):
+        streamacc.verify(compressed, step, np.float64(0.0), XS * 2.0)

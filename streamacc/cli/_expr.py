@@ -167,5 +167,5 @@ def parse_int(text: str, *, name: str, minimum: int | None = None) -> int:
         value = int(value)
     if minimum is not None and value < minimum:
         source = "" if text.strip() == str(value) else f" (from {quoted})"
-        raise InputError(f"{name} must be >= {minimum}, got {value}{source}")
+        raise InputError(f"{name} must be >= {minimum}, got {value}{source}; pass {name} {minimum} or more")
     return value

@@ -37,6 +37,7 @@ from .._errors import (
     cli_spelling,
     spell,
 )
+from ..engine import check_grouping, check_length
 from ..recipes import option
 from ..run import Terminated, run_interruptibly, si, still_running
 from ..store import CODECS
@@ -131,6 +132,8 @@ def cmd_write(args: argparse.Namespace) -> int:
             "would be kept; write to a path or an object-store URL such as s3://bucket/out.zarr"
         )
     size = None if args.size is None else parse_int(args.size, name=spell("length"), minimum=1)
+    if size is not None:
+        check_length(size)
     block = (
         DEFAULT_WRITE_BLOCK_SIZE
         if args.block_size is None
@@ -138,15 +141,16 @@ def cmd_write(args: argparse.Namespace) -> int:
     )
     if args.codec not in CODECS:
         raise InputError(f"{spell('codec', repr(args.codec))} is unknown; choose one of: {', '.join(CODECS)}")
+    workers = None if args.workers is None else parse_int(args.workers, name=spell("workers"), minimum=1)
     params = recipe_params(args, recipe)
     check_no_overlap(args.out, params, recipe)
     job = recipe.make(size, args.dtype, params, options)  # an --input URL takes the same storage options
+    check_grouping(job.length, block, job.unroll, reverse=False)  # the block size, before JAX is imported
     attrs = {**job.attrs, "dtype": check_dtype(args.dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
     _enable_x64()
     from ..run import cluster_client, describe_output, write
 
-    workers = None if args.workers is None else parse_int(args.workers, name=spell("workers"), minimum=1)
     before = _committed_steps(args.out, options) if args.resume else 0
     start = time.perf_counter()
     gc.freeze()  # the CLI owns its process: spare the collector the objects that live for the whole run
@@ -181,7 +185,6 @@ def _write(args: argparse.Namespace, write, job, block: int, attrs: dict, array_
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    _enable_x64()
     from ..run import describe_output, format_description
 
     _out(format_description(describe_output(args.out, storage_options=storage_options(args.storage_option))))

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
         MAX_LENGTH as MAX_LENGTH,
         block_bounds as block_bounds,
         block_count as block_count,
+        check_grouping as check_grouping,
+        check_length as check_length,
         committed_span as committed_span,
     )
     from ._pool import BlockPool as BlockPool, pool_size as pool_size
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "._carry": ["HostLeaf", "from_host", "same_leaves", "to_host"],
     "._checks": ["as_count", "x64_scope"],
-    "._layout": ["MAX_LENGTH", "block_bounds", "block_count", "committed_span"],
+    "._layout": ["MAX_LENGTH", "block_bounds", "block_count", "check_grouping", "check_length", "committed_span"],
     "._pool": ["BlockPool", "pool_size"],
     "._scopes": ["caller_scopes"],
     "._scan": ["Block", "Plan", "carry_pass", "compute_block", "iter_blocks", "make_plan", "run_plan", "scan"],

@@ -24,7 +24,7 @@ from jax import lax
 from .._defaults import DEFAULT_BLOCK_SIZE
 from .._errors import InputError, spell
 from ._checks import as_count, check_x64, resolve_length, step_shapes
-from ._layout import block_bounds, block_count
+from ._layout import block_bounds, block_count, check_grouping
 from ._pool import BlockPool, pool_size
 
 __all__ = [
@@ -133,35 +133,6 @@ def _as_unroll(unroll: Any) -> int | bool:
     return as_count("unroll", unroll, minimum=1)
 
 
-def _check_grouping(length: int, block_size: int, unroll: int | bool, reverse: bool) -> None:
-    """Refuse blocks that cannot reproduce ``lax.scan``'s grouping of steps under ``unroll``.
-
-    ``lax.scan(unroll=u)`` runs groups of u steps per loop trip, and XLA may reassociate
-    floating-point work within a group, so blocks must line up with the whole scan's
-    groups (and run their loop at least twice) to give the same bits.
-    """
-    if length <= block_size or unroll is False or (unroll == 1 and unroll is not True):
-        return
-    if unroll is True:
-        raise InputError(
-            f"{spell('unroll', True)} unrolls each block completely, which regroups steps unlike one lax.scan; "
-            f"pass an integer unroll such as {spell('unroll', 8)}"
-        )
-    if block_size % unroll or block_size < 2 * unroll:
-        good = max(2 * unroll, block_size - block_size % unroll)
-        raise InputError(
-            f"{spell('block_size', block_size)} must be a multiple of the scan's unroll ({unroll}) and at least "
-            f"{2 * unroll}, so that blocks line up with lax.scan's unrolled groups; "
-            f"pass e.g. {spell('block_size', good)}"
-        )
-    if reverse and length % unroll:
-        raise InputError(
-            f"with {spell('reverse', True)}, {spell('length', length)} must be a multiple of the scan's unroll "
-            f"({unroll}), as lax.scan runs its remainder steps first; pass {spell('unroll', 1)} or a length divisible "
-            "by the unroll"
-        )
-
-
 def make_plan(
     f: Callable,
     init: Any,
@@ -178,7 +149,7 @@ def make_plan(
     unroll = _as_unroll(unroll)
     if not isinstance(reverse, (bool, np.bool_)):
         raise InputError(f"{spell('reverse')} must be True or False, got {reverse!r}")
-    _check_grouping(n, block_size, unroll, bool(reverse))
+    check_grouping(n, block_size, unroll, bool(reverse))
     check_x64(init=init, xs=xs)
     carry_struct, y_struct = step_shapes(f, init, xs)
     init = jax.tree_util.tree_map(lambda leaf, s: jnp.asarray(leaf, dtype=s.dtype), init, carry_struct)

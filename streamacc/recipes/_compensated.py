@@ -24,7 +24,8 @@ if every operation is rounded once, as written, and XLA threatens that in two wa
   fusion and code generation.
 
 The tests check the transformations and the recipes against exact integer arithmetic,
-never against this module.
+never against this module. JAX is imported by the functions that trace, as in every
+recipe module, so that building a job (and refusing its arguments) costs no JAX import.
 """
 
 from __future__ import annotations
@@ -33,9 +34,7 @@ import dataclasses
 import math
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from ._base import Step
 
@@ -91,6 +90,8 @@ def split(x: Any) -> Pair:
     may contract it into an FMA, and it overflows near the top of the range). ``lo =
     x - hi`` is exact. Valid for finite ``x`` below the largest float's neighbourhood.
     """
+    from jax import lax
+
     uint, precision = _BITS[x.dtype.name]
     drop = (precision + 1) // 2
     bits = lax.bitcast_convert_type(x, uint)
@@ -129,6 +130,8 @@ def two_prod(a: Any, b: Any, zero: Any, b_split: Pair | None = None) -> Pair:
     ``b_split``, when ``b`` is a constant, is its :func:`split_constant`. Exact unless
     ``e`` underflows (``|a * b|`` below about 2**-969 in float64, 2**-102 in float32).
     """
+    import jax.numpy as jnp
+
     p = rounded_product(a, b, zero)
     ah, al = split(a)
     bh, bl = split(b) if b_split is None else (jnp.asarray(b_split[0], a.dtype), jnp.asarray(b_split[1], a.dtype))
@@ -181,6 +184,8 @@ class Operand:
 
 def constant(value: float, dtype: str) -> Operand:
     """A Python float as an :class:`Operand` of ``dtype``: its nearest pair, and the split of its high part."""
+    import jax.numpy as jnp
+
     hi, lo = to_pair(value, dtype)
     return Operand(jnp.asarray(hi, dtype), jnp.asarray(lo, dtype) if lo else None, split_constant(hi, dtype))
 
@@ -291,6 +296,8 @@ def input_operand(x: Any, dtype: str) -> Operand:
     otherwise, so that the running result is that of the input as stored; anything else
     is converted as the plain recipe converts it.
     """
+    import jax.numpy as jnp
+
     hi = x.astype(dtype)
     if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype.itemsize > np.dtype(dtype).itemsize:
         return Operand(hi, (x - hi.astype(x.dtype)).astype(dtype))

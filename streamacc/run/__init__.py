@@ -30,9 +30,10 @@ if TYPE_CHECKING:
         run_interruptibly as run_interruptibly,
         still_running as still_running,
     )
+    from ._manifest import load_manifest as load_manifest
     from ._progress import si as si
     from ._reader import open as open
-    from ._verify import VerifyReport as VerifyReport, load_manifest as load_manifest, verify as verify
+    from ._verify import VerifyReport as VerifyReport, verify as verify
     from ._write import write as write
 
 _EXPORTS = {
@@ -41,7 +42,8 @@ _EXPORTS = {
     "._inspect": ["describe_output", "format_description", "verify_recipe_output"],
     "._progress": ["si"],
     "._reader": ["open"],
-    "._verify": ["VerifyReport", "load_manifest", "verify"],
+    "._manifest": ["load_manifest"],
+    "._verify": ["VerifyReport", "verify"],
     "._write": ["write"],
 }
 __all__ = sorted(name for names in _EXPORTS.values() for name in names)

@@ -14,6 +14,7 @@ worker died. Step functions travel by cloudpickle; the plan is scattered once pe
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -215,7 +216,7 @@ class DaskExecutor:
 
         committer = threading.Thread(target=commit_in_order, name="streamacc-commit", daemon=True)
         committer.start()
-        submitted: list[Any] = []
+        submitted: collections.deque[Any] = collections.deque()  # the tasks that may still run, oldest first
 
         def put(item: tuple[Any, list[list[HostLeaf]]] | None) -> None:
             while not failed and committer.is_alive():
@@ -239,6 +240,8 @@ class DaskExecutor:
                 expected.append(carry_out)
                 carry_in = carry_out
                 if len(group) == self.blocks_per_task:
+                    while submitted and submitted[0].done():
+                        submitted.popleft()  # finished: nothing to cancel, and the deque stays as short as the queue
                     submitted.append(self._submit(plan_future, spec, group, x64))
                     put((submitted[-1], list(expected)))
                     group, expected = [], []

@@ -16,13 +16,16 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._errors import NoOutputError, ResumeError, VerifyError, spell
-from ..engine import HostLeaf, block_count, committed_span
+from ..engine import block_count, committed_span
 from ..store import BOOKKEEPING, Target
+
+if TYPE_CHECKING:
+    from ..engine import HostLeaf  # a type only: reading a manifest never imports JAX
 
 __all__ = [
     "FORMAT",
@@ -33,6 +36,7 @@ __all__ = [
     "Manifest",
     "group_node",
     "identity_differences",
+    "load_manifest",
     "node_attribute",
 ]
 
@@ -246,6 +250,16 @@ class Ledger:
                 f"with {spell('overwrite', True)}"
             ) from None
         return rec
+
+
+def load_manifest(target: Target) -> Manifest:
+    """The manifest of ``target``, or an error saying why there is none."""
+    manifest = Ledger(target).load()
+    if manifest is None:
+        if not target.exists():
+            raise NoOutputError(f"{target.label} does not exist; check the path")
+        raise NoOutputError(f"{target.label} has no streamacc manifest; it was not written by streamacc or is empty")
+    return manifest
 
 
 def require_same_run(stored: Manifest, identity: dict, label: str) -> None:

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from .._errors import InputError
 from ..store import open_target, progress_attrs
-from ._verify import Checker, load_manifest
+from ._manifest import load_manifest
+from ._trust import check_structure
 
 if TYPE_CHECKING:
     import xarray
@@ -28,21 +27,38 @@ def open(store: Any, *, storage_options: dict | None = None, chunks: Any = "auto
     ``store`` is a local path, an fsspec URL (with ``storage_options``) or a zarr store;
     read-only stores work. Works while a run is still writing: the Dataset holds what was
     committed when it was opened, and its ``streamacc_*`` attributes describe exactly that.
-    Only the run's own arrays are included. ``chunks`` is passed to ``xarray.open_zarr``
-    (dask chunks; None for plain lazy arrays).
+    Only the run's own arrays are included. ``chunks`` are dask chunks as ``xarray.open_zarr``
+    takes them ('auto': whole stored chunks near dask's preferred size; None for plain
+    lazy arrays); only the committed steps are chunked, so any length opens at once.
     """
     try:
         import xarray as xr
-        from xarray.indexes import RangeIndex
+
+        from ._steps import step_coordinates
     except ImportError:
         raise InputError("streamacc.open needs xarray: pip install 'streamacc[xarray]'") from None
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)
-    Checker(target, manifest, None).structure_trusted()  # what verify refuses is not read either
+    check_structure(target, manifest)  # what verify refuses is not read either
     start, stop = manifest.span()
     names = list(manifest.identity["arrays"])
-    ds = xr.open_zarr(target.store, consolidated=False, chunks=chunks)[names].isel(step=slice(start, stop))
-    steps = RangeIndex.arange(start, stop, 1, dim="step", dtype=np.dtype(np.int64))
-    ds = ds.assign_coords(xr.Coordinates.from_xindex(steps))
+    # sliced before dask sees it, so that its chunks (and graph) follow the committed steps, not the length
+    ds = xr.open_zarr(target.store, consolidated=False, chunks=None)[names].isel(step=slice(start, stop))
+    if chunks is not None:
+        ds = ds.chunk(_dask_chunks(ds, chunks, manifest.identity["chunk"]))
+    ds = ds.assign_coords(step_coordinates(start, stop))
     ds.attrs.update(progress_attrs((start, stop), manifest.length, manifest.complete))
     return ds
+
+
+def _dask_chunks(ds: xarray.Dataset, chunks: Any, stored: int) -> Any:
+    """The dask chunks ``xr.open_zarr(chunks=chunks)`` would choose: whole stored chunks along ``step``."""
+    if chunks != "auto":
+        return {"step": stored, **chunks} if isinstance(chunks, dict) else chunks
+    from dask.array.core import normalize_chunks
+
+    sizes = [
+        normalize_chunks(("auto", *v.shape[1:]), v.shape, dtype=v.dtype, previous_chunks=(stored, *v.shape[1:]))[0][0]
+        for v in ds.data_vars.values()
+    ]
+    return {"step": min(sizes, default=stored) or stored}

@@ -10,23 +10,36 @@ Only the run's own arrays are judged, so variables a user added later change not
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import jax
 import numpy as np
 
-from .._errors import InputError, NoOutputError, ResumeError, VerifyError, spell
-from ..engine import Plan, compute_block, from_host, make_plan, same_leaves, to_host
-from ..store import Target, ZarrSink, array_document, open_target, stored_crc32c
+from .._defaults import DEFAULT_INFLIGHT
+from .._errors import InputError, ResumeError, VerifyError, spell
+from ..engine import (
+    Block,
+    BlockPool,
+    HostLeaf,
+    Plan,
+    compute_block,
+    from_host,
+    make_plan,
+    pool_size,
+    same_leaves,
+    to_host,
+)
+from ..store import Target, ZarrSink, compare_chunks, open_target
 from ._identity import describe_function
-from ._interrupt import call_on_own_thread, check_stop, interruptible
-from ._manifest import Ledger, Manifest, decode_leaves
+from ._interrupt import interruptible, on_own_thread
+from ._manifest import BlockRecord, Ledger, Manifest, decode_leaves, load_manifest
 from ._output import Output
-from ._root import root_problem
+from ._pipeline import run_ordered
 from ._trailers import trailer_problem
+from ._trust import arrays_problem, check_structure
 
-__all__ = ["Checker", "VerifyReport", "check_resumable", "load_manifest", "plan_for", "verify", "verify_plan"]
+__all__ = ["Checker", "VerifyReport", "check_resumable", "plan_for", "verify", "verify_plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,16 +54,6 @@ class VerifyReport:
     complete: bool
 
 
-def load_manifest(target: Target) -> Manifest:
-    """The manifest of ``target``, or an error saying why there is none."""
-    manifest = Ledger(target).load()
-    if manifest is None:
-        if not target.exists():
-            raise NoOutputError(f"{target.label} does not exist; check the path")
-        raise NoOutputError(f"{target.label} has no streamacc manifest; it was not written by streamacc or is empty")
-    return manifest
-
-
 def select_blocks(committed: int, blocks: str | int) -> list[int]:
     """All committed blocks, or ``blocks`` of them spread evenly, first and last included."""
     if blocks == "all":
@@ -63,7 +66,8 @@ def select_blocks(committed: int, blocks: str | int) -> list[int]:
     count = min(int(blocks), committed)
     if count <= 1:
         return list(range(count))
-    return sorted({round(i * (committed - 1) / (count - 1)) for i in range(count)})
+    # i * (committed - 1) / (count - 1) rounded half up, in integers: exact at any number of blocks
+    return sorted({(2 * i * (committed - 1) + count - 1) // (2 * (count - 1)) for i in range(count)})
 
 
 class Checker:
@@ -94,29 +98,15 @@ class Checker:
             raise self.fail(f"its manifest contradicts itself ({problem})")
 
     def arrays_unchanged(self) -> None:
-        """Each of the run's arrays has exactly the metadata (minus attributes) it was created with."""
-        recorded = self.manifest.arrays
-        for name in self.manifest.identity["arrays"]:
-            stored = array_document(self.target.read(f"{name}/zarr.json"))
-            if stored is None:
-                raise self.fail(f"the metadata of array {name!r} ({name}/zarr.json) is missing or unreadable")
-            if name not in recorded:
-                raise self.fail(f"the manifest records no metadata for array {name!r}")
-            changed = sorted(k for k in recorded[name].keys() | stored.keys() if recorded[name].get(k) != stored.get(k))
-            if changed:
-                raise self.fail(f"the metadata of array {name!r} changed since it was written ({', '.join(changed)})")
+        """Each of the run's arrays has exactly the metadata it was created with (see ``array_document``)."""
+        problem = arrays_problem(self.target, self.manifest)
+        if problem is not None:
+            raise self.fail(problem)
 
     def structure_trusted(self) -> None:
-        """What every reader checks first: no link or special file inside the output, the run's arrays with
-        the metadata they were created with, and root metadata that agrees with the manifest."""
-        self.target.check_contents()
-        self.arrays_unchanged()
-        problem = root_problem(self.target, self.manifest)
-        if problem is not None:
-            raise VerifyError(
-                f"{self.target.label}: its root metadata (zarr.json) {problem}; resume the run with "
-                f"{spell('resume', True)} to rewrite it from the manifest"
-            )
+        """What every reader checks first (``_trust.py``): no link or special file inside the output, the run's
+        arrays with the metadata they were created with, and root metadata that agrees with the manifest."""
+        check_structure(self.target, self.manifest)
 
     @property
     def sink(self) -> ZarrSink:
@@ -142,9 +132,8 @@ class Checker:
         if problem is not None:
             raise self.bad_block(*problem)
 
-    def block(self, k: int) -> None:
-        """Check committed block ``k`` (in scan order) bit for bit."""
-        check_stop()
+    def _record(self, k: int) -> tuple[BlockRecord, list[HostLeaf]]:
+        """Block ``k``'s record, checked against the layout, and the carry recorded after it."""
         rec = self.ledger.block(k)
         bounds = next(self.plan.bounds(k))
         if (rec.start, rec.stop) != bounds:
@@ -156,30 +145,96 @@ class Checker:
             if len(recorded) != len(keys):
                 what = f"its record has {len(recorded)} checksums for the {len(keys)} chunks of {name!r}"
                 raise self.bad_block(k, rec.start, rec.stop, what)
-            for key, crc in zip(keys, recorded, strict=True):
-                raw = self.target.read(key)
-                if raw is None:
-                    raise self.bad_block(k, rec.start, rec.stop, f"chunk {key} is missing")
-                if stored_crc32c(raw) != crc:
-                    what = f"the stored bytes of chunk {key} do not match their checksum (corrupted chunk)"
-                    raise self.bad_block(k, rec.start, rec.stop, what)
+        m = self.manifest
+        after = m.carry if k + 1 == m.committed_blocks else self.ledger.block(k + 1).carry_in
+        return rec, decode_leaves(after or [])
+
+    def _recomputed(self, chosen: Iterable[int], pool: BlockPool) -> Iterator[_Recomputed]:
+        """Each chosen block recomputed from its recorded carry-in, in scan order.
+
+        A block whose record fails travels as its error, so that it is raised in scan order
+        after the blocks before it are judged; nothing after it is recomputed.
+        """
+        plan = self.plan
+        for k in chosen:
+            try:
+                rec, after = self._record(k)
+                carry = from_host(decode_leaves(rec.carry_in), plan.init)
+                yield _Recomputed(k, rec, after, compute_block(plan, carry, rec.start, rec.stop, pool=pool))
+            except VerifyError as exc:
+                yield _Recomputed(k, None, [], None, exc)
+                return
+
+    def _compare(self, item: _Recomputed) -> None:
+        """Judge one recomputed block against its stored chunks, checksums and the carry after it."""
+        if item.error is not None:
+            raise item.error
+        rec, block = item.rec, item.block
+        assert rec is not None and block is not None
         try:
-            stored = self.sink.read(rec.start, rec.stop)
+            ys = dict(zip(self.sink.arrays, jax.tree_util.tree_leaves(block.ys), strict=True))
+            found = {
+                name: compare_chunks(self.sink.writers[name], self.target, rec.start, ys[name], rec.crc32c[name])
+                for name in self.sink.arrays
+            }
+            for check in found.values():
+                if check.problem is not None:
+                    key, kind = check.problem
+                    what = (
+                        f"chunk {key} is missing"
+                        if kind == "missing"
+                        else f"the stored bytes of chunk {key} do not match their checksum (corrupted chunk)"
+                    )
+                    raise self.bad_block(item.index, rec.start, rec.stop, what)
+            for name, check in found.items():
+                for i in check.differing:
+                    self._compare_values(item.index, rec, name, i, ys[name])
+            if not same_leaves(to_host(block.carry), item.after):
+                what = "its final carry is not the carry recorded after it"
+                raise self.bad_block(item.index, rec.start, rec.stop, what)
+        finally:
+            block.release()
+
+    def _compare_values(self, k: int, rec: BlockRecord, name: str, i: int, ys: np.ndarray) -> None:
+        """Decode chunk ``i`` of the block (its bytes are not the writer's encoding) and compare its values."""
+        low = rec.start + i * self.sink.chunk
+        high = min(low + self.sink.chunk, rec.stop)
+        try:
+            stored = self.sink.arrays[name][low:high]
         except Exception as exc:  # a damaged compressed chunk fails in its codec, with the codec's own error
             what = f"its chunks cannot be decoded ({type(exc).__name__}: {' '.join(str(exc).split())})"
             raise self.bad_block(k, rec.start, rec.stop, what) from None
-        plan = self.plan
-        carry = from_host(decode_leaves(rec.carry_in), plan.init)
-        block = call_on_own_thread(compute_block, plan, carry, rec.start, rec.stop)  # Ctrl-C need not wait for it
-        for name, y in zip(self.sink.arrays, jax.tree_util.tree_leaves(block.ys), strict=True):
-            if y.tobytes() != np.ascontiguousarray(stored[name]).tobytes():
-                raise self.bad_block(
-                    k, rec.start, rec.stop, f"recomputing {name!r} from its carry-in gives different bytes"
-                )
-        m = self.manifest
-        after = m.carry if k + 1 == m.committed_blocks else self.ledger.block(k + 1).carry_in
-        if not same_leaves(to_host(block.carry), decode_leaves(after or [])):
-            raise self.bad_block(k, rec.start, rec.stop, "its final carry is not the carry recorded after it")
+        if np.ascontiguousarray(ys[low - rec.start : high - rec.start]).tobytes() != stored.tobytes():
+            what = f"recomputing {name!r} from its carry-in gives different bytes"
+            raise self.bad_block(k, rec.start, rec.stop, what)
+
+    def blocks(self, chosen: Iterable[int], *, depth: int = DEFAULT_INFLIGHT) -> None:
+        """Check the committed blocks ``chosen`` (in scan order) bit for bit; raise on the first bad one.
+
+        As a write runs: blocks are recomputed on a thread of their own into a pool of recycled
+        buffers while ``depth`` threads compare earlier ones with their stored chunks.
+        """
+        pool = BlockPool(pool_size(depth))
+        recomputed = on_own_thread(self._recomputed(chosen, pool))  # Ctrl-C need not wait for a block
+        try:
+            run_ordered(recomputed, self._compare, lambda item, _: None, depth=depth, workers=depth)
+        finally:
+            recomputed.close()
+
+    def block(self, k: int) -> None:
+        """Check committed block ``k`` (in scan order) bit for bit."""
+        self.blocks([k], depth=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Recomputed:
+    """A block recomputed from its record, or the error its record raised."""
+
+    index: int
+    rec: BlockRecord | None
+    after: list[HostLeaf]
+    block: Block | None
+    error: VerifyError | None = None
 
 
 def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str | int = "all") -> VerifyReport:
@@ -190,8 +245,7 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
     checker.structure_trusted()
     if len(chosen) < manifest.committed_blocks:  # the others at least have the chunks they committed
         checker.trailers_match(k for k in range(manifest.committed_blocks) if k not in set(chosen))
-    for k in chosen:
-        checker.block(k)
+    checker.blocks(chosen)
     return VerifyReport(
         tuple(chosen),
         manifest.committed_blocks,
@@ -206,7 +260,8 @@ def check_resumable(output: Output, plan: Plan) -> None:
     """Refuse to continue an output whose committed part cannot be trusted.
 
     Before a resume writes anything: the run's arrays have their recorded metadata, every
-    committed chunk exists, and the last committed block recomputes from its recorded
+    committed chunk exists and ends with the CRC-32C its block record names (so a chunk
+    replaced in any committed block is found), and the last committed block recomputes from its recorded
     carry-in to its stored bytes and checksum and ends with the carry the manifest resumes
     from. A damaged carry, a foreign manifest or missing blocks stop the resume here.
     """

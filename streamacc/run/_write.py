@@ -21,7 +21,7 @@ import numpy as np
 from .._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_SIZE
 from .._errors import InputError, LockedError, StoreError, StreamaccWarning, spell
 from .._version import __version__
-from ..engine import MAX_LENGTH, Plan, as_count, from_host, make_plan, to_host
+from ..engine import Plan, as_count, check_length, from_host, make_plan, to_host
 from ..store import compressors_for, describe_store_failure, is_store_failure, open_target
 from ._executor import Executor, LocalExecutor
 from ._identity import run_identity
@@ -169,11 +169,7 @@ def write(
     bytes written are the same either way. Bad arguments raise before anything is written.
     """
     plan = make_plan(f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse)
-    if plan.length > MAX_LENGTH:
-        raise InputError(
-            f"{spell('length', plan.length)} is longer than 2**63 - 1 steps, the most that numpy, dask and xarray "
-            "can index; split the run into several outputs"
-        )
+    check_length(plan.length)
     if overwrite and resume:
         raise InputError(f"{spell('overwrite', True)} and {spell('resume', True)} exclude each other; pass one")
     spec = output_spec(plan, names=names, codec=codec, chunk_size=chunk_size, attrs=attrs, array_attrs=array_attrs)

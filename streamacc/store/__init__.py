@@ -4,7 +4,8 @@ Knows Zarr, fsspec and the operating system, and never JAX: it takes host arrays
 makes them durable. ``_target`` is one output location (a local folder or any zarr
 store) with its lock, ``_files`` the link-safe, fsynced file primitives, ``_lease`` and
 ``_leasestore`` the writer lease on object stores, ``_zarr`` the sink that creates the
-group and writes blocks, ``_chunks`` the chunk encoder, ``_codecs`` the named
+group and writes blocks, ``_chunks`` the chunk encoder, ``_compare`` stored chunks
+against recomputed rows (for verify), ``_codecs`` the named
 compressors, ``_storeerrors`` and ``_sessions`` the failures and clients of fsspec
 backends.
 
@@ -20,6 +21,7 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._codecs import CODECS as CODECS, compressors_for as compressors_for
+    from ._compare import compare_chunks as compare_chunks
     from ._fingerprint import fingerprint_of as fingerprint_of
     from ._sessions import close_store_sessions as close_store_sessions
     from ._storeerrors import describe_store_failure as describe_store_failure, is_store_failure as is_store_failure
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "._codecs": ["CODECS", "compressors_for"],
+    "._compare": ["compare_chunks"],
     "._fingerprint": ["fingerprint_of"],
     "._sessions": ["close_store_sessions"],
     "._storeerrors": ["describe_store_failure", "is_store_failure"],

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import struct
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import google_crc32c
@@ -58,10 +60,10 @@ def _load_blosc() -> Any:
 
 _BLOSC_COMPRESS = _load_blosc()
 _BLOSC_OVERHEAD = 16  # BLOSC_MAX_OVERHEAD: a destination of nbytes + 16 always fits
-_SCRATCH = threading.local()  # per thread: "out" (encoded bytes) and "pad" (a partial last chunk)
+_SCRATCH = threading.local()  # per thread: "out" (encoded bytes), "pad" (a partial last chunk), others' own
 
 
-def _scratch(name: str, nbytes: int) -> np.ndarray:
+def scratch(name: str, nbytes: int) -> np.ndarray:
     """This thread's reusable buffer ``name`` of at least ``nbytes``."""
     buf = getattr(_SCRATCH, name, None)
     if buf is None or buf.nbytes < nbytes:
@@ -149,6 +151,21 @@ class ChunkWriter:
         path = self.array.store_path.path
         return f"{path}/{name}" if path else name
 
+    @functools.cached_property
+    def _key_parts(self) -> tuple[str, str]:
+        """What every chunk key has before and after its index along the first axis."""
+        first, second = self.key(0), self.key(1)
+        at = next(i for i, (a, b) in enumerate(zip(first, second, strict=True)) if a != b)  # where '0' became '1'
+        return first[:at], first[at + 1 :]
+
+    def index(self, key: str) -> int | None:
+        """The chunk index along the first axis that store key ``key`` names, or None when it names no chunk."""
+        prefix, suffix = self._key_parts
+        if len(key) <= len(prefix) + len(suffix) or not key.startswith(prefix) or not key.endswith(suffix):
+            return None
+        middle = key[len(prefix) : len(key) - len(suffix)]
+        return int(middle) if middle.isdigit() and middle.isascii() else None
+
     def _full_chunk(self, rows: np.ndarray) -> np.ndarray:
         """``rows`` as a C-contiguous chunk of full shape, padded with the fill value (the last chunk)."""
         shape = (self.chunk, *self.array.shape[1:])
@@ -156,7 +173,7 @@ class ChunkWriter:
             return rows
         dtype = np.dtype(self.array.dtype)
         nbytes = int(np.prod(shape)) * dtype.itemsize
-        padded = _scratch("pad", nbytes)[:nbytes].view(dtype).reshape(shape)
+        padded = scratch("pad", nbytes)[:nbytes].view(dtype).reshape(shape)
         padded[: len(rows)] = rows
         padded[len(rows) :] = self.array.metadata.fill_value
         return padded
@@ -173,7 +190,7 @@ class ChunkWriter:
         raw = np.ascontiguousarray(chunk).reshape(-1).view(np.uint8)
         if blosc is None and not crc:
             return raw, None
-        out = _scratch("out", raw.nbytes + _BLOSC_OVERHEAD + _CRC.size)
+        out = scratch("out", raw.nbytes + _BLOSC_OVERHEAD + _CRC.size)
         if blosc is not None:
             size = blosc.compress(raw, out[: raw.nbytes + _BLOSC_OVERHEAD])
         else:
@@ -191,12 +208,9 @@ class ChunkWriter:
         ``data`` must end on a chunk boundary too, or at the end of the array.
         """
         stop = start + len(data)
-        if start % self.chunk or (stop % self.chunk and stop != self.array.shape[0]):
-            raise ValueError(f"rows {start}-{stop} do not cover whole chunks of {self.chunk}")
-        first = start // self.chunk
-        count = -(-len(data) // self.chunk)
-        if self._layout is None or data.dtype != self.array.dtype:
+        if not self.encodes(start, data):
             self.array[start:stop] = data
+            first, count = start // self.chunk, -(-len(data) // self.chunk)
             return [EncodedChunk(self.key(first + i), -1, None) for i in range(count)]
         store = self.array.store_path.store
         # LocalStore writes the bytes out and FsspecStore copies them before returning; other stores (memory)
@@ -204,10 +218,28 @@ class ChunkWriter:
         keeps_buffer = not isinstance(unwrap(store), (LocalStore, FsspecStore))
         prototype = default_buffer_prototype()
         written = []
-        for i in range(count):
-            rows = data[i * self.chunk : (i + 1) * self.chunk]
-            encoded, crc = self.encode(self._full_chunk(rows))
-            key = self.key(first + i)
+        for key, encoded, crc in self.encoded(start, data):
             sync(store.set(key, prototype.buffer.from_array_like(encoded.copy() if keeps_buffer else encoded)))
             written.append(EncodedChunk(key, encoded.nbytes, crc))
         return written
+
+    def encodes(self, start: int, data: np.ndarray) -> bool:
+        """Whether rows ``[start, start + len(data))`` are encoded here (else zarr writes them itself).
+
+        They must cover whole chunks: ``start`` on a chunk boundary, the end on one or at the
+        end of the array.
+        """
+        stop = start + len(data)
+        if start % self.chunk or (stop % self.chunk and stop != self.array.shape[0]):
+            raise ValueError(f"rows {start}-{stop} do not cover whole chunks of {self.chunk}")
+        return self._layout is not None and data.dtype == self.array.dtype
+
+    def encoded(self, start: int, data: np.ndarray) -> Iterator[tuple[str, np.ndarray, int | None]]:
+        """``(key, stored bytes, CRC-32C)`` of each chunk of rows starting at ``start``, as :meth:`write` stores them.
+
+        The bytes live in this thread's reused buffer: each is valid until the next is made.
+        """
+        first = start // self.chunk
+        for i in range(-(-len(data) // self.chunk)):
+            encoded, crc = self.encode(self._full_chunk(data[i * self.chunk : (i + 1) * self.chunk]))
+            yield self.key(first + i), encoded, crc

@@ -10,7 +10,9 @@ store supports conditional writes (see ``_lease.py``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
 from .._errors import InputError, LockedError, NoOutputError, OutputExistsError, StoreError, spell
+from ._chunks import scratch
 from ._fence import FencedStore
 from ._files import DirLock, atomic_write, find_link, fsync_dir, fsync_file, remove_temp_files, remove_tree_contents
 
@@ -55,6 +58,14 @@ class Target:
         """The bytes at ``key``, or None when absent."""
         raise NotImplementedError
 
+    def read_reused(self, key: str) -> Any:
+        """The bytes at ``key`` (a bytes-like object), or None when absent; valid until this thread's next call.
+
+        A local file is read into a buffer the thread reuses, so reading many large chunks maps
+        no fresh memory; other stores return :meth:`read`'s bytes.
+        """
+        return self.read(key)
+
     def write(self, key: str, data: bytes) -> None:
         """Store ``data`` at ``key`` atomically and durably."""
         raise NotImplementedError
@@ -85,6 +96,10 @@ class Target:
                 None if b is None else b.to_bytes() for b in sync(self.store.get_partial_values(prototype, requests))
             ]
         return found
+
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        """Every key under ``prefix`` with its size in bytes, from one listing where the store allows it."""
+        return {key: self.size(key) for key in self.list_keys(prefix)}
 
     def exists(self) -> bool:
         """Whether anything at all is stored here."""
@@ -124,6 +139,10 @@ class Target:
         yield
 
 
+def _linked(path: Path) -> StoreError:
+    return StoreError(f"{path} is a link; streamacc never reads through links inside an output: remove it")
+
+
 class LocalTarget(Target):
     """An output in a local directory."""
 
@@ -158,8 +177,32 @@ class LocalTarget(Target):
     def read(self, key: str) -> bytes | None:
         path = self._path(key)
         if path.is_symlink():
-            raise StoreError(f"{path} is a link; streamacc never reads through links inside an output: remove it")
+            raise _linked(path)
         return path.read_bytes() if path.is_file() else None
+
+    def read_reused(self, key: str) -> Any:
+        path = self._path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _linked(path) from None
+            raise
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            buffer = scratch("read", info.st_size)[: info.st_size]
+            done = 0
+            while done < info.st_size and (got := os.readv(fd, [buffer[done:]])):
+                done += got
+            with contextlib.suppress(OSError, AttributeError):  # read once: keep it out of the page cache
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            return buffer[:done]
+        finally:
+            os.close(fd)
 
     def write(self, key: str, data: bytes) -> None:
         atomic_write(self._path(key, create=True), data, sync=self.fsync)
@@ -187,6 +230,19 @@ class LocalTarget(Target):
     def size(self, key: str) -> int:
         path = self._path(key)
         return path.stat().st_size if path.is_file() else 0
+
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        base = self._path(prefix) if prefix else self.root
+        found: dict[str, int] = {}
+        pending = [base] if base.is_dir() and not base.is_symlink() else []
+        while pending:
+            with os.scandir(pending.pop()) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(Path(entry.path))
+                    elif entry.is_file(follow_symlinks=False):
+                        found[Path(entry.path).relative_to(self.root).as_posix()] = entry.stat().st_size
+        return found
 
     def exists(self) -> bool:
         return self.root.exists() and (not self.root.is_dir() or any(self.root.iterdir()))
@@ -311,6 +367,16 @@ class StoreTarget(Target):
 
     def size(self, key: str) -> int:
         return sync(self.raw.getsize(key)) if sync(self.raw.exists(key)) else 0
+
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        """One listing of an fsspec store (S3 returns sizes with its keys), not one request per key."""
+        fs, root = getattr(self.raw, "fs", None), getattr(self.raw, "path", "")
+        if fs is None or not getattr(fs, "async_impl", False):
+            return super().sizes(prefix)
+        base = f"{root.rstrip('/')}/{prefix}".rstrip("/") if root else prefix.rstrip("/")
+        found = sync(fs._find(base, detail=True))
+        cut = len(root.rstrip("/")) + 1 if root else 0
+        return {path[cut:]: int(info.get("size") or 0) for path, info in found.items() if info.get("type") == "file"}
 
     def exists(self) -> bool:
         return not sync(self.store.is_empty(""))

@@ -34,7 +34,7 @@ __all__ = ["ArraySpec", "ZarrSink", "array_document", "netcdf_safe", "progress_a
 ArraySpec = tuple[tuple[int, ...], np.dtype]
 """(shape, dtype) of one output array."""
 
-_INT32 = 2**31
+_INT64 = 2**63
 
 
 def _fill_value(dtype: np.dtype) -> object:
@@ -60,7 +60,7 @@ def _safe_value(value: Any) -> Any:
         return int(value)
     if isinstance(value, numbers.Integral):
         value = int(value)
-        return value if -_INT32 <= value < _INT32 else float(value) if float(value) == value else str(value)
+        return value if -_INT64 <= value < _INT64 else str(value)
     if isinstance(value, numbers.Real):
         return float(value)
     if isinstance(value, str):
@@ -75,8 +75,9 @@ def _safe_value(value: Any) -> Any:
 def netcdf_safe(attrs: Mapping[str, Any]) -> dict[str, Any]:
     """``attrs`` as strings, numbers and flat lists, so that any reader and netCDF export accept them.
 
-    Booleans become 0/1, integers beyond 32 bits floats (exact to 2**53) or text, and
-    anything nested (dicts, mixed lists, None) its JSON text.
+    Booleans become 0/1, integers stay exact (beyond 64 bits they become text), and
+    anything nested (dicts, mixed lists, None) its JSON text. A netCDF-4 file holds every
+    such value; a netCDF-3 file holds no integer beyond 32 bits.
     """
     return {str(k): _safe_value(v) for k, v in attrs.items()}
 
@@ -94,9 +95,9 @@ def progress_attrs(committed: tuple[int, int], length: int, complete: bool) -> d
         )
     return {
         "streamacc_complete": int(complete),
-        "streamacc_committed_steps": float(done),
-        "streamacc_committed_start": float(start),
-        "streamacc_total_steps": float(length),
+        "streamacc_committed_steps": int(done),
+        "streamacc_committed_start": int(start),
+        "streamacc_total_steps": int(length),
         "streamacc_status": status,
     }
 
@@ -263,5 +264,17 @@ class ZarrSink:
         return {name: arr[start:stop] for name, arr in self.arrays.items()}
 
     def stored_bytes(self, span: tuple[int, int]) -> dict[str, int]:
-        """Bytes stored in each array's chunks covering ``span`` (committed chunks only)."""
-        return {name: sum(self.target.size(k) for k in self.chunk_keys(name, *span)) for name in self.arrays}
+        """Bytes stored in each array's chunks covering ``span`` (committed chunks only).
+
+        One listing per array: its cost follows the chunks stored, not the array's length.
+        """
+        first, end = span[0] // self.chunk, -(-span[1] // self.chunk)
+        totals = {}
+        for name, writer in self.writers.items():
+            total = 0
+            for key, nbytes in self.target.sizes(f"{name}/").items():
+                index = writer.index(key)
+                if index is not None and first <= index < end:
+                    total += nbytes
+            totals[name] = total
+        return totals
