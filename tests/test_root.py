@@ -128,3 +128,18 @@ def test_an_attribute_that_rescales_the_values_is_refused(tmp_path, ref, capfd):
     assert np.array_equal(streamacc.open(out).x.values, expected)
     assert main(["verify", str(out)]) == 0
     assert sorted(store_files(out)) == sorted(store_files(ref))
+
+
+def test_open_returns_no_chunk_but_the_one_committed(tmp_path, ref):
+    """A chunk of another run put in place of a committed one (or written late by a writer that lost its
+    lease) is refused as it is read; every other chunk reads as before."""
+    other = tmp_path / "other.zarr"
+    assert main(["write", str(other), *SMALL, "--ratio", "1+2e-8"]) == 0
+    out = copy(ref, tmp_path)
+    shutil.copyfile(other / "x" / "c" / "3", out / "x" / "c" / "3")
+    expected = zarr.open_array(str(ref / "x"), mode="r")[:]
+    for chunks in ("auto", None):
+        ds = streamacc.open(out, chunks=chunks)
+        assert np.array_equal(ds.x[:1536].values, expected[:1536])  # blocks 0-2
+        with pytest.raises(streamacc.VerifyError, match=r"chunk x/c/3 .* is not the chunk committed for block 3"):
+            ds.x[1536:2048].values

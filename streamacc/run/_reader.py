@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import InputError
 from ..store import open_target, progress_attrs
+from ._checked import CheckedStore
 from ._manifest import load_manifest
 from ._trust import check_structure
 
@@ -43,7 +44,8 @@ def open(store: Any, *, storage_options: dict | None = None, chunks: Any = "auto
     start, stop = manifest.span()
     names = list(manifest.identity["arrays"])
     # sliced before dask sees it, so that its chunks (and graph) follow the committed steps, not the length
-    ds = xr.open_zarr(target.store, consolidated=False, chunks=None)[names].isel(step=slice(start, stop))
+    checked = CheckedStore(target.store, target.label, manifest)  # each chunk read must be the one committed
+    ds = xr.open_zarr(checked, consolidated=False, chunks=None)[names].isel(step=slice(start, stop))
     if chunks is not None:
         ds = ds.chunk(_dask_chunks(ds, chunks, manifest.identity["chunk"]))
     ds = ds.assign_coords(step_coordinates(start, stop))
