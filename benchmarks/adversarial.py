@@ -477,6 +477,21 @@ LIBRARY = (
 )
 
 
+def signal_in_block(proc: subprocess.Popen, out: Path, signum: int) -> tuple[str, str, float]:
+    """Send ``signum`` once ``proc`` computes its first block (2 s after its run started: inside XLA);
+    return its stdout, stderr and the seconds it took to end (it is killed after a minute)."""
+    wait(lambda: committed(out) == 0, proc)
+    time.sleep(2.0)
+    sent = time.monotonic()
+    proc.send_signal(signum)
+    try:
+        stdout, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+    return stdout, stderr, time.monotonic() - sent
+
+
 def signals(work: Path, trials: int, rng: random.Random) -> dict:
     early, long_block, library = (
         Tally("signal at a random moment"),
@@ -507,16 +522,7 @@ def signals(work: Path, trials: int, rng: random.Random) -> dict:
         out = work / f"long-{trial}.zarr"
         signum = rng.choice([signal.SIGINT, signal.SIGTERM])
         proc = start("write", out, *LONG_BLOCK)
-        wait(lambda out=out: committed(out) == 0, proc)
-        time.sleep(2.0)  # inside XLA by now
-        sent = time.monotonic()
-        proc.send_signal(signum)
-        try:
-            _, err = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
-        took = time.monotonic() - sent
+        _, _, took = signal_in_block(proc, out, signum)
         expected = 130 if signum == signal.SIGINT else 143
         long_block.add(
             proc.returncode == expected and took < 30,
@@ -533,16 +539,7 @@ def signals(work: Path, trials: int, rng: random.Random) -> dict:
             text=True,
             env=env(),
         )
-        wait(lambda out=out: committed(out) == 0, proc)
-        time.sleep(2.0)
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        try:
-            stdout, _ = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            stdout, _ = proc.communicate()
-        took = time.monotonic() - sent
+        stdout, _, took = signal_in_block(proc, out, signal.SIGINT)
         library.add("KeyboardInterrupt" in stdout and took < 30, f"stdout {stdout!r} after {took:.1f} s")
         shutil.rmtree(out)
     return {t.name: t.report() for t in (early, long_block, library)}

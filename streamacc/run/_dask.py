@@ -254,7 +254,6 @@ class DaskExecutor:
                 committer.join(0.1)
         finally:
             carries.close()
-
             if committer.is_alive():  # interrupted: the committer stops after the commit in hand
                 failed.append(KeyboardInterrupt())
                 for future in submitted:

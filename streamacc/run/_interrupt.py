@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Callable, Generator, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from queue import Empty, SimpleQueue
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 __all__ = [
     "GRACE_SECONDS",
@@ -45,6 +45,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 STOP = threading.Event()
 """Set once SIGINT or SIGTERM asked this process to stop; cleared when a new supervised run starts."""
@@ -158,11 +159,11 @@ def _once(fn: Callable[..., T], args: tuple) -> Iterator[T]:
     yield fn(*args)
 
 
-def interruptible(fn: Callable[..., T]) -> Callable[..., T]:
+def interruptible(fn: Callable[P, T]) -> Callable[P, T]:
     """``fn`` run by :func:`run_interruptibly` (Ctrl-C ends it promptly when called from the main thread)."""
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> T:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         return run_interruptibly(functools.partial(fn, *args, **kwargs))
 
     return wrapper
