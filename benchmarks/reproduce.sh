@@ -5,7 +5,7 @@
 #
 #   bash benchmarks/reproduce.sh            # everything (about an hour on 2 cores, 30 GB of disk)
 #   bash benchmarks/reproduce.sh headline   # one section: headline before rss suite engine codecs chunks
-#                                           #   compensated dist cli accuracy
+#                                           #   compensated dist cli accuracy adversarial
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=benchmarks/out
@@ -87,8 +87,13 @@ accuracy() {  # deterministic: the same numbers on any machine with the same ver
   run accuracy python benchmarks/bench_accuracy.py
 }
 
+adversarial() {  # kill chains, S3 pauses, stalls and data loss, tampering, signals, deletions: counts
+  run adversarial /usr/bin/time -v python benchmarks/adversarial.py --trials 10 --json benchmarks/results/adversarial.json
+}
+
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(headline before rss suite engine codecs chunks compensated dist cli accuracy)
+[ ${#sections[@]} -gt 0 ] || sections=(headline before rss suite engine codecs chunks compensated dist cli accuracy \
+  adversarial)
 for section in "${sections[@]}"; do
   "$section"
 done
