@@ -13,7 +13,6 @@ import fcntl
 import os
 import re
 import shutil
-import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -84,13 +83,19 @@ def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
 
 
 def find_link(root: Path) -> Path | None:
-    """The first symbolic link (or other non-regular entry) inside ``root``, or None."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in (*dirnames, *filenames):
-            path = Path(dirpath, name)
-            mode = path.lstat().st_mode
-            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-                return path
+    """A symbolic link (or other non-regular entry: a named pipe, a socket, a device) inside ``root``, or None.
+
+    Reads each folder once; the entries' types come with the listing, so a large output
+    costs no system call per file.
+    """
+    folders = [root]
+    while folders:
+        with os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(Path(entry.path))
+                elif not entry.is_file(follow_symlinks=False):
+                    return Path(entry.path)
     return None
 
 
