@@ -5,7 +5,7 @@
 #
 #   bash benchmarks/reproduce.sh            # everything (about an hour on 2 cores, 30 GB of disk)
 #   bash benchmarks/reproduce.sh headline   # one section: headline before rss suite engine codecs chunks
-#                                           #   compensated dist cli accuracy adversarial
+#                                           #   compensated dist cli overview accuracy adversarial
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=benchmarks/out
@@ -83,6 +83,11 @@ cli() {
   run cli-recipes python benchmarks/bench_cli.py recipes --size '2**22' --repeat 3
 }
 
+overview() {  # what summaries cost on the headline, and a picture of it from them against one from the data
+  run overview python benchmarks/bench_overview.py --size '2**32' --dir /tmp/streamacc-overview --pairs 2 \
+    --png benchmarks/results/overview_2p32.png --json benchmarks/results/overview_2p32.json
+}
+
 accuracy() {  # deterministic: the same numbers on any machine with the same versions
   run accuracy python benchmarks/bench_accuracy.py
 }
@@ -92,8 +97,7 @@ adversarial() {  # kill chains, S3 pauses, stalls and data loss, tampering, sign
 }
 
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(headline before rss suite engine codecs chunks compensated dist cli accuracy \
-  adversarial)
+[ ${#sections[@]} -gt 0 ] || sections=(headline before rss suite engine codecs chunks compensated dist cli overview accuracy adversarial)
 for section in "${sections[@]}"; do
   "$section"
 done

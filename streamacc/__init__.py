@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._defaults import DEFAULT_BLOCK_SIZE, DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_SIZE
+from ._defaults import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_CODEC,
+    DEFAULT_INFLIGHT,
+    DEFAULT_SUMMARY_WINDOWS,
+    DEFAULT_WRITE_BLOCK_SIZE,
+)
 from ._errors import (
     CarryMismatchError,
     InputError,
@@ -30,13 +36,14 @@ from .store import CODECS
 
 if TYPE_CHECKING:
     from .engine import Block, iter_blocks, scan
-    from .run import VerifyReport, open, verify, write
+    from .run import VerifyReport, open, overview, verify, write
 
 __all__ = [
     "CODECS",
     "DEFAULT_BLOCK_SIZE",
     "DEFAULT_CODEC",
     "DEFAULT_INFLIGHT",
+    "DEFAULT_SUMMARY_WINDOWS",
     "DEFAULT_WRITE_BLOCK_SIZE",
     "Block",
     "CarryMismatchError",
@@ -55,11 +62,13 @@ __all__ = [
     "__version__",
     "iter_blocks",
     "open",
+    "overview",
     "scan",
     "verify",
     "write",
 ]
 
 __getattr__, __dir__ = lazy_exports(
-    __name__, {".engine": ["Block", "iter_blocks", "scan"], ".run": ["VerifyReport", "open", "verify", "write"]}
+    __name__,
+    {".engine": ["Block", "iter_blocks", "scan"], ".run": ["VerifyReport", "open", "overview", "verify", "write"]},
 )

@@ -20,3 +20,10 @@ enough that peak memory stays a few blocks."""
 DEFAULT_CODEC = "blosc-lz4"
 """Blosc LZ4 with byte shuffle compressed the geometric progression 3.4x and encoded
 faster than the disk writes; zarr's default (zstd level 0) was about 3x slower."""
+
+DEFAULT_SUMMARY_WINDOWS = (2**12, 2**16, 2**20)
+"""Steps per window of the summaries' levels (min, max, mean), finest first. A factor of 16
+between levels keeps a picture of any length within 16x of the windows it needs; the
+finest, 2**12, keeps the summaries of a float64 output under 1% of its compressed bytes
+(3 float64 and one int64 per 2**12 steps); the coarsest, 2**20, gives the 4096 windows
+of a 2**32-step output's picture from four chunks per statistic."""

@@ -27,7 +27,7 @@ __all__ = [
     "spell",
 ]
 
-_CLI_OPTIONS = {"length": "--size", "storage_options": "--storage-option"}
+_CLI_OPTIONS = {"length": "--size", "storage_options": "--storage-option", "summaries": "--summary-windows"}
 """Keyword arguments whose command-line option is not ``'--' + name.replace('_', '-')``."""
 
 _spelling = {"cli": False}

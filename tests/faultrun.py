@@ -3,10 +3,13 @@
     python tests/faultrun.py chunk N    write OUT ...   # the N-th chunk the zarr LocalStore writes fails
     python tests/faultrun.py manifest N write OUT ...   # the N-th manifest write fails half way through
     python tests/faultrun.py complete 0 write OUT ...   # SIGKILLed once the manifest says complete
+    python tests/faultrun.py pause N    write URL ...   # SIGSTOPs itself before its N-th lease check
 
 The first two raise ``OSError(ENOSPC, 'No space left on device')`` where a real full disk
 would; the process then exits with the command's own exit code. The third kills the
-process between the manifest's last save and the root metadata's refresh.
+process between the manifest's last save and the root metadata's refresh. The fourth
+stops the process (SIGSTOP, as a debugger, a frozen VM or a suspended laptop would) just
+before a write to an object store asks its lease whether it may write.
 """
 
 from __future__ import annotations
@@ -83,7 +86,28 @@ def kill_after_complete(_: int) -> None:
     Output._save = _save
 
 
+def pause_before_check(at: int) -> None:
+    """SIGSTOP this process just before its ``at``-th lease check (each write to the store makes one)."""
+    from streamacc.store._lease import Lease
+
+    real_check = Lease.check
+    count = itertools.count(1)
+
+    def check(self):
+        if next(count) == at:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return real_check(self)
+
+    Lease.check = check
+
+
 if __name__ == "__main__":
     kind, at, *argv = sys.argv[1:]
-    {"chunk": fail_chunk, "manifest": fail_manifest, "complete": kill_after_complete}[kind](int(at))
+    faults = {
+        "chunk": fail_chunk,
+        "manifest": fail_manifest,
+        "complete": kill_after_complete,
+        "pause": pause_before_check,
+    }
+    faults[kind](int(at))
     sys.exit(main(argv))

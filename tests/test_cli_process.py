@@ -78,6 +78,8 @@ def cli(*argv: str) -> str:
             {"numpy"},
             id="compensated-block-vs-unroll",
         ),
+        pytest.param(cli("plot", "--help"), set(), id="plot-help"),
+        pytest.param(cli("plot", "o.zarr", "--steps", "1"), set(), id="plot-bad-steps"),
     ],
 )
 def test_start_up_and_argument_errors_do_not_import_jax_or_zarr(tmp_path, code, allowed):
@@ -100,6 +102,24 @@ def test_the_check_sees_heavy_imports(tmp_path):
     # the same check notices JAX and Zarr once something needs them, so the test above can fail
     assert imported_by("from streamacc import write", tmp_path) == set(HEAVY)
     assert {"jax", "numpy"} <= imported_by("import streamacc; streamacc.scan", tmp_path)
+
+
+def test_matplotlib_only_for_a_picture_and_jax_never(tmp_path):
+    # `streamacc plot` reads summaries: it must not pay for JAX's import, and nothing else may pay for matplotlib's
+    out = tmp_path / "o.zarr"
+    assert python(cli("write", str(out), "--size", "100", "--no-progress")).returncode == 0
+    code = f"""
+        import json, sys
+        import streamacc
+        from streamacc.cli._main import main
+        main(["--help"])
+        before = "matplotlib" in sys.modules
+        main(["plot", {str(out)!r}])
+        print(json.dumps([before, "matplotlib" in sys.modules, "jax" in sys.modules]))
+        """
+    proc = python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == [False, True, False]
 
 
 def closed_pipe_run(*argv: str) -> subprocess.CompletedProcess:

@@ -69,7 +69,11 @@ def compressed(tmp_path):
 
 
 def test_chunks_are_checked_without_decoding_them(compressed, monkeypatch):
+    real = zarr.Array.__getitem__
+
     def no_decoding(self, selection):
+        if self.path.startswith("_streamacc/"):  # the window summaries, a few KiB, are compared decoded
+            return real(self, selection)
         raise AssertionError("a stored chunk was decoded")
 
     monkeypatch.setattr(zarr.Array, "__getitem__", no_decoding)

@@ -1,4 +1,4 @@
-"""The ``streamacc`` command line: write, info, verify, recipes.
+"""The ``streamacc`` command line: write, info, verify, plot, recipes.
 
 A thin shell over the library: it parses options (numbers through the safe arithmetic
 parser, never ``eval``), turns library errors into one line on stderr, and maps them to
@@ -49,7 +49,9 @@ from ._parser import (
     build_parser,
     check_no_overlap,
     recipe_params,
+    step_range,
     storage_options,
+    summary_windows,
 )
 
 __all__ = ["build_parser", "main", "storage_options"]
@@ -181,6 +183,7 @@ def _write(args: argparse.Namespace, write, job, block: int, attrs: dict, array_
         array_attrs=array_attrs,
         storage_options=options,
         client=client,
+        summaries=summary_windows(args),
     )
 
 
@@ -197,11 +200,21 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from ..run import verify_recipe_output
 
     report = verify_recipe_output(args.out, blocks=blocks, storage_options=storage_options(args.storage_option))
+    summaries = f"; {report.summary_windows} summary windows match" if report.summary_windows else ""
     _out(
         f"{args.out}: OK, {len(report.checked_blocks)} of {report.committed_blocks} committed blocks recomputed "
         f"bit for bit ({report.committed_steps} of {report.total_steps} steps committed"
-        f"{', complete' if report.complete else ', incomplete: resume with ' + spell('resume')})"
+        f"{', complete' if report.complete else ', incomplete: resume with ' + spell('resume')}){summaries}"
     )
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    steps = step_range(args.steps)
+    options = storage_options(args.storage_option)
+    from ._plot import plot_output
+
+    _out(plot_output(args.out, var=args.var, path=args.output, steps=steps, storage_options=options))
     return 0
 
 
@@ -219,7 +232,7 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"write": cmd_write, "info": cmd_info, "verify": cmd_verify, "recipes": cmd_recipes}
+COMMANDS = {"write": cmd_write, "info": cmd_info, "verify": cmd_verify, "plot": cmd_plot, "recipes": cmd_recipes}
 
 
 def _fail(message: str, code: int, debug: bool) -> int:

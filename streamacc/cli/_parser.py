@@ -20,7 +20,15 @@ from ..recipes import Recipe, option, refusal
 from ..store import CODECS
 from ._expr import parse_int, parse_number
 
-__all__ = ["UsageError", "build_parser", "check_no_overlap", "recipe_params", "storage_options"]
+__all__ = [
+    "UsageError",
+    "build_parser",
+    "check_no_overlap",
+    "recipe_params",
+    "step_range",
+    "storage_options",
+    "summary_windows",
+]
 
 
 class UsageError(Exception):
@@ -135,6 +143,15 @@ def _add_write(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--overwrite", action="store_true", help="replace an existing output")
     mode.add_argument("--resume", action="store_true", help="continue an interrupted run with the same settings")
     w.add_argument("--no-progress", action="store_true", help="no progress bar")
+    summaries = w.add_mutually_exclusive_group()
+    summaries.add_argument(
+        "--summary-windows",
+        default=None,
+        metavar="W1,W2,...",
+        help="steps per window of each level of summaries (min, max, mean per window, for `streamacc plot`), "
+        "finest first, each a multiple of the one before (default 2**12,2**16,2**20; finer for short runs)",
+    )
+    summaries.add_argument("--no-summaries", action="store_true", help="write no window summaries")
     where = w.add_mutually_exclusive_group()
     where.add_argument(
         "--workers",
@@ -175,8 +192,37 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("out", metavar="OUT")
     _add_storage(verify)
     verify.add_argument("--blocks", default="all", help="'all' (default) or N, the number of blocks to check")
+    plot = sub.add_parser("plot", help="draw an output (or a range of steps) from its summaries into a PNG")
+    _add_common(plot, top=False)
+    plot.add_argument("out", metavar="OUT")
+    _add_storage(plot)
+    plot.add_argument("--var", default=None, metavar="NAME", help="the output array to draw (default: the first)")
+    plot.add_argument("-o", "--output", default=None, metavar="FILE.png", help="where to write (default OUT-NAME.png)")
+    plot.add_argument("--steps", default=None, metavar="A:B", help="only steps A to B, e.g. 0:2**20 or 2**31:")
     _add_common(sub.add_parser("recipes", help="list recipes and their parameters"), top=False)
     return parser
+
+
+def summary_windows(args: argparse.Namespace) -> bool | list[int]:
+    """``--summary-windows``/``--no-summaries`` as ``write``'s ``summaries=``."""
+    if args.no_summaries:
+        return False
+    if args.summary_windows is None:
+        return True
+    return [parse_int(w, name="--summary-windows", minimum=1) for w in args.summary_windows.split(",")]
+
+
+def step_range(text: str | None) -> tuple[int | None, int | None] | None:
+    """``--steps A:B`` as a pair (either end may be left out); numbers accept arithmetic."""
+    if text is None:
+        return None
+    a, sep, b = text.partition(":")
+    if not sep:
+        raise InputError(f"--steps {text!r} is not A:B; pass e.g. --steps 0:2**20 (either end may be left out)")
+    ends = [None if not part.strip() else parse_int(part, name="--steps", minimum=0) for part in (a, b)]
+    if ends[0] is not None and ends[1] is not None and ends[0] >= ends[1]:
+        raise InputError(f"--steps {text!r} is empty; pass A:B with A < B")
+    return ends[0], ends[1]
 
 
 def recipe_params(args: argparse.Namespace, recipe: Recipe) -> dict[str, Any]:

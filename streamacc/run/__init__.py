@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         still_running as still_running,
     )
     from ._manifest import load_manifest as load_manifest
+    from ._overview import overview as overview
     from ._progress import si as si
     from ._reader import open as open
     from ._verify import VerifyReport as VerifyReport, verify as verify
@@ -40,6 +41,7 @@ _EXPORTS = {
     "._cluster": ["cluster_client"],
     "._interrupt": ["Terminated", "run_interruptibly", "still_running"],
     "._inspect": ["describe_output", "format_description", "verify_recipe_output"],
+    "._overview": ["overview"],
     "._progress": ["si"],
     "._reader": ["open"],
     "._manifest": ["load_manifest"],

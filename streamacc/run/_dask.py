@@ -47,6 +47,7 @@ from ._executor import write_block
 from ._interrupt import check_stop, on_own_thread
 from ._output import BlockResult, Output
 from ._pipeline import run_ordered
+from ._summaries import SummaryPlan
 
 __all__ = ["BLOCKS_PER_TASK", "BlockTask", "DaskExecutor", "SinkSpec", "run_block_task", "run_block_tasks"]
 
@@ -67,17 +68,16 @@ class SinkSpec:
     chunk: int
     fsync: bool
     run: str  # a token per run: a worker reuses an opened sink within a run only
-    lease: str | None  # the driver's lease token: a worker writes only while that lease holds
+    lease: str | None = None  # the driver's lease token: a worker writes only while that lease holds
+    summary: SummaryPlan | None = None  # how to cut each block's summary pieces
 
     @classmethod
     def of(cls, output: Output) -> SinkSpec:
         target = output.target
         options = json.dumps(getattr(target, "storage_options", None), sort_keys=True)
         names = tuple(output.spec.names)
-        lease = getattr(target, "lease_token", None)
-        return cls(
-            cls.location_of(target), options, names, output.spec.chunk, target.fsync, secrets.token_hex(8), lease
-        )
+        location, token, lease = cls.location_of(target), secrets.token_hex(8), getattr(target, "lease_token", None)
+        return cls(location, options, names, output.spec.chunk, target.fsync, token, lease, output.summary_plan)
 
     @staticmethod
     def location_of(target: Target) -> str:
@@ -137,7 +137,7 @@ def _results(plan: Plan, spec: SinkSpec, tasks: list[BlockTask]) -> list[BlockRe
 
     def write(item: tuple[BlockTask, Block]) -> BlockResult:
         task, block = item
-        return write_block(sink, names, task.index, block, task.carry_in, to_host(block.carry))
+        return write_block(sink, names, task.index, block, task.carry_in, to_host(block.carry), spec.summary)
 
     run_ordered(computed(), write, lambda item, result: results.append(result), depth=WRITE_AHEAD, workers=1)
     return results

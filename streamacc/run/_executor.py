@@ -22,6 +22,7 @@ from ..store import Target, ZarrSink
 from ._interrupt import check_stop, on_own_thread
 from ._output import BlockResult, Output
 from ._pipeline import run_ordered
+from ._summaries import SummaryPlan
 
 __all__ = ["Executor", "LocalExecutor", "write_block"]
 
@@ -36,15 +37,23 @@ class Executor(Protocol):
 
 
 def write_block(
-    sink: ZarrSink, names: list[str], index: int, block: Block, carry_in: list[HostLeaf], carry_out: list[HostLeaf]
+    sink: ZarrSink,
+    names: list[str],
+    index: int,
+    block: Block,
+    carry_in: list[HostLeaf],
+    carry_out: list[HostLeaf],
+    summary: SummaryPlan | None = None,
 ) -> BlockResult:
-    """Write one computed block durably, give its buffer back, and describe it for its commit."""
+    """Write one computed block durably, cut its summary pieces, give its buffer back, describe it for its commit."""
     check_stop()  # after Ctrl-C or SIGTERM no new block is written
     leaves = jax.tree_util.tree_leaves(block.ys)
     nbytes = sum(y.nbytes for y in leaves)
-    crcs, stored = sink.write(block.start, block.stop, dict(zip(names, leaves, strict=True)))
+    ys = dict(zip(names, leaves, strict=True))
+    crcs, stored = sink.write(block.start, block.stop, ys)
+    pieces = None if summary is None else summary.pieces(block.start, ys)
     block.release()  # durable: its buffer may take a later block
-    return BlockResult(index, block.start, block.stop, carry_in, carry_out, crcs, nbytes, stored)
+    return BlockResult(index, block.start, block.stop, carry_in, carry_out, crcs, nbytes, stored, pieces)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +93,9 @@ class LocalExecutor:
         blocks = on_own_thread(run_plan(plan, carry=carry, first_block=output.first_block, pool=pool))
 
         def work(item: _Item) -> BlockResult:
-            return write_block(output.sink, names, item.index, item.block, item.carry_in, item.carry_out)
+            return write_block(
+                output.sink, names, item.index, item.block, item.carry_in, item.carry_out, output.summary_plan
+            )
 
         def commit(item: _Item, result: BlockResult) -> None:
             output.commit(result)

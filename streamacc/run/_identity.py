@@ -54,7 +54,9 @@ def _input_contents(xs: Any) -> dict[str, list[str]]:
     return {"input": prints} if prints else {}
 
 
-def run_identity(plan: Plan, *, arrays: dict[str, Any], codec: str, chunk: int, attrs: dict) -> dict[str, Any]:
+def run_identity(
+    plan: Plan, *, arrays: dict[str, Any], codec: str, chunk: int, attrs: dict, summaries: list[int] | None = None
+) -> dict[str, Any]:
     """The JSON-ready identity of a write: function, inputs, layout, codec and versions."""
     return {
         **_input_contents(plan.xs),
@@ -70,5 +72,6 @@ def run_identity(plan: Plan, *, arrays: dict[str, Any], codec: str, chunk: int, 
         "reverse": plan.reverse,
         "codec": codec,
         "arrays": arrays,
+        "summaries": list(summaries or []),
         "versions": {"streamacc": __version__, "jax": jax.__version__, "backend": jax.default_backend()},
     }

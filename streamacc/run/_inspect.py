@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._errors import VerifyError
-from ..store import ZarrSink, open_target
+from ..store import SUMMARIES, ZarrSink, open_target
 from ._manifest import load_manifest
+from ._summaries import summarized_names
 from ._trust import check_structure
 
 if TYPE_CHECKING:
@@ -54,7 +55,19 @@ def describe_output(store: Any, *, storage_options: dict | None = None) -> dict[
         "total_steps": ident["length"],
         "complete": manifest.complete,
         "versions": ident["versions"],
+        "summaries": _summaries(target, ident, sum(stored_bytes.values())),
     }
+
+
+def _summaries(target: Any, ident: dict, data_bytes: int) -> dict[str, Any] | None:
+    """The summary levels, the outputs they cover and the bytes they take (None without summaries)."""
+    windows = ident.get("summaries") or []
+    names = summarized_names(ident["arrays"])
+    if not windows or not names:
+        return None
+    stored = sum(target.sizes(f"{SUMMARIES}/").values())
+    share = round(100 * stored / data_bytes, 3) if data_bytes else None
+    return {"windows": windows, "arrays": names, "stored_bytes": stored, "percent_of_data": share}
 
 
 def format_description(info: dict[str, Any]) -> str:
@@ -71,6 +84,15 @@ def format_description(info: dict[str, Any]) -> str:
             f"  {name}: shape {tuple(a['shape'])} {a['dtype']} chunks {tuple(a['chunks'])} codec {a['codec']} "
             f"stored {a['stored_bytes']} bytes (compression {ratio})"
         )
+    s = info.get("summaries")
+    if s:
+        share = "" if s["percent_of_data"] is None else f" ({s['percent_of_data']}% of the data)"
+        lines.append(
+            f"  summaries: min, max, mean of {', '.join(s['arrays'])} per {', '.join(map(str, s['windows']))} steps, "
+            f"stored {s['stored_bytes']} bytes{share}; see them with `streamacc plot` or streamacc.overview(path)"
+        )
+    else:
+        lines.append("  summaries: none")
     return "\n".join(lines)
 
 

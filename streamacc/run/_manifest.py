@@ -100,6 +100,7 @@ class Manifest:
     committed_steps: int = 0
     carry: list[dict] | None = None
     complete: bool = False
+    summaries: dict | None = None  # the summaries' tail: rows in no durable chunk yet, and the open window
 
     def to_json(self) -> bytes:
         doc = json.dumps({"format": FORMAT, **dataclasses.asdict(self)}, sort_keys=True)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import OutputExistsError, ResumeError, StoreError, spell
+from .._errors import OutputExistsError, ResumeError, StoreError, VerifyError, spell
 from ..engine import HostLeaf
 from ..store import BOOKKEEPING, LEASE_KEY, ArraySpec, Target, ZarrSink, describe_store_failure, progress_attrs
 from ._interrupt import check_stop
@@ -35,6 +35,7 @@ from ._manifest import (
     require_same_run,
 )
 from ._root import root_problem
+from ._summaries import Summaries, SummaryPlan
 
 __all__ = ["PUBLISH_SECONDS", "BlockResult", "Output", "OutputSpec", "open_output", "probe"]
 
@@ -73,6 +74,7 @@ class BlockResult:
     crc32c: dict[str, list[int]]
     nbytes: int
     stored: int
+    summary: dict | None = None  # each summarised output's pieces of the finest windows (see _summaries)
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -132,11 +134,14 @@ def probe(target: Target) -> str:
 class Output:
     """An output open for writing under its lock: where the run starts, and its in-order commits."""
 
-    def __init__(self, target: Target, spec: OutputSpec, manifest: Manifest, sink: ZarrSink) -> None:
+    def __init__(
+        self, target: Target, spec: OutputSpec, manifest: Manifest, sink: ZarrSink, summaries: Summaries | None = None
+    ) -> None:
         self.target = target
         self.spec = spec
         self.manifest = manifest
         self.sink = sink
+        self.summaries = summaries
         self.ledger = Ledger(target)
         self.on_commit: Callable[[BlockResult], None] | None = None
         self._published = 0.0
@@ -154,6 +159,11 @@ class Output:
     @property
     def complete(self) -> bool:
         return self.manifest.complete
+
+    @property
+    def summary_plan(self) -> SummaryPlan | None:
+        """What a block's writer needs to cut its summary pieces (None: the run writes no summaries)."""
+        return None if self.summaries is None else self.summaries.plan
 
     def _save(self, **changes: Any) -> None:
         """Durably save the manifest with ``changes``, then apply them in memory.
@@ -183,11 +193,15 @@ class Output:
         if [r.index for r in results] != list(range(first, first + len(results))):
             raise AssertionError(f"blocks {[r.index for r in results]} committed out of order after {first}")
         recs = [BlockRecord(r.index, r.start, r.stop, encode_leaves(r.carry_in), r.crc32c) for r in results]
+        changes = {}
+        if self.summaries is not None:
+            changes["summaries"] = self.summaries.commit(results)
         self.ledger.record(*recs)
         self._save(
             committed_blocks=first + len(results),
             committed_steps=self.manifest.committed_steps + sum(len(r) for r in results),
             carry=encode_leaves(results[-1].carry_out),
+            **changes,
         )
         self.publish()
         if self.on_commit is not None:
@@ -196,8 +210,16 @@ class Output:
 
     def finish(self) -> None:
         """Mark the run complete, in the manifest and then in the root attributes."""
-        self._save(complete=True)
+        if self.summaries is None:
+            self._save(complete=True)
+        else:
+            self._save(complete=True, summaries=self.summaries.finish())
         self.publish(force=True)
+
+    def close(self) -> None:
+        """Let background writes end (call before the writer lock is released, whatever happened)."""
+        if self.summaries is not None:
+            self.summaries.close()
 
     def _kept_steps(self) -> int | None:
         """Steps the store's manifest still commits for this run, read back; None when it cannot be read."""
@@ -244,10 +266,12 @@ def _create(target: Target, spec: OutputSpec, init: list[HostLeaf], ledger: Ledg
     sink = ZarrSink.create(
         target, spec.arrays, chunk=spec.chunk, codec=spec.codec, attrs=spec.attrs, array_attrs=spec.array_attrs
     )
+    dims = {name: sink.arrays[name].metadata.dimension_names for name in spec.arrays}
+    summaries = Summaries.create(target, spec.identity, spec.arrays, spec.codec, dims)
     target.make_durable([f"{name}/zarr.json" for name in spec.arrays])
     manifest.arrays = {name: doc for name, doc in sink.documents().items() if doc is not None}
     ledger.save(manifest)
-    output = Output(target, spec, manifest, sink)
+    output = Output(target, spec, manifest, sink, summaries)
     output.publish(force=True)
     return output
 
@@ -305,8 +329,14 @@ def open_output(
         log.info("removed %d temp file(s) left by an interrupted run", len(removed))
     if manifest.committed_blocks == 0:
         return _create(target, spec, init, ledger)  # killed before its first commit: the arrays may be half made
-    output = Output(target, spec, manifest, ZarrSink.open(target, spec.names, spec.chunk))
+    try:
+        summaries = Summaries.load(target, manifest.identity, manifest.summaries, manifest.committed_steps)
+    except VerifyError as exc:
+        raise ResumeError(f"cannot resume: {exc}") from None
+    output = Output(target, spec, manifest, ZarrSink.open(target, spec.names, spec.chunk), summaries)
     check_resumable(output)
+    if summaries is not None:
+        summaries.resume()
     problem = root_problem(target, manifest)
     if problem is not None:  # killed before the root caught up, or tampered with: it follows from the manifest
         log.info("rewrote the root metadata of %s, which %s", target.label, problem)

@@ -36,6 +36,7 @@ from ._interrupt import interruptible, on_own_thread
 from ._manifest import BlockRecord, Ledger, Manifest, decode_leaves, load_manifest
 from ._output import Output
 from ._pipeline import run_ordered
+from ._summaries import Summaries, SummaryCheck, SummaryPlan
 from ._trailers import trailer_problem
 from ._trust import arrays_problem, check_structure
 
@@ -52,6 +53,7 @@ class VerifyReport:
     committed_steps: int
     total_steps: int
     complete: bool
+    summary_windows: int = 0  # summary rows compared with the data or with the rows below them
 
 
 def select_blocks(committed: int, blocks: str | int) -> list[int]:
@@ -79,6 +81,8 @@ class Checker:
         self.plan = plan
         self.ledger = Ledger(target)
         self._sink = sink
+        self.summary: SummaryPlan | None = None  # cut each checked block's summary pieces, for ``seen``
+        self.seen: Callable[[int, dict], None] | None = None  # each checked block's pieces, in scan order
 
     def fail(self, what: str) -> VerifyError:
         return VerifyError(f"{self.target.label}: {what}; rewrite the output with {spell('overwrite', True)}")
@@ -165,8 +169,11 @@ class Checker:
                 yield _Recomputed(k, None, [], None, exc)
                 return
 
-    def _compare(self, item: _Recomputed) -> None:
-        """Judge one recomputed block against its stored chunks, checksums and the carry after it."""
+    def _compare(self, item: _Recomputed) -> dict | None:
+        """Judge one recomputed block against its stored chunks, checksums and the carry after it.
+
+        Returns the block's summary pieces (cut from the data now proven to be the stored data).
+        """
         if item.error is not None:
             raise item.error
         rec, block = item.rec, item.block
@@ -192,6 +199,7 @@ class Checker:
             if not same_leaves(to_host(block.carry), item.after):
                 what = "its final carry is not the carry recorded after it"
                 raise self.bad_block(item.index, rec.start, rec.stop, what)
+            return None if self.summary is None else self.summary.pieces(rec.start, ys)
         finally:
             block.release()
 
@@ -217,9 +225,13 @@ class Checker:
         pool = BlockPool(pool_size(depth))
         recomputed = on_own_thread(self._recomputed(chosen, pool))  # Ctrl-C need not wait for a block
         try:
-            run_ordered(recomputed, self._compare, lambda item, _: None, depth=depth, workers=depth)
+            run_ordered(recomputed, self._compare, self._judged, depth=depth, workers=depth)
         finally:
             recomputed.close()
+
+    def _judged(self, item: _Recomputed, pieces: dict | None) -> None:
+        if self.seen is not None and pieces is not None and item.rec is not None:
+            self.seen(item.rec.start, pieces)
 
     def block(self, k: int) -> None:
         """Check committed block ``k`` (in scan order) bit for bit."""
@@ -245,7 +257,14 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
     checker.structure_trusted()
     if len(chosen) < manifest.committed_blocks:  # the others at least have the chunks they committed
         checker.trailers_match(k for k in range(manifest.committed_blocks) if k not in set(chosen))
+    summaries = Summaries.load(target, manifest.identity, manifest.summaries, manifest.committed_steps)
+    check = None
+    if summaries is not None:
+        check = SummaryCheck(summaries, plan.length, len(chosen) == manifest.committed_blocks, checker.fail)
+        checker.summary, checker.seen = summaries.plan, check.block
     checker.blocks(chosen)
+    if check is not None:
+        check.finish()
     return VerifyReport(
         tuple(chosen),
         manifest.committed_blocks,
@@ -253,6 +272,7 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
         manifest.committed_steps,
         plan.length,
         manifest.complete,
+        0 if check is None else check.checked,
     )
 
 

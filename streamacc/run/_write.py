@@ -28,6 +28,7 @@ from ._identity import run_identity
 from ._interrupt import interruptible
 from ._output import OutputSpec, open_output
 from ._progress import Progress
+from ._summaries import check_windows
 from ._verify import check_resumable
 
 __all__ = ["output_names", "output_spec", "write"]
@@ -108,6 +109,7 @@ def output_spec(
     chunk_size: int | None = None,
     attrs: Mapping[str, Any] | None = None,
     array_attrs: Mapping[str, Mapping[str, Any]] | None = None,
+    summaries: bool | Sequence[int] | None = True,
 ) -> OutputSpec:
     """The output a run of ``plan`` must produce (arrays, layout, codec, attributes, identity), checked."""
     names = output_names(plan.y_struct, names)
@@ -120,7 +122,8 @@ def output_spec(
         for n, s in zip(names, jax.tree_util.tree_leaves(plan.y_struct), strict=True)
     }
     arrays = {n: [dt.str, list(shape)] for n, (shape, dt) in specs.items()}
-    identity = run_identity(plan, arrays=arrays, codec=codec, chunk=chunk, attrs=attrs)
+    windows = check_windows(summaries, plan.reverse)
+    identity = run_identity(plan, arrays=arrays, codec=codec, chunk=chunk, attrs=attrs, summaries=windows)
     return OutputSpec(identity, specs, chunk, codec, attrs, checked_array_attrs, plan.block_count)
 
 
@@ -156,6 +159,7 @@ def write(
     durable: bool = True,
     storage_options: dict | None = None,
     client: Any = None,
+    summaries: bool | Sequence[int] | None = True,
 ) -> Any:
     """Run ``lax.scan(f, init, xs, length)`` block by block into a Zarr group; return the final carry.
 
@@ -166,13 +170,19 @@ def write(
     ``resume`` (continue an interrupted run with identical settings; on a finished run it
     does nothing and warns). ``durable=False`` skips fsync and exists only to measure its
     cost. ``client`` (a ``distributed.Client``) runs the blocks on a dask cluster; the
-    bytes written are the same either way. Bad arguments raise before anything is written.
+    bytes written are the same either way. ``summaries`` (default True: windows of
+    ``DEFAULT_SUMMARY_WINDOWS`` steps; a list of window lengths; False for none) writes
+    each window's min, max and mean with the data, for :func:`streamacc.overview` and
+    ``streamacc plot``; a reverse scan writes none. Bad arguments raise before anything
+    is written.
     """
     plan = make_plan(f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse)
     check_length(plan.length)
     if overwrite and resume:
         raise InputError(f"{spell('overwrite', True)} and {spell('resume', True)} exclude each other; pass one")
-    spec = output_spec(plan, names=names, codec=codec, chunk_size=chunk_size, attrs=attrs, array_attrs=array_attrs)
+    spec = output_spec(
+        plan, names=names, codec=codec, chunk_size=chunk_size, attrs=attrs, array_attrs=array_attrs, summaries=summaries
+    )
     executor = _executor_for(client, as_count("inflight", inflight, minimum=1))
     target = open_target(store, storage_options=storage_options)
     target.fsync = durable
@@ -208,4 +218,6 @@ def write(
                 if not (is_store_failure(exc) or lost):
                     raise
                 raise output.failure(exc, plan.length) from exc
+            finally:
+                output.close()  # no summary chunk may be written once the lock is released
     return from_host(output.carry, plan.init)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ._fingerprint import fingerprint_of as fingerprint_of
     from ._sessions import close_store_sessions as close_store_sessions
     from ._storeerrors import describe_store_failure as describe_store_failure, is_store_failure as is_store_failure
+    from ._summarystore import SUMMARIES as SUMMARIES, SummaryStore as SummaryStore
     from ._target import (
         BOOKKEEPING as BOOKKEEPING,
         LEASE_KEY as LEASE_KEY,
@@ -48,6 +49,7 @@ _EXPORTS = {
     "._fingerprint": ["fingerprint_of"],
     "._sessions": ["close_store_sessions"],
     "._storeerrors": ["describe_store_failure", "is_store_failure"],
+    "._summarystore": ["SUMMARIES", "SummaryStore"],
     "._target": ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"],
     "._zarr": ["ArraySpec", "ZarrSink", "array_document", "netcdf_safe", "progress_attrs", "stored_crc32c"],
 }

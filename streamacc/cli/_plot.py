@@ -1,0 +1,162 @@
+"""``streamacc plot``: one picture of a whole output (or a range of steps), drawn from its summaries.
+
+A series is a min/max band per window with the mean as a line; a vector output is a heat
+map of the mean (step x state); an ensemble (a trailing dimension named ``path``) is a
+band per path, or a fan of the paths' means for many paths; a field (two or more
+trailing dimensions) is the band of its spatial min, max and mean. matplotlib (the
+``plot`` extra) is imported only here, and only when the command runs.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+
+from .._errors import InputError
+
+__all__ = ["default_path", "draw", "plot_output"]
+
+ENSEMBLE_DIMS = ("path", "member", "ensemble")
+BANDS_UP_TO = 8
+"""Ensembles of at most this many paths get a band each; larger ones a fan."""
+
+
+def default_path(out: str, name: str) -> str:
+    """``OUT-NAME.png`` beside a local output (``.zarr`` dropped); in the current folder for a URL."""
+    base = out.rstrip("/") or out
+    if "://" in base and not base.startswith("file://"):
+        base = base.rsplit("/", 1)[-1]
+    base = base.removeprefix("file://")
+    base = base[: -len(".zarr")] if base.endswith(".zarr") else base
+    return f"{base}-{name}.png"
+
+
+def _matplotlib() -> tuple[Any, Any]:
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise InputError("streamacc plot needs matplotlib: pip install 'streamacc[plot]'") from None
+    return Figure, FigureCanvasAgg
+
+
+def _label(da: Any) -> str:
+    name = da.name.rsplit("_", 1)[0]
+    units = da.attrs.get("units")
+    return f"{name} [{units}]" if units else str(name)
+
+
+def _title(ds: Any, name: str, long_name: str | None) -> str:
+    what = ds.attrs.get("recipe") or "output"
+    params = ds.attrs.get("params")
+    head = f"{what} {params}" if params else str(what)
+    total = int(ds.attrs["streamacc_total_steps"])
+    if not ds.attrs["streamacc_complete"]:
+        start, done = int(ds.attrs["streamacc_committed_start"]), int(ds.attrs["streamacc_committed_steps"])
+        head += f"\nunfinished: steps {start} to {start + done} of {total} committed"
+    if long_name:
+        head += "\n" + (long_name if len(long_name) <= 100 else long_name[:99] + "...")
+    return f"{head}\n{name}: {ds.sizes['step']} windows of {ds.attrs['window']} steps, {total} steps in all"
+
+
+def _series(ax: Any, steps: np.ndarray, low: Any, high: Any, mean: Any, label: str = "") -> None:
+    ax.fill_between(steps, low, high, step="post", alpha=0.35, linewidth=0, label=f"{label}min-max".strip())
+    ax.step(steps, mean, where="post", linewidth=0.8, label=f"{label}mean".strip())
+
+
+def _pad(values: np.ndarray) -> np.ndarray:
+    """``values`` with its last window repeated: a step plot needs one value per window edge."""
+    return np.concatenate([values, values[-1:]])
+
+
+def draw(ds: Any, var: str) -> Any:
+    """The figure of output ``var`` of an :func:`streamacc.overview` Dataset (needs matplotlib)."""
+    figure, canvas = _matplotlib()
+    # numpy from here on: indexing xarray objects would import dask (0.4 s) to look for dask arrays
+    meta = ds[f"{var}_mean"]
+    low, high, mean = (_pad(ds[f"{var}_{stat}"].values) for stat in ("min", "max", "mean"))
+    window = int(ds.attrs["window"])
+    steps = ds["step"].values
+    edges = np.append(steps, steps[-1] + window)
+    fig = figure(figsize=(10, 4.8), dpi=110, layout="constrained")
+    canvas(fig)
+    ax = fig.add_subplot()
+    trailing = meta.dims[1:]
+    if not trailing:
+        _series(ax, edges, low, high, mean)
+        _log_scale_if_wide(ax, low, high)
+    elif len(trailing) == 1 and trailing[0] in ENSEMBLE_DIMS:
+        _ensemble(ax, edges, low, high, mean, trailing[0])
+    elif len(trailing) == 1:
+        image = ax.pcolormesh(edges, np.arange(mean.shape[1] + 1), mean[:-1].T, shading="flat", rasterized=True)
+        fig.colorbar(image, ax=ax, label=f"mean {_label(meta)}")
+    else:
+        axes = tuple(range(1, mean.ndim))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a window whose values were all NaN
+            low, high, mean = np.nanmin(low, axis=axes), np.nanmax(high, axis=axes), np.nanmean(mean, axis=axes)
+        _series(ax, edges, low, high, mean, f"over {' x '.join(trailing)}: ")
+    ax.set_ylabel(trailing[0] if len(trailing) == 1 and trailing[0] not in ENSEMBLE_DIMS else _label(meta))
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="best", fontsize="small" if len(ax.get_legend_handles_labels()[0]) < 6 else "x-small", ncol=2)
+    ax.set_xlabel(f"step (windows of {window} steps)")
+    ax.set_xlim(edges[0], edges[-1])
+    ax.set_title(_title(ds, var, meta.attrs.get("long_name")), fontsize="medium")
+    return fig
+
+
+def plot_output(
+    out: str,
+    *,
+    var: str | None = None,
+    path: str | None = None,
+    steps: tuple[int | None, int | None] | None = None,
+    storage_options: dict | None = None,
+    points: int = 2048,
+) -> str:
+    """Draw output ``out`` (array ``var``, default the first) into ``path`` (default :func:`default_path`)."""
+    _matplotlib()  # before reading anything: without it, say how to install it
+    from ..run import overview
+
+    ds = overview(out, points=points, storage_options=storage_options, steps=steps)
+    names = [v[: -len("_mean")] for v in ds.data_vars if v.endswith("_mean")]
+    if var is None:
+        var = names[0]
+    if var not in names:
+        raise InputError(f"--var {var!r} is not an output of {out}; choose one of: {', '.join(names)}")
+    fig = draw(ds, var)
+    target = path or default_path(out, var)
+    try:
+        fig.savefig(target)
+    except OSError as exc:
+        why = exc.strerror or exc
+        raise InputError(f"cannot write the picture to {target} ({why}); pass another -o FILE.png") from None
+    return os.fspath(target)
+
+
+def _log_scale_if_wide(ax: Any, low: np.ndarray, high: np.ndarray) -> None:
+    """A logarithmic value axis for positive values spanning more than three decades (exponential growth)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        bottom, top = np.nanmin(low.astype(np.float64)), np.nanmax(high.astype(np.float64))
+    if bottom > 0 and top / bottom > 1e3:
+        ax.set_yscale("log")
+
+
+def _ensemble(ax: Any, edges: np.ndarray, low: np.ndarray, high: np.ndarray, mean: np.ndarray, dim: str) -> None:
+    paths = mean.shape[1]
+    if paths <= BANDS_UP_TO:
+        for p in range(paths):
+            _series(ax, edges, low[:, p], high[:, p], mean[:, p], f"{dim} {p}: ")
+        return
+    ax.fill_between(edges, np.nanmin(low, axis=1), np.nanmax(high, axis=1), step="post", color="0.85",
+                    label=f"min-max over all {paths} {dim}s")  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a window whose paths were all NaN
+        q = np.nanpercentile(mean, [5, 25, 50, 75, 95], axis=1)
+    ax.fill_between(edges, q[0], q[4], step="post", alpha=0.35, color="C0", linewidth=0, label="5-95% of means")
+    ax.fill_between(edges, q[1], q[3], step="post", alpha=0.5, color="C0", linewidth=0, label="25-75% of means")
+    ax.step(edges, q[2], where="post", color="C1", linewidth=0.8, label="median of means")

@@ -1,0 +1,202 @@
+"""Where an output's window summaries live: Zarr arrays under ``_streamacc/summaries/``.
+
+One group per level, ``_streamacc/summaries/w<window>``, holding for each summarised
+output ``x`` the arrays ``x_min``, ``x_max``, ``x_mean`` and ``x_count`` on dimension
+``window`` (then the output's trailing dimensions). Window ``i`` covers steps
+``[i * window, (i + 1) * window)``. Every level group carries consolidated metadata, so
+``xr.open_zarr(out, group="_streamacc/summaries/w1048576")`` reads it with one request;
+plain readers of the output itself never see it.
+
+Chunks are written once, whole (the last one of a level at the end of the array), by the
+same chunk writer as the data, so they are durable the same way. What is not yet in a
+durable chunk travels in the commit's *tail*, in the manifest (see :func:`encode_tail`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.codecs import Crc32cCodec
+
+from ._chunks import ChunkWriter
+from ._codecs import compressors_for
+from ._pyramid import Acc, Piece, Rows
+from ._target import BOOKKEEPING, Target
+
+__all__ = ["STATS", "SUMMARIES", "SummaryStore", "decode_tail", "encode_tail", "level_path"]
+
+SUMMARIES = f"{BOOKKEEPING}/summaries"
+STATS = ("min", "max", "mean", "count")
+
+
+def level_path(window: int) -> str:
+    """The group of the level whose windows hold ``window`` steps."""
+    return f"{SUMMARIES}/w{window}"
+
+
+def _stat_dtype(stat: str, dtype: np.dtype) -> np.dtype:
+    return {"mean": np.dtype(np.float64), "count": np.dtype(np.int64)}.get(stat, np.dtype(dtype))
+
+
+def _fill(dtype: np.dtype) -> object:
+    return np.nan if dtype.kind == "f" else False if dtype.kind == "b" else 0
+
+
+class SummaryStore:
+    """The summary arrays of one output: create them, write whole chunks, read rows back."""
+
+    def __init__(self, target: Target, windows: list[int]) -> None:
+        self.target = target
+        self.windows = list(windows)
+        self._arrays: dict[tuple[str, int, str], zarr.Array] = {}
+        self._writers: dict[tuple[str, int, str], ChunkWriter] = {}
+
+    @classmethod
+    def create(
+        cls,
+        target: Target,
+        specs: Mapping[str, tuple[tuple[int, ...], np.dtype]],
+        *,
+        windows: list[int],
+        chunks: Mapping[str, int],
+        codec: str,
+        dims: Mapping[str, list[str]],
+    ) -> SummaryStore:
+        """Create every level's group and arrays (for the outputs in ``specs``); returns the keys to make durable."""
+        compressors = [*compressors_for(codec), Crc32cCodec()]
+        zarr.open_group(
+            target.store,
+            path=SUMMARIES,
+            mode="a",
+            attributes={"description": "window summaries of the output's arrays (min, max, mean, count); "
+                        "read them with streamacc.overview(path)"},
+        )  # fmt: skip
+        store = cls(target, windows)
+        for window in windows:
+            group = zarr.open_group(target.store, path=level_path(window), mode="a", attributes={"window": window})
+            for name, (shape, dtype) in specs.items():
+                n = -(-shape[0] // window)
+                for stat in STATS:
+                    dt = _stat_dtype(stat, dtype)
+                    store._arrays[name, window, stat] = group.create_array(
+                        f"{name}_{stat}",
+                        shape=(n, *shape[1:]),
+                        chunks=(max(1, min(chunks[name], n)), *shape[1:]),
+                        dtype=dt,
+                        fill_value=_fill(dt),
+                        compressors=compressors,
+                        dimension_names=["window", *dims[name][1:]],
+                        attributes={"window": window, "statistic": stat, "of": name},
+                        config={"write_empty_chunks": True},
+                    )
+            store._consolidate(window)
+        return store
+
+    def _consolidate(self, window: int) -> None:
+        """List the level's arrays in its group's metadata, as zarr's consolidated metadata does (without its
+        warning), so that xarray opens the level with one read."""
+        path = level_path(window)
+        group = json.loads(self.target.read(f"{path}/zarr.json") or b"{}")
+        members = {
+            f"{name}_{stat}": json.loads(self.target.read(f"{path}/{name}_{stat}/zarr.json") or b"{}")
+            for (name, w, stat) in self._arrays
+            if w == window
+        }
+        group["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": members}
+        self.target.write(f"{path}/zarr.json", json.dumps(group, indent=1).encode())
+
+    def metadata_keys(self) -> list[str]:
+        keys = [f"{SUMMARIES}/zarr.json"]
+        for window in self.windows:
+            keys.append(f"{level_path(window)}/zarr.json")
+            keys += [f"{level_path(w)}/{name}_{stat}/zarr.json" for (name, w, stat) in self._arrays if w == window]
+        return keys
+
+    def array(self, name: str, window: int, stat: str) -> zarr.Array:
+        key = (name, window, stat)
+        if key not in self._arrays:
+            mode = "r" if self.target.read_only else "r+"
+            self._arrays[key] = zarr.open_array(
+                self.target.store, path=f"{level_path(window)}/{name}_{stat}", mode=mode,
+                config={"write_empty_chunks": True},
+            )  # fmt: skip
+        return self._arrays[key]
+
+    def write(self, name: str, window: int, first: int, rows: Rows) -> list[str]:
+        """Write whole chunks of windows ``[first, first + len(rows))``; the keys written."""
+        keys = []
+        for stat, values in rows.arrays().items():
+            key = (name, window, stat)
+            if key not in self._writers:
+                self._writers[key] = ChunkWriter(self.array(name, window, stat))
+            arr = self._arrays[key]
+            keys += [c.key for c in self._writers[key].write(first, np.ascontiguousarray(values, dtype=arr.dtype))]
+        return keys
+
+    def read(self, name: str, window: int, start: int, stop: int) -> Rows:
+        """Stored windows ``[start, stop)`` of output ``name`` at level ``window``."""
+        return Rows(*(self.array(name, window, stat)[start:stop] for stat in STATS))
+
+
+def _pack(arrays: dict[str, np.ndarray]) -> dict[str, list]:
+    """Arrays as JSON: dtype, shape and the exact bytes in base64 (no archive format: a commit pays for this)."""
+    return {
+        k: [v.dtype.str, list(v.shape), base64.b64encode(np.ascontiguousarray(v).tobytes()).decode()]
+        for k, v in arrays.items()
+    }
+
+
+def _unpack(doc: dict[str, list]) -> dict[str, np.ndarray]:
+    out = {}
+    for k, (dtype, shape, text) in doc.items():
+        dt = np.dtype(dtype)
+        if dt.hasobject:
+            raise ValueError("object arrays are not summaries")
+        out[k] = np.frombuffer(base64.b64decode(text, validate=True), dtype=dt).reshape(shape)
+    return out
+
+
+def encode_tail(state: Mapping[str, Any]) -> dict:
+    """A commit's tail, for the manifest: for each output, what no durable chunk holds yet.
+
+    ``state[name]`` is ``(levels, open)``: per level ``(emitted, durable, pending rows or
+    None)``, and the open finest window (a :class:`Piece`, or None). Only the finest
+    level's pending rows are recorded: every coarser row, complete or open, is a fold of
+    rows below it and is rebuilt from them.
+    """
+    doc: dict[str, Any] = {}
+    for name, (levels, piece) in state.items():
+        arrays: dict[str, np.ndarray] = {}
+        pending = levels[0][2]
+        if pending is not None:
+            arrays.update({f"0_{k}": v for k, v in pending.arrays().items()})
+        entry: dict[str, Any] = {"emitted": [lv[0] for lv in levels], "durable": [lv[1] for lv in levels]}
+        if piece is not None:
+            entry["open"] = [piece.window, piece.start, piece.stop]
+            fields = zip(("min", "max", "sum", "count"), piece.acc.fields(), strict=True)
+            arrays.update({f"open_{k}": v for k, v in fields})
+        entry["arrays"] = _pack(arrays)
+        doc[name] = entry
+    return doc
+
+
+def decode_tail(doc: Mapping[str, Any]) -> dict[str, tuple[list[tuple[int, int, Rows | None]], Piece | None]]:
+    """Inverse of :func:`encode_tail`; ValueError, KeyError or TypeError when ``doc`` is not a tail."""
+    out: dict[str, tuple[list[tuple[int, int, Rows | None]], Piece | None]] = {}
+    for name, entry in doc.items():
+        arrays = _unpack(entry["arrays"])
+        levels: list[tuple[int, int, Rows | None]] = []
+        for i, (emitted, durable) in enumerate(zip(entry["emitted"], entry["durable"], strict=True)):
+            pending = Rows(*(arrays[f"{i}_{k}"] for k in STATS)) if i == 0 and "0_min" in arrays else None
+            levels.append((int(emitted), int(durable), pending))
+        piece = None
+        if "open" in entry:
+            window, start, stop = (int(v) for v in entry["open"])
+            piece = Piece(window, start, stop, Acc(*(arrays[f"open_{k}"] for k in ("min", "max", "sum", "count"))))
+        out[name] = (levels, piece)
+    return out

@@ -1,0 +1,127 @@
+"""``streamacc plot``: a finished, an unfinished and a missing output, a vector output, an ensemble,
+a range of steps, and the one-line answers when matplotlib or the output is missing."""
+
+from __future__ import annotations
+
+import errno
+import sys
+
+import numpy as np
+import pytest
+import xarray as xr
+from _fault_helpers import fail_write_at
+
+import streamacc
+from streamacc import StoreError
+from streamacc.cli._main import main
+from streamacc.cli._plot import default_path, draw
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def run(*argv, capsys) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    out = tmp_path_factory.mktemp("plot") / "gp.zarr"
+    assert main(["write", str(out), "--size", "3000", "--block-size", "512", "--no-progress"]) == 0
+    return out
+
+
+def test_a_finished_output_beside_itself(finished, capsys):
+    code, out, err = run("plot", finished, capsys=capsys)
+    png = finished.parent / "gp-x.png"
+    assert code == 0 and err == "" and out.strip() == str(png)
+    assert png.read_bytes().startswith(PNG)
+    ds = streamacc.overview(finished, points=2048)
+    title = draw(ds, "x").axes[0].get_title()
+    assert title.startswith("gp {") and "ratio" in title and "unfinished" not in title
+    assert "x: 1 windows of 4096 steps, 3000 steps in all" in title
+
+
+def test_a_range_of_steps_and_another_file(finished, tmp_path, capsys):
+    target = tmp_path / "part.png"
+    code, out, _ = run("plot", finished, "--steps", "1000:2**11", "-o", target, capsys=capsys)
+    assert code == 0 and out.strip() == str(target) and target.read_bytes().startswith(PNG)
+    for bad, what in [("5", "is not A:B"), ("9:3", "is empty"), ("4000:", "hold no committed step")]:
+        code, _, err = run("plot", finished, "--steps", bad, "-o", target, capsys=capsys)
+        assert code == 2 and what in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_unfinished_output_says_so(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "cut.zarr"
+    with monkeypatch.context() as m:
+        fail_write_at(m, 1024, OSError(errno.EIO, "Input/output error"))
+        with pytest.raises(StoreError):
+            streamacc.write(str(out), lambda c, _: (c + 1.0, c), np.float64(0.0), length=3000, block_size=512,
+                            names=["x"], progress=False, summaries=[64, 256])  # fmt: skip
+    code, printed, _ = run("plot", out, capsys=capsys)
+    assert code == 0 and printed.strip() == str(tmp_path / "cut-x.png")
+    assert (tmp_path / "cut-x.png").read_bytes().startswith(PNG)
+    ds = streamacc.overview(out, points=2048)
+    assert ds.step.values[-1] == 1024 - 64 and ds.x_max.values[-1] == 1023.0
+    assert "unfinished: steps 0 to 1024 of 3000 committed" in draw(ds, "x").axes[0].get_title()
+
+
+def test_a_missing_output_or_array_is_one_line(tmp_path, finished, capsys):
+    code, out, err = run("plot", tmp_path / "nothing.zarr", capsys=capsys)
+    assert code == 2 and out == "" and err.startswith("streamacc: error:") and "does not exist" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "nothing-x.png").exists()
+    code, _, err = run("plot", finished, "--var", "y", capsys=capsys)
+    assert code == 2 and "--var 'y' is not an output" in err and "choose one of: x" in err
+
+
+def test_without_matplotlib_it_says_how_to_install_it(finished, monkeypatch, capsys):
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    code, out, err = run("plot", finished, "-o", finished.parent / "never.png", capsys=capsys)
+    assert code == 2 and out == ""
+    assert err.strip() == "streamacc: error: streamacc plot needs matplotlib: pip install 'streamacc[plot]'"
+    assert not (finished.parent / "never.png").exists()
+
+
+def test_a_vector_output_is_a_heat_map(tmp_path):
+    out = tmp_path / "vec.zarr"
+    streamacc.write(str(out), lambda c, _: (c + 1.0, c * np.arange(5.0)), np.float64(0.0), length=2000,
+                    block_size=300, names=["u"], progress=False, summaries=[16, 64])  # fmt: skip
+    fig = draw(streamacc.overview(out, points=100), "u")
+    meshes = [c for c in fig.axes[0].collections if type(c).__name__ == "QuadMesh"]
+    assert len(meshes) == 1 and meshes[0].get_array().shape == (5, 125)
+    assert fig.axes[0].get_ylabel() == "dim_1"
+
+
+@pytest.mark.parametrize("paths", [3, 50])
+def test_an_ensemble_is_a_band_per_path_or_a_fan(paths):
+    rng = np.random.default_rng(0)
+    walk = np.cumsum(rng.standard_normal((40, paths)), axis=0)
+    ds = xr.Dataset(
+        {f"w_{s}": (("step", "path"), walk + d) for s, d in (("min", -1.0), ("max", 1.0), ("mean", 0.0))},
+        coords={"step": np.arange(40) * 1024},
+        attrs={"window": 1024, "streamacc_complete": 1, "streamacc_total_steps": 40960.0, "recipe": "randomwalk"},
+    )
+    labels = draw(ds, "w").axes[0].get_legend_handles_labels()[1]
+    if paths <= 8:
+        assert labels == [f"path {p}: {what}" for p in range(paths) for what in ("min-max", "mean")]
+    else:
+        assert labels == ["min-max over all 50 paths", "5-95% of means", "25-75% of means", "median of means"]
+
+
+def test_default_path():
+    assert default_path("out.zarr", "x") == "out-x.png"
+    assert default_path("/data/run.zarr/", "y") == "/data/run-y.png"
+    assert default_path("s3://bucket/deep/gp.zarr", "x") == "gp-x.png"
+    assert default_path("file:///tmp/a", "x") == "/tmp/a-x.png"
+
+
+def test_summary_windows_from_the_command_line(tmp_path, capsys):
+    out = tmp_path / "w.zarr"
+    assert main(["write", str(out), "--size", "2000", "--summary-windows", "2**4,64", "--no-progress"]) == 0
+    assert streamacc.overview(out, points=100).attrs["windows"] == [16, 64]
+    code, _, err = run("write", tmp_path / "bad.zarr", "--size", "10", "--summary-windows", "8,12", capsys=capsys)
+    assert code == 2 and "--summary-windows must be increasing window lengths" in err and "got 8,12" in err
+    assert not (tmp_path / "bad.zarr").exists()

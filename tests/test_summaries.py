@@ -1,0 +1,262 @@
+"""Window summaries: every stored row against numpy over the same steps, at every level, for any
+block layout, dtype and state shape; interrupted and resumed runs; damage that verify must
+catch; ``streamacc.overview`` on finished, unfinished, data-less and S3 outputs."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from _fault_helpers import assert_same_output, fail_write_at, read_manifest, write_manifest
+
+import streamacc
+from streamacc import InputError, NoOutputError, ResumeError, StoreError, VerifyError
+from streamacc.run._inspect import describe_output, format_description
+
+LENGTH = 1000
+WINDOWS = [8, 32, 128]  # the last window of each level is short: 1000 is no multiple of any
+NAN = (np.arange(LENGTH) % 97 == 5) | ((np.arange(LENGTH) >= 200) & (np.arange(LENGTH) < 264))  # 200-263: all NaN
+XS = np.arange(LENGTH, dtype=np.float64)
+
+
+def step(c, i):
+    c = c * 0.999 + jnp.sin(i)
+    f = jnp.where(jnp.asarray(NAN)[i.astype(jnp.int32)], jnp.nan, c)
+    return c, {
+        "f": f,  # float64 with NaNs, and windows of nothing but NaN
+        "g": c.astype(jnp.float32),
+        "i": (i.astype(jnp.int32) * 7919) % 1000 - 500,
+        "b": jnp.sin(3.0 * i) > 0,
+        "v": jnp.stack([c, -2.0 * c, i]),  # a state with a trailing axis
+    }
+
+
+def data() -> dict[str, np.ndarray]:
+    """The outputs, from one in-memory ``lax.scan`` (the summaries' reference is numpy over these)."""
+    _, ys = jax.lax.scan(step, jnp.float64(0.0), jnp.asarray(XS))
+    return {k: np.asarray(v) for k, v in ys.items()}
+
+
+def write(out, **kw):
+    args = {"length": None, "block_size": 64, "progress": False, "summaries": WINDOWS, "durable": False, **kw}
+    return streamacc.write(str(out), step, np.float64(0.0), XS, **args)
+
+
+def interrupt(monkeypatch, out, at: int, **kw) -> None:
+    """``write(out, **kw)`` failing at the block that starts at step ``at``: steps before it stay committed."""
+    with monkeypatch.context() as m:
+        fail_write_at(m, at, OSError(errno.EIO, "Input/output error"))
+        with pytest.raises(StoreError):
+            write(out, **kw)
+
+
+def expected(values: np.ndarray, window: int) -> dict[str, np.ndarray]:
+    """min, max, mean and count of each window, by numpy over the same steps (NaNs skipped)."""
+    out = {k: [] for k in ("min", "max", "mean", "count")}
+    for start in range(0, len(values), window):
+        w = (
+            values[start : start + window].astype(np.float64)
+            if values.dtype == bool
+            else values[start : start + window]
+        )
+        ok = ~np.isnan(w) if w.dtype.kind == "f" else np.ones(w.shape, bool)
+        count = ok.sum(axis=0)
+        with pytest.warns(RuntimeWarning) if (count == 0).any() else contextlib.nullcontext():
+            out["min"].append(np.nanmin(w, axis=0) if w.dtype.kind == "f" else w.min(axis=0))
+            out["max"].append(np.nanmax(w, axis=0) if w.dtype.kind == "f" else w.max(axis=0))
+            out["mean"].append(np.nanmean(w.astype(np.float64), axis=0))
+        out["count"].append(count)
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def assert_rows(got: dict[str, np.ndarray], want: dict[str, np.ndarray], what: str) -> None:
+    for stat in ("min", "max", "count"):  # exact
+        np.testing.assert_array_equal(np.asarray(got[stat], dtype=np.float64), want[stat].astype(np.float64),
+                                      err_msg=f"{what} {stat}")  # fmt: skip
+    np.testing.assert_allclose(got["mean"], want["mean"], rtol=1e-12, atol=1e-12, err_msg=f"{what} mean")
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return data()
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory, reference):
+    """The same run cut into blocks longer than the windows, shorter than them, and of odd size."""
+    outs = {}
+    for block in (24, 64, 300):
+        out = tmp_path_factory.mktemp(f"b{block}") / "out.zarr"
+        write(out, block_size=block)
+        outs[block] = out
+    return outs
+
+
+@pytest.mark.parametrize("block", [24, 64, 300])
+def test_every_stored_row_matches_numpy(written, reference, block):
+    out = written[block]
+    for window in WINDOWS:
+        group = zarr.open_group(out / f"_streamacc/summaries/w{window}", mode="r")
+        for name, values in reference.items():
+            got = {stat: group[f"{name}_{stat}"][:] for stat in ("min", "max", "mean", "count")}
+            assert got["min"].dtype == values.dtype and got["mean"].dtype == np.float64
+            assert_rows(got, expected(values, window), f"{name} w{window} block {block}")
+    verify = streamacc.verify(out, step, np.float64(0.0), XS)
+    assert verify.summary_windows == sum(-(-LENGTH // w) for w in WINDOWS) * len(reference)
+
+
+def test_overview_reads_each_level_with_the_output_dims(written, reference):
+    out = written[64]
+    for points, window in [(1, 128), (8, 128), (9, 32), (32, 32), (33, 8), (10**6, 8)]:
+        ds = streamacc.overview(out, points=points)
+        assert ds.attrs["window"] == window and ds.attrs["streamacc_complete"] == 1
+        np.testing.assert_array_equal(ds.step.values, np.arange(0, LENGTH, window))
+        for name, values in reference.items():
+            got = {stat: ds[f"{name}_{stat}"].values for stat in ("min", "max", "mean")}
+            want = expected(values, window)
+            got["count"] = want["count"]
+            assert_rows(got, want, f"overview {name} w{window}")
+    assert ds["v_mean"].dims == ("step", "dim_1") and ds["v_mean"].shape == (-(-LENGTH // 8), 3)
+    part = streamacc.overview(out, points=10, steps=(300, 700))
+    assert part.attrs["window"] == 32 and part.step.values[0] == 288 and part.step.values[-1] == 672
+
+
+def test_summaries_are_invisible_to_plain_readers_and_listed_by_info(written):
+    out = written[64]
+    assert sorted(xr.open_zarr(out).data_vars) == list("bfgiv")
+    assert sorted(streamacc.open(out).data_vars) == list("bfgiv")
+    level = xr.open_zarr(out / "_streamacc/summaries/w32")  # readable with xarray on their own
+    assert level.f_max.sizes["window"] == 32 and level.v_mean.dims == ("window", "dim_1")
+    info = describe_output(out)
+    assert info["summaries"]["windows"] == WINDOWS and info["summaries"]["arrays"] == list("bfgiv")
+    assert "summaries: min, max, mean of b, f, g, i, v per 8, 32, 128 steps" in format_description(info)
+
+
+def test_overview_needs_only_the_summaries(tmp_path, written):
+    out = tmp_path / "out.zarr"
+    shutil.copytree(written[64], out)
+    before = streamacc.overview(written[64], points=10)
+    for name in "fgibv":
+        shutil.rmtree(out / name / "c")
+    xr.testing.assert_identical(streamacc.overview(out, points=10), before)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref") / "out.zarr"
+    write(out, block_size=100)
+    return out
+
+
+@pytest.mark.parametrize("k", [1, 4, 9])
+def test_an_interrupted_run_shows_exactly_its_committed_steps_and_resumes_identically(
+    tmp_path, uninterrupted, reference, monkeypatch, k
+):
+    out = tmp_path / "out.zarr"
+    interrupt(monkeypatch, out, k * 100, block_size=100)
+    committed = k * 100
+    ds = streamacc.overview(out, points=10**6)
+    assert ds.attrs["streamacc_complete"] == 0 and ds.attrs["streamacc_committed_steps"] == committed
+    assert ds.step.values[-1] < committed <= ds.step.values[-1] + 8
+    for name, values in reference.items():
+        want = expected(values[:committed], 8)
+        got = {stat: ds[f"{name}_{stat}"].values for stat in ("min", "max", "mean")}
+        assert_rows({**got, "count": want["count"]}, want, f"interrupted {name}")
+    coarse = streamacc.overview(out, points=1)  # the open coarse window covers the committed steps too
+    want = expected(reference["f"][:committed], 128)
+    assert_rows({s: coarse[f"f_{s}"].values for s in ("min", "max", "mean")} | {"count": want["count"]}, want, "coarse")
+    streamacc.verify(out, step, np.float64(0.0), XS)
+    write(out, block_size=100, resume=True)
+    assert_same_output(out, uninterrupted)
+
+
+def test_damaged_summaries_are_caught_by_verify(tmp_path, written):
+    def copy(name):
+        out = tmp_path / name
+        shutil.copytree(written[64], out)
+        return out
+
+    finest = copy("finest.zarr")
+    arr = zarr.open_array(finest / "_streamacc/summaries/w8/f_max", mode="r+")
+    arr[40] = arr[40] + 1e-9  # a valid chunk, one value off
+    coarse = copy("coarse.zarr")
+    arr = zarr.open_array(coarse / "_streamacc/summaries/w128/v_mean", mode="r+")
+    arr[3, 1] = 0.0
+    for out in (finest, coarse):
+        for blocks in ("all", 3):
+            with pytest.raises(VerifyError, match=r"the summaries of '[fv]'.*do not match"):
+                streamacc.verify(out, step, np.float64(0.0), XS, blocks=blocks)
+    flipped = copy("flipped.zarr")
+    chunk = flipped / "_streamacc/summaries/w32/i_min/c/0"
+    raw = bytearray(chunk.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(raw))
+    with pytest.raises(VerifyError, match="the summaries of 'i' cannot be read"):
+        streamacc.verify(flipped, step, np.float64(0.0), XS)
+
+
+def test_a_damaged_or_foreign_tail_is_refused(tmp_path, monkeypatch):
+    out = tmp_path / "out.zarr"
+    interrupt(monkeypatch, out, 500, block_size=100)
+    manifest = read_manifest(out)
+    good = manifest["summaries"]
+    assert sorted(good) == list("bfgiv") and good["f"]["open"] == [62, 496, 500]  # steps 496-499 of window 62
+    manifest["summaries"] = {**good, "f": {**good["f"], "arrays": "not base64!"}}
+    write_manifest(out, manifest)
+    for action in (lambda: streamacc.verify(out, step, np.float64(0.0), XS), lambda: streamacc.overview(out)):
+        with pytest.raises(VerifyError, match=r"summaries of .* are damaged \(the tail its manifest records"):
+            action()
+    with pytest.raises(ResumeError, match=r"cannot resume: the summaries of .* are damaged"):
+        write(out, block_size=100, resume=True)
+    manifest.update(summaries=good, committed_blocks=4, committed_steps=400)  # the tail covers 500 steps
+    write_manifest(out, manifest)
+    with pytest.raises(VerifyError, match="they cover 500 steps of 'b', the manifest commits 400"):
+        streamacc.overview(out)
+
+
+def test_no_summaries_reverse_and_bad_windows(tmp_path):
+    off = tmp_path / "off.zarr"
+    write(off, summaries=False)
+    assert not (off / "_streamacc" / "summaries").exists()
+    assert "summaries: none" in format_description(describe_output(off))
+    with pytest.raises(NoOutputError, match=r"has no summaries .*summaries=False"):
+        streamacc.overview(off)
+    rev = tmp_path / "rev.zarr"
+    write(rev, reverse=True, summaries=True)
+    assert not (rev / "_streamacc" / "summaries").exists()
+    with pytest.raises(NoOutputError, match="a reverse scan"):
+        streamacc.overview(rev)
+    for bad in ([8, 12], [0, 8], [16, 8], "8", [8.0], 3):
+        with pytest.raises(InputError, match="summaries"):
+            write(tmp_path / "bad.zarr", summaries=bad)
+    assert not (tmp_path / "bad.zarr").exists()
+    with pytest.raises(InputError, match="points"):
+        streamacc.overview(off, points=0)
+
+
+@pytest.mark.slow
+def test_overview_on_object_storage_while_unfinished(s3_bucket, monkeypatch, reference):
+    url, options = s3_bucket.url("out.zarr"), s3_bucket.storage_options
+    interrupt(monkeypatch, url, 600, block_size=200, storage_options=options, summaries=[32, 128])
+    ds = streamacc.overview(url, points=18, storage_options=options)
+    assert ds.attrs["window"] == 32 and ds.attrs["streamacc_committed_steps"] == 600
+    want = expected(reference["v"][:600], 32)
+    assert_rows({s: ds[f"v_{s}"].values for s in ("min", "max", "mean")} | {"count": want["count"]}, want, "s3")
+    write(url, block_size=200, storage_options=options, summaries=[32, 128], resume=True)
+    assert streamacc.verify(url, step, np.float64(0.0), XS, storage_options=options).summary_windows > 0
+
+
+def test_a_finished_run_keeps_no_tail(written):
+    for block, out in written.items():
+        tail = read_manifest(out)["summaries"]
+        for entry in tail.values():
+            assert entry["emitted"] == entry["durable"] == [-(-LENGTH // w) for w in WINDOWS] and "open" not in entry
+        assert len(json.dumps(tail)) < 2048, block
