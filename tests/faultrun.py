@@ -87,7 +87,15 @@ def kill_after_complete(_: int) -> None:
 
 
 def pause_before_check(at: int) -> None:
-    """SIGSTOP this process just before its ``at``-th lease check (each write to the store makes one)."""
+    """SIGSTOP this process just before its ``at``-th lease check (each write to the store makes one).
+
+    The store's writes are made one at a time here, so that when the process stops no other
+    request is between its own check and its sending: a frozen process may land such a
+    request late (the documented exception), which would make the outcome depend on timing.
+    """
+    import asyncio
+
+    from streamacc.store._fence import FencedStore
     from streamacc.store._lease import Lease
 
     real_check = Lease.check
@@ -99,6 +107,18 @@ def pause_before_check(at: int) -> None:
         return real_check(self)
 
     Lease.check = check
+    locks: dict[object, asyncio.Lock] = {}  # one per event loop (zarr's runs every store call)
+
+    def one_at_a_time(method):
+        async def serialized(self, *args):
+            lock = locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+            async with lock:
+                return await method(self, *args)
+
+        return serialized
+
+    for name in ("set", "set_if_not_exists", "_set_many", "delete", "delete_dir", "clear"):
+        setattr(FencedStore, name, one_at_a_time(getattr(FencedStore, name)))
 
 
 if __name__ == "__main__":

@@ -65,8 +65,8 @@ def test_a_writer_paused_past_its_lease_writes_nothing_after_another_took_over(s
     """Writer A stops itself (SIGSTOP) just before a write asks its lease (its 120th write: blocks in)."""
     monkeypatch.setenv("STREAMACC_LEASE_SECONDS", TTL)
     url = s3_bucket.url("out.zarr")
-    a = subprocess.Popen(faultrun_command("pause", 120, "write", url, *BIG, *s3_args(s3_bucket)), stderr=subprocess.PIPE,
-                         text=True)  # fmt: skip
+    command = faultrun_command("pause", 120, "write", url, *BIG, *s3_args(s3_bucket))
+    a = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 120
         while not stopped(a):
