@@ -62,11 +62,11 @@ def cpu_seconds(pid: int) -> float:
 
 
 def computing(proc: subprocess.Popen, out: Path) -> None:
-    """Return once ``proc`` has started its run and then spent 1.5 s of CPU: it is inside XLA by then
+    """Return once ``proc`` has started its run and then spent 1 s of CPU: it is inside XLA by then
     (compiling this block takes a fraction of that)."""
     wait_for(lambda: committed(out) == 0, proc, "the run started")
     begun = cpu_seconds(proc.pid)
-    wait_for(lambda: cpu_seconds(proc.pid) > begun + 1.5, proc, "1.5 s of computing")
+    wait_for(lambda: cpu_seconds(proc.pid) > begun + 1.0, proc, "1 s of computing")
 
 
 def stop(proc: subprocess.Popen, signum: int) -> tuple[str, str]:
