@@ -5,7 +5,7 @@
 #
 #   bash benchmarks/reproduce.sh            # everything (about an hour on 2 cores, 30 GB of disk)
 #   bash benchmarks/reproduce.sh headline   # one section: headline before rss suite engine codecs chunks
-#                                           #   compensated dist cli overview simulations accuracy limits verify
+#                                           #   compensated dist cli overview simulations accuracy limits verify adversarial
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=benchmarks/out
@@ -112,9 +112,13 @@ verify() {  # verify of a whole output against its write, each 3 times (2**31: 2
     --json $OUT/verify_2p31.json
 }
 
+adversarial() {  # kill chains, S3 pauses, stalls and data loss, tampering, signals, deletions: counts
+  run adversarial /usr/bin/time -v python benchmarks/adversarial.py --trials 10 --json benchmarks/results/adversarial.json
+}
+
 sections=("$@")
 [ ${#sections[@]} -gt 0 ] || sections=(headline before rss suite engine codecs chunks compensated dist cli overview simulations
-  accuracy limits verify)
+  accuracy limits verify adversarial)
 for section in "${sections[@]}"; do
   "$section"
 done

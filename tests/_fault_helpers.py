@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import zarr
 
+FAULTRUN = Path(__file__).with_name("faultrun.py")
 TEMP_SUFFIXES = (".partial", ".streamacc-tmp")
 MANIFEST = "_streamacc/zarr.json"
 RECORDS = "_streamacc/records_000000/zarr.json"
@@ -58,6 +59,14 @@ def write_manifest(out: Path, manifest: dict) -> None:
     path = Path(out) / MANIFEST
     doc = json.loads(path.read_bytes())
     doc["attributes"]["streamacc_manifest"] = json.dumps(manifest)
+    path.write_text(json.dumps(doc))
+
+
+def root_says(out: Path, committed: int, start: int = 0) -> None:
+    """Set the root's progress attributes as an unfinished writer's last refresh left them (to fake a kill)."""
+    path = Path(out) / "zarr.json"
+    doc = json.loads(path.read_bytes())
+    doc["attributes"].update(streamacc_complete=0, streamacc_committed_steps=committed, streamacc_committed_start=start)
     path.write_text(json.dumps(doc))
 
 
@@ -130,6 +139,13 @@ def start_writer(out: Path, args: list[str], *, resume: bool) -> subprocess.Pope
     flags = ["--resume"] if resume else []
     return subprocess.Popen(
         cli("write", out, *args, "--no-progress", *flags), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+
+
+def faultrun_process(kind: str, at: int, *args: str) -> subprocess.CompletedProcess:
+    """Run ``streamacc *args`` in a fresh process under fault ``kind`` (see ``faultrun.py``): for faults that kill."""
+    return subprocess.run(
+        [sys.executable, str(FAULTRUN), kind, str(at), *map(str, args)], capture_output=True, text=True, timeout=120
     )
 
 

@@ -2,9 +2,14 @@
 
     python tests/faultrun.py chunk N    write OUT ...   # the N-th chunk the zarr LocalStore writes fails
     python tests/faultrun.py manifest N write OUT ...   # the N-th manifest write fails half way through
+    python tests/faultrun.py complete 0 write OUT ...   # SIGKILLed once the manifest says complete
+    python tests/faultrun.py pause N    write URL ...   # SIGSTOPs itself before its N-th lease check
 
-Either fault raises ``OSError(ENOSPC, 'No space left on device')`` where a real full disk
-would; the process then exits with the command's own exit code. Tests use
+The first two raise ``OSError(ENOSPC, 'No space left on device')`` where a real full disk
+would; the process then exits with the command's own exit code. The third kills the
+process between the manifest's last save and the root metadata's refresh. The fourth
+stops the process (SIGSTOP, as a debugger, a frozen VM or a suspended laptop would) just
+before a write to an object store asks its lease whether it may write. Tests use
 :func:`full_disk` in-process, which undoes the fault afterwards.
 """
 
@@ -14,6 +19,7 @@ import contextlib
 import errno
 import itertools
 import os
+import signal
 import sys
 from collections.abc import Iterator
 
@@ -80,7 +86,59 @@ def full_disk(kind: str, at: int) -> Iterator[None]:
         LocalStore.set, streamacc.store._target.atomic_write = saved
 
 
+def kill_after_complete(_: int) -> None:
+    """SIGKILL this process right after the manifest is saved complete, before the root metadata follows."""
+    from streamacc.run._output import Output
+
+    real_save = Output._save
+
+    def _save(self, **changes):
+        real_save(self, **changes)
+        if changes.get("complete"):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    Output._save = _save
+
+
+def pause_before_check(at: int) -> None:
+    """SIGSTOP this process just before its ``at``-th lease check (each write to the store makes one).
+
+    The store's writes are made one at a time here, so that when the process stops no other
+    request is between its own check and its sending: a frozen process may land such a
+    request late (the documented exception), which would make the outcome depend on timing.
+    """
+    import asyncio
+
+    from streamacc.store._fence import FencedStore
+    from streamacc.store._lease import Lease
+
+    real_check = Lease.check
+    count = itertools.count(1)
+
+    def check(self):
+        if next(count) == at:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return real_check(self)
+
+    Lease.check = check
+    locks: dict[object, asyncio.Lock] = {}  # one per event loop (zarr's runs every store call)
+
+    def one_at_a_time(method):
+        async def serialized(self, *args):
+            lock = locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+            async with lock:
+                return await method(self, *args)
+
+        return serialized
+
+    for name in ("set", "set_if_not_exists", "_set_many", "delete", "delete_dir", "clear"):
+        setattr(FencedStore, name, one_at_a_time(getattr(FencedStore, name)))
+
+
 if __name__ == "__main__":
     kind, at, *argv = sys.argv[1:]
-    with full_disk(kind, int(at)):
-        sys.exit(main(argv))
+    if kind in ("chunk", "manifest"):
+        with full_disk(kind, int(at)):
+            sys.exit(main(argv))
+    {"complete": kill_after_complete, "pause": pause_before_check}[kind](int(at))
+    sys.exit(main(argv))

@@ -14,7 +14,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from _fault_helpers import RECORDS, node_attribute, read_manifest, write_manifest
+from _fault_helpers import RECORDS, node_attribute, read_manifest, root_says, write_manifest
 
 import streamacc
 from streamacc.cli._main import main, summary
@@ -264,6 +263,7 @@ def test_info_verify_and_resume_of_an_interrupted_output(tmp_path, capsys):
     records = node_attribute(out / RECORDS, "streamacc_records")
     manifest.update(committed_blocks=8, committed_steps=512, carry=records[8]["carry_in"], complete=False)
     write_manifest(out, manifest)
+    root_says(out, 512)
     for k in range(8, 16):
         (out / "x" / "c" / str(k)).unlink()
     assert np.isnan(zarr.open_group(out)["x"][512:]).all()
@@ -450,9 +450,10 @@ def test_console_script_info_and_version(tmp_path, gp_out):
     assert "1000 of 1000 steps committed" in proc.stdout and "recipe: gp" in proc.stdout
 
 
-def test_storage_options_reach_write_info_and_verify(capsys):
-    url = f"memory://streamacc-cli/{os.getpid()}-{time.monotonic_ns()}/out.zarr"
-    option = ["--storage-option", "skip_instance_cache=false"]  # JSON false: the boolean reaches fsspec
+def test_storage_options_reach_write_info_and_verify(capsys, s3_bucket):
+    url = s3_bucket.url()
+    option = ["--storage-option", f"endpoint_url={s3_bucket.server.endpoint}"]
+    option += ["--storage-option", "skip_instance_cache=false"]  # JSON false: the boolean reaches fsspec
     assert run_cli("write", url, "--size", "300", "--block-size", "64", *QUIET, *option) == 0
     assert f"{url}: wrote 300 steps" in capsys.readouterr().out
     assert run_cli("info", url, *option) == 0

@@ -30,6 +30,7 @@ from _fault_helpers import (
     committed,
     node_attribute,
     read_manifest,
+    root_says,
     store_files,
     write_manifest,
 )
@@ -82,6 +83,7 @@ def interrupted(tmp_path, ref) -> Path:
     records = node_attribute(out / RECORDS, "streamacc_records")
     manifest.update(committed_blocks=3, committed_steps=3 * 512, carry=records[3]["carry_in"], complete=False)
     write_manifest(out, manifest)
+    root_says(out, 3 * 512)
     for k in range(3, 10):
         (out / "x" / "c" / str(k)).unlink()
     return out

@@ -275,3 +275,7 @@ def test_lease_seconds_comes_from_the_environment(monkeypatch):
         monkeypatch.setenv(LEASE_ENV, bad)
         with pytest.raises(InputError, match=f"{LEASE_ENV}='{bad}' is not a positive number of seconds"):
             lease_seconds()
+    for short in ("0.01", "0.99"):  # a writer would lose such a lease before it could renew it over a network
+        monkeypatch.setenv(LEASE_ENV, short)
+        with pytest.raises(InputError, match=f"{LEASE_ENV}='{short}' is shorter than 1 s, too short to renew"):
+            lease_seconds()

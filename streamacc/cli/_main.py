@@ -20,7 +20,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 import time
 import traceback
 import warnings
@@ -39,7 +38,7 @@ from .._errors import (
 )
 from ..engine import check_grouping, check_length
 from ..recipes import option
-from ..run import si
+from ..run import Terminated, run_interruptibly, si, still_running
 from ..store import CODECS
 from ._expr import parse_int
 from ._parser import (
@@ -62,11 +61,17 @@ USAGE_ERRORS = (InputError, NoOutputError, OutputExistsError, ResumeError)
 
 
 def _out(text: str) -> None:
-    """Print ``text`` on stdout now, so that a closed pipe is noticed here and not at exit."""
+    """Print ``text`` on stdout now, so that a closed pipe or a full device is noticed here and not at exit."""
     try:
         print(text, flush=True)
     except BrokenPipeError:
         raise _StdoutClosed from None
+    except OSError as exc:
+        raise _StdoutFailed(exc.strerror or str(exc)) from None
+
+
+class _StdoutFailed(Exception):
+    """stdout failed (a full device): the command did its work, only its report is lost."""
 
 
 def _drop_stdout() -> None:
@@ -127,6 +132,11 @@ def cmd_write(args: argparse.Namespace) -> int:
 
     recipe = get_recipe(args.recipe)
     options = storage_options(args.storage_option)
+    if args.out.startswith("memory://"):
+        raise InputError(
+            f"OUT {args.out!r} is a store in this process's memory, which ends with the command, so nothing "
+            "would be kept; write to a path or an object-store URL such as s3://bucket/out.zarr"
+        )
     size = None if args.size is None else parse_int(args.size, name=spell("length"), minimum=1)
     if size is not None:
         check_length(size)
@@ -254,27 +264,6 @@ def _fail(message: str, code: int, debug: bool) -> int:
     return code
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM arrived (``kill``, systemd, a batch scheduler, a container runtime): stop as for Ctrl-C."""
-
-
-def _terminate(signum: int, frame: object) -> None:
-    raise Terminated
-
-
-@contextlib.contextmanager
-def _sigterm_stops() -> Iterator[None]:
-    """Within this block SIGTERM interrupts like Ctrl-C (only the main thread can install a handler)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    before = signal.signal(signal.SIGTERM, _terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, before)
-
-
 def _not_ours(record: logging.LogRecord) -> bool:
     return record.name != "streamacc" and not record.name.startswith("streamacc.")
 
@@ -309,10 +298,39 @@ def _logging(debug: bool) -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``streamacc`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
+    """Run the ``streamacc`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit code.
+
+    The command runs on a thread of its own while this thread waits for it and takes
+    Ctrl-C and SIGTERM, so that either ends the command within seconds even while XLA
+    computes a long block. Called without ``argv`` (as the program itself), a command
+    still computing when its exit code is known is left behind: the process exits at once.
+    """
+    own_process = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
-    with cli_spelling(), _sigterm_stops():
-        return _main(argv)
+    with cli_spelling():
+        try:
+            return run_interruptibly(_main, argv, signals=(signal.SIGINT, signal.SIGTERM), scopes=False)
+        except KeyboardInterrupt as exc:
+            code = _interrupted(exc, argv, debug=False)
+    if own_process and still_running():
+        _exit_now(code)  # XLA cannot be interrupted: what it computes would be discarded anyway
+    return code
+
+
+def _interrupted(exc: BaseException, argv: list[str], *, debug: bool) -> int:
+    """The one line and the exit code of a command ended by Ctrl-C (130) or SIGTERM (143)."""
+    what, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    if command == "write":
+        what += "; committed blocks are safe: rerun with --resume to continue"
+    return _fail(what, code, debug)
+
+
+def _exit_now(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _main(argv: list[str]) -> int:
@@ -327,15 +345,16 @@ def _main(argv: list[str]) -> int:
     except _StdoutClosed:
         _drop_stdout()
         return 141  # what a shell reports for a tool killed by SIGPIPE, as `seq 1 1000000 | head -1` is
+    except _StdoutFailed as exc:
+        _drop_stdout()
+        return _fail(f"the command completed, but its report could not be written to stdout ({exc})", 1, debug)
     except UsageError as exc:
         return _fail(str(exc), 2, False)  # argparse's own traceback would say nothing
     except USAGE_ERRORS as exc:
         return _fail(str(exc), 2, debug)
     except StreamaccError as exc:
         return _fail(str(exc), 1, debug)
-    except Terminated:
-        return _fail("terminated; committed blocks are safe: rerun with --resume to continue", 143, debug)
-    except KeyboardInterrupt:
-        return _fail("interrupted; committed blocks are safe: rerun with --resume to continue", 130, debug)
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc, argv, debug=debug)
     except Exception as exc:  # a bug or an unforeseen failure: still one line, traceback with --debug
         return _fail(f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1, debug)

@@ -328,10 +328,12 @@ def _is_url(text: str) -> bool:
 
 
 def _absolute(path: str) -> str:
-    """A local path made absolute, so that the recorded parameters name the same file from any directory."""
+    """A local path resolved as the operating system resolves it, so that the recorded parameters name the
+    file that was read, from any directory (``link/../in.zarr`` is the ``in.zarr`` beside the link's target,
+    not the one beside the link, which a textual ``abspath`` would pick)."""
     if not path or _is_url(path):
         return path
-    return os.path.abspath(path.removeprefix("file://"))
+    return os.path.realpath(path.removeprefix("file://"))
 
 
 def check_no_overlap(out: str, params: dict[str, Any], recipe: Recipe) -> None:

@@ -4,7 +4,7 @@ Knows JAX and numpy, and nothing of Zarr, files, writer threads or progress: it 
 finished blocks and lets the caller decide where they go. ``_scan`` plans and runs
 blocks, ``_layout`` cuts a length into blocks (pure arithmetic), ``_pool`` recycles the
 blocks' output buffers, ``_carry`` turns carries into host data and back, ``_checks``
-validates arguments.
+validates arguments, ``_scopes`` carries a thread's JAX configuration to another.
 
 These are the names the other wings use; each is imported on first use, so importing
 the wing costs nothing until then.
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         run_plan as run_plan,
         scan as scan,
     )
+    from ._scopes import caller_scopes as caller_scopes
 
 _EXPORTS = {
     "._carry": ["HostLeaf", "from_host", "same_leaves", "to_host"],
@@ -61,6 +62,7 @@ _EXPORTS = {
         "rows_in",
     ],
     "._pool": ["BlockPool"],
+    "._scopes": ["caller_scopes"],
     "._scan": [
         "Block",
         "Plan",

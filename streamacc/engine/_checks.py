@@ -172,6 +172,14 @@ def step_shapes(f: Callable, init: Any, xs: Any) -> tuple[Any, Any]:
     """
     if not callable(f):
         raise StepFunctionError(f"f must be callable as f(carry, x) -> (carry, y), got {type(f).__name__}")
+    try:
+        hash(f)
+    except TypeError:
+        raise StepFunctionError(
+            f"f must be hashable, as lax.scan requires, but {type(f).__name__} is not (it defines __eq__ without "
+            "__hash__, as a dataclass does unless frozen); make it a frozen dataclass "
+            "(@dataclasses.dataclass(frozen=True)) or give it a __hash__"
+        ) from None
     carry_in = _carry_struct(init)
     x = _x_struct(xs)
     carry_out, y = _trace_step(f, init, x)

@@ -26,6 +26,11 @@ if TYPE_CHECKING:
         format_description as format_description,
         verify_recipe_output as verify_recipe_output,
     )
+    from ._interrupt import (
+        Terminated as Terminated,
+        run_interruptibly as run_interruptibly,
+        still_running as still_running,
+    )
     from ._manifest import load_manifest as load_manifest
     from ._overview import overview as overview
     from ._progress import si as si
@@ -35,6 +40,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "._cluster": ["cluster_client"],
+    "._interrupt": ["Terminated", "run_interruptibly", "still_running"],
     "._inspect": ["describe_output", "format_description", "verify_recipe_output"],
     "._overview": ["overview"],
     "._progress": ["si"],

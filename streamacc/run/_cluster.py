@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -22,6 +23,19 @@ from .._errors import InputError, spell
 from ..store import close_store_sessions
 
 __all__ = ["close_worker_sessions", "cluster_client", "local_cluster"]
+
+
+WORKERS_PER_CORE = 2
+"""The most worker processes per CPU core a local cluster may start: beyond one, only I/O waits gain."""
+MIN_WORKER_LIMIT = 4
+
+
+def _cores() -> int:
+    """The CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _distributed() -> Any:
@@ -79,12 +93,21 @@ def local_cluster(n_workers: int, **cluster_options: Any) -> Iterator[Any]:
             f"{spell('workers', n_workers)} is not a positive number of worker processes; "
             f"pass e.g. {spell('workers', 2)}"
         )
+    cores = _cores()
+    most = max(MIN_WORKER_LIMIT, WORKERS_PER_CORE * cores)
+    if n_workers > most:
+        raise InputError(
+            f"{spell('workers', n_workers)} asks for more worker processes than this machine can run ({cores} CPU "
+            f"cores; each worker is a process of its own with its own JAX); pass at most {spell('workers', most)}, "
+            f"or run a larger cluster and pass {spell('scheduler')}"
+        )
     distributed = _distributed()
     options = {
         "threads_per_worker": 1,
         "processes": True,
         "dashboard_address": None,  # no dashboard; its HTTP server (health, metrics) on a free loopback port
         "scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"},  # not on 8787, which another cluster may hold
+        "preload": ["streamacc.run._workerinit"],  # workers ignore Ctrl-C even when started from another thread
         **cluster_options,
     }
     with _sigint_ignored():
@@ -95,6 +118,27 @@ def local_cluster(n_workers: int, **cluster_options: Any) -> Iterator[Any]:
             yield client
         finally:
             close_worker_sessions(client)
+
+
+def _check_address(scheduler: str) -> None:
+    """Refuse an address no dask transport knows before a Client is made of it.
+
+    A Client that fails on such an address is left half started, and closing it at exit
+    waits 60 s and prints dask's traceback.
+    """
+    from distributed.comm import parse_address
+    from distributed.comm.registry import get_backend
+
+    try:
+        scheme, location = parse_address(scheduler)
+        get_backend(scheme)
+        if not location:
+            raise ValueError("it names no host")
+    except ValueError as exc:
+        raise InputError(
+            f"{spell('scheduler', repr(scheduler))} is not a dask scheduler address ({' '.join(str(exc).split())}); "
+            f"pass e.g. {spell('scheduler', 'tcp://127.0.0.1:8786')}"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -112,6 +156,7 @@ def cluster_client(workers: int | None, scheduler: str | None) -> Iterator[Any]:
             yield client
     elif scheduler is not None:
         distributed = _distributed()
+        _check_address(scheduler)
         try:
             client = distributed.Client(scheduler, timeout=30, set_as_default=False)
         except (OSError, TimeoutError, ValueError) as exc:

@@ -44,6 +44,7 @@ from ..engine import (
 from ..store import LocalTarget, StoreTarget, Target, ZarrSink, open_target
 from ._cluster import close_worker_sessions
 from ._executor import write_block
+from ._interrupt import check_stop, on_own_thread
 from ._output import BlockResult, Output
 from ._pipeline import run_ordered
 from ._summaries import SummaryPlan
@@ -66,6 +67,7 @@ class SinkSpec:
     names: tuple[str, ...]
     fsync: bool
     run: str  # a token per run: a worker reuses an opened sink within a run only
+    lease: str | None = None  # the driver's lease token: a worker writes only while that lease holds
     summary: SummaryPlan | None = None  # how to cut each block's summary pieces
 
     @classmethod
@@ -73,15 +75,15 @@ class SinkSpec:
         target = output.target
         options = json.dumps(getattr(target, "storage_options", None), sort_keys=True)
         names = tuple(output.spec.names)
-        location, token = cls.location_of(target), secrets.token_hex(8)
-        return cls(location, options, names, target.fsync, token, output.summary_plan)
+        location, token, lease = cls.location_of(target), secrets.token_hex(8), getattr(target, "lease_token", None)
+        return cls(location, options, names, target.fsync, token, lease, output.summary_plan)
 
     @staticmethod
     def location_of(target: Target) -> str:
         """The path or URL by which workers reach ``target``, or an error when they cannot."""
         if isinstance(target, LocalTarget):
             return str(target.root)
-        if isinstance(target, StoreTarget) and hasattr(target.store, "fs") and "://" in target.label:
+        if isinstance(target, StoreTarget) and hasattr(target.raw, "fs") and "://" in target.label:
             return target.label
         raise InputError(
             f"{target.label} is a store object that lives in this process only; to write with a dask client "
@@ -94,6 +96,8 @@ def _open_sink(spec: SinkSpec) -> ZarrSink:
     """The sink of ``spec`` in this worker process, opened once a run and reused by its later tasks."""
     target: Target = open_target(spec.location, storage_options=json.loads(spec.storage_options))
     target.fsync = spec.fsync
+    if spec.lease is not None and isinstance(target, StoreTarget):
+        target.follow(spec.lease)
     return ZarrSink.open(target, list(spec.names))
 
 
@@ -224,9 +228,10 @@ class DaskExecutor:
         group: list[BlockTask] = []
         expected: list[list[HostLeaf]] = []
         carry_in = output.carry
-        carries = carry_pass(plan, carry=from_host(carry_in, plan.init), first_block=output.first_block)
+        carries = on_own_thread(carry_pass(plan, carry=from_host(carry_in, plan.init), first_block=output.first_block))
         try:
             for index, (start, stop, carry) in enumerate(carries, start=output.first_block):
+                check_stop()
                 if failed:
                     break
                 carry_out = to_host(carry)
@@ -244,8 +249,10 @@ class DaskExecutor:
                 put((submitted[-1], expected))
             put(None)
             while committer.is_alive():
+                check_stop()
                 committer.join(0.1)
         finally:
+            carries.close()
             if committer.is_alive():  # interrupted: the committer stops after the commit in hand
                 failed.append(KeyboardInterrupt())
                 for future in submitted:

@@ -3,8 +3,9 @@
 An executor computes and writes the blocks of a plan from the output's first uncommitted
 block and hands each durable block to ``output.commit`` strictly in scan order. It is not
 part of a run's identity: every executor writes the same bytes, so a run started by one
-can be resumed by another. :class:`LocalExecutor` computes on the calling thread and
-encodes and writes on a few threads; ``run/_dask.py`` runs block tasks on a cluster.
+can be resumed by another. :class:`LocalExecutor` computes on a thread of its own (the
+caller's thread stays free to take signals) and encodes and writes on a few threads;
+``run/_dask.py`` runs block tasks on a cluster.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import jax
 from .._defaults import DEFAULT_INFLIGHT
 from ..engine import Block, BlockPool, HostLeaf, Plan, from_host, pool_size, run_plan, to_host
 from ..store import Target, ZarrSink
+from ._interrupt import check_stop, on_own_thread
 from ._output import BlockResult, Output
 from ._pipeline import run_ordered
 from ._summaries import SummaryPlan
@@ -44,6 +46,7 @@ def write_block(
     summary: SummaryPlan | None = None,
 ) -> BlockResult:
     """Write one computed block durably, cut its summary pieces, give its buffer back, describe it for its commit."""
+    check_stop()  # after Ctrl-C or SIGTERM no new block is written
     leaves = jax.tree_util.tree_leaves(block.ys)
     nbytes = sum(y.nbytes for y in leaves)
     ys = dict(zip(names, leaves, strict=True))
@@ -70,7 +73,7 @@ def _items(blocks: Iterator[Block], first: int, carry_in: list[HostLeaf]) -> Ite
 
 @dataclasses.dataclass(frozen=True)
 class LocalExecutor:
-    """Blocks computed in order on this thread, written and committed by ``inflight`` threads.
+    """Blocks computed in order on a thread of their own, written and committed by ``inflight`` threads.
 
     At most ``inflight`` blocks are being written at once, and they are computed into a
     fixed pool of buffers that a block returns once durable, so memory is known in
@@ -87,7 +90,7 @@ class LocalExecutor:
         names = output.spec.names
         pool = BlockPool(pool_size(self.inflight))
         carry = from_host(output.carry, plan.init)
-        blocks = run_plan(plan, carry=carry, first_block=output.first_block, pool=pool)
+        blocks = on_own_thread(run_plan(plan, carry=carry, first_block=output.first_block, pool=pool))
 
         def work(item: _Item) -> BlockResult:
             return write_block(
@@ -98,4 +101,7 @@ class LocalExecutor:
             output.commit(result)
 
         items = _items(blocks, output.first_block, output.carry)
-        run_ordered(items, work, commit, depth=self.inflight, workers=self.inflight)
+        try:
+            run_ordered(items, work, commit, depth=self.inflight, workers=self.inflight)
+        finally:
+            blocks.close()

@@ -10,6 +10,7 @@ import numpy as np
 
 from .._version import __version__
 from ..engine import Plan, to_host
+from ..store import fingerprint_of
 from ._fingerprint import describe_function
 
 __all__ = ["describe_function", "run_identity"]
@@ -28,6 +29,16 @@ def _describe_xs(xs: Any) -> list[str]:
         return f"{type(leaf).__name__}{list(leaf.shape)}:{np.dtype(leaf.dtype).str}" + (f"@{where}" if where else "")
 
     return [one(leaf) for leaf in jax.tree_util.tree_leaves(xs)]
+
+
+def _input_contents(xs: Any) -> dict[str, list[str]]:
+    """``{"input": [...]}``: a fingerprint of each stored Zarr array read as input (none: no field).
+
+    A resume then refuses an input edited since the run started, whose new rows would
+    join blocks committed from the old ones.
+    """
+    prints = [p for p in map(fingerprint_of, jax.tree_util.tree_leaves(xs)) if p is not None]
+    return {"input": prints} if prints else {}
 
 
 def run_identity(
@@ -49,6 +60,7 @@ def run_identity(
     ``summaries`` the window lengths (in rows) of the window summaries.
     """
     return {
+        **_input_contents(plan.xs),
         "function": describe_function(plan.f),
         "recipe": attrs.get("recipe"),
         "params": attrs.get("params"),

@@ -16,6 +16,7 @@ from ..engine._layout import pool_size  # arithmetic only: describing an output 
 from ..store import SUMMARIES, ZarrSink, open_target
 from ._manifest import load_manifest
 from ._summaries import summarized_names
+from ._trust import check_structure
 
 if TYPE_CHECKING:
     from ._verify import VerifyReport
@@ -49,6 +50,7 @@ def describe_output(store: Any, *, storage_options: dict | None = None) -> dict[
     """A summary of an output: arrays, layout, codec, compression, memory, recipe, committed steps (read-only)."""
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)
+    check_structure(target, manifest)
     ident = manifest.identity
     every = ident.get("save_every", 1)
     sink = ZarrSink.open(target, list(ident["arrays"]))

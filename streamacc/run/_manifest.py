@@ -199,8 +199,13 @@ def _flatten(doc: dict, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+LATER_FIELDS = ("input",)
+"""Identity fields newer than some outputs: one that an output does not record is not compared."""
+
+
 def identity_differences(stored: dict, current: dict) -> list[str]:
     """Each field where two run identities differ, as 'field: stored X, now Y'."""
+    current = {k: v for k, v in current.items() if k in stored or k not in LATER_FIELDS}
     a, b = _flatten(stored), _flatten(json.loads(json.dumps(current)))
     return [f"{k}: stored {a.get(k)!r}, now {b.get(k)!r}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
 

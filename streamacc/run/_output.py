@@ -13,15 +13,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import time
 import warnings
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import OutputExistsError, ResumeError, StreamaccWarning, VerifyError, spell
+from .._errors import OutputExistsError, ResumeError, StoreError, StreamaccWarning, VerifyError, spell
 from ..engine import HostLeaf
-from ..store import LEASE_KEY, PARTIAL_SUFFIXES, ArraySpec, Target, ZarrSink, progress_attrs
+from ..store import BOOKKEEPING, LEASE_KEY, ArraySpec, Target, ZarrSink, describe_store_failure, progress_attrs
 from ._extend import extend_manifest, finish_extension, nothing_to_extend
+from ._interrupt import check_stop
 from ._manifest import (
     LEGACY_MANIFEST_KEY,
     MANIFEST_ATTR,
@@ -34,6 +36,7 @@ from ._manifest import (
     node_attribute,
     require_same_run,
 )
+from ._root import root_problem
 from ._summaries import Summaries, SummaryPlan
 
 __all__ = ["PUBLISH_SECONDS", "BlockResult", "Output", "OutputSpec", "open_output", "probe"]
@@ -80,12 +83,39 @@ class BlockResult:
         return self.stop - self.start
 
 
+FIRST_TEMP = "zarr.json.streamacc-tmp"
+"""All a writer killed before its first manifest can leave (in ``_streamacc/``), besides a lease."""
+
+
+def _only_leftovers(target: Target) -> bool:
+    """Whether ``target`` holds only what a writer killed before its first manifest leaves.
+
+    Looks at two folder listings, never walks the tree: any other entry anywhere makes it
+    not empty (a folder of a user's ``*.partial`` files is not ours to wipe).
+    """
+    if set(target.list_dir()) - {BOOKKEEPING}:
+        return False
+    for name in target.list_dir(BOOKKEEPING):
+        lease = name == "lease" and target.list_keys(f"{BOOKKEEPING}/lease/") in ([], [LEASE_KEY])
+        if name != FIRST_TEMP and not lease:
+            return False
+    return True
+
+
+def written_by_a_run(names: list[str]) -> Callable[[str], bool]:
+    """Whether a key is one a run with arrays ``names`` writes: root and array metadata, chunks, bookkeeping."""
+    fixed = {"zarr.json", MANIFEST_KEY, *(f"{name}/zarr.json" for name in names)}
+    chunks = re.compile(rf"^(?:{'|'.join(map(re.escape, names))})/c(?:/\d+)+$") if names else None
+    records = re.compile(rf"^{BOOKKEEPING}/records_\d+/zarr\.json$")
+    return lambda key: key in fixed or bool(records.match(key) or (chunks and chunks.match(key)))
+
+
 def probe(target: Target) -> str:
     """What is stored at ``target``: 'empty', 'ours', 'legacy' (streamacc 0.1) or 'foreign'.
 
     Only a readable bookkeeping node that streamacc wrote makes an output 'ours'; a file
-    name alone never does. Temp files left by a writer killed before its first manifest
-    count as empty.
+    name alone never does. The temp file of a writer killed before its first manifest
+    counts as empty, and nothing else does.
     """
     if not target.exists():
         return "empty"
@@ -101,8 +131,7 @@ def probe(target: Target) -> str:
             return "legacy" if json.loads(legacy).get("format") == "streamacc-manifest/1" else "foreign"
         except (ValueError, AttributeError):
             return "foreign"
-    leftovers = (key.endswith(PARTIAL_SUFFIXES) or key == LEASE_KEY for key in target.list_keys())
-    return "empty" if all(leftovers) else "foreign"
+    return "empty" if _only_leftovers(target) else "foreign"
 
 
 class Output:
@@ -160,6 +189,7 @@ class Output:
 
     def commit(self, *results: BlockResult) -> None:
         """Commit the next blocks in scan order: their records, then one manifest that counts them all."""
+        check_stop()  # after Ctrl-C or SIGTERM nothing more is committed
         if not results:
             return
         first = self.manifest.committed_blocks
@@ -194,15 +224,47 @@ class Output:
         if self.summaries is not None:
             self.summaries.close()
 
+    def _kept_steps(self) -> int | None:
+        """Steps the store's manifest still commits for this run, read back; None when it cannot be read."""
+        try:
+            stored = Ledger(self.target).load()
+        except Exception:
+            return None
+        return stored.committed_steps if stored is not None and stored.identity == self.manifest.identity else 0
+
+    def lost(self) -> bool:
+        """Whether the store has lost committed steps of this run (its manifest is gone or counts fewer)."""
+        kept = self._kept_steps()
+        return kept is not None and kept < self.manifest.committed_steps
+
+    def failure(self, exc: BaseException, length: int) -> StoreError:
+        """The error for a store that failed mid-run, saying what is kept as the store itself now tells."""
+        committed = self.manifest.committed_steps
+        what = f"writing {self.target.label} failed after {committed} of {length} steps ({describe_store_failure(exc)})"
+        resume, kept = spell("resume", True), self._kept_steps()
+        if kept is None:
+            return StoreError(
+                f"{what}, and the store cannot be read to confirm that those steps are kept; once it is reachable, "
+                f"rerun with {resume}, which checks them first"
+            )
+        if kept < committed:
+            return StoreError(
+                f"{what}, and the store no longer holds them (its manifest is gone or commits {kept} steps): the "
+                f"output is lost; start afresh with {spell('overwrite', True)}"
+            )
+        return StoreError(f"{what}; those steps are safely committed: fix the cause and rerun with {resume}")
+
 
 def _create(target: Target, spec: OutputSpec, init: list[HostLeaf], ledger: Ledger) -> Output:
     """Start the run afresh: the new manifest first, so that any interruption leaves an output
     recognisably streamacc's that claims no block; then clear the rest; then create."""
     manifest = Manifest(spec.identity, total_blocks=spec.total_blocks, carry=encode_leaves(init))
-    target.check_lock()
-    ledger.save(manifest)
     keep = {MANIFEST_KEY, LEASE_KEY}
-    if not set(target.list_keys()) <= keep:
+    clear = not set(target.list_keys()) <= keep
+    if clear:
+        target.check_clearable()  # before anything is written: never the current directory, never through a link
+    ledger.save(manifest)
+    if clear:
         target.clear(keep)
     sink = ZarrSink.create(
         target,
@@ -252,9 +314,14 @@ def open_output(
                 stacklevel=3,
             )
         return _create(target, spec, init, ledger)
-    if mode == "new":
+    if mode == "new" and state != "foreign":
         raise OutputExistsError(
             f"{target.label} already exists; pass {overwrite} to replace it or {resume} to continue it"
+        )
+    if state == "foreign" and mode == "new":
+        raise OutputExistsError(
+            f"{target.label} exists and is not a streamacc output (it has no readable streamacc manifest); choose "
+            "another output path"
         )
     if state == "foreign":
         what = "will not delete it" if mode == "overwrite" else "cannot continue it"
@@ -282,7 +349,7 @@ def open_output(
             f"check it with `streamacc verify` or start afresh with {overwrite}"
         )
     finish_extension(target, manifest)
-    removed = target.clean_partials()
+    removed = target.clean_partials(written_by_a_run([*spec.names, *manifest.arrays]))
     if removed:
         log.info("removed %d temp file(s) left by an interrupted run", len(removed))
     if manifest.committed_blocks == 0:
@@ -295,4 +362,9 @@ def open_output(
     check_resumable(output)
     if summaries is not None:
         summaries.resume()
+    problem = root_problem(target, manifest)
+    if problem is not None:  # killed before the root caught up, or tampered with: it follows from the manifest
+        log.info("rewrote the root metadata of %s, which %s", target.label, problem)
+        output.sink.reset_root(spec.attrs)
+        output.publish(force=True)
     return output

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import InputError
 from ..store import open_target, progress_attrs
+from ._checked import CheckedStore
 from ._manifest import load_manifest
+from ._trust import check_structure
 
 if TYPE_CHECKING:
     import xarray
@@ -41,11 +43,13 @@ def open(store: Any, *, storage_options: dict | None = None, chunks: Any = "auto
         raise InputError("streamacc.open needs xarray: pip install 'streamacc[xarray]'") from None
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)
+    check_structure(target, manifest)  # what verify refuses is not read either
     ident = manifest.identity
     first, last = manifest.rows()
     names = list(ident["arrays"])
     # sliced before dask sees it, so that its chunks (and graph) follow the committed rows, not the length
-    ds = xr.open_zarr(target.store, consolidated=False, chunks=None)[names].isel(step=slice(first, last))
+    checked = CheckedStore(target.store, target.label, manifest)  # each chunk read must be the one committed
+    ds = xr.open_zarr(checked, consolidated=False, chunks=None)[names].isel(step=slice(first, last))
     if chunks is not None:
         ds = ds.chunk(_dask_chunks(ds, chunks))
     index = StepIndex.for_rows(first, last, ident.get("save_every", 1), ident.get("time"))

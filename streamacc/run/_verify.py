@@ -31,12 +31,15 @@ from ..engine import (
     same_leaves,
     to_host,
 )
-from ..store import Target, ZarrSink, array_document, compare_chunks, open_target
+from ..store import Target, ZarrSink, compare_chunks, open_target
 from ._identity import describe_function
+from ._interrupt import interruptible, on_own_thread
 from ._manifest import BlockRecord, Ledger, Manifest, decode_leaves, load_manifest, same_function
 from ._output import Output
 from ._pipeline import run_ordered
 from ._summaries import Summaries, SummaryCheck, SummaryPlan
+from ._trailers import trailer_problem
+from ._trust import arrays_problem, check_structure
 
 __all__ = ["Checker", "VerifyReport", "check_resumable", "plan_for", "verify", "verify_plan"]
 
@@ -73,7 +76,7 @@ def select_blocks(committed: int, blocks: str | int) -> list[int]:
 class Checker:
     """The checks of one output against its manifest and a plan that recomputes its blocks."""
 
-    def __init__(self, target: Target, manifest: Manifest, plan: Plan, sink: ZarrSink | None = None) -> None:
+    def __init__(self, target: Target, manifest: Manifest, plan: Plan | None, sink: ZarrSink | None = None) -> None:
         self.target = target
         self.manifest = manifest
         self.plan = plan
@@ -114,17 +117,15 @@ class Checker:
             raise self.fail(f"its manifest contradicts itself ({problem})")
 
     def arrays_unchanged(self) -> None:
-        """Each of the run's arrays has exactly the metadata (minus attributes) it was created with."""
-        recorded = self.manifest.arrays
-        for name in self.manifest.identity["arrays"]:
-            stored = array_document(self.target.read(f"{name}/zarr.json"))
-            if stored is None:
-                raise self.fail(f"the metadata of array {name!r} ({name}/zarr.json) is missing or unreadable")
-            if name not in recorded:
-                raise self.fail(f"the manifest records no metadata for array {name!r}")
-            changed = sorted(k for k in recorded[name].keys() | stored.keys() if recorded[name].get(k) != stored.get(k))
-            if changed:
-                raise self.fail(f"the metadata of array {name!r} changed since it was written ({', '.join(changed)})")
+        """Each of the run's arrays has exactly the metadata it was created with (see ``array_document``)."""
+        problem = arrays_problem(self.target, self.manifest)
+        if problem is not None:
+            raise self.fail(problem)
+
+    def structure_trusted(self) -> None:
+        """What every reader checks first (``_trust.py``): no link or special file inside the output, the run's
+        arrays with the metadata they were created with, and root metadata that agrees with the manifest."""
+        check_structure(self.target, self.manifest)
 
     @property
     def sink(self) -> ZarrSink:
@@ -145,6 +146,12 @@ class Checker:
                 if missing:
                     raise self.bad_block(k, start, stop, f"chunk {missing[0]} is missing")
 
+    def trailers_match(self, blocks: Iterable[int]) -> None:
+        """Every chunk of ``blocks`` ends with the CRC-32C its block record names (4 bytes read per chunk)."""
+        problem = trailer_problem(self.target, self.ledger, self.sink, blocks, self.plan.save_every)
+        if problem is not None:
+            raise self.bad_block(*problem)
+
     def _record(self, k: int) -> tuple[BlockRecord, list[HostLeaf]]:
         """Block ``k``'s record, checked against the layout, and the carry recorded after it."""
         rec = self.ledger.block(k)
@@ -164,7 +171,7 @@ class Checker:
         return rec, decode_leaves(after or [])
 
     def _recomputed(self, chosen: Iterable[int], pool: BlockPool) -> Iterator[_Recomputed]:
-        """Each chosen block recomputed from its recorded carry-in, in scan order, on this thread.
+        """Each chosen block recomputed from its recorded carry-in, in scan order.
 
         A block whose record fails travels as its error, so that it is raised in scan order
         after the blocks before it are judged; nothing after it is recomputed.
@@ -230,11 +237,15 @@ class Checker:
     def blocks(self, chosen: Iterable[int], *, depth: int = DEFAULT_INFLIGHT) -> None:
         """Check the committed blocks ``chosen`` (in scan order) bit for bit; raise on the first bad one.
 
-        As a write runs: blocks are recomputed on this thread into a pool of recycled
+        As a write runs: blocks are recomputed on a thread of their own into a pool of recycled
         buffers while ``depth`` threads compare earlier ones with their stored chunks.
         """
         pool = BlockPool(pool_size(depth))
-        run_ordered(self._recomputed(chosen, pool), self._compare, self._judged, depth=depth, workers=depth)
+        recomputed = on_own_thread(self._recomputed(chosen, pool))  # Ctrl-C need not wait for a block
+        try:
+            run_ordered(recomputed, self._compare, self._judged, depth=depth, workers=depth)
+        finally:
+            recomputed.close()
 
     def _judged(self, item: _Recomputed, pieces: dict | None) -> None:
         if self.seen is not None and pieces is not None and item.rec is not None:
@@ -261,7 +272,9 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
     chosen = select_blocks(manifest.committed_blocks, blocks)
     checker = Checker(target, manifest, plan)
     checker.manifest_agrees()
-    checker.arrays_unchanged()
+    checker.structure_trusted()
+    if len(chosen) < manifest.committed_blocks:  # the others at least have the chunks they committed
+        checker.trailers_match(k for k in range(manifest.committed_blocks) if k not in set(chosen))
     summaries = Summaries.load(target, manifest.identity, manifest.summaries, manifest.committed_rows)
     check = None
     if summaries is not None:
@@ -285,7 +298,8 @@ def check_resumable(output: Output, plan: Plan) -> None:
     """Refuse to continue an output whose committed part cannot be trusted.
 
     Before a resume writes anything: the run's arrays have their recorded metadata, every
-    committed chunk exists, and the last committed block recomputes from its recorded
+    committed chunk exists and ends with the CRC-32C its block record names (so a chunk
+    replaced in any committed block is found), and the last committed block recomputes from its recorded
     carry-in to its stored bytes and checksum and ends with the carry the manifest resumes
     from. A damaged carry, a foreign manifest or missing blocks stop the resume here.
     """
@@ -294,6 +308,7 @@ def check_resumable(output: Output, plan: Plan) -> None:
         checker.manifest_agrees()
         checker.arrays_unchanged()
         checker.chunks_present()
+        checker.trailers_match(range(output.manifest.committed_blocks))
         checker.block(output.manifest.committed_blocks - 1)
     except VerifyError as exc:
         raise ResumeError(f"cannot resume: {exc}") from None
@@ -314,6 +329,7 @@ def plan_for(manifest: Manifest, f: Callable, init: Any, xs: Any) -> Plan:
     )
 
 
+@interruptible
 def verify(
     store: Any,
     f: Callable,

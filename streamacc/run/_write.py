@@ -20,13 +20,14 @@ import jax
 import numpy as np
 
 from .._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_BYTES
-from .._errors import InputError, StoreError, StreamaccWarning, spell
+from .._errors import InputError, LockedError, StoreError, StreamaccWarning, spell
 from .._version import __version__
 from ..engine import Plan, as_count, check_length, from_host, make_plan, to_host
 from ..store import Target, compressors_for, describe_store_failure, is_store_failure, open_target
 from ._arrays import STEP, array_dims, chunk_rows, resolve_chunks, stored_chunks
 from ._executor import Executor, LocalExecutor
 from ._identity import run_identity
+from ._interrupt import interruptible
 from ._output import OutputSpec, open_output
 from ._progress import Progress
 from ._summaries import check_windows
@@ -176,6 +177,7 @@ def _stored_layout(store: Any, storage_options: dict | None) -> dict[str, Any] |
     return manifest.identity
 
 
+@interruptible
 def write(
     store: Any,
     f: Callable[[Carry, Any], tuple[Carry, Any]],
@@ -286,13 +288,10 @@ def write(
                 executor.run(plan, output)
                 output.finish()
             except Exception as exc:
-                if not is_store_failure(exc):
+                lost = isinstance(exc, LockedError) and output.lost()  # a lease gone with the rest of the store
+                if not (is_store_failure(exc) or lost):
                     raise
-                raise StoreError(
-                    f"writing {target.label} failed after {output.manifest.committed_steps} of {plan.length} steps "
-                    f"({describe_store_failure(exc)}); those steps are safely committed: fix the cause and rerun with "
-                    f"{spell('resume', True)}"
-                ) from exc
+                raise output.failure(exc, plan.length) from exc
             finally:
                 output.close()  # no summary chunk may be written once the lock is released
     return from_host(output.carry, plan.init)

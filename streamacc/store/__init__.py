@@ -22,7 +22,7 @@ from .._lazy import lazy_exports
 if TYPE_CHECKING:
     from ._codecs import CODECS as CODECS, MAX_CHUNK_BYTES as MAX_CHUNK_BYTES, compressors_for as compressors_for
     from ._compare import compare_chunks as compare_chunks
-    from ._files import PARTIAL_SUFFIXES as PARTIAL_SUFFIXES
+    from ._fingerprint import fingerprint_of as fingerprint_of
     from ._sessions import close_store_sessions as close_store_sessions
     from ._storeerrors import describe_store_failure as describe_store_failure, is_store_failure as is_store_failure
     from ._summarystore import SUMMARIES as SUMMARIES, SummaryStore as SummaryStore
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         ArraySpec as ArraySpec,
         ZarrSink as ZarrSink,
         array_document as array_document,
+        netcdf_safe as netcdf_safe,
         progress_attrs as progress_attrs,
         resize_arrays as resize_arrays,
         stored_crc32c as stored_crc32c,
@@ -46,12 +47,20 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "._codecs": ["CODECS", "MAX_CHUNK_BYTES", "compressors_for"],
     "._compare": ["compare_chunks"],
-    "._files": ["PARTIAL_SUFFIXES"],
+    "._fingerprint": ["fingerprint_of"],
     "._sessions": ["close_store_sessions"],
     "._storeerrors": ["describe_store_failure", "is_store_failure"],
     "._summarystore": ["SUMMARIES", "SummaryStore"],
     "._target": ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"],
-    "._zarr": ["ArraySpec", "ZarrSink", "array_document", "progress_attrs", "resize_arrays", "stored_crc32c"],
+    "._zarr": [
+        "ArraySpec",
+        "ZarrSink",
+        "array_document",
+        "netcdf_safe",
+        "progress_attrs",
+        "resize_arrays",
+        "stored_crc32c",
+    ],
 }
 __all__ = sorted(name for names in _EXPORTS.values() for name in names)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -37,6 +37,8 @@ from zarr.core.chunk_grids import RegularChunkGrid
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
+from ._fence import unwrap
+
 __all__ = ["ChunkWriter", "EncodedChunk"]
 
 _SHUFFLE = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
@@ -247,7 +249,7 @@ class ChunkWriter:
         store = self.array.store_path.store
         # LocalStore writes the bytes out and FsspecStore copies them before returning; other stores (memory)
         # may keep the buffer itself, which this thread's next chunk overwrites
-        keeps_buffer = not isinstance(store, (LocalStore, FsspecStore))
+        keeps_buffer = not isinstance(unwrap(store), (LocalStore, FsspecStore))
         prototype = default_buffer_prototype()
         written = []
         for key, encoded, crc in self.encoded(start, data):

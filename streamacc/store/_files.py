@@ -11,22 +11,24 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
-import stat
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = [
-    "PARTIAL_SUFFIXES",
     "DirLock",
     "atomic_write",
     "find_link",
     "fsync_dir",
     "fsync_file",
-    "remove_partials",
+    "remove_temp_files",
     "remove_tree_contents",
+    "temp_file_of",
 ]
 
-PARTIAL_SUFFIXES = (".partial", ".streamacc-tmp")
+_TEMP = ".streamacc-tmp"  # atomic_write's: NAME.streamacc-tmp
+_ZARR_TEMP = re.compile(r"^(?P<stem>.+)\.[0-9a-f]{32}\.partial$")  # zarr's LocalStore: STEM.<uuid4 hex>.partial
 
 
 def fsync_file(path: Path, *, drop_cache: bool = False) -> None:
@@ -81,22 +83,46 @@ def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
 
 
 def find_link(root: Path) -> Path | None:
-    """The first symbolic link (or other non-regular entry) inside ``root``, or None."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in (*dirnames, *filenames):
-            path = Path(dirpath, name)
-            mode = path.lstat().st_mode
-            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-                return path
+    """A symbolic link (or other non-regular entry: a named pipe, a socket, a device) inside ``root``, or None.
+
+    Reads each folder once; the entries' types come with the listing, so a large output
+    costs no system call per file.
+    """
+    folders = [root]
+    while folders:
+        with os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(Path(entry.path))
+                elif not entry.is_file(follow_symlinks=False):
+                    return Path(entry.path)
     return None
 
 
-def remove_partials(root: Path) -> list[Path]:
-    """Delete temp files a killed writer left under ``root``; return what was removed."""
+def temp_file_of(name: str) -> tuple[str, ...]:
+    """The file names a temp file of this name may be writing: none when it is not a writer's temp file.
+
+    ``atomic_write`` writes ``NAME`` through ``NAME.streamacc-tmp``; zarr's LocalStore writes
+    ``STEM`` or ``STEM.SUFFIX`` through ``STEM.<32 hex digits>.partial`` (it replaces the suffix).
+    """
+    if name.endswith(_TEMP) and len(name) > len(_TEMP):
+        return (name[: -len(_TEMP)],)
+    match = _ZARR_TEMP.match(name)
+    return (match["stem"], f"{match['stem']}.json") if match else ()
+
+
+def remove_temp_files(root: Path, owned: Callable[[str], bool]) -> list[Path]:
+    """Delete the temp files a killed writer left under ``root`` while writing keys for which ``owned`` holds.
+
+    ``owned`` gets '/'-separated keys relative to ``root``. Any other file is left alone,
+    whatever its name (a user's ``thesis.partial`` is not a temp file of ours). Never
+    descends through a link. Returns what was removed.
+    """
     removed = []
     for dirpath, _, filenames in os.walk(root):
+        folder = Path(dirpath).relative_to(root)
         for name in filenames:
-            if name.endswith(PARTIAL_SUFFIXES):
+            if any(owned((folder / real).as_posix()) for real in temp_file_of(name)):
                 path = Path(dirpath, name)
                 path.unlink(missing_ok=True)
                 removed.append(path)

@@ -27,9 +27,10 @@ Protocol on S3 (through s3fs; AWS, MinIO, R2 and moto's server support these hea
 The holder counts its lease valid for ``3/4 ttl`` after *sending* its last successful
 renewal (its own monotonic clock). Anyone else sees it expire no earlier than ``ttl``
 after that renewal was *stored*, which is later, so the holder stops first and the last
-``ttl / 4`` (15 s by default) covers a commit in flight. :meth:`Lease.check`, called
-before every commit, raises :class:`LockedError` once the lease was taken over or could
-not be renewed in time (store unreachable), so a writer learns it before it commits.
+``ttl / 4`` (15 s by default) covers a write in flight. :meth:`Lease.check`, called
+before every write request (``_fence.py``), raises :class:`LockedError` once the lease
+was taken over or could not be renewed in time (store unreachable), so a writer stops
+before it writes anything more; :class:`LeaseView` does the same for cluster workers.
 
 A new writer finding a live lease is refused at once with the holder's name. If the
 holder ran on this machine (same host and boot id) and its process is gone, the new
@@ -46,8 +47,8 @@ writer that starts after the first, but two started within moments of each other
 reliably kept apart, and expiry is judged by the holder's written expiry against the
 local clock (clocks must agree to within a few seconds).
 
-The ttl is 60 s; ``STREAMACC_LEASE_SECONDS`` overrides it (tests use about 1 s). A writer
-killed on another machine blocks a resume for at most that long.
+The ttl is 60 s; ``STREAMACC_LEASE_SECONDS`` overrides it (at least 1 s; tests use 1 to
+2 s). A writer killed on another machine blocks a resume for at most that long.
 """
 
 from __future__ import annotations
@@ -63,10 +64,18 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import InputError, LockedError, spell
-from ._leasestore import Conflict, Holder, LeaseStore, Seen, Unsupported, open_lease_store
+from ._leasestore import CLOCK_SLACK, Conflict, Holder, LeaseStore, Seen, Unsupported, open_lease_store
 from ._storeerrors import describe_store_failure
 
-__all__ = ["DEFAULT_LEASE_SECONDS", "LEASE_ENV", "LEASE_KEY", "Lease", "lease_seconds"]
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "LEASE_ENV",
+    "LEASE_KEY",
+    "MIN_LEASE_SECONDS",
+    "Lease",
+    "LeaseView",
+    "lease_seconds",
+]
 
 log = logging.getLogger("streamacc")
 
@@ -75,6 +84,8 @@ LEASE_KEY = "_streamacc/lease/zarr.json"
 
 LEASE_ENV = "STREAMACC_LEASE_SECONDS"
 DEFAULT_LEASE_SECONDS = 60.0
+MIN_LEASE_SECONDS = 1.0
+"""Shorter leases leave no time to renew over a network (a renewal every quarter of it)."""
 SETTLE_SECONDS = 0.2
 """Pause before reading back a lease just written, longer than a request's round trip."""
 
@@ -90,6 +101,11 @@ def lease_seconds() -> float:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
         raise InputError(f"{LEASE_ENV}={raw!r} is not a positive number of seconds; set e.g. {LEASE_ENV}=60")
+    if value < MIN_LEASE_SECONDS:
+        raise InputError(
+            f"{LEASE_ENV}={raw!r} is shorter than {MIN_LEASE_SECONDS:g} s, too short to renew a lease over a network "
+            f"(every quarter of it); set e.g. {LEASE_ENV}=60"
+        )
     return value
 
 
@@ -273,3 +289,50 @@ class Lease:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+class LeaseView:
+    """A writer's lease as seen by a helper that writes for it (a cluster worker writing chunks).
+
+    The helper holds no lease of its own. It may write while the lease object names the
+    writer's token and, by the store's own clock, certainly stays the writer's for more
+    than the writer's safety margin (a quarter of its ttl); it reads the lease again (one
+    GET) when its last reading runs out, about every half ttl while the writer renews.
+    Only clock rates matter, as for the writer: the reading's age comes from the store's
+    stamps and is counted from when the request was sent.
+    """
+
+    def __init__(self, store: LeaseStore, what: str, token: str) -> None:
+        self._store = store
+        self.what = what
+        self.token = token
+        self._until = -math.inf
+
+    @classmethod
+    def follow(cls, fs: Any, root: str, what: str, token: str) -> LeaseView:
+        return cls(open_lease_store(fs, f"{root.rstrip('/')}/{LEASE_KEY}"), what, token)
+
+    def check(self) -> None:
+        """Raise LockedError unless the writer's lease certainly lasts past this write."""
+        if time.monotonic() < self._until:
+            return
+        sent = time.monotonic()
+        try:
+            seen = self._store.read(timeout=10.0)
+        except Exception as exc:
+            raise LockedError(
+                f"{self.what}: a worker could not read the writer lease ({describe_store_failure(exc)}), so it "
+                f"stopped before writing; rerun with {spell('resume', True)} once the store is reachable"
+            ) from None
+        if seen is None or seen.holder is None or seen.holder.token != self.token:
+            raise LockedError(
+                f"{self.what}: the writer's lease was taken over or released, so a worker stopped before writing; "
+                f"let the other writer finish, or stop it and rerun with {spell('resume', True)}"
+            )
+        ttl = seen.holder.ttl
+        self._until = sent + seen.remaining(ttl) - CLOCK_SLACK - ttl / 4
+        if time.monotonic() >= self._until:
+            raise LockedError(
+                f"{self.what}: the writer's lease was not renewed in time, so a worker stopped before writing; "
+                f"rerun with {spell('resume', True)}"
+            )

@@ -14,18 +14,19 @@ import errno
 import os
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from zarr.abc.store import Store
+from zarr.abc.store import Store, SuffixByteRequest
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
-from .._errors import InputError, LockedError, NoOutputError, StoreError, spell
+from .._errors import InputError, LockedError, NoOutputError, OutputExistsError, StoreError, spell
 from ._chunks import scratch
-from ._files import DirLock, atomic_write, find_link, fsync_dir, fsync_file, remove_partials, remove_tree_contents
+from ._fence import FencedStore
+from ._files import DirLock, atomic_write, find_link, fsync_dir, fsync_file, remove_temp_files, remove_tree_contents
 from ._probe import backend_missing, check_store
 
 __all__ = ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"]
@@ -35,6 +36,9 @@ BOOKKEEPING = "_streamacc"
 
 LEASE_KEY = f"{BOOKKEEPING}/lease/zarr.json"
 """The writer lease on object stores (see ``_lease.py``); kept when an output is cleared."""
+
+TAIL_BATCH = 256
+"""Keys whose last bytes are asked for at once (concurrent requests on an object store)."""
 
 
 class Target:
@@ -75,9 +79,24 @@ class Target:
         """Every key under ``prefix`` ('' for all)."""
         raise NotImplementedError
 
+    def list_dir(self, prefix: str = "") -> list[str]:
+        """The names directly under ``prefix`` ('' for the root): keys and folders, without walking deeper."""
+        raise NotImplementedError
+
     def size(self, key: str) -> int:
         """Bytes stored at ``key`` (0 when absent)."""
         raise NotImplementedError
+
+    def tails(self, keys: list[str], size: int = 4) -> list[bytes | None]:
+        """The last ``size`` bytes stored at each key (None where absent), read concurrently where the store can."""
+        found: list[bytes | None] = []
+        prototype = default_buffer_prototype()
+        for i in range(0, len(keys), TAIL_BATCH):
+            requests = [(key, SuffixByteRequest(size)) for key in keys[i : i + TAIL_BATCH]]
+            found += [
+                None if b is None else b.to_bytes() for b in sync(self.store.get_partial_values(prototype, requests))
+            ]
+        return found
 
     def sizes(self, prefix: str = "") -> dict[str, int]:
         """Every key under ``prefix`` with its size in bytes, from one listing where the store allows it."""
@@ -95,11 +114,14 @@ class Target:
         """
 
     def check_lock(self) -> None:
-        """Raise LockedError if the writer lock was lost (an object store's lease); call before each commit."""
+        """Raise LockedError if the writer lock may be lost (an object store's lease); called before each write."""
 
-    def clean_partials(self) -> list[str]:
-        """Remove temp files a killed writer left behind; return their keys."""
+    def clean_partials(self, owned: Callable[[str], bool]) -> list[str]:
+        """Remove the temp files a killed writer left while writing keys for which ``owned`` holds; return them."""
         return []
+
+    def check_clearable(self) -> None:
+        """Refuse, before anything is written, to clear an output that must not be deleted (see LocalTarget)."""
 
     def check_contents(self) -> None:
         """Refuse contents streamacc must not act on (links inside a local output)."""
@@ -202,6 +224,10 @@ class LocalTarget(Target):
             found += [Path(dirpath, name).relative_to(self.root).as_posix() for name in filenames]
         return sorted(found)
 
+    def list_dir(self, prefix: str = "") -> list[str]:
+        base = self._path(prefix) if prefix else self.root
+        return sorted(os.listdir(base)) if base.is_dir() else []
+
     def size(self, key: str) -> int:
         path = self._path(key)
         return path.stat().st_size if path.is_file() else 0
@@ -237,8 +263,22 @@ class LocalTarget(Target):
                 fsync_dir(directory.parent)
                 directory = directory.parent
 
-    def clean_partials(self) -> list[str]:
-        return [p.relative_to(self.root).as_posix() for p in remove_partials(self.root)]
+    def clean_partials(self, owned: Callable[[str], bool]) -> list[str]:
+        return [p.relative_to(self.root).as_posix() for p in remove_temp_files(self.root, owned)]
+
+    def check_clearable(self) -> None:
+        """Never delete through a link at OUT itself, nor the current directory or a folder holding it."""
+        if self.root.is_symlink():
+            real = os.path.realpath(self.root)
+            raise OutputExistsError(
+                f"{self.label} is a link to {real}; streamacc never deletes through a link: name {real} itself"
+            )
+        here, real = os.path.realpath(os.getcwd()), os.path.realpath(self.root)
+        if here == real or here.startswith(real.rstrip("/") + "/"):
+            raise OutputExistsError(
+                f"{self.label} is the current directory or holds it, and streamacc never deletes the folder it "
+                f"runs in; run the command from outside {real}"
+            )
 
     def check_contents(self) -> None:
         link = find_link(self.root) if self.root.is_dir() else None
@@ -286,13 +326,23 @@ _memory_locks: dict[str, threading.Lock] = {}
 
 
 class StoreTarget(Target):
-    """An output in any other zarr store: an fsspec URL (``s3://``, ``memory://``) or a store object."""
+    """An output in any other zarr store: an fsspec URL (``s3://``, ``memory://``) or a store object.
+
+    Every write and delete through :attr:`store` is fenced by the lease (``_fence.py``): once
+    the lease may be lost, nothing more reaches the store.
+    """
 
     def __init__(self, store: Store, label: str, storage_options: dict | None = None) -> None:
-        self.store = store
+        self.raw = store
+        self.store = store if store.read_only else FencedStore(store, self.check_lock)
         self.label = label
         self.storage_options = storage_options
         self._lease: Any = None
+
+    @property
+    def lease_token(self) -> str | None:
+        """The token of the lease this writer holds (None without one)."""
+        return getattr(self._lease, "token", None)
 
     def read(self, key: str) -> bytes | None:
         buf = sync(self.store.get(key, prototype=default_buffer_prototype()))
@@ -310,12 +360,18 @@ class StoreTarget(Target):
 
         return sorted(sync(collect()))
 
+    def list_dir(self, prefix: str = "") -> list[str]:
+        async def collect() -> list[str]:
+            return [key async for key in self.store.list_dir(prefix)]
+
+        return sorted(sync(collect()))
+
     def size(self, key: str) -> int:
-        return sync(self.store.getsize(key)) if sync(self.store.exists(key)) else 0
+        return sync(self.raw.getsize(key)) if sync(self.raw.exists(key)) else 0
 
     def sizes(self, prefix: str = "") -> dict[str, int]:
         """One listing of an fsspec store (S3 returns sizes with its keys), not one request per key."""
-        fs, root = getattr(self.store, "fs", None), getattr(self.store, "path", "")
+        fs, root = getattr(self.raw, "fs", None), getattr(self.raw, "path", "")
         if fs is None or not getattr(fs, "async_impl", False):
             return super().sizes(prefix)
         base = f"{root.rstrip('/')}/{prefix}".rstrip("/") if root else prefix.rstrip("/")
@@ -333,19 +389,34 @@ class StoreTarget(Target):
     @contextlib.contextmanager
     def lock(self, command: str) -> Iterator[None]:
         """A lease object for fsspec stores (conditional writes where the store has them), else a process lock."""
-        fs = getattr(self.store, "fs", None)
+        fs = getattr(self.raw, "fs", None)
         if fs is None:
             with self._process_lock(command):
                 yield
             return
         from ._lease import Lease
 
-        self._lease = Lease.acquire(fs, self.store.path, self.label, command=command)
+        self._lease = Lease.acquire(fs, self.raw.path, self.label, command=command)
         try:
+            self._connect()
             yield
         finally:
             lease, self._lease = self._lease, None
             lease.release()
+
+    def follow(self, token: str) -> None:
+        """Write for the writer holding the lease ``token`` (a cluster worker): fenced by that lease."""
+        fs = getattr(self.raw, "fs", None)
+        if fs is not None:
+            from ._lease import LeaseView
+
+            self._lease = LeaseView.follow(fs, self.raw.path, self.label, token)
+            self._connect()
+
+    def _connect(self) -> None:
+        """On S3, hook the client now, so that even the first write request is fenced as it is sent."""
+        if isinstance(self.store, FencedStore):
+            sync(self.store.connect())
 
     @contextlib.contextmanager
     def _process_lock(self, command: str) -> Iterator[None]:

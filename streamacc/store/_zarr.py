@@ -110,19 +110,40 @@ def progress_attrs(committed: tuple[int, int], length: int, complete: bool) -> d
     }
 
 
+DECODING_ATTRIBUTES = ("scale_factor", "add_offset", "_FillValue", "missing_value", "_Unsigned", "dtype", "calendar")
+"""Attributes with which xarray's decoding changes the values it returns (``units`` too, naming a time)."""
+
+
+def decoding_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The attributes of an array that change what a decoding reader (xarray) returns for its values."""
+    kept = {k: attrs[k] for k in DECODING_ATTRIBUTES if k in attrs}
+    units = attrs.get("units")
+    if isinstance(units, str) and " since " in units:
+        kept["units"] = units
+    return kept
+
+
 def array_document(raw: bytes | None) -> dict | None:
-    """A stored array ``zarr.json`` without its attributes (what a run records and checks), or None."""
+    """A stored array ``zarr.json`` as a run records and checks it, or None when absent or unreadable.
+
+    Everything but the attributes, which users may edit, except those that change the
+    values a decoding reader returns (``scale_factor`` and the like): a reader must see the
+    values a run wrote.
+    """
     if raw is None:
         return None
     try:
         doc = json.loads(raw)
     except ValueError:
         return None
-    return _without_attributes(doc) if isinstance(doc, dict) else None
+    return _as_recorded(doc) if isinstance(doc, dict) else None
 
 
-def _without_attributes(doc: dict) -> dict:
-    return {k: v for k, v in doc.items() if k != "attributes"}
+def _as_recorded(doc: dict) -> dict:
+    kept = {k: v for k, v in doc.items() if k != "attributes"}
+    attrs = doc.get("attributes")
+    decoding = decoding_attributes(attrs) if isinstance(attrs, dict) else {}
+    return {**kept, "attributes": decoding} if decoding else kept
 
 
 def resize_arrays(target: Target, shapes: Mapping[str, tuple[int, ...]]) -> None:
@@ -204,8 +225,23 @@ class ZarrSink:
         return self._members
 
     def documents(self) -> dict[str, dict | None]:
-        """Each array's stored metadata without attributes, as :func:`array_document` reads it."""
-        return {name: _without_attributes(doc) if doc else None for name, doc in self._stored_metadata().items()}
+        """Each array's stored metadata as a run records it (see :func:`array_document`)."""
+        return {name: _as_recorded(doc) if doc else None for name, doc in self._stored_metadata().items()}
+
+    def reset_root(self, attrs: Mapping[str, Any]) -> None:
+        """Start the root metadata afresh from ``attrs`` (the run's), keeping only its users' other attributes.
+
+        For a root that is missing, damaged or out of date; :meth:`publish` then writes it.
+        """
+        try:
+            old = json.loads(self.target.read("zarr.json") or b"{}")
+        except ValueError:
+            old = {}
+        stored = old.get("attributes") if isinstance(old, dict) else None
+        ours = netcdf_safe(attrs)
+        users = {k: v for k, v in stored.items() if not k.startswith("streamacc_")} if isinstance(stored, dict) else {}
+        # the key order of a root zarr wrote, so that a repaired root is the bytes of one never damaged
+        self._root = {"attributes": {**ours, **users, **ours}, "zarr_format": 3, "node_type": "group"}
 
     def publish(self, attrs: Mapping[str, Any]) -> None:
         """Rewrite the root group's metadata with ``attrs`` merged in, consolidating only the run's arrays.

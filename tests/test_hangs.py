@@ -1,0 +1,64 @@
+"""Nothing a user can point streamacc at makes it hang: special files inside an output, an address
+no dask transport knows, the root of the file system.
+
+Before: a named pipe in place of ``x/zarr.json`` hung ``info`` and ``open`` for good (even
+SIGTERM left the process alive); ``--scheduler garbage://x`` printed its error and then
+hung 60 s in dask's client shutdown; ``write /`` walked the whole file system before it
+refused. Hangs are run in a subprocess with a deadline, so that one cannot hang the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from test_hardening import SMALL, run
+
+from streamacc.cli._main import main
+
+CHECKS = textwrap.dedent(
+    """
+    import sys
+    import streamacc
+    from streamacc.cli._main import main
+
+    fifo_out, out = sys.argv[1:]
+    print(main(["info", fifo_out]), flush=True)
+    try:
+        streamacc.open(fifo_out)
+        print("opened", flush=True)
+    except streamacc.StoreError as exc:
+        print("refused:", exc, flush=True)
+    print(main(["write", out, "--size", "10", "--scheduler", "garbage://x"]), flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_named_pipe_and_an_unknown_scheduler_are_refused_without_hanging(tmp_path):
+    fifo_out = tmp_path / "fifo.zarr"
+    assert main(["write", str(fifo_out), *SMALL]) == 0
+    (fifo_out / "x" / "zarr.json").unlink()
+    os.mkfifo(fifo_out / "x" / "zarr.json")
+    out = tmp_path / "out.zarr"
+    proc = subprocess.run(
+        [sys.executable, "-c", CHECKS, str(fifo_out), str(out)], capture_output=True, text=True, timeout=50
+    )
+    info, opened, scheduler = proc.stdout.splitlines()
+    assert info == "1" and "special file" in proc.stderr
+    assert opened.startswith("refused:") and "special file" in opened
+    assert scheduler == "2" and "--scheduler 'garbage://x' is not a dask scheduler address" in proc.stderr
+    assert proc.stderr.count("\n") == 2 and proc.returncode == 0, proc.stderr  # one line each, no traceback
+    assert not out.exists()
+
+
+def test_writing_to_the_file_system_root_is_refused_without_walking_it(monkeypatch, capfd):
+    def walk(*args, **kwargs):
+        raise AssertionError("walked the file system")
+
+    monkeypatch.setattr(os, "walk", walk)
+    code, line = run("write", "/", *SMALL, capfd=capfd)
+    assert code == 2 and "/ exists and is not a streamacc output" in line, line

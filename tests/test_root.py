@@ -1,0 +1,145 @@
+"""Readers trust only what ``verify`` would: the root metadata agrees with the manifest, the arrays
+have the metadata they were written with, and nothing inside an output is a link.
+
+Before: a writer killed between the manifest's "complete" and the root's refresh left
+``streamacc_complete=0`` for good (``--resume`` said "already complete" and did not fix it);
+a deleted root, a root whose consolidated shape was shrunk (xarray then returned 12,288 of
+65,536 values marked complete), a root forged complete, or one linked outside the output
+all passed ``verify``, ``info`` and ``open``; and ``open`` returned another output's values
+through a linked array, and values rescaled by a ``scale_factor`` added to ``x/zarr.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from _fault_helpers import assert_same_output, faultrun_process, read_manifest, store_files, write_manifest
+from test_hardening import SMALL, run, tree
+
+import streamacc
+from streamacc.cli._main import main
+
+
+@pytest.fixture(scope="module")
+def ref(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ref") / "out.zarr"
+    assert main(["write", str(out), *SMALL]) == 0
+    return out
+
+
+def copy(ref: Path, tmp_path: Path, name: str = "out.zarr") -> Path:
+    out = tmp_path / name
+    shutil.copytree(ref, out)
+    return out
+
+
+def refused_by_every_reader(out: Path, capfd, *words: str) -> None:
+    for args in (["verify", out], ["info", out]):
+        code, line = run(*args, capfd=capfd)
+        assert code == 1 and all(w in line for w in words), (args, line)
+    with pytest.raises(streamacc.StoreError) as refused:
+        streamacc.open(out)
+    assert all(w in str(refused.value) for w in words), refused.value
+
+
+@pytest.mark.slow
+def test_a_kill_between_the_complete_manifest_and_the_root_is_repaired_by_resume(tmp_path, ref, capfd):
+    out = tmp_path / "out.zarr"
+    proc = faultrun_process("complete", 0, "write", out, *SMALL)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert read_manifest(out)["complete"]
+    assert json.loads((out / "zarr.json").read_text())["attributes"]["streamacc_complete"] == 0
+    refused_by_every_reader(out, capfd, "root metadata (zarr.json) has out-of-date attributes", "resume")
+    assert main(["write", str(out), *SMALL, "--resume"]) == 0  # already complete: repairs the root, nothing else
+    assert_same_output(out, ref)
+    assert main(["verify", str(out)]) == 0
+
+
+def shrink_consolidated(out: Path) -> None:
+    doc = json.loads((out / "zarr.json").read_text())
+    doc["consolidated_metadata"]["metadata"]["x"]["shape"] = [1536]
+    (out / "zarr.json").write_text(json.dumps(doc))
+
+
+def forge_complete(out: Path) -> None:
+    manifest = read_manifest(out)
+    manifest.update(committed_blocks=3, committed_steps=3 * 512, complete=False, carry=None)
+    records = json.loads(json.loads((out / "_streamacc/records_000000/zarr.json").read_text())["attributes"]
+                         ["streamacc_records"])  # fmt: skip
+    manifest["carry"] = records[3]["carry_in"]
+    write_manifest(out, manifest)  # a run killed after 3 blocks, whose root says it finished
+
+
+@pytest.mark.parametrize(
+    ("damage", "words"),
+    [
+        (lambda out: (out / "zarr.json").unlink(), "is missing"),
+        (shrink_consolidated, "describes array 'x' otherwise than x/zarr.json"),
+        (forge_complete, "says the run is complete"),
+    ],
+    ids=["deleted", "shrunk", "forged-complete"],
+)
+def test_a_root_that_lies_is_refused_by_readers_and_rewritten_by_resume(tmp_path, ref, capfd, damage, words):
+    out = copy(ref, tmp_path)
+    damage(out)
+    refused_by_every_reader(out, capfd, "root metadata (zarr.json)", words)
+    assert main(["write", str(out), *SMALL, "--resume"]) == 0
+    assert_same_output(out, ref)
+    assert xr.open_zarr(out).x.size == 5000
+
+
+def test_a_root_linked_outside_the_output_is_refused(tmp_path, ref, capfd):
+    out = copy(ref, tmp_path)
+    elsewhere = tmp_path / "elsewhere.json"
+    shutil.move(out / "zarr.json", elsewhere)
+    (out / "zarr.json").symlink_to(elsewhere)
+    before = tree(tmp_path)
+    refused_by_every_reader(out, capfd, "link")
+    code, line = run("write", out, *SMALL, "--resume", capfd=capfd)
+    assert code in (1, 2) and "link" in line
+    assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("linked", ["x", "x/c/3"])
+def test_open_refuses_data_linked_from_elsewhere(tmp_path, ref, capfd, linked):
+    other = tmp_path / "other.zarr"
+    assert main(["write", str(other), *SMALL, "--ratio", "1+2e-8"]) == 0
+    out = copy(ref, tmp_path)
+    shutil.rmtree(out / linked) if (out / linked).is_dir() else (out / linked).unlink()
+    (out / linked).symlink_to(other / linked)
+    refused_by_every_reader(out, capfd, "link")
+
+
+def test_an_attribute_that_rescales_the_values_is_refused(tmp_path, ref, capfd):
+    out = copy(ref, tmp_path)
+    array = zarr.open_array(str(out / "x"), mode="r+")
+    array.attrs.update(scale_factor=2.0, add_offset=1.0)  # xarray would return 2 * x + 1
+    refused_by_every_reader(out, capfd, "metadata of array 'x' changed", "attributes")
+    array.attrs.update(units="m", comment="a note")  # attributes that change no value are the user's to edit
+    del array.attrs["scale_factor"], array.attrs["add_offset"]
+    expected = zarr.open_array(str(ref / "x"), mode="r")[:]
+    assert np.array_equal(streamacc.open(out).x.values, expected)
+    assert main(["verify", str(out)]) == 0
+    assert sorted(store_files(out)) == sorted(store_files(ref))
+
+
+def test_open_returns_no_chunk_but_the_one_committed(tmp_path, ref):
+    """A chunk of another run put in place of a committed one (or written late by a writer that lost its
+    lease) is refused as it is read; every other chunk reads as before."""
+    other = tmp_path / "other.zarr"
+    assert main(["write", str(other), *SMALL, "--ratio", "1+2e-8"]) == 0
+    out = copy(ref, tmp_path)
+    shutil.copyfile(other / "x" / "c" / "3", out / "x" / "c" / "3")
+    expected = zarr.open_array(str(ref / "x"), mode="r")[:]
+    for chunks in ("auto", None):
+        ds = streamacc.open(out, chunks=chunks)
+        assert np.array_equal(ds.x[:1536].values, expected[:1536])  # blocks 0-2
+        with pytest.raises(streamacc.VerifyError, match=r"chunk x/c/3 .* is not the chunk committed for block 3"):
+            np.asarray(ds.x[1536:2048])

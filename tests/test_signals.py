@@ -1,0 +1,182 @@
+"""Ctrl-C and SIGTERM always end a run within seconds, even in the middle of a block, with the
+committed blocks safe; and the threads that compute keep the caller's JAX configuration.
+
+Real processes get real signals. A block of the logistic map with ``--inner 2**40`` would
+compute for hours: before the main thread stopped computing, such a run went on through
+SIGTERM and SIGINT for 22 minutes. Waits poll with deadlines of a minute, far from both
+the seconds a stop takes and the hours the block would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+import zarr
+from _fault_helpers import cli, committed, read_manifest
+
+import streamacc
+from streamacc.cli._main import main
+
+LONG_BLOCK = ["--recipe", "logistic", "--size", "1000", "--block-size", "64", "--inner", "2**40", "--no-progress"]
+DEADLINE = 60.0
+SAFE = "committed blocks are safe: rerun with --resume to continue"
+
+
+AS_AT_A_TERMINAL = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+def start(argv: list[str]) -> subprocess.Popen:
+    """A process as started from a terminal: Ctrl-C (SIGINT) not ignored, whatever pytest inherited.
+
+    A small interpreter resets SIGINT and then becomes the process (exec keeps the pid and
+    a default disposition), as no ``preexec_fn`` may run Python in a child of a threaded process.
+    """
+    return subprocess.Popen(
+        [sys.executable, "-c", AS_AT_A_TERMINAL, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def wait_for(condition, proc: subprocess.Popen, what: str) -> None:
+    end = time.monotonic() + DEADLINE
+    while not condition():
+        assert proc.poll() is None, f"the process ended before {what}: {proc.communicate()}"
+        assert time.monotonic() < end, f"{what} never happened"
+        time.sleep(0.02)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def computing(proc: subprocess.Popen, out: Path) -> None:
+    """Return once ``proc`` has started its run and then spent 1 s of CPU: it is inside XLA by then
+    (compiling this block takes a fraction of that)."""
+    wait_for(lambda: committed(out) == 0, proc, "the run started")
+    begun = cpu_seconds(proc.pid)
+    wait_for(lambda: cpu_seconds(proc.pid) > begun + 1.0, proc, "1 s of computing")
+
+
+def stop(proc: subprocess.Popen, signum: int) -> tuple[str, str]:
+    """Send ``signum``; the process must be gone within the deadline (it is killed otherwise)."""
+    proc.send_signal(signum)
+    try:
+        return proc.communicate(timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError(f"still running {DEADLINE:.0f} s after signal {signum}") from None
+
+
+@pytest.mark.slow
+def test_sigterm_in_the_middle_of_a_long_block_ends_the_command(tmp_path):
+    out = tmp_path / "out.zarr"
+    proc = start(cli("write", out, *LONG_BLOCK))
+    computing(proc, out)
+    _, err = stop(proc, signal.SIGTERM)
+    assert proc.returncode == 143, err
+    assert err.splitlines() == [f"streamacc: error: terminated; {SAFE}"]
+    assert read_manifest(out)["committed_blocks"] == 0  # recognisably streamacc's: --resume continues it
+
+
+GC_SIGNAL = textwrap.dedent(
+    """
+    import gc, os, signal, sys, time
+    from streamacc.cli import main
+
+    out = sys.argv[2]
+    fired = []
+
+    def callback(phase, info):  # JAX keeps gc callbacks too: a handler raising here is dropped
+        if phase == "start" and not fired and os.path.exists(os.path.join(out, "_streamacc")):
+            fired.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)  # the signal is taken while this callback runs
+
+    gc.callbacks.append(callback)
+    sys.argv = ["streamacc", *sys.argv[1:]]
+    sys.exit(main())
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_signal_taken_inside_a_gc_callback_is_not_lost(tmp_path):
+    """Python drops an exception raised in a gc callback ("Exception ignored"): the run went on to exit 0."""
+    out = tmp_path / "out.zarr"
+    args = ["write", str(out), "--size", "2**24", "--block-size", "2**12", "--codec", "none", "--no-progress"]
+    proc = start([sys.executable, "-c", GC_SIGNAL, *args])
+    _, err = proc.communicate(timeout=DEADLINE * 2)
+    assert proc.returncode == 143, err
+    assert err.splitlines() == [f"streamacc: error: terminated; {SAFE}"]
+    assert 0 <= committed(out) < 2**12
+
+
+LIBRARY_CTRL_C = textwrap.dedent(
+    """
+    import sys, time
+    import numpy as np, jax, streamacc
+    jax.config.update("jax_enable_x64", True)
+
+    def logistic(x, _):
+        x = jax.lax.fori_loop(0, 2**40, lambda i, v: 3.9 * v * (1 - v), x)
+        return x, x
+
+    try:
+        streamacc.write(sys.argv[1], logistic, np.float64(0.5), length=1000, block_size=64, progress=False)
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt", time.monotonic(), flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+def test_ctrl_c_interrupts_write_called_from_python_in_the_middle_of_a_block(tmp_path):
+    out = tmp_path / "out.zarr"
+    proc = start([sys.executable, "-c", LIBRARY_CTRL_C, str(out)])
+    computing(proc, out)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    line = proc.stdout.readline()  # the script prints when write() raised, then exits
+    assert line.startswith("KeyboardInterrupt"), (line, proc.stderr.read())
+    assert float(line.split()[1]) - sent < DEADLINE  # a different process's clock: CLOCK_MONOTONIC is system-wide
+    proc.kill()  # its block computes on in a daemon thread until the interpreter exits
+    proc.communicate()
+    assert read_manifest(out)["committed_blocks"] == 0
+
+
+def test_write_computes_in_the_callers_x64_scope(tmp_path, x64_off):
+    """Blocks are computed on another thread; ``jax.enable_x64()`` is per thread, yet float64 stays float64."""
+    ratio = 1 + 2.0**-40  # 1.0 in float32
+
+    def grow(carry, _):
+        carry = carry * ratio
+        return carry, carry
+
+    out = tmp_path / "out.zarr"
+    with jax.enable_x64(True):
+        carry = streamacc.write(out, grow, np.float64(1.0), length=300, block_size=64, progress=False)
+        report = streamacc.verify(out, grow, np.float64(1.0))
+    expected = np.multiply.accumulate(np.full(300, ratio))
+    y = zarr.open_array(str(out / "y"), mode="r")[:]
+    assert y.dtype == np.float64 and y.tobytes() == expected.tobytes()
+    assert np.asarray(carry).dtype == np.float64 and float(carry) == expected[-1] != 1.0
+    assert report.checked_blocks == tuple(range(5))
+
+
+def test_the_cli_restores_the_signal_handlers_it_takes_over():
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    assert main(["recipes"]) == 0
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
