@@ -50,7 +50,8 @@ def _head_bucket(fs: Any, bucket: str, storage_options: dict | None) -> bool | N
     """Whether an S3 bucket exists: True, False (it does not), or None (not allowed to ask)."""
     options = dict(storage_options or {})
     options["config_kwargs"] = {**options.get("config_kwargs", {}), **PROBE_CONFIG}
-    probe = type(fs)(**options, skip_instance_cache=True)
+    options["skip_instance_cache"] = True  # a probe of its own, whatever the caller's caching
+    probe = type(fs)(**options)
     probe.retries = 1
     try:
         probe.call_s3("head_bucket", Bucket=bucket)
