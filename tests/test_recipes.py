@@ -441,10 +441,14 @@ def test_a_compensated_recipe_holds_a_parameter_as_a_pair_before_calling_it_dege
 
 def test_each_recipe_writes_the_array_its_description_and_the_readme_name(tmp_path):
     readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
-    assert "`x` for every recipe's recurrence; `y` for `cumsum` and `cumprod`" in readme
+    names = "`x` for every recipe's recurrence, with `y` and `z` beside it for `lorenz`; `y` for `cumsum` and `cumprod`"
+    assert names in readme
     source = save(tmp_path / "in.zarr", np.ones(10))
     for name, recipe in RECIPES.items():
         job = recipe.build(10, "float64", **({"input": source} if name in ("cumsum", "cumprod") else {}))
+        if name == "lorenz":  # a system of three: its description names them
+            assert job.names == ("x", "y", "z") and "outputs x, y, z" in recipe.description
+            continue
         assert job.names == (("y",) if name in ("cumsum", "cumprod") else ("x",))
         assert f"{job.names[0]}[i] = " in recipe.description, (name, recipe.description)
 
