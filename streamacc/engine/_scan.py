@@ -390,19 +390,24 @@ def _carry_scan_fn(f: Callable, length: int, unroll: int | bool, reverse: bool) 
     return jax.jit(run)
 
 
-def carry_pass(plan: Plan, *, carry: Any = None, first_block: int = 0) -> Iterator[tuple[int, int, Any]]:
+def carry_pass(
+    plan: Plan, *, carry: Any = None, first_block: int = 0, exact: bool = False
+) -> Iterator[tuple[int, int, Any]]:
     """The carry after each block from ``first_block`` on, without materialising any ys.
 
     Yields ``(start, stop, carry)`` in scan order, ``carry`` leaving the block. Each block
     runs a carry-only scan of the same step, so this is the cheap sequential part of a
     blocked scan: with the carry entering every block known, the blocks themselves can
     be recomputed anywhere, in parallel. A step whose carry depends on how XLA compiles
-    it alongside its ys would differ here; callers compare with the full block.
+    it alongside its ys would differ here (Lorenz-63's RK4 does, about once in 30,000
+    steps: XLA contracts a multiply and an add differently); callers compare with the full
+    block. ``exact`` runs the block function itself, its ys computed and dropped: the bits
+    of the full block by construction, at the cost of one block's ys at a time.
     """
     carry = plan.init if carry is None else carry
     for start, stop in plan.bounds(first_block):
         xs = _block_xs(plan, start, stop)
-        if plan.save_every == 1:
+        if plan.save_every == 1 and not exact:
             carry = _cached(_carry_scan_fn, plan.f, stop - start, plan.unroll, plan.reverse)(carry, xs)
         else:  # the block function itself (its kept rows are few): the carry has its bits by construction
             carry = _cached(_scan_fn, plan.f, stop - start, plan.unroll, plan.reverse, False, plan.save_every)(

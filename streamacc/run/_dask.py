@@ -8,6 +8,11 @@ ends with. The driver commits results strictly in scan order, after checking eac
 final carry against the carry pass bit for bit, so the output is byte-identical to a
 single-process run, and resume and verify do not care where blocks ran.
 
+A step whose carry-only scan XLA compiles to other bits than its full block (a multiply
+and an add contracted in one and not the other) is told apart from one that differs
+between machines by recomputing the block on the driver: the run then goes on with a
+carry pass that runs the block function itself.
+
 Tasks are idempotent (the same bytes every time), so the scheduler may retry a task whose
 worker died. Step functions travel by cloudpickle; the plan is scattered once per worker.
 """
@@ -188,6 +193,20 @@ class DaskExecutor:
         spec = SinkSpec.of(output)
         x64 = bool(jax.config.jax_enable_x64)
         plan_future = self.client.scatter(plan, broadcast=True, hash=False)
+        try:
+            self._run(plan, output, spec, plan_future, x64, exact=False)
+        except _CarryPassDiffers as differs:
+            # the worker's carry is the block's own: XLA compiled the carry-only scan differently
+            # (a fused multiply-add here, not there), not a step that differs between machines
+            output.commit(differs.result)
+            self._run(plan, output, spec, plan_future, x64, exact=True)
+
+    def _run(self, plan: Plan, output: Output, spec: SinkSpec, plan_future: Any, x64: bool, *, exact: bool) -> None:
+        """One carry pass from the output's first uncommitted block, its tasks and their in-order commits.
+
+        With ``exact``, the carry pass runs the block function itself (its ys computed and
+        dropped), the very program the workers run.
+        """
         # tasks submitted and not yet committed, in scan order; a thread of its own commits them, so
         # that the carry pass and the submissions never wait for a commit's fsyncs
         pending: queue.Queue[tuple[Any, list[list[HostLeaf]]] | None] = queue.Queue(maxsize=self.inflight)
@@ -203,6 +222,8 @@ class DaskExecutor:
                     for result, carry_out in zip(results, carries_out, strict=True):
                         if not same_leaves(result.carry_out, carry_out):
                             output.commit(*results[: result.index - results[0].index])
+                            if not exact:
+                                raise _CarryPassDiffers(result)  # checked on the driver's own thread
                             raise CarryMismatchError(
                                 f"block {result.index} (steps {result.start}-{result.stop}) ended with another "
                                 "carry on its worker than in the carry pass, so the step is not reproducible there "
@@ -228,7 +249,9 @@ class DaskExecutor:
         group: list[BlockTask] = []
         expected: list[list[HostLeaf]] = []
         carry_in = output.carry
-        carries = on_own_thread(carry_pass(plan, carry=from_host(carry_in, plan.init), first_block=output.first_block))
+        carries = on_own_thread(
+            carry_pass(plan, carry=from_host(carry_in, plan.init), first_block=output.first_block, exact=exact)
+        )
         try:
             for index, (start, stop, carry) in enumerate(carries, start=output.first_block):
                 check_stop()
@@ -262,7 +285,40 @@ class DaskExecutor:
                 committer.join()
             close_worker_sessions(self.client)
         if failed:
+            if isinstance(failed[0], _CarryPassDiffers):
+                failed[0] = _CarryPassDiffers.confirm(failed[0], plan, submitted)
             raise failed[0]
 
     def _submit(self, plan_future: Any, spec: SinkSpec, group: list[BlockTask], x64: bool) -> Any:
         return self.client.submit(run_block_tasks, plan_future, spec, list(group), x64, pure=False, retries=2)
+
+
+class _CarryPassDiffers(Exception):
+    """A task's block ended with another carry than the carry pass's: to be told apart from a step that differs."""
+
+    def __init__(self, result: BlockResult) -> None:
+        super().__init__(result.index)
+        self.result = result
+
+    @staticmethod
+    def confirm(differs: _CarryPassDiffers, plan: Plan, submitted: collections.deque[Any]) -> BaseException:
+        """``differs`` itself if the driver, recomputing the block as workers do, ends with the worker's carry;
+        otherwise the error that stops the run.
+
+        The tasks still submitted (computed from carry-pass carries past the block) are waited
+        for first, so that none writes a chunk once their blocks are computed again.
+        """
+        result = differs.result
+        block = compute_block(plan, from_host(result.carry_in, plan.init), result.start, result.stop)
+        here = to_host(block.carry)
+        block.release()
+        for future in submitted:
+            with contextlib.suppress(Exception):
+                future.result()
+        if same_leaves(here, result.carry_out):
+            return differs
+        return CarryMismatchError(
+            f"block {result.index} (steps {result.start}-{result.stop}) ended with another carry on its worker than "
+            "on this machine, so the step is not reproducible there (nondeterministic, or different hardware); "
+            "nothing past it was committed: rerun without a cluster"
+        )
