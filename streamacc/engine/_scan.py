@@ -246,7 +246,9 @@ def _thinned_scan(
     An outer scan over the kept rows runs, per row, an inner scan of ``every`` steps that
     carries the latest y along (so no more than one row of ys ever exists per row); steps
     after the last kept row only advance the carry. Every step runs exactly as in one long
-    scan, in the same order, so the kept ys and the final carry are its bits.
+    scan, in the same order, so the kept ys and the final carry are its bits, as far as XLA
+    compiles the step alike without its other ys (Lorenz-63's RK4 differs by an ulp now and
+    then, XLA compiling the two programs differently).
 
     Unrolled (``unroll`` > 1), XLA fuses the arithmetic of the steps of one unrolled group
     differently when their ys are not all stored (measured: a kept y 1 ulp off), so the
@@ -399,8 +401,8 @@ def carry_pass(
     runs a carry-only scan of the same step, so this is the cheap sequential part of a
     blocked scan: with the carry entering every block known, the blocks themselves can
     be recomputed anywhere, in parallel. A step whose carry depends on how XLA compiles
-    it alongside its ys would differ here (Lorenz-63's RK4 does, about once in 30,000
-    steps: XLA contracts a multiply and an add differently); callers compare with the full
+    it alongside its ys would differ here (Lorenz-63's RK4 did, in 1 of its first
+    31,000 steps); callers compare with the full
     block. ``exact`` runs the block function itself, its ys computed and dropped: the bits
     of the full block by construction, at the cost of one block's ys at a time.
     """

@@ -8,10 +8,9 @@ ends with. The driver commits results strictly in scan order, after checking eac
 final carry against the carry pass bit for bit, so the output is byte-identical to a
 single-process run, and resume and verify do not care where blocks ran.
 
-A step whose carry-only scan XLA compiles to other bits than its full block (a multiply
-and an add contracted in one and not the other) is told apart from one that differs
-between machines by recomputing the block on the driver: the run then goes on with a
-carry pass that runs the block function itself.
+A step whose carry-only scan XLA compiles to other bits than its full block is told apart
+from one that differs between machines by recomputing the block on the driver: the run
+then goes on with a carry pass that runs the block function itself.
 
 Tasks are idempotent (the same bytes every time), so the scheduler may retry a task whose
 worker died. Step functions travel by cloudpickle; the plan is scattered once per worker.
