@@ -8,10 +8,12 @@ compared byte for byte.
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from _fault_helpers import assert_same_output
 
 import streamacc
+from streamacc.cli._main import main
 from streamacc.engine import carry_pass, make_plan
 from streamacc.recipes import get_recipe
 
@@ -34,3 +36,29 @@ def test_lorenz_on_a_cluster_is_the_single_process_output(tmp_path, dask_client)
     ds = streamacc.open(remote)
     for name in "xyz":
         np.testing.assert_array_equal(ds[name].values, np.asarray(ys[name]))
+
+
+# --- a thinned, tiled, timed ensemble, extended -----------------------------------------------
+
+ENSEMBLE = ["--recipe", "randomwalk", "--paths", "6", "--save-every", "4", "--chunks", "step=8,path=3",
+            "--time-step", "0.5", "--block-size", "64", "--summary-windows", "8,32", "--no-progress"]  # fmt: skip
+
+
+def test_extending_a_thinned_tiled_timed_ensemble_says_what_it_does(tmp_path, capsys):
+    out, ref = tmp_path / "out.zarr", tmp_path / "ref.zarr"
+    assert main(["write", str(out), "--size", "200", *ENSEMBLE]) == 0
+    assert main(["write", str(ref), "--size", "456", *ENSEMBLE]) == 0
+    capsys.readouterr()
+    assert main(["write", str(out), "--size", "456", *ENSEMBLE, "--extend"]) == 0
+    err = capsys.readouterr().err
+    assert "rewrote the root metadata" not in err and "resuming" not in err  # nothing was wrong, nothing resumed
+    assert "extending " in err and "to step 456" in err
+    assert_same_output(out, ref)
+    assert main(["verify", str(out)]) == 0
+    ds = streamacc.open(out)
+    np.testing.assert_array_equal(ds["step"].values, np.arange(3, 456, 4))
+    np.testing.assert_array_equal(ds["time"].values, 0.5 * np.arange(3, 456, 4))
+    key = jax.random.fold_in(jax.random.key(0), 5)
+    z = [float(jax.random.normal(jax.random.fold_in(key, k), dtype=jnp.float64)) for k in range(1, 456)]
+    walk = np.add.accumulate(np.concatenate([[0.0], z]))
+    np.testing.assert_array_equal(ds["x"].isel(path=5).values, walk[3::4])

@@ -336,7 +336,8 @@ def open_output(
         ledger.load()  # raises the legacy message
     manifest = ledger.load()
     assert manifest is not None
-    if mode == "extend" and manifest.length != spec.identity["length"]:
+    extending = mode == "extend" and manifest.length != spec.identity["length"]
+    if extending:
         extended = extend_manifest(target, spec.identity, manifest, spec.total_blocks)
         if extended is None:
             return _create(target, spec, init, ledger)  # the stored run was a single block: nothing to keep
@@ -364,7 +365,8 @@ def open_output(
         summaries.resume()
     problem = root_problem(target, manifest)
     if problem is not None:  # killed before the root caught up, or tampered with: it follows from the manifest
-        log.info("rewrote the root metadata of %s, which %s", target.label, problem)
+        if not extending:  # an extension's root still describes the shorter run, as it should until now
+            log.info("rewrote the root metadata of %s, which %s", target.label, problem)
         output.sink.reset_root(spec.attrs)
         output.publish(force=True)
     return output

@@ -279,7 +279,10 @@ def write(
             message = f"{target.label} is already complete ({plan.length} steps); nothing to do"
             warnings.warn(message, StreamaccWarning, stacklevel=2)
             return from_host(output.carry, plan.init)
-        if output.first_block:
+        if mode == "extend" and stored is not None and stored.get("length", plan.length) < plan.length:
+            done = output.manifest.committed_steps
+            log.info("extending %s to step %d (computing on from step %d)", target.label, plan.length, done)
+        elif output.first_block:
             log.info("resuming %s at step %d of %d", target.label, output.manifest.committed_steps, plan.length)
         initial = output.manifest.committed_steps
         with Progress(plan.length, initial=initial, enabled=progress, label=target.label) as bar:
