@@ -10,6 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from _fault_helpers import assert_same_output
 
 import streamacc
@@ -62,3 +63,34 @@ def test_extending_a_thinned_tiled_timed_ensemble_says_what_it_does(tmp_path, ca
     z = [float(jax.random.normal(jax.random.fold_in(key, k), dtype=jnp.float64)) for k in range(1, 456)]
     walk = np.add.accumulate(np.concatenate([[0.0], z]))
     np.testing.assert_array_equal(ds["x"].isel(path=5).values, walk[3::4])
+
+
+# --- reverse scans: thinned, timed, and without summaries -----------------------------------
+
+
+def _decay(c, x):
+    c = c * 0.5 + x  # c * 0.5 is exact: one rounding, fused or not
+    return c, {"s": c, "v": c * jnp.arange(1.0, 4.0)}
+
+
+def test_a_thinned_timed_reverse_scan_and_its_missing_summaries(tmp_path):
+    xs = np.random.default_rng(7).standard_normal(200)
+    out = tmp_path / "rev.zarr"
+    with pytest.raises(streamacc.InputError, match=r"reverse scan writes no summaries.*summaries=False"):
+        streamacc.write(out, _decay, np.float64(1.0), xs, reverse=True, summaries=[8], progress=False)
+    assert not out.exists()
+    kw = {"reverse": True, "save_every": 4, "block_size": 40, "dims": {"v": ["k"]}, "time": {"step": 0.25}}
+    carry = streamacc.write(out, _decay, np.float64(1.0), xs, progress=False, **kw)
+    want = [np.float64(1.0)]  # the reverse recurrence in numpy: step i runs after step i + 1
+    for x in xs[::-1]:
+        want.append(want[-1] * 0.5 + x)
+    s = np.array(want[1:][::-1])  # s[i]: the carry after step i
+    assert float(carry) == s[0]
+    ds = streamacc.open(out)
+    np.testing.assert_array_equal(ds["s"].values, s[3::4])
+    np.testing.assert_array_equal(ds["v"].sel(step=slice(100, 120)).values, s[103:120:4, None] * [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(ds["time"].values, 0.25 * np.arange(3, 200, 4))
+    assert streamacc.verify(out, _decay, np.float64(1.0), xs).committed_blocks == 5
+    with pytest.raises(streamacc.NoOutputError, match="a reverse scan") as refused:
+        streamacc.overview(out)
+    assert "rewrite it with summaries on" not in str(refused.value)  # a reverse scan cannot have them

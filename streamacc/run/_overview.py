@@ -101,11 +101,14 @@ def overview(
     ident = manifest.identity
     summaries = Summaries.load(target, ident, manifest.summaries, manifest.committed_rows)
     if summaries is None:
-        why = "a reverse scan" if ident.get("reverse") else "summaries=False or an older streamacc"
-        raise NoOutputError(
-            f"{target.label} has no summaries (written with {why}); read its data with streamacc.open(path), or "
-            "rewrite it with summaries on"
-        )
+        if ident.get("reverse"):
+            fix = "a reverse scan, which writes none); read its data with streamacc.open(path)"
+        else:
+            fix = (
+                "summaries=False or an older streamacc); read its data with streamacc.open(path), or rewrite it "
+                "with summaries on"
+            )
+        raise NoOutputError(f"{target.label} has no summaries (written with {fix}")
     start, stop = manifest.span()
     every = ident.get("save_every", 1)
     if manifest.committed_rows <= 0:

@@ -63,7 +63,7 @@ def check_windows(summaries: bool | Sequence[int] | None, reverse: bool) -> list
     """The summary windows of a write: ``summaries=True`` (the default levels), False/None, or window lengths.
 
     A reverse scan gets none: its blocks commit from the end, and its summaries are not
-    written (``overview`` and ``plot`` say so).
+    written (``overview`` and ``plot`` say so); windows asked for explicitly are refused.
     """
     if summaries is None or summaries is False:
         return []
@@ -83,6 +83,12 @@ def check_windows(summaries: bool | Sequence[int] | None, reverse: bool) -> list
             f"{option} must be {'' if cli else 'True, False or '}increasing window lengths in steps, each a multiple "
             f"of the one before, got {','.join(map(str, windows)) if cli else repr(summaries)}; pass e.g. "
             f"{option + ' ' if cli else option + '='}{example}"
+        )
+    if reverse and windows and summaries is not True:
+        raise InputError(
+            f"a reverse scan writes no summaries (its blocks commit from its last step), so "
+            f"{spell('summaries', summaries)} cannot be kept; leave {spell('summaries')} out or pass "
+            f"{spell('summaries', False)}"
         )
     return [] if reverse else [int(w) for w in windows]
 
