@@ -4,6 +4,8 @@ Only the last block of the stored run is not what the longer run writes: it ends
 old length (its last chunk padded), or holds a short tail that a longer run puts in a
 block of its own (the unroll rule of ``engine/_layout.block_count``). So the extension
 keeps every block before it, and recomputes from it on, from the carry its record holds.
+Every committed chunk's trailer is checked first, as a resume checks it, so that a damaged
+output is refused as it stands rather than after its manifest became the longer run's.
 
 The new manifest (the longer run's identity, the kept blocks, that carry) is saved first
 and the arrays' metadata (their longer shape) after it, so an interruption anywhere leaves
@@ -26,6 +28,7 @@ from .._errors import NoOutputError, ResumeError, spell
 from ..store import Target, ZarrSink, array_document, resize_arrays
 from ._manifest import Ledger, Manifest, identity_differences
 from ._summaries import extension_tail, rebuild_stale_arrays
+from ._trailers import trailer_problem
 
 __all__ = ["extend_manifest", "finish_extension"]
 
@@ -77,8 +80,16 @@ def extend_manifest(target: Target, identity: dict[str, Any], manifest: Manifest
                              "original settings")  # fmt: skip
     kept = manifest.committed_blocks - 1
     if kept <= 0:
-        return None
+        return None  # nothing kept: the longer run starts afresh
     ledger = Ledger(target)
+    every = old.get("save_every", 1)
+    sink = ZarrSink.open(target, list(new["arrays"]))
+    problem = trailer_problem(target, ledger, sink, range(manifest.committed_blocks), every)
+    if problem is not None:  # checked before anything changes: a resume would find it after the extension
+        k, start, stop, what = problem
+        raise _refuse(
+            label, f"block {k} (steps {start}-{stop}) is bad: {what}; rewrite it with {spell('overwrite', True)}"
+        )
     carry = ledger.block(kept).carry_in
     rows = new["length"] // new.get("save_every", 1)
     arrays = {name: {**doc, "shape": [rows, *doc["shape"][1:]]} for name, doc in manifest.arrays.items()}
@@ -94,8 +105,7 @@ def extend_manifest(target: Target, identity: dict[str, Any], manifest: Manifest
     )
     start, stop = extended.span()
     extended.committed_steps = stop - start
-    block_rows = new["block_size"] // new.get("save_every", 1)
-    sink = ZarrSink.open(target, list(new["arrays"]))
+    block_rows = new["block_size"] // every
     extended.summaries = extension_tail(
         target, manifest, extended.committed_rows, block_rows, lambda name, a, b: sink.arrays[name][a:b]
     )

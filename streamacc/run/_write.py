@@ -243,7 +243,9 @@ def write(
     stored = _stored_layout(store, storage_options) if (resume or extend) else None
     if stored is not None and block_size is None and stored.get("save_every", 1) == save_every:
         block_size = stored.get("block_size")
-    if stored is not None and summaries is True:  # the default: an output keeps the summaries it was begun with
+    if (
+        stored is not None and summaries is True and not reverse
+    ):  # the default: an output keeps the summaries it was begun with
         summaries = stored.get("summaries") or False
     rows_multiple = chunk_rows(chunks)
     plan = make_plan(
