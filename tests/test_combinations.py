@@ -108,3 +108,27 @@ def test_an_extension_refused_for_a_replaced_tile_leaves_the_output_as_it_was(tm
     assert "cannot extend" in err and "chunk x/c/2/1 is not the chunk it committed" in err
     assert err.count("\n") == 1 and "--overwrite" in err
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+# --- the command line on an output written from Python ----------------------------------------
+
+
+def test_verify_from_the_command_line_on_a_python_output_is_a_usage_error(tmp_path, capsys):
+    """Exit 1 means the check ran and failed (a damaged output); this one cannot be checked there."""
+    out = tmp_path / "heat.zarr"
+    u0 = np.exp(-(np.linspace(-2.0, 2.0, 64) ** 2))
+    streamacc.write(out, _heat, u0, length=64, save_every=8, dims={"y": ["x"]}, progress=False)
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "written from Python" in err and "streamacc.verify(path, f, init)" in err and err.count("\n") == 1
+    assert main(["info", str(out)]) == 0 and main(["plot", str(out), "-o", str(tmp_path / "heat.png")]) == 0
+    u = u0
+    for _ in range(64):
+        u = u + 0.25 * (np.roll(u, 1) - 2.0 * u + np.roll(u, -1))
+    np.testing.assert_allclose(streamacc.open(out)["y"].sel(step=63).values, u, rtol=1e-15, atol=1e-300)
+
+
+def _heat(u, _):
+    u = u + 0.25 * (jnp.roll(u, 1) - 2.0 * u + jnp.roll(u, -1))
+    return u, u

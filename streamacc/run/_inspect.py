@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._defaults import DEFAULT_INFLIGHT
-from .._errors import VerifyError
+from .._errors import InputError
 from ..engine._layout import pool_size  # arithmetic only: describing an output imports no JAX
 from ..store import SUMMARIES, ZarrSink, open_target
 from ._manifest import load_manifest
@@ -156,8 +156,8 @@ def verify_recipe_output(store: Any, *, blocks: str | int = "all", storage_optio
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)
     ident = manifest.identity
-    if not ident.get("recipe"):
-        raise VerifyError(
+    if not ident.get("recipe"):  # not a failed check (exit 1): the command line cannot check this output
+        raise InputError(
             f"{target.label} was written from Python, not by a recipe; verify it with streamacc.verify(path, f, init)"
         )
     dtype = ident["arrays"][next(iter(ident["arrays"]))][0]
