@@ -132,3 +132,12 @@ def test_verify_from_the_command_line_on_a_python_output_is_a_usage_error(tmp_pa
 def _heat(u, _):
     u = u + 0.25 * (jnp.roll(u, 1) - 2.0 * u + jnp.roll(u, -1))
     return u, u
+
+
+def test_plot_names_a_range_outside_a_thinned_output_in_its_own_option(tmp_path, capsys):
+    out = tmp_path / "out.zarr"
+    assert main(["write", str(out), "--size", "200", *ENSEMBLE]) == 0
+    capsys.readouterr()
+    assert main(["plot", str(out), "--steps", "2**20:", "-o", str(tmp_path / "p.png")]) == 2
+    err = capsys.readouterr().err
+    assert "--steps 1048576:" in err and "None" not in err and "steps 0 to 200 are committed" in err

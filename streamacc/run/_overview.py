@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._errors import InputError, NoOutputError
+from .._errors import InputError, NoOutputError, spell
 from ..engine._layout import row_step, rows_in  # arithmetic only: overview imports no JAX
 from ..store import open_target, progress_attrs
 from ..store._pyramid import Rows
@@ -57,8 +57,11 @@ def _range(steps: Any, start: int, stop: int) -> tuple[int, int]:
         raise InputError(f"steps must be a (start, stop) pair or a slice of steps, got {steps!r}") from None
     a, b = max(a, start), min(b, stop)
     if a >= b:
+        asked = spell("steps", steps)
+        if asked.startswith("--"):  # the command line's A:B
+            asked = spell("steps", ":".join("" if v is None else str(v) for v in steps))
         raise InputError(
-            f"steps {steps!r} hold no committed step (steps {start} to {stop} are committed); choose a range in them"
+            f"{asked} hold no committed step (steps {start} to {stop} are committed); choose a range in them"
         )
     return a, b
 
