@@ -141,3 +141,21 @@ def test_plot_names_a_range_outside_a_thinned_output_in_its_own_option(tmp_path,
     assert main(["plot", str(out), "--steps", "2**20:", "-o", str(tmp_path / "p.png")]) == 2
     err = capsys.readouterr().err
     assert "--steps 1048576:" in err and "None" not in err and "steps 0 to 200 are committed" in err
+
+
+@pytest.mark.parametrize("block", ["100", "130"])
+def test_the_block_size_suggested_for_a_thinned_unrolled_recipe_is_accepted(tmp_path, capsys, block):
+    """gp runs with unroll=8: a thinned block must be a multiple of both 8 and --save-every."""
+    args = ["--size", "4000", "--save-every", "10", "--no-progress", "--no-summaries"]
+    assert main(["write", str(tmp_path / "bad.zarr"), *args, "--block-size", block]) == 2
+    err = capsys.readouterr().err
+    suggested = int(err.rsplit("--block-size ", 1)[1].split()[0])
+    assert suggested % 10 == 0 and suggested % 8 == 0 and suggested >= 16
+    assert not (tmp_path / "bad.zarr").exists()
+    assert main(["write", str(tmp_path / "ok.zarr"), *args, "--block-size", str(suggested)]) == 0
+    x = streamacc.open(tmp_path / "ok.zarr")["x"].values
+    ratio = 1 + 1e-8
+    want = [1.0]
+    for _ in range(3999):
+        want.append(want[-1] * ratio)
+    np.testing.assert_array_equal(x, np.array(want)[9::10])

@@ -152,7 +152,7 @@ def cmd_write(args: argparse.Namespace) -> int:
     check_no_overlap(args.out, params, recipe)
     job = recipe.make(size, args.dtype, params, options)  # an --input URL takes the same storage options
     if block is not None:
-        check_grouping(job.length, block, job.unroll, reverse=False)  # the block size, before JAX is imported
+        check_grouping(job.length, block, job.unroll, reverse=False, save_every=every)  # before JAX is imported
     attrs = {**job.attrs, "dtype": check_dtype(args.dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
     _enable_x64()

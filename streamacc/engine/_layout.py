@@ -113,7 +113,7 @@ def check_length(length: int) -> None:
         )
 
 
-def check_grouping(length: int, block_size: int, unroll: int | bool, reverse: bool) -> None:
+def check_grouping(length: int, block_size: int, unroll: int | bool, reverse: bool, save_every: int = 1) -> None:
     """Refuse blocks that cannot reproduce ``lax.scan``'s grouping of steps under ``unroll``.
 
     ``lax.scan(unroll=u)`` runs groups of u steps per loop trip, and XLA may reassociate
@@ -128,10 +128,12 @@ def check_grouping(length: int, block_size: int, unroll: int | bool, reverse: bo
             f"pass an integer unroll such as {spell('unroll', 8)}"
         )
     if block_size % unroll or block_size < 2 * unroll:
-        good = max(2 * unroll, block_size - block_size % unroll)
+        multiple = math.lcm(unroll, save_every)  # a thinned block keeps whole rows too
+        good = max(-(-2 * unroll // multiple), block_size // multiple) * multiple
+        also = f" and of {spell('save_every', save_every)}" if save_every > 1 else ""
         raise InputError(
-            f"{spell('block_size', block_size)} must be a multiple of the scan's unroll ({unroll}) and at least "
-            f"{2 * unroll}, so that blocks line up with lax.scan's unrolled groups; "
+            f"{spell('block_size', block_size)} must be a multiple of the scan's unroll ({unroll}){also} and at "
+            f"least {2 * unroll}, so that blocks line up with lax.scan's unrolled groups; "
             f"pass e.g. {spell('block_size', good)}"
         )
     if reverse and length % unroll:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -202,10 +203,13 @@ def make_plan(
     if block_size is not None:
         block_size = as_count("block_size", block_size, minimum=1)
         if block_size % save_every:
-            good = max(1, block_size // save_every) * save_every
+            u = unroll if type(unroll) is int and unroll > 1 and block_size < n else 1  # blocks line up with groups
+            multiple = math.lcm(save_every, u)
+            good = max(-(-2 * u // multiple) if u > 1 else 1, block_size // multiple) * multiple
+            also = f" and of the scan's unroll ({u})" if u > 1 else ""
             raise InputError(
-                f"{spell('block_size', block_size)} must be a multiple of {spell('save_every', save_every)}, so that "
-                f"every block keeps whole rows; pass e.g. {spell('block_size', good)}"
+                f"{spell('block_size', block_size)} must be a multiple of {spell('save_every', save_every)}{also}, so "
+                f"that every block keeps whole rows; pass e.g. {spell('block_size', good)}"
             )
     unroll = _as_unroll(unroll)
     if not isinstance(reverse, (bool, np.bool_)):
@@ -219,7 +223,7 @@ def make_plan(
             row_bytes, block_bytes, save_every=save_every, xs_bytes=_nbytes(xs, 1), unroll=u,
             rows_multiple=rows_multiple,
         )  # fmt: skip
-    check_grouping(n, block_size, unroll, bool(reverse))
+    check_grouping(n, block_size, unroll, bool(reverse), save_every)
     init = jax.tree_util.tree_map(lambda leaf, s: jnp.asarray(leaf, dtype=s.dtype), init, carry_struct)
     return Plan(f, init, xs, n, block_size, unroll, bool(reverse), y_struct, save_every)
 
