@@ -159,3 +159,13 @@ def test_the_block_size_suggested_for_a_thinned_unrolled_recipe_is_accepted(tmp_
     for _ in range(3999):
         want.append(want[-1] * ratio)
     np.testing.assert_array_equal(x, np.array(want)[9::10])
+
+
+def test_a_bad_time_axis_is_named_by_its_own_option(tmp_path, capsys):
+    """(--time-step 0 is in test_simulations.)"""
+    out = tmp_path / "out.zarr"
+    options = ["--time-step", "1", "--time-units", "days since never"]
+    assert main(["write", str(out), "--size", "100", "--save-every", "4", "--no-progress", *options]) == 2
+    err = capsys.readouterr().err
+    assert "--time-units 'days since never'" in err and "--time[" not in err and "--time units" not in err
+    assert err.count("\n") == 1 and not out.exists()

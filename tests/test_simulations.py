@@ -175,7 +175,7 @@ def test_chunks_option(tmp_path, spec, chunks):
         (["--chunks", "step=8,4"], "mixes forms"),
         (["--chunks", "step=3"], "does not divide a block's 16 rows"),
         (["--time-start", "1"], "--time-start and --time-units need --time-step"),
-        (["--time-step", "0"], "time['step'] must not be 0"),
+        (["--time-step", "0"], "--time-step must not be 0"),
     ],
 )
 def test_bad_layout_options_are_one_line(tmp_path, capsys, extra, needle):

@@ -26,12 +26,21 @@ TIME_ATTRS = {"start": "streamacc_time_start", "step": "streamacc_time_step", "u
 _KEYS = ("step", "start", "units", "calendar")
 
 
+def _named(key: str) -> str:
+    """One entry of ``time`` as the caller gives it: ``time['step']``, or ``--time-step`` on the command line."""
+    whole = spell("time")
+    return f"--time-{key}" if whole.startswith("--") else f"{whole}[{key!r}]"
+
+
+def _example() -> str:
+    if spell("time").startswith("--"):
+        return "--time-step 0.001 --time-start 0 --time-units s"
+    return spell("time", {"step": 0.001, "start": 0.0, "units": "s"})
+
+
 def _number(value: Any, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
-        raise InputError(
-            f"{spell('time')}[{key!r}] must be a finite number, got {value!r}; pass e.g. "
-            f"{spell('time', {'step': 0.001, 'start': 0.0, 'units': 's'})}"
-        )
+        raise InputError(f"{_named(key)} must be a finite number, got {value!r}; pass e.g. {_example()}")
     return float(value)
 
 
@@ -39,7 +48,7 @@ def check_time(time: Any) -> dict[str, Any] | None:
     """``time`` checked and completed (``start`` 0, ``units`` ''), or None when no time axis is asked."""
     if time is None:
         return None
-    example = spell("time", {"step": 0.001, "start": 0.0, "units": "s"})
+    example = _example()
     if not isinstance(time, Mapping) or "step" not in time or set(time) - set(_KEYS):
         raise InputError(
             f"{spell('time')} must be a dict with 'step' (the time one step takes) and optionally 'start', 'units' "
@@ -47,7 +56,7 @@ def check_time(time: Any) -> dict[str, Any] | None:
         )
     step = _number(time["step"], "step")
     if step == 0:
-        raise InputError(f"{spell('time')}['step'] must not be 0; pass the time one step takes, e.g. {example}")
+        raise InputError(f"{_named('step')} must not be 0; pass the time one step takes, e.g. {example}")
     units, calendar = time.get("units", ""), time.get("calendar", "standard")
     if not isinstance(units, str) or not isinstance(calendar, str):
         raise InputError(f"{spell('time')}['units'] and ['calendar'] must be text, got {units!r}, {calendar!r}")
@@ -74,7 +83,7 @@ def times(steps: np.ndarray, time: Mapping[str, Any]) -> np.ndarray:
         return np.asarray(decode_cf_datetime(offsets, time["units"], time.get("calendar", "standard")))
     except Exception as exc:
         raise InputError(
-            f"{spell('time')} units {time['units']!r} cannot be read as CF dates ({' '.join(str(exc).split())}); "
+            f"{_named('units')} {time['units']!r} cannot be read as CF dates ({' '.join(str(exc).split())}); "
             "pass e.g. 'seconds since 2000-01-01'"
         ) from None
 
