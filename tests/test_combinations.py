@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _fault_helpers import assert_same_output
+from test_cli_process import imported_by
 
 import streamacc
 from streamacc.cli._main import main
@@ -169,3 +170,14 @@ def test_a_bad_time_axis_is_named_by_its_own_option(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--time-units 'days since never'" in err and "--time[" not in err and "--time units" not in err
     assert err.count("\n") == 1 and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [["--summary-windows", "8,12"], ["--recipe", "lorenz", "--save-every", "2000"]],
+    ids=["windows-not-multiples", "save-every-past-size"],
+)
+def test_layout_errors_of_a_simulation_come_before_jax_and_zarr(tmp_path, options):
+    command = ["write", "o.zarr", "--size", "1000", *options]
+    assert imported_by(f"from streamacc.cli._main import main; assert main({command!r}) == 2", tmp_path) <= {"numpy"}
+    assert not (tmp_path / "o.zarr").exists()

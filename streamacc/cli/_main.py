@@ -36,9 +36,9 @@ from .._errors import (
     cli_spelling,
     spell,
 )
-from ..engine import check_grouping, check_length
+from ..engine import check_grouping, check_length, check_save_every
 from ..recipes import option
-from ..run import Terminated, run_interruptibly, si, still_running
+from ..run import Terminated, check_windows, run_interruptibly, si, still_running
 from ..store import CODECS
 from ._expr import parse_int
 from ._parser import (
@@ -145,14 +145,16 @@ def cmd_write(args: argparse.Namespace) -> int:
     chunks, time_axis = chunks_option(args.chunks), time_options(args)
     layout = {"block_size": block, "save_every": every, "chunks": chunks, "time": time_axis}
     layout["summaries"] = summary_windows(args)  # checked now, before JAX is imported
+    check_windows(layout["summaries"], reverse=False)
     if args.codec not in CODECS:
         raise InputError(f"{spell('codec', repr(args.codec))} is unknown; choose one of: {', '.join(CODECS)}")
     workers = None if args.workers is None else parse_int(args.workers, name=spell("workers"), minimum=1)
     params = recipe_params(args, recipe)
     check_no_overlap(args.out, params, recipe)
     job = recipe.make(size, args.dtype, params, options)  # an --input URL takes the same storage options
+    check_save_every(every, job.length)  # before JAX is imported, as the block size
     if block is not None:
-        check_grouping(job.length, block, job.unroll, reverse=False, save_every=every)  # before JAX is imported
+        check_grouping(job.length, block, job.unroll, reverse=False, save_every=every)
     attrs = {**job.attrs, "dtype": check_dtype(args.dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
     _enable_x64()

@@ -21,6 +21,7 @@ __all__ = [
     "block_steps",
     "check_grouping",
     "check_length",
+    "check_save_every",
     "committed_span",
     "pool_size",
     "row_step",
@@ -110,6 +111,15 @@ def check_length(length: int) -> None:
         raise InputError(
             f"{spell('length', length)} is longer than 2**63 - 1 steps, the most that numpy, dask and xarray "
             "can index; split the run into several outputs"
+        )
+
+
+def check_save_every(save_every: int, length: int) -> None:
+    """Refuse a ``save_every`` that keeps no step of a scan of ``length`` steps."""
+    if save_every > max(length, 1):
+        raise InputError(
+            f"{spell('save_every', save_every)} keeps no step of a scan of {length} steps (the first kept is step "
+            f"{save_every - 1}); pass a {spell('save_every')} of at most {spell('length')}"
         )
 
 

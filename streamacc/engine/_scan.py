@@ -25,7 +25,7 @@ from jax import lax
 from .._defaults import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_SIZE
 from .._errors import InputError, spell
 from ._checks import as_count, check_x64, resolve_length, step_shapes
-from ._layout import block_bounds, block_count, block_steps, check_grouping, rows_in
+from ._layout import block_bounds, block_count, block_steps, check_grouping, check_save_every, rows_in
 from ._pool import BlockPool, pool_size
 
 __all__ = [
@@ -172,11 +172,7 @@ def _nbytes(tree: Any, skip: int = 0) -> int:
 def as_save_every(save_every: Any, length: int) -> int:
     """``save_every`` as a positive int no larger than ``length``, or an :class:`InputError`."""
     k = as_count("save_every", save_every, minimum=1)
-    if k > max(length, 1):
-        raise InputError(
-            f"{spell('save_every', k)} keeps no step of a scan of {length} steps (the first kept is step {k - 1}); "
-            f"pass a {spell('save_every')} of at most {spell('length')}"
-        )
+    check_save_every(k, length)
     return k
 
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ._progress import si as si
     from ._reader import open as open
     from ._verify import VerifyReport as VerifyReport, verify as verify
+    from ._windows import check_windows as check_windows
     from ._write import write as write
 
 _EXPORTS = {
@@ -47,6 +48,7 @@ _EXPORTS = {
     "._reader": ["open"],
     "._manifest": ["load_manifest"],
     "._verify": ["VerifyReport", "verify"],
+    "._windows": ["check_windows"],
     "._write": ["write"],
 }
 __all__ = sorted(name for names in _EXPORTS.values() for name in names)

@@ -22,7 +22,6 @@ default sizes, 24-96 KiB per commit).
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -31,8 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .._defaults import DEFAULT_SUMMARY_WINDOWS
-from .._errors import InputError, VerifyError, spell
+from .._errors import VerifyError, spell
 from ..store import Target
 from ..store._pyramid import (
     Acc,
@@ -51,46 +49,11 @@ __all__ = [
     "Summaries",
     "SummaryCheck",
     "SummaryPlan",
-    "check_windows",
     "extension_tail",
     "output_rows",
     "rebuild_stale_arrays",
     "summarized_names",
 ]
-
-
-def check_windows(summaries: bool | Sequence[int] | None, reverse: bool) -> list[int]:
-    """The summary windows of a write: ``summaries=True`` (the default levels), False/None, or window lengths.
-
-    A reverse scan gets none: its blocks commit from the end, and its summaries are not
-    written (``overview`` and ``plot`` say so); windows asked for explicitly are refused.
-    """
-    if summaries is None or summaries is False:
-        return []
-    windows: Any = list(DEFAULT_SUMMARY_WINDOWS) if summaries is True else summaries
-    try:
-        windows = list(windows)
-    except TypeError:
-        windows = None
-    good = windows is not None and all(isinstance(w, (int, np.integer)) and not isinstance(w, bool) for w in windows)
-    if good and windows:
-        good = windows[0] >= 1 and all(b > a and b % a == 0 for a, b in itertools.pairwise(windows))
-    if not good:
-        option = spell("summaries")
-        cli = option.startswith("--")
-        example = ",".join(map(str, DEFAULT_SUMMARY_WINDOWS)) if cli else list(DEFAULT_SUMMARY_WINDOWS)
-        raise InputError(
-            f"{option} must be {'' if cli else 'True, False or '}increasing window lengths in steps, each a multiple "
-            f"of the one before, got {','.join(map(str, windows)) if cli else repr(summaries)}; pass e.g. "
-            f"{option + ' ' if cli else option + '='}{example}"
-        )
-    if reverse and windows and summaries is not True:
-        raise InputError(
-            f"a reverse scan writes no summaries (its blocks commit from its last step), so "
-            f"{spell('summaries', summaries)} cannot be kept; leave {spell('summaries')} out or pass "
-            f"{spell('summaries', False)}"
-        )
-    return [] if reverse else [int(w) for w in windows]
 
 
 def output_rows(identity: Mapping[str, Any]) -> int:

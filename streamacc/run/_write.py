@@ -30,9 +30,9 @@ from ._identity import run_identity
 from ._interrupt import interruptible
 from ._output import OutputSpec, open_output
 from ._progress import Progress
-from ._summaries import check_windows
 from ._time import check_time, time_attrs
 from ._verify import check_resumable
+from ._windows import check_windows
 
 __all__ = ["output_names", "output_spec", "write"]
 
