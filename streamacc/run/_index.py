@@ -362,7 +362,8 @@ def _time_offsets(values: np.ndarray, time: Mapping[str, Any]) -> np.ndarray:
     from xarray.coding.times import encode_cf_datetime
 
     dates = pd.to_datetime(np.asarray(values).reshape(-1)).values
-    return np.asarray(encode_cf_datetime(dates, time["units"], time.get("calendar", "standard"))[0], dtype=np.float64)
+    calendar = time.get("calendar", "standard")  # floats: a step may be a fraction of the units (0.5 s)
+    return np.asarray(encode_cf_datetime(dates, time["units"], calendar, dtype=np.dtype(np.float64))[0])
 
 
 def _default_attrs(name: str, index: StepIndex) -> dict[str, Any]:
