@@ -195,10 +195,12 @@ class DaskExecutor:
         try:
             self._run(plan, output, spec, plan_future, x64, exact=False)
         except _CarryPassDiffers as differs:
-            # the worker's carry is the block's own: XLA compiled the carry-only scan differently
-            # (a fused multiply-add here, not there), not a step that differs between machines
+            # the worker's carry is the block's own: XLA compiled the carry-only scan to other bits,
+            # not a step that differs between machines
             output.commit(differs.result)
             self._run(plan, output, spec, plan_future, x64, exact=True)
+        finally:
+            close_worker_sessions(self.client)
 
     def _run(self, plan: Plan, output: Output, spec: SinkSpec, plan_future: Any, x64: bool, *, exact: bool) -> None:
         """One carry pass from the output's first uncommitted block, its tasks and their in-order commits.
@@ -282,10 +284,13 @@ class DaskExecutor:
                 with contextlib.suppress(queue.Full):
                     pending.put_nowait(None)
                 committer.join()
-            close_worker_sessions(self.client)
+            if failed and isinstance(failed[0], _CarryPassDiffers):
+                for future in submitted:  # tasks past the block: none may write once it is computed again
+                    with contextlib.suppress(Exception):
+                        future.result()
         if failed:
             if isinstance(failed[0], _CarryPassDiffers):
-                failed[0] = _CarryPassDiffers.confirm(failed[0], plan, submitted)
+                failed[0] = _CarryPassDiffers.confirm(failed[0], plan)
             raise failed[0]
 
     def _submit(self, plan_future: Any, spec: SinkSpec, group: list[BlockTask], x64: bool) -> Any:
@@ -300,20 +305,13 @@ class _CarryPassDiffers(Exception):
         self.result = result
 
     @staticmethod
-    def confirm(differs: _CarryPassDiffers, plan: Plan, submitted: collections.deque[Any]) -> BaseException:
+    def confirm(differs: _CarryPassDiffers, plan: Plan) -> BaseException:
         """``differs`` itself if the driver, recomputing the block as workers do, ends with the worker's carry;
-        otherwise the error that stops the run.
-
-        The tasks still submitted (computed from carry-pass carries past the block) are waited
-        for first, so that none writes a chunk once their blocks are computed again.
-        """
+        otherwise the error that stops the run."""
         result = differs.result
         block = compute_block(plan, from_host(result.carry_in, plan.init), result.start, result.stop)
         here = to_host(block.carry)
         block.release()
-        for future in submitted:
-            with contextlib.suppress(Exception):
-                future.result()
         if same_leaves(here, result.carry_out):
             return differs
         return CarryMismatchError(
