@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import errno
 import json
+import subprocess
+import sys
 import warnings
 
 import jax.numpy as jnp
@@ -154,3 +156,29 @@ def test_an_output_of_0_2_0_resumes_and_verifies(tmp_path, interrupted):
         assert streamacc.verify(interrupted, make_step(0.5), np.zeros(2)).complete
     with pytest.raises(streamacc.VerifyError, match=r"was written by .*make_step.*, not .*with_default"):
         streamacc.verify(interrupted, with_default, np.zeros(2))
+
+
+def test_a_function_run_as_a_script_is_the_same_function_imported(tmp_path, monkeypatch):
+    """``python heat.py`` records ``__main__.step``; ``from heat import step`` must still verify and resume it."""
+    module = tmp_path / "heatmod.py"
+    module.write_text(
+        "import jax, numpy as np, streamacc, sys\n"
+        "jax.config.update('jax_enable_x64', True)\n"
+        "RATE = 0.25\n"
+        "def step(u, _):\n"
+        "    u = u + RATE * (u[::-1] - u)\n"
+        "    return u, u\n"
+        "if __name__ == '__main__':\n"
+        "    streamacc.write(sys.argv[1], step, np.arange(4.0), length=64, block_size=16, progress=False)\n"
+    )
+    out = tmp_path / "out.zarr"
+    subprocess.run([sys.executable, str(module), str(out)], check=True, timeout=120)
+    assert read_manifest(out)["identity"]["function"].startswith("__main__.step code:")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import heatmod
+
+    report = streamacc.verify(out, heatmod.step, np.arange(4.0))
+    assert report.committed_blocks == 4
+    heatmod.RATE = 0.5  # another value: no longer the same function, script or not
+    with pytest.raises(streamacc.VerifyError, match=r"was written by __main__\.step"):
+        streamacc.verify(out, heatmod.step, np.arange(4.0))

@@ -88,6 +88,13 @@ class _Digest:
     def _ours(self, value: Any) -> bool:
         return getattr(value, "__module__", None) == self.module
 
+    def _named(self, value: Any) -> str:
+        """``value``'s name as the digest sees it: without the module when it is the step's own.
+
+        So that a function run as a script (``__main__``) and imported (``heat``) digest alike.
+        """
+        return _name(value).removeprefix(f"{self.module}.") if self._ours(value) else _name(value)
+
     def add(self, value: Any, depth: int, where: str = "a value", *, full: bool = False) -> None:
         if isinstance(value, _SCALARS):
             self._feed(type(value).__name__, value.hex() if isinstance(value, float) else value)
@@ -111,7 +118,7 @@ class _Digest:
                 self.add(key, depth + 1, where)
                 self.add(value[key], depth + 1, f"{where}[{key!r}]")
         elif dataclasses.is_dataclass(value):
-            self._feed("dataclass", _name(type(value)))
+            self._feed("dataclass", self._named(type(value)))
             for field in dataclasses.fields(value):
                 self.add(getattr(value, field.name), depth + 1, f"{where}.{field.name}")
         elif isinstance(value, (functools.partial, types.MethodType, types.CodeType)):
@@ -126,7 +133,7 @@ class _Digest:
         elif callable(value) and not (hasattr(value, "__dict__") and self._ours(type(value))):
             self._feed("callable", _name(value))  # a builtin, a ufunc, a library's callable object
         elif hasattr(value, "__dict__"):
-            self._feed("object", _name(type(value)))
+            self._feed("object", self._named(type(value)))
             self.add(vars(value), depth + 1, where)
         else:
             self._unknown(where, value)
@@ -148,14 +155,14 @@ class _Digest:
             self.add(f.keywords, depth + 1, "its keyword arguments")
             return
         if isinstance(f, types.MethodType):
-            self._feed("method", _name(f))
+            self._feed("method", self._named(f))
             self.add(f.__self__, depth + 1, f"{_name(f)}'s object")
             self.add(f.__func__, depth + 1, full=True)
             return
         if isinstance(f, types.CodeType):
             self._code(f, None, depth)
             return
-        self._feed("function", _name(f))
+        self._feed("function", self._named(f))
         self._code(f.__code__, f, depth)
         self.add(f.__defaults__, depth + 1, "its default arguments")
         self.add(f.__kwdefaults__, depth + 1, "its default arguments")

@@ -297,6 +297,19 @@ def load_manifest(target: Target) -> Manifest:
     return manifest
 
 
+def _same_but_run_as_a_script(stored: Any, current: str) -> bool:
+    """Whether two descriptions differ only in that one function's module was run as a script.
+
+    ``python heat.py`` records ``__main__.heat``; ``from heat import heat`` describes
+    ``heat.heat``: the same code and values, under another module name.
+    """
+    script = "__main__."
+    if not isinstance(stored, str) or " code:" not in stored or stored.startswith(script) == current.startswith(script):
+        return False
+    ran, imported = (stored, current) if stored.startswith(script) else (current, stored)
+    return imported.endswith("." + ran[len(script) :])
+
+
 def same_function(stored: Any, current: str, label: str) -> bool:
     """Whether the step function recorded as ``stored`` is ``current`` (both from ``describe_function``).
 
@@ -304,7 +317,7 @@ def same_function(stored: Any, current: str, label: str) -> bool:
     matches a function of that name and code, with a warning that the values it uses
     (closed-over parameters, constants) cannot be compared.
     """
-    if stored == current:
+    if stored == current or _same_but_run_as_a_script(stored, current):
         return True
     if isinstance(stored, str) and " values:" not in stored and current.startswith(f"{stored} values:"):
         warnings.warn(
