@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import signal
 import time
 
 import numpy as np
@@ -134,6 +135,8 @@ def test_live_writer_blocks_a_second_one_and_its_stale_lock_does_not(tmp_path, r
         while committed(out) < 1:
             assert proc.poll() is None, proc.stderr.read().decode()
             time.sleep(0.002)
+        proc.send_signal(signal.SIGSTOP)  # alive and holding the lock however busy the machine: it cannot finish
+        assert proc.poll() is None, proc.stderr.read().decode()
         for flag in ("--resume", "--overwrite"):
             code, err = cli("write", out, *BIG, "--no-progress", flag, capsys=capsys)
             assert code == 1

@@ -22,6 +22,10 @@ from typing import Any
 import numpy as np
 import zarr
 from zarr.codecs import Crc32cCodec
+from zarr.core.array import AsyncArray
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
+from zarr.storage import StorePath
 
 from ._chunks import ChunkWriter
 from ._codecs import compressors_for
@@ -69,21 +73,25 @@ class SummaryStore:
     ) -> SummaryStore:
         """Create every level's group and arrays (for the outputs in ``specs``); returns the keys to make durable."""
         compressors = [*compressors_for(codec), Crc32cCodec()]
+        # the hierarchy is made in memory and its documents stored in one write each: zarr's create_array
+        # looks up every parent of every array first, some 15 requests per array on object storage
+        documents: dict[str, Any] = {}
+        memory = zarr.storage.MemoryStore(documents)
         zarr.open_group(
-            target.store,
+            memory,
             path=SUMMARIES,
-            mode="a",
+            mode="w",
             attributes={"description": "window summaries of the output's arrays (min, max, mean, count); "
                         "read them with streamacc.overview(path)"},
         )  # fmt: skip
         store = cls(target, windows)
         for window in windows:
-            group = zarr.open_group(target.store, path=level_path(window), mode="a", attributes={"window": window})
+            group = zarr.open_group(memory, path=level_path(window), mode="w", attributes={"window": window})
             for name, (shape, dtype) in specs.items():
                 n = -(-shape[0] // window)
                 for stat in STATS:
                     dt = _stat_dtype(stat, dtype)
-                    store._arrays[name, window, stat] = group.create_array(
+                    made = group.create_array(
                         f"{name}_{stat}",
                         shape=(n, *shape[1:]),
                         chunks=(max(1, min(chunks[name], n)), *shape[1:]),
@@ -94,21 +102,27 @@ class SummaryStore:
                         attributes={"window": window, "statistic": stat, "of": name},
                         config={"write_empty_chunks": True},
                     )
-            store._consolidate(window)
+                    async_array = AsyncArray(made.metadata, StorePath(target.store, made.path), made.config)
+                    store._arrays[name, window, stat] = zarr.Array(async_array)
+        for window in windows:
+            store._consolidate(window, documents)
+        for key in store.metadata_keys():
+            sync(target.store.set(key, documents[key]))
         return store
 
-    def _consolidate(self, window: int) -> None:
-        """List the level's arrays in its group's metadata, as zarr's consolidated metadata does (without its
-        warning), so that xarray opens the level with one read."""
+    def _consolidate(self, window: int, documents: dict[str, Any]) -> None:
+        """List the level's arrays in its group's metadata (in ``documents``, zarr's buffers by key), as zarr's
+        consolidated metadata does (without its warning), so that xarray opens the level with one read."""
         path = level_path(window)
-        group = json.loads(self.target.read(f"{path}/zarr.json") or b"{}")
+        group = json.loads(documents[f"{path}/zarr.json"].to_bytes())
         members = {
-            f"{name}_{stat}": json.loads(self.target.read(f"{path}/{name}_{stat}/zarr.json") or b"{}")
+            f"{name}_{stat}": json.loads(documents[f"{path}/{name}_{stat}/zarr.json"].to_bytes())
             for (name, w, stat) in self._arrays
             if w == window
         }
         group["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": members}
-        self.target.write(f"{path}/zarr.json", json.dumps(group, indent=1).encode())
+        encoded = json.dumps(group, indent=1).encode()
+        documents[f"{path}/zarr.json"] = default_buffer_prototype().buffer.from_bytes(encoded)
 
     def metadata_keys(self) -> list[str]:
         keys = [f"{SUMMARIES}/zarr.json"]
