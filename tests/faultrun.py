@@ -3,7 +3,7 @@
     python tests/faultrun.py chunk N    write OUT ...   # the N-th chunk the zarr LocalStore writes fails
     python tests/faultrun.py manifest N write OUT ...   # the N-th manifest write fails half way through
     python tests/faultrun.py complete 0 write OUT ...   # SIGKILLed once the manifest says complete
-    python tests/faultrun.py pause N    write URL ...   # SIGSTOPs itself before its N-th lease check
+    python tests/faultrun.py pause N    write URL ...   # SIGSTOPs itself before the lease check of its N-th store write
 
 The first two raise ``OSError(ENOSPC, 'No space left on device')`` where a real full disk
 would; the process then exits with the command's own exit code. The third kills the
@@ -101,22 +101,26 @@ def kill_after_complete(_: int) -> None:
 
 
 def pause_before_check(at: int) -> None:
-    """SIGSTOP this process just before its ``at``-th lease check (each write to the store makes one).
+    """SIGSTOP this process just before the lease check of its ``at``-th write to the store.
 
-    The store's writes are made one at a time here, so that when the process stops no other
-    request is between its own check and its sending: a frozen process may land such a
-    request late (the documented exception), which would make the outcome depend on timing.
+    The store's writes are made one at a time here, and only the check a write makes before
+    it starts (not one made elsewhere meanwhile, such as a commit's) can stop the process,
+    so that when it stops no request is between its own check and its sending: a frozen
+    process may land such a request late (the documented exception), which would make the
+    outcome depend on timing.
     """
     import asyncio
+    import contextvars
 
     from streamacc.store._fence import FencedStore
     from streamacc.store._lease import Lease
 
     real_check = Lease.check
     count = itertools.count(1)
+    starting = contextvars.ContextVar("starting", default=False)  # inside a store write, before its request
 
     def check(self):
-        if next(count) == at:
+        if starting.get() and next(count) == at:
             os.kill(os.getpid(), signal.SIGSTOP)
         return real_check(self)
 
@@ -127,7 +131,11 @@ def pause_before_check(at: int) -> None:
         async def serialized(self, *args):
             lock = locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
             async with lock:
-                return await method(self, *args)
+                token = starting.set(True)
+                try:
+                    return await method(self, *args)
+                finally:
+                    starting.reset(token)
 
         return serialized
 

@@ -145,3 +145,22 @@ def test_a_store_object_cannot_travel_to_workers(client):
     with pytest.raises(streamacc.InputError, match="lives in this process only"):
         streamacc.write(store, lambda c, _: (c, c), np.float64(0.0), length=8, client=client)
     assert not store._store_dict  # refused before anything was written
+
+
+def test_a_worker_that_never_takes_the_plan_ends_the_run_with_the_fix(tmp_path, client, monkeypatch):
+    """A broadcast that meets a worker dying waits for ever in dask; the run gives up after its timeout."""
+    from streamacc.run import _dask
+
+    asked = {}
+
+    def scatter(data, **kwargs):
+        asked.update(kwargs)
+        raise TimeoutError
+
+    monkeypatch.setattr(client, "scatter", scatter)
+    out = tmp_path / "out.zarr"
+    with pytest.raises(streamacc.StreamaccError, match=r"did not all take the run's plan .* rerun with resume=True"):
+        streamacc.write(out, lambda c, _: (c * 2.0, c), np.float64(1.0), length=64, block_size=16, client=client,
+                        progress=False)  # fmt: skip
+    assert asked["timeout"] == _dask.SCATTER_TIMEOUT and asked["broadcast"]
+    assert read_manifest(out)["committed_blocks"] == 0

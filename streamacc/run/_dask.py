@@ -31,7 +31,7 @@ from typing import Any
 
 import jax
 
-from .._errors import CarryMismatchError, InputError
+from .._errors import CarryMismatchError, InputError, StreamaccError, spell
 from ..engine import (
     Block,
     BlockPool,
@@ -104,6 +104,10 @@ def _open_sink(spec: SinkSpec) -> ZarrSink:
         target.follow(spec.lease)
     return ZarrSink.open(target, list(spec.names))
 
+
+SCATTER_TIMEOUT = 120.0
+"""Seconds the workers have to take a run's plan: a worker that dies while it is sent
+(restarting, unreachable) would otherwise keep the broadcast waiting for ever."""
 
 WRITE_AHEAD = 1
 """Blocks a task computes ahead of the one being written."""
@@ -191,7 +195,14 @@ class DaskExecutor:
     def run(self, plan: Plan, output: Output) -> None:
         spec = SinkSpec.of(output)
         x64 = bool(jax.config.jax_enable_x64)
-        plan_future = self.client.scatter(plan, broadcast=True, hash=False)
+        try:
+            plan_future = self.client.scatter(plan, broadcast=True, hash=False, timeout=SCATTER_TIMEOUT)
+        except TimeoutError:
+            raise StreamaccError(
+                f"the cluster's workers did not all take the run's plan within {SCATTER_TIMEOUT:.0f} s (a worker "
+                f"restarting or unreachable); nothing more was written; rerun with {spell('resume', True)} once "
+                "the cluster is healthy"
+            ) from None
         try:
             self._run(plan, output, spec, plan_future, x64, exact=False)
         except _CarryPassDiffers as differs:
