@@ -49,7 +49,7 @@ def open(store: Any, *, storage_options: dict | None = None, chunks: Any = "auto
     names = list(ident["arrays"])
     # sliced before dask sees it, so that its chunks (and graph) follow the committed rows, not the length
     checked = CheckedStore(target.store, target.label, manifest)  # each chunk read must be the one committed
-    ds = xr.open_zarr(checked, consolidated=False, chunks=None)[names].isel(step=slice(first, last))
+    ds = xr.open_zarr(checked, consolidated=False, zarr_format=3, chunks=None)[names].isel(step=slice(first, last))
     if chunks is not None:
         ds = ds.chunk(_dask_chunks(ds, chunks))
     index = StepIndex.for_rows(first, last, ident.get("save_every", 1), ident.get("time"))

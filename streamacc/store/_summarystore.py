@@ -136,7 +136,7 @@ class SummaryStore:
         if key not in self._arrays:
             mode = "r" if self.target.read_only else "r+"
             self._arrays[key] = zarr.open_array(
-                self.target.store, path=f"{level_path(window)}/{name}_{stat}", mode=mode,
+                self.target.store, path=f"{level_path(window)}/{name}_{stat}", mode=mode, zarr_format=3,
                 config={"write_empty_chunks": True},
             )  # fmt: skip
         return self._arrays[key]

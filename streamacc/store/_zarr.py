@@ -153,7 +153,7 @@ def resize_arrays(target: Target, shapes: Mapping[str, tuple[int, ...]]) -> None
     shape writes.
     """
     for name, shape in shapes.items():
-        zarr.open_array(target.store, path=name, mode="r+", config=_CONFIG).resize(shape)
+        zarr.open_array(target.store, path=name, mode="r+", zarr_format=3, config=_CONFIG).resize(shape)
     target.make_durable([f"{name}/zarr.json" for name in shapes])
 
 
@@ -210,7 +210,7 @@ class ZarrSink:
         arrays = {}
         for name in names:
             try:
-                arrays[name] = zarr.open_array(target.store, path=name, mode=mode, config=_CONFIG)
+                arrays[name] = zarr.open_array(target.store, path=name, mode=mode, zarr_format=3, config=_CONFIG)
             except (FileNotFoundError, ValueError, KeyError, TypeError) as exc:
                 raise NoOutputError(
                     f"array {name!r} of {target.label} cannot be opened ({' '.join(str(exc).split())}); "
