@@ -12,9 +12,7 @@ arrays within the committed blocks are checked (``open`` reads nothing else of t
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 from typing import Any
 
 from zarr.abc.store import ByteRequest, Store
@@ -23,49 +21,10 @@ from zarr.storage import WrapperStore
 
 from .._errors import VerifyError
 from ..engine import block_count
+from ..store import ChunkWriter
 from ._manifest import RECORDS_ATTR, SEGMENT, Ledger, Manifest, node_attribute
 
 __all__ = ["CheckedStore"]
-
-
-@dataclasses.dataclass(frozen=True)
-class _Grid:
-    """How an array's chunk keys map to row chunks and to their place within a block's record."""
-
-    rows: int  # rows per chunk along step
-    counts: tuple[int, ...]  # chunks along each trailing axis
-    separator: str
-
-    @classmethod
-    def of(cls, meta: dict) -> _Grid | None:
-        try:
-            shape, chunks = meta["shape"], meta["chunk_grid"]["configuration"]["chunk_shape"]
-            encoding = meta.get("chunk_key_encoding", {})
-            separator = encoding.get("configuration", {}).get("separator", "/")
-            if encoding.get("name", "default") != "default" or len(shape) != len(chunks) or not shape:
-                return None
-            counts = tuple(-(-int(n) // int(c)) for n, c in zip(shape[1:], chunks[1:], strict=True))
-            return cls(int(chunks[0]), counts, separator)
-        except (KeyError, TypeError, ValueError, AttributeError):
-            return None
-
-    @property
-    def tiles(self) -> int:
-        """Chunks per row chunk: one per tile of the trailing axes."""
-        return math.prod(self.counts)
-
-    def index(self, rest: str) -> tuple[int, int] | None:
-        """(row chunk, tile in C order) of the chunk key whose part after ``c/`` is ``rest``, else None."""
-        parts = rest.split(self.separator)
-        if len(parts) != 1 + len(self.counts) or not all(p.isascii() and p.isdigit() for p in parts):
-            return None
-        first, *others = (int(p) for p in parts)
-        if any(i >= n for i, n in zip(others, self.counts, strict=True)):
-            return None
-        tile = 0
-        for i, n in zip(others, self.counts, strict=True):
-            tile = tile * n + i
-        return first, tile
 
 
 class CheckedStore(WrapperStore[Store]):
@@ -82,37 +41,37 @@ class CheckedStore(WrapperStore[Store]):
         self._reverse = bool(ident["reverse"])
         self._committed = manifest.committed_blocks
         self._segments: dict[int, list[dict]] = {}
-        self._grids: dict[str, _Grid | None] = {}
+        self._writers: dict[str, ChunkWriter | None] = {}
 
     def _with_store(self, store: Store) -> CheckedStore:
         clone = object.__new__(type(self))
         clone.__dict__.update(self.__dict__, _store=store)
         return clone
 
-    async def _grid(self, name: str) -> _Grid | None:
-        """Array ``name``'s chunk grid, from its own metadata (read once), or None where it has none."""
-        if name not in self._grids:
+    async def _writer(self, name: str) -> ChunkWriter | None:
+        """Array ``name``'s chunk layout, from its own metadata (read once), or None where it has none."""
+        if name not in self._writers:
             buf = await self._store.get(f"{name}/zarr.json", default_buffer_prototype())
             try:
-                self._grids[name] = _Grid.of(json.loads(buf.to_bytes())) if buf is not None else None
-            except ValueError:  # unreadable metadata: zarr refuses the array before any chunk is read
-                self._grids[name] = None
-        return self._grids[name]
+                self._writers[name] = ChunkWriter.of_document(self._store, name, json.loads(buf.to_bytes()))
+            except (AttributeError, ValueError, TypeError, KeyError):  # none, or unreadable: zarr refuses the array
+                self._writers[name] = None
+        return self._writers[name]
 
     async def _where(self, key: str) -> tuple[str, int, int, int] | None:
         """(array, committed block in scan order, tile of the trailing axes, row chunk) of a chunk's key.
 
         None for any key that is not a chunk of a committed block of the run's arrays.
         """
-        name, sep, rest = key.partition("/c/")
-        if not sep or name not in self._names:
+        name = key.partition("/")[0]
+        if name not in self._names:
             return None
-        grid = await self._grid(name)
-        index = None if grid is None else grid.index(rest)
-        if grid is None or index is None:
+        writer = await self._writer(name)
+        place = None if writer is None else writer.place(key)
+        if writer is None or place is None:
             return None
-        row_chunk, tile = index
-        position = min(row_chunk * grid.rows // self._block_rows, self._blocks - 1)
+        row_chunk, tile = place
+        position = min(row_chunk * writer.chunk // self._block_rows, self._blocks - 1)
         k = self._blocks - 1 - position if self._reverse else position
         return (name, k, tile, row_chunk) if k < self._committed else None
 
@@ -134,11 +93,11 @@ class CheckedStore(WrapperStore[Store]):
             return buf
         name, k, tile, row_chunk = where
         rec = await self._record(k)
-        grid = self._grids[name]
-        assert grid is not None
+        writer = self._writers[name]
+        assert writer is not None
         try:
-            first = rec["start"] // self._save_every // grid.rows  # records count steps, chunks hold rows
-            place = (row_chunk - first) * grid.tiles + tile
+            first = rec["start"] // self._save_every // writer.chunk  # records count steps, chunks hold rows
+            place = (row_chunk - first) * len(writer.tiles) + tile
             recorded = rec["crc32c"][name][place] if place >= 0 else None
         except (KeyError, IndexError, TypeError):
             recorded = None

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ._chunks import ChunkWriter as ChunkWriter
     from ._codecs import CODECS as CODECS, MAX_CHUNK_BYTES as MAX_CHUNK_BYTES, compressors_for as compressors_for
     from ._compare import compare_chunks as compare_chunks
     from ._fingerprint import fingerprint_of as fingerprint_of
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
+    "._chunks": ["ChunkWriter"],
     "._codecs": ["CODECS", "MAX_CHUNK_BYTES", "compressors_for"],
     "._compare": ["compare_chunks"],
     "._fingerprint": ["fingerprint_of"],

@@ -178,12 +178,30 @@ class ChunkWriter:
         at = next(i for i, (a, b) in enumerate(zip(first, second, strict=True)) if a != b)  # where '0' became '1'
         return first[:at], first[at + 1 :]
 
-    def index(self, key: str) -> int | None:
-        """The chunk index along the first axis that ``key`` names (any tile), or None when it names no chunk."""
+    @classmethod
+    def of_document(cls, store: Any, path: str, document: dict) -> ChunkWriter:
+        """The writer of the array whose metadata is ``document`` (its parsed ``zarr.json``), made without I/O.
+
+        Raises ValueError, TypeError or KeyError when the document is not a Zarr v3 array's.
+        """
+        from zarr.core.array import AsyncArray
+        from zarr.core.metadata.v3 import ArrayV3Metadata
+        from zarr.storage import StorePath
+
+        metadata = ArrayV3Metadata.from_dict(dict(document))
+        return cls(zarr.Array(AsyncArray(metadata, StorePath(store, path))))
+
+    @functools.cached_property
+    def _tile_positions(self) -> dict[tuple[int, ...], int]:
+        return {tile: position for position, tile in enumerate(self.tiles)}
+
+    def _indices(self, key: str) -> tuple[int, tuple[int, ...]] | None:
+        """(index along the first axis, indices along the trailing axes) that ``key`` names, else None."""
         prefix, suffix = self._key_parts
         if len(key) <= len(prefix) + len(suffix) or not key.startswith(prefix):
             return None
         rest = key[len(prefix) :]
+        tile: tuple[int, ...] = ()
         if len(self.shape) == 1:
             middle = rest[: len(rest) - len(suffix)] if rest.endswith(suffix) else ""
         else:
@@ -192,7 +210,25 @@ class ChunkWriter:
             others = tail.split(separator)
             if len(others) != len(self.shape) - 1 or not all(o.isdigit() and o.isascii() for o in others):
                 return None
-        return int(middle) if middle.isdigit() and middle.isascii() else None
+            tile = tuple(int(o) for o in others)
+        return (int(middle), tile) if middle.isdigit() and middle.isascii() else None
+
+    def index(self, key: str) -> int | None:
+        """The chunk index along the first axis that ``key`` names (any tile), or None when it names no chunk."""
+        indices = self._indices(key)
+        return None if indices is None else indices[0]
+
+    def place(self, key: str) -> tuple[int, int] | None:
+        """(row chunk, position of its tile in :attr:`tiles`) of the chunk ``key`` names, else None.
+
+        A block's chunks are listed in that order (see :meth:`keys`): row chunk by row
+        chunk, each one's tiles in turn, as its record keeps their checksums.
+        """
+        indices = self._indices(key)
+        if indices is None:
+            return None
+        position = self._tile_positions.get(indices[1])
+        return None if position is None else (indices[0], position)
 
     def _tile(self, rows: np.ndarray, tile: tuple[int, ...]) -> np.ndarray:
         """The part of ``rows`` in trailing chunk ``tile``, as a C-contiguous chunk of full shape.
