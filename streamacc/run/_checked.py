@@ -126,4 +126,4 @@ class CheckedStore(WrapperStore[Store]):
         return await self._store.getsize(key)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_segments": {}}
+        return {**self.__dict__, "_segments": {}, "_writers": {}}  # read again where it is unpickled
