@@ -95,7 +95,8 @@ def assert_same_output(out: Path, ref: Path) -> None:
     assert got["carry"] == want["carry"]
     assert got == want
     got_files, want_files = store_files(out), store_files(ref)
-    assert sorted(got_files) == sorted(want_files)
+    extra, missing = sorted(set(got_files) - set(want_files)), sorted(set(want_files) - set(got_files))
+    assert not extra and not missing, f"files only in {out}: {extra}; only in the uninterrupted run: {missing}"
     differ = [key for key in want_files if got_files[key] != want_files[key]]
     assert not differ, f"files differ from the uninterrupted run: {differ}"
     assert temp_files(out) == []

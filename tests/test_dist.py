@@ -2,9 +2,10 @@
 
 Every output written with ``client=`` must be byte for byte the single-process output:
 each recipe, ``cumsum`` of a Zarr input, and a closure step with a dict of outputs; a
-worker SIGKILLed mid-run changes nothing; a step that computes differently on the
-workers is stopped by the carry cross-check before anything wrong is committed; and a
-run started on the cluster resumes without it (and the other way round).
+worker SIGKILLed mid-run, even halfway through writing a chunk, changes nothing; a step
+that computes differently on the workers is stopped by the carry cross-check before
+anything wrong is committed; and a run started on the cluster resumes without it (and
+the other way round).
 """
 
 from __future__ import annotations
@@ -101,6 +102,58 @@ def test_a_worker_killed_mid_run_changes_nothing(tmp_path, client, monkeypatch):
     assert killed
     assert_same_output(remote, local)
     client.wait_for_workers(2, timeout=60)  # the nanny restarted it
+
+
+def die_writing_chunk(marker: str, chunk: str) -> None:
+    """Make this worker SIGKILL itself halfway through writing chunk ``chunk`` (zarr's temp file left), once.
+
+    The first worker to write it creates ``marker`` and dies; the block's retry, and every
+    other write, goes through zarr's own ``_atomic_write``.
+    """
+    import contextlib
+
+    import zarr.storage._local as local
+
+    real = getattr(local, "_streamacc_real_atomic_write", local._atomic_write)
+
+    @contextlib.contextmanager
+    def atomic_write(path, mode, exclusive=False):
+        if path.parent.name == "c" and path.name == chunk:
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                pass
+            else:
+                with real(path, mode, exclusive) as file:
+                    file.write(b"half a chunk")
+                    file.flush()
+                    os.kill(os.getpid(), signal.SIGKILL)
+        with real(path, mode, exclusive) as file:
+            yield file
+
+    local._streamacc_real_atomic_write = real
+    local._atomic_write = atomic_write
+
+
+def restore_atomic_write() -> None:
+    import zarr.storage._local as local
+
+    local._atomic_write = getattr(local, "_streamacc_real_atomic_write", local._atomic_write)
+
+
+def test_a_worker_killed_halfway_through_a_chunk_leaves_no_temp_file(tmp_path, client):
+    job = get_recipe("affine").build(20000, "float64")
+    kw = {"length": job.length, "block_size": 1000, "attrs": job.attrs, "progress": False}
+    local, remote, marker = tmp_path / "local.zarr", tmp_path / "cluster.zarr", tmp_path / "killed"
+    streamacc.write(local, job.f, job.init, **kw)
+    client.run(die_writing_chunk, str(marker), "5")
+    try:
+        streamacc.write(remote, job.f, job.init, client=client, **kw)
+    finally:
+        client.run(restore_atomic_write)
+    assert marker.exists()  # a worker did die halfway through block 5's chunk
+    assert_same_output(remote, local)  # no temp file left, every file as the uninterrupted run's
+    client.wait_for_workers(2, timeout=60)
 
 
 def test_a_step_that_differs_on_the_workers_is_stopped_by_the_carry_check(tmp_path, client):

@@ -212,6 +212,7 @@ class DaskExecutor:
             self._run(plan, output, spec, plan_future, x64, exact=True)
         finally:
             close_worker_sessions(self.client)
+        output.remove_lost_writes()  # a worker killed mid-write left its temp file; another wrote its block again
 
     def _run(self, plan: Plan, output: Output, spec: SinkSpec, plan_future: Any, x64: bool, *, exact: bool) -> None:
         """One carry pass from the output's first uncommitted block, its tasks and their in-order commits.

@@ -110,6 +110,14 @@ def written_by_a_run(names: list[str]) -> Callable[[str], bool]:
     return lambda key: key in fixed or bool(records.match(key) or (chunks and chunks.match(key)))
 
 
+def remove_temp_files(target: Target, names: list[str]) -> list[str]:
+    """Remove the temp files that writers killed mid-write left among the keys of arrays ``names``; return them."""
+    removed = target.clean_partials(written_by_a_run(names))
+    if removed:
+        log.info("removed %d temp file(s) left by a writer that died", len(removed))
+    return removed
+
+
 def probe(target: Target) -> str:
     """What is stored at ``target``: 'empty', 'ours', 'legacy' (streamacc 0.1) or 'foreign'.
 
@@ -210,6 +218,14 @@ class Output:
         if self.on_commit is not None:
             for result in results:
                 self.on_commit(result)
+
+    def remove_lost_writes(self) -> list[str]:
+        """Remove the temp files of writers that died mid-write (a killed cluster worker); return them.
+
+        Their blocks were written again by others, so only the debris is left; the writer
+        lock keeps any other run out meanwhile.
+        """
+        return remove_temp_files(self.target, [*self.spec.names, *self.manifest.arrays])
 
     def finish(self) -> None:
         """Mark the run complete, in the manifest and then in the root attributes."""
@@ -350,9 +366,7 @@ def open_output(
             f"check it with `streamacc verify` or start afresh with {overwrite}"
         )
     finish_extension(target, manifest)
-    removed = target.clean_partials(written_by_a_run([*spec.names, *manifest.arrays]))
-    if removed:
-        log.info("removed %d temp file(s) left by an interrupted run", len(removed))
+    remove_temp_files(target, [*spec.names, *manifest.arrays])
     if manifest.committed_blocks == 0:
         return _create(target, spec, init, ledger)  # killed before its first commit: the arrays may be half made
     try:
