@@ -115,13 +115,21 @@ def pause_before_check(at: int) -> None:
     from streamacc.store._fence import FencedStore
     from streamacc.store._lease import Lease
 
+    import threading
+
     real_check = Lease.check
     count = itertools.count(1)
     starting = contextvars.ContextVar("starting", default=False)  # inside a store write, before its request
+    continued = threading.Event()
+    signal.signal(signal.SIGCONT, lambda *_: continued.set())  # its handler runs on the main thread
 
     def check(self):
         if starting.get() and next(count) == at:
-            os.kill(os.getpid(), signal.SIGSTOP)
+            # a process-directed SIGSTOP (os.kill) takes effect asynchronously: this thread could pass the
+            # check and send its request before stopping; one aimed at this thread stops it on the spot,
+            # and it goes on only once the test has continued the process
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+            continued.wait(600)
         return real_check(self)
 
     Lease.check = check
