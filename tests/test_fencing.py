@@ -88,6 +88,8 @@ def test_a_writer_paused_past_its_lease_writes_nothing_after_another_took_over(s
             a.communicate()
     assert a.returncode == 1, err
     assert "lease" in err and err.count("\n") == 1, err
+    if "--overwrite" in takeover:  # B's run stands there now: A must not advise overwriting it
+        assert "another run's output now stands there" in err and "--overwrite" not in err, err
     assert objects(s3_bucket, "out.zarr") == after_b  # not one object written, replaced or deleted by A
     assert main(["verify", url, *s3_args(s3_bucket)]) == 0
 

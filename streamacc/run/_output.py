@@ -240,32 +240,44 @@ class Output:
         if self.summaries is not None:
             self.summaries.close()
 
-    def _kept_steps(self) -> int | None:
-        """Steps the store's manifest still commits for this run, read back; None when it cannot be read."""
+    def _kept(self) -> tuple[int, bool] | None:
+        """What the store's manifest still commits for this run, read back: its steps, and whether another
+        run's manifest replaced it (a writer that took the output over); None when it cannot be read."""
         try:
             stored = Ledger(self.target).load()
         except Exception:
             return None
-        return stored.committed_steps if stored is not None and stored.identity == self.manifest.identity else 0
+        if stored is None:
+            return 0, False
+        if stored.identity != self.manifest.identity:
+            return 0, True
+        return stored.committed_steps, False
 
     def lost(self) -> bool:
-        """Whether the store has lost committed steps of this run (its manifest is gone or counts fewer)."""
-        kept = self._kept_steps()
-        return kept is not None and kept < self.manifest.committed_steps
+        """Whether the store has lost committed steps of this run (its manifest is gone, another's, or counts fewer)."""
+        kept = self._kept()
+        return kept is not None and kept[0] < self.manifest.committed_steps
 
     def failure(self, exc: BaseException, length: int) -> StoreError:
         """The error for a store that failed mid-run, saying what is kept as the store itself now tells."""
         committed = self.manifest.committed_steps
         what = f"writing {self.target.label} failed after {committed} of {length} steps ({describe_store_failure(exc)})"
-        resume, kept = spell("resume", True), self._kept_steps()
+        resume, kept = spell("resume", True), self._kept()
         if kept is None:
             return StoreError(
                 f"{what}, and the store cannot be read to confirm that those steps are kept; once it is reachable, "
                 f"rerun with {resume}, which checks them first"
             )
-        if kept < committed:
+        steps, replaced = kept
+        if replaced:
             return StoreError(
-                f"{what}, and the store no longer holds them (its manifest is gone or commits {kept} steps): the "
+                f"{what}, and another run's output now stands there (a writer that took the output over), so none "
+                f"of this run's steps are kept and nothing more was written: leave that output, or write this run "
+                "to another output path"
+            )
+        if steps < committed:
+            return StoreError(
+                f"{what}, and the store no longer holds them (its manifest is gone or commits {steps} steps): the "
                 f"output is lost; start afresh with {spell('overwrite', True)}"
             )
         return StoreError(f"{what}; those steps are safely committed: fix the cause and rerun with {resume}")
