@@ -319,20 +319,29 @@ def test_reads_only_the_current_block(how, reverse):
     assert (0, length) not in spans
 
 
+@pytest.mark.parametrize("ahead", [None, False, True], ids=["default", "on-demand", "ahead"])
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
-def test_next_block_dispatched_before_handover(reverse):
+def test_next_block_dispatched_before_handover_only_ahead(reverse, ahead):
+    """Computing ahead (by default on an accelerator, not on a CPU) dispatches block k+1 before handing k over."""
+    from streamacc.engine import computes_ahead, make_plan, run_plan
+
     length, block_size = 70, 8
     rec = ReadRecorder(DATA[:length, 0].copy())
     want = bounds(length, block_size)
     want = want[::-1] if reverse else want
 
-    gen = streamacc.iter_blocks(affine_sin_step, np.float64(0.5), rec, block_size=block_size, reverse=reverse)
+    if ahead is None:
+        gen = streamacc.iter_blocks(affine_sin_step, np.float64(0.5), rec, block_size=block_size, reverse=reverse)
+    else:
+        plan = make_plan(affine_sin_step, np.float64(0.5), rec, block_size=block_size, reverse=reverse)
+        gen = run_plan(plan, ahead=ahead)
+    further = computes_ahead() if ahead is None else ahead
     assert rec.reads == []  # nothing read before the first next()
     for k, block in enumerate(gen):
         assert (block.start, block.stop) == want[k]
         spans = [_as_span(key) for key in rec.reads]
-        ahead = min(k + 2, len(want))  # block k+1 was read (and dispatched), and nothing further
-        assert spans == want[:ahead]
+        read = min(k + 1 + further, len(want))  # block k (and ahead, k+1) was read and dispatched, nothing further
+        assert spans == want[:read]
 
 
 def test_live_device_arrays_stay_bounded():

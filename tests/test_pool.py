@@ -20,7 +20,7 @@ import pytest
 from jax import lax
 
 from streamacc.engine._pool import BlockPool, pool_size
-from streamacc.engine._scan import POOL_MIN_BYTES, make_plan, run_plan
+from streamacc.engine._scan import POOL_MIN_BYTES, computes_ahead, make_plan, run_plan
 
 DATA = np.random.default_rng(7).normal(size=(200, 3))
 
@@ -60,9 +60,10 @@ def test_recycled_blocks_are_bit_identical_to_one_scan(name):
     f, init, xs, kwargs = CASES[name]
     want_carry, want_ys = lax.scan(f, init, xs, **kwargs)
     plan = make_plan(f, init, xs, block_size=8, **kwargs)
-    for pool in (BlockPool(0), BlockPool(2)):  # no reuse at all; reuse with explicit release
+    for pool, ahead in ((BlockPool(0), False), (BlockPool(2), False), (BlockPool(2), True)):
+        # no reuse at all; reuse with explicit release, computing each block on demand or one ahead
         parts, carry = [], None
-        for block in run_plan(plan, pool=pool):
+        for block in run_plan(plan, pool=pool, ahead=ahead):
             parts.append((block.start, _bytes(block.ys)))
             carry = block.carry
             block.release()
@@ -74,13 +75,14 @@ def test_recycled_blocks_are_bit_identical_to_one_scan(name):
     assert pool.stats.copied == 0 and pool.stats.overflow == 0
 
 
+@pytest.mark.parametrize("ahead", [False, True])
 @pytest.mark.parametrize("depth", [1, 3])
-def test_pool_of_depth_plus_two_never_overflows(depth):
-    """A caller holding ``depth`` blocks, releasing the oldest first, needs ``pool_size(depth)`` buffers."""
+def test_pool_of_pool_size_never_overflows(depth, ahead):
+    """A caller holding ``depth`` blocks, releasing the oldest first, needs ``pool_size(depth, ahead=...)`` buffers."""
     plan = make_plan(count_step, np.int64(0), length=40 * 8, block_size=8)
-    pool = BlockPool(pool_size(depth))
+    pool = BlockPool(pool_size(depth, ahead=ahead))
     held, addresses = collections.deque(), set()
-    for block in run_plan(plan, pool=pool):
+    for block in run_plan(plan, pool=pool, ahead=ahead):
         addresses.add(_address(block))
         held.append(block)
         if len(held) > depth:
@@ -88,19 +90,44 @@ def test_pool_of_depth_plus_two_never_overflows(depth):
             np.testing.assert_array_equal(oldest.ys, np.arange(oldest.start, oldest.stop))
             oldest.release()
     assert pool.stats.overflow == 0
-    assert len(addresses) == pool_size(depth)
-    assert pool.stats.reused == plan.block_count - pool_size(depth)
+    assert len(addresses) == pool_size(depth, ahead=ahead) == depth + 1 + ahead
+    assert pool.stats.reused == plan.block_count - pool_size(depth, ahead=ahead)
 
 
-def test_dropped_blocks_come_back_without_release():
-    """A plain loop that drops each block reuses the default three buffers."""
+@pytest.mark.parametrize("ahead", [False, True])
+def test_one_buffer_less_overflows_and_stays_correct(ahead):
+    """``pool_size`` is the least that suffices: one buffer less and blocks get buffers of their own."""
+    depth = 2
+    plan = make_plan(count_step, np.int64(0), length=20 * 8, block_size=8)
+    pool = BlockPool(pool_size(depth, ahead=ahead) - 1)
+    held = collections.deque()
+    for block in run_plan(plan, pool=pool, ahead=ahead):
+        held.append(block)
+        if len(held) > depth:
+            held.popleft().release()
+        np.testing.assert_array_equal(block.ys, np.arange(block.start, block.stop))
+    for block in held:
+        np.testing.assert_array_equal(block.ys, np.arange(block.start, block.stop))
+    assert pool.stats.overflow > 0
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+def test_dropped_blocks_come_back_without_release(ahead):
+    """A plain loop that drops each block reuses the default pool's buffers: two, three computing ahead."""
     plan = make_plan(count_step, np.int64(0), length=30 * 8, block_size=8)
-    pool = BlockPool(pool_size(1))
+    pool = BlockPool(pool_size(1, ahead=ahead))
     addresses = set()
-    for block in run_plan(plan, pool=pool):
+    for block in run_plan(plan, pool=pool, ahead=ahead):
         addresses.add(_address(block))
-    assert len(addresses) == 3
-    assert pool.stats.overflow == 0 and pool.stats.reused == 27
+    assert len(addresses) == 2 + ahead
+    assert pool.stats.overflow == 0 and pool.stats.reused == 30 - 2 - ahead
+
+
+def test_a_cpu_computes_no_block_ahead():
+    """XLA's CPU client returns once a block is computed: computing ahead would only hold a buffer more."""
+    assert jax.default_backend() != "cpu" or not computes_ahead()
+    with jax.default_device(jax.devices("cpu")[0]):
+        assert not computes_ahead()
 
 
 def test_kept_blocks_are_never_overwritten():
@@ -144,10 +171,10 @@ def test_a_view_outlives_the_pool():
 
 
 def test_default_pool_recycles_large_blocks():
-    """A plain loop over blocks of ``POOL_MIN_BYTES`` cycles through three buffers."""
+    """A plain loop over blocks of ``POOL_MIN_BYTES`` cycles through the default pool's buffers (two on a CPU)."""
     block_size = POOL_MIN_BYTES // 8  # float64: 8 bytes per step
     plan = make_plan(product_step, np.float64(1.0), length=8 * block_size, block_size=block_size)
-    assert len({_address(b) for b in run_plan(plan)}) == pool_size(1)
+    assert len({_address(b) for b in run_plan(plan)}) == pool_size(1, ahead=computes_ahead())
 
 
 def test_release_from_writer_threads_and_twice():
@@ -190,3 +217,29 @@ def test_block_pickles_without_its_lease():
 def test_block_nbytes_is_the_pool_buffer_size():
     plan = make_plan(tree_xs_step, np.float64(0.5), DATA[:100], block_size=8)
     assert plan.block_nbytes == 8 * (2 * 8 + 1)  # float64 pair + bool per step
+
+
+@pytest.mark.parametrize("inflight", [1, 3])
+def test_a_local_write_needs_one_buffer_beyond_its_blocks_in_flight(tmp_path, monkeypatch, inflight):
+    """On a CPU a write's pool holds its ``inflight`` blocks and the one being computed, and never overflows."""
+    import streamacc
+    from streamacc.run import _executor
+
+    pools = []
+
+    class Recorded(BlockPool):
+        def __init__(self, size: int) -> None:
+            super().__init__(size)
+            pools.append(self)
+
+    monkeypatch.setattr(_executor, "BlockPool", Recorded)
+    streamacc.write(
+        tmp_path / "o.zarr", count_step, np.int64(0), length=40 * 8, block_size=8, inflight=inflight, progress=False
+    )
+    (pool,) = pools
+    assert pool.size == pool_size(inflight, ahead=computes_ahead())
+    if not computes_ahead():
+        assert pool.size == inflight + 1
+    assert pool.stats.overflow == 0 and pool.stats.copied == 0
+    assert pool.stats.filled <= pool.size and pool.stats.reused == 40 - pool.stats.filled
+    np.testing.assert_array_equal(streamacc.open(tmp_path / "o.zarr")["y"].values, np.arange(40 * 8))

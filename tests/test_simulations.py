@@ -50,7 +50,7 @@ def test_vector_states_with_default_settings(tmp_path, f, init, length, chunk):
     np.testing.assert_array_equal(ds["y"].sel(step=length // 2).values, np.asarray(ys)[length // 2])
     point = (slice(None), 100) if init.ndim == 1 else (slice(None), 100, 7)
     np.testing.assert_array_equal(ds["y"].values[point], np.asarray(ys)[point])
-    assert "memory to write it: 5 block buffers x 32.0 MiB" in streamacc.run.format_description(
+    assert "memory to write it: 4 block buffers x 32.0 MiB" in streamacc.run.format_description(
         streamacc.run.describe_output(out)
     )
 

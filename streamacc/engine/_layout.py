@@ -31,9 +31,12 @@ __all__ = [
 MAX_LENGTH = 2**63 - 1
 """The longest output readers can index: numpy, dask and xarray index with a C ``ssize_t``."""
 
-ENGINE_HELD = 2
-"""Blocks the engine holds besides the caller's: the next block, computed before the
-previous one is handed over, and the one after it, whose computation needs a slot."""
+ENGINE_HELD = 1
+"""Blocks the engine holds besides the caller's: the one it is computing, which needs a slot."""
+
+AHEAD_HELD = 1
+"""Blocks the engine holds besides those when it computes ahead (see ``engine.computes_ahead``):
+the next block, dispatched before the previous one is handed over."""
 
 MAX_BLOCK_STEPS = 2**26
 """The most steps a block sized by bytes runs (a step with little or no output, or one that
@@ -41,9 +44,13 @@ keeps every k-th row, would otherwise make a block of billions of steps): a few 
 work at most for a cheap step, so progress, commits and resumes stay fine-grained."""
 
 
-def pool_size(depth: int) -> int:
-    """Block buffers a caller needs so that no block waits for memory: its ``depth`` in flight and the engine's."""
-    return depth + ENGINE_HELD
+def pool_size(depth: int, *, ahead: bool = False) -> int:
+    """Block buffers a caller needs so that no block waits for memory: its ``depth`` in flight and the engine's.
+
+    The engine holds the block it computes and, computing ``ahead`` (on an accelerator),
+    the one dispatched before the previous block is handed over.
+    """
+    return depth + ENGINE_HELD + (AHEAD_HELD if ahead else 0)
 
 
 def rows_in(start: int, stop: int, save_every: int = 1) -> tuple[int, int]:

@@ -38,6 +38,7 @@ __all__ = [
     "block_count",
     "carry_pass",
     "compute_block",
+    "computes_ahead",
     "iter_blocks",
     "make_plan",
     "pool_size",
@@ -427,24 +428,70 @@ def compute_block(plan: Plan, carry: Any, start: int, stop: int, *, pool: BlockP
     return _hand_over(plan, pool, _dispatch(plan, pool, carry, start, stop))
 
 
-def run_plan(plan: Plan, *, carry: Any = None, first_block: int = 0, pool: BlockPool | None = None) -> Iterator[Block]:
+def computes_ahead() -> bool:
+    """Whether :func:`run_plan` computes one block ahead by default: on an accelerator, not on a CPU.
+
+    Decided by the platform of the device that JAX computes on (``jax.default_device``
+    included), as seen from the calling thread. Computing ahead dispatches block k+1
+    before block k is handed over. On an accelerator JAX's dispatch returns at once, so
+    the device computes k+1 while block k is copied to the host and taken by the caller;
+    that overlap is worth the pool's one extra buffer. XLA's CPU client returns only once
+    the block is computed (measured for a 2**22-step float64 block: the dispatch takes
+    the block's whole 21 ms, the hand-over 0.1 ms), so on a CPU computing ahead overlaps
+    nothing: each ``next()`` still waits for one block's computation, the caller merely
+    gets the block before the one just computed, and the pool needs a buffer more (32 MiB
+    for the write's blocks, the difference for the headline's peak memory). On a CPU the
+    overlap comes from the caller's own threads instead, as in :func:`streamacc.write`.
+    """
+    return _platform() != "cpu"
+
+
+def _platform() -> str:
+    device = jax.config.jax_default_device
+    if device is None:
+        return jax.default_backend()
+    if isinstance(device, str):  # a platform name
+        return device
+    return device.platform
+
+
+def run_plan(
+    plan: Plan,
+    *,
+    carry: Any = None,
+    first_block: int = 0,
+    pool: BlockPool | None = None,
+    ahead: bool | None = None,
+) -> Iterator[Block]:
     """Run ``plan`` from block ``first_block`` (in scan order) with ``carry`` entering it.
 
-    Block k+1 is dispatched before block k is handed over, so that with JAX's
-    asynchronous dispatch an accelerator computes while the caller consumes. (XLA's CPU
-    client was measured to return only once such a block is computed: on CPU the overlap
-    comes from the caller's own threads, as in :func:`streamacc.write`.)
+    With ``ahead`` (by default :func:`computes_ahead`: on an accelerator) block k+1 is
+    dispatched before block k is handed over, so that with JAX's asynchronous dispatch
+    the device computes while the caller consumes; without it (on a CPU) each block is
+    computed when the caller asks for it, and the engine holds one buffer less.
 
     Full blocks are computed into the buffers of ``pool``; by default a pool sized for a
     caller that holds one block at a time (none for blocks under ``POOL_MIN_BYTES``). A
-    caller that keeps ``depth`` blocks in flight passes ``BlockPool(pool_size(depth))``
-    and calls :meth:`Block.release` on each block once done with it; memory then stays at
-    that many blocks of ``plan.block_nbytes``. A caller that keeps more blocks stays
-    correct: the extra blocks get buffers of their own.
+    caller that keeps ``depth`` blocks in flight passes
+    ``BlockPool(pool_size(depth, ahead=ahead))`` and calls :meth:`Block.release` on each
+    block once done with it; memory then stays at that many blocks of
+    ``plan.block_nbytes``. A caller that keeps more blocks stays correct: the extra
+    blocks get buffers of their own.
     """
+    if ahead is None:
+        ahead = computes_ahead()
     if pool is None:
-        pool = BlockPool(pool_size(CALLER_HELD) if plan.block_nbytes >= POOL_MIN_BYTES else 0)
+        pool = BlockPool(pool_size(CALLER_HELD, ahead=ahead) if plan.block_nbytes >= POOL_MIN_BYTES else 0)
     carry = plan.init if carry is None else carry
+    if not ahead:
+        for start, stop in plan.bounds(first_block):
+            block = compute_block(plan, carry, start, stop, pool=pool)
+            carry = block.carry
+            yield block
+            # dropped before the next block is computed: a block the caller dropped
+            # unreleased must give its buffer back before the next one takes a slot
+            del block
+        return
     pending = None
     for start, stop in plan.bounds(first_block):
         done = _dispatch(plan, pool, carry, start, stop)
@@ -481,7 +528,9 @@ def iter_blocks(
 
     ``block_size`` counts steps; by default blocks hold about ``DEFAULT_BLOCK_BYTES`` of
     ys, whatever one step outputs. ``save_every=k`` keeps only the ys of steps
-    ``k-1, 2k-1, ...`` (``lax.scan(...)[1][k-1::k]``): every step still runs.
+    ``k-1, 2k-1, ...`` (``lax.scan(...)[1][k-1::k]``): every step still runs. On an
+    accelerator the next block computes while the caller takes one (see
+    :func:`computes_ahead`); on a CPU each block is computed when asked for.
     """
     plan = make_plan(
         f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every

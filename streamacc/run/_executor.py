@@ -17,7 +17,7 @@ from typing import Protocol
 import jax
 
 from .._defaults import DEFAULT_INFLIGHT
-from ..engine import Block, BlockPool, HostLeaf, Plan, from_host, pool_size, run_plan, to_host
+from ..engine import Block, BlockPool, HostLeaf, Plan, computes_ahead, from_host, pool_size, run_plan, to_host
 from ..store import Target, ZarrSink
 from ._interrupt import check_stop, on_own_thread
 from ._output import BlockResult, Output
@@ -88,9 +88,10 @@ class LocalExecutor:
 
     def run(self, plan: Plan, output: Output) -> None:
         names = output.spec.names
-        pool = BlockPool(pool_size(self.inflight))
+        ahead = computes_ahead()  # not on a CPU: there it would hold a block buffer more for nothing
+        pool = BlockPool(pool_size(self.inflight, ahead=ahead))
         carry = from_host(output.carry, plan.init)
-        blocks = on_own_thread(run_plan(plan, carry=carry, first_block=output.first_block, pool=pool))
+        blocks = on_own_thread(run_plan(plan, carry=carry, first_block=output.first_block, pool=pool, ahead=ahead))
 
         def work(item: _Item) -> BlockResult:
             return write_block(

@@ -30,7 +30,8 @@ def memory_estimate(
     """The memory a local ``write`` of blocks of ``block_bytes`` takes beyond the interpreter and JAX.
 
     The engine computes into a fixed pool of block buffers (``inflight`` blocks being written
-    plus two the engine holds), and each of the ``inflight`` writer threads encodes into a
+    plus the one the engine computes; on an accelerator, where it computes a block ahead,
+    one more), and each of the ``inflight`` writer threads encodes into a
     buffer as large as one chunk and assembles a partial or split chunk in another. An
     unrolled, thinned block also holds every step's y while it computes (``computing_bytes``).
     """
