@@ -111,11 +111,10 @@ def pause_before_check(at: int) -> None:
     """
     import asyncio
     import contextvars
+    import threading
 
     from streamacc.store._fence import FencedStore
     from streamacc.store._lease import Lease
-
-    import threading
 
     real_check = Lease.check
     count = itertools.count(1)
