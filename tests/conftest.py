@@ -60,7 +60,13 @@ _BASETEMP = pytest.StashKey[str]()
 
 
 def pytest_collection_modifyitems(items):
-    """A test that needs the session's dask cluster is slow: the first one starts its worker processes."""
+    """A test that needs the session's dask cluster is slow: the first one starts its worker processes.
+
+    Those tests run last, one after the other, so that the cluster (started by the first of
+    them, closed at the session's end) does not idle through the rest of the suite: its four
+    processes take about 2.5 s of CPU a minute doing nothing.
+    """
     for item in items:
         if "dask_client" in item.fixturenames:
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: "dask_client" in item.fixturenames)  # stable: each group keeps its order
