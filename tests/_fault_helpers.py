@@ -41,6 +41,25 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "streamacc", *map(str, args)]
 
 
+def stopped(proc: subprocess.Popen) -> bool:
+    """Whether ``proc`` is stopped (SIGSTOP), from its state in ``/proc``."""
+    return Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def paused_writer(at: int, *args: str, timeout: float = 120.0) -> subprocess.Popen:
+    """``streamacc *args`` in a fresh interpreter, returned once it has stopped itself (SIGSTOP) just
+    before the lease check of its ``at``-th store write (``faultrun.py pause``): a point in the run
+    that does not depend on the machine's speed. Continue it with SIGCONT, or SIGKILL it."""
+    proc = subprocess.Popen([sys.executable, str(FAULTRUN), "pause", str(at), *args], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout
+    while not stopped(proc):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"the writer never stopped: {proc.communicate()[1]}")
+        time.sleep(0.01)
+    return proc
+
+
 def node_attribute(path: Path, name: str):
     """Attribute ``name`` of the Zarr v3 node whose metadata document is ``path``, parsed from its JSON text."""
     return json.loads(json.loads(Path(path).read_bytes())["attributes"][name])
