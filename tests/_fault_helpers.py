@@ -47,9 +47,10 @@ def stopped(proc: subprocess.Popen) -> bool:
 
 
 def paused_writer(at: int, *args: str, timeout: float = 120.0) -> subprocess.Popen:
-    """``streamacc *args`` in a fresh interpreter, returned once it has stopped itself (SIGSTOP) just
-    before the lease check of its ``at``-th store write (``faultrun.py pause``): a point in the run
-    that does not depend on the machine's speed. Continue it with SIGCONT, or SIGKILL it."""
+    """``streamacc *args`` in a fresh interpreter, returned once it has stopped itself (SIGSTOP) at the
+    ``at``-th lease check its store writes make (``faultrun.py pause``; on S3 each write checks once
+    before it starts and once as its request is sent): a point in the run that does not depend on
+    the machine's speed. Continue it with SIGCONT, or SIGKILL it."""
     proc = subprocess.Popen([sys.executable, str(FAULTRUN), "pause", str(at), *args], stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout
     while not stopped(proc):

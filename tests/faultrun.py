@@ -3,7 +3,7 @@
     python tests/faultrun.py chunk N    write OUT ...   # the N-th chunk the zarr LocalStore writes fails
     python tests/faultrun.py manifest N write OUT ...   # the N-th manifest write fails half way through
     python tests/faultrun.py complete 0 write OUT ...   # SIGKILLed once the manifest says complete
-    python tests/faultrun.py pause N    write URL ...   # SIGSTOPs itself before the lease check of its N-th store write
+    python tests/faultrun.py pause N    write URL ...   # SIGSTOPs itself at the N-th lease check of its store writes
 
 The first two raise ``OSError(ENOSPC, 'No space left on device')`` where a real full disk
 would; the process then exits with the command's own exit code. The third kills the
@@ -101,13 +101,13 @@ def kill_after_complete(_: int) -> None:
 
 
 def pause_before_check(at: int) -> None:
-    """SIGSTOP this process just before the lease check of its ``at``-th write to the store.
+    """SIGSTOP this process at the ``at``-th lease check made inside a write to the store.
 
-    The store's writes are made one at a time here, and only the check a write makes before
-    it starts (not one made elsewhere meanwhile, such as a commit's) can stop the process,
-    so that when it stops no request is between its own check and its sending: a frozen
-    process may land such a request late (the documented exception), which would make the
-    outcome depend on timing.
+    The store's writes are made one at a time here, and only the checks a write makes itself
+    (before it starts and, on S3, as its request is sent; not one made elsewhere meanwhile,
+    such as a commit's) can stop the process, so that when it stops no request is between
+    its own check and its sending: a frozen process may land such a request late (the
+    documented exception), which would make the outcome depend on timing.
     """
     import asyncio
     import contextvars
