@@ -18,6 +18,7 @@ __all__ = [
     "MAX_LENGTH",
     "block_bounds",
     "block_count",
+    "block_size_near",
     "block_steps",
     "check_grouping",
     "check_length",
@@ -130,6 +131,14 @@ def check_save_every(save_every: int, length: int) -> None:
         )
 
 
+def block_size_near(block_size: int, unroll: int, save_every: int) -> int:
+    """The block size to suggest for a refused ``block_size``: the nearest below it that is a multiple of both
+    ``unroll`` and ``save_every`` and, with an unroll, at least two unrolled groups (the smallest such otherwise)."""
+    multiple = math.lcm(unroll, save_every)
+    least = -(-2 * unroll // multiple) if unroll > 1 else 1
+    return max(least, block_size // multiple) * multiple
+
+
 def check_grouping(length: int, block_size: int, unroll: int | bool, reverse: bool, save_every: int = 1) -> None:
     """Refuse blocks that cannot reproduce ``lax.scan``'s grouping of steps under ``unroll``.
 
@@ -145,8 +154,7 @@ def check_grouping(length: int, block_size: int, unroll: int | bool, reverse: bo
             f"pass an integer unroll such as {spell('unroll', 8)}"
         )
     if block_size % unroll or block_size < 2 * unroll:
-        multiple = math.lcm(unroll, save_every)  # a thinned block keeps whole rows too
-        good = max(-(-2 * unroll // multiple), block_size // multiple) * multiple
+        good = block_size_near(block_size, unroll, save_every)  # a thinned block keeps whole rows too
         also = f" and of {spell('save_every', save_every)}" if save_every > 1 else ""
         raise InputError(
             f"{spell('block_size', block_size)} must be a multiple of the scan's unroll ({unroll}){also} and at "

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,7 +24,7 @@ from jax import lax
 from .._defaults import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_SIZE
 from .._errors import InputError, spell
 from ._checks import as_count, check_x64, resolve_length, step_shapes
-from ._layout import block_bounds, block_count, block_steps, check_grouping, check_save_every, rows_in
+from ._layout import block_bounds, block_count, block_size_near, block_steps, check_grouping, check_save_every, rows_in
 from ._pool import BlockPool, pool_size
 
 __all__ = [
@@ -201,8 +200,7 @@ def make_plan(
         block_size = as_count("block_size", block_size, minimum=1)
         if block_size % save_every:
             u = unroll if type(unroll) is int and unroll > 1 and block_size < n else 1  # blocks line up with groups
-            multiple = math.lcm(save_every, u)
-            good = max(-(-2 * u // multiple) if u > 1 else 1, block_size // multiple) * multiple
+            good = block_size_near(block_size, u, save_every)
             also = f" and of the scan's unroll ({u})" if u > 1 else ""
             raise InputError(
                 f"{spell('block_size', block_size)} must be a multiple of {spell('save_every', save_every)}{also}, so "
