@@ -19,9 +19,18 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import OutputExistsError, ResumeError, StoreError, StreamaccWarning, VerifyError, spell
+from .._errors import LockedError, OutputExistsError, ResumeError, StoreError, StreamaccWarning, VerifyError, spell
 from ..engine import HostLeaf
-from ..store import BOOKKEEPING, LEASE_KEY, ArraySpec, Target, ZarrSink, describe_store_failure, progress_attrs
+from ..store import (
+    BOOKKEEPING,
+    LEASE_KEY,
+    ArraySpec,
+    Target,
+    ZarrSink,
+    describe_store_failure,
+    is_store_failure,
+    progress_attrs,
+)
 from ._extend import extend_manifest, finish_extension, nothing_to_extend
 from ._interrupt import check_stop
 from ._manifest import (
@@ -253,16 +262,22 @@ class Output:
             return 0, True
         return stored.committed_steps, False
 
-    def lost(self) -> bool:
-        """Whether the store has lost committed steps of this run (its manifest is gone, another's, or counts fewer)."""
-        kept = self._kept()
-        return kept is not None and kept[0] < self.manifest.committed_steps
+    def failure(self, exc: Exception, length: int) -> StoreError | None:
+        """The error for a store that failed mid-run, saying what is kept as the store itself now tells.
 
-    def failure(self, exc: BaseException, length: int) -> StoreError:
-        """The error for a store that failed mid-run, saying what is kept as the store itself now tells."""
+        Also for a lost lease whose store has lost this run's committed steps (the lease gone with
+        the rest of the store, or another writer's output in their place). None for any other
+        exception, which the caller raises as it is.
+        """
+        store_failed = is_store_failure(exc)
+        if not (store_failed or isinstance(exc, LockedError)):
+            return None
         committed = self.manifest.committed_steps
+        kept = self._kept()
+        if not store_failed and (kept is None or kept[0] >= committed):
+            return None  # the lease alone was lost: its own message says what to do
         what = f"writing {self.target.label} failed after {committed} of {length} steps ({describe_store_failure(exc)})"
-        resume, kept = spell("resume", True), self._kept()
+        resume = spell("resume", True)
         if kept is None:
             return StoreError(
                 f"{what}, and the store cannot be read to confirm that those steps are kept; once it is reachable, "

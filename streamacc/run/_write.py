@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from .._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_BYTES
-from .._errors import InputError, LockedError, StoreError, StreamaccWarning, spell
+from .._errors import InputError, StoreError, StreamaccWarning, spell
 from .._version import __version__
 from ..engine import Plan, as_count, check_length, from_host, make_plan, to_host
 from ..store import Target, compressors_for, describe_store_failure, is_store_failure, open_target
@@ -293,10 +293,10 @@ def write(
                 executor.run(plan, output)
                 output.finish()
             except Exception as exc:
-                lost = isinstance(exc, LockedError) and output.lost()  # a lease gone with the rest of the store
-                if not (is_store_failure(exc) or lost):
+                error = output.failure(exc, plan.length)
+                if error is None:
                     raise
-                raise output.failure(exc, plan.length) from exc
+                raise error from exc
             finally:
                 output.close()  # no summary chunk may be written once the lock is released
     return from_host(output.carry, plan.init)
