@@ -72,9 +72,9 @@ def parts(size: int, block: int, workdir: Path, blocks_measured: int) -> dict:
     from streamacc.engine._carry import to_host
     from streamacc.engine._scan import carry_pass, make_plan
     from streamacc.recipes import get_recipe
-    from streamacc.run._dask import BLOCKS_PER_TASK, BlockTask, SinkSpec, run_block_task, run_block_tasks
-    from streamacc.run._output import open_output
     from streamacc.run._write import output_spec
+    from streamacc.run.execute._dask import BLOCKS_PER_TASK, BlockTask, SinkSpec, run_block_task, run_block_tasks
+    from streamacc.run.output._output import open_output
     from streamacc.store._target import open_target
 
     results = {}
@@ -176,7 +176,7 @@ def write_only(size: int, block: int, out: str, workers: int, endpoint: str | No
     jax.config.update("jax_enable_x64", True)
     import streamacc
     from streamacc.recipes import get_recipe
-    from streamacc.run._cluster import cluster_client
+    from streamacc.run.execute._cluster import cluster_client
 
     job = get_recipe("gp").build(size, "float64")
     options = {"endpoint_url": endpoint} if endpoint else None

@@ -251,7 +251,7 @@ def side_chunks_write(out: str, state: str, steps: int, chunks: str) -> dict:
     import streamacc
     from streamacc._defaults import DEFAULT_WRITE_BLOCK_BYTES
     from streamacc.engine import make_plan
-    from streamacc.run._arrays import default_chunks
+    from streamacc.run.output._layout import default_chunks
 
     _x64()
     f, init, dims = STATES[state]()

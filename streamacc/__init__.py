@@ -18,7 +18,9 @@ from ._defaults import (
     DEFAULT_WRITE_BLOCK_BYTES,
     DEFAULT_WRITE_BLOCK_SIZE,
 )
-from ._errors import (
+from ._lazy import lazy_exports
+from ._version import __version__
+from .errors import (
     CarryMismatchError,
     InputError,
     LockedError,
@@ -32,8 +34,6 @@ from ._errors import (
     VerifyError,
     X64Error,
 )
-from ._lazy import lazy_exports
-from ._version import __version__
 from .store import CODECS
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 Starting one takes 1 to 2 s on the 2-core test machine (plus about 2 s the first time each
 worker imports jax), so tests share it; a test that kills workers starts its own with
-``streamacc.run._cluster.local_cluster``.
+``streamacc.run.execute._cluster.local_cluster``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def dask_client(aws_credentials: None) -> Iterator[Any]:
     The workers start after the dummy S3 credentials are set, so they inherit them.
     """
     pytest.importorskip("distributed")
-    from streamacc.run._cluster import local_cluster
+    from streamacc.run.execute._cluster import local_cluster
 
     with local_cluster(2) as client:
         yield client

@@ -27,7 +27,7 @@ from _fault_helpers import RECORDS, node_attribute, read_manifest, root_says, wr
 import streamacc
 from streamacc.cli._main import main, summary
 from streamacc.recipes import RECIPES
-from streamacc.run._inspect import describe_output
+from streamacc.run.read._info import describe_output
 
 QUIET = ["--no-progress"]
 
@@ -368,7 +368,7 @@ def test_write_prints_one_summary_line_on_stdout(tmp_path, capsys, monkeypatch, 
     assert match, stdout
     chunk_bytes = sum(p.stat().st_size for p in (out / "x" / "c").iterdir())
     assert match["path"] == str(out) and match["steps"] == match["total"] == "1000"
-    assert match["bytes"] == "8k" and match["stored"] == streamacc.run._progress.si(chunk_bytes)
+    assert match["bytes"] == "8k" and match["stored"] == streamacc.run.execute._progress.si(chunk_bytes)
     assert match["ratio"] == f"{8000 / chunk_bytes:.2f}"
     assert ("1k/1k steps" in stderr.getvalue()) is bar  # the bar went to stderr, not stdout
 

@@ -19,11 +19,11 @@ import zarr
 from zarr.storage import FsspecStore
 
 from streamacc import InputError
-from streamacc.store._lease import _process_gone
+from streamacc.store.lease._lease import _process_gone
 
 distributed = pytest.importorskip("distributed")
 
-from streamacc.run._cluster import local_cluster  # noqa: E402 - needs distributed
+from streamacc.run.execute._cluster import local_cluster  # noqa: E402 - needs distributed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +122,7 @@ DRIVER = textwrap.dedent(
     """
     import signal, sys, time, zarr
     from zarr.storage import FsspecStore
-    from streamacc.run._cluster import local_cluster
+    from streamacc.run.execute._cluster import local_cluster
 
     # as a command typed at a terminal: Ctrl-C interrupts it (a test run started in the
     # background, `pytest &`, would otherwise hand down SIGINT ignored)

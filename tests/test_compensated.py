@@ -27,7 +27,7 @@ from streamacc import InputError
 from streamacc.cli._main import main
 from streamacc.recipes import get_recipe
 from streamacc.recipes._compensated import fast_two_sum, split, split_constant, two_prod, two_sum
-from streamacc.run._inspect import describe_output
+from streamacc.run.read._info import describe_output
 
 PRECISION = {"float64": 53, "float32": 24}
 DTYPES = ["float64", "float32"]

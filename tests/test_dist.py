@@ -21,7 +21,7 @@ from _fault_helpers import assert_same_output, read_manifest
 
 import streamacc
 from streamacc.recipes import get_recipe
-from streamacc.run._output import Output
+from streamacc.run.output._output import Output
 
 distributed = pytest.importorskip("distributed")
 
@@ -202,7 +202,7 @@ def test_a_store_object_cannot_travel_to_workers(client):
 
 def test_a_worker_that_never_takes_the_plan_ends_the_run_with_the_fix(tmp_path, client, monkeypatch):
     """A broadcast that meets a worker dying waits for ever in dask; the run gives up after its timeout."""
-    from streamacc.run import _dask
+    from streamacc.run.execute import _dask
 
     asked = {}
 

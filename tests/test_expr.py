@@ -5,8 +5,8 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from streamacc._errors import InputError
 from streamacc.cli._expr import parse_int, parse_number
+from streamacc.errors import InputError
 
 GOOD_INT = [
     ("2**32", 4294967296),

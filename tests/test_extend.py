@@ -15,7 +15,7 @@ from _fault_helpers import assert_same_output, fail_write_at, read_manifest, sto
 from jax import lax
 
 import streamacc
-import streamacc.run._extend
+import streamacc.run.output._extend
 from streamacc.cli._main import main
 
 XS = np.random.default_rng(4).normal(size=(1000, 2))
@@ -135,7 +135,7 @@ def test_an_interrupted_extension_resumes_to_the_longer_run(tmp_path, finished, 
         raise KeyboardInterrupt
 
     with monkeypatch.context() as m:
-        m.setattr(streamacc.run._extend, "resize_arrays", cut)
+        m.setattr(streamacc.run.output._extend, "resize_arrays", cut)
         with pytest.raises(KeyboardInterrupt):
             write(finished, 300, extend=True)
     assert read_manifest(finished)["identity"]["length"] == 300

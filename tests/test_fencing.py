@@ -31,10 +31,10 @@ from streamacc import LockedError
 from streamacc.cli._main import main
 from streamacc.engine import make_plan, to_host
 from streamacc.recipes import get_recipe
-from streamacc.run._dask import BlockTask, SinkSpec, run_block_tasks
-from streamacc.store._fence import FencedStore
-from streamacc.store._lease import LEASE_KEY, Lease
-from streamacc.store._leasestore import open_lease_store
+from streamacc.run.execute._dask import BlockTask, SinkSpec, run_block_tasks
+from streamacc.store.lease._fence import FencedStore
+from streamacc.store.lease._lease import LEASE_KEY, Lease
+from streamacc.store.lease._leasestore import open_lease_store
 
 pytest.importorskip("moto.server")
 

@@ -19,7 +19,7 @@ import pytest
 from _fault_helpers import MANIFEST, array_bytes, fail_write_at, read_manifest, store_files, write_manifest
 
 import streamacc
-from streamacc.run._fingerprint import describe_function
+from streamacc.run.record._fingerprint import describe_function
 
 RATE = 0.5
 

@@ -36,7 +36,7 @@ from _fault_helpers import (
 )
 
 import streamacc
-import streamacc.run._output
+import streamacc.run.output._output
 from streamacc.cli._main import main
 from streamacc.store._files import DirLock
 
@@ -235,7 +235,7 @@ def test_verify_and_resume_check_the_array_metadata(tmp_path, ref, interrupted, 
 
 def test_the_lock_is_taken_before_the_output_is_looked_at(tmp_path, monkeypatch):
     out = tmp_path / "out.zarr"
-    real = streamacc.run._output.probe
+    real = streamacc.run.output._output.probe
     seen = []
 
     def probe(target):
@@ -248,7 +248,7 @@ def test_the_lock_is_taken_before_the_output_is_looked_at(tmp_path, monkeypatch)
         seen.append(target.label)
         return real(target)
 
-    monkeypatch.setattr(streamacc.run._output, "probe", probe)
+    monkeypatch.setattr(streamacc.run.output._output, "probe", probe)
     assert main(["write", str(out), *SMALL]) == 0
     assert main(["write", str(out), *SMALL, "--overwrite"]) == 0
     assert seen == [str(out), str(out)]

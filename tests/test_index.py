@@ -16,7 +16,7 @@ import xarray as xr
 from _fault_helpers import fail_write_at
 
 import streamacc
-from streamacc.run._index import StepIndex
+from streamacc.run.read._index import StepIndex
 
 K = 3
 

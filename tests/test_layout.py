@@ -19,8 +19,8 @@ import zarr
 
 import streamacc
 from streamacc.engine import block_steps, make_plan
-from streamacc.run._arrays import default_chunks, divisor_at_most, resolve_chunks
 from streamacc.run._write import output_spec
+from streamacc.run.output._layout import default_chunks, divisor_at_most, resolve_chunks
 
 MIB = 2**20
 

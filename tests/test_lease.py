@@ -26,8 +26,8 @@ import zarr
 from _s3 import Bucket, start_server, stripping_proxy
 
 from streamacc import InputError, LockedError
-from streamacc.store._lease import LEASE_ENV, LEASE_KEY, Lease, lease_seconds
-from streamacc.store._leasestore import Holder, open_lease_store
+from streamacc.store.lease._lease import LEASE_ENV, LEASE_KEY, Lease, lease_seconds
+from streamacc.store.lease._leasestore import Holder, open_lease_store
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -170,7 +170,7 @@ class FrozenClock:
 
 
 def test_check_detects_a_store_unreachable_for_longer_than_the_lease(aws_credentials, monkeypatch):
-    import streamacc.store._lease as lease_module
+    import streamacc.store.lease._lease as lease_module
 
     clock = FrozenClock()
     monkeypatch.setattr(lease_module, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=time.sleep))
@@ -198,7 +198,7 @@ def test_release_deletes_the_lease(s3_bucket):
 HOLDER_SCRIPT = textwrap.dedent(
     """
     import sys, time, fsspec
-    from streamacc.store._lease import Lease
+    from streamacc.store.lease._lease import Lease
     fs = fsspec.filesystem("s3", endpoint_url=sys.argv[1])
     Lease.acquire(fs, sys.argv[2], "out", ttl=1.0)
     print("held", flush=True)

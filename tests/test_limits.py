@@ -20,9 +20,9 @@ import zarr
 
 import streamacc
 from streamacc.engine import MAX_LENGTH, block_bounds, block_count, committed_span
-from streamacc.run._inspect import describe_output, format_description
-from streamacc.run._output import Output
-from streamacc.run._verify import select_blocks
+from streamacc.run.output._output import Output
+from streamacc.run.read._info import describe_output, format_description
+from streamacc.run.recompute._verify import select_blocks
 
 HUGE = 2**62
 BLOCK = 64

@@ -1,5 +1,6 @@
-"""The code base stays ruff clean, and its wings keep their layers (the same checks CI runs)."""
+"""The code base stays ruff clean, and its wings and rooms keep their layers (the same checks CI runs)."""
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -36,7 +37,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess:
 def test_import_contracts_kept():
     result = lint_imports(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Contracts: 3 kept, 0 broken." in result.stdout
+    assert "Contracts: 4 kept, 0 broken." in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -44,8 +45,11 @@ def test_import_contracts_kept():
     [
         ("engine/_layout.py", "from ..run import write", "Wings in layers"),
         ("store/_files.py", "from ..engine import Plan", "Wings in layers"),
+        ("run/read/_index.py", "from ..execute import LocalExecutor", "Rooms of run in layers"),
+        ("run/record/_manifest.py", "from ..output import Output", "Rooms of run in layers"),
+        ("summaries/_pyramid.py", "import jax", "Store and summaries never import JAX"),
         ("engine/_layout.py", "import zarr", "The engine is pure computation"),
-        ("store/_codecs.py", "import jax", "The store knows bytes, never JAX"),
+        ("store/_codecs.py", "import jax", "Store and summaries never import JAX"),
     ],
 )
 def test_import_contracts_catch_a_violation(tmp_path, module, line, contract):
@@ -57,3 +61,47 @@ def test_import_contracts_catch_a_violation(tmp_path, module, line, contract):
     assert result.returncode == 1, result.stdout + result.stderr
     broken = [line for line in result.stdout.splitlines() if line.endswith(" BROKEN")]
     assert any(b.startswith(contract) for b in broken), result.stdout
+
+
+def private_reaches(package_root: Path) -> list[str]:
+    """Each import of a private module (``_name``) of another package than the importer's, as 'file: module'.
+
+    A wing or room re-exports what others use from its ``__init__``; the shared foundations
+    beside ``streamacc/__init__.py`` (``_defaults``, ``_lazy``, ...) are everyone's.
+    """
+    found = []
+    for path in sorted(package_root.rglob("*.py")):
+        parts = list(path.relative_to(package_root.parent).with_suffix("").parts)
+        package = parts if parts[-1] == "__init__" else parts[:-1]
+        package = [p for p in package if p != "__init__"]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                target = [*base, *(node.module.split(".") if node.module else [])]
+            else:
+                target = (node.module or "").split(".")
+            if target[0] != "streamacc":
+                continue
+            folder = package_root.parent.joinpath(*target)
+            modules = [target] + [
+                [*target, alias.name]
+                for alias in node.names
+                if (folder / f"{alias.name}.py").exists() or (folder / alias.name).is_dir()
+            ]
+            for module in modules:
+                if module[-1].startswith("_") and module[:-1] not in (package, ["streamacc"]):
+                    found.append(f"{path.relative_to(package_root.parent)}: {'.'.join(module)}")
+    return found
+
+
+def test_no_module_reaches_into_another_packages_private_module():
+    assert private_reaches(ROOT / "streamacc") == []
+
+
+def test_a_reach_into_a_private_module_is_found(tmp_path):
+    shutil.copytree(ROOT / "streamacc", tmp_path / "streamacc", ignore=shutil.ignore_patterns("__pycache__"))
+    path = tmp_path / "streamacc" / "run" / "read" / "_overview.py"
+    path.write_text(path.read_text() + "\nfrom ...summaries._pyramid import Rows  # noqa\n")
+    assert private_reaches(tmp_path / "streamacc") == ["streamacc/run/read/_overview.py: streamacc.summaries._pyramid"]

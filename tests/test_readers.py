@@ -27,11 +27,11 @@ from _fault_helpers import fail_write_at
 from zarr.storage import FsspecStore, LocalStore
 
 import streamacc
-import streamacc.run._output
+import streamacc.run.output._output
 from streamacc import StoreError
 from streamacc.cli._main import main
-from streamacc.run._inspect import describe_output
-from streamacc.run._output import Output
+from streamacc.run.output._output import Output
+from streamacc.run.read._info import describe_output
 
 LENGTH, BLOCK = 1000, 64  # 16 blocks, the last one short
 XS = np.linspace(-1.0, 1.0, LENGTH)
@@ -109,7 +109,7 @@ def test_an_interrupted_output_says_so_and_open_returns_only_committed_steps(tmp
 
 def test_attributes_and_open_stay_true_while_the_run_goes(tmp_path, monkeypatch):
     out = tmp_path / "out.zarr"
-    monkeypatch.setattr(streamacc.run._output, "PUBLISH_SECONDS", 0.0)
+    monkeypatch.setattr(streamacc.run.output._output, "PUBLISH_SECONDS", 0.0)
     seen = []
     real = Output.commit
 

@@ -11,8 +11,8 @@ import zarr
 
 import streamacc
 from streamacc import InputError
-from streamacc._errors import cli_spelling
 from streamacc.engine._scan import _scan_fn
+from streamacc.errors import cli_spelling
 from streamacc.recipes import RECIPES, Job, Param, Recipe, get_recipe
 from streamacc.recipes._cumulative import Rows
 

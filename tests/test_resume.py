@@ -22,7 +22,7 @@ from _fault_helpers import MANIFEST, assert_same_output, fail_write_at, read_man
 import streamacc
 import streamacc.store._target
 from streamacc import ResumeError, StoreError, StreamaccWarning
-from streamacc.run._manifest import Ledger
+from streamacc.run.record._manifest import Ledger
 from streamacc.store._zarr import ZarrSink
 
 LENGTH, BLOCK = 5000, 512  # 10 blocks, the last one short
@@ -247,7 +247,7 @@ def test_overwrite_interrupted_while_deleting_leaves_a_recognised_output(tmp_pat
 
 def test_info_counts_only_committed_chunks(tmp_path, monkeypatch):
     """Chunks written past the last commit are not counted in info's stored bytes."""
-    from streamacc.run._inspect import describe_output
+    from streamacc.run.read._info import describe_output
 
     out = tmp_path / "out.zarr"
     with monkeypatch.context() as m:

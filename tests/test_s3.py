@@ -25,7 +25,7 @@ from _s3 import stripping_proxy
 import streamacc
 from streamacc.cli._main import main
 from streamacc.recipes import get_recipe
-from streamacc.run._inspect import describe_output
+from streamacc.run.read._info import describe_output
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")

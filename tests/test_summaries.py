@@ -19,7 +19,7 @@ from _fault_helpers import assert_same_output, fail_write_at, read_manifest, wri
 
 import streamacc
 from streamacc import InputError, NoOutputError, ResumeError, StoreError, VerifyError
-from streamacc.run._inspect import describe_output, format_description
+from streamacc.run.read._info import describe_output, format_description
 
 LENGTH = 1000
 WINDOWS = [8, 32, 128]  # the last window of each level is short: 1000 is no multiple of any

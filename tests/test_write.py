@@ -24,8 +24,8 @@ import xarray as xr
 import zarr
 
 import streamacc
-from streamacc.run._inspect import describe_output
-from streamacc.run._progress import Progress, si
+from streamacc.run.execute._progress import Progress, si
+from streamacc.run.read._info import describe_output
 
 N = 100  # not a multiple of BLOCK: the last block is short
 BLOCK = 16

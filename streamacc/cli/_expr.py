@@ -16,7 +16,7 @@ import operator
 import warnings
 from collections.abc import Callable
 
-from .._errors import InputError
+from ..errors import InputError
 
 __all__ = ["parse_int", "parse_number"]
 

@@ -26,7 +26,8 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .._errors import (
+from ..engine import check_grouping, check_length, check_save_every
+from ..errors import (
     InputError,
     NoOutputError,
     OutputExistsError,
@@ -36,10 +37,11 @@ from .._errors import (
     cli_spelling,
     spell,
 )
-from ..engine import check_grouping, check_length, check_save_every
 from ..recipes import option
-from ..run import Terminated, check_windows, run_interruptibly, si, still_running
+from ..run.execute import si
+from ..run.threads import Terminated, run_interruptibly, still_running
 from ..store import CODECS
+from ..summaries import check_windows
 from ._expr import parse_int
 from ._parser import (
     UsageError,
@@ -90,7 +92,7 @@ def _enable_x64() -> None:
 
 def _committed_steps(out: str, options: dict[str, Any] | None) -> int:
     """How many steps ``out`` has committed already (its manifest alone); 0 where it holds no readable run."""
-    from ..run import load_manifest
+    from ..run.record import load_manifest
     from ..store import open_target
 
     try:
@@ -158,7 +160,9 @@ def cmd_write(args: argparse.Namespace) -> int:
     attrs = {**job.attrs, "dtype": check_dtype(args.dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
     _enable_x64()
-    from ..run import cluster_client, describe_output, write
+    from ..run import write
+    from ..run.execute import cluster_client
+    from ..run.read import describe_output
 
     before = _committed_steps(args.out, options) if args.resume or args.extend else 0
     start = time.perf_counter()
@@ -211,7 +215,7 @@ def _write(args: argparse.Namespace, write, job, layout: dict, attrs: dict, arra
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from ..run import describe_output, format_description
+    from ..run.read import describe_output, format_description
 
     _out(format_description(describe_output(args.out, storage_options=storage_options(args.storage_option))))
     return 0
@@ -220,7 +224,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     blocks = "all" if args.blocks == "all" else parse_int(args.blocks, name=spell("blocks"), minimum=1)
     _enable_x64()
-    from ..run import verify_recipe_output
+    from ..run.read import verify_recipe_output
 
     report = verify_recipe_output(args.out, blocks=blocks, storage_options=storage_options(args.storage_option))
     summaries = f"; {report.summary_windows} summary windows match" if report.summary_windows else ""

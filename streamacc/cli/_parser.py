@@ -14,8 +14,8 @@ import sys
 from typing import Any, NoReturn
 
 from .._defaults import DEFAULT_CODEC, DEFAULT_WRITE_BLOCK_BYTES, DEFAULT_WRITE_BLOCK_SIZE
-from .._errors import InputError, spell
 from .._version import __version__
+from ..errors import InputError, spell
 from ..recipes import Recipe, option, refusal
 from ..store import CODECS
 from ._expr import parse_int, parse_number

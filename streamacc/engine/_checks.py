@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._errors import InputError, StepFunctionError, X64Error, spell
+from ..errors import InputError, StepFunctionError, X64Error, spell
 
 __all__ = ["as_count", "check_x64", "resolve_length", "step_shapes", "x64_scope"]
 

@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from .._errors import InputError, spell
+from ..errors import InputError, spell
 
 __all__ = [
     "MAX_BLOCK_STEPS",

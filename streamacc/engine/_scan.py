@@ -22,9 +22,17 @@ import numpy as np
 from jax import lax
 
 from .._defaults import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_SIZE
-from .._errors import InputError, spell
+from ..errors import InputError, spell
 from ._checks import as_count, check_x64, resolve_length, step_shapes
-from ._layout import block_bounds, block_count, block_size_near, block_steps, check_grouping, check_save_every, rows_in
+from ._layout import (
+    block_bounds,
+    block_count,
+    block_size_near,
+    block_steps,
+    check_grouping,
+    check_save_every,
+    rows_in,
+)
 from ._pool import BlockPool, pool_size
 
 __all__ = [

@@ -16,7 +16,7 @@ descriptions cost the command line nothing.
 
 from __future__ import annotations
 
-from .._errors import InputError
+from ..errors import InputError
 from ._base import DEGENERATE_RULE, Job, Param, Recipe, check_dtype, option, refusal
 from ._cumulative import CUMPROD, CUMSUM
 from ._lorenz import LORENZ

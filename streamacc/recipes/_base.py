@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
-from .._errors import InputError, spell
+from ..errors import InputError, spell
 
 __all__ = [
     "COMPENSATED",

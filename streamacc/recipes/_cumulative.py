@@ -11,7 +11,7 @@ import dataclasses
 import operator
 from typing import Any
 
-from .._errors import InputError, spell
+from ..errors import InputError, spell
 from ._base import COMPENSATED, Job, Param, Recipe, Step, check_dtype, check_size, recipe_attrs, resolve_params
 
 __all__ = ["CUMPROD", "CUMSUM", "Cumulative", "Rows", "open_input"]

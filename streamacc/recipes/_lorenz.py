@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .._errors import InputError, spell
+from ..errors import InputError, spell
 from ._base import Job, Param, Recipe, Step, check_dtype, check_overflow, check_size, recipe_attrs, resolve_params
 
 __all__ = ["LORENZ", "Lorenz"]

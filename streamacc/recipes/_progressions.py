@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .._errors import InputError, spell
+from ..errors import InputError, spell
 from ._base import (
     COMPENSATED,
     Job,

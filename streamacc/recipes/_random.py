@@ -21,7 +21,7 @@ import functools
 import operator
 from typing import Any
 
-from .._errors import InputError, spell
+from ..errors import InputError, spell
 from ._base import (
     Job,
     Param,

@@ -20,19 +20,26 @@ import jax
 import numpy as np
 
 from .._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_BYTES
-from .._errors import InputError, StoreError, StreamaccWarning, spell
 from .._version import __version__
 from ..engine import Plan, as_count, check_length, from_host, make_plan, to_host
+from ..errors import InputError, StoreError, StreamaccWarning, spell
 from ..store import Target, compressors_for, describe_store_failure, is_store_failure, open_target
-from ._arrays import STEP, array_dims, chunk_rows, resolve_chunks, stored_chunks
-from ._executor import Executor, LocalExecutor
-from ._identity import run_identity
-from ._interrupt import interruptible
-from ._output import OutputSpec, open_output
-from ._progress import Progress
-from ._time import check_time, time_attrs
-from ._verify import check_resumable
-from ._windows import check_windows
+from ..summaries import check_windows
+from .execute import Executor, LocalExecutor, Progress
+from .output import (
+    STEP,
+    OutputSpec,
+    array_dims,
+    check_time,
+    chunk_rows,
+    open_output,
+    resolve_chunks,
+    stored_chunks,
+    time_attrs,
+)
+from .recompute import check_resumable
+from .record import run_identity
+from .threads import interruptible
 
 __all__ = ["output_names", "output_spec", "write"]
 
@@ -154,7 +161,7 @@ def _executor_for(client: Any, inflight: int) -> Executor:
     """Where the blocks run: this process, or the dask cluster behind ``client``."""
     if client is None:
         return LocalExecutor(inflight)
-    from ._dask import DaskExecutor
+    from .execute import DaskExecutor
 
     return DaskExecutor.for_client(client)
 
@@ -165,7 +172,7 @@ def _stored_layout(store: Any, storage_options: dict | None) -> dict[str, Any] |
     A resumed or extended run that leaves ``block_size`` or ``chunks`` to the default takes
     them from the output, so that a change of the defaults never strands an output.
     """
-    from ._manifest import Ledger
+    from .record import Ledger
 
     try:
         target = open_target(store, storage_options=storage_options, read_only=True)

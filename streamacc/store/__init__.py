@@ -3,11 +3,10 @@
 Knows Zarr, fsspec and the operating system, and never JAX: it takes host arrays and
 makes them durable. ``_target`` is one output location (a local folder or any zarr
 store) with its lock, ``_probe`` the first question to an object store, ``_files`` the
-link-safe, fsynced file primitives, ``_lease`` and ``_leasestore`` the writer lease on
-object stores, ``_zarr`` the sink that creates the group and writes blocks, ``_chunks``
+link-safe, fsynced file primitives, ``_zarr`` the sink that creates the group and writes blocks, ``_chunks``
 the chunk encoder, ``_compare`` stored chunks against recomputed rows (for verify),
 ``_codecs`` the named compressors, ``_storeerrors`` and ``_sessions`` the failures and
-clients of fsspec backends.
+clients of fsspec backends, and the ``lease`` room the writer lease on object stores.
 
 These are the names the other wings use; each is imported on first use, so that
 ``streamacc.store.CODECS`` costs no Zarr import.
@@ -26,7 +25,6 @@ if TYPE_CHECKING:
     from ._fingerprint import fingerprint_of as fingerprint_of
     from ._sessions import close_store_sessions as close_store_sessions
     from ._storeerrors import describe_store_failure as describe_store_failure, is_store_failure as is_store_failure
-    from ._summarystore import SUMMARIES as SUMMARIES, SummaryStore as SummaryStore
     from ._target import (
         BOOKKEEPING as BOOKKEEPING,
         LEASE_KEY as LEASE_KEY,
@@ -52,7 +50,6 @@ _EXPORTS = {
     "._fingerprint": ["fingerprint_of"],
     "._sessions": ["close_store_sessions"],
     "._storeerrors": ["describe_store_failure", "is_store_failure"],
-    "._summarystore": ["SUMMARIES", "SummaryStore"],
     "._target": ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"],
     "._zarr": [
         "ArraySpec",

@@ -37,7 +37,7 @@ from zarr.core.chunk_grids import RegularChunkGrid
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
-from ._fence import unwrap
+from .lease import unwrap
 
 __all__ = ["ChunkWriter", "EncodedChunk"]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from .._defaults import DEFAULT_CODEC
-from .._errors import InputError
+from ..errors import InputError
 
 __all__ = ["CODECS", "DEFAULT_CODEC", "MAX_CHUNK_BYTES", "compressors_for"]
 

@@ -23,11 +23,11 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
-from .._errors import InputError, LockedError, NoOutputError, OutputExistsError, StoreError, spell
+from ..errors import InputError, LockedError, NoOutputError, OutputExistsError, StoreError, spell
 from ._chunks import scratch
-from ._fence import FencedStore
 from ._files import DirLock, atomic_write, find_link, fsync_dir, fsync_file, remove_temp_files, remove_tree_contents
 from ._probe import backend_missing, check_store
+from .lease import FencedStore
 
 __all__ = ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"]
 
@@ -394,7 +394,7 @@ class StoreTarget(Target):
             with self._process_lock(command):
                 yield
             return
-        from ._lease import Lease
+        from .lease import Lease
 
         self._lease = Lease.acquire(fs, self.raw.path, self.label, command=command)
         try:
@@ -408,7 +408,7 @@ class StoreTarget(Target):
         """Write for the writer holding the lease ``token`` (a cluster worker): fenced by that lease."""
         fs = getattr(self.raw, "fs", None)
         if fs is not None:
-            from ._lease import LeaseView
+            from .lease import LeaseView
 
             self._lease = LeaseView.follow(fs, self.raw.path, self.label, token)
             self._connect()

@@ -24,7 +24,7 @@ from zarr.codecs import Crc32cCodec
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
-from .._errors import NoOutputError, spell
+from ..errors import NoOutputError, spell
 from ._chunks import ChunkWriter
 from ._codecs import compressors_for
 from ._target import Target

@@ -1,0 +1,26 @@
+"""Where blocks run: in this process (``_local``), on a dask cluster (``_dask``, ``_cluster``,
+``_workerinit``), and the progress bar (``_progress``).
+
+These are the names the other rooms and wings use; each is imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._cluster import cluster_client as cluster_client
+    from ._dask import DaskExecutor as DaskExecutor
+    from ._local import Executor as Executor, LocalExecutor as LocalExecutor
+    from ._progress import Progress as Progress, si as si
+
+_EXPORTS = {
+    "._cluster": ["cluster_client"],
+    "._dask": ["DaskExecutor"],
+    "._local": ["Executor", "LocalExecutor"],
+    "._progress": ["Progress", "si"],
+}
+__all__ = sorted(name for names in _EXPORTS.values() for name in names)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,107 @@
+"""Where blocks run: the seam between a driver that commits in scan order and whoever computes.
+
+An executor computes and writes the blocks of a plan from the output's first uncommitted
+block and hands each durable block to ``output.commit`` strictly in scan order. It is not
+part of a run's identity: every executor writes the same bytes, so a run started by one
+can be resumed by another. :class:`LocalExecutor` computes on a thread of its own (the
+caller's thread stays free to take signals) and encodes and writes on a few threads;
+``run/_dask.py`` runs block tasks on a cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Protocol
+
+import jax
+
+from ..._defaults import DEFAULT_INFLIGHT
+from ...engine import Block, BlockPool, HostLeaf, Plan, computes_ahead, from_host, pool_size, run_plan, to_host
+from ...store import Target, ZarrSink
+from ...summaries import SummaryPlan
+from ..output import BlockResult, Output
+from ..threads import check_stop, on_own_thread, run_ordered
+
+__all__ = ["Executor", "LocalExecutor", "write_block"]
+
+
+class Executor(Protocol):
+    """Runs the remaining blocks of ``plan`` into ``output``, committing each in scan order."""
+
+    def check(self, target: Target) -> None:
+        """Refuse, before anything is written, a target this executor cannot write to."""
+
+    def run(self, plan: Plan, output: Output) -> None: ...
+
+
+def write_block(
+    sink: ZarrSink,
+    names: list[str],
+    index: int,
+    block: Block,
+    carry_in: list[HostLeaf],
+    carry_out: list[HostLeaf],
+    summary: SummaryPlan | None = None,
+) -> BlockResult:
+    """Write one computed block durably, cut its summary pieces, give its buffer back, describe it for its commit."""
+    check_stop()  # after Ctrl-C or SIGTERM no new block is written
+    leaves = jax.tree_util.tree_leaves(block.ys)
+    nbytes = sum(y.nbytes for y in leaves)
+    ys = dict(zip(names, leaves, strict=True))
+    crcs, stored = sink.write(block.rows.start, block.rows.stop, ys)
+    pieces = None if summary is None else summary.pieces(block.rows.start, ys)  # summaries count rows
+    block.release()  # durable: its buffer may take a later block
+    return BlockResult(index, block.start, block.stop, carry_in, carry_out, crcs, nbytes, stored, pieces)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Item:
+    index: int
+    block: Block
+    carry_in: list[HostLeaf]
+    carry_out: list[HostLeaf]
+
+
+def _items(blocks: Iterator[Block], first: int, carry_in: list[HostLeaf]) -> Iterator[_Item]:
+    for index, block in enumerate(blocks, start=first):
+        carry_out = to_host(block.carry)
+        yield _Item(index, block, carry_in, carry_out)
+        carry_in = carry_out
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalExecutor:
+    """Blocks computed in order on a thread of their own, written and committed by ``inflight`` threads.
+
+    At most ``inflight`` blocks are being written at once, and they are computed into a
+    fixed pool of buffers that a block returns once durable, so memory is known in
+    advance and stays flat whatever the length; commits run on the writer threads, each
+    after the one before it, so the computing thread never waits for a commit.
+    """
+
+    inflight: int = DEFAULT_INFLIGHT
+
+    def check(self, target: Target) -> None:
+        """Any target will do."""
+
+    def run(self, plan: Plan, output: Output) -> None:
+        names = output.spec.names
+        ahead = computes_ahead()  # not on a CPU: there it would hold a block buffer more for nothing
+        pool = BlockPool(pool_size(self.inflight, ahead=ahead))
+        carry = from_host(output.carry, plan.init)
+        blocks = on_own_thread(run_plan(plan, carry=carry, first_block=output.first_block, pool=pool, ahead=ahead))
+
+        def work(item: _Item) -> BlockResult:
+            return write_block(
+                output.sink, names, item.index, item.block, item.carry_in, item.carry_out, output.summary_plan
+            )
+
+        def commit(item: _Item, result: BlockResult) -> None:
+            output.commit(result)
+
+        items = _items(blocks, output.first_block, output.carry)
+        try:
+            run_ordered(items, work, commit, depth=self.inflight, workers=self.inflight)
+        finally:
+            blocks.close()

@@ -1,0 +1,146 @@
+"""Extending a finished output to a longer length, as one run of that length would have written it.
+
+Only the last block of the stored run is not what the longer run writes: it ends at the
+old length (its last chunk padded), or holds a short tail that a longer run puts in a
+block of its own (the unroll rule of ``engine/_layout.block_count``). So the extension
+keeps every block before it, and recomputes from it on, from the carry its record holds.
+Every committed chunk's trailer is checked first, as a resume checks it, so that a damaged
+output is refused as it stands rather than after its manifest became the longer run's.
+
+The new manifest (the longer run's identity, the kept blocks, that carry) is saved first
+and the arrays' metadata (their longer shape) after it, so an interruption anywhere leaves
+an output that ``resume`` continues: :func:`finish_extension` completes the arrays'
+metadata if the manifest got ahead of them. Window summaries are cut back to the kept
+rows the same way (see ``_summaries.extension_tail``). An extension that would change any byte
+already written (another parameter, dtype, layout, ``save_every``) is refused before
+anything is touched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import numpy as np
+
+from ...errors import NoOutputError, ResumeError, spell
+from ...store import Target, ZarrSink, array_document, resize_arrays
+from ...summaries import extension_tail, rebuild_stale_arrays
+from ..record import Ledger, Manifest, identity_differences
+from ..trust import trailer_problem
+
+__all__ = ["extend_manifest", "finish_extension"]
+
+_LEADING = re.compile(r"^(\w+)\[\d+")
+
+
+def _without_length(identity: dict[str, Any]) -> dict[str, Any]:
+    """``identity`` without what its length decides: the length, the arrays' rows, the inputs' rows."""
+    out = {k: v for k, v in identity.items() if k != "length"}
+    out["arrays"] = {name: [dtype, shape[1:]] for name, (dtype, shape) in identity.get("arrays", {}).items()}
+    out["xs"] = [_LEADING.sub(r"\1[N", str(x)) for x in identity.get("xs", [])]
+    return out
+
+
+def _refuse(label: str, why: str) -> ResumeError:
+    return ResumeError(f"cannot extend {label}: {why}; the output is left as it was")
+
+
+def extend_manifest(target: Target, identity: dict[str, Any], manifest: Manifest, total_blocks: int) -> Manifest | None:
+    """Turn ``manifest`` (a finished run) into that of the longer run ``identity``, durably; the lock is held.
+
+    Returns the new manifest, or None when no block can be kept (the stored run was one
+    block): the longer run then simply starts afresh. Refuses, touching nothing, an
+    unfinished or inconsistent run, a shorter length, a reverse scan, and any other
+    difference between the runs.
+    """
+    label, old, new = target.label, manifest.identity, identity
+    problem = manifest.inconsistency()
+    if problem is not None:
+        raise _refuse(label, f"its manifest contradicts itself ({problem})")
+    if not manifest.complete:
+        raise _refuse(
+            label,
+            f"its run is not finished ({manifest.committed_steps} of {manifest.length} steps committed); finish it "
+            f"first with {spell('resume', True)} and the length it was started with",
+        )
+    if new["length"] < old["length"]:
+        raise _refuse(
+            label,
+            f"{spell('length', new['length'])} is shorter than the {old['length']} steps it holds, and extending only "
+            f"lengthens; pass a {spell('length')} above {old['length']}",
+        )
+    if old.get("reverse"):
+        raise _refuse(label, "a reverse scan starts from its last step, so a longer one changes every value; rerun "
+                             f"it with {spell('overwrite', True)}")  # fmt: skip
+    diffs = identity_differences(_without_length(old), _without_length(new))
+    if diffs:
+        raise _refuse(label, f"the longer run would differ in more than its length ({'; '.join(diffs)}); pass the "
+                             "original settings")  # fmt: skip
+    kept = manifest.committed_blocks - 1
+    if kept <= 0:
+        return None  # nothing kept: the longer run starts afresh
+    ledger = Ledger(target)
+    every = old.get("save_every", 1)
+    sink = ZarrSink.open(target, list(new["arrays"]))
+    problem = trailer_problem(target, ledger, sink, range(manifest.committed_blocks), every)
+    if problem is not None:  # checked before anything changes: a resume would find it after the extension
+        k, start, stop, what = problem
+        raise _refuse(
+            label, f"block {k} (steps {start}-{stop}) is bad: {what}; rewrite it with {spell('overwrite', True)}"
+        )
+    carry = ledger.block(kept).carry_in
+    rows = new["length"] // new.get("save_every", 1)
+    arrays = {name: {**doc, "shape": [rows, *doc["shape"][1:]]} for name, doc in manifest.arrays.items()}
+    extended = dataclasses.replace(
+        manifest,
+        identity=new,
+        total_blocks=total_blocks,
+        arrays=arrays,
+        committed_blocks=kept,
+        committed_steps=0,
+        carry=carry,
+        complete=False,
+    )
+    start, stop = extended.span()
+    extended.committed_steps = stop - start
+    block_rows = new["block_size"] // every
+    extended.summaries = extension_tail(
+        target, manifest, extended.committed_rows, block_rows, lambda name, a, b: sink.arrays[name][a:b]
+    )
+    target.check_lock()
+    ledger.save(extended)
+    finish_extension(target, extended)
+    return extended
+
+
+def finish_extension(target: Target, manifest: Manifest) -> None:
+    """Give each array the rows ``manifest`` records where only its shape lags behind (an interrupted extension),
+    and the summaries their longer arrays."""
+    _grow_arrays(target, manifest)
+    ident = manifest.identity
+    specs = {name: ((shape[0], *shape[1:]), np.dtype(dtype)) for name, (dtype, shape) in ident["arrays"].items()}
+    dims = {name: tuple(doc.get("dimension_names") or ()) for name, doc in manifest.arrays.items()}
+    rebuild_stale_arrays(target, ident, manifest.summaries, specs, ident["codec"], dims)
+
+
+def _grow_arrays(target: Target, manifest: Manifest) -> None:
+    grow = {}
+    for name, recorded in manifest.arrays.items():
+        stored = array_document(target.read(f"{name}/zarr.json"))
+        if stored is None or stored == recorded or not isinstance(recorded.get("shape"), list):
+            continue
+        shape, want = stored.get("shape"), recorded["shape"]
+        same_else = {**stored, "shape": want} == recorded
+        if same_else and isinstance(shape, list) and shape[1:] == want[1:] and shape[:1] < want[:1]:
+            grow[name] = tuple(want)
+    if grow:
+        resize_arrays(target, grow)
+
+
+def nothing_to_extend(label: str) -> NoOutputError:
+    """The error for an extension of an output that does not exist."""
+    return NoOutputError(
+        f"{label} holds no output to extend; write it first without {spell('extend', True)}, then extend it"
+    )

@@ -1,0 +1,272 @@
+"""The output arrays' layout: their dimension names and their chunk shapes.
+
+Pure arithmetic on shapes and bytes, checked with one-line errors in the caller's terms.
+Every array's first axis is ``step`` (one row per kept step); the names of the others
+come from ``dims=``, or are made from the array's name so that two outputs never claim
+one dimension with two sizes. Chunks hold whole rows of a block along ``step`` (a block
+then writes whole chunks) and are sized in bytes on every axis: see :func:`default_chunks`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...errors import InputError, spell
+from ...store import MAX_CHUNK_BYTES
+
+__all__ = [
+    "CHUNK_BYTES",
+    "MAX_DEFAULT_CHUNK_BYTES",
+    "STEP",
+    "array_dims",
+    "check_chunk_bytes",
+    "chunk_rows",
+    "default_chunks",
+    "divisor_at_most",
+    "resolve_chunks",
+    "stored_chunks",
+]
+
+STEP = "step"
+"""The first dimension of every output array."""
+
+RESERVED = frozenset({STEP, "time"})
+"""Dimension names streamacc gives its own coordinates."""
+
+CHUNK_BYTES = 2 * 2**20
+"""Uncompressed bytes per chunk the default aims at where rows hold many values (see
+:func:`default_chunks`; chosen by benchmark, benchmarks/RESULTS.md)."""
+
+MAX_DEFAULT_CHUNK_BYTES = 64 * 2**20
+"""The largest chunk the default makes (a whole block of rows with few values)."""
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def array_dims(shapes: Mapping[str, tuple[int, ...]], dims: Mapping[str, Sequence[str]] | None) -> dict[str, tuple]:
+    """Each array's dimension names, ``("step", *trailing)``, from ``dims`` or made from its name.
+
+    ``shapes`` maps each array to its trailing shape (one step's y). A default trailing
+    name is ``{array}_dim_{i}``, so outputs of different shapes never share one.
+    """
+    given = _check_dims_arg(dims, shapes)
+    out: dict[str, tuple] = {}
+    sizes: dict[str, tuple[int, str]] = {}
+    for name, shape in shapes.items():
+        trailing = given.get(name) or tuple(f"{name}_dim_{i}" for i in range(1, len(shape) + 1))
+        if len(trailing) != len(shape):
+            raise InputError(
+                f"{spell('dims')} names {len(trailing)} axes for output {name!r}, whose y has {len(shape)} "
+                f"(shape {tuple(shape)}); give one name per axis after {STEP!r}"
+            )
+        for dim, size in zip(trailing, shape, strict=True):
+            if dim in sizes and sizes[dim][0] != size:
+                other_size, other = sizes[dim]
+                raise InputError(
+                    f"{spell('dims')} gives dimension {dim!r} {other_size} values in output {other!r} and {size} in "
+                    f"{name!r}; one dimension has one length: give them different names"
+                )
+            sizes[dim] = (size, name)
+        out[name] = (STEP, *trailing)
+    return out
+
+
+def _check_dims_arg(dims: Any, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[str, ...]]:
+    if dims is None:
+        return {}
+    example = spell("dims", {next(iter(shapes), "y"): ["x"]})
+    if not isinstance(dims, Mapping):
+        raise InputError(f"{spell('dims')} must map output names to lists of dimension names, got {dims!r}; "
+                         f"pass e.g. {example}")  # fmt: skip
+    unknown = sorted(str(k) for k in dims if k not in shapes)
+    if unknown:
+        raise InputError(
+            f"{spell('dims')} names outputs {unknown} that f does not return; the outputs are "
+            f"{', '.join(shapes)}; pass e.g. {example}"
+        )
+    checked = {}
+    for name, names in dims.items():
+        names = (names,) if isinstance(names, str) else tuple(names) if isinstance(names, Sequence) else None
+        bad = names is None or any(not isinstance(d, str) or not _NAME.match(d) for d in names)
+        if bad or len(set(names)) != len(names):
+            raise InputError(
+                f"{spell('dims')} for output {name!r} must be a list of distinct names (letters, digits, '_'), "
+                f"got {dims[name]!r}; pass e.g. {example}"
+            )
+        clash = sorted(RESERVED & set(names))
+        if clash:
+            raise InputError(f"{spell('dims')} uses {clash[0]!r}, which streamacc names its own coordinate; "
+                             "choose another name")  # fmt: skip
+        checked[name] = names
+    return checked
+
+
+def _split(shape: tuple[int, ...], elements: int) -> tuple[int, ...]:
+    """A tile of ``shape`` with at most ``elements`` elements (at least 1), halving its longest side first."""
+    tile = list(shape)
+    while math.prod(tile) > max(1, elements):
+        longest = max(range(len(tile)), key=lambda i: (tile[i], -i))
+        tile[longest] = -(-tile[longest] // 2)
+    return tuple(tile)
+
+
+def divisor_at_most(n: int, limit: int) -> int:
+    """The largest divisor of ``n`` that is at most ``limit`` (1 if none larger), from n's factors below 2**16."""
+    if n <= limit:
+        return n
+    factors, rest, p = [], n, 2
+    while p < 2**16 and p * p <= rest:
+        while rest % p == 0:
+            factors.append(p)
+            rest //= p
+        p += 1
+    if rest > 1:
+        factors.append(rest)
+    divisors = {1}
+    for f in factors:
+        divisors |= {d * f for d in divisors if d * f <= limit}
+    return max(divisors)
+
+
+def default_chunks(trailing: tuple[int, ...], itemsize: int, block_rows: int, target: int = CHUNK_BYTES) -> tuple:
+    """The default chunk shape of an array whose rows have shape ``trailing``, in blocks of ``block_rows`` rows.
+
+    Where a row has few values (at most ``sqrt(target / itemsize)``, 512 for float64), a
+    chunk is a whole block, as for a scalar series (32 MiB), cut along ``step`` only where
+    it would exceed ``MAX_DEFAULT_CHUNK_BYTES``. Otherwise a chunk of about ``target``
+    bytes is balanced between the two ways simulations are read: a snapshot (all of one
+    step, which reads every tile's rows) and a time series (one value over many steps,
+    which reads whole tiles): as many rows per chunk as values per tile, as far as a
+    block's rows allow. Rows per chunk always divide a block's rows.
+    """
+    values = math.prod(trailing)
+    side = math.isqrt(max(1, target // itemsize))
+    if values <= side:
+        return (divisor_at_most(block_rows, max(1, MAX_DEFAULT_CHUNK_BYTES // (values * itemsize))), *trailing)
+    rows = divisor_at_most(block_rows, side)
+    return (rows, *_split(trailing, target // (itemsize * rows)))
+
+
+def _requested(chunks: Any, dims: tuple[str, ...]) -> list[Any]:
+    """Per axis: what ``chunks`` asks (an int, -1 or None for the whole axis, 'auto'), before checks."""
+    example = spell("chunks", {STEP: 4096})
+    if chunks is None or (isinstance(chunks, str) and chunks == "auto"):
+        return ["auto"] * len(dims)
+    if isinstance(chunks, Mapping):
+        unknown = [d for d in chunks if not isinstance(d, str)]
+        if unknown:
+            raise InputError(f"{spell('chunks')} keys must be dimension names, got {unknown[0]!r}; pass e.g. {example}")
+        return [chunks.get(d, "auto") for d in dims]
+    if isinstance(chunks, (int, np.integer)) and not isinstance(chunks, bool):
+        return [int(chunks)] * len(dims)
+    if isinstance(chunks, (tuple, list)):
+        if len(chunks) != len(dims):
+            raise InputError(
+                f"{spell('chunks', tuple(chunks))} has {len(chunks)} entries for an output with {len(dims)} axes "
+                f"{dims}; give one per axis, or a dict by dimension name such as {example}"
+            )
+        return list(chunks)
+    raise InputError(
+        f"{spell('chunks')} must be 'auto', an int, a tuple (one entry per axis) or a dict by dimension name, got "
+        f"{chunks!r}; pass e.g. {example}"
+    )
+
+
+def _entry(value: Any, dim: str) -> int | str | None:
+    if value is None or (isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value == -1):
+        return None
+    if isinstance(value, str) and value == "auto":
+        return "auto"
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InputError(
+            f"{spell('chunks')} gives dimension {dim!r} {value!r}; each entry must be a positive int, -1 or None "
+            f"(the whole axis) or 'auto', e.g. {spell('chunks', {dim: 1024})}"
+        )
+    return int(value)
+
+
+def chunk_rows(chunks: Any) -> int:
+    """The rows along ``step`` that ``chunks`` asks of every array (1 where it leaves them to the default).
+
+    A block sized by bytes holds a whole number of them.
+    """
+    if isinstance(chunks, Stored):
+        return math.lcm(*(shape[0] for shape in chunks.values())) if chunks else 1
+    first = (chunks[0] if chunks else "auto") if isinstance(chunks, (tuple, list)) else _requested(chunks, (STEP,))[0]
+    asked = _entry(first, STEP)
+    return asked if isinstance(asked, int) else 1
+
+
+class Stored(dict):
+    """Chunk shapes by array name, as a stored run recorded them (a resumed run keeps them)."""
+
+
+def stored_chunks(identity: Mapping[str, Any], plan_rows: int) -> Stored | None:
+    """The chunk shapes ``identity`` records, if they still fit blocks of ``plan_rows`` rows (else None)."""
+    try:
+        chunks = Stored({name: tuple(int(n) for n in shape) for name, shape in identity["chunks"].items()})
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return chunks if all(shape and plan_rows % shape[0] == 0 for shape in chunks.values()) else None
+
+
+def resolve_chunks(
+    shapes: Mapping[str, tuple[int, ...]],
+    itemsizes: Mapping[str, int],
+    dims: Mapping[str, tuple[str, ...]],
+    chunks: Any,
+    block_rows: int,
+) -> dict[str, tuple[int, ...]]:
+    """Each array's chunk shape (rows along ``step`` first), from ``chunks`` and the default.
+
+    ``shapes`` are the trailing shapes (one row), ``block_rows`` the rows of a full block,
+    which rows per chunk must divide. Chunk shapes do not depend on the output's length.
+    """
+    if isinstance(chunks, Mapping) and not isinstance(chunks, Stored):
+        known = {d for names in dims.values() for d in names}
+        unknown = sorted(str(d) for d in chunks if d not in known)
+        if unknown:
+            raise InputError(
+                f"{spell('chunks')} names dimension {unknown[0]!r}, which no output has; the dimensions are "
+                f"{', '.join(sorted(known))}"
+            )
+    out = {}
+    for name, trailing in shapes.items():
+        default = default_chunks(trailing, itemsizes[name], block_rows)
+        if isinstance(chunks, Stored) and len(chunks.get(name, ())) == len(trailing) + 1:
+            out[name] = chunks[name]
+            continue
+        asked = [_entry(v, d) for v, d in zip(_requested(chunks, dims[name]), dims[name], strict=True)]
+        rows = block_rows if asked[0] is None else default[0] if asked[0] == "auto" else asked[0]
+        if block_rows % rows:
+            raise InputError(
+                f"{spell('chunks')} puts {rows} rows along {STEP!r} in a chunk of {name!r}, which does not divide a "
+                f"block's {block_rows} rows, and every block must write whole chunks: pass a divisor such as "
+                f"{spell('chunks', {STEP: math.gcd(block_rows, rows)})}, or a {spell('block_size')} holding a "
+                "whole number of chunks"
+            )
+        tile = [n if a is None else d if a == "auto" else min(a, n)
+                for a, d, n in zip(asked[1:], default[1:], trailing, strict=True)]  # fmt: skip
+        out[name] = (rows, *tile)
+        check_chunk_bytes(name, out[name], itemsizes[name], dims[name])
+    return out
+
+
+def check_chunk_bytes(name: str, chunk: tuple[int, ...], itemsize: int, dims: tuple[str, ...]) -> None:
+    """Refuse a chunk too large for blosc (2 GiB), before anything is written, suggesting one of 64 MiB."""
+    nbytes = math.prod(chunk) * itemsize
+    if nbytes <= MAX_CHUNK_BYTES:
+        return
+    rows = max(1, chunk[0] * MAX_DEFAULT_CHUNK_BYTES // nbytes)
+    tile = chunk[1:] if rows > 1 else _split(chunk[1:], MAX_DEFAULT_CHUNK_BYTES // itemsize)
+    smaller = dict(zip(dims, (rows, *tile), strict=True))
+    raise InputError(
+        f"the chunks of {name!r}, {tuple(chunk)}, would hold {nbytes} bytes each, more than the 2 GiB a "
+        f"compressor can take; pass smaller chunks, e.g. {spell('chunks', smaller)}, or a smaller "
+        f"{spell('block_size')}"
+    )

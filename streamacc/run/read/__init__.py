@@ -1,0 +1,27 @@
+"""Reading an output: ``open`` (``_dataset``, with the ``step``/``time`` index of ``_index``),
+``overview`` from the summaries (``_overview``) and ``info`` (``_info``).
+
+These are the names the other rooms and wings use; each is imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._dataset import open as open
+    from ._info import (
+        describe_output as describe_output,
+        format_description as format_description,
+    )
+    from ._overview import overview as overview
+
+_EXPORTS = {
+    "._dataset": ["open"],
+    "._info": ["describe_output", "format_description"],
+    "._overview": ["overview"],
+}
+__all__ = sorted(name for names in _EXPORTS.values() for name in names)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

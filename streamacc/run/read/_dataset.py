@@ -1,0 +1,78 @@
+"""``streamacc.open``: an output as an xarray Dataset holding only the steps its manifest commits.
+
+A run still writing, or one that was killed, has chunks past its last commit that any
+plain Zarr reader would show as data. This reader takes the manifest's committed span at
+the moment it opens and returns exactly those steps, lazily (dask), with a ``step``
+coordinate that costs no memory whatever the length (the steps whose output each row
+holds: every step, or every ``save_every``-th), and a ``time`` coordinate beside it
+where the run has a time axis. Both select by label (``sel``, ``.loc``, slices, ``where``
+with ``drop=True``, ``concat`` along ``step``) by arithmetic; see ``_index``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...errors import InputError
+from ...store import open_target, progress_attrs
+from ..record import load_manifest
+from ..trust import CheckedStore, check_structure
+
+if TYPE_CHECKING:
+    import xarray
+
+__all__ = ["open"]
+
+
+def open(store: Any, *, storage_options: dict | None = None, chunks: Any = "auto") -> xarray.Dataset:
+    """Open a streamacc output as an xarray Dataset of its committed steps only.
+
+    ``store`` is a local path, an fsspec URL (with ``storage_options``) or a zarr store;
+    read-only stores work. Works while a run is still writing: the Dataset holds what was
+    committed when it was opened, and its ``streamacc_*`` attributes describe exactly that.
+    Only the run's own arrays are included. ``chunks`` are dask chunks as ``xarray.open_zarr``
+    takes them ('auto': whole stored chunks near dask's preferred size; None for plain
+    lazy arrays); only the committed steps are chunked, so any length opens at once.
+    """
+    try:
+        import xarray as xr
+
+        from ._index import StepIndex
+    except ImportError:
+        raise InputError("streamacc.open needs xarray: pip install 'streamacc[xarray]'") from None
+    target = open_target(store, storage_options=storage_options, read_only=True)
+    manifest = load_manifest(target)
+    check_structure(target, manifest)  # what verify refuses is not read either
+    ident = manifest.identity
+    first, last = manifest.rows()
+    names = list(ident["arrays"])
+    # sliced before dask sees it, so that its chunks (and graph) follow the committed rows, not the length
+    checked = CheckedStore(target.store, target.label, manifest)  # each chunk read must be the one committed
+    ds = xr.open_zarr(checked, consolidated=False, zarr_format=3, chunks=None)[names].isel(step=slice(first, last))
+    if chunks is not None:
+        ds = ds.chunk(_dask_chunks(ds, chunks))
+    index = StepIndex.for_rows(first, last, ident.get("save_every", 1), ident.get("time"))
+    ds = ds.assign_coords(xr.Coordinates.from_xindex(index))
+    ds.attrs.update(progress_attrs(manifest.span(), manifest.length, manifest.complete))
+    return ds
+
+
+def _dask_chunks(ds: xarray.Dataset, chunks: Any) -> Any:
+    """The dask chunks ``xr.open_zarr(chunks=chunks)`` would choose: whole stored chunks, on every axis.
+
+    'auto' gives each dimension the smallest of the sizes dask prefers for the arrays on it,
+    each a whole number of the array's stored chunks.
+    """
+    stored = {name: tuple(v.encoding.get("chunks") or v.shape) for name, v in ds.data_vars.items()}
+    if chunks != "auto":
+        along = {"step": min((c[0] for c in stored.values()), default=1)}
+        return {**along, **chunks} if isinstance(chunks, dict) else chunks
+    from dask.array.core import normalize_chunks
+
+    sizes: dict[str, int] = {}
+    for name, v in ds.data_vars.items():
+        auto = normalize_chunks("auto", v.shape, dtype=v.dtype, previous_chunks=stored[name])
+        for dim, dim_chunks in zip(v.dims, auto, strict=True):
+            if dim_chunks and dim_chunks[0]:
+                sizes[dim] = min(sizes.get(dim, dim_chunks[0]), dim_chunks[0])
+    return sizes

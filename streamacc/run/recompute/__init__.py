@@ -1,0 +1,27 @@
+"""Recomputing committed blocks from their recorded carries: ``verify``, and the check a resume makes first.
+
+These are the names the other rooms and wings use; each is imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._recipe import recorded_job as recorded_job, verify_recipe_output as verify_recipe_output
+    from ._verify import (
+        VerifyReport as VerifyReport,
+        check_resumable as check_resumable,
+        plan_for as plan_for,
+        verify as verify,
+        verify_plan as verify_plan,
+    )
+
+_EXPORTS = {
+    "._recipe": ["recorded_job", "verify_recipe_output"],
+    "._verify": ["VerifyReport", "check_resumable", "plan_for", "verify", "verify_plan"],
+}
+__all__ = sorted(name for names in _EXPORTS.values() for name in names)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,354 @@
+"""``verify``: check an output against its manifest, recomputing blocks from their recorded carry-ins.
+
+The manifest must agree with itself and with the layout, the run's arrays must still have
+the metadata they were created with, and every checked block must pass: its chunks exist,
+their stored bytes match the CRC-32Cs recorded at commit, recomputing it from its carry-in
+reproduces those bytes exactly, and the carry it ends with is the carry recorded after it.
+Only the run's own arrays are judged, so variables a user added later change nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import jax
+import numpy as np
+
+from ..._defaults import DEFAULT_INFLIGHT
+from ...engine import (
+    Block,
+    BlockPool,
+    HostLeaf,
+    Plan,
+    compute_block,
+    from_host,
+    make_plan,
+    pool_size,
+    rows_in,
+    same_leaves,
+    to_host,
+)
+from ...errors import InputError, ResumeError, VerifyError, spell
+from ...store import Target, ZarrSink, compare_chunks, open_target
+from ...summaries import Summaries, SummaryCheck, SummaryPlan
+from ..output import Output
+from ..record import BlockRecord, Ledger, Manifest, decode_leaves, describe_function, load_manifest, same_function
+from ..threads import interruptible, on_own_thread, run_ordered
+from ..trust import arrays_problem, check_structure, trailer_problem
+
+__all__ = ["Checker", "VerifyReport", "check_resumable", "plan_for", "verify", "verify_plan"]
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyReport:
+    """What a successful verification checked."""
+
+    checked_blocks: tuple[int, ...]
+    committed_blocks: int
+    total_blocks: int
+    committed_steps: int
+    total_steps: int
+    complete: bool
+    summary_windows: int = 0  # summary rows compared with the data or with the rows below them
+
+
+def select_blocks(committed: int, blocks: str | int) -> list[int]:
+    """All committed blocks, or ``blocks`` of them spread evenly, first and last included."""
+    if blocks == "all":
+        return list(range(committed))
+    if isinstance(blocks, bool) or not isinstance(blocks, (int, np.integer)) or blocks < 1:
+        raise InputError(
+            f"{spell('blocks')} must be 'all' or a positive number of blocks to check, got {blocks!r}; "
+            f"pass e.g. {spell('blocks', 16)}"
+        )
+    count = min(int(blocks), committed)
+    if count <= 1:
+        return list(range(count))
+    # i * (committed - 1) / (count - 1) rounded half up, in integers: exact at any number of blocks
+    return sorted({(2 * i * (committed - 1) + count - 1) // (2 * (count - 1)) for i in range(count)})
+
+
+class Checker:
+    """The checks of one output against its manifest and a plan that recomputes its blocks."""
+
+    def __init__(self, target: Target, manifest: Manifest, plan: Plan | None, sink: ZarrSink | None = None) -> None:
+        self.target = target
+        self.manifest = manifest
+        self.plan = plan
+        self.ledger = Ledger(target)
+        self._sink = sink
+        self.summary: SummaryPlan | None = None  # cut each checked block's summary pieces, for ``seen``
+        self.seen: Callable[[int, dict], None] | None = None  # each checked block's pieces, in scan order
+
+    def fail(self, what: str) -> VerifyError:
+        return VerifyError(f"{self.target.label}: {what}; rewrite the output with {spell('overwrite', True)}")
+
+    def bad_block(self, k: int, start: int, stop: int, what: str) -> VerifyError:
+        return VerifyError(
+            f"block {k} (steps {start}-{stop}) of {self.target.label} is bad: {what}; rewrite the output with "
+            f"{spell('overwrite', True)}"
+        )
+
+    def not_recomputed(self, k: int, start: int, stop: int, what: str) -> VerifyError:
+        """A block whose recomputation from its recorded carry-in does not give what is stored.
+
+        Either the step function (or a value it uses) is not the one that wrote the output,
+        or the stored block is damaged; the data may well be fine, so nothing here says to
+        delete it.
+        """
+        return VerifyError(
+            f"block {k} (steps {start}-{stop}) of {self.target.label} does not recompute to what is stored ({what}): "
+            "either f, or a value it uses, is not that of the run that wrote it, or the block is damaged; run with "
+            "the original f and its values, and check the output with streamacc.verify (`streamacc verify` for a "
+            "recipe) to tell which"
+        )
+
+    def manifest_agrees(self) -> None:
+        """The manifest's counts agree with each other and with the plan's layout."""
+        problem = self.manifest.inconsistency()
+        if problem is None and self.manifest.total_blocks != self.plan.block_count:
+            problem = f"it counts {self.manifest.total_blocks} blocks where the layout has {self.plan.block_count}"
+        if problem is not None:
+            raise self.fail(f"its manifest contradicts itself ({problem})")
+
+    def arrays_unchanged(self) -> None:
+        """Each of the run's arrays has exactly the metadata it was created with (see ``array_document``)."""
+        problem = arrays_problem(self.target, self.manifest)
+        if problem is not None:
+            raise self.fail(problem)
+
+    def structure_trusted(self) -> None:
+        """What every reader checks first (``_trust.py``): no link or special file inside the output, the run's
+        arrays with the metadata they were created with, and root metadata that agrees with the manifest."""
+        check_structure(self.target, self.manifest)
+
+    @property
+    def sink(self) -> ZarrSink:
+        if self._sink is None:
+            names = list(self.manifest.identity["arrays"])
+            self._sink = ZarrSink.open(self.target, names)
+        return self._sink
+
+    def chunks_present(self) -> None:
+        """Every chunk of every committed block is stored (one listing per array)."""
+        stored = {name: set(self.target.list_keys(f"{name}/")) for name in self.sink.arrays}
+        bounds = self.plan.bounds()
+        for k in range(self.manifest.committed_blocks):
+            start, stop = next(bounds)
+            rows = rows_in(start, stop, self.plan.save_every)
+            for name in self.sink.arrays:
+                missing = [key for key in self.sink.chunk_keys(name, *rows) if key not in stored[name]]
+                if missing:
+                    raise self.bad_block(k, start, stop, f"chunk {missing[0]} is missing")
+
+    def trailers_match(self, blocks: Iterable[int]) -> None:
+        """Every chunk of ``blocks`` ends with the CRC-32C its block record names (4 bytes read per chunk)."""
+        problem = trailer_problem(self.target, self.ledger, self.sink, blocks, self.plan.save_every)
+        if problem is not None:
+            raise self.bad_block(*problem)
+
+    def _record(self, k: int) -> tuple[BlockRecord, list[HostLeaf]]:
+        """Block ``k``'s record, checked against the layout, and the carry recorded after it."""
+        rec = self.ledger.block(k)
+        bounds = next(self.plan.bounds(k))
+        if (rec.start, rec.stop) != bounds:
+            raise self.bad_block(
+                k, rec.start, rec.stop, f"its record says steps {rec.start}-{rec.stop}, the layout {bounds}"
+            )
+        rows = rows_in(rec.start, rec.stop, self.plan.save_every)
+        for name in self.sink.arrays:
+            keys, recorded = self.sink.chunk_keys(name, *rows), rec.crc32c.get(name, [])
+            if len(recorded) != len(keys):
+                what = f"its record has {len(recorded)} checksums for the {len(keys)} chunks of {name!r}"
+                raise self.bad_block(k, rec.start, rec.stop, what)
+        m = self.manifest
+        after = m.carry if k + 1 == m.committed_blocks else self.ledger.block(k + 1).carry_in
+        return rec, decode_leaves(after or [])
+
+    def _recomputed(self, chosen: Iterable[int], pool: BlockPool) -> Iterator[_Recomputed]:
+        """Each chosen block recomputed from its recorded carry-in, in scan order.
+
+        A block whose record fails travels as its error, so that it is raised in scan order
+        after the blocks before it are judged; nothing after it is recomputed.
+        """
+        plan = self.plan
+        for k in chosen:
+            try:
+                rec, after = self._record(k)
+                carry = from_host(decode_leaves(rec.carry_in), plan.init)
+                yield _Recomputed(k, rec, after, compute_block(plan, carry, rec.start, rec.stop, pool=pool))
+            except VerifyError as exc:
+                yield _Recomputed(k, None, [], None, exc)
+                return
+
+    def _compare(self, item: _Recomputed) -> dict | None:
+        """Judge one recomputed block against its stored chunks, checksums and the carry after it.
+
+        Returns the block's summary pieces (cut from the data now proven to be the stored data).
+        """
+        if item.error is not None:
+            raise item.error
+        rec, block = item.rec, item.block
+        assert rec is not None and block is not None
+        try:
+            rows = rows_in(rec.start, rec.stop, self.plan.save_every)
+            ys = dict(zip(self.sink.arrays, jax.tree_util.tree_leaves(block.ys), strict=True))
+            found = {
+                name: compare_chunks(self.sink.writers[name], self.target, rows[0], ys[name], rec.crc32c[name])
+                for name in self.sink.arrays
+            }
+            for check in found.values():
+                if check.problem is not None:
+                    key, kind = check.problem
+                    what = (
+                        f"chunk {key} is missing"
+                        if kind == "missing"
+                        else f"the stored bytes of chunk {key} do not match their checksum (corrupted chunk)"
+                    )
+                    raise self.bad_block(item.index, rec.start, rec.stop, what)
+            for name, check in found.items():
+                for i in check.differing:
+                    self._compare_values(item.index, rec, name, i, ys[name])
+            if not same_leaves(to_host(block.carry), item.after):
+                what = "its final carry is not the carry recorded after it"
+                raise self.not_recomputed(item.index, rec.start, rec.stop, what)
+            return None if self.summary is None else self.summary.pieces(rows[0], ys)
+        finally:
+            block.release()
+
+    def _compare_values(self, k: int, rec: BlockRecord, name: str, i: int, ys: np.ndarray) -> None:
+        """Decode chunk ``i`` of the block (its bytes are not the writer's encoding) and compare its values."""
+        first, last = rows_in(rec.start, rec.stop, self.plan.save_every)
+        region = self.sink.writers[name].region(first, last, i)
+        stored_region = (slice(first + region[0].start, first + region[0].stop), *region[1:])
+        try:
+            stored = self.sink.arrays[name][stored_region]
+        except Exception as exc:  # a damaged compressed chunk fails in its codec, with the codec's own error
+            what = f"its chunks cannot be decoded ({type(exc).__name__}: {' '.join(str(exc).split())})"
+            raise self.bad_block(k, rec.start, rec.stop, what) from None
+        if np.ascontiguousarray(ys[region]).tobytes() != stored.tobytes():
+            raise self.not_recomputed(k, rec.start, rec.stop, f"{name!r} differs")
+
+    def blocks(self, chosen: Iterable[int], *, depth: int = DEFAULT_INFLIGHT) -> None:
+        """Check the committed blocks ``chosen`` (in scan order) bit for bit; raise on the first bad one.
+
+        As a write runs: blocks are recomputed on a thread of their own into a pool of recycled
+        buffers while ``depth`` threads compare earlier ones with their stored chunks.
+        """
+        pool = BlockPool(pool_size(depth))
+        recomputed = on_own_thread(self._recomputed(chosen, pool))  # Ctrl-C need not wait for a block
+        try:
+            run_ordered(recomputed, self._compare, self._judged, depth=depth, workers=depth)
+        finally:
+            recomputed.close()
+
+    def _judged(self, item: _Recomputed, pieces: dict | None) -> None:
+        if self.seen is not None and pieces is not None and item.rec is not None:
+            self.seen(rows_in(item.rec.start, item.rec.stop, self.plan.save_every)[0], pieces)
+
+    def block(self, k: int) -> None:
+        """Check committed block ``k`` (in scan order) bit for bit."""
+        self.blocks([k], depth=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Recomputed:
+    """A block recomputed from its record, or the error its record raised."""
+
+    index: int
+    rec: BlockRecord | None
+    after: list[HostLeaf]
+    block: Block | None
+    error: VerifyError | None = None
+
+
+def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str | int = "all") -> VerifyReport:
+    """Check ``target``'s manifest, array metadata and committed blocks (all, or ``blocks`` of them)."""
+    chosen = select_blocks(manifest.committed_blocks, blocks)
+    checker = Checker(target, manifest, plan)
+    checker.manifest_agrees()
+    checker.structure_trusted()
+    if len(chosen) < manifest.committed_blocks:  # the others at least have the chunks they committed
+        checker.trailers_match(k for k in range(manifest.committed_blocks) if k not in set(chosen))
+    summaries = Summaries.load(target, manifest.identity, manifest.summaries, manifest.committed_rows)
+    check = None
+    if summaries is not None:
+        check = SummaryCheck(summaries, plan.rows, len(chosen) == manifest.committed_blocks, checker.fail)
+        checker.summary, checker.seen = summaries.plan, check.block
+    checker.blocks(chosen)
+    if check is not None:
+        check.finish()
+    return VerifyReport(
+        tuple(chosen),
+        manifest.committed_blocks,
+        plan.block_count,
+        manifest.committed_steps,
+        plan.length,
+        manifest.complete,
+        0 if check is None else check.checked,
+    )
+
+
+def check_resumable(output: Output, plan: Plan) -> None:
+    """Refuse to continue an output whose committed part cannot be trusted.
+
+    Before a resume writes anything: the run's arrays have their recorded metadata, every
+    committed chunk exists and ends with the CRC-32C its block record names (so a chunk
+    replaced in any committed block is found), and the last committed block recomputes from its recorded
+    carry-in to its stored bytes and checksum and ends with the carry the manifest resumes
+    from. A damaged carry, a foreign manifest or missing blocks stop the resume here.
+    """
+    checker = Checker(output.target, output.manifest, plan, output.sink)
+    try:
+        checker.manifest_agrees()
+        checker.arrays_unchanged()
+        checker.chunks_present()
+        checker.trailers_match(range(output.manifest.committed_blocks))
+        checker.block(output.manifest.committed_blocks - 1)
+    except VerifyError as exc:
+        raise ResumeError(f"cannot resume: {exc}") from None
+
+
+def plan_for(manifest: Manifest, f: Callable, init: Any, xs: Any) -> Plan:
+    """The plan of the recorded run: its length and block layout, with this step and inputs."""
+    ident = manifest.identity
+    return make_plan(
+        f,
+        init,
+        xs,
+        length=ident["length"],
+        block_size=ident["block_size"],
+        unroll=ident["unroll"],
+        reverse=ident["reverse"],
+        save_every=ident["save_every"],
+    )
+
+
+@interruptible
+def verify(
+    store: Any,
+    f: Callable,
+    init: Any,
+    xs: Any = None,
+    *,
+    blocks: str | int = "all",
+    storage_options: dict | None = None,
+) -> VerifyReport:
+    """Verify an output written by :func:`write` with this ``f``, ``init`` and ``xs``.
+
+    Raises :class:`VerifyError` naming the first problem (the first bad block in scan
+    order) on any mismatch, missing chunk, changed array metadata or inconsistent
+    manifest. Works on read-only stores; ``storage_options`` as for :func:`write`.
+    """
+    target = open_target(store, storage_options=storage_options, read_only=True)
+    manifest = load_manifest(target)
+    ident = manifest.identity
+    if not same_function(ident.get("function"), describe_function(f), target.label):
+        raise VerifyError(
+            f"{target.label} was written by {ident.get('function')}, not {describe_function(f)}; pass the step "
+            "function (and the values it uses) that wrote it"
+        )
+    plan = plan_for(manifest, f, init, xs)
+    return verify_plan(target, plan, manifest, blocks=blocks)

@@ -1,0 +1,55 @@
+"""What an output records about its run: the manifest and block records (``_manifest``),
+the run's identity (``_identity``) and its step function's fingerprint (``_fingerprint``).
+Reading them imports no JAX.
+
+These are the names the other rooms and wings use; each is imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._identity import describe_function as describe_function, run_identity as run_identity
+    from ._manifest import (
+        LEGACY_MANIFEST_KEY as LEGACY_MANIFEST_KEY,
+        MANIFEST_ATTR as MANIFEST_ATTR,
+        MANIFEST_KEY as MANIFEST_KEY,
+        RECORDS_ATTR as RECORDS_ATTR,
+        SEGMENT as SEGMENT,
+        BlockRecord as BlockRecord,
+        Ledger as Ledger,
+        Manifest as Manifest,
+        decode_leaves as decode_leaves,
+        encode_leaves as encode_leaves,
+        identity_differences as identity_differences,
+        load_manifest as load_manifest,
+        node_attribute as node_attribute,
+        require_same_run as require_same_run,
+        same_function as same_function,
+    )
+
+_EXPORTS = {
+    "._identity": ["describe_function", "run_identity"],
+    "._manifest": [
+        "BlockRecord",
+        "LEGACY_MANIFEST_KEY",
+        "Ledger",
+        "MANIFEST_ATTR",
+        "MANIFEST_KEY",
+        "Manifest",
+        "RECORDS_ATTR",
+        "SEGMENT",
+        "decode_leaves",
+        "encode_leaves",
+        "identity_differences",
+        "load_manifest",
+        "node_attribute",
+        "require_same_run",
+        "same_function",
+    ],
+}
+__all__ = sorted(name for names in _EXPORTS.values() for name in names)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

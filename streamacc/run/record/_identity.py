@@ -1,0 +1,82 @@
+"""A run's identity: everything that must match for a resumed run to give the same bytes."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import jax
+import numpy as np
+
+from ..._version import __version__
+from ...engine import Plan, to_host
+from ...store import fingerprint_of
+from ._fingerprint import describe_function
+
+__all__ = ["describe_function", "run_identity"]
+
+
+def _digest(leaves: list[tuple[np.ndarray, Any]]) -> str:
+    crc = 0
+    for array, impl in leaves:
+        crc = zlib.crc32(f"{array.dtype.str}{array.shape}{impl}".encode() + array.tobytes(), crc)
+    return f"{crc:08x}"
+
+
+def _describe_xs(xs: Any) -> list[str]:
+    def one(leaf: Any) -> str:
+        where = getattr(leaf, "store_path", None) or getattr(leaf, "source", None)
+        return f"{type(leaf).__name__}{list(leaf.shape)}:{np.dtype(leaf.dtype).str}" + (f"@{where}" if where else "")
+
+    return [one(leaf) for leaf in jax.tree_util.tree_leaves(xs)]
+
+
+def _input_contents(xs: Any) -> dict[str, list[str]]:
+    """``{"input": [...]}``: a fingerprint of each stored Zarr array read as input (none: no field).
+
+    A resume then refuses an input edited since the run started, whose new rows would
+    join blocks committed from the old ones.
+    """
+    prints = [p for p in map(fingerprint_of, jax.tree_util.tree_leaves(xs)) if p is not None]
+    return {"input": prints} if prints else {}
+
+
+def run_identity(
+    plan: Plan,
+    *,
+    arrays: dict[str, Any],
+    codec: str,
+    chunks: dict[str, tuple[int, ...]],
+    attrs: dict,
+    dims: dict | None = None,
+    time: dict | None = None,
+    summaries: list[int] | None = None,
+) -> dict[str, Any]:
+    """The JSON-ready identity of a write: function, inputs, layout, codec and versions.
+
+    ``chunks`` are the arrays' chunk shapes before they are capped at a short output's
+    length (so that they do not depend on it); ``chunk`` repeats the first one's rows
+    along ``step``, as streamacc 0.2.0 recorded it. ``dims`` and ``time`` are as asked;
+    ``summaries`` the window lengths (in rows) of the window summaries.
+    """
+    return {
+        **_input_contents(plan.xs),
+        "function": describe_function(plan.f),
+        "recipe": attrs.get("recipe"),
+        "params": attrs.get("params"),
+        "init": _digest(to_host(plan.init)),
+        "xs": _describe_xs(plan.xs),
+        "length": plan.length,
+        "block_size": plan.block_size,
+        "chunk": next(iter(chunks.values()))[0] if chunks else plan.block_rows,
+        "chunks": {name: list(shape) for name, shape in chunks.items()},
+        "save_every": plan.save_every,
+        "dims": None if dims is None else {name: list(names) for name, names in dims.items()},
+        "time": time,
+        "unroll": plan.unroll,
+        "reverse": plan.reverse,
+        "codec": codec,
+        "arrays": arrays,
+        "summaries": list(summaries or []),
+        "versions": {"streamacc": __version__, "jax": jax.__version__, "backend": jax.default_backend()},
+    }

@@ -1,0 +1,343 @@
+"""The manifest: the durable record that makes a run resumable and verifiable.
+
+It holds the run's identity, the metadata its arrays were created with, how many blocks
+(in scan order) are committed, and the carry after them. Per-block records (the carry
+entering each block and the CRC-32C of each stored chunk) live in segments of
+``SEGMENT`` blocks, so a commit rewrites a bounded amount whatever the length. Each
+block's record is written before the manifest that counts it, so the manifest never
+claims a block it cannot describe.
+
+Everything is stored as Zarr v3 group nodes under ``_streamacc/`` (the payload is JSON
+text in one attribute), so every Zarr reader sees a normal hierarchy.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import json
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ...engine import block_count, committed_span, rows_in
+from ...errors import NoOutputError, ResumeError, StreamaccWarning, VerifyError, spell
+from ...store import BOOKKEEPING, Target
+
+if TYPE_CHECKING:
+    from ...engine import HostLeaf  # a type only: reading a manifest never imports JAX
+
+__all__ = [
+    "FORMAT",
+    "MANIFEST_KEY",
+    "SEGMENT",
+    "BlockRecord",
+    "Ledger",
+    "Manifest",
+    "group_node",
+    "identity_differences",
+    "load_manifest",
+    "node_attribute",
+    "same_function",
+    "upgrade_identity",
+]
+
+FORMAT = "streamacc-manifest/2"
+SEGMENT = 64
+MANIFEST_KEY = f"{BOOKKEEPING}/zarr.json"
+LEGACY_MANIFEST_KEY = f"{BOOKKEEPING}/manifest.json"  # format 1, streamacc 0.1
+MANIFEST_ATTR = "streamacc_manifest"
+RECORDS_ATTR = "streamacc_records"
+
+LEGACY_FIELDS: dict[str, Any] = {"save_every": 1, "dims": None, "time": None, "summaries": []}
+"""Identity fields added after streamacc 0.2.0, with the value an identity without them means."""
+
+
+def upgrade_identity(identity: Any) -> Any:
+    """A stored identity in this version's form: each field added since 0.2.0 with the value its absence meant.
+
+    An output written by 0.2.0 then compares equal to the same run today, so that it
+    resumes and verifies (its chunks: ``chunk`` rows of whole trailing axes). Anything
+    that is not a readable identity is returned as it is, for the manifest's checks.
+    """
+    if not isinstance(identity, dict):
+        return identity
+    out = {**LEGACY_FIELDS, **identity}
+    if "chunks" not in out:
+        with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
+            out["chunks"] = {name: [out["chunk"], *shape[1:]] for name, (_, shape) in out["arrays"].items()}
+    return out
+
+
+def group_node(attributes: dict[str, Any]) -> bytes:
+    """The ``zarr.json`` of a Zarr v3 group with ``attributes``."""
+    return json.dumps({"zarr_format": 3, "node_type": "group", "attributes": attributes}, indent=1).encode()
+
+
+def node_attribute(raw: bytes, name: str) -> Any:
+    """Attribute ``name`` of a stored ``zarr.json``; ValueError when the document is not one."""
+    doc = json.loads(raw)
+    if not isinstance(doc, dict) or doc.get("zarr_format") != 3 or name not in doc.get("attributes", {}):
+        raise ValueError(f"no attribute {name!r}")
+    return doc["attributes"][name]
+
+
+def encode_leaves(leaves: list[HostLeaf]) -> list[dict]:
+    """JSON form of host carry leaves: dtype, shape, exact bytes, PRNG key implementation."""
+    return [
+        {"dtype": a.dtype.str, "shape": list(a.shape), "data": base64.b64encode(a.tobytes()).decode(), "key": impl}
+        for a, impl in leaves
+    ]
+
+
+def decode_leaves(records: list[dict]) -> list[HostLeaf]:
+    """Inverse of :func:`encode_leaves`."""
+    out = []
+    for r in records:
+        raw = base64.b64decode(r["data"], validate=True)
+        out.append((np.frombuffer(raw, dtype=np.dtype(r["dtype"])).reshape(r["shape"]).copy(), r["key"]))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockRecord:
+    """What it takes to recompute and check one block alone."""
+
+    index: int
+    start: int
+    stop: int
+    carry_in: list[dict]
+    crc32c: dict[str, list[int]]  # per array, the CRC-32C of each stored chunk (as zarr's crc32c codec appends it)
+
+
+@dataclasses.dataclass
+class Manifest:
+    """The committed state of one run."""
+
+    identity: dict[str, Any]
+    total_blocks: int
+    arrays: dict[str, dict] = dataclasses.field(default_factory=dict)
+    committed_blocks: int = 0
+    committed_steps: int = 0
+    carry: list[dict] | None = None
+    complete: bool = False
+    summaries: dict | None = None  # the summaries' tail: rows in no durable chunk yet, and the open window
+
+    def to_json(self) -> bytes:
+        doc = json.dumps({"format": FORMAT, **dataclasses.asdict(self)}, sort_keys=True)
+        description = "streamacc's bookkeeping of this output (manifest); the data are in the sibling arrays"
+        return group_node({MANIFEST_ATTR: doc, "description": description})
+
+    @classmethod
+    def from_json(cls, raw: bytes, label: str) -> Manifest:
+        try:
+            doc = json.loads(node_attribute(raw, MANIFEST_ATTR))
+            if doc.pop("format") != FORMAT:
+                raise ValueError("unknown format")
+            manifest = cls(**doc)
+            manifest.identity = upgrade_identity(manifest.identity)
+            if manifest.carry is not None:
+                decode_leaves(manifest.carry)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise VerifyError(
+                f"the manifest of {label} is damaged or not a streamacc manifest; its data cannot be trusted: "
+                f"rewrite it with {spell('overwrite', True)}"
+            ) from None
+        return manifest
+
+    @property
+    def length(self) -> int:
+        return self.identity["length"]
+
+    def span(self, blocks: int | None = None) -> tuple[int, int]:
+        """The steps covered by the first ``blocks`` committed blocks (default: all committed)."""
+        ident = self.identity
+        count = self.committed_blocks if blocks is None else blocks
+        return committed_span(ident["length"], ident["block_size"], ident["reverse"], count, ident["unroll"])
+
+    def rows(self, blocks: int | None = None) -> tuple[int, int]:
+        """The output rows the first ``blocks`` committed blocks (default: all committed) fill."""
+        return rows_in(*self.span(blocks), self.identity.get("save_every", 1))
+
+    @property
+    def committed_rows(self) -> int:
+        """How many output rows the committed blocks fill (the committed steps, unless thinned)."""
+        first, last = self.rows()
+        return last - first
+
+    def inconsistency(self) -> str | None:
+        """Why this manifest contradicts itself, or None when its counts agree with its layout."""
+        ident = self.identity
+        try:
+            total = block_count(ident["length"], ident["block_size"], ident["unroll"])
+        except (KeyError, TypeError, ZeroDivisionError):
+            return "its identity has no valid layout"
+        if self.total_blocks != total:
+            return f"it counts {self.total_blocks} blocks where its layout has {total}"
+        if not 0 <= self.committed_blocks <= total:
+            return f"it commits {self.committed_blocks} of {total} blocks"
+        start, stop = self.span()
+        if self.committed_steps != stop - start:
+            held = stop - start
+            return f"it counts {self.committed_steps} committed steps where {self.committed_blocks} blocks hold {held}"
+        if self.complete and self.committed_blocks != total:
+            return f"it says complete with only {self.committed_blocks} of {total} blocks committed"
+        if self.carry is None:
+            return "it holds no carry"
+        return None
+
+
+def _flatten(doc: dict, prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+LATER_FIELDS = ("input",)
+"""Identity fields newer than some outputs: one that an output does not record is not compared."""
+
+
+def identity_differences(stored: dict, current: dict) -> list[str]:
+    """Each field where two run identities differ, as 'field: stored X, now Y'."""
+    current = {k: v for k, v in current.items() if k in stored or k not in LATER_FIELDS}
+    a, b = _flatten(stored), _flatten(json.loads(json.dumps(current)))
+    return [f"{k}: stored {a.get(k)!r}, now {b.get(k)!r}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
+
+
+class Ledger:
+    """Reads and writes a target's manifest and block records."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._segment: tuple[int, list[dict]] | None = None
+
+    def load(self) -> Manifest | None:
+        """The manifest, or None when there is none (a legacy one is refused with the fix)."""
+        raw = self.target.read(MANIFEST_KEY)
+        if raw is None:
+            if self.target.read(LEGACY_MANIFEST_KEY) is not None:
+                raise NoOutputError(
+                    f"{self.target.label} was written by streamacc 0.1 (bookkeeping format 1), which this version "
+                    f"cannot resume or verify; rewrite it with {spell('overwrite', True)} (its arrays still open "
+                    "with xarray)"
+                )
+            return None
+        return Manifest.from_json(raw, self.target.label)
+
+    def save(self, manifest: Manifest) -> None:
+        self.target.write(MANIFEST_KEY, manifest.to_json())
+
+    @staticmethod
+    def segment_key(seg: int) -> str:
+        return f"{BOOKKEEPING}/records_{seg:06d}/zarr.json"
+
+    def _damaged(self, what: str) -> VerifyError:
+        return VerifyError(
+            f"block records of {self.target.label} are damaged ({what}); rewrite the output with "
+            f"{spell('overwrite', True)}"
+        )
+
+    def _read_segment(self, seg: int) -> list[dict]:
+        if self._segment is not None and self._segment[0] == seg:
+            return self._segment[1]
+        raw = self.target.read(self.segment_key(seg))
+        try:
+            records = [] if raw is None else json.loads(node_attribute(raw, RECORDS_ATTR))
+            if not isinstance(records, list):
+                raise TypeError
+        except (ValueError, TypeError):
+            raise self._damaged(f"segment {seg}") from None
+        self._segment = (seg, records)
+        return records
+
+    def record(self, *recs: BlockRecord) -> None:
+        """Durably store the records of consecutive blocks (in scan order), one write per segment."""
+        for seg in sorted({rec.index // SEGMENT for rec in recs}):
+            records = self._read_segment(seg)
+            for rec in recs:
+                pos = rec.index - seg * SEGMENT
+                if not 0 <= pos < SEGMENT:
+                    continue
+                if len(records) < pos:
+                    raise self._damaged(f"they end at block {seg * SEGMENT + len(records)}, before block {rec.index}")
+                records = [*records[:pos], dataclasses.asdict(rec)]  # drops records written past an interrupted commit
+            self._segment = (seg, records)
+            self.target.write(self.segment_key(seg), group_node({RECORDS_ATTR: json.dumps(records)}))
+
+    def block(self, index: int) -> BlockRecord:
+        """The record of committed block ``index`` (in scan order)."""
+        seg, pos = divmod(index, SEGMENT)
+        records = self._read_segment(seg)
+        try:
+            rec = BlockRecord(**records[pos])
+            if rec.index != index:
+                raise ValueError
+            decode_leaves(rec.carry_in)
+        except (IndexError, TypeError, ValueError, KeyError):
+            raise VerifyError(
+                f"the record of block {index} of {self.target.label} is missing or damaged; rewrite the output "
+                f"with {spell('overwrite', True)}"
+            ) from None
+        return rec
+
+
+def load_manifest(target: Target) -> Manifest:
+    """The manifest of ``target``, or an error saying why there is none."""
+    manifest = Ledger(target).load()
+    if manifest is None:
+        if not target.exists():
+            raise NoOutputError(f"{target.label} does not exist; check the path")
+        raise NoOutputError(f"{target.label} has no streamacc manifest; it was not written by streamacc or is empty")
+    return manifest
+
+
+def _same_but_run_as_a_script(stored: Any, current: str) -> bool:
+    """Whether two descriptions differ only in that one function's module was run as a script.
+
+    ``python heat.py`` records ``__main__.heat``; ``from heat import heat`` describes
+    ``heat.heat``: the same code and values, under another module name.
+    """
+    script = "__main__."
+    if not isinstance(stored, str) or " code:" not in stored or stored.startswith(script) == current.startswith(script):
+        return False
+    ran, imported = (stored, current) if stored.startswith(script) else (current, stored)
+    return imported.endswith("." + ran[len(script) :])
+
+
+def same_function(stored: Any, current: str, label: str) -> bool:
+    """Whether the step function recorded as ``stored`` is ``current`` (both from ``describe_function``).
+
+    streamacc 0.2.0 recorded a plain function by name and code alone; such a record
+    matches a function of that name and code, with a warning that the values it uses
+    (closed-over parameters, constants) cannot be compared.
+    """
+    if stored == current or _same_but_run_as_a_script(stored, current):
+        return True
+    if isinstance(stored, str) and " values:" not in stored and current.startswith(f"{stored} values:"):
+        warnings.warn(
+            f"{label} was written by streamacc 0.2.0, which recorded its step function {stored.split()[0]} by its "
+            "code alone: the values the function uses cannot be compared, and a change to them is caught only by "
+            "recomputing blocks",
+            StreamaccWarning,
+            stacklevel=4,
+        )
+        return True
+    return False
+
+
+def require_same_run(stored: Manifest, identity: dict, label: str) -> None:
+    """Refuse to continue a run whose identity differs, naming every difference."""
+    if same_function(stored.identity.get("function"), identity["function"], label):
+        identity = {**identity, "function": stored.identity.get("function")}
+    diffs = identity_differences(stored.identity, identity)
+    if diffs:
+        raise ResumeError(
+            f"cannot resume {label}: it was written by a different run ({'; '.join(diffs)}); "
+            f"rerun with the original settings, or use {spell('overwrite', True)} to start afresh"
+        )

@@ -1,0 +1,29 @@
+"""Work on threads: signals that always end a run promptly (``_interrupt``), and the
+bounded pipeline that commits in production order (``_pipeline``).
+
+These are the names the other rooms and wings use; each is imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._interrupt import (
+        Terminated as Terminated,
+        check_stop as check_stop,
+        interruptible as interruptible,
+        on_own_thread as on_own_thread,
+        run_interruptibly as run_interruptibly,
+        still_running as still_running,
+    )
+    from ._pipeline import run_ordered as run_ordered
+
+_EXPORTS = {
+    "._interrupt": ["Terminated", "check_stop", "interruptible", "on_own_thread", "run_interruptibly", "still_running"],
+    "._pipeline": ["run_ordered"],
+}
+__all__ = sorted(name for names in _EXPORTS.values() for name in names)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

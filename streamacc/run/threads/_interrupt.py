@@ -1,0 +1,249 @@
+"""Signals always end a run promptly: the work runs on threads, the main thread waits and listens.
+
+Python runs signal handlers on the main thread only, between bytecodes. A main thread
+blocked in XLA (a long block, a compile) cannot run them until XLA returns, and an
+exception a handler raises lands wherever the main thread happens to be, a garbage
+collector callback included, where Python prints "Exception ignored" and drops it. So
+:func:`run_interruptibly` runs the work on a thread of its own and keeps the main thread
+waiting: its handlers only record the signal and set :data:`STOP`; the main thread then
+gives the work a few seconds to wind down (no commit starts after a stop: committed
+blocks stay committed, the lock is released) and raises ``KeyboardInterrupt``
+(:class:`Terminated` for SIGTERM) itself.
+
+Work that may run long checks :data:`STOP` at its seams and raises :class:`Interrupted`:
+the executors between blocks and before each commit, :func:`on_own_thread` and
+:func:`call_on_own_thread` while they wait for a computation, which they leave running
+on a daemon thread of its own (XLA cannot be interrupted; its result is dropped). Every
+thread started here computes in the JAX configuration scopes of the thread that started
+it (``jax.enable_x64()`` and the like are per thread).
+"""
+
+from __future__ import annotations
+
+import functools
+import signal
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable, Generator, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from queue import Empty, SimpleQueue
+from typing import Any, ParamSpec, TypeVar
+
+__all__ = [
+    "GRACE_SECONDS",
+    "STOP",
+    "Interrupted",
+    "Terminated",
+    "call_on_own_thread",
+    "check_stop",
+    "interruptible",
+    "on_own_thread",
+    "run_interruptibly",
+    "still_running",
+]
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+STOP = threading.Event()
+"""Set once SIGINT or SIGTERM asked this process to stop; cleared when a new supervised run starts."""
+
+GRACE_SECONDS = 10.0
+"""How long the main thread lets interrupted work wind down (writers finish their chunk, the lock
+is released) before it raises anyway; a block XLA is still computing is never waited for."""
+
+POLL_SECONDS = 0.1
+
+
+class Interrupted(BaseException):
+    """Raised in the work's threads once :data:`STOP` is set (a BaseException, as KeyboardInterrupt is)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived (``kill``, systemd, a batch scheduler, a container runtime): stop as for Ctrl-C."""
+
+
+def check_stop() -> None:
+    """Raise :class:`Interrupted` if a stop was asked for."""
+    if STOP.is_set():
+        raise Interrupted
+
+
+def _scopes() -> Callable[[], AbstractContextManager[Any]]:
+    """This thread's JAX scopes to enter on another thread (none before JAX is imported)."""
+    if "jax" not in sys.modules:
+        return nullcontext
+    from ...engine import caller_scopes
+
+    return caller_scopes()
+
+
+def _wait(replies: SimpleQueue) -> Any:
+    """The next reply, raising :class:`Interrupted` instead of waiting on once a stop is asked for."""
+    while True:
+        check_stop()
+        try:
+            return replies.get(timeout=POLL_SECONDS)
+        except Empty:
+            continue
+
+
+_ITEM, _END, _ERROR = range(3)
+
+
+class _OwnThread:
+    """An iterator advanced on a daemon thread of its own, one item per ``next()``, on demand."""
+
+    def __init__(self, source: Iterator[Any], name: str) -> None:
+        self._requests: SimpleQueue[bool] = SimpleQueue()
+        self._replies: SimpleQueue[tuple[int, Any]] = SimpleQueue()
+        thread = threading.Thread(target=self._produce, args=(source, _scopes()), name=name, daemon=True)
+        _started.add(thread)
+        thread.start()
+
+    def _produce(self, source: Iterator[Any], scopes: Callable[[], AbstractContextManager[Any]]) -> None:
+        with scopes():
+            while self._requests.get():
+                try:
+                    item = next(source)
+                except StopIteration:
+                    self._replies.put((_END, None))
+                    return
+                except BaseException as exc:
+                    self._replies.put((_ERROR, exc))
+                    return
+                self._replies.put((_ITEM, item))
+                del item  # hold nothing while waiting: a block's buffer returns to its pool once released
+
+    def __iter__(self) -> _OwnThread:
+        return self
+
+    def __next__(self) -> Any:
+        self._requests.put(True)
+        kind, value = _wait(self._replies)
+        if kind == _END:
+            raise StopIteration
+        if kind == _ERROR:
+            raise value
+        return value
+
+    def close(self) -> None:
+        self._requests.put(False)
+
+
+def on_own_thread(source: Iterator[T], name: str = "streamacc-compute") -> Generator[T, None, None]:
+    """``source`` advanced on a thread of its own, exactly when and as often as the caller asks.
+
+    The caller waits interruptibly: once :data:`STOP` is set, ``next()`` raises
+    :class:`Interrupted` and the thread, after the item in hand, ends.
+    """
+    producer = _OwnThread(iter(source), name)
+    try:
+        yield from producer
+    finally:
+        producer.close()
+
+
+def call_on_own_thread(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` on a thread of its own, waited for interruptibly (see :func:`on_own_thread`)."""
+    calls = on_own_thread(_once(fn, args))
+    try:
+        return next(calls)
+    finally:
+        calls.close()
+
+
+def _once(fn: Callable[..., T], args: tuple) -> Iterator[T]:
+    yield fn(*args)
+
+
+def interruptible(fn: Callable[P, T]) -> Callable[P, T]:
+    """``fn`` run by :func:`run_interruptibly` (Ctrl-C ends it promptly when called from the main thread)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        return run_interruptibly(functools.partial(fn, *args, **kwargs))
+
+    return wrapper
+
+
+_started: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+
+
+def still_running() -> bool:
+    """Whether a thread started here is still running (after an interrupt: stuck in XLA, or in a system call)."""
+    return any(thread.is_alive() for thread in list(_started))
+
+
+def _is_default(signum: int, handler: Any) -> bool:
+    if signum == signal.SIGINT:
+        return handler is signal.default_int_handler
+    return handler == signal.SIG_DFL
+
+
+def run_interruptibly(
+    fn: Callable[..., T],
+    *args: Any,
+    signals: tuple[int, ...] = (signal.SIGINT,),
+    grace: float = GRACE_SECONDS,
+    scopes: bool = True,
+) -> T:
+    """``fn(*args)`` on a thread of its own while the main thread waits and takes ``signals``.
+
+    Called from any thread but the main one, this is just ``fn(*args)``. A signal whose
+    handler is Python's default is taken over for the call (one that is ignored, or
+    handled by the caller, is left alone): it sets :data:`STOP`, waits up to ``grace``
+    seconds for ``fn`` to wind down (a second signal stops the wait) and raises
+    ``KeyboardInterrupt`` (:class:`Terminated` for SIGTERM). With ``scopes``, ``fn``
+    computes in this thread's JAX scopes; without, in the process's configuration (a
+    command line that sets it globally as it goes).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return fn(*args)
+    received: list[int] = []
+    done = threading.Event()
+    box: dict[str, Any] = {}
+    enter = _scopes() if scopes else nullcontext
+
+    def work() -> None:
+        try:
+            with enter():
+                box["value"] = fn(*args)
+        except BaseException as exc:
+            box["error"] = exc
+        finally:
+            done.set()
+
+    def record(signum: int, frame: object) -> None:
+        received.append(signum)  # nothing raised here: see the module's docstring
+        STOP.set()
+
+    STOP.clear()
+    thread = threading.Thread(target=work, name="streamacc-run", daemon=True)
+    _started.add(thread)
+    saved = {s: signal.getsignal(s) for s in signals}
+    for signum, handler in saved.items():
+        if _is_default(signum, handler):
+            signal.signal(signum, record)
+    try:
+        thread.start()
+        while not done.wait(POLL_SECONDS) and not received:
+            pass
+    except BaseException:  # a handler the caller installed raised here: wind down the same way
+        received.append(signal.SIGINT)
+        STOP.set()
+    try:
+        if received:
+            end = time.monotonic() + grace
+            while not done.wait(POLL_SECONDS) and len(received) < 2 and time.monotonic() < end:
+                pass
+            raise Terminated() if received[0] == signal.SIGTERM else KeyboardInterrupt()
+    finally:
+        for signum, handler in saved.items():
+            if _is_default(signum, handler):
+                signal.signal(signum, handler)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

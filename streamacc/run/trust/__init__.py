@@ -1,0 +1,27 @@
+"""What every reader checks before it trusts an output: its structure (``_trust``), the root
+metadata against the manifest (``_root``), chunk trailers against the block records
+(``_trailers``), and each chunk ``open`` reads (``_checked``). Imports no JAX.
+
+These are the names the other rooms and wings use; each is imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._checked import CheckedStore as CheckedStore
+    from ._root import root_problem as root_problem
+    from ._trailers import trailer_problem as trailer_problem
+    from ._trust import arrays_problem as arrays_problem, check_structure as check_structure
+
+_EXPORTS = {
+    "._checked": ["CheckedStore"],
+    "._root": ["root_problem"],
+    "._trailers": ["trailer_problem"],
+    "._trust": ["arrays_problem", "check_structure"],
+}
+__all__ = sorted(name for names in _EXPORTS.values() for name in names)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

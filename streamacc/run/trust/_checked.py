@@ -1,0 +1,129 @@
+"""The store ``streamacc.open`` reads through: a committed chunk is returned only if it is the one committed.
+
+Every stored chunk ends with its CRC-32C (zarr's ``crc32c`` codec, last in every
+streamacc array), and the block records keep the value each chunk had when its block was
+committed. Zarr checks that a chunk agrees with its own trailer; this store also checks
+that the trailer is the recorded one, as it hands each chunk to Zarr, so a chunk copied
+from another output, or written late by a writer that had lost its lease, is refused with
+an error instead of being returned as data. It costs a comparison per chunk read and one
+read of a record segment per 64 blocks; nothing else. Only whole-chunk reads of the run's
+arrays within the committed blocks are checked (``open`` reads nothing else of them).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+from zarr.storage import WrapperStore
+
+from ...engine import block_count
+from ...errors import VerifyError
+from ...store import ChunkWriter
+from ..record import RECORDS_ATTR, SEGMENT, Ledger, Manifest, node_attribute
+
+__all__ = ["CheckedStore"]
+
+
+class CheckedStore(WrapperStore[Store]):
+    """``store`` (an output's, read-only) with each committed chunk of the run's arrays checked on read."""
+
+    def __init__(self, store: Store, label: str, manifest: Manifest) -> None:
+        super().__init__(store)
+        self.label = label
+        ident = manifest.identity
+        self._names = set(ident["arrays"])
+        self._blocks = block_count(ident["length"], ident["block_size"], ident["unroll"])
+        self._save_every = ident.get("save_every", 1)
+        self._block_rows = ident["block_size"] // self._save_every
+        self._reverse = bool(ident["reverse"])
+        self._committed = manifest.committed_blocks
+        self._segments: dict[int, list[dict]] = {}
+        self._writers: dict[str, ChunkWriter | None] = {}
+
+    def _with_store(self, store: Store) -> CheckedStore:
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__, _store=store)
+        return clone
+
+    async def _writer(self, name: str) -> ChunkWriter | None:
+        """Array ``name``'s chunk layout, from its own metadata (read once), or None where it has none."""
+        if name not in self._writers:
+            buf = await self._store.get(f"{name}/zarr.json", default_buffer_prototype())
+            try:
+                self._writers[name] = ChunkWriter.of_document(self._store, name, json.loads(buf.to_bytes()))
+            except (AttributeError, ValueError, TypeError, KeyError):  # none, or unreadable: zarr refuses the array
+                self._writers[name] = None
+        return self._writers[name]
+
+    async def _where(self, key: str) -> tuple[str, int, int, int] | None:
+        """(array, committed block in scan order, tile of the trailing axes, row chunk) of a chunk's key.
+
+        None for any key that is not a chunk of a committed block of the run's arrays.
+        """
+        name = key.partition("/")[0]
+        if name not in self._names:
+            return None
+        writer = await self._writer(name)
+        place = None if writer is None else writer.place(key)
+        if writer is None or place is None:
+            return None
+        row_chunk, tile = place
+        position = min(row_chunk * writer.chunk // self._block_rows, self._blocks - 1)
+        k = self._blocks - 1 - position if self._reverse else position
+        return (name, k, tile, row_chunk) if k < self._committed else None
+
+    async def _record(self, k: int) -> dict:
+        seg, pos = divmod(k, SEGMENT)
+        if seg not in self._segments:
+            buf = await self._store.get(Ledger.segment_key(seg), default_buffer_prototype())
+            try:
+                self._segments[seg] = json.loads(node_attribute(buf.to_bytes() if buf else b"", RECORDS_ATTR))
+            except ValueError:
+                self._segments[seg] = []
+        records = self._segments[seg]
+        return records[pos] if pos < len(records) else {}
+
+    async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
+        buf = await self._store.get(key, prototype, byte_range)
+        where = await self._where(key) if byte_range is None and buf is not None else None
+        if where is None:
+            return buf
+        name, k, tile, row_chunk = where
+        rec = await self._record(k)
+        writer = self._writers[name]
+        assert writer is not None
+        try:
+            first = rec["start"] // self._save_every // writer.chunk  # records count steps, chunks hold rows
+            place = (row_chunk - first) * len(writer.tiles) + tile
+            recorded = rec["crc32c"][name][place] if place >= 0 else None
+        except (KeyError, IndexError, TypeError):
+            recorded = None
+        raw = buf.to_bytes()[-4:]
+        if recorded is None or int.from_bytes(raw, "little") != recorded:
+            raise VerifyError(
+                f"chunk {key} of {self.label} is not the chunk committed for block {k} (its CRC-32C differs from "
+                f"the block's record), so it is not returned; run `streamacc verify` on it, and rewrite the output "
+                "if it confirms the damage"
+            )
+        return buf
+
+    def __repr__(self) -> str:
+        return f"CheckedStore({self._store!r})"
+
+    def __str__(self) -> str:
+        return str(self._store)
+
+    def __eq__(self, value: object) -> bool:
+        return isinstance(value, CheckedStore) and self._store == value._store
+
+    def __hash__(self) -> int:
+        return hash(id(self))
+
+    async def getsize(self, key: str) -> int:
+        return await self._store.getsize(key)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_segments": {}, "_writers": {}}  # read again where it is unpickled

@@ -1,0 +1,84 @@
+"""The root group's metadata: derived from the manifest, checked by every reader, repaired by resume.
+
+The root ``zarr.json`` is what plain Zarr readers (xarray, dask) see first: its attributes
+say whether the output is complete and how many steps are committed, and its consolidated
+metadata describes the arrays xarray shows. A kill between the manifest's last save and
+the root's refresh leaves the root behind; tampering (a deleted root, a shrunk shape in
+the consolidated metadata, a forged ``streamacc_complete``) makes it lie. Everything in it
+follows from the manifest and the arrays' own metadata, so readers check it against them
+and a resume rewrites it.
+
+While a run writes, the root's count is refreshed every few seconds: it may lag the
+manifest, never lead it. So on an unfinished run the root may count fewer committed
+steps than the manifest, but never more, and never say complete; once the manifest says
+complete the root must say exactly what it says. A root without any of these attributes
+claims nothing and is no lie (appending a variable with xarray drops them).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ...errors import StoreError
+from ...store import Target, array_document, netcdf_safe, progress_attrs
+from ..record import Manifest
+
+__all__ = ["root_problem"]
+
+
+def _progress_problem(attrs: dict[str, Any], manifest: Manifest) -> str | None:
+    expected = netcdf_safe(progress_attrs(manifest.span(), manifest.length, manifest.complete))
+    if not expected.keys() & attrs.keys():
+        return None  # it claims nothing (xarray's to_zarr(mode="a") drops the root's attributes): no lie
+    if manifest.complete:
+        differ = sorted(k for k, v in expected.items() if attrs.get(k) != v)
+        return f"has out-of-date attributes ({', '.join(differ)}) though the run is complete" if differ else None
+    if attrs.get("streamacc_complete") != 0:
+        return "says the run is complete, which its manifest does not"
+    if attrs.get("streamacc_total_steps") != expected["streamacc_total_steps"]:
+        return "gives another streamacc_total_steps than the manifest"
+    start, done = attrs.get("streamacc_committed_start"), attrs.get("streamacc_committed_steps")
+    low, high = manifest.span()
+    if not (isinstance(start, int | float) and isinstance(done, int | float) and low <= start <= start + done <= high):
+        return f"counts committed steps the manifest does not (it commits steps {low} to {high})"
+    return None
+
+
+def _consolidated_problem(target: Target, doc: dict, names: list[str]) -> str | None:
+    consolidated = doc.get("consolidated_metadata")
+    members = consolidated.get("metadata") if isinstance(consolidated, dict) else None
+    if not isinstance(members, dict):
+        return "has no consolidated metadata of the arrays"
+    missing = [name for name in names if name not in members]
+    if missing:
+        return f"lists no array {missing[0]!r} in its consolidated metadata"
+    for name, member in sorted(members.items()):
+        if not isinstance(member, dict) or member.get("node_type") != "array":
+            continue  # groups hold no values (xarray consolidates streamacc's bookkeeping too)
+        stored = array_document(target.read(f"{name}/zarr.json"))
+        if stored is None or array_document(json.dumps(member).encode()) != stored:
+            return f"describes array {name!r} otherwise than {name}/zarr.json does (consolidated metadata)"
+    return None
+
+
+def root_problem(target: Target, manifest: Manifest) -> str | None:
+    """How the root ``zarr.json`` of ``target`` contradicts its manifest and arrays, or None when it does not.
+
+    The answer completes a sentence whose subject is the root metadata ("... is missing").
+    """
+    try:
+        raw = target.read("zarr.json")
+    except StoreError as exc:
+        return f"cannot be read ({exc})"
+    if raw is None:
+        return "is missing"
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict) or doc.get("zarr_format") != 3 or doc.get("node_type") != "group":
+        return "is not the metadata of a Zarr v3 group"
+    attrs = doc.get("attributes")
+    problem = _progress_problem(attrs if isinstance(attrs, dict) else {}, manifest)
+    return problem or _consolidated_problem(target, doc, list(manifest.identity["arrays"]))

@@ -1,0 +1,24 @@
+"""The writer lease on object stores, and writes fenced by it.
+
+``_leasestore`` speaks to the store (conditional writes where it has them), ``_lease``
+takes, renews and releases the lease, and ``_fence`` refuses any write once it may be lost.
+
+These are the names the other rooms and wings use; each is imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._fence import FencedStore as FencedStore, unwrap as unwrap
+    from ._lease import Lease as Lease, LeaseView as LeaseView
+
+_EXPORTS = {
+    "._fence": ["FencedStore", "unwrap"],
+    "._lease": ["Lease", "LeaseView"],
+}
+__all__ = sorted(name for names in _EXPORTS.values() for name in names)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,233 @@
+"""Where an output's window summaries live: Zarr arrays under ``_streamacc/summaries/``.
+
+One group per level, ``_streamacc/summaries/w<window>``, holding for each summarised
+output ``x`` the arrays ``x_min``, ``x_max``, ``x_mean`` and ``x_count`` on dimension
+``window`` (then the output's trailing dimensions). Window ``i`` covers steps
+``[i * window, (i + 1) * window)``. Every level group carries consolidated metadata, so
+``xr.open_zarr(out, group="_streamacc/summaries/w1048576")`` reads it with one request;
+plain readers of the output itself never see it.
+
+Chunks are written once, whole (the last one of a level at the end of the array), by the
+same chunk writer as the data, so they are durable the same way. What is not yet in a
+durable chunk travels in the commit's *tail*, in the manifest (see :func:`encode_tail`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.codecs import Crc32cCodec
+from zarr.core.array import AsyncArray
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
+from zarr.storage import StorePath
+
+from ..store import BOOKKEEPING, ChunkWriter, Target, compressors_for
+from ._pyramid import Acc, Piece, Rows
+
+__all__ = ["STATS", "SUMMARIES", "SummaryStore", "decode_tail", "encode_tail", "level_path"]
+
+SUMMARIES = f"{BOOKKEEPING}/summaries"
+STATS = ("min", "max", "mean", "count")
+
+
+def level_path(window: int) -> str:
+    """The group of the level whose windows hold ``window`` steps."""
+    return f"{SUMMARIES}/w{window}"
+
+
+def _stat_dtype(stat: str, dtype: np.dtype) -> np.dtype:
+    return {"mean": np.dtype(np.float64), "count": np.dtype(np.int64)}.get(stat, np.dtype(dtype))
+
+
+def _fill(dtype: np.dtype) -> object:
+    return np.nan if dtype.kind == "f" else False if dtype.kind == "b" else 0
+
+
+class SummaryStore:
+    """The summary arrays of one output: create them, write whole chunks, read rows back."""
+
+    def __init__(self, target: Target, windows: list[int]) -> None:
+        self.target = target
+        self.windows = list(windows)
+        self._arrays: dict[tuple[str, int, str], zarr.Array] = {}
+        self._writers: dict[tuple[str, int, str], ChunkWriter] = {}
+
+    @classmethod
+    def create(
+        cls,
+        target: Target,
+        specs: Mapping[str, tuple[tuple[int, ...], np.dtype]],
+        *,
+        windows: list[int],
+        chunks: Mapping[str, int],
+        codec: str,
+        dims: Mapping[str, list[str]],
+    ) -> SummaryStore:
+        """Create every level's group and arrays (for the outputs in ``specs``); returns the keys to make durable."""
+        compressors = [*compressors_for(codec), Crc32cCodec()]
+        # the hierarchy is made in memory and its documents stored in one write each: zarr's create_array
+        # looks up every parent of every array first, some 15 requests per array on object storage
+        documents: dict[str, Any] = {}
+        memory = zarr.storage.MemoryStore(documents)
+        zarr.open_group(
+            memory,
+            path=SUMMARIES,
+            mode="w",
+            attributes={"description": "window summaries of the output's arrays (min, max, mean, count); "
+                        "read them with streamacc.overview(path)"},
+        )  # fmt: skip
+        store = cls(target, windows)
+        for window in windows:
+            group = zarr.open_group(memory, path=level_path(window), mode="w", attributes={"window": window})
+            for name, (shape, dtype) in specs.items():
+                n = -(-shape[0] // window)
+                for stat in STATS:
+                    dt = _stat_dtype(stat, dtype)
+                    made = group.create_array(
+                        f"{name}_{stat}",
+                        shape=(n, *shape[1:]),
+                        chunks=(max(1, min(chunks[name], n)), *shape[1:]),
+                        dtype=dt,
+                        fill_value=_fill(dt),
+                        compressors=compressors,
+                        dimension_names=["window", *dims[name][1:]],
+                        attributes={"window": window, "statistic": stat, "of": name},
+                        config={"write_empty_chunks": True},
+                    )
+                    async_array = AsyncArray(made.metadata, StorePath(target.store, made.path), made.config)
+                    store._arrays[name, window, stat] = zarr.Array(async_array)
+        for window in windows:
+            store._consolidate(window, documents)
+        for key in store.metadata_keys():
+            sync(target.store.set(key, documents[key]))
+        return store
+
+    def _consolidate(self, window: int, documents: dict[str, Any]) -> None:
+        """List the level's arrays in its group's metadata (in ``documents``, zarr's buffers by key), as zarr's
+        consolidated metadata does (without its warning), so that xarray opens the level with one read."""
+        path = level_path(window)
+        group = json.loads(documents[f"{path}/zarr.json"].to_bytes())
+        members = {
+            f"{name}_{stat}": json.loads(documents[f"{path}/{name}_{stat}/zarr.json"].to_bytes())
+            for (name, w, stat) in self._arrays
+            if w == window
+        }
+        group["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": members}
+        encoded = json.dumps(group, indent=1).encode()
+        documents[f"{path}/zarr.json"] = default_buffer_prototype().buffer.from_bytes(encoded)
+
+    def metadata_keys(self) -> list[str]:
+        keys = [f"{SUMMARIES}/zarr.json"]
+        for window in self.windows:
+            keys.append(f"{level_path(window)}/zarr.json")
+            keys += [f"{level_path(w)}/{name}_{stat}/zarr.json" for (name, w, stat) in self._arrays if w == window]
+        return keys
+
+    def array(self, name: str, window: int, stat: str) -> zarr.Array:
+        key = (name, window, stat)
+        if key not in self._arrays:
+            mode = "r" if self.target.read_only else "r+"
+            self._arrays[key] = zarr.open_array(
+                self.target.store, path=f"{level_path(window)}/{name}_{stat}", mode=mode, zarr_format=3,
+                config={"write_empty_chunks": True},
+            )  # fmt: skip
+        return self._arrays[key]
+
+    def write(self, name: str, window: int, first: int, rows: Rows) -> list[str]:
+        """Write whole chunks of windows ``[first, first + len(rows))`` durably; the keys left to make durable.
+
+        Each chunk is encoded as zarr would (the data's chunk encoder) and stored with the
+        target's own atomic, durable write: a few KiB need no trip through zarr's event loop.
+        Layouts the encoder does not cover go through zarr, and their keys are returned.
+        """
+        keys = []
+        for stat, values in rows.arrays().items():
+            key = (name, window, stat)
+            if key not in self._writers:
+                self._writers[key] = ChunkWriter(self.array(name, window, stat))
+            writer, data = self._writers[key], np.ascontiguousarray(values, dtype=self._arrays[key].dtype)
+            if not writer.direct:
+                keys += [c.key for c in writer.write(first, data)]
+                continue
+            for chunk_key, encoded, _ in writer.encoded(first, data):  # the last chunk padded
+                self.target.write(chunk_key, encoded.tobytes())
+        return keys
+
+    def read(self, name: str, window: int, start: int, stop: int) -> Rows:
+        """Stored windows ``[start, stop)`` of output ``name`` at level ``window``."""
+        return Rows(*(self.array(name, window, stat)[start:stop] for stat in STATS))
+
+
+def _pack(arrays: dict[str, np.ndarray]) -> dict[str, list]:
+    """Arrays as JSON: dtype, shape and the exact bytes in base64 (no archive format: a commit pays for this)."""
+    return {
+        k: [v.dtype.str, list(v.shape), base64.b64encode(np.ascontiguousarray(v).tobytes()).decode()]
+        for k, v in arrays.items()
+    }
+
+
+def _unpack(doc: dict[str, list]) -> dict[str, np.ndarray]:
+    out = {}
+    for k, (dtype, shape, text) in doc.items():
+        dt = np.dtype(dtype)
+        if dt.hasobject:
+            raise ValueError("object arrays are not summaries")
+        out[k] = np.frombuffer(base64.b64decode(text, validate=True), dtype=dt).reshape(shape)
+    return out
+
+
+def encode_tail(state: Mapping[str, Any]) -> dict:
+    """A commit's tail, for the manifest: for each output, what no durable chunk holds yet.
+
+    ``state[name]`` is ``(levels, open)``: per level ``(emitted, durable, pending rows or
+    None)``, and the open finest window (a :class:`Piece`, or None). Only the finest
+    level's pending rows are recorded: every coarser row, complete or open, is a fold of
+    rows below it and is rebuilt from them.
+    """
+    doc: dict[str, Any] = {}
+    for name, (levels, piece) in state.items():
+        arrays: dict[str, np.ndarray] = {}
+        pending = levels[0][2]
+        if pending is not None:
+            arrays.update({f"0_{k}": v for k, v in pending.arrays().items() if k != "count"})
+            count = pending.count
+            if count.size and np.all(count == count.flat[0]):  # no NaN: one number says it
+                arrays["0_count_all"] = np.asarray([count.flat[0], *count.shape], dtype=np.int64)
+            else:
+                arrays["0_count"] = count
+        entry: dict[str, Any] = {"emitted": [lv[0] for lv in levels], "durable": [lv[1] for lv in levels]}
+        if piece is not None:
+            entry["open"] = [piece.window, piece.start, piece.stop]
+            fields = zip(("min", "max", "sum", "count"), piece.acc.fields(), strict=True)
+            arrays.update({f"open_{k}": v for k, v in fields})
+        entry["arrays"] = _pack(arrays)
+        doc[name] = entry
+    return doc
+
+
+def decode_tail(doc: Mapping[str, Any]) -> dict[str, tuple[list[tuple[int, int, Rows | None]], Piece | None]]:
+    """Inverse of :func:`encode_tail`; ValueError, KeyError or TypeError when ``doc`` is not a tail."""
+    out: dict[str, tuple[list[tuple[int, int, Rows | None]], Piece | None]] = {}
+    for name, entry in doc.items():
+        arrays = _unpack(entry["arrays"])
+        levels: list[tuple[int, int, Rows | None]] = []
+        for i, (emitted, durable) in enumerate(zip(entry["emitted"], entry["durable"], strict=True)):
+            pending = None
+            if i == 0 and "0_min" in arrays:
+                if "0_count_all" in arrays:
+                    value, *shape = arrays["0_count_all"].tolist()
+                    arrays["0_count"] = np.full(shape, value, dtype=np.int64)
+                pending = Rows(*(arrays[f"0_{k}"] for k in STATS))
+            levels.append((int(emitted), int(durable), pending))
+        piece = None
+        if "open" in entry:
+            window, start, stop = (int(v) for v in entry["open"])
+            piece = Piece(window, start, stop, Acc(*(arrays[f"open_{k}"] for k in ("min", "max", "sum", "count"))))
+        out[name] = (levels, piece)
+    return out
