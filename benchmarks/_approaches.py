@@ -228,7 +228,7 @@ def run_api(args: argparse.Namespace) -> dict:
         unroll=job.unroll,
         names=job.names,
         codec=args.codec,
-        chunk_size=min(args.chunk, args.block),
+        chunks={"step": min(args.chunk, args.block)},
         progress=False,
         attrs=job.attrs,
         inflight=args.inflight,
@@ -445,7 +445,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("name", choices=sorted(APPROACHES))
     p.add_argument("--size", type=int, required=True, help="steps (an integer)")
     p.add_argument("--out", type=Path, required=True, help="output directory (must not exist)")
-    p.add_argument("--codec", default="blosc-lz4", help="a name from streamacc.CODECS")
+    p.add_argument("--codec", default="blosc-lz4", help="a name from CODECS")
     p.add_argument("--chunk", type=int, default=2**22, help="zarr chunk length (capped at the size)")
     p.add_argument("--block", type=int, default=2**22, help="steps per block for blocked approaches")
     p.add_argument("--inflight", type=int, default=3, help="blocks written at once (streamacc's default is 3)")

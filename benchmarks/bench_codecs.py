@@ -6,7 +6,7 @@ and reports wall time, GiB/s of input (8N bytes / wall), CPU time, the compressi
 (8N / bytes of the array's chunks) and the sampled peak RSS during the case::
 
     python benchmarks/bench_codecs.py --size 2**26
-    python benchmarks/bench_codecs.py --size 2**22 --sections codec durable --repeat 3
+    python benchmarks/bench_codecs.py --size 2**22 --sections codec chunk --repeat 3
 
 Sections: ``codec`` (every codec in ``streamacc.CODECS``), ``block`` (block sizes, default
 codec), ``inflight``, ``chunk`` (chunk = block vs block/4) and ``durable`` (fsync per block
@@ -33,7 +33,10 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from _approaches import enable_x64, fsync_tree  # noqa: E402
 
-SECTIONS = ("codec", "block", "inflight", "chunk", "durable")
+from streamacc import _defaults  # noqa: E402
+from streamacc.store import CODECS  # noqa: E402
+
+SECTIONS = ("codec", "block", "inflight", "chunk")
 GiB, MiB = 2**30, 2**20
 
 
@@ -76,7 +79,6 @@ class PeakRSS:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    import streamacc
     from streamacc.cli._expr import parse_int
     from streamacc.run._write import DEFAULT_INFLIGHT
 
@@ -84,8 +86,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--size", default="2**26", help="steps (default 2**26)")
     p.add_argument("--repeat", type=int, default=1, help="runs per case (median reported)")
     p.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
-    p.add_argument("--codecs", nargs="+", default=list(streamacc.CODECS), choices=list(streamacc.CODECS))
-    p.add_argument("--block", default=str(streamacc.DEFAULT_BLOCK_SIZE), help="block size of the other sections")
+    p.add_argument("--codecs", nargs="+", default=list(CODECS), choices=list(CODECS))
+    p.add_argument("--block", default=str(_defaults.DEFAULT_BLOCK_SIZE), help="block size of the other sections")
     p.add_argument("--blocks", nargs="+", default=["2**20", "2**22", "2**24"], help="block sizes to compare")
     p.add_argument("--inflight", nargs="+", type=int, default=[2, 3, 4], help="inflight values to compare")
     p.add_argument("--scratch", type=Path, default=Path("/tmp/streamacc-bench"), help="where outputs go (deleted)")
@@ -94,7 +96,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.n = parse_int(args.size, name="--size", minimum=1)
     args.block = parse_int(args.block, name="--block", minimum=1)
     args.blocks = [parse_int(b, name="--blocks", minimum=1) for b in args.blocks]
-    args.default_codec = streamacc.DEFAULT_CODEC
+    args.default_codec = _defaults.DEFAULT_CODEC
     args.default_inflight = DEFAULT_INFLIGHT
     return args
 
@@ -112,13 +114,7 @@ def cases(args: argparse.Namespace) -> list[dict]:
     if "chunk" in args.sections:
         out += [
             {"section": "chunk", "label": "block", "kw": base},
-            {"section": "chunk", "label": "block/4", "kw": {**base, "chunk_size": max(1, args.block // 4)}},
-        ]
-    if "durable" in args.sections:
-        out += [
-            {"section": "durable", "label": "True (fsync per block)", "kw": {**base, "durable": True}},
-            {"section": "durable", "label": "False", "kw": {**base, "durable": False}},
-            {"section": "durable", "label": "False + one fsync at end", "kw": {**base, "durable": False}, "sync": 1},
+            {"section": "chunk", "label": "block/4", "kw": {**base, "chunks": {"step": max(1, args.block // 4)}}},
         ]
     return out
 
@@ -168,7 +164,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
         f"Date: {meta['date']}; load average before/after: {meta['load_start']:.2f} / {meta['load_end']:.2f}; "
         f"N = {fmt(a['n'])} steps ({8 * a['n'] / GiB:.2f} GiB of float64); repeats {a['repeat']} (median).  ",
         f"Unless the section varies it: codec `{a['default_codec']}`, block {fmt(a['block'])}, chunk = block, "
-        f"inflight {a['default_inflight']}, durable=True. GiB/s is of input (8N bytes / wall); CPU s is the "
+        f"inflight {a['default_inflight']}. GiB/s is of input (8N bytes / wall); CPU s is the "
         "process's user+system time (2 cores); ratio = 8N / bytes of the chunks; RSS growth is the peak "
         "(sampled every 5 ms) above the RSS at the case's start, in one shared process.",
         "",

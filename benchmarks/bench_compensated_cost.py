@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from streamacc import _defaults
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 RECIPES = ("gp", "affine", "cumsum", "cumprod")
@@ -110,7 +112,7 @@ def compute_only(recipe: str, n: int, compensated: bool, args: argparse.Namespac
     if recipe in ("cumsum", "cumprod"):
         params["input"] = str(args.work / f"input-{recipe}-{n}.zarr")
     job = get_recipe(recipe).build(n, "float64", **params)
-    block = streamacc.DEFAULT_WRITE_BLOCK_SIZE
+    block = _defaults.DEFAULT_WRITE_BLOCK_SIZE
     warm = min(n, block)  # compiles the block function outside the timing
     xs = None if job.xs is None else job.xs[:warm]
     for _ in streamacc.iter_blocks(job.f, job.init, xs, length=warm, block_size=block, unroll=job.unroll):

@@ -186,10 +186,10 @@ def write_only(size: int, block: int, out: str, workers: int, endpoint: str | No
         started = time.perf_counter() - t0
         for i in range(max(1, 2 * workers)):  # one block on every worker
             warm = out.rstrip("/").rsplit("/", 1)[0] + f"/warm-{i}.zarr"
-            streamacc.write(warm, job.f, job.init, length=block, client=client, overwrite=True, **kw)
+            streamacc.write(warm, job.f, job.init, length=block, client=client, mode="overwrite", **kw)
         warmed = time.perf_counter() - t0 - started
         t1 = time.perf_counter()
-        streamacc.write(out, job.f, job.init, length=size, client=client, overwrite=True, **kw)
+        streamacc.write(out, job.f, job.init, length=size, client=client, mode="overwrite", **kw)
         write_s = time.perf_counter() - t1
     return {"cluster_start_s": started, "warm_up_s": warmed, "write_s": write_s}
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from _timing import time_command
 from bench_overview import drop_cache
 
+from streamacc import _defaults
 from streamacc.cli._expr import parse_int
 
 HERE = Path(__file__).resolve()
@@ -73,16 +74,15 @@ def side_streamacc(out: str, steps: int, **options) -> dict:
     _x64()
     t0 = time.perf_counter()
     streamacc.write(out, heat_step, heat_init(), length=steps, progress=False, **options)
-    info = streamacc.run.describe_output(out)
-    chunks = info["arrays"]["y"]["chunks"]
-    return {"run_s": time.perf_counter() - t0, "block_size": info["block_size"], "chunks": chunks}
+    info = streamacc.info(out)
+    chunks = info.arrays["y"].chunks
+    return {"run_s": time.perf_counter() - t0, "block_size": info.block_size, "chunks": chunks}
 
 
 def side_compute(out: str, steps: int) -> dict:
     """The blocks streamacc writes, computed and dropped: the compute floor of the job."""
     import numpy as np
 
-    import streamacc
     from streamacc._defaults import DEFAULT_WRITE_BLOCK_BYTES
     from streamacc.engine import BlockPool, make_plan, pool_size, run_plan
 
@@ -90,7 +90,7 @@ def side_compute(out: str, steps: int) -> dict:
     t0 = time.perf_counter()
     plan = make_plan(heat_step, heat_init(), length=steps, block_bytes=DEFAULT_WRITE_BLOCK_BYTES)
     checksum = 0.0
-    for block in run_plan(plan, pool=BlockPool(pool_size(streamacc.DEFAULT_INFLIGHT))):
+    for block in run_plan(plan, pool=BlockPool(pool_size(_defaults.DEFAULT_INFLIGHT))):
         checksum += float(np.asarray(block.ys)[-1, 0])
         block.release()
     return {"run_s": time.perf_counter() - t0, "block_size": plan.block_size, "checksum": checksum}
@@ -265,9 +265,9 @@ def side_chunks_write(out: str, state: str, steps: int, chunks: str) -> dict:
         layout = json.loads(chunks)
     t0 = time.perf_counter()
     streamacc.write(out, f, init, length=steps, progress=False, chunks=layout, dims=dims)
-    info = streamacc.run.describe_output(out)["arrays"]["y"]
-    return {"run_s": time.perf_counter() - t0, "chunks": info["chunks"], "stored": info["stored_bytes"],
-            "chunk_mib": float(np.prod(info["chunks"])) * 8 / 2**20}  # fmt: skip
+    info = streamacc.info(out).arrays["y"]
+    return {"run_s": time.perf_counter() - t0, "chunks": info.chunks, "stored": info.stored_bytes,
+            "chunk_mib": float(np.prod(info.chunks)) * 8 / 2**20}  # fmt: skip
 
 
 def _field():
@@ -300,7 +300,6 @@ STATES = {
 
 SIDES = {
     "streamacc": lambda a: side_streamacc(a.out, a.steps),
-    "streamacc-nosync": lambda a: side_streamacc(a.out, a.steps, durable=False),
     "streamacc-nocodec": lambda a: side_streamacc(a.out, a.steps, codec="none"),
     "compute": lambda a: side_compute(a.out, a.steps),
     "zarr-append": lambda a: side_zarr_append(a.out, a.steps),
@@ -359,7 +358,7 @@ def cli_cmd(out: Path, *args: str) -> list[str]:
 
 def run_heat(args: argparse.Namespace) -> list[dict]:
     out, steps, records = args.dir / "heat.zarr", args.steps or 2**18, []
-    for side in args.sides or ["streamacc", "zarr-append", "xarray-append", "streamacc-nosync", "streamacc-nocodec",
+    for side in args.sides or ["streamacc", "zarr-append", "xarray-append", "streamacc-nocodec",
                                "compute"]:  # fmt: skip
         remove(out)
         records.append(timed(side_cmd(side, out, steps=steps), side, keep=out))

@@ -1,69 +1,39 @@
 """streamacc: arbitrarily long JAX accumulations in bounded memory, streamed to Zarr.
 
-The public names that need JAX or Zarr are imported on first use (PEP 562), so that
-``import streamacc`` and the command line start without them; ``from streamacc import
-write`` and type checkers (through the ``TYPE_CHECKING`` imports) see them as usual.
+Write a recurrence as ``f(carry, x) -> (carry, y)``, as for ``jax.lax.scan``, and
+:func:`write` runs it for any length in bounded memory, streaming every ``y`` to a Zarr
+store on disk or object storage, resumably; :func:`open` reads it back as an xarray
+Dataset, :func:`overview` at a glance, :func:`verify` recomputes it bit for bit, and
+:func:`info` describes it. :func:`iter_blocks` and :func:`scan` run the same blocked scan
+in memory. Errors are in :mod:`streamacc.errors`.
+
+The names that need JAX or Zarr are imported on first use (PEP 562), so that
+``import streamacc`` and the command line start without them.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._defaults import (
-    DEFAULT_BLOCK_BYTES,
-    DEFAULT_BLOCK_SIZE,
-    DEFAULT_CODEC,
-    DEFAULT_INFLIGHT,
-    DEFAULT_SUMMARY_WINDOWS,
-    DEFAULT_WRITE_BLOCK_BYTES,
-    DEFAULT_WRITE_BLOCK_SIZE,
-)
+from . import errors
 from ._lazy import lazy_exports
 from ._version import __version__
-from .errors import (
-    CarryMismatchError,
-    InputError,
-    LockedError,
-    NoOutputError,
-    OutputExistsError,
-    ResumeError,
-    StepFunctionError,
-    StoreError,
-    StreamaccError,
-    StreamaccWarning,
-    VerifyError,
-    X64Error,
-)
-from .store import CODECS
+from .errors import StreamaccError
 
 if TYPE_CHECKING:
     from .engine import Block, iter_blocks, scan
-    from .run import VerifyReport, open, overview, verify, write
+    from .run import ArrayInfo, OutputInfo, SummaryInfo, VerifyReport, info, open, overview, verify, write
 
 __all__ = [
-    "CODECS",
-    "DEFAULT_BLOCK_BYTES",
-    "DEFAULT_BLOCK_SIZE",
-    "DEFAULT_CODEC",
-    "DEFAULT_INFLIGHT",
-    "DEFAULT_SUMMARY_WINDOWS",
-    "DEFAULT_WRITE_BLOCK_BYTES",
-    "DEFAULT_WRITE_BLOCK_SIZE",
+    "ArrayInfo",
     "Block",
-    "CarryMismatchError",
-    "InputError",
-    "LockedError",
-    "NoOutputError",
-    "OutputExistsError",
-    "ResumeError",
-    "StepFunctionError",
-    "StoreError",
+    "OutputInfo",
     "StreamaccError",
-    "StreamaccWarning",
-    "VerifyError",
+    "SummaryInfo",
     "VerifyReport",
-    "X64Error",
     "__version__",
+    "errors",
+    "info",
     "iter_blocks",
     "open",
     "overview",
@@ -74,5 +44,18 @@ __all__ = [
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
-    {".engine": ["Block", "iter_blocks", "scan"], ".run": ["VerifyReport", "open", "overview", "verify", "write"]},
+    {
+        ".engine": ["Block", "iter_blocks", "scan"],
+        ".run": [
+            "ArrayInfo",
+            "OutputInfo",
+            "SummaryInfo",
+            "VerifyReport",
+            "info",
+            "open",
+            "overview",
+            "verify",
+            "write",
+        ],
+    },
 )

@@ -177,7 +177,7 @@ def faultrun(kind: str, at: int, *args: str) -> SimpleNamespace:
     """
     from faultrun import full_disk
 
-    from streamacc.cli._main import main
+    from streamacc.cli import main
 
     err = io.StringIO()
     with full_disk(kind, at), contextlib.redirect_stderr(err):

@@ -27,7 +27,7 @@ from zarr.storage import LocalStore
 
 import streamacc.store._files
 import streamacc.store._target
-from streamacc.cli._main import main
+from streamacc.cli import main
 
 
 def _full_disk() -> OSError:
@@ -63,14 +63,14 @@ def fail_manifest(at: int) -> None:
     real_write = streamacc.store._files.atomic_write
     count = itertools.count(1)
 
-    def atomic_write(path, data, *, sync=True):
+    def atomic_write(path, data):
         if path.parent.name == "_streamacc" and path.name == "zarr.json" and next(count) == at:
             streamacc.store._files.os = _HalfWrite()  # only the committing thread writes manifests
             try:
-                return real_write(path, data, sync=sync)
+                return real_write(path, data)
             finally:
                 streamacc.store._files.os = os
-        return real_write(path, data, sync=sync)
+        return real_write(path, data)
 
     streamacc.store._target.atomic_write = atomic_write
 

@@ -73,11 +73,11 @@ def test_a_tile_from_another_run_is_refused_by_open_and_by_verify(tmp_path, runs
     shutil.copyfile(other / "y" / "c" / key, out / "y" / "c" / key)
     position = int(key.split("/")[0]) // 2  # two row chunks per block
     block = 5 - position if reverse else position  # blocks are numbered in scan order
-    with pytest.raises(streamacc.VerifyError, match=rf"chunk y/c/{key} .* committed for block {block} "):
+    with pytest.raises(streamacc.errors.VerifyError, match=rf"chunk y/c/{key} .* committed for block {block} "):
         _ = streamacc.open(out).y.values
     init = jnp.asarray(state(1.0))
     for blocks in (1, "all"):  # one block recomputed (the others' trailers read), then every block
-        with pytest.raises(streamacc.VerifyError, match=rf"block {block} "):
+        with pytest.raises(streamacc.errors.VerifyError, match=rf"block {block} "):
             streamacc.verify(out, step, init, blocks=blocks)
 
 
@@ -86,5 +86,5 @@ def test_tiles_swapped_within_the_output_are_refused(tmp_path, runs):
     out = tmp_path / "out.zarr"
     shutil.copytree(ours, out)
     shutil.copyfile(ours / "y" / "c" / "3" / "1" / "1", out / "y" / "c" / "3" / "0" / "0")
-    with pytest.raises(streamacc.VerifyError, match=r"chunk y/c/3/0/0 .* is not the chunk committed"):
+    with pytest.raises(streamacc.errors.VerifyError, match=r"chunk y/c/3/0/0 .* is not the chunk committed"):
         _ = streamacc.open(out).y.values

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import jax.numpy as jnp
 import numpy as np
@@ -27,7 +28,6 @@ from _fault_helpers import RECORDS, node_attribute, read_manifest, root_says, wr
 import streamacc
 from streamacc.cli._main import main, summary
 from streamacc.recipes import RECIPES
-from streamacc.run.read._info import describe_output
 
 QUIET = ["--no-progress"]
 
@@ -314,10 +314,10 @@ def test_info_counts_only_chunk_bytes_of_each_array(tmp_path, capsys):
     memory = zarr.storage.MemoryStore()
     for store in (store_path, memory):
         streamacc.write(store, prefix_step, np.float64(1.0), length=96, block_size=16, codec="none", progress=False)
-        arrays = describe_output(store)["arrays"]
+        arrays = streamacc.info(store).arrays
         crc = 6 * 4  # 6 chunks, each followed by its 4-byte CRC-32C
-        assert arrays["a"]["stored_bytes"] == 96 * 8 + crc and arrays["a"]["compression_ratio"] == 0.97
-        assert arrays["ab"]["stored_bytes"] == 96 * 3 * 8 + crc and arrays["ab"]["compression_ratio"] == 0.99
+        assert arrays["a"].stored_bytes == 96 * 8 + crc and arrays["a"].compression_ratio == 0.97
+        assert arrays["ab"].stored_bytes == 96 * 3 * 8 + crc and arrays["ab"].compression_ratio == 0.99
     assert run_cli("info", store_path) == 0
     assert "stored 792 bytes (compression 0.97x)" in capsys.readouterr().out
 
@@ -375,10 +375,10 @@ def test_write_prints_one_summary_line_on_stdout(tmp_path, capsys, monkeypatch, 
 
 def test_summary_of_a_resumed_and_of_a_finished_run():
     arrays = {
-        "x": {"shape": [300], "dtype": "float64", "stored_bytes": 1200},
-        "v": {"shape": [300, 2], "dtype": "float32", "stored_bytes": 800},
+        "x": SimpleNamespace(shape=(300,), dtype="float64", stored_bytes=1200),
+        "v": SimpleNamespace(shape=(300, 2), dtype="float32", stored_bytes=800),
     }
-    info = {"path": "out.zarr", "committed_steps": 300, "committed_rows": 300, "save_every": 1, "arrays": arrays}
+    info = SimpleNamespace(path="out.zarr", committed_steps=300, committed_rows=300, save_every=1, arrays=arrays)
     # 16 bytes a step (8 + 2 * 4): 200 steps are 3200 bytes in 2 s; 4800 bytes stored in 2000
     assert summary(info, 100, 2.0) == (
         "out.zarr: wrote 200 steps (3.2kB), resumed at step 100, in 2.00 s (100 steps/s, 1.6kB/s); "

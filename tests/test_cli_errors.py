@@ -24,7 +24,7 @@ import zarr
 
 import streamacc
 import streamacc.cli._main
-from streamacc.cli._main import main
+from streamacc.cli import main
 
 LOCK = "out.zarr"  # writers lock the output folder itself
 
@@ -190,7 +190,7 @@ def test_bad_command_line(workspace, capfd, request, argv, code):
         (W("--recipe", "cumsum"), "; pass --input in.zarr"),
         (W("--size", "3", "--dtype", "int8"), "--dtype must be float64 or float32, got 'int8'; pass --dtype float64"),
         (W("--size", "3", "--recipe", "affine", "--ratio", "2"), "--ratio does not apply to recipe 'affine'"),
-        (W("--size", "3", "--codec", "bogus"), "--codec 'bogus' is unknown; choose one of: none, zstd"),
+        (W("--size", "3", "--codec", "bogus"), "--codec bogus is unknown; choose one of: none, zstd"),
     ],
     ids=["block-size", "ratio-rounds", "size-missing", "input-missing", "dtype", "foreign-option", "codec"],
 )
@@ -273,6 +273,6 @@ def test_resuming_where_nothing_is_says_so_and_starts(workspace, capsys, recwarn
     err = capsys.readouterr().err.splitlines()
     assert err == ["streamacc: nothing to resume at typo.zarr (check the path if a run was expected there); "
                    "starting a new run"]  # fmt: skip
-    with pytest.warns(streamacc.StreamaccWarning, match="nothing to resume at"):
+    with pytest.warns(streamacc.errors.StreamaccWarning, match="nothing to resume at"):
         streamacc.write(workspace / "other.zarr", lambda c, _: (c * 2.0, c), np.float64(1.0), length=10,
-                        progress=False, resume=True)  # fmt: skip
+                        progress=False, mode="resume")  # fmt: skip

@@ -40,7 +40,7 @@ def imported_by(code: str, tmp_path: Path) -> set[str]:
 
 def cli(*argv: str) -> str:
     """Code that runs the command line in-process and keeps going whatever it returns."""
-    return f"from streamacc.cli._main import main; main({list(argv)!r})"
+    return f"from streamacc.cli import main; main({list(argv)!r})"
 
 
 @pytest.mark.parametrize(
@@ -48,10 +48,11 @@ def cli(*argv: str) -> str:
     [
         pytest.param("import streamacc", set(), id="import"),
         pytest.param(
-            "import streamacc as s; s.__version__, s.InputError, s.DEFAULT_CODEC, s.CODECS, dir(s)", set(), id="light"
+            "import streamacc as s; s.__version__, s.errors.InputError, s.StreamaccError, dir(s)", set(), id="light"
         ),
         pytest.param(
-            "import streamacc.engine, streamacc.store, streamacc.run, streamacc.cli, streamacc.recipes",
+            "import streamacc.engine, streamacc.store, streamacc.run, streamacc.cli, streamacc.recipes, "
+            "streamacc.summaries",
             set(),
             id="wings",
         ),
@@ -111,7 +112,7 @@ def test_matplotlib_only_for_a_picture_and_jax_never(tmp_path):
     code = f"""
         import json, sys
         import streamacc
-        from streamacc.cli._main import main
+        from streamacc.cli import main
         main(["--help"])
         before = "matplotlib" in sys.modules
         main(["plot", {str(out)!r}])

@@ -18,7 +18,7 @@ import pytest
 import zarr
 from zarr.storage import FsspecStore
 
-from streamacc import InputError
+from streamacc.errors import InputError
 from streamacc.store.lease._lease import _process_gone
 
 distributed = pytest.importorskip("distributed")
@@ -199,5 +199,5 @@ def test_an_error_closes_the_cluster_and_the_workers_store_sessions(s3_bucket):
 
 def test_a_cluster_needs_at_least_one_worker():
     cluster = local_cluster(0)
-    with pytest.raises(InputError, match="workers=0 is not a positive number of worker processes"):
+    with pytest.raises(InputError, match=r"workers must be >= 1, got 0; pass e.g. workers=2"):
         cluster.__enter__()

@@ -15,7 +15,7 @@ from _fault_helpers import assert_same_output
 from test_cli_process import imported_by
 
 import streamacc
-from streamacc.cli._main import main
+from streamacc.cli import main
 from streamacc.engine import carry_pass, make_plan
 from streamacc.recipes import get_recipe
 
@@ -77,7 +77,7 @@ def _decay(c, x):
 def test_a_thinned_timed_reverse_scan_and_its_missing_summaries(tmp_path):
     xs = np.random.default_rng(7).standard_normal(200)
     out = tmp_path / "rev.zarr"
-    with pytest.raises(streamacc.InputError, match=r"reverse scan writes no summaries.*summaries=False"):
+    with pytest.raises(streamacc.errors.InputError, match=r"reverse scan writes no summaries.*summaries=False"):
         streamacc.write(out, _decay, np.float64(1.0), xs, reverse=True, summaries=[8], progress=False)
     assert not out.exists()
     kw = {"reverse": True, "save_every": 4, "block_size": 40, "dims": {"v": ["k"]}, "time": {"step": 0.25}}
@@ -92,7 +92,7 @@ def test_a_thinned_timed_reverse_scan_and_its_missing_summaries(tmp_path):
     np.testing.assert_array_equal(ds["v"].sel(step=slice(100, 120)).values, s[103:120:4, None] * [1.0, 2.0, 3.0])
     np.testing.assert_array_equal(ds["time"].values, 0.25 * np.arange(3, 200, 4))
     assert streamacc.verify(out, _decay, np.float64(1.0), xs).committed_blocks == 5
-    with pytest.raises(streamacc.NoOutputError, match="a reverse scan") as refused:
+    with pytest.raises(streamacc.errors.NoOutputError, match="a reverse scan") as refused:
         streamacc.overview(out)
     assert "rewrite it with summaries on" not in str(refused.value)  # a reverse scan cannot have them
 

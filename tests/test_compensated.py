@@ -23,11 +23,10 @@ import zarr
 from zarr.storage import LocalStore
 
 import streamacc
-from streamacc import InputError
-from streamacc.cli._main import main
+from streamacc.cli import main
+from streamacc.errors import InputError
 from streamacc.recipes import get_recipe
 from streamacc.recipes._compensated import fast_two_sum, split, split_constant, two_prod, two_sum
-from streamacc.run.read._info import describe_output
 
 PRECISION = {"float64": 53, "float32": 24}
 DTYPES = ["float64", "float32"]
@@ -311,7 +310,7 @@ def test_cli_resume_after_a_failure_gives_the_uninterrupted_bits_and_refuses_the
     assert main(["write", str(out), *args, "--compensated", "--resume"]) == 0
     got, want = zarr.open_group(out, mode="r")["x"][:], zarr.open_group(ref, mode="r")["x"][:]
     assert got.tobytes() == want.tobytes() == geometric_exact(1.0, 1 + 2**-23, 5000, dtype).tobytes()
-    assert describe_output(str(out))["params"]["compensated"] is True
+    assert streamacc.info(str(out)).params["compensated"] is True
     assert main(["verify", str(out)]) == 0
 
 

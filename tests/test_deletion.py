@@ -17,7 +17,7 @@ import pytest
 from _fault_helpers import RECORDS, node_attribute, read_manifest, write_manifest
 from test_hardening import SMALL, run, tree
 
-from streamacc.cli._main import main
+from streamacc.cli import main
 
 
 @pytest.fixture(scope="module")

@@ -164,7 +164,7 @@ def test_a_step_that_differs_on_the_workers_is_stopped_by_the_carry_check(tmp_pa
         return c * factor, c
 
     out = tmp_path / "out.zarr"
-    with pytest.raises(streamacc.CarryMismatchError, match=r"block 0 \(steps 0-100\).*not reproducible"):
+    with pytest.raises(streamacc.errors.CarryMismatchError, match=r"block 0 \(steps 0-100\).*not reproducible"):
         streamacc.write(out, step, np.float64(1.0), length=1000, block_size=100, progress=False, client=client)
     assert read_manifest(out)["committed_blocks"] == 0
 
@@ -189,13 +189,13 @@ def test_a_run_moves_between_the_cluster_and_one_process(tmp_path, client, monke
             with pytest.raises(KeyboardInterrupt):
                 streamacc.write(out, job.f, job.init, client=first, **kw)
         assert read_manifest(out)["committed_blocks"] == 7
-        streamacc.write(out, job.f, job.init, client=then, resume=True, **kw)
+        streamacc.write(out, job.f, job.init, client=then, mode="resume", **kw)
         assert_same_output(out, ref)
 
 
 def test_a_store_object_cannot_travel_to_workers(client):
     store = zarr.storage.MemoryStore()
-    with pytest.raises(streamacc.InputError, match="lives in this process only"):
+    with pytest.raises(streamacc.errors.InputError, match="lives in this process only"):
         streamacc.write(store, lambda c, _: (c, c), np.float64(0.0), length=8, client=client)
     assert not store._store_dict  # refused before anything was written
 
@@ -212,7 +212,7 @@ def test_a_worker_that_never_takes_the_plan_ends_the_run_with_the_fix(tmp_path, 
 
     monkeypatch.setattr(client, "scatter", scatter)
     out = tmp_path / "out.zarr"
-    with pytest.raises(streamacc.StreamaccError, match=r"did not all take the run's plan .* rerun with resume=True"):
+    with pytest.raises(streamacc.StreamaccError, match=r"did not all take the run's plan .* rerun with mode='resume'"):
         streamacc.write(out, lambda c, _: (c * 2.0, c), np.float64(1.0), length=64, block_size=16, client=client,
                         progress=False)  # fmt: skip
     assert asked["timeout"] == _dask.SCATTER_TIMEOUT and asked["broadcast"]

@@ -232,7 +232,7 @@ def test_unroll_tail_joins_the_previous_block(tmp):
     ids=["not_multiple", "too_small", "reverse_remainder", "full_unroll"],
 )
 def test_unroll_layouts_that_regroup_steps_are_refused(length, block_size, unroll, reverse, needle):
-    with pytest.raises(streamacc.InputError, match=needle):
+    with pytest.raises(streamacc.errors.InputError, match=needle):
         streamacc.iter_blocks(
             product_step, np.float64(1.0), length=length, block_size=block_size, unroll=unroll, reverse=reverse
         )
@@ -466,7 +466,7 @@ def test_x64_on_keeps_64_bits(f, init, xs):
 def test_x64_off_refuses_64_bit_inputs(x64_off, init, xs):
     kwargs = {} if xs is not None else {"length": 5}
     for run in (streamacc.scan, streamacc.iter_blocks):
-        with pytest.raises(streamacc.X64Error, match="jax_enable_x64") as info:
+        with pytest.raises(streamacc.errors.X64Error, match="jax_enable_x64") as info:
             run(lambda c, x: (c, 0.0), init, xs, block_size=2, **kwargs)
         assert isinstance(info.value, streamacc.StreamaccError)
         assert "\n" not in str(info.value)

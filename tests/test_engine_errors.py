@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import streamacc
-from streamacc import InputError, StepFunctionError, StreamaccError, X64Error
+from streamacc.errors import InputError, StepFunctionError, StreamaccError, X64Error
 
 
 def product_step(c, _):

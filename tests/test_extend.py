@@ -16,7 +16,7 @@ from jax import lax
 
 import streamacc
 import streamacc.run.output._extend
-from streamacc.cli._main import main
+from streamacc.cli import main
 
 XS = np.random.default_rng(4).normal(size=(1000, 2))
 
@@ -59,7 +59,7 @@ def test_an_extended_output_is_the_longer_run(tmp_path, lengths, kw):
     out, ref = tmp_path / "out.zarr", tmp_path / "ref.zarr"
     write(out, lengths[0], **kw)
     for length in lengths[1:]:
-        carry = write(out, length, extend=True, **kw)
+        carry = write(out, length, mode="extend", **kw)
     want = write(ref, lengths[-1], **kw)
     np.testing.assert_array_equal(np.asarray(carry), np.asarray(want))
     assert_same_output(out, ref)
@@ -96,8 +96,8 @@ def finished(tmp_path):
 def test_an_extension_that_would_change_written_bytes_is_refused(finished, kw, needle):
     before = store_files(finished)
     length, init = kw.pop("length", 200), kw.pop("init", np.zeros(2))
-    with pytest.raises(streamacc.ResumeError, match=needle) as info:
-        streamacc.write(str(finished), step, init, XS[:length], block_size=kw.pop("block_size", 16), extend=True,
+    with pytest.raises(streamacc.errors.ResumeError, match=needle) as info:
+        streamacc.write(str(finished), step, init, XS[:length], block_size=kw.pop("block_size", 16), mode="extend",
                         progress=False, **kw)  # fmt: skip
     assert "the output is left as it was" in str(info.value) and "\n" not in str(info.value)
     assert store_files(finished) == before
@@ -107,23 +107,27 @@ def test_a_reverse_scan_is_not_extended(tmp_path):
     out = tmp_path / "out.zarr"
     write(out, 100, reverse=True)
     before = store_files(out)
-    with pytest.raises(streamacc.ResumeError, match=r"a reverse scan starts from its last step.*overwrite=True"):
-        write(out, 200, reverse=True, extend=True)
+    with pytest.raises(
+        streamacc.errors.ResumeError, match=r"a reverse scan starts from its last step.*mode='overwrite'"
+    ):
+        write(out, 200, reverse=True, mode="extend")
     assert store_files(out) == before
 
 
 def test_an_unfinished_or_missing_output_is_not_extended(tmp_path, monkeypatch):
     out = tmp_path / "out.zarr"
-    with pytest.raises(streamacc.NoOutputError, match="holds no output to extend"):
-        write(out, 200, extend=True)
+    with pytest.raises(streamacc.errors.NoOutputError, match="holds no output to extend"):
+        write(out, 200, mode="extend")
     assert not out.exists()
     with monkeypatch.context() as m:
         fail_write_at(m, 48, OSError(errno.EIO, "Input/output error"))
-        with pytest.raises(streamacc.StoreError):
+        with pytest.raises(streamacc.errors.StoreError):
             write(out, 100)
     before = store_files(out)
-    with pytest.raises(streamacc.ResumeError, match=r"not finished \(48 of 100 steps committed\).*resume=True"):
-        write(out, 200, extend=True)
+    with pytest.raises(
+        streamacc.errors.ResumeError, match=r"not finished \(48 of 100 steps committed\).*mode='resume'"
+    ):
+        write(out, 200, mode="extend")
     assert store_files(out) == before
 
 
@@ -137,13 +141,13 @@ def test_an_interrupted_extension_resumes_to_the_longer_run(tmp_path, finished, 
     with monkeypatch.context() as m:
         m.setattr(streamacc.run.output._extend, "resize_arrays", cut)
         with pytest.raises(KeyboardInterrupt):
-            write(finished, 300, extend=True)
+            write(finished, 300, mode="extend")
     assert read_manifest(finished)["identity"]["length"] == 300
     with monkeypatch.context() as m:
         fail_write_at(m, 160, OSError(errno.EIO, "Input/output error"))  # and once more, while writing blocks
-        with pytest.raises(streamacc.StoreError, match="after 160 of 300 steps"):
-            write(finished, 300, resume=True)
-    write(finished, 300, extend=True)  # extending to the length it is being extended to continues it
+        with pytest.raises(streamacc.errors.StoreError, match="after 160 of 300 steps"):
+            write(finished, 300, mode="resume")
+    write(finished, 300, mode="extend")  # extending to the length it is being extended to continues it
     assert_same_output(finished, ref)
 
 

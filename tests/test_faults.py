@@ -34,8 +34,8 @@ from _fault_helpers import (
 
 import streamacc
 import streamacc.store._files
-from streamacc import LockedError, ResumeError
-from streamacc.cli._main import main
+from streamacc.cli import main
+from streamacc.errors import LockedError, ResumeError
 from streamacc.recipes import get_recipe
 from streamacc.store._files import DirLock, atomic_write
 
@@ -142,8 +142,8 @@ def test_live_writer_blocks_a_second_one_and_its_stale_lock_does_not(tmp_path, r
             assert code == 1
             assert f"being written by pid {proc.pid}" in one_error_line(err)
         job = get_recipe("gp").build(2**20, "float64")
-        with pytest.raises(LockedError, match="resume=True"):
-            streamacc.write(str(out), job.f, job.init, length=job.length, block_size=2**14, resume=True)
+        with pytest.raises(LockedError, match="mode='resume'"):
+            streamacc.write(str(out), job.f, job.init, length=job.length, block_size=2**14, mode="resume")
         assert proc.poll() is None  # the refused writers did not disturb the live one
     finally:
         assert kill_at(proc, out, 0, delay=0.0)  # one more kill point: mid-run, holding the lock
@@ -164,8 +164,8 @@ def test_lock_held_in_process(tmp_path, refs, capsys, caplog):
             line = one_error_line(err)
             assert code == 1 and f"is being written by pid {os.getpid()}" in line and line.endswith(f"with {flag}")
         job = get_recipe("gp").build(20000, "float64")
-        with pytest.raises(LockedError, match=r"overwrite=True$"):
-            streamacc.write(str(out), job.f, job.init, length=job.length, block_size=512, overwrite=True)
+        with pytest.raises(LockedError, match=r"mode='overwrite'$"):
+            streamacc.write(str(out), job.f, job.init, length=job.length, block_size=512, mode="overwrite")
     finally:
         lock.release()
     assert store_files(out) == before  # --overwrite deleted nothing while locked out
@@ -303,5 +303,5 @@ def test_manifest_of_another_run_is_caught(small, refs, capsys):
     job = get_recipe("gp").build(20000, "float64")
     with pytest.raises(ResumeError, match=r"params\.ratio"):
         streamacc.write(
-            str(small), job.f, job.init, length=20000, block_size=512, codec="none", attrs=job.attrs, resume=True
+            str(small), job.f, job.init, length=20000, block_size=512, codec="none", attrs=job.attrs, mode="resume"
         )

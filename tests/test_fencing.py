@@ -27,9 +27,9 @@ from zarr.core.sync import sync
 from zarr.storage import FsspecStore
 
 import streamacc
-from streamacc import LockedError
-from streamacc.cli._main import main
+from streamacc.cli import main
 from streamacc.engine import make_plan, to_host
+from streamacc.errors import LockedError
 from streamacc.recipes import get_recipe
 from streamacc.run.execute._dask import BlockTask, SinkSpec, run_block_tasks
 from streamacc.store.lease._fence import FencedStore
@@ -88,12 +88,12 @@ def test_a_cluster_worker_writes_only_under_the_drivers_lease(s3_bucket):
     task = BlockTask(0, 0, 512, to_host(plan.init))
     fs = s3fs.S3FileSystem(**options)
     with Lease.acquire(fs, f"{s3_bucket.name}/out.zarr", url, ttl=2.0) as lease:  # a writer holds the output
-        foreign = SinkSpec(url, json.dumps(options), ("x",), fsync=True, run="run-foreign", lease="0" * 32)
+        foreign = SinkSpec(url, json.dumps(options), ("x",), run="run-foreign", lease="0" * 32)
         with pytest.raises(LockedError, match="taken over or released, so a worker stopped before writing"):
             run_block_tasks(plan, foreign, [task], True)
         held = objects(s3_bucket, "out.zarr")
         assert held.pop(LEASE_KEY) and held == before
-        ours = SinkSpec(url, json.dumps(options), ("x",), fsync=True, run="run-ours", lease=lease.token)
+        ours = SinkSpec(url, json.dumps(options), ("x",), run="run-ours", lease=lease.token)
         (result,) = run_block_tasks(plan, ours, [task], True)  # the holder's own worker: the same bytes again
     assert result.index == 0 and objects(s3_bucket, "out.zarr") == before
 

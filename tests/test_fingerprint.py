@@ -79,7 +79,9 @@ def test_what_cannot_be_fingerprinted_is_said_once():
     def step(c, _):
         return holder.rate * c, c
 
-    with pytest.warns(streamacc.StreamaccWarning, match=r"uses 'holder' \(closed over\), a Opaque that streamacc"):
+    with pytest.warns(
+        streamacc.errors.StreamaccWarning, match=r"uses 'holder' \(closed over\), a Opaque that streamacc"
+    ):
         describe_function(step)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -98,17 +100,19 @@ def interrupted(tmp_path, monkeypatch):
     out = tmp_path / "out.zarr"
     with monkeypatch.context() as m:
         fail_write_at(m, 3 * BLOCK, OSError(errno.EIO, "Input/output error"))
-        with pytest.raises(streamacc.StoreError):
+        with pytest.raises(streamacc.errors.StoreError):
             write(out, make_step(0.5))
     return out
 
 
 def test_a_changed_closed_over_parameter_is_refused_up_front(interrupted):
     before = store_files(interrupted)
-    with pytest.raises(streamacc.ResumeError, match=r"cannot resume .*\(function: stored '.*make_step.<locals>.step"):
-        write(interrupted, make_step(0.25), resume=True)
+    with pytest.raises(
+        streamacc.errors.ResumeError, match=r"cannot resume .*\(function: stored '.*make_step.<locals>.step"
+    ):
+        write(interrupted, make_step(0.25), mode="resume")
     assert store_files(interrupted) == before
-    write(interrupted, make_step(0.5), resume=True)
+    write(interrupted, make_step(0.5), mode="resume")
     assert streamacc.verify(interrupted, make_step(0.5), np.zeros(2)).complete
 
 
@@ -121,13 +125,13 @@ def opaque_step(holder):
 
 def test_a_late_mismatch_does_not_recommend_deleting_the_data(tmp_path, monkeypatch):
     out = tmp_path / "out.zarr"
-    with pytest.warns(streamacc.StreamaccWarning), monkeypatch.context() as m:
+    with pytest.warns(streamacc.errors.StreamaccWarning), monkeypatch.context() as m:
         fail_write_at(m, 3 * BLOCK, OSError(errno.EIO, "Input/output error"))
-        with pytest.raises(streamacc.StoreError):
+        with pytest.raises(streamacc.errors.StoreError):
             write(out, opaque_step(Opaque(0.5)))
     # another rate, unseen by the fingerprint: caught by recomputing the last committed block
-    with pytest.raises(streamacc.ResumeError) as info:
-        write(out, opaque_step(Opaque(0.25)), resume=True)
+    with pytest.raises(streamacc.errors.ResumeError) as info:
+        write(out, opaque_step(Opaque(0.25)), mode="resume")
     message = str(info.value)
     assert "does not recompute to what is stored" in message and "a value it uses" in message
     assert "overwrite" not in message
@@ -149,12 +153,12 @@ def test_an_output_of_0_2_0_resumes_and_verifies(tmp_path, interrupted):
     ref = tmp_path / "ref.zarr"
     write(ref, make_step(0.5))
     as_written_by_0_2_0(interrupted)
-    with pytest.warns(streamacc.StreamaccWarning, match=r"written by streamacc 0.2.0, which recorded its step"):
-        write(interrupted, make_step(0.5), resume=True)
+    with pytest.warns(streamacc.errors.StreamaccWarning, match=r"written by streamacc 0.2.0, which recorded its step"):
+        write(interrupted, make_step(0.5), mode="resume")
     assert array_bytes(interrupted) == array_bytes(ref)
-    with pytest.warns(streamacc.StreamaccWarning, match="0.2.0"):
+    with pytest.warns(streamacc.errors.StreamaccWarning, match="0.2.0"):
         assert streamacc.verify(interrupted, make_step(0.5), np.zeros(2)).complete
-    with pytest.raises(streamacc.VerifyError, match=r"was written by .*make_step.*, not .*with_default"):
+    with pytest.raises(streamacc.errors.VerifyError, match=r"was written by .*make_step.*, not .*with_default"):
         streamacc.verify(interrupted, with_default, np.zeros(2))
 
 
@@ -180,5 +184,5 @@ def test_a_function_run_as_a_script_is_the_same_function_imported(tmp_path, monk
     report = streamacc.verify(out, heatmod.step, np.arange(4.0))
     assert report.committed_blocks == 4
     heatmod.RATE = 0.5  # another value: no longer the same function, script or not
-    with pytest.raises(streamacc.VerifyError, match=r"was written by __main__\.step"):
+    with pytest.raises(streamacc.errors.VerifyError, match=r"was written by __main__\.step"):
         streamacc.verify(out, heatmod.step, np.arange(4.0))

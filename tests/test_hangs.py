@@ -17,20 +17,20 @@ import textwrap
 import pytest
 from test_hardening import SMALL, run
 
-from streamacc.cli._main import main
+from streamacc.cli import main
 
 CHECKS = textwrap.dedent(
     """
     import sys
     import streamacc
-    from streamacc.cli._main import main
+    from streamacc.cli import main
 
     fifo_out, out = sys.argv[1:]
     print(main(["info", fifo_out]), flush=True)
     try:
         streamacc.open(fifo_out)
         print("opened", flush=True)
-    except streamacc.StoreError as exc:
+    except streamacc.errors.StoreError as exc:
         print("refused:", exc, flush=True)
     print(main(["write", out, "--size", "10", "--scheduler", "garbage://x"]), flush=True)
     """
@@ -50,7 +50,7 @@ def test_a_named_pipe_and_an_unknown_scheduler_are_refused_without_hanging(tmp_p
     info, opened, scheduler = proc.stdout.splitlines()
     assert info == "1" and "special file" in proc.stderr
     assert opened.startswith("refused:") and "special file" in opened
-    assert scheduler == "2" and "--scheduler 'garbage://x' is not a dask scheduler address" in proc.stderr
+    assert scheduler == "2" and "--scheduler garbage://x is not a dask scheduler address" in proc.stderr
     assert proc.stderr.count("\n") == 2 and proc.returncode == 0, proc.stderr  # one line each, no traceback
     assert not out.exists()
 

@@ -36,8 +36,8 @@ from _fault_helpers import (
 )
 
 import streamacc
-import streamacc.run.output._output
-from streamacc.cli._main import main
+import streamacc.run.output._open
+from streamacc.cli import main
 from streamacc.store._files import DirLock
 
 # 10 blocks, the last short; no summaries, whose tail would contradict the interrupted runs faked below
@@ -151,8 +151,8 @@ def test_the_current_directory_as_an_empty_path_is_refused(tmp_path, monkeypatch
     (tmp_path / "keep.txt").write_text("mine")
     code, line = run("write", "", "--size", "10", "--overwrite", capfd=capfd)
     assert code == 2 and "empty" in line and "current directory" in line
-    with pytest.raises(streamacc.InputError, match="empty"):
-        streamacc.write("", lambda c, _: (c, c), np.float64(0.0), length=4, overwrite=True, progress=False)
+    with pytest.raises(streamacc.errors.InputError, match="empty"):
+        streamacc.write("", lambda c, _: (c, c), np.float64(0.0), length=4, mode="overwrite", progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
 
 
@@ -235,7 +235,7 @@ def test_verify_and_resume_check_the_array_metadata(tmp_path, ref, interrupted, 
 
 def test_the_lock_is_taken_before_the_output_is_looked_at(tmp_path, monkeypatch):
     out = tmp_path / "out.zarr"
-    real = streamacc.run.output._output.probe
+    real = streamacc.run.output._open.probe
     seen = []
 
     def probe(target):
@@ -248,7 +248,7 @@ def test_the_lock_is_taken_before_the_output_is_looked_at(tmp_path, monkeypatch)
         seen.append(target.label)
         return real(target)
 
-    monkeypatch.setattr(streamacc.run.output._output, "probe", probe)
+    monkeypatch.setattr(streamacc.run.output._open, "probe", probe)
     assert main(["write", str(out), *SMALL]) == 0
     assert main(["write", str(out), *SMALL, "--overwrite"]) == 0
     assert seen == [str(out), str(out)]
@@ -270,7 +270,7 @@ def test_lengths_readers_cannot_index_are_refused(tmp_path, capfd, size):
     out = tmp_path / "out.zarr"
     code, line = run("write", out, "--size", size, capfd=capfd)
     assert code == 2 and "2**63 - 1" in line and "--size" in line
-    with pytest.raises(streamacc.InputError, match=r"length=9223372036854775808 is longer than 2\*\*63 - 1"):
+    with pytest.raises(streamacc.errors.InputError, match=r"length=9223372036854775808 is longer than 2\*\*63 - 1"):
         streamacc.write(out, lambda c, _: (c, c), np.float64(0.0), length=2**63, progress=False)
     assert not out.exists()
 

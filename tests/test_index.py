@@ -150,7 +150,7 @@ def test_bad_time_axes_are_refused(tmp_path):
         ({"step": float("nan")}, r"time\['step'\] must be a finite number"),
         ({"step": 1.0, "units": "days since yesterday"}, r"cannot be read as CF dates"),
     ]:
-        with pytest.raises(streamacc.InputError, match=needle):
+        with pytest.raises(streamacc.errors.InputError, match=needle):
             streamacc.write(tmp_path / "t.zarr", step, np.float64(0.0), length=8, time=time, progress=False)
         assert not (tmp_path / "t.zarr").exists()
 
@@ -190,11 +190,11 @@ def test_a_reverse_run_of_2_63_minus_1_steps_commits_its_last_steps(tmp_path, mo
 
     with monkeypatch.context() as m:
         fail_write_at(m, (FAR // block - 2) * block, OSError(errno.EIO, "Input/output error"))
-        with pytest.raises(streamacc.StoreError, match=rf"after {FAR % block + block} of {FAR} steps"):
+        with pytest.raises(streamacc.errors.StoreError, match=rf"after {FAR % block + block} of {FAR} steps"):
             streamacc.write(path, walk, np.int64(0), length=FAR, block_size=block, reverse=True, progress=False)
     ds = streamacc.open(path)
     assert ds.sizes["step"] == FAR % block + block and int(ds["step"][-1]) == FAR - 1
     assert int(ds["y"].sel(step=FAR - 1)) == 0 and int(ds["y"].sel(step=FAR - 5)) == 4  # steps run from the end
     assert ds.attrs["streamacc_complete"] == 0
-    info = streamacc.run.describe_output(path)
-    assert info["total_steps"] == FAR and info["committed_steps"] == FAR % block + block
+    info = streamacc.info(path)
+    assert info.total_steps == FAR and info.committed_steps == FAR % block + block

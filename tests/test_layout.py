@@ -18,8 +18,9 @@ import xarray as xr
 import zarr
 
 import streamacc
+from streamacc import _defaults
 from streamacc.engine import block_steps, make_plan
-from streamacc.run._write import output_spec
+from streamacc.run.output import check_request, output_spec
 from streamacc.run.output._layout import default_chunks, divisor_at_most, resolve_chunks
 
 MIB = 2**20
@@ -43,11 +44,11 @@ def plan_of(f, init, length=2**30, **kw):
 
 def test_the_scalar_defaults_are_unchanged():
     """2**22 float64 steps per written block, 2**20 per computed one: the byte budgets of the defaults."""
-    assert plan_of(scalar_step, np.float64(1.0)).block_size == 2**22 == streamacc.DEFAULT_WRITE_BLOCK_SIZE
+    assert plan_of(scalar_step, np.float64(1.0)).block_size == 2**22 == _defaults.DEFAULT_WRITE_BLOCK_SIZE
     plan = make_plan(scalar_step, np.float64(1.0), length=2**30)
-    assert plan.block_size == 2**20 == streamacc.DEFAULT_BLOCK_SIZE
+    assert plan.block_size == 2**20 == _defaults.DEFAULT_BLOCK_SIZE
     assert plan_of(scalar_step, np.float32(1.0)).block_size == 2**23  # same bytes, twice the steps
-    spec = output_spec(plan_of(scalar_step, np.float64(1.0)))
+    spec = output_spec(plan_of(scalar_step, np.float64(1.0)), check_request())
     assert spec.chunks == {"y": (2**22,)}  # one chunk per block, as always
 
 
@@ -135,7 +136,7 @@ def test_chunks_follow_dask_conventions_and_read_back_exactly(tmp_path, chunks, 
     path = tmp_path / "out.zarr"
     dims = {"field": ["a", "b"], "stats": ["s"]}
     if isinstance(chunks, tuple):  # a tuple gives every output one entry per axis: here both need 3
-        with pytest.raises(streamacc.InputError, match=r"chunks=\(8, 20, -1\) has 3 entries .* 2 axes"):
+        with pytest.raises(streamacc.errors.InputError, match=r"chunks=\(8, 20, -1\) has 3 entries .* 2 axes"):
             write_field(path, chunks=chunks, dims=dims)
         assert not path.exists()
         return
@@ -156,7 +157,6 @@ def test_chunks_follow_dask_conventions_and_read_back_exactly(tmp_path, chunks, 
         ({"chunks": {"a": 2.5}, "dims": {"field": ["a", "b"]}}, r"chunks gives dimension 'a' 2.5"),
         ({"chunks": {"x": 2}}, r"chunks names dimension 'x', which no output has"),
         ({"chunks": "big"}, r"chunks must be 'auto', an int, a tuple"),
-        ({"chunks": {"step": 8}, "chunk_size": 8}, r"chunk_size and chunks exclude each other"),
         ({"dims": {"field": ["a"]}}, r"names 1 axes for output 'field'"),
         ({"dims": {"field": ["a", "s"], "stats": ["s"]}}, r"dimension 's' 6 values in output 'field' and 3"),
         ({"dims": {"nope": ["a"]}}, r"names outputs \['nope'\]"),
@@ -166,7 +166,7 @@ def test_chunks_follow_dask_conventions_and_read_back_exactly(tmp_path, chunks, 
 )
 def test_bad_layouts_are_refused_before_anything_is_written(tmp_path, kwargs, needle):
     path = tmp_path / "out.zarr"
-    with pytest.raises(streamacc.InputError, match=needle) as info:
+    with pytest.raises(streamacc.errors.InputError, match=needle) as info:
         write_field(path, **kwargs)
     assert "\n" not in str(info.value)
     assert not path.exists()
@@ -174,7 +174,9 @@ def test_bad_layouts_are_refused_before_anything_is_written(tmp_path, kwargs, ne
 
 def test_a_chunk_past_blosc_s_limit_is_refused_with_the_fix():
     dims = {"u": ("step", "x")}
-    with pytest.raises(streamacc.InputError, match=r"2 GiB a compressor can take; pass smaller chunks, e.g. chunks="):
+    with pytest.raises(
+        streamacc.errors.InputError, match=r"2 GiB a compressor can take; pass smaller chunks, e.g. chunks="
+    ):
         resolve_chunks({"u": (2**26,)}, {"u": 8}, dims, {"x": -1}, 8)
     assert resolve_chunks({"u": (2**26,)}, {"u": 8}, dims, {"x": 2**20}, 8)["u"] == (8, 2**20)
 
@@ -206,4 +208,4 @@ def test_named_dims_are_what_xarray_shows(tmp_path):
     ds = streamacc.open(path)
     assert ds["field"].dims == ("step", "x", "y") and ds["stats"].dims == ("step", "moment")
     assert ds.sel(step=7)["field"].shape == (40, 6)
-    assert streamacc.run.describe_output(path)["arrays"]["field"]["dims"] == ["step", "x", "y"]
+    assert streamacc.info(path).arrays["field"].dims == ("step", "x", "y")

@@ -25,7 +25,7 @@ import pytest
 import zarr
 from _s3 import Bucket, start_server, stripping_proxy
 
-from streamacc import InputError, LockedError
+from streamacc.errors import InputError, LockedError
 from streamacc.store.lease._lease import LEASE_ENV, LEASE_KEY, Lease, lease_seconds
 from streamacc.store.lease._leasestore import Holder, open_lease_store
 
@@ -100,7 +100,7 @@ def test_second_writer_is_refused_while_the_first_renews(s3_bucket):
         with pytest.raises(LockedError) as refused:
             acquire(s3_bucket)
         message = str(refused.value)
-        assert f"pid {os.getpid()}" in message and "expires in" in message and "resume=True" in message
+        assert f"pid {os.getpid()}" in message and "expires in" in message and "mode='resume'" in message
         assert "\n" not in message
         time.sleep(3.5)  # past ttl + slack: only renewals keep it
         first.check()
@@ -184,7 +184,7 @@ def test_check_detects_a_store_unreachable_for_longer_than_the_lease(aws_credent
         server.stop()
     clock.now += 10.0  # well past the 1 s lease: renewals since the outage all failed
     error = wait_for_lockederror(lease)
-    assert "could not renew the writer lease for 10 s" in str(error) and "resume=True" in str(error)
+    assert "could not renew the writer lease for 10 s" in str(error) and "mode='resume'" in str(error)
     lease.release()  # the store is gone: only logs
 
 

@@ -21,7 +21,6 @@ import zarr
 import streamacc
 from streamacc.engine import MAX_LENGTH, block_bounds, block_count, committed_span
 from streamacc.run.output._output import Output
-from streamacc.run.read._info import describe_output, format_description
 from streamacc.run.recompute._verify import select_blocks
 
 HUGE = 2**62
@@ -114,11 +113,11 @@ def write_until(out: Path, limit: int, **kw) -> None:
 
 def check_committed(out: Path, least: int, most: int) -> int:
     """The output holds a prefix of ``least`` to ``most`` blocks with exact counts everywhere; return its steps."""
-    info = finishes(lambda: describe_output(out))
-    steps = info["committed_steps"]
+    info = finishes(lambda: streamacc.info(out))
+    steps = info.committed_steps
     assert least * BLOCK <= steps <= most * BLOCK and steps % BLOCK == 0
-    assert info["total_steps"] == HUGE and not info["complete"]
-    assert f"{steps} of {HUGE} steps committed" in format_description(info)
+    assert info.total_steps == HUGE and not info.complete
+    assert f"{steps} of {HUGE} steps committed" in str(info)
     attrs = json.loads((out / "zarr.json").read_bytes())["attributes"]
     assert attrs["streamacc_total_steps"] == HUGE and isinstance(attrs["streamacc_total_steps"], int)
     assert attrs["streamacc_committed_steps"] <= steps and attrs["streamacc_committed_start"] == 0  # may lag
@@ -141,7 +140,7 @@ def test_a_run_of_2_62_steps_stops_resumes_and_reads_like_a_short_one(tmp_path):
     out = tmp_path / "huge.zarr"
     write_until(out, 8 * BLOCK)  # blocks 0-7 computed; the writer holds at most a few in flight
     first = check_committed(out, 3, 8)
-    write_until(out, first + 6 * BLOCK, resume=True)
+    write_until(out, first + 6 * BLOCK, mode="resume")
     assert check_committed(out, first // BLOCK + 1, first // BLOCK + 6) > first
 
 

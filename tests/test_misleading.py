@@ -23,7 +23,7 @@ from test_hardening import SMALL, run
 from test_s3 import BIG, remote_committed, s3_args
 
 import streamacc
-from streamacc.cli._main import main
+from streamacc.cli import main
 
 
 def test_a_store_in_memory_is_refused_by_the_command_line(capfd):
@@ -54,7 +54,7 @@ def test_an_unhashable_step_function_is_refused_before_anything_is_written(tmp_p
             return carry * self.ratio, carry
 
     out = tmp_path / "out.zarr"
-    with pytest.raises(streamacc.StepFunctionError, match=r"f must be hashable.*frozen dataclass"):
+    with pytest.raises(streamacc.errors.StepFunctionError, match=r"f must be hashable.*frozen dataclass"):
         streamacc.write(out, Grow(1.5), np.float64(1.0), length=10, progress=False)
     assert not out.exists()
 

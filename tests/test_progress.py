@@ -36,7 +36,7 @@ def lines(stream: Terminal) -> list[str]:
 def run_bar(monkeypatch, columns: int, *, stored: bool = True, label: str = LONG) -> str:
     stream, now = fake_terminal(monkeypatch)
     monkeypatch.setenv("COLUMNS", str(columns))
-    with Progress(2**32, label=label) as bar:
+    with Progress(2**32, initial=0, label=label) as bar:
         for _ in range(300):
             now[0] += 0.5
             bar.update(2**22, 2**25, stored=2**23 if stored else None)
@@ -76,7 +76,7 @@ def test_without_stored_bytes_the_bar_shows_output_only(monkeypatch):
 
 def test_update_keeps_its_two_argument_form(monkeypatch):
     stream, now = fake_terminal(monkeypatch)
-    with Progress(100, label="out.zarr") as bar:
+    with Progress(100, initial=0, label="out.zarr") as bar:
         now[0] += 1.0
         bar.update(10, 80)
         now[0] += 1.0
@@ -87,7 +87,7 @@ def test_update_keeps_its_two_argument_form(monkeypatch):
 def test_silent_when_stderr_is_not_a_terminal(monkeypatch):
     stream = io.StringIO()
     monkeypatch.setattr(_progress.sys, "stderr", stream)
-    with Progress(100, label="out.zarr") as bar:
+    with Progress(100, initial=0, label="out.zarr") as bar:
         bar.update(10, 80, stored=40)
     assert not bar.enabled and stream.getvalue() == ""
 

@@ -28,10 +28,9 @@ from zarr.storage import FsspecStore, LocalStore
 
 import streamacc
 import streamacc.run.output._output
-from streamacc import StoreError
-from streamacc.cli._main import main
+from streamacc.cli import main
+from streamacc.errors import StoreError
 from streamacc.run.output._output import Output
-from streamacc.run.read._info import describe_output
 
 LENGTH, BLOCK = 1000, 64  # 16 blocks, the last one short
 XS = np.linspace(-1.0, 1.0, LENGTH)
@@ -101,7 +100,7 @@ def test_an_interrupted_output_says_so_and_open_returns_only_committed_steps(tmp
     np.testing.assert_array_equal(ds.level.values, ref["level"][: 9 * BLOCK])
     np.testing.assert_array_equal(ds.pair.values, ref["pair"][: 9 * BLOCK])
     assert not np.isnan(ds.level.values).any()
-    write(out, resume=True)
+    write(out, mode="resume")
     ds = streamacc.open(out)
     assert ds.sizes["step"] == LENGTH and ds.attrs["streamacc_complete"] == 1
     assert xr.open_zarr(out).attrs["streamacc_committed_steps"] == LENGTH
@@ -144,7 +143,7 @@ def test_open_works_on_read_only_stores_and_urls(done, tmp_path):
     for store in (LocalStore(done, read_only=True), FsspecStore.from_url(f"file://{done}", read_only=True), done):
         ds = streamacc.open(store)
         assert ds.sizes["step"] == LENGTH and set(ds.data_vars) == {"level", "pair"}
-    with pytest.raises(streamacc.NoOutputError, match="does not exist"):
+    with pytest.raises(streamacc.errors.NoOutputError, match="does not exist"):
         streamacc.open(tmp_path / "missing.zarr")
 
 
@@ -201,16 +200,16 @@ def test_variables_added_with_xarray_do_not_disturb_verify_info_or_resume(done, 
     xr.Dataset({"logx": ("step", np.arange(LENGTH, dtype="f8"))}).to_zarr(out, mode="a")
     report = streamacc.verify(out, step, INIT, XS)
     assert report.checked_blocks == tuple(range(16))
-    assert set(describe_output(out)["arrays"]) == {"level", "pair"}
-    with pytest.warns(streamacc.StreamaccWarning, match="already complete"):
-        write(out, resume=True)
+    assert set(streamacc.info(out).arrays) == {"level", "pair"}
+    with pytest.warns(streamacc.errors.StreamaccWarning, match="already complete"):
+        write(out, mode="resume")
     assert (out / "logx" / "zarr.json").exists()
     assert set(streamacc.open(out).data_vars) == {"level", "pair"}
 
 
 def test_info_and_verify_work_on_read_only_stores(done):
     for store in (LocalStore(done, read_only=True), FsspecStore.from_url(f"file://{done}", read_only=True)):
-        assert describe_output(store)["committed_steps"] == LENGTH
+        assert streamacc.info(store).committed_steps == LENGTH
         assert streamacc.verify(store, step, INIT, XS, blocks=3).checked_blocks == (0, 8, 15)
 
 
@@ -239,10 +238,10 @@ def test_a_network_failure_of_an_object_store_names_the_committed_steps(monkeypa
 
     with monkeypatch.context() as m:
         m.setattr(FsspecStore, "set", set_key)
-        with pytest.raises(StoreError, match=r"failed after \d+ of 1000 steps \(Could not connect.*resume=True"):
+        with pytest.raises(StoreError, match=r"failed after \d+ of 1000 steps \(Could not connect.*mode='resume'"):
             write(url, inflight=1)
     assert streamacc.open(url).sizes["step"] == 3 * BLOCK  # blocks 0-2 committed; block 3 failed
-    write(url, resume=True)
+    write(url, mode="resume")
     np.testing.assert_array_equal(streamacc.open(url).level.values, reference()["level"])
 
 
@@ -257,7 +256,7 @@ def test_the_readme_reading_example_runs_as_written(tmp_path, monkeypatch):
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     code = re.search(r"## Reading the result\s+```python\n(.+?)```", readme, re.S).group(1)
     monkeypatch.chdir(tmp_path)
-    from streamacc.cli._main import main
+    from streamacc.cli import main
 
     assert main(["write", "out.zarr", "--size", "3000", "--block-size", "1024", "--no-progress"]) == 0
     scope: dict = {}

@@ -10,9 +10,9 @@ import pytest
 import zarr
 
 import streamacc
-from streamacc import InputError
+from streamacc.cli import cli_message
 from streamacc.engine._scan import _scan_fn
-from streamacc.errors import cli_spelling
+from streamacc.errors import InputError
 from streamacc.recipes import RECIPES, Job, Param, Recipe, get_recipe
 from streamacc.recipes._cumulative import Rows
 
@@ -342,9 +342,9 @@ def test_bad_params_speak_python(inputs, name, size, dtype, params, arg, problem
 @pytest.mark.parametrize(ARGS, BAD)
 def test_bad_params_speak_cli_options_in_the_cli(inputs, name, size, dtype, params, arg, problem, fix):
     params = {k: v.format(tmp=inputs) if isinstance(v, str) else v for k, v in params.items()}
-    with cli_spelling(), pytest.raises(InputError) as info:
+    with pytest.raises(InputError) as info:
         get_recipe(name).build(size, dtype, **params)
-    message = str(info.value)
+    message = cli_message(info.value)
     assert "\n" not in message and f"--{arg}" in message and f"{arg}=" not in message
 
 
@@ -420,7 +420,7 @@ def test_a_degenerate_parameter_is_refused_as_given_too(name, params, problem, f
 
 
 def test_the_rule_for_degenerate_parameters_is_stated_where_users_look(capsys):
-    from streamacc.cli._main import main
+    from streamacc.cli import main
     from streamacc.recipes import DEGENERATE_RULE
 
     assert main(["recipes"]) == 0

@@ -21,7 +21,7 @@ from _fault_helpers import MANIFEST, assert_same_output, fail_write_at, read_man
 
 import streamacc
 import streamacc.store._target
-from streamacc import ResumeError, StoreError, StreamaccWarning
+from streamacc.errors import ResumeError, StoreError, StreamaccWarning
 from streamacc.run.record._manifest import Ledger
 from streamacc.store._zarr import ZarrSink
 
@@ -65,12 +65,12 @@ def test_failed_block_write_then_resume_is_identical(tmp_path, monkeypatch, refe
     out = tmp_path / "out.zarr"
     with monkeypatch.context() as m:
         fail_block(m, k, OSError(errno.EIO, "Input/output error"))
-        with pytest.raises(StoreError, match=rf"after {k * BLOCK} of {LENGTH} steps.*resume=True"):
+        with pytest.raises(StoreError, match=rf"after {k * BLOCK} of {LENGTH} steps.*mode='resume'"):
             run(out)
     manifest = read_manifest(out)
     assert manifest["committed_blocks"] == k and manifest["committed_steps"] == k * BLOCK
     assert not manifest["complete"]
-    np.testing.assert_array_equal(run(out, resume=True), carry)
+    np.testing.assert_array_equal(run(out, mode="resume"), carry)
     assert_same_output(out, ref)
 
 
@@ -81,7 +81,7 @@ def test_keyboard_interrupt_in_a_worker_then_resume(tmp_path, monkeypatch, refer
         with pytest.raises(KeyboardInterrupt):
             run(out)
     assert read_manifest(out)["committed_blocks"] == 6
-    run(out, resume=True)
+    run(out, mode="resume")
     assert_same_output(out, reference[0])
 
 
@@ -102,7 +102,7 @@ def test_interrupt_between_record_and_manifest_then_resume(tmp_path, monkeypatch
         with pytest.raises(KeyboardInterrupt):
             run(out)
     assert read_manifest(out)["committed_blocks"] == at - 3
-    run(out, resume=True)
+    run(out, mode="resume")
     assert_same_output(out, reference[0])
 
 
@@ -113,7 +113,7 @@ def test_interrupted_while_creating_arrays_then_resume(tmp_path, monkeypatch, re
         with pytest.raises(KeyboardInterrupt):
             run(out)
     assert read_manifest(out)["committed_blocks"] == 0
-    run(out, resume=True)
+    run(out, mode="resume")
     assert_same_output(out, reference[0])
 
 
@@ -125,7 +125,7 @@ def test_killed_before_the_first_manifest_then_resume(tmp_path, reference):
         (out / f"{MANIFEST}.streamacc-tmp").write_bytes(b'{"zarr_format": 3, "node_type": "gro')
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            run(out, resume=resume)
+            run(out, mode="resume" if resume else "create")
         assert [str(w.message).startswith("nothing to resume at") for w in caught] == ([True] if resume else [])
         assert_same_output(out, reference[0])
 
@@ -143,7 +143,7 @@ def test_resume_removes_temp_files(tmp_path, monkeypatch, caplog, reference):
         path.write_bytes(b"half a chunk")
     assert len(temp_files(out)) == 3
     with caplog.at_level(logging.INFO, logger="streamacc"):
-        run(out, resume=True)
+        run(out, mode="resume")
     assert "removed 3 temp file(s)" in caplog.text
     assert "resuming" in caplog.text and f"at step {3 * BLOCK} of {LENGTH}" in caplog.text
     assert_same_output(out, reference[0])
@@ -155,15 +155,15 @@ def test_resume_of_a_finished_run_does_nothing_and_warns(tmp_path, reference):
     shutil.copytree(ref, out)
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
     with pytest.warns(StreamaccWarning, match=r"already complete \(5000 steps\); nothing to do"):
-        np.testing.assert_array_equal(run(out, resume=True), carry)
+        np.testing.assert_array_equal(run(out, mode="resume"), carry)
     assert {p: p.stat().st_mtime_ns for p in before} == before
     assert_same_output(out, ref)
 
 
 def test_resume_of_a_missing_output_starts_it(tmp_path, reference):
     out = tmp_path / "new.zarr"
-    with pytest.warns(streamacc.StreamaccWarning, match="nothing to resume at .*new.zarr .*starting a new run"):
-        run(out, resume=True)
+    with pytest.warns(streamacc.errors.StreamaccWarning, match="nothing to resume at .*new.zarr .*starting a new run"):
+        run(out, mode="resume")
     assert_same_output(out, reference[0])
 
 
@@ -182,7 +182,7 @@ def interrupted(tmp_path, monkeypatch):
     ("change", "fields"),
     [
         ({"block_size": 1024}, ["block_size", "chunk", "chunks.level", "chunks.pair"]),
-        ({"chunk_size": 256}, ["chunk", "chunks.level", "chunks.pair"]),
+        ({"chunks": {"step": 256}}, ["chunk", "chunks.level", "chunks.pair"]),
         ({"attrs": {"recipe": "demo", "params": {"ratio": 2.0}}}, ["params.ratio"]),
         ({"codec": "none"}, ["codec"]),
         ({"length": LENGTH - 1, "xs": XS[:-1]}, ["length", "arrays.level", "arrays.pair", "xs"]),
@@ -197,11 +197,11 @@ def interrupted(tmp_path, monkeypatch):
 def test_resume_with_different_settings_is_refused(interrupted, change, fields):
     before = store_files(interrupted)
     with pytest.raises(ResumeError, match="cannot resume") as err:
-        run(interrupted, resume=True, **change)
+        run(interrupted, mode="resume", **change)
     message = str(err.value)
     named = message[message.index("(") : message.index("); rerun")]
     assert sorted(part.split(":")[0].strip("( ") for part in named.split(";")) == sorted(fields)
-    assert "overwrite=True" in message and "\n" not in message
+    assert "mode='overwrite'" in message and "\n" not in message
     assert store_files(interrupted) == before  # refused before touching anything
 
 
@@ -213,8 +213,8 @@ def test_resume_of_a_foreign_directory_is_refused(tmp_path):
     zarr.open_group(str(group), mode="w").create_array("y", shape=(4,), dtype="f8")
     for out in (plain, group):
         before = store_files(out)
-        with pytest.raises(ResumeError, match=r"is not a streamacc output.*resume=True cannot continue it"):
-            run(out, resume=True)
+        with pytest.raises(ResumeError, match=r"is not a streamacc output.*mode='resume' cannot continue it"):
+            run(out, mode="resume")
         assert store_files(out) == before and not (out / "_streamacc").exists()
 
 
@@ -234,29 +234,28 @@ def test_overwrite_interrupted_while_deleting_leaves_a_recognised_output(tmp_pat
     with monkeypatch.context() as m:
         m.setattr(streamacc.store._target, "remove_tree_contents", interrupted)
         with pytest.raises(KeyboardInterrupt):
-            run(out, overwrite=True, **new)
+            run(out, mode="overwrite", **new)
     manifest = read_manifest(out)
     assert manifest["committed_blocks"] == 0 and manifest["identity"]["codec"] == "none"
     assert not (out / "zarr.json").exists()  # readers no longer see the old group
     with pytest.raises(ResumeError, match="different run"):
-        run(out, resume=True)  # the old run's settings: its blocks are gone
-    run(out, resume=True, **new)  # the new run, never committed: starts afresh
-    run(out, overwrite=True)
+        run(out, mode="resume")  # the old run's settings: its blocks are gone
+    run(out, mode="resume", **new)  # the new run, never committed: starts afresh
+    run(out, mode="overwrite")
     assert_same_output(out, reference[0])
 
 
 def test_info_counts_only_committed_chunks(tmp_path, monkeypatch):
     """Chunks written past the last commit are not counted in info's stored bytes."""
-    from streamacc.run.read._info import describe_output
 
     out = tmp_path / "out.zarr"
     with monkeypatch.context() as m:
         fail_block(m, 4, OSError(errno.EIO, "Input/output error"))
         with pytest.raises(StoreError):
             run(out, codec="none")
-    info = describe_output(out)
-    assert info["committed_steps"] == 4 * BLOCK and not info["complete"]
+    info = streamacc.info(out)
+    assert info.committed_steps == 4 * BLOCK and not info.complete
     crc = 4  # bytes of CRC-32C stored after each chunk
-    assert info["arrays"]["level"]["stored_bytes"] == 4 * (BLOCK * 8 + crc)
-    assert info["arrays"]["pair"]["stored_bytes"] == 4 * (BLOCK * 2 * 8 + crc)
-    assert info["arrays"]["level"]["compression_ratio"] == round(BLOCK * 8 / (BLOCK * 8 + crc), 3)
+    assert info.arrays["level"].stored_bytes == 4 * (BLOCK * 8 + crc)
+    assert info.arrays["pair"].stored_bytes == 4 * (BLOCK * 2 * 8 + crc)
+    assert info.arrays["level"].compression_ratio == round(BLOCK * 8 / (BLOCK * 8 + crc), 3)

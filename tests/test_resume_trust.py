@@ -17,7 +17,7 @@ import zarr
 from _fault_helpers import RECORDS, assert_same_output, node_attribute, read_manifest, root_says, write_manifest
 from test_hardening import SMALL, run
 
-from streamacc.cli._main import main
+from streamacc.cli import main
 
 
 def interrupt(out: Path, blocks: int, block: int) -> dict:

@@ -24,7 +24,7 @@ from _fault_helpers import assert_same_output, faultrun_process, read_manifest, 
 from test_hardening import SMALL, run, tree
 
 import streamacc
-from streamacc.cli._main import main
+from streamacc.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def refused_by_every_reader(out: Path, capfd, *words: str) -> None:
     for args in (["verify", out], ["info", out]):
         code, line = run(*args, capfd=capfd)
         assert code == 1 and all(w in line for w in words), (args, line)
-    with pytest.raises(streamacc.StoreError) as refused:
+    with pytest.raises(streamacc.errors.StoreError) as refused:
         streamacc.open(out)
     assert all(w in str(refused.value) for w in words), refused.value
 
@@ -141,5 +141,7 @@ def test_open_returns_no_chunk_but_the_one_committed(tmp_path, ref):
     for chunks in ("auto", None):
         ds = streamacc.open(out, chunks=chunks)
         assert np.array_equal(ds.x[:1536].values, expected[:1536])  # blocks 0-2
-        with pytest.raises(streamacc.VerifyError, match=r"chunk x/c/3 .* is not the chunk committed for block 3"):
+        with pytest.raises(
+            streamacc.errors.VerifyError, match=r"chunk x/c/3 .* is not the chunk committed for block 3"
+        ):
             np.asarray(ds.x[1536:2048])

@@ -23,9 +23,8 @@ from _fault_helpers import assert_same_output, cli, committed, paused_writer, re
 from _s3 import stripping_proxy
 
 import streamacc
-from streamacc.cli._main import main
+from streamacc.cli import main
 from streamacc.recipes import get_recipe
-from streamacc.run.read._info import describe_output
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -248,8 +247,8 @@ def test_info_asks_the_store_the_same_few_requests_whatever_the_number_of_chunks
                         storage_options=s3_bucket.storage_options)  # fmt: skip
         seen: list[str] = []
         with stripping_proxy(s3_bucket.server.endpoint, strip=(), seen=seen) as endpoint:
-            info = describe_output(url, storage_options={"endpoint_url": endpoint})
-        assert info["committed_steps"] == blocks * 8 and info["arrays"]["y"]["stored_bytes"] > 0
+            info = streamacc.info(url, storage_options={"endpoint_url": endpoint})
+        assert info.committed_steps == blocks * 8 and info.arrays["y"].stored_bytes > 0
         return seen
 
     few, many = requests(2), requests(24)

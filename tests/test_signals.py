@@ -24,7 +24,7 @@ import zarr
 from _fault_helpers import cli, committed, read_manifest
 
 import streamacc
-from streamacc.cli._main import main
+from streamacc.cli import main
 
 LONG_BLOCK = ["--recipe", "logistic", "--size", "1000", "--block-size", "64", "--inner", "2**40", "--no-progress"]
 DEADLINE = 60.0

@@ -16,7 +16,7 @@ import zarr
 from jax import lax
 
 import streamacc
-from streamacc.cli._main import main
+from streamacc.cli import main
 
 QUIET = ["--no-progress"]
 
@@ -50,8 +50,8 @@ def test_vector_states_with_default_settings(tmp_path, f, init, length, chunk):
     np.testing.assert_array_equal(ds["y"].sel(step=length // 2).values, np.asarray(ys)[length // 2])
     point = (slice(None), 100) if init.ndim == 1 else (slice(None), 100, 7)
     np.testing.assert_array_equal(ds["y"].values[point], np.asarray(ys)[point])
-    assert "memory to write it: 4 block buffers x 32.0 MiB" in streamacc.run.format_description(
-        streamacc.run.describe_output(out)
+    assert "memory to write it: 4 block buffers x 32.0 MiB" in str(
+        streamacc.info(out)
     )
 
 
@@ -150,9 +150,9 @@ def test_save_every_on_an_unrolled_recipe(tmp_path):
     for every in (3, 16):
         out = tmp_path / f"gp{every}.zarr"
         assert main(["write", str(out), "--size", "1000", "--save-every", str(every), *QUIET]) == 0
-        info = streamacc.run.describe_output(out)
-        assert info["unroll"] == 8 and info["committed_rows"] == 1000 // every
-        assert info["block_size"] % np.lcm(every, 8) == 0
+        info = streamacc.info(out)
+        assert info.unroll == 8 and info.committed_rows == 1000 // every
+        assert info.block_size % np.lcm(every, 8) == 0
         x = zarr.open_group(out, mode="r")["x"][:]
         np.testing.assert_array_equal(x, np.multiply.accumulate(np.r_[1.0, np.full(999, 1 + 1e-8)])[every - 1 :: every])
 

@@ -15,7 +15,7 @@ import zarr
 from _s3 import start_server
 from zarr.storage import FsspecStore
 
-from streamacc import InputError, LockedError, StoreError
+from streamacc.errors import InputError, LockedError, StoreError
 from streamacc.store._storeerrors import describe_store_failure, is_store_failure
 
 pytest.importorskip("s3fs")

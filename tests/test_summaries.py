@@ -18,8 +18,7 @@ import zarr
 from _fault_helpers import assert_same_output, fail_write_at, read_manifest, write_manifest
 
 import streamacc
-from streamacc import InputError, NoOutputError, ResumeError, StoreError, VerifyError
-from streamacc.run.read._info import describe_output, format_description
+from streamacc.errors import InputError, NoOutputError, ResumeError, StoreError, VerifyError
 
 LENGTH = 1000
 WINDOWS = [8, 32, 128]  # the last window of each level is short: 1000 is no multiple of any
@@ -46,7 +45,7 @@ def data() -> dict[str, np.ndarray]:
 
 
 def write(out, **kw):
-    args = {"length": None, "block_size": 64, "progress": False, "summaries": WINDOWS, "durable": False, **kw}
+    args = {"length": None, "block_size": 64, "progress": False, "summaries": WINDOWS, **kw}
     return streamacc.write(str(out), step, np.float64(0.0), XS, **args)
 
 
@@ -135,9 +134,9 @@ def test_summaries_are_invisible_to_plain_readers_and_listed_by_info(written):
     assert sorted(streamacc.open(out).data_vars) == list("bfgiv")
     level = xr.open_zarr(out / "_streamacc/summaries/w32")  # readable with xarray on their own
     assert level.f_max.sizes["window"] == 32 and level.v_mean.dims == ("window", "v_dim_1")
-    info = describe_output(out)
-    assert info["summaries"]["windows"] == WINDOWS and info["summaries"]["arrays"] == list("bfgiv")
-    assert "summaries: min, max, mean of b, f, g, i, v per 8, 32, 128 steps" in format_description(info)
+    info = streamacc.info(out)
+    assert info.summaries.windows == tuple(WINDOWS) and info.summaries.arrays == tuple("bfgiv")
+    assert "summaries: min, max, mean of b, f, g, i, v per 8, 32, 128 steps" in str(info)
 
 
 def test_overview_needs_only_the_summaries(tmp_path, written):
@@ -174,7 +173,7 @@ def test_an_interrupted_run_shows_exactly_its_committed_steps_and_resumes_identi
     want = expected(reference["f"][:committed], 128)
     assert_rows({s: coarse[f"f_{s}"].values for s in ("min", "max", "mean")} | {"count": want["count"]}, want, "coarse")
     streamacc.verify(out, step, np.float64(0.0), XS)
-    write(out, block_size=100, resume=True)
+    write(out, block_size=100, mode="resume")
     assert_same_output(out, uninterrupted)
 
 
@@ -215,7 +214,7 @@ def test_a_damaged_or_foreign_tail_is_refused(tmp_path, monkeypatch):
         with pytest.raises(VerifyError, match=r"summaries of .* are damaged \(the tail its manifest records"):
             action()
     with pytest.raises(ResumeError, match=r"cannot resume: the summaries of .* are damaged"):
-        write(out, block_size=100, resume=True)
+        write(out, block_size=100, mode="resume")
     manifest.update(summaries=good, committed_blocks=4, committed_steps=400)  # the tail covers 500 steps
     write_manifest(out, manifest)
     with pytest.raises(VerifyError, match="they cover 500 rows of 'b', the manifest commits 400"):
@@ -226,7 +225,7 @@ def test_no_summaries_reverse_and_bad_windows(tmp_path):
     off = tmp_path / "off.zarr"
     write(off, summaries=False)
     assert not (off / "_streamacc" / "summaries").exists()
-    assert "summaries: none" in format_description(describe_output(off))
+    assert "summaries: none" in str(streamacc.info(off))
     with pytest.raises(NoOutputError, match=r"has no summaries .*summaries=False"):
         streamacc.overview(off)
     rev = tmp_path / "rev.zarr"
@@ -250,7 +249,7 @@ def test_overview_on_object_storage_while_unfinished(s3_bucket, monkeypatch, ref
     assert ds.attrs["window"] == 32 and ds.attrs["streamacc_committed_steps"] == 600
     want = expected(reference["v"][:600], 32)
     assert_rows({s: ds[f"v_{s}"].values for s in ("min", "max", "mean")} | {"count": want["count"]}, want, "s3")
-    write(url, block_size=200, storage_options=options, summaries=[32, 128], resume=True)
+    write(url, block_size=200, storage_options=options, summaries=[32, 128], mode="resume")
     assert streamacc.verify(url, step, np.float64(0.0), XS, storage_options=options).summary_windows > 0
 
 

@@ -21,7 +21,7 @@ from jax import lax
 from test_engine import CASES, UNROLL_CASES, assert_bits_equal
 
 import streamacc
-from streamacc.cli._main import main
+from streamacc.cli import main
 
 SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -78,18 +78,18 @@ def test_thinned_scan_with_unroll_is_the_sliced_full_scan(case, length, k, rows,
     [
         ({"save_every": 0}, r"save_every must be >= 1, got 0"),
         ({"save_every": -3}, r"save_every must be >= 1, got -3"),
-        ({"save_every": 2.5}, r"save_every must be an integer >= 1, got 2.5"),
-        ({"save_every": True}, r"save_every must be an integer >= 1, got True"),
+        ({"save_every": 2.5}, r"save_every must be a whole number >= 1, got 2.5"),
+        ({"save_every": True}, r"save_every must be a whole number >= 1, got True"),
         ({"save_every": 101}, r"save_every=101 keeps no step of a scan of 100 steps"),
         ({"save_every": 3, "block_size": 10}, r"block_size=10 must be a multiple of save_every=3"),
     ],
 )
 def test_bad_save_every_is_refused_naming_it(tmp_path, kwargs, needle):
-    with pytest.raises(streamacc.InputError, match=needle) as info:
+    with pytest.raises(streamacc.errors.InputError, match=needle) as info:
         streamacc.iter_blocks(CASES[0].f, np.float64(1.0), length=100, **kwargs)
     assert "\n" not in str(info.value)
     path = tmp_path / "out.zarr"
-    with pytest.raises(streamacc.InputError, match=needle):
+    with pytest.raises(streamacc.errors.InputError, match=needle):
         streamacc.write(path, CASES[0].f, np.float64(1.0), length=100, progress=False, **kwargs)
     assert not path.exists()
 
@@ -132,8 +132,8 @@ def test_written_rows_are_every_kth_step_and_open_labels_them(reference):
         ds.sel(step=14)
     assert int(ds.sel(step=14, method="nearest")["step"]) == 13
     assert streamacc.verify(out, step, np.zeros(2), XS).complete
-    info = streamacc.run.describe_output(out)
-    assert info["save_every"] == K and info["committed_rows"] == LENGTH // K
+    info = streamacc.info(out)
+    assert info.save_every == K and info.committed_rows == LENGTH // K
 
 
 def test_overview_of_a_thinned_output_labels_its_windows_with_steps(tmp_path):
@@ -161,11 +161,11 @@ def test_failed_write_then_resume_is_identical(tmp_path, monkeypatch, reference)
     out = tmp_path / "out.zarr"
     with monkeypatch.context() as m:
         fail_write_at(m, 6 * BLOCK // K, OSError(errno.EIO, "Input/output error"))  # the rows of block 6
-        with pytest.raises(streamacc.StoreError, match=rf"after {6 * BLOCK} of {LENGTH} steps"):
+        with pytest.raises(streamacc.errors.StoreError, match=rf"after {6 * BLOCK} of {LENGTH} steps"):
             write(out)
-    with pytest.raises(streamacc.ResumeError, match=r"save_every: stored 7, now 5"):
-        write(out, resume=True, save_every=5)
-    write(out, resume=True)
+    with pytest.raises(streamacc.errors.ResumeError, match=r"save_every: stored 7, now 5"):
+        write(out, mode="resume", save_every=5)
+    write(out, mode="resume")
     assert_same_output(out, reference[0])
 
 

@@ -40,31 +40,31 @@ def test_verify_all_and_a_sample(out):
 def test_a_flipped_value_names_its_block(out):
     arr = zarr.open_array(out / "level", mode="r+")
     arr[5 * BLOCK + 3] = arr[5 * BLOCK + 3] + 1.0
-    with pytest.raises(streamacc.VerifyError, match=r"block 5 \(steps 640-768\)"):
+    with pytest.raises(streamacc.errors.VerifyError, match=r"block 5 \(steps 640-768\)"):
         streamacc.verify(out, step, np.float64(0.0), XS)
-    with pytest.raises(streamacc.VerifyError, match=r"block 5 \(steps 640-768\).*not the chunk it committed"):
+    with pytest.raises(streamacc.errors.VerifyError, match=r"block 5 \(steps 640-768\).*not the chunk it committed"):
         streamacc.verify(out, step, np.float64(0.0), XS, blocks=1)  # not recomputed, but its trailer is read
 
 
 def test_another_function_is_refused(out):
-    with pytest.raises(streamacc.VerifyError, match="other_step"):
+    with pytest.raises(streamacc.errors.VerifyError, match="other_step"):
         streamacc.verify(out, other_step, np.float64(0.0), XS)
 
 
 def test_other_inputs_give_different_bytes(out):
-    with pytest.raises(streamacc.VerifyError, match=r"block 0 .*does not recompute"):
+    with pytest.raises(streamacc.errors.VerifyError, match=r"block 0 .*does not recompute"):
         streamacc.verify(out, step, np.float64(0.0), XS * 2.0)
 
 
 def test_bad_blocks_argument(out):
-    with pytest.raises(streamacc.InputError, match="blocks must be 'all'"):
+    with pytest.raises(streamacc.errors.InputError, match=r"blocks must be >= 1, got 0; pass e.g. blocks=16"):
         streamacc.verify(out, step, np.float64(0.0), XS, blocks=0)
 
 
 @pytest.fixture
 def compressed(tmp_path):
     path = tmp_path / "lz4.zarr"
-    streamacc.write(path, step, np.float64(0.0), XS, block_size=BLOCK, chunk_size=64, progress=False)
+    streamacc.write(path, step, np.float64(0.0), XS, block_size=BLOCK, chunks={"step": 64}, progress=False)
     return path
 
 
@@ -91,5 +91,5 @@ def test_chunks_another_encoder_wrote_are_compared_by_value(compressed, monkeypa
 
     monkeypatch.setattr(ChunkWriter, "encode", other_encoder)
     assert streamacc.verify(compressed, step, np.float64(0.0), XS).checked_blocks == tuple(range(8))
-    with pytest.raises(streamacc.VerifyError, match=r"block 0 .*does not recompute .*'double' differs"):
+    with pytest.raises(streamacc.errors.VerifyError, match=r"block 0 .*does not recompute .*'double' differs"):
         streamacc.verify(compressed, step, np.float64(0.0), XS * 2.0)

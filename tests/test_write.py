@@ -25,7 +25,7 @@ import zarr
 
 import streamacc
 from streamacc.run.execute._progress import Progress, si
-from streamacc.run.read._info import describe_output
+from streamacc.store import CODECS
 
 N = 100  # not a multiple of BLOCK: the last block is short
 BLOCK = 16
@@ -132,9 +132,9 @@ def test_unwritten_step_reads_as_nan(tmp_path):
     assert not np.isnan(level[: 2 * BLOCK]).any() and not np.isnan(level[3 * BLOCK :]).any()
 
 
-def test_chunk_size_divides_block_size(tmp_path):
+def test_chunks_along_step_divide_block_size(tmp_path):
     path = tmp_path / "out.zarr"
-    write(path, chunk_size=4)
+    write(path, chunks={"step": 4})
     group = zarr.open_group(path, mode="r")
     assert group["level"].chunks == (4,)
     assert group["triple"].chunks == (4, 3)
@@ -142,7 +142,7 @@ def test_chunk_size_divides_block_size(tmp_path):
     assert_bits_equal(group["triple"][:], jax.lax.scan(tree_step, INIT, XS)[1]["triple"])
 
 
-@pytest.mark.parametrize("codec", list(streamacc.CODECS))
+@pytest.mark.parametrize("codec", list(CODECS))
 def test_every_codec_round_trips_bit_exactly_and_is_recorded(tmp_path, codec):
     path = tmp_path / "out.zarr"
     write(path, single_step, codec=codec)
@@ -156,7 +156,7 @@ def test_every_codec_round_trips_bit_exactly_and_is_recorded(tmp_path, codec):
         _, cname, *shuffle = codec.split("-")
         assert blosc.cname.value == cname
         assert blosc.shuffle.value == (shuffle[0] if shuffle else "shuffle")
-    assert describe_output(path)["arrays"]["y"]["codec"] == codec
+    assert streamacc.info(path).arrays["y"].codec == codec
 
 
 # --- readers -------------------------------------------------------------------------------
@@ -195,7 +195,7 @@ def test_dask_from_zarr(tree_out):
 def test_existing_output_is_refused_untouched(tree_out):
     path, _ = tree_out
     before = listing(path)
-    with pytest.raises(streamacc.OutputExistsError):
+    with pytest.raises(streamacc.errors.OutputExistsError):
         write(path, const_step, xs=None, length=10)
     assert listing(path) == before
 
@@ -203,7 +203,7 @@ def test_existing_output_is_refused_untouched(tree_out):
 def test_overwrite_replaces_the_content(tmp_path):
     path = tmp_path / "out.zarr"
     write(path)
-    write(path, const_step, xs=None, length=10, overwrite=True)
+    write(path, const_step, xs=None, length=10, mode="overwrite")
     group = zarr.open_group(path, mode="r")
     assert list(group.array_keys()) == ["y"]
     assert_bits_equal(group["y"][:], jax.lax.scan(const_step, INIT, None, length=10)[1])
@@ -218,8 +218,8 @@ def test_refused_resume_of_a_foreign_directory_leaves_it_untouched(tmp_path):
     path.mkdir()
     (path / "notes.txt").write_text("not a streamacc output")
     before = listing(path)
-    with pytest.raises(streamacc.ResumeError):
-        write(path, resume=True)
+    with pytest.raises(streamacc.errors.ResumeError):
+        write(path, mode="resume")
     assert listing(path) == before
 
 
@@ -238,9 +238,13 @@ BAD_ARGUMENTS = {
     "name starts with _": dict(names=["_a", "b"]),
     "name with slash": dict(names=["a/b", "c"]),
     "unknown codec": dict(codec="lzma"),
-    "chunk_size does not divide": dict(chunk_size=5),
-    "chunk_size above block_size": dict(chunk_size=2 * BLOCK),
-    "chunk_size zero": dict(chunk_size=0),
+    "chunks not dividing a block": dict(chunks={"step": 5}),
+    "chunks above block_size": dict(chunks={"step": 2 * BLOCK}),
+    "chunks zero": dict(chunks={"step": 0}),
+    "an unknown mode": dict(mode="append"),
+    "mode as a flag": dict(mode=True),
+    "inflight zero": dict(inflight=0),
+    "an output named step": dict(names=["step", "b"]),
     "block_size zero": dict(block_size=0),
     "attrs with an object": dict(attrs={"a": Unserialisable()}),
     "attrs with bytes": dict(attrs={"a": b"raw"}),
@@ -251,14 +255,23 @@ BAD_ARGUMENTS = {
 @pytest.mark.parametrize("kwargs", list(BAD_ARGUMENTS.values()), ids=list(BAD_ARGUMENTS))
 def test_bad_arguments_raise_before_anything_is_created(tmp_path, kwargs):
     path = tmp_path / "out.zarr"
-    with pytest.raises(streamacc.InputError):
+    with pytest.raises(streamacc.errors.InputError):
         write(path, **kwargs)
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("keyword", ["overwrite", "resume", "extend", "chunk_size", "durable"])
+def test_keywords_of_0_2_fail_as_any_unknown_keyword(tmp_path, keyword):
+    """``mode=`` replaced the three booleans, ``chunks=`` the alias ``chunk_size``; ``durable`` is gone."""
+    path = tmp_path / "out.zarr"
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{keyword}'"):
+        write(path, **{keyword: True})
     assert not path.exists()
 
 
 def test_non_finite_attrs_are_refused_as_non_json(tmp_path):
     path = tmp_path / "out.zarr"
-    with pytest.raises(streamacc.InputError):
+    with pytest.raises(streamacc.errors.InputError):
         write(path, attrs={"tolerance": float("nan")})
     assert not path.exists()
 
@@ -272,9 +285,9 @@ def test_zarr_memory_store_object(tmp_path):
     ref_carry, ref_ys = jax.lax.scan(single_step, INIT, XS)
     assert_bits_equal(carry, ref_carry)
     assert_bits_equal(zarr.open_group(store, mode="r")["y"][:], ref_ys)
-    with pytest.raises(streamacc.OutputExistsError):
+    with pytest.raises(streamacc.errors.OutputExistsError):
         write(store, single_step)
-    write(store, const_step, xs=None, length=10, overwrite=True)
+    write(store, const_step, xs=None, length=10, mode="overwrite")
     assert zarr.open_group(store, mode="r")["y"].shape == (10,)
 
 
@@ -353,7 +366,7 @@ def test_overwrite_refuses_a_directory_that_is_not_an_output(tmp_path):
     path = tmp_path / "precious"
     path.mkdir()
     (path / "thesis.tex").write_text("years of work")
-    with pytest.raises(streamacc.OutputExistsError, match="will not delete"):
-        write(path, overwrite=True)
+    with pytest.raises(streamacc.errors.OutputExistsError, match="will not delete"):
+        write(path, mode="overwrite")
     assert (path / "thesis.tex").read_text() == "years of work"
     assert sorted(p.name for p in path.iterdir()) == ["thesis.tex"]

@@ -26,7 +26,6 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..engine import check_grouping, check_length, check_save_every
 from ..errors import (
     InputError,
     NoOutputError,
@@ -34,14 +33,10 @@ from ..errors import (
     ResumeError,
     StreamaccError,
     StreamaccWarning,
-    cli_spelling,
-    spell,
+    arg,
 )
 from ..recipes import option
-from ..run.execute import si
-from ..run.threads import Terminated, run_interruptibly, still_running
-from ..store import CODECS
-from ..summaries import check_windows
+from ..run import Terminated, check_request, run_interruptibly, si, still_running
 from ._expr import parse_int
 from ._parser import (
     UsageError,
@@ -56,6 +51,7 @@ from ._parser import (
     summary_windows,
     time_options,
 )
+from ._spelling import cli_message, cli_terms
 
 __all__ = ["build_parser", "main", "storage_options"]
 
@@ -92,7 +88,7 @@ def _enable_x64() -> None:
 
 def _committed_steps(out: str, options: dict[str, Any] | None) -> int:
     """How many steps ``out`` has committed already (its manifest alone); 0 where it holds no readable run."""
-    from ..run.record import load_manifest
+    from ..run import load_manifest
     from ..store import open_target
 
     try:
@@ -101,32 +97,36 @@ def _committed_steps(out: str, options: dict[str, Any] | None) -> int:
         return 0
 
 
-def summary(info: dict[str, Any], before: int, seconds: float, how: str = "resumed") -> str:
+def summary(about: Any, before: int, seconds: float, how: str = "resumed") -> str:
     """The line ``write`` prints on success: steps and bytes written, time, rates, bytes stored, compression.
 
-    ``info`` is :func:`streamacc.run.describe_output` of the finished output, ``before``
-    the steps it had committed before this run (``how``: resumed or extended), ``seconds``
-    this run's wall time. Bytes count the rows stored (every ``save_every``-th step).
+    ``about`` is :func:`streamacc.info` of the finished output, ``before`` the steps it
+    had committed before this run (``how``: resumed or extended), ``seconds`` this run's
+    wall time. Bytes count the rows stored (every ``save_every``-th step).
     """
     import numpy as np
 
-    arrays = info["arrays"].values()
-    row_bytes = sum(int(np.prod(a["shape"][1:], dtype=np.int64)) * np.dtype(a["dtype"]).itemsize for a in arrays)
-    stored = sum(a["stored_bytes"] for a in arrays)
-    committed, rows, every = info["committed_steps"], info["committed_rows"], info["save_every"]
+    arrays = about.arrays.values()
+    row_bytes = sum(int(np.prod(a.shape[1:], dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in arrays)
+    stored = sum(a.stored_bytes for a in arrays)
+    committed, rows, every = about.committed_steps, about.committed_rows, about.save_every
     ratio = f"{rows * row_bytes / stored:.2f}x" if stored else "n/a"
     kept = "" if every == 1 else f" ({rows} rows, every {every}th step)"
     kept = f"stored {si(stored)}B for {committed} steps{kept} (compression {ratio})"
     steps = committed - before
     if steps == 0:
-        return f"{info['path']}: nothing to write, all {committed} steps were committed already; {kept}"
+        return f"{about.path}: nothing to write, all {committed} steps were committed already; {kept}"
     rate = steps / max(seconds, 1e-9)
     out_bytes = (rows - before // every) * row_bytes
     resumed = f", {how} at step {before}," if before else ""
     return (
-        f"{info['path']}: wrote {steps} steps ({si(out_bytes)}B){resumed} in {seconds:.2f} s "
+        f"{about.path}: wrote {steps} steps ({si(out_bytes)}B){resumed} in {seconds:.2f} s "
         f"({si(rate)} steps/s, {si(out_bytes / max(seconds, 1e-9))}B/s); {kept}"
     )
+
+
+def _mode(args: argparse.Namespace) -> str:
+    return "overwrite" if args.overwrite else "resume" if args.resume else "extend" if args.extend else "create"
 
 
 def cmd_write(args: argparse.Namespace) -> int:
@@ -139,38 +139,38 @@ def cmd_write(args: argparse.Namespace) -> int:
             f"OUT {args.out!r} is a store in this process's memory, which ends with the command, so nothing "
             "would be kept; write to a path or an object-store URL such as s3://bucket/out.zarr"
         )
-    size = None if args.size is None else parse_int(args.size, name=spell("length"), minimum=1)
-    if size is not None:
-        check_length(size)
-    block = None if args.block_size is None else parse_int(args.block_size, name=spell("block_size"), minimum=1)
-    every = 1 if args.save_every is None else parse_int(args.save_every, name=spell("save_every"), minimum=1)
-    chunks, time_axis = chunks_option(args.chunks), time_options(args)
-    layout = {"block_size": block, "save_every": every, "chunks": chunks, "time": time_axis}
-    layout["summaries"] = summary_windows(args)  # checked now, before JAX is imported
-    check_windows(layout["summaries"], reverse=False)
-    if args.codec not in CODECS:
-        raise InputError(f"{spell('codec', repr(args.codec))} is unknown; choose one of: {', '.join(CODECS)}")
-    workers = None if args.workers is None else parse_int(args.workers, name=spell("workers"), minimum=1)
+    size = None if args.size is None else parse_int(args.size, name=arg("length"), minimum=1)
+    request: dict[str, Any] = {
+        "mode": _mode(args),
+        "block_size": None if args.block_size is None else parse_int(args.block_size, name=arg("block_size")),
+        "save_every": 1 if args.save_every is None else parse_int(args.save_every, name=arg("save_every")),
+        "chunks": chunks_option(args.chunks),
+        "time": time_options(args),
+        "summaries": summary_windows(args),
+        "codec": args.codec,
+    }
+    check_request(length=size, **request)  # the library's own checks, before JAX is imported
+    workers = None if args.workers is None else parse_int(args.workers, name=arg("workers"), minimum=1)
     params = recipe_params(args, recipe)
     check_no_overlap(args.out, params, recipe)
     job = recipe.make(size, args.dtype, params, options)  # an --input URL takes the same storage options
-    check_save_every(every, job.length)  # before JAX is imported, as the block size
-    if block is not None:
-        check_grouping(job.length, block, job.unroll, reverse=False, save_every=every)
     attrs = {**job.attrs, "dtype": check_dtype(args.dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
+    layout = {"length": job.length, "unroll": job.unroll, "names": job.names, "dims": job.dims}
+    check_request(**{**request, "length": job.length, "unroll": job.unroll})  # with the recipe's length and unroll
     _enable_x64()
-    from ..run import write
-    from ..run.execute import cluster_client
-    from ..run.read import describe_output
+    from ..run import cluster_client, info, write
 
-    before = _committed_steps(args.out, options) if args.resume or args.extend else 0
+    before = _committed_steps(args.out, options) if request["mode"] in ("resume", "extend") else 0
     start = time.perf_counter()
     gc.freeze()  # the CLI owns its process: spare the collector the objects that live for the whole run
     with _warnings_as_messages(args.debug), cluster_client(workers, args.scheduler) as client:
-        _write(args, write, job, layout, attrs, array_attrs, options, client)
-    how = "extended" if args.extend else "resumed"
-    _out(summary(describe_output(args.out, storage_options=options), before, time.perf_counter() - start, how))
+        write(
+            args.out, job.f, job.init, job.xs, **request, **layout, attrs=attrs, array_attrs=array_attrs,
+            storage_options=options, client=client, progress=not args.no_progress,
+        )  # fmt: skip
+    how = "extended" if request["mode"] == "extend" else "resumed"
+    _out(summary(info(args.out, storage_options=options), before, time.perf_counter() - start, how))
     return 0
 
 
@@ -183,7 +183,8 @@ def _warnings_as_messages(debug: bool) -> Iterator[None]:
 
         def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
             if issubclass(category, StreamaccWarning):
-                logging.getLogger("streamacc").info("%s", message)
+                text = message.args[0] if isinstance(message, Warning) and message.args else message
+                logging.getLogger("streamacc").info("%s", cli_terms(str(text)))
             elif debug:
                 original(message, category, *args, **kwargs)
 
@@ -191,47 +192,24 @@ def _warnings_as_messages(debug: bool) -> Iterator[None]:
         yield
 
 
-def _write(args: argparse.Namespace, write, job, layout: dict, attrs: dict, array_attrs: dict, options, client) -> None:
-    write(
-        args.out,
-        job.f,
-        job.init,
-        job.xs,
-        length=job.length,
-        **layout,
-        unroll=job.unroll,
-        names=job.names,
-        dims=job.dims,
-        codec=args.codec,
-        overwrite=args.overwrite,
-        resume=args.resume,
-        extend=args.extend,
-        progress=not args.no_progress,
-        attrs=attrs,
-        array_attrs=array_attrs,
-        storage_options=options,
-        client=client,
-    )
-
-
 def cmd_info(args: argparse.Namespace) -> int:
-    from ..run.read import describe_output, format_description
+    from ..run import info
 
-    _out(format_description(describe_output(args.out, storage_options=storage_options(args.storage_option))))
+    _out(str(info(args.out, storage_options=storage_options(args.storage_option))))
     return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    blocks = "all" if args.blocks == "all" else parse_int(args.blocks, name=spell("blocks"), minimum=1)
+    blocks = "all" if args.blocks == "all" else parse_int(args.blocks, name=arg("blocks"), minimum=1)
     _enable_x64()
-    from ..run.read import verify_recipe_output
+    from ..run import verify_recipe_output
 
     report = verify_recipe_output(args.out, blocks=blocks, storage_options=storage_options(args.storage_option))
     summaries = f"; {report.summary_windows} summary windows match" if report.summary_windows else ""
     _out(
         f"{args.out}: OK, {len(report.checked_blocks)} of {report.committed_blocks} committed blocks recomputed "
         f"bit for bit ({report.committed_steps} of {report.total_steps} steps committed"
-        f"{', complete' if report.complete else ', incomplete: resume with ' + spell('resume')}){summaries}"
+        f"{', complete' if report.complete else ', incomplete: resume with ' + arg('resume')}){summaries}"
     )
     return 0
 
@@ -313,11 +291,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     own_process = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
-    with cli_spelling():
-        try:
-            return run_interruptibly(_main, argv, signals=(signal.SIGINT, signal.SIGTERM), scopes=False)
-        except KeyboardInterrupt as exc:
-            code = _interrupted(exc, argv, debug=False)
+    try:
+        return run_interruptibly(_main, argv, signals=(signal.SIGINT, signal.SIGTERM), scopes=False)
+    except KeyboardInterrupt as exc:
+        code = _interrupted(exc, argv, debug=False)
     if own_process and still_running():
         _exit_now(code)  # XLA cannot be interrupted: what it computes would be discarded anyway
     return code
@@ -357,9 +334,9 @@ def _main(argv: list[str]) -> int:
     except UsageError as exc:
         return _fail(str(exc), 2, False)  # argparse's own traceback would say nothing
     except USAGE_ERRORS as exc:
-        return _fail(str(exc), 2, debug)
+        return _fail(cli_message(exc), 2, debug)
     except StreamaccError as exc:
-        return _fail(str(exc), 1, debug)
+        return _fail(cli_message(exc), 1, debug)
     except KeyboardInterrupt as exc:
         return _interrupted(exc, argv, debug=debug)
     except Exception as exc:  # a bug or an unforeseen failure: still one line, traceback with --debug

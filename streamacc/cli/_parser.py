@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 from .._defaults import DEFAULT_CODEC, DEFAULT_WRITE_BLOCK_BYTES, DEFAULT_WRITE_BLOCK_SIZE
 from .._version import __version__
-from ..errors import InputError, spell
+from ..errors import InputError, arg
 from ..recipes import Recipe, option, refusal
 from ..store import CODECS
 from ._expr import parse_int, parse_number
@@ -305,12 +305,12 @@ def recipe_params(args: argparse.Namespace, recipe: Recipe) -> dict[str, Any]:
     given = {k[len("param_") :]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
     params: dict[str, Any] = {}
     for name, text in given.items():
-        opt = spell(name)
+        opt = arg(name)
         if name not in kinds:
             refused = refusal(recipe.name, recipe.refused, name, text)
             if refused is not None:
                 raise InputError(refused)
-            valid = ", ".join(spell(n) for n in kinds) or "none"
+            valid = ", ".join(arg(n) for n in kinds) or "none"
             raise InputError(f"{opt} does not apply to recipe {recipe.name!r}; its options are: {valid}")
         if kinds[name] == "float":
             params[name] = parse_number(text, name=opt)
@@ -351,6 +351,6 @@ def check_no_overlap(out: str, params: dict[str, Any], recipe: Recipe) -> None:
         source = norm(value)
         if source.startswith(target) or target.startswith(source):
             raise InputError(
-                f"{spell(p.name, repr(value))} and the output {out!r} overlap, so writing the output would destroy "
+                f"{arg(p.name, value)} and the output {out!r} overlap, so writing the output would destroy "
                 "its input; choose an output path outside the input"
             )

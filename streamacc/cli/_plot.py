@@ -119,7 +119,7 @@ def plot_output(
 ) -> str:
     """Draw output ``out`` (array ``var``, default the first) into ``path`` (default :func:`default_path`)."""
     _matplotlib()  # before reading anything: without it, say how to install it
-    from ..run.read import overview
+    from ..run import overview
 
     ds = overview(out, points=points, storage_options=storage_options, steps=steps)
     names = [v[: -len("_mean")] for v in ds.data_vars if v.endswith("_mean")]

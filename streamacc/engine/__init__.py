@@ -18,7 +18,7 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._carry import HostLeaf as HostLeaf, from_host as from_host, same_leaves as same_leaves, to_host as to_host
-    from ._checks import as_count as as_count, x64_scope as x64_scope
+    from ._checks import x64_scope as x64_scope
     from ._layout import (
         MAX_BLOCK_STEPS as MAX_BLOCK_STEPS,
         MAX_LENGTH as MAX_LENGTH,
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "._carry": ["HostLeaf", "from_host", "same_leaves", "to_host"],
-    "._checks": ["as_count", "x64_scope"],
+    "._checks": ["x64_scope"],
     "._layout": [
         "MAX_BLOCK_STEPS",
         "MAX_LENGTH",

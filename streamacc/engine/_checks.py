@@ -6,36 +6,19 @@ argument and the fix, before any work starts, instead of a deep JAX traceback la
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
 
-from ..errors import InputError, StepFunctionError, X64Error, spell
+from .._checks import as_count
+from ..errors import InputError, StepFunctionError, X64Error, arg
 
-__all__ = ["as_count", "check_x64", "resolve_length", "step_shapes", "x64_scope"]
+__all__ = ["check_x64", "resolve_length", "step_shapes", "x64_scope"]
 
 _WIDE = frozenset("fui")  # float, unsigned and signed integer kinds that have a 64-bit form
 _COMPLEX_WIDE = np.dtype(np.complex128)
-
-
-def as_count(name: str, value: Any, *, minimum: int) -> int:
-    """Return argument ``name`` as a Python int no smaller than ``minimum``, or explain why not."""
-    example = spell(name, max(minimum, 1024))
-    if isinstance(value, bool) or value is None:
-        raise InputError(f"{spell(name)} must be an integer >= {minimum}, got {value!r}; pass e.g. {example}")
-    try:
-        count = operator.index(value)
-    except TypeError:
-        raise InputError(
-            f"{spell(name)} must be an integer >= {minimum}, got {value!r} of type "
-            f"{type(value).__name__}; pass a whole number such as {example}"
-        ) from None
-    if count < minimum:
-        raise InputError(f"{spell(name)} must be >= {minimum}, got {count}; pass e.g. {example}")
-    return count
 
 
 def resolve_length(xs: Any, length: Any) -> int:
@@ -46,7 +29,7 @@ def resolve_length(xs: Any, length: Any) -> int:
     if not leaves:
         if length is None:
             raise InputError(
-                f"{spell('length')} is required when xs is None; pass the number of steps, e.g. {spell('length', 1000)}"
+                f"{arg('length')} is required when xs is None; pass the number of steps, e.g. {arg('length', 1000)}"
             )
         return length
     sizes = []
@@ -65,8 +48,8 @@ def resolve_length(xs: Any, length: Any) -> int:
         )
     if length is not None and length != sizes[0]:
         raise InputError(
-            f"{spell('length', length)} disagrees with xs, whose leaves have {sizes[0]} steps; "
-            f"drop {spell('length')} or slice xs to match"
+            f"{arg('length', length)} disagrees with xs, whose leaves have {sizes[0]} steps; "
+            f"drop {arg('length')} or slice xs to match"
         )
     return sizes[0]
 

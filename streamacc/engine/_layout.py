@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import InputError, spell
+from ..errors import InputError, arg
 
 __all__ = [
     "MAX_BLOCK_STEPS",
@@ -117,7 +117,7 @@ def check_length(length: int) -> None:
     """Refuse a length that readers cannot index."""
     if length > MAX_LENGTH:
         raise InputError(
-            f"{spell('length', length)} is longer than 2**63 - 1 steps, the most that numpy, dask and xarray "
+            f"{arg('length', length)} is longer than 2**63 - 1 steps, the most that numpy, dask and xarray "
             "can index; split the run into several outputs"
         )
 
@@ -126,8 +126,8 @@ def check_save_every(save_every: int, length: int) -> None:
     """Refuse a ``save_every`` that keeps no step of a scan of ``length`` steps."""
     if save_every > max(length, 1):
         raise InputError(
-            f"{spell('save_every', save_every)} keeps no step of a scan of {length} steps (the first kept is step "
-            f"{save_every - 1}); pass a {spell('save_every')} of at most {spell('length')}"
+            f"{arg('save_every', save_every)} keeps no step of a scan of {length} steps (the first kept is step "
+            f"{save_every - 1}); pass a {arg('save_every')} of at most {arg('length')}"
         )
 
 
@@ -150,21 +150,21 @@ def check_grouping(length: int, block_size: int, unroll: int | bool, reverse: bo
         return
     if unroll is True:
         raise InputError(
-            f"{spell('unroll', True)} unrolls each block completely, which regroups steps unlike one lax.scan; "
-            f"pass an integer unroll such as {spell('unroll', 8)}"
+            f"{arg('unroll', True)} unrolls each block completely, which regroups steps unlike one lax.scan; "
+            f"pass an integer unroll such as {arg('unroll', 8)}"
         )
     if block_size % unroll or block_size < 2 * unroll:
         good = block_size_near(block_size, unroll, save_every)  # a thinned block keeps whole rows too
-        also = f" and of {spell('save_every', save_every)}" if save_every > 1 else ""
+        also = f" and of {arg('save_every', save_every)}" if save_every > 1 else ""
         raise InputError(
-            f"{spell('block_size', block_size)} must be a multiple of the scan's unroll ({unroll}){also} and at "
+            f"{arg('block_size', block_size)} must be a multiple of the scan's unroll ({unroll}){also} and at "
             f"least {2 * unroll}, so that blocks line up with lax.scan's unrolled groups; "
-            f"pass e.g. {spell('block_size', good)}"
+            f"pass e.g. {arg('block_size', good)}"
         )
     if reverse and length % unroll:
         raise InputError(
-            f"with {spell('reverse', True)}, {spell('length', length)} must be a multiple of the scan's unroll "
-            f"({unroll}), as lax.scan runs its remainder steps first; pass {spell('unroll', 1)} or a length divisible "
+            f"with {arg('reverse', True)}, {arg('length', length)} must be a multiple of the scan's unroll "
+            f"({unroll}), as lax.scan runs its remainder steps first; pass {arg('unroll', 1)} or a length divisible "
             "by the unroll"
         )
 

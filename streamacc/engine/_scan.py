@@ -21,9 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .._checks import as_count, as_unroll
 from .._defaults import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_SIZE
-from ..errors import InputError, spell
-from ._checks import as_count, check_x64, resolve_length, step_shapes
+from ..errors import InputError, arg
+from ._checks import check_x64, resolve_length, step_shapes
 from ._layout import (
     block_bounds,
     block_count,
@@ -162,12 +163,6 @@ class Plan:
         return block_bounds(self.length, self.block_size, self.reverse, first, self.unroll)
 
 
-def _as_unroll(unroll: Any) -> int | bool:
-    if isinstance(unroll, bool):
-        return unroll
-    return as_count("unroll", unroll, minimum=1)
-
-
 def _nbytes(tree: Any, skip: int = 0) -> int:
     """Bytes of one element of every leaf of ``tree`` (its shape past the first ``skip`` axes)."""
     return sum(
@@ -211,12 +206,12 @@ def make_plan(
             good = block_size_near(block_size, u, save_every)
             also = f" and of the scan's unroll ({u})" if u > 1 else ""
             raise InputError(
-                f"{spell('block_size', block_size)} must be a multiple of {spell('save_every', save_every)}{also}, so "
-                f"that every block keeps whole rows; pass e.g. {spell('block_size', good)}"
+                f"{arg('block_size', block_size)} must be a multiple of {arg('save_every', save_every)}{also}, so "
+                f"that every block keeps whole rows; pass e.g. {arg('block_size', good)}"
             )
-    unroll = _as_unroll(unroll)
+    unroll = as_unroll(unroll)
     if not isinstance(reverse, (bool, np.bool_)):
-        raise InputError(f"{spell('reverse')} must be True or False, got {reverse!r}")
+        raise InputError(f"{arg('reverse')} must be True or False, got {reverse!r}")
     check_x64(init=init, xs=xs)
     carry_struct, y_struct = step_shapes(f, init, xs)
     if block_size is None:

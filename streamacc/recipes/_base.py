@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
-from ..errors import InputError, spell
+from ..errors import InputError, arg
 
 __all__ = [
     "COMPENSATED",
@@ -166,7 +166,7 @@ def refusal(recipe: str, refused: tuple[tuple[str, str], ...], name: str, value:
     why = dict(refused).get(name)
     if why is None or value is None or value is False:
         return None
-    return f"{spell(name, value)} does not apply to recipe {recipe!r}: {why}; run it without {spell(name, value)}"
+    return f"{arg(name, value)} does not apply to recipe {recipe!r}: {why}; run it without {arg(name, value)}"
 
 
 def recipe_attrs(recipe: Recipe, params: dict[str, Any], units: str = "") -> dict[str, Any]:
@@ -191,16 +191,16 @@ def check_dtype(dtype: Any) -> str:
             name = None
     if name not in DTYPES:
         raise InputError(
-            f"{spell('dtype')} must be float64 or float32, got {dtype!r}; pass {spell('dtype', 'float64')} (or float32)"
+            f"{arg('dtype')} must be float64 or float32, got {dtype!r}; pass {arg('dtype', 'float64')} (or float32)"
         )
     return name
 
 
 def check_size(size: Any, recipe: str) -> int:
     """Return ``size`` as an int >= 1, or explain the fix."""
-    example = spell("size", 1000000)
+    example = arg("size", 1000000)
     if size is None:
-        raise InputError(f"recipe {recipe!r} needs {spell('size')}, the number of output values; pass e.g. {example}")
+        raise InputError(f"recipe {recipe!r} needs {arg('size')}, the number of output values; pass e.g. {example}")
     if isinstance(size, bool):
         count = None
     else:
@@ -209,9 +209,9 @@ def check_size(size: Any, recipe: str) -> int:
         except TypeError:
             count = None
     if count is None:
-        raise InputError(f"{spell('size')} must be a whole number, got {size!r}; pass e.g. {example}")
+        raise InputError(f"{arg('size')} must be a whole number, got {size!r}; pass e.g. {example}")
     if count < 1:
-        raise InputError(f"{spell('size')} must be >= 1, got {count}; pass the number of output values, e.g. {example}")
+        raise InputError(f"{arg('size')} must be >= 1, got {count}; pass the number of output values, e.g. {example}")
     return count
 
 
@@ -232,8 +232,8 @@ def in_dtype(value: float, dtype: str, *, pair: bool = False) -> float:
 
 def _refuse(name: str, value: float, dtype: str, consequence: str, fix: str, pair: bool) -> NoReturn:
     raise InputError(
-        f"{spell(name, value)} rounds to {in_dtype(value, dtype, pair=pair)!r} in {dtype}, so {consequence}; "
-        f"pass {spell('dtype', 'float64')} or {fix}"
+        f"{arg(name, value)} rounds to {in_dtype(value, dtype, pair=pair)!r} in {dtype}, so {consequence}; "
+        f"pass {arg('dtype', 'float64')} or {fix}"
     )
 
 
@@ -260,7 +260,7 @@ def check_degenerate(
     if in_dtype(value, dtype, pair=pair) != special:
         return
     if value == special:
-        raise InputError(f"{spell(name, value)} is degenerate: {consequence}; pass {fix}")
+        raise InputError(f"{arg(name, value)} is degenerate: {consequence}; pass {fix}")
     _refuse(name, value, dtype, consequence, fix, pair)
 
 
@@ -273,14 +273,14 @@ def check_overflow(params: Mapping[str, Any], names: tuple[str, ...], dtype: str
 
 def _example(param: Param) -> str:
     if param.kind == "flag":
-        return spell(param.name, True)
+        return arg(param.name, True)
     if param.kind == "path":
-        return spell(param.name, param.default or "in.zarr")
-    return spell(param.name, "VALUE" if param.default is None else param.default)
+        return arg(param.name, param.default or "in.zarr")
+    return arg(param.name, "VALUE" if param.default is None else param.default)
 
 
 def _coerce(recipe: str, param: Param, value: Any) -> Any:
-    opt = spell(param.name)
+    opt = arg(param.name)
     if param.kind == "path":
         if isinstance(value, (str, os.PathLike)):
             path = os.fspath(value)
@@ -290,8 +290,8 @@ def _coerce(recipe: str, param: Param, value: Any) -> Any:
     if param.kind == "flag":
         if isinstance(value, bool) or type(value).__name__ == "bool_":  # numpy's, without importing numpy
             return bool(value)
-        fix = spell(param.name, True)
-        raise InputError(f"{spell(param.name)} must be True or False, got {value!r}; pass e.g. {fix}")
+        fix = arg(param.name, True)
+        raise InputError(f"{arg(param.name)} must be True or False, got {value!r}; pass e.g. {fix}")
     if param.kind == "int":
         number = None
         if isinstance(value, str):
@@ -341,9 +341,9 @@ def resolve_params(
     given = {k: v for k, v in given.items() if k in known or k not in dict(refused)}
     for name in given:
         if name not in known:
-            choices = ", ".join(spell(p.name) for p in params) or "none"
+            choices = ", ".join(arg(p.name) for p in params) or "none"
             raise InputError(
-                f"recipe {recipe!r} has no parameter {spell(name)}; its parameters are: {choices} "
+                f"recipe {recipe!r} has no parameter {arg(name)}; its parameters are: {choices} "
                 "(see `streamacc recipes`)"
             )
     resolved = {}
@@ -352,6 +352,6 @@ def resolve_params(
         if value is None:
             value = param.default
         if value is None:
-            raise InputError(f"recipe {recipe!r} needs {spell(param.name)} ({param.help}); pass {_example(param)}")
+            raise InputError(f"recipe {recipe!r} needs {arg(param.name)} ({param.help}); pass {_example(param)}")
         resolved[param.name] = _coerce(recipe, param, value)
     return resolved

@@ -11,7 +11,7 @@ import dataclasses
 import operator
 from typing import Any
 
-from ..errors import InputError, spell
+from ..errors import InputError, arg
 from ._base import COMPENSATED, Job, Param, Recipe, Step, check_dtype, check_size, recipe_attrs, resolve_params
 
 __all__ = ["CUMPROD", "CUMSUM", "Cumulative", "Rows", "open_input"]
@@ -86,18 +86,18 @@ def open_input(path: str, storage_options: dict | None = None) -> Any:
     except Exception as error:
         members = _group_arrays(path, options)
         if members is not None:
-            example = spell("input", f"{path.rstrip('/')}/{members[0]}" if members else f"{path.rstrip('/')}/NAME")
+            example = arg("input", f"{path.rstrip('/')}/{members[0]}" if members else f"{path.rstrip('/')}/NAME")
             listed = f" (its arrays: {', '.join(members)})" if members else ""
             raise InputError(
-                f"{spell('input', path)} is a zarr group, not an array{listed}; pass one of its arrays, e.g. {example}"
+                f"{arg('input', path)} is a zarr group, not an array{listed}; pass one of its arrays, e.g. {example}"
             ) from None
         reason = " ".join(str(error).split()) or type(error).__name__
         raise InputError(
-            f"{spell('input', path)} is not a zarr array ({reason}); pass the path of a 1-D zarr array"
+            f"{arg('input', path)} is not a zarr array ({reason}); pass the path of a 1-D zarr array"
         ) from None
     if len(array.shape) != 1:
         raise InputError(
-            f"{spell('input')} must be a 1-D zarr array, got shape {tuple(array.shape)} at {path!r}; "
+            f"{arg('input')} must be a 1-D zarr array, got shape {tuple(array.shape)} at {path!r}; "
             "pass a 1-D array (one value per step)"
         )
     try:
@@ -106,7 +106,7 @@ def open_input(path: str, storage_options: dict | None = None) -> Any:
         kind = "?"
     if kind not in _NUMERIC_KINDS:
         raise InputError(
-            f"{spell('input')} must hold real numbers, got dtype {array.dtype} at {path!r}; "
+            f"{arg('input')} must hold real numbers, got dtype {array.dtype} at {path!r}; "
             "pass a float, int or bool array"
         )
     return array
@@ -154,13 +154,13 @@ def _build(
     array = open_input(p["input"], storage_options)
     n = int(array.shape[0])
     if n == 0:
-        raise InputError(f"{spell('input', p['input'])} is empty; pass a zarr array with at least one value")
+        raise InputError(f"{arg('input', p['input'])} is empty; pass a zarr array with at least one value")
     if size is None:
         size = n
     if size > n:
         raise InputError(
-            f"{spell('size', size)} exceeds the {n} values of {spell('input', p['input'])}; "
-            f"pass {spell('size', n)} or less, or omit it"
+            f"{arg('size', size)} exceeds the {n} values of {arg('input', p['input'])}; "
+            f"pass {arg('size', n)} or less, or omit it"
         )
     xs = array if size == n else Rows(array, size)
     units = array.attrs.get("units", "") if op == "add" else ""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..errors import InputError, spell
+from ..errors import InputError, arg
 from ._base import Job, Param, Recipe, Step, check_dtype, check_overflow, check_size, recipe_attrs, resolve_params
 
 __all__ = ["LORENZ", "Lorenz"]
@@ -68,7 +68,7 @@ def _build_lorenz(size: int | None = None, dtype: str = "float64", **params: Any
 
     p = resolve_params("lorenz", LORENZ_PARAMS, params, LORENZ_REFUSED)
     if not p["dt"] > 0:
-        raise InputError(f"{spell('dt')} must be > 0, got {p['dt']!r}; pass a time step such as {spell('dt', 0.001)}")
+        raise InputError(f"{arg('dt')} must be > 0, got {p['dt']!r}; pass a time step such as {arg('dt', 0.001)}")
     size, dtype = check_size(size, "lorenz"), check_dtype(dtype)
     check_overflow(p, tuple(p), dtype)
     f = Lorenz(p["sigma"], p["rho"], p["beta"], p["dt"], dtype)

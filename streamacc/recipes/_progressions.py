@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..errors import InputError, spell
+from ..errors import InputError, arg
 from ._base import (
     COMPENSATED,
     Job,
@@ -199,15 +199,15 @@ def _build_logistic(size: int | None = None, dtype: str = "float64", **params: A
     p = resolve_params("logistic", LOGISTIC_PARAMS, params, LOGISTIC_REFUSED)
     if not 0.0 < p["r"] <= 4.0:
         raise InputError(
-            f"{spell('r')} must be in (0, 4] for the logistic map, got {p['r']!r}; pass e.g. {spell('r', 3.7)}"
+            f"{arg('r')} must be in (0, 4] for the logistic map, got {p['r']!r}; pass e.g. {arg('r', 3.7)}"
         )
     if not 0.0 <= p["x0"] <= 1.0:
         raise InputError(
-            f"{spell('x0')} must be in [0, 1] for the logistic map (outside it diverges), got {p['x0']!r}; "
-            f"pass e.g. {spell('x0', 0.5)}"
+            f"{arg('x0')} must be in [0, 1] for the logistic map (outside it diverges), got {p['x0']!r}; "
+            f"pass e.g. {arg('x0', 0.5)}"
         )
     if p["inner"] < 1:
-        raise InputError(f"{spell('inner')} must be >= 1, got {p['inner']}; pass e.g. {spell('inner', 1)}")
+        raise InputError(f"{arg('inner')} must be >= 1, got {p['inner']}; pass e.g. {arg('inner', 1)}")
     size, dtype = check_size(size, "logistic"), check_dtype(dtype)
     check_degenerate(p, "r", dtype, 0.0, "every value after x0 would be 0", "an r farther from 0")
     check_degenerate(p, "x0", dtype, 0.0, "every value would be 0 (a fixed point of the map)", "an x0 farther from 0")

@@ -21,7 +21,7 @@ import functools
 import operator
 from typing import Any
 
-from ..errors import InputError, spell
+from ..errors import InputError, arg
 from ._base import (
     Job,
     Param,
@@ -197,21 +197,21 @@ def _build_randomwalk(size: int | None = None, dtype: str = "float64", **params:
     p = resolve_params("randomwalk", RANDOMWALK_PARAMS, params, RANDOMWALK_REFUSED)
     if p["sigma"] < 0:
         raise InputError(
-            f"{spell('sigma')} must be >= 0, got {p['sigma']!r}; pass a standard deviation such as "
-            f"{spell('sigma', 1.0)}"
+            f"{arg('sigma')} must be >= 0, got {p['sigma']!r}; pass a standard deviation such as "
+            f"{arg('sigma', 1.0)}"
         )
     if not 0 <= p["seed"] <= MAX_SEED:
-        raise InputError(f"{spell('seed')} must be in [0, 2**63 - 1], got {p['seed']}; pass e.g. {spell('seed', 0)}")
+        raise InputError(f"{arg('seed')} must be in [0, 2**63 - 1], got {p['seed']}; pass e.g. {arg('seed', 0)}")
     size, dtype = check_size(size, "randomwalk"), check_dtype(dtype)
     if size > MAX_SIZE:
         raise InputError(
-            f"{spell('size')} must be <= {MAX_SIZE} for randomwalk, whose noise is keyed by a 32-bit step index, "
-            f"got {size}; make several walks with different {spell('seed')} values instead"
+            f"{arg('size')} must be <= {MAX_SIZE} for randomwalk, whose noise is keyed by a 32-bit step index, "
+            f"got {size}; make several walks with different {arg('seed')} values instead"
         )
     if not 1 <= p["paths"] <= MAX_PATHS:
         raise InputError(
-            f"{spell('paths')} must be in [1, 2**32] (walks are keyed by a 32-bit index), got {p['paths']}; pass e.g. "
-            f"{spell('paths', 1000)}"
+            f"{arg('paths')} must be in [1, 2**32] (walks are keyed by a 32-bit index), got {p['paths']}; pass e.g. "
+            f"{arg('paths', 1000)}"
         )
     check_overflow(p, ("x0", "sigma"), dtype)
     check_degenerate(p, "sigma", dtype, 0.0, "every value would equal x0", "a larger sigma")

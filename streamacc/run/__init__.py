@@ -23,9 +23,13 @@ from .._lazy import lazy_exports
 if TYPE_CHECKING:
     from ._write import write as write
     from .execute import cluster_client as cluster_client, si as si
+    from .output import MODES as MODES, check_request as check_request
     from .read import (
-        describe_output as describe_output,
-        format_description as format_description,
+        ArrayInfo as ArrayInfo,
+        MemoryEstimate as MemoryEstimate,
+        OutputInfo as OutputInfo,
+        SummaryInfo as SummaryInfo,
+        info as info,
         open as open,
         overview as overview,
     )
@@ -40,7 +44,8 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "._write": ["write"],
     ".execute": ["cluster_client", "si"],
-    ".read": ["describe_output", "format_description", "open", "overview"],
+    ".output": ["MODES", "check_request"],
+    ".read": ["ArrayInfo", "MemoryEstimate", "OutputInfo", "SummaryInfo", "info", "open", "overview"],
     ".record": ["load_manifest"],
     ".threads": ["Terminated", "run_interruptibly", "still_running"],
     ".recompute": ["VerifyReport", "verify", "verify_recipe_output"],

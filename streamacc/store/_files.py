@@ -56,12 +56,12 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file.
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` durably, so that a crash leaves either the old or the new file.
 
     The temp file is opened without following links and renamed over ``path`` (a rename
-    replaces a link rather than writing through it). With ``sync`` the new file is also
-    durable when this returns. The caller makes sure the parent directory is real.
+    replaces a link rather than writing through it). The caller makes sure the parent
+    directory is real.
     """
     tmp = path.with_name(path.name + ".streamacc-tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
@@ -70,16 +70,14 @@ def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            if sync:
-                os.fsync(fd)
+            os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
     except BaseException:  # a full disk or an interrupt: leave the old file, and no temp file
         tmp.unlink(missing_ok=True)
         raise
-    if sync:
-        fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def find_link(root: Path) -> Path | None:

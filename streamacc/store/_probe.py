@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from ..errors import InputError, NoOutputError, StoreError, spell
+from ..errors import InputError, NoOutputError, StoreError, arg, one_line
 from ._storeerrors import describe_store_failure, is_store_failure
 
 __all__ = ["backend_missing", "check_store"]
@@ -41,8 +41,8 @@ def _bad_option(url: str, exc: TypeError) -> InputError:
     found = re.search(r"keyword argument '(\w+)'", str(exc))
     name = f" {found.group(1)!r}" if found else ""
     return InputError(
-        f"the storage option{name} is not one that the backend of {url} takes ({' '.join(str(exc).split())}); "
-        f"check {spell('storage_options')}"
+        f"the storage option{name} is not one that the backend of {url} takes ({one_line(exc)}); "
+        f"check {arg('storage_options')}"
     )
 
 
@@ -79,7 +79,7 @@ def check_store(store: Any, url: str, storage_options: dict | None) -> None:
             raise
         raise StoreError(
             f"cannot reach {url} ({describe_store_failure(exc)}); check the endpoint and credentials in "
-            f"{spell('storage_options')} (and the environment), and the network"
+            f"{arg('storage_options')} (and the environment), and the network"
         ) from None
     if found is False:
         raise NoOutputError(f"the bucket {bucket!r} of {url} does not exist; check the URL, or create the bucket first")

@@ -23,7 +23,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
-from ..errors import InputError, LockedError, NoOutputError, OutputExistsError, StoreError, spell
+from ..errors import InputError, LockedError, NoOutputError, OutputExistsError, StoreError, arg, one_line
 from ._chunks import scratch
 from ._files import DirLock, atomic_write, find_link, fsync_dir, fsync_file, remove_temp_files, remove_tree_contents
 from ._probe import backend_missing, check_store
@@ -49,7 +49,6 @@ class Target:
 
     store: Store
     label: str
-    fsync: bool = True  # off only to measure what durability costs
 
     @property
     def read_only(self) -> bool:
@@ -170,8 +169,7 @@ class LocalTarget(Target):
                 if not create:
                     return path
                 directory.mkdir()
-                if self.fsync:
-                    fsync_dir(directory.parent)
+                fsync_dir(directory.parent)
             self._real_dirs.add(directory)
         return path
 
@@ -206,14 +204,13 @@ class LocalTarget(Target):
             os.close(fd)
 
     def write(self, key: str, data: bytes) -> None:
-        atomic_write(self._path(key, create=True), data, sync=self.fsync)
+        atomic_write(self._path(key, create=True), data)
 
     def delete(self, key: str) -> None:
         path = self._path(key)
         if path.is_file() or path.is_symlink():
             path.unlink()
-            if self.fsync:
-                fsync_dir(path.parent)
+            fsync_dir(path.parent)
 
     def list_keys(self, prefix: str = "") -> list[str]:
         base = self._path(prefix) if prefix else self.root
@@ -249,8 +246,6 @@ class LocalTarget(Target):
         return self.root.exists() and (not self.root.is_dir() or any(self.root.iterdir()))
 
     def make_durable(self, keys: list[str], *, drop_cache: bool = False) -> None:
-        if not self.fsync:
-            return
         dirs = set()
         for key in keys:
             path = self.root / key
@@ -292,8 +287,7 @@ class LocalTarget(Target):
         self.check_contents()
         self.delete("zarr.json")  # first: readers stop seeing the old group at once
         remove_tree_contents(self.root, {self.root / key for key in keep})
-        if self.fsync:
-            fsync_dir(self.root)
+        fsync_dir(self.root)
 
     @contextlib.contextmanager
     def lock(self, command: str) -> Iterator[None]:
@@ -332,12 +326,21 @@ class StoreTarget(Target):
     the lease may be lost, nothing more reaches the store.
     """
 
-    def __init__(self, store: Store, label: str, storage_options: dict | None = None) -> None:
+    def __init__(
+        self, store: Store, label: str, storage_options: dict | None = None, *, follow: str | None = None
+    ) -> None:
+        """``follow``: write for the writer holding that lease (a cluster worker), fenced by it."""
         self.raw = store
         self.store = store if store.read_only else FencedStore(store, self.check_lock)
         self.label = label
         self.storage_options = storage_options
         self._lease: Any = None
+        fs = getattr(store, "fs", None)
+        if follow is not None and fs is not None:
+            from .lease import LeaseView
+
+            self._lease = LeaseView.follow(fs, store.path, label, follow)
+            self._connect()
 
     @property
     def lease_token(self) -> str | None:
@@ -404,15 +407,6 @@ class StoreTarget(Target):
             lease, self._lease = self._lease, None
             lease.release()
 
-    def follow(self, token: str) -> None:
-        """Write for the writer holding the lease ``token`` (a cluster worker): fenced by that lease."""
-        fs = getattr(self.raw, "fs", None)
-        if fs is not None:
-            from .lease import LeaseView
-
-            self._lease = LeaseView.follow(fs, self.raw.path, self.label, token)
-            self._connect()
-
     def _connect(self) -> None:
         """On S3, hook the client now, so that even the first write request is fenced as it is sent."""
         if isinstance(self.store, FencedStore):
@@ -432,8 +426,14 @@ class StoreTarget(Target):
             lock.release()
 
 
-def open_target(store: Any, *, storage_options: dict | None = None, read_only: bool = False) -> Target:
-    """Resolve a local path, an fsspec URL or a zarr store object into a :class:`Target`."""
+def open_target(
+    store: Any, *, storage_options: dict | None = None, read_only: bool = False, follow: str | None = None
+) -> Target:
+    """Resolve a local path, an fsspec URL or a zarr store object into a :class:`Target`.
+
+    ``follow`` is a writer's lease token: the target writes for that writer (a cluster
+    worker of a run on an object store), fenced by its lease.
+    """
     if isinstance(store, Store):
         if isinstance(store, LocalStore):
             return LocalTarget(Path(store.root), str(store), read_only=read_only or store.read_only)
@@ -449,19 +449,19 @@ def open_target(store: Any, *, storage_options: dict | None = None, read_only: b
         text = text[len("file://") :]
     if "://" in text:
         if storage_options is not None and not isinstance(storage_options, dict):
-            raise InputError(f"{spell('storage_options')} must be a dict, got {type(storage_options).__name__}")
+            raise InputError(f"{arg('storage_options')} must be a dict, got {type(storage_options).__name__}")
         try:
             zstore = FsspecStore.from_url(text, storage_options=storage_options, read_only=read_only)
         except ImportError:
             raise backend_missing(text) from None
         except (ValueError, TypeError) as exc:
             raise StoreError(
-                f"cannot open {text!r}: {' '.join(str(exc).split())}; check the URL and {spell('storage_options')}"
+                f"cannot open {text!r}: {one_line(exc)}; check the URL and {arg('storage_options')}"
             ) from None
         check_store(zstore, text, storage_options)
-        return StoreTarget(zstore, text, storage_options)
+        return StoreTarget(zstore, text, storage_options, follow=follow)
     if storage_options:
-        raise InputError(f"{spell('storage_options')} apply only to URLs such as s3://bucket/out.zarr, not to {text!r}")
+        raise InputError(f"{arg('storage_options')} apply only to URLs such as s3://bucket/out.zarr, not to {text!r}")
     root = Path(text).expanduser().absolute()
     if root.exists() and not root.is_dir():
         raise NoOutputError(f"{text} exists and is not a folder; choose another output path")

@@ -24,7 +24,7 @@ from zarr.codecs import Crc32cCodec
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
-from ..errors import NoOutputError, spell
+from ..errors import NoOutputError, arg, one_line
 from ._chunks import ChunkWriter
 from ._codecs import compressors_for
 from ._target import Target
@@ -213,8 +213,8 @@ class ZarrSink:
                 arrays[name] = zarr.open_array(target.store, path=name, mode=mode, zarr_format=3, config=_CONFIG)
             except (FileNotFoundError, ValueError, KeyError, TypeError) as exc:
                 raise NoOutputError(
-                    f"array {name!r} of {target.label} cannot be opened ({' '.join(str(exc).split())}); "
-                    f"rewrite the output with {spell('overwrite', True)}"
+                    f"array {name!r} of {target.label} cannot be opened ({one_line(exc)}); "
+                    f"rewrite the output with {arg('mode', 'overwrite')}"
                 ) from None
         return cls(target, arrays)
 

@@ -2,7 +2,8 @@
 
 ``_pyramid`` is the arithmetic (numpy only), ``_store`` their Zarr arrays under
 ``_streamacc/summaries/`` and the commit's tail, ``_summaries`` the summaries of a run
-being written, resumed, extended and verified, ``_windows`` the windows a write asks for.
+being written or resumed, ``_check`` verify's check of them, ``_extension`` their cut for an
+extension, ``_windows`` the windows a write asks for.
 Knows numpy and the store, never JAX.
 
 These are the names the other rooms and wings use; each is imported on first use.
@@ -15,29 +16,24 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ._check import SummaryCheck as SummaryCheck
+    from ._extension import extension_tail as extension_tail, rebuild_stale_arrays as rebuild_stale_arrays
     from ._pyramid import Rows as Rows
     from ._store import SUMMARIES as SUMMARIES, SummaryStore as SummaryStore
     from ._summaries import (
         Summaries as Summaries,
-        SummaryCheck as SummaryCheck,
         SummaryPlan as SummaryPlan,
-        extension_tail as extension_tail,
-        rebuild_stale_arrays as rebuild_stale_arrays,
+        output_rows as output_rows,
         summarized_names as summarized_names,
     )
     from ._windows import check_windows as check_windows
 
 _EXPORTS = {
+    "._check": ["SummaryCheck"],
+    "._extension": ["extension_tail", "rebuild_stale_arrays"],
     "._pyramid": ["Rows"],
     "._store": ["SUMMARIES", "SummaryStore"],
-    "._summaries": [
-        "Summaries",
-        "SummaryCheck",
-        "SummaryPlan",
-        "extension_tail",
-        "rebuild_stale_arrays",
-        "summarized_names",
-    ],
+    "._summaries": ["Summaries", "SummaryPlan", "output_rows", "summarized_names"],
     "._windows": ["check_windows"],
 }
 __all__ = sorted(name for names in _EXPORTS.values() for name in names)

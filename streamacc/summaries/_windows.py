@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._defaults import DEFAULT_SUMMARY_WINDOWS
-from ..errors import InputError, spell
+from ..errors import InputError, arg
 
 __all__ = ["check_windows"]
 
@@ -31,18 +31,14 @@ def check_windows(summaries: bool | Sequence[int] | None, reverse: bool) -> list
     if good and windows:
         good = windows[0] >= 1 and all(b > a and b % a == 0 for a, b in itertools.pairwise(windows))
     if not good:
-        option = spell("summaries")
-        cli = option.startswith("--")
-        example = ",".join(map(str, DEFAULT_SUMMARY_WINDOWS)) if cli else list(DEFAULT_SUMMARY_WINDOWS)
         raise InputError(
-            f"{option} must be {'' if cli else 'True, False or '}increasing window lengths in steps, each a multiple "
-            f"of the one before, got {','.join(map(str, windows)) if cli else repr(summaries)}; pass e.g. "
-            f"{option + ' ' if cli else option + '='}{example}"
+            f"{arg('summaries', summaries)} does not give increasing window lengths in steps, each a multiple of the "
+            f"one before; pass e.g. {arg('summaries', list(DEFAULT_SUMMARY_WINDOWS))}"
         )
     if reverse and windows and summaries is not True:
         raise InputError(
             f"a reverse scan writes no summaries (its blocks commit from its last step), so "
-            f"{spell('summaries', summaries)} cannot be kept; leave {spell('summaries')} out or pass "
-            f"{spell('summaries', False)}"
+            f"{arg('summaries', summaries)} cannot be kept; leave {arg('summaries')} out or pass "
+            f"{arg('summaries', False)}"
         )
     return [] if reverse else [int(w) for w in windows]

@@ -19,7 +19,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from ...errors import InputError, spell
+from ..._checks import as_count
+from ...errors import InputError, arg, one_line
 from ...store import close_store_sessions
 
 __all__ = ["close_worker_sessions", "cluster_client", "local_cluster"]
@@ -43,7 +44,7 @@ def _distributed() -> Any:
         import distributed
     except ImportError:
         raise InputError(
-            f"{spell('workers')} needs dask.distributed; install it with pip install 'streamacc[dist]'"
+            f"{arg('workers')} needs dask.distributed; install it with pip install 'streamacc[dist]'"
         ) from None
     return distributed
 
@@ -88,18 +89,14 @@ def local_cluster(n_workers: int, **cluster_options: Any) -> Iterator[Any]:
     The cluster is closed when the block ends, however it ends. ``cluster_options`` go to
     ``LocalCluster`` (e.g. ``memory_limit``).
     """
-    if not (isinstance(n_workers, int) and n_workers >= 1):
-        raise InputError(
-            f"{spell('workers', n_workers)} is not a positive number of worker processes; "
-            f"pass e.g. {spell('workers', 2)}"
-        )
+    n_workers = as_count("workers", n_workers, minimum=1, example=2)
     cores = _cores()
     most = max(MIN_WORKER_LIMIT, WORKERS_PER_CORE * cores)
     if n_workers > most:
         raise InputError(
-            f"{spell('workers', n_workers)} asks for more worker processes than this machine can run ({cores} CPU "
-            f"cores; each worker is a process of its own with its own JAX); pass at most {spell('workers', most)}, "
-            f"or run a larger cluster and pass {spell('scheduler')}"
+            f"{arg('workers', n_workers)} asks for more worker processes than this machine can run ({cores} CPU "
+            f"cores; each worker is a process of its own with its own JAX); pass at most {arg('workers', most)}, "
+            f"or run a larger cluster and pass {arg('scheduler')}"
         )
     distributed = _distributed()
     options = {
@@ -136,8 +133,8 @@ def _check_address(scheduler: str) -> None:
             raise ValueError("it names no host")
     except ValueError as exc:
         raise InputError(
-            f"{spell('scheduler', repr(scheduler))} is not a dask scheduler address ({' '.join(str(exc).split())}); "
-            f"pass e.g. {spell('scheduler', 'tcp://127.0.0.1:8786')}"
+            f"{arg('scheduler', scheduler)} is not a dask scheduler address ({one_line(exc)}); "
+            f"pass e.g. {arg('scheduler', 'tcp://127.0.0.1:8786')}"
         ) from None
 
 
@@ -150,7 +147,7 @@ def cluster_client(workers: int | None, scheduler: str | None) -> Iterator[Any]:
     cluster someone else runs and only disconnects.
     """
     if workers is not None and scheduler is not None:
-        raise InputError(f"{spell('workers')} and {spell('scheduler')} exclude each other; pass one")
+        raise InputError(f"{arg('workers')} and {arg('scheduler')} exclude each other; pass one")
     if workers is not None:
         with local_cluster(workers) as client:
             yield client
@@ -161,8 +158,8 @@ def cluster_client(workers: int | None, scheduler: str | None) -> Iterator[Any]:
             client = distributed.Client(scheduler, timeout=30, set_as_default=False)
         except (OSError, TimeoutError, ValueError) as exc:
             raise InputError(
-                f"cannot reach the dask scheduler at {scheduler!r} ({' '.join(str(exc).split())}); check "
-                f"{spell('scheduler')}, e.g. {spell('scheduler', 'tcp://127.0.0.1:8786')}"
+                f"cannot reach the dask scheduler at {scheduler!r} ({one_line(exc)}); check "
+                f"{arg('scheduler')}, e.g. {arg('scheduler', 'tcp://127.0.0.1:8786')}"
             ) from None
         with client:
             try:

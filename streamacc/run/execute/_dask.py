@@ -44,7 +44,7 @@ from ...engine import (
     to_host,
     x64_scope,
 )
-from ...errors import CarryMismatchError, InputError, StreamaccError, spell
+from ...errors import CarryMismatchError, InputError, StreamaccError, arg
 from ...store import LocalTarget, StoreTarget, Target, ZarrSink, open_target
 from ...summaries import SummaryPlan
 from ..output import BlockResult, Output
@@ -52,7 +52,7 @@ from ..threads import check_stop, on_own_thread, run_ordered
 from ._cluster import close_worker_sessions
 from ._local import write_block
 
-__all__ = ["BLOCKS_PER_TASK", "BlockTask", "DaskExecutor", "SinkSpec", "run_block_task", "run_block_tasks"]
+__all__ = ["BLOCKS_PER_TASK", "BlockTask", "DaskExecutor", "SinkSpec", "run_block_tasks"]
 
 BLOCKS_PER_TASK = 4
 """Consecutive blocks per task: enough to share the scheduler's round trip (measured: about
@@ -68,7 +68,6 @@ class SinkSpec:
     location: str
     storage_options: str  # JSON text, so that the spec is hashable and each worker opens the store once a run
     names: tuple[str, ...]
-    fsync: bool
     run: str  # a token per run: a worker reuses an opened sink within a run only
     lease: str | None = None  # the driver's lease token: a worker writes only while that lease holds
     summary: SummaryPlan | None = None  # how to cut each block's summary pieces
@@ -79,7 +78,7 @@ class SinkSpec:
         options = json.dumps(getattr(target, "storage_options", None), sort_keys=True)
         names = tuple(output.spec.names)
         location, token, lease = cls.location_of(target), secrets.token_hex(8), getattr(target, "lease_token", None)
-        return cls(location, options, names, target.fsync, token, lease, output.summary_plan)
+        return cls(location, options, names, token, lease, output.summary_plan)
 
     @staticmethod
     def location_of(target: Target) -> str:
@@ -97,10 +96,7 @@ class SinkSpec:
 @functools.lru_cache(maxsize=4)
 def _open_sink(spec: SinkSpec) -> ZarrSink:
     """The sink of ``spec`` in this worker process, opened once a run and reused by its later tasks."""
-    target: Target = open_target(spec.location, storage_options=json.loads(spec.storage_options))
-    target.fsync = spec.fsync
-    if spec.lease is not None and isinstance(target, StoreTarget):
-        target.follow(spec.lease)
+    target = open_target(spec.location, storage_options=json.loads(spec.storage_options), follow=spec.lease)
     return ZarrSink.open(target, list(spec.names))
 
 
@@ -158,11 +154,6 @@ def run_block_tasks(plan: Plan, spec: SinkSpec, tasks: list[BlockTask], x64: boo
         return _results(plan, spec, tasks)
 
 
-def run_block_task(plan: Plan, spec: SinkSpec, task: BlockTask, x64: bool) -> BlockResult:
-    """:func:`run_block_tasks` for one block."""
-    return run_block_tasks(plan, spec, [task], x64)[0]
-
-
 @dataclasses.dataclass
 class DaskExecutor:
     """Blocks recomputed as tasks on a dask cluster from carries the driver computes.
@@ -199,134 +190,183 @@ class DaskExecutor:
         except TimeoutError:
             raise StreamaccError(
                 f"the cluster's workers did not all take the run's plan within {SCATTER_TIMEOUT:.0f} s (a worker "
-                f"restarting or unreachable); nothing more was written; rerun with {spell('resume', True)} once "
+                f"restarting or unreachable); nothing more was written; rerun with {arg('mode', 'resume')} once "
                 "the cluster is healthy"
             ) from None
         try:
-            self._run(plan, output, spec, plan_future, x64, exact=False)
-        except _CarryPassDiffers as differs:
-            # the worker's carry is the block's own: XLA compiled the carry-only scan to other bits,
-            # not a step that differs between machines
-            output.commit(differs.result)
-            self._run(plan, output, spec, plan_future, x64, exact=True)
+            differs = self._pass(plan, output, _Submit(self.client, plan_future, spec, x64), exact=False)
+            if differs is not None:
+                # a worker's carry differs from the carry pass's: the step on this machine decides whether the
+                # carry-only scan compiled to other bits (go on with an exact carry pass) or the step differs
+                _confirm(differs, plan)
+                output.commit(differs)
+                self._pass(plan, output, _Submit(self.client, plan_future, spec, x64), exact=True)
         finally:
             close_worker_sessions(self.client)
         output.remove_lost_writes()  # a worker killed mid-write left its temp file; another wrote its block again
 
-    def _run(self, plan: Plan, output: Output, spec: SinkSpec, plan_future: Any, x64: bool, *, exact: bool) -> None:
-        """One carry pass from the output's first uncommitted block, its tasks and their in-order commits.
+    def _pass(self, plan: Plan, output: Output, submit: _Submit, *, exact: bool) -> BlockResult | None:
+        """One carry pass from the output's first uncommitted block, its tasks, and their in-order commits.
 
         With ``exact``, the carry pass runs the block function itself (its ys computed and
-        dropped), the very program the workers run.
+        dropped), the very program the workers run. Returns the first block whose worker
+        ended with another carry than this pass (not committed), or None when every block
+        agreed; with ``exact`` such a block raises instead.
         """
-        # tasks submitted and not yet committed, in scan order; a thread of its own commits them, so
-        # that the carry pass and the submissions never wait for a commit's fsyncs
-        pending: queue.Queue[tuple[Any, list[list[HostLeaf]]] | None] = queue.Queue(maxsize=self.inflight)
-        failed: list[BaseException] = []
-
-        def commit_in_order() -> None:
-            try:
-                while not failed and (item := pending.get()) is not None:
-                    future, carries_out = item
-                    results = future.result()
-                    if failed:
-                        return  # the driver gave up meanwhile: commit nothing more
-                    for result, carry_out in zip(results, carries_out, strict=True):
-                        if not same_leaves(result.carry_out, carry_out):
-                            output.commit(*results[: result.index - results[0].index])
-                            if not exact:
-                                raise _CarryPassDiffers(result)  # checked on the driver's own thread
-                            raise CarryMismatchError(
-                                f"block {result.index} (steps {result.start}-{result.stop}) ended with another "
-                                "carry on its worker than in the carry pass, so the step is not reproducible there "
-                                "(nondeterministic, or different hardware); nothing past it was committed: rerun "
-                                "without a cluster"
-                            )
-                    output.commit(*results)
-            except BaseException as exc:
-                failed.append(exc)
-
-        committer = threading.Thread(target=commit_in_order, name="streamacc-commit", daemon=True)
-        committer.start()
-        submitted: collections.deque[Any] = collections.deque()  # the tasks that may still run, oldest first
-
-        def put(item: tuple[Any, list[list[HostLeaf]]] | None) -> None:
-            while not failed and committer.is_alive():
-                try:
-                    pending.put(item, timeout=0.1)
-                    return
-                except queue.Full:
-                    continue
-
-        group: list[BlockTask] = []
-        expected: list[list[HostLeaf]] = []
+        committer = _Committer(output, self.inflight, exact)
         carry_in = output.carry
         carries = on_own_thread(
             carry_pass(plan, carry=from_host(carry_in, plan.init), first_block=output.first_block, exact=exact)
         )
+        group: list[BlockTask] = []
+        expected: list[list[HostLeaf]] = []
         try:
             for index, (start, stop, carry) in enumerate(carries, start=output.first_block):
                 check_stop()
-                if failed:
+                if committer.stopped:
                     break
                 carry_out = to_host(carry)
                 group.append(BlockTask(index, start, stop, carry_in))
                 expected.append(carry_out)
                 carry_in = carry_out
                 if len(group) == self.blocks_per_task:
-                    while submitted and submitted[0].done():
-                        submitted.popleft()  # finished: nothing to cancel, and the deque stays as short as the queue
-                    submitted.append(self._submit(plan_future, spec, group, x64))
-                    put((submitted[-1], list(expected)))
+                    committer.put(submit(group), expected)
                     group, expected = [], []
-            if group and not failed:
-                submitted.append(self._submit(plan_future, spec, group, x64))
-                put((submitted[-1], expected))
-            put(None)
-            while committer.is_alive():
-                check_stop()
-                committer.join(0.1)
+            if group and not committer.stopped:
+                committer.put(submit(group), expected)
+            committer.close()
+            committer.wait()
         finally:
             carries.close()
-            if committer.is_alive():  # interrupted: the committer stops after the commit in hand
-                failed.append(KeyboardInterrupt())
-                for future in submitted:
-                    future.cancel()
-                with contextlib.suppress(queue.Full):
-                    pending.put_nowait(None)
-                committer.join()
-            if failed and isinstance(failed[0], _CarryPassDiffers):
-                for future in submitted:  # tasks past the block: none may write once it is computed again
-                    with contextlib.suppress(Exception):
-                        future.result()
-        if failed:
-            if isinstance(failed[0], _CarryPassDiffers):
-                failed[0] = _CarryPassDiffers.confirm(failed[0], plan)
-            raise failed[0]
-
-    def _submit(self, plan_future: Any, spec: SinkSpec, group: list[BlockTask], x64: bool) -> Any:
-        return self.client.submit(run_block_tasks, plan_future, spec, list(group), x64, pure=False, retries=2)
+            committer.abandon()
+        return committer.outcome()
 
 
-class _CarryPassDiffers(Exception):
-    """A task's block ended with another carry than the carry pass's: to be told apart from a step that differs."""
+@dataclasses.dataclass(frozen=True)
+class _Submit:
+    """Submits a group of consecutive block tasks to the cluster."""
 
-    def __init__(self, result: BlockResult) -> None:
-        super().__init__(result.index)
-        self.result = result
+    client: Any
+    plan: Any  # the plan, scattered to every worker
+    spec: SinkSpec
+    x64: bool
 
-    @staticmethod
-    def confirm(differs: _CarryPassDiffers, plan: Plan) -> BaseException:
-        """``differs`` itself if the driver, recomputing the block as workers do, ends with the worker's carry;
-        otherwise the error that stops the run."""
-        result = differs.result
-        block = compute_block(plan, from_host(result.carry_in, plan.init), result.start, result.stop)
-        here = to_host(block.carry)
-        block.release()
-        if same_leaves(here, result.carry_out):
-            return differs
-        return CarryMismatchError(
-            f"block {result.index} (steps {result.start}-{result.stop}) ended with another carry on its worker than "
-            "on this machine, so the step is not reproducible there (nondeterministic, or different hardware); "
-            "nothing past it was committed: rerun without a cluster"
-        )
+    def __call__(self, group: list[BlockTask]) -> Any:
+        return self.client.submit(run_block_tasks, self.plan, self.spec, list(group), self.x64, pure=False, retries=2)
+
+
+_END = None
+
+
+class _Committer:
+    """Commits the blocks of submitted tasks strictly in scan order, on a thread of its own.
+
+    The carry pass and the submissions never wait for a commit's fsyncs: the driver hands
+    each task (its future and the carries the pass expects after its blocks) to
+    :meth:`put`, at most ``inflight`` uncommitted at a time. The committer's state is
+    explicit: the tasks handed over (``_queue``, oldest first), those that may still run
+    (``_submitted``, to cancel on an interrupt), the first error (``_error``), and the
+    first block whose worker's carry differs from the pass's (``_differs``). Once either
+    is set, nothing more is committed.
+    """
+
+    def __init__(self, output: Output, inflight: int, exact: bool) -> None:
+        self._output = output
+        self._exact = exact
+        self._queue: queue.Queue[tuple[Any, list[list[HostLeaf]]] | None] = queue.Queue(maxsize=inflight)
+        self._submitted: collections.deque[Any] = collections.deque()
+        self._error: BaseException | None = None
+        self._differs: BlockResult | None = None
+        self._thread = threading.Thread(target=self._run, name="streamacc-commit", daemon=True)
+        self._thread.start()
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the committer stopped early (an error, or a carry that differs): submit nothing more."""
+        return self._error is not None or self._differs is not None or not self._thread.is_alive()
+
+    def put(self, future: Any, expected: list[list[HostLeaf]]) -> None:
+        """Hand over a submitted task, waiting while ``inflight`` tasks are uncommitted (interruptibly)."""
+        while self._submitted and self._submitted[0].done():
+            self._submitted.popleft()  # finished: nothing to cancel, and the deque stays as short as the queue
+        self._submitted.append(future)
+        while not self.stopped:
+            check_stop()
+            try:
+                self._queue.put((future, list(expected)), timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def close(self) -> None:
+        """No more tasks: the committer ends once it has committed the ones it has."""
+        while not self.stopped:
+            check_stop()
+            try:
+                self._queue.put(_END, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def wait(self) -> None:
+        """Wait (interruptibly) until every task handed over is committed, or the committer stopped."""
+        while self._thread.is_alive():
+            check_stop()
+            self._thread.join(0.1)
+
+    def abandon(self) -> None:
+        """After an interrupt: cancel what may still run and let the commit in hand finish; no-op otherwise."""
+        if self._thread.is_alive():
+            self._error = self._error or KeyboardInterrupt()
+            for future in self._submitted:
+                future.cancel()
+            with contextlib.suppress(queue.Full):
+                self._queue.put_nowait(_END)
+            self._thread.join()
+        if self._differs is not None:
+            for future in self._submitted:  # tasks past the block: none may write once it is computed again
+                with contextlib.suppress(Exception):
+                    future.result()
+
+    def outcome(self) -> BlockResult | None:
+        """The block whose worker's carry differs (None if none); raises the committer's error."""
+        if self._error is not None:
+            raise self._error
+        return self._differs
+
+    def _run(self) -> None:
+        try:
+            while self._error is None and self._differs is None and (item := self._queue.get()) is not _END:
+                self._commit(*item)
+        except BaseException as exc:
+            self._error = self._error or exc
+
+    def _commit(self, future: Any, expected: list[list[HostLeaf]]) -> None:
+        results: list[BlockResult] = future.result()
+        if self._error is not None:
+            return  # the driver gave up meanwhile: commit nothing more
+        for result, carry_out in zip(results, expected, strict=True):
+            if not same_leaves(result.carry_out, carry_out):
+                self._output.commit(*results[: result.index - results[0].index])
+                if self._exact:
+                    raise _mismatch(result, "in the carry pass")
+                self._differs = result
+                return
+        self._output.commit(*results)
+
+
+def _mismatch(result: BlockResult, where: str) -> CarryMismatchError:
+    return CarryMismatchError(
+        f"block {result.index} (steps {result.start}-{result.stop}) ended with another carry on its worker than "
+        f"{where}, so the step is not reproducible there (nondeterministic, or different hardware); nothing past "
+        "it was committed: rerun without a cluster"
+    )
+
+
+def _confirm(differs: BlockResult, plan: Plan) -> None:
+    """Recompute ``differs`` on the driver as workers do; raise unless it ends with the worker's carry."""
+    block = compute_block(plan, from_host(differs.carry_in, plan.init), differs.start, differs.stop)
+    here = to_host(block.carry)
+    block.release()
+    if not same_leaves(here, differs.carry_out):
+        raise _mismatch(differs, "on this machine")

@@ -94,23 +94,35 @@ class Progress:
     """A bar over steps that also shows output and stored throughput; silent when disabled.
 
     It shows only when asked for and stderr is a terminal, so logs and pipes stay clean.
+    A bar made before the work starts shows once :meth:`begin` says where it starts (a
+    resumed run, from the steps already committed); with ``initial`` it shows at once.
     """
 
-    def __init__(self, total: int, *, initial: int = 0, enabled: bool = True, label: str = "") -> None:
+    def __init__(self, total: int, *, initial: int | None = None, enabled: bool = True, label: str = "") -> None:
         self.enabled = enabled and _is_terminal(sys.stderr)
-        self.total, self.done, self.label = total, initial, label
+        self.total, self.label = total, label
+        self.done = 0
         self._bytes = 0
         self._stored: int | None = None
         self._t0 = time.perf_counter()
-        self._rates = Rates(self._t0, initial)
+        self._rates = Rates(self._t0, 0)
         self._bar: Any = None
-        if self.enabled:
+        if initial is not None:
+            self.begin(initial)
+
+    def begin(self, initial: int) -> None:
+        """Start counting at ``initial`` steps done (and show the bar, when enabled)."""
+        self.done = initial
+        self._t0 = time.perf_counter()
+        self._rates = Rates(self._t0, initial)
+        if self.enabled and self._bar is None:
             from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
             width = _columns(sys.stderr)
             self._bar = tqdm(
-                total=total, initial=initial, file=sys.stderr, leave=True, ncols=width, bar_format=self.text(width)
-            )
+                total=self.total, initial=initial, file=sys.stderr, leave=True, ncols=width,
+                bar_format=self.text(width),
+            )  # fmt: skip
 
     def update(self, steps: int, nbytes: int, stored: int | None = None) -> None:
         """Count ``steps`` more steps, ``nbytes`` more bytes of output and ``stored`` bytes stored for them."""

@@ -1,6 +1,7 @@
-"""An output opened for writing: the layout a write asks for (``_layout``: dimensions and
-chunks; ``_time``: the time axis), opening it new, overwritten or resumed and its in-order
-commits (``_output``), and extending a finished run (``_extend``).
+"""An output opened for writing: what a write asks for (``_request``, checked without JAX),
+its layout (``_layout``: dimensions and chunks; ``_time``: the time axis), the output it
+must produce (``_spec``), opening it new, overwritten, resumed or extended (``_open``,
+``_extend``, ``_debris``), and its in-order commits (``_output``).
 
 These are the names the other rooms and wings use; each is imported on first use.
 """
@@ -12,25 +13,20 @@ from typing import TYPE_CHECKING
 from ..._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._layout import (
-        STEP as STEP,
-        array_dims as array_dims,
-        chunk_rows as chunk_rows,
-        resolve_chunks as resolve_chunks,
-        stored_chunks as stored_chunks,
-    )
-    from ._output import (
-        BlockResult as BlockResult,
-        Output as Output,
-        OutputSpec as OutputSpec,
-        open_output as open_output,
-    )
-    from ._time import check_time as check_time, is_calendar as is_calendar, time_attrs as time_attrs, times as times
+    from ._layout import STEP as STEP, chunk_rows as chunk_rows, stored_chunks as stored_chunks
+    from ._open import open_output as open_output
+    from ._output import BlockResult as BlockResult, Output as Output
+    from ._request import MODES as MODES, Mode as Mode, Request as Request, check_request as check_request
+    from ._spec import OutputSpec as OutputSpec, output_spec as output_spec, stored_identity as stored_identity
+    from ._time import is_calendar as is_calendar, times as times
 
 _EXPORTS = {
-    "._layout": ["STEP", "array_dims", "chunk_rows", "resolve_chunks", "stored_chunks"],
-    "._output": ["BlockResult", "Output", "OutputSpec", "open_output"],
-    "._time": ["check_time", "is_calendar", "time_attrs", "times"],
+    "._layout": ["STEP", "chunk_rows", "stored_chunks"],
+    "._open": ["open_output"],
+    "._output": ["BlockResult", "Output"],
+    "._request": ["MODES", "Mode", "Request", "check_request"],
+    "._spec": ["OutputSpec", "output_spec", "stored_identity"],
+    "._time": ["is_calendar", "times"],
 }
 __all__ = sorted(name for names in _EXPORTS.values() for name in names)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import NoOutputError, ResumeError, spell
+from ...errors import NoOutputError, ResumeError, arg
 from ...store import Target, ZarrSink, array_document, resize_arrays
 from ...summaries import extension_tail, rebuild_stale_arrays
 from ..record import Ledger, Manifest, identity_differences
@@ -63,17 +63,17 @@ def extend_manifest(target: Target, identity: dict[str, Any], manifest: Manifest
         raise _refuse(
             label,
             f"its run is not finished ({manifest.committed_steps} of {manifest.length} steps committed); finish it "
-            f"first with {spell('resume', True)} and the length it was started with",
+            f"first with {arg('mode', 'resume')} and the length it was started with",
         )
     if new["length"] < old["length"]:
         raise _refuse(
             label,
-            f"{spell('length', new['length'])} is shorter than the {old['length']} steps it holds, and extending only "
-            f"lengthens; pass a {spell('length')} above {old['length']}",
+            f"{arg('length', new['length'])} is shorter than the {old['length']} steps it holds, and extending only "
+            f"lengthens; pass a {arg('length')} above {old['length']}",
         )
     if old.get("reverse"):
         raise _refuse(label, "a reverse scan starts from its last step, so a longer one changes every value; rerun "
-                             f"it with {spell('overwrite', True)}")  # fmt: skip
+                             f"it with {arg('mode', 'overwrite')}")  # fmt: skip
     diffs = identity_differences(_without_length(old), _without_length(new))
     if diffs:
         raise _refuse(label, f"the longer run would differ in more than its length ({'; '.join(diffs)}); pass the "
@@ -88,7 +88,7 @@ def extend_manifest(target: Target, identity: dict[str, Any], manifest: Manifest
     if problem is not None:  # checked before anything changes: a resume would find it after the extension
         k, start, stop, what = problem
         raise _refuse(
-            label, f"block {k} (steps {start}-{stop}) is bad: {what}; rewrite it with {spell('overwrite', True)}"
+            label, f"block {k} (steps {start}-{stop}) is bad: {what}; rewrite it with {arg('mode', 'overwrite')}"
         )
     carry = ledger.block(kept).carry_in
     rows = new["length"] // new.get("save_every", 1)
@@ -142,5 +142,5 @@ def _grow_arrays(target: Target, manifest: Manifest) -> None:
 def nothing_to_extend(label: str) -> NoOutputError:
     """The error for an extension of an output that does not exist."""
     return NoOutputError(
-        f"{label} holds no output to extend; write it first without {spell('extend', True)}, then extend it"
+        f"{label} holds no output to extend; write it first without {arg('mode', 'extend')}, then extend it"
     )

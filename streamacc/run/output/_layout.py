@@ -10,13 +10,12 @@ then writes whole chunks) and are sized in bytes on every axis: see :func:`defau
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
-from ...errors import InputError, spell
+from ...errors import InputError, arg
 from ...store import MAX_CHUNK_BYTES
 
 __all__ = [
@@ -61,14 +60,14 @@ def array_dims(shapes: Mapping[str, tuple[int, ...]], dims: Mapping[str, Sequenc
         trailing = given.get(name) or tuple(f"{name}_dim_{i}" for i in range(1, len(shape) + 1))
         if len(trailing) != len(shape):
             raise InputError(
-                f"{spell('dims')} names {len(trailing)} axes for output {name!r}, whose y has {len(shape)} "
+                f"{arg('dims')} names {len(trailing)} axes for output {name!r}, whose y has {len(shape)} "
                 f"(shape {tuple(shape)}); give one name per axis after {STEP!r}"
             )
         for dim, size in zip(trailing, shape, strict=True):
             if dim in sizes and sizes[dim][0] != size:
                 other_size, other = sizes[dim]
                 raise InputError(
-                    f"{spell('dims')} gives dimension {dim!r} {other_size} values in output {other!r} and {size} in "
+                    f"{arg('dims')} gives dimension {dim!r} {other_size} values in output {other!r} and {size} in "
                     f"{name!r}; one dimension has one length: give them different names"
                 )
             sizes[dim] = (size, name)
@@ -79,14 +78,14 @@ def array_dims(shapes: Mapping[str, tuple[int, ...]], dims: Mapping[str, Sequenc
 def _check_dims_arg(dims: Any, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[str, ...]]:
     if dims is None:
         return {}
-    example = spell("dims", {next(iter(shapes), "y"): ["x"]})
+    example = arg("dims", {next(iter(shapes), "y"): ["x"]})
     if not isinstance(dims, Mapping):
-        raise InputError(f"{spell('dims')} must map output names to lists of dimension names, got {dims!r}; "
+        raise InputError(f"{arg('dims')} must map output names to lists of dimension names, got {dims!r}; "
                          f"pass e.g. {example}")  # fmt: skip
     unknown = sorted(str(k) for k in dims if k not in shapes)
     if unknown:
         raise InputError(
-            f"{spell('dims')} names outputs {unknown} that f does not return; the outputs are "
+            f"{arg('dims')} names outputs {unknown} that f does not return; the outputs are "
             f"{', '.join(shapes)}; pass e.g. {example}"
         )
     checked = {}
@@ -95,12 +94,12 @@ def _check_dims_arg(dims: Any, shapes: Mapping[str, tuple[int, ...]]) -> dict[st
         bad = names is None or any(not isinstance(d, str) or not _NAME.match(d) for d in names)
         if bad or len(set(names)) != len(names):
             raise InputError(
-                f"{spell('dims')} for output {name!r} must be a list of distinct names (letters, digits, '_'), "
+                f"{arg('dims')} for output {name!r} must be a list of distinct names (letters, digits, '_'), "
                 f"got {dims[name]!r}; pass e.g. {example}"
             )
         clash = sorted(RESERVED & set(names))
         if clash:
-            raise InputError(f"{spell('dims')} uses {clash[0]!r}, which streamacc names its own coordinate; "
+            raise InputError(f"{arg('dims')} uses {clash[0]!r}, which streamacc names its own coordinate; "
                              "choose another name")  # fmt: skip
         checked[name] = names
     return checked
@@ -154,38 +153,38 @@ def default_chunks(trailing: tuple[int, ...], itemsize: int, block_rows: int, ta
 
 def _requested(chunks: Any, dims: tuple[str, ...]) -> list[Any]:
     """Per axis: what ``chunks`` asks (an int, -1 or None for the whole axis, 'auto'), before checks."""
-    example = spell("chunks", {STEP: 4096})
+    example = arg("chunks", {STEP: 4096})
     if chunks is None or (isinstance(chunks, str) and chunks == "auto"):
         return ["auto"] * len(dims)
     if isinstance(chunks, Mapping):
         unknown = [d for d in chunks if not isinstance(d, str)]
         if unknown:
-            raise InputError(f"{spell('chunks')} keys must be dimension names, got {unknown[0]!r}; pass e.g. {example}")
+            raise InputError(f"{arg('chunks')} keys must be dimension names, got {unknown[0]!r}; pass e.g. {example}")
         return [chunks.get(d, "auto") for d in dims]
-    if isinstance(chunks, (int, np.integer)) and not isinstance(chunks, bool):
+    if isinstance(chunks, numbers.Integral) and not isinstance(chunks, bool):
         return [int(chunks)] * len(dims)
     if isinstance(chunks, (tuple, list)):
         if len(chunks) != len(dims):
             raise InputError(
-                f"{spell('chunks', tuple(chunks))} has {len(chunks)} entries for an output with {len(dims)} axes "
+                f"{arg('chunks', tuple(chunks))} has {len(chunks)} entries for an output with {len(dims)} axes "
                 f"{dims}; give one per axis, or a dict by dimension name such as {example}"
             )
         return list(chunks)
     raise InputError(
-        f"{spell('chunks')} must be 'auto', an int, a tuple (one entry per axis) or a dict by dimension name, got "
+        f"{arg('chunks')} must be 'auto', an int, a tuple (one entry per axis) or a dict by dimension name, got "
         f"{chunks!r}; pass e.g. {example}"
     )
 
 
 def _entry(value: Any, dim: str) -> int | str | None:
-    if value is None or (isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value == -1):
+    if value is None or (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value == -1):
         return None
     if isinstance(value, str) and value == "auto":
         return "auto"
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise InputError(
-            f"{spell('chunks')} gives dimension {dim!r} {value!r}; each entry must be a positive int, -1 or None "
-            f"(the whole axis) or 'auto', e.g. {spell('chunks', {dim: 1024})}"
+            f"{arg('chunks')} gives dimension {dim!r} {value!r}; each entry must be a positive int, -1 or None "
+            f"(the whole axis) or 'auto', e.g. {arg('chunks', {dim: 1024})}"
         )
     return int(value)
 
@@ -232,7 +231,7 @@ def resolve_chunks(
         unknown = sorted(str(d) for d in chunks if d not in known)
         if unknown:
             raise InputError(
-                f"{spell('chunks')} names dimension {unknown[0]!r}, which no output has; the dimensions are "
+                f"{arg('chunks')} names dimension {unknown[0]!r}, which no output has; the dimensions are "
                 f"{', '.join(sorted(known))}"
             )
     out = {}
@@ -245,9 +244,9 @@ def resolve_chunks(
         rows = block_rows if asked[0] is None else default[0] if asked[0] == "auto" else asked[0]
         if block_rows % rows:
             raise InputError(
-                f"{spell('chunks')} puts {rows} rows along {STEP!r} in a chunk of {name!r}, which does not divide a "
+                f"{arg('chunks')} puts {rows} rows along {STEP!r} in a chunk of {name!r}, which does not divide a "
                 f"block's {block_rows} rows, and every block must write whole chunks: pass a divisor such as "
-                f"{spell('chunks', {STEP: math.gcd(block_rows, rows)})}, or a {spell('block_size')} holding a "
+                f"{arg('chunks', {STEP: math.gcd(block_rows, rows)})}, or a {arg('block_size')} holding a "
                 "whole number of chunks"
             )
         tile = [n if a is None else d if a == "auto" else min(a, n)
@@ -267,6 +266,6 @@ def check_chunk_bytes(name: str, chunk: tuple[int, ...], itemsize: int, dims: tu
     smaller = dict(zip(dims, (rows, *tile), strict=True))
     raise InputError(
         f"the chunks of {name!r}, {tuple(chunk)}, would hold {nbytes} bytes each, more than the 2 GiB a "
-        f"compressor can take; pass smaller chunks, e.g. {spell('chunks', smaller)}, or a smaller "
-        f"{spell('block_size')}"
+        f"compressor can take; pass smaller chunks, e.g. {arg('chunks', smaller)}, or a smaller "
+        f"{arg('block_size')}"
     )

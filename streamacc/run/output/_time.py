@@ -12,11 +12,12 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from ...errors import InputError, arg, one_line
 
-from ...errors import InputError, spell
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["TIME_ATTRS", "check_time", "is_calendar", "time_attrs", "times"]
 
@@ -27,15 +28,12 @@ _KEYS = ("step", "start", "units", "calendar")
 
 
 def _named(key: str) -> str:
-    """One entry of ``time`` as the caller gives it: ``time['step']``, or ``--time-step`` on the command line."""
-    whole = spell("time")
-    return f"--time-{key}" if whole.startswith("--") else f"{whole}[{key!r}]"
+    """One entry of ``time``, named in the caller's terms: ``time['step']``, or ``--time-step``."""
+    return arg(f"time.{key}")
 
 
 def _example() -> str:
-    if spell("time").startswith("--"):
-        return "--time-step 0.001 --time-start 0 --time-units s"
-    return spell("time", {"step": 0.001, "start": 0.0, "units": "s"})
+    return arg("time", {"step": 0.001, "start": 0.0, "units": "s"})
 
 
 def _number(value: Any, key: str) -> float:
@@ -51,7 +49,7 @@ def check_time(time: Any) -> dict[str, Any] | None:
     example = _example()
     if not isinstance(time, Mapping) or "step" not in time or set(time) - set(_KEYS):
         raise InputError(
-            f"{spell('time')} must be a dict with 'step' (the time one step takes) and optionally 'start', 'units' "
+            f"{arg('time')} must be a dict with 'step' (the time one step takes) and optionally 'start', 'units' "
             f"and 'calendar', got {time!r}; pass e.g. {example}"
         )
     step = _number(time["step"], "step")
@@ -59,11 +57,11 @@ def check_time(time: Any) -> dict[str, Any] | None:
         raise InputError(f"{_named('step')} must not be 0; pass the time one step takes, e.g. {example}")
     units, calendar = time.get("units", ""), time.get("calendar", "standard")
     if not isinstance(units, str) or not isinstance(calendar, str):
-        raise InputError(f"{spell('time')}['units'] and ['calendar'] must be text, got {units!r}, {calendar!r}")
+        raise InputError(f"{_named('units')} and {_named('calendar')} must be text, got {units!r}, {calendar!r}")
     checked = {"start": _number(time.get("start", 0.0), "start"), "step": step, "units": units.strip()}
     if is_calendar(checked["units"]):
         checked["calendar"] = calendar
-        times(np.array([0, 1]), checked)  # a date that cannot be read fails here, before anything is written
+        times([0, 1], checked)  # a date that cannot be read fails here, before anything is written
     return checked
 
 
@@ -72,8 +70,10 @@ def is_calendar(units: str) -> bool:
     return " since " in f" {units.strip()} "
 
 
-def times(steps: np.ndarray, time: Mapping[str, Any]) -> np.ndarray:
+def times(steps: np.ndarray | list[int], time: Mapping[str, Any]) -> np.ndarray:
     """The times of the steps ``steps`` (integer labels): floats, or dates for calendar units."""
+    import numpy as np  # not at import: the command line checks a time axis before it imports numpy
+
     offsets = time["start"] + np.asarray(steps, dtype=np.float64) * time["step"]
     if not is_calendar(time["units"]):
         return offsets
@@ -83,7 +83,7 @@ def times(steps: np.ndarray, time: Mapping[str, Any]) -> np.ndarray:
         return np.asarray(decode_cf_datetime(offsets, time["units"], time.get("calendar", "standard")))
     except Exception as exc:
         raise InputError(
-            f"{_named('units')} {time['units']!r} cannot be read as CF dates ({' '.join(str(exc).split())}); "
+            f"{_named('units')} {time['units']!r} cannot be read as CF dates ({one_line(exc)}); "
             "pass e.g. 'seconds since 2000-01-01'"
         ) from None
 

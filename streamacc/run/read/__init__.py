@@ -13,14 +13,18 @@ from ..._lazy import lazy_exports
 if TYPE_CHECKING:
     from ._dataset import open as open
     from ._info import (
-        describe_output as describe_output,
-        format_description as format_description,
+        ArrayInfo as ArrayInfo,
+        MemoryEstimate as MemoryEstimate,
+        OutputInfo as OutputInfo,
+        SummaryInfo as SummaryInfo,
+        info as info,
+        memory_estimate as memory_estimate,
     )
     from ._overview import overview as overview
 
 _EXPORTS = {
     "._dataset": ["open"],
-    "._info": ["describe_output", "format_description"],
+    "._info": ["ArrayInfo", "MemoryEstimate", "OutputInfo", "SummaryInfo", "info", "memory_estimate"],
     "._overview": ["overview"],
 }
 __all__ = sorted(name for names in _EXPORTS.values() for name in names)

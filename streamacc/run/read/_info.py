@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -13,34 +14,121 @@ from ...summaries import SUMMARIES, summarized_names
 from ..record import load_manifest
 from ..trust import check_structure
 
-__all__ = ["describe_output", "format_description", "memory_estimate"]
+__all__ = ["ArrayInfo", "MemoryEstimate", "OutputInfo", "SummaryInfo", "info", "memory_estimate"]
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryEstimate:
+    """The memory a local :func:`streamacc.write` of an output takes beyond Python, JAX and zarr.
+
+    The engine computes into a fixed pool of ``pool_blocks`` block buffers (the blocks
+    being written plus the one being computed), each writer thread encodes into a buffer as
+    large as one chunk and assembles a partial or split chunk in another, and an unrolled,
+    thinned block holds every step's y while it computes (``computing``). All in bytes.
+    """
+
+    block_bytes: int
+    pool_blocks: int
+    blocks: int
+    encoders: int
+    computing: int
+    total: int
 
 
 def memory_estimate(
     block_bytes: int, chunk_bytes: int, inflight: int = DEFAULT_INFLIGHT, computing_bytes: int = 0
-) -> dict[str, int]:
-    """The memory a local ``write`` of blocks of ``block_bytes`` takes beyond the interpreter and JAX.
-
-    The engine computes into a fixed pool of block buffers (``inflight`` blocks being written
-    plus the one the engine computes; on an accelerator, where it computes a block ahead,
-    one more), and each of the ``inflight`` writer threads encodes into a
-    buffer as large as one chunk and assembles a partial or split chunk in another. An
-    unrolled, thinned block also holds every step's y while it computes (``computing_bytes``).
-    """
+) -> MemoryEstimate:
+    """The memory a local write of blocks of ``block_bytes`` in chunks of ``chunk_bytes`` takes (see MemoryEstimate)."""
     blocks = pool_size(inflight) * block_bytes
     encoders = inflight * 2 * chunk_bytes
-    return {
-        "block_bytes": block_bytes,
-        "pool_blocks": pool_size(inflight),
-        "blocks": blocks,
-        "encoders": encoders,
-        "computing": computing_bytes,
-        "total": blocks + encoders + computing_bytes,
-    }
+    return MemoryEstimate(
+        block_bytes, pool_size(inflight), blocks, encoders, computing_bytes, blocks + encoders + computing_bytes
+    )
 
 
-def describe_output(store: Any, *, storage_options: dict | None = None) -> dict[str, Any]:
-    """A summary of an output: arrays, layout, codec, compression, memory, recipe, committed steps (read-only)."""
+@dataclasses.dataclass(frozen=True)
+class ArrayInfo:
+    """One output array: its shape (rows first), dtype, dimension names, chunk shape, codec and stored bytes."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    dims: tuple[str, ...]
+    chunks: tuple[int, ...]
+    codec: str
+    stored_bytes: int
+    """Bytes stored for the committed rows."""
+    compression_ratio: float | None
+    """Bytes of the committed rows over the bytes stored for them (None when nothing is stored)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SummaryInfo:
+    """An output's window summaries: the window lengths (in rows), the arrays they cover, the bytes they take."""
+
+    windows: tuple[int, ...]
+    arrays: tuple[str, ...]
+    stored_bytes: int
+    percent_of_data: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputInfo:
+    """What :func:`streamacc.info` returns, and ``streamacc info`` prints (``str(info)``)."""
+
+    path: str
+    arrays: dict[str, ArrayInfo]
+    committed_steps: int
+    committed_rows: int
+    total_steps: int
+    complete: bool
+    recipe: str | None
+    """The command line's recipe that wrote it (None for a Python step function)."""
+    params: dict[str, Any] | None
+    function: str
+    """The step function, as the run's identity records it."""
+    block_size: int
+    save_every: int
+    unroll: int | bool
+    time: dict[str, Any] | None
+    versions: dict[str, str]
+    memory: MemoryEstimate
+    summaries: SummaryInfo | None
+
+    def __str__(self) -> str:
+        return format_description(self)
+
+
+def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> OutputInfo:
+    """Describe an output: its arrays, layout, codec, compression, committed steps, recipe and summaries.
+
+    Reads the manifest and the arrays' metadata only, never the data, and imports no JAX;
+    works on read-only stores and while a run is still writing.
+
+    Parameters
+    ----------
+    store : str, os.PathLike or zarr store
+        The output: a local path, an fsspec URL (with ``storage_options``) or a zarr store.
+    storage_options : dict, optional
+        fsspec options for a URL ``store``.
+
+    Returns
+    -------
+    OutputInfo
+        What the output holds; ``print(info)`` shows what ``streamacc info`` prints.
+
+    Raises
+    ------
+    streamacc.errors.NoOutputError
+        Nothing is there, or no streamacc output.
+    streamacc.errors.VerifyError
+        The output's structure cannot be trusted (see :func:`streamacc.verify`).
+
+    Examples
+    --------
+    >>> about = streamacc.info("gp.zarr")
+    >>> about.committed_steps, about.arrays["y"].dtype
+    (2097152, 'float64')
+    """
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)
     check_structure(target, manifest)
@@ -57,38 +145,38 @@ def describe_output(store: Any, *, storage_options: dict | None = None) -> dict[
         chunk_bytes = max(chunk_bytes, int(np.prod(arr.chunks, dtype=np.int64)) * arr.dtype.itemsize)
         written = (last - first) * row_bytes
         stored = stored_bytes[name]
-        arrays[name] = {
-            "shape": list(arr.shape),
-            "dtype": str(arr.dtype),
-            "dims": list(arr.metadata.dimension_names or ()),
-            "chunks": list(arr.chunks),
-            "codec": ident["codec"],
-            "stored_bytes": stored,
-            "compression_ratio": round(written / stored, 3) if stored else None,
-        }
+        arrays[name] = ArrayInfo(
+            shape=tuple(int(n) for n in arr.shape),
+            dtype=str(arr.dtype),
+            dims=tuple(arr.metadata.dimension_names or ()),
+            chunks=tuple(int(n) for n in arr.chunks),
+            codec=ident["codec"],
+            stored_bytes=stored,
+            compression_ratio=round(written / stored, 3) if stored else None,
+        )
     unrolled = every > 1 and ident["unroll"] is not True and ident["unroll"] not in (False, 1)
     computing = block_bytes * every if unrolled else 0  # see engine/_scan._thinned_scan
-    return {
-        "path": target.label,
-        "arrays": arrays,
-        "recipe": ident.get("recipe"),
-        "params": ident.get("params"),
-        "function": ident["function"],
-        "block_size": ident["block_size"],
-        "save_every": every,
-        "time": ident.get("time"),
-        "unroll": ident["unroll"],
-        "memory": memory_estimate(block_bytes, chunk_bytes, computing_bytes=computing),
-        "committed_steps": manifest.committed_steps,
-        "committed_rows": last - first,
-        "total_steps": ident["length"],
-        "complete": manifest.complete,
-        "versions": ident["versions"],
-        "summaries": _summaries(target, ident, sum(stored_bytes.values())),
-    }
+    return OutputInfo(
+        path=target.label,
+        arrays=arrays,
+        committed_steps=manifest.committed_steps,
+        committed_rows=last - first,
+        total_steps=ident["length"],
+        complete=manifest.complete,
+        recipe=ident.get("recipe"),
+        params=ident.get("params"),
+        function=ident["function"],
+        block_size=ident["block_size"],
+        save_every=every,
+        unroll=ident["unroll"],
+        time=ident.get("time"),
+        versions=ident["versions"],
+        memory=memory_estimate(block_bytes, chunk_bytes, computing_bytes=computing),
+        summaries=_summaries(target, ident, sum(stored_bytes.values())),
+    )
 
 
-def _summaries(target: Any, ident: dict, data_bytes: int) -> dict[str, Any] | None:
+def _summaries(target: Any, ident: dict[str, Any], data_bytes: int) -> SummaryInfo | None:
     """The summary levels, the outputs they cover and the bytes they take (None without summaries)."""
     windows = ident.get("summaries") or []
     names = summarized_names(ident["arrays"])
@@ -96,45 +184,45 @@ def _summaries(target: Any, ident: dict, data_bytes: int) -> dict[str, Any] | No
         return None
     stored = sum(target.sizes(f"{SUMMARIES}/").values())
     share = round(100 * stored / data_bytes, 3) if data_bytes else None
-    return {"windows": windows, "arrays": names, "stored_bytes": stored, "percent_of_data": share}
+    return SummaryInfo(tuple(windows), tuple(names), stored, share)
 
 
 def _mib(nbytes: int) -> str:
     return f"{nbytes / 2**20:.1f} MiB"
 
 
-def format_description(info: dict[str, Any]) -> str:
-    """``describe_output`` as the lines ``streamacc info`` prints."""
-    state = "complete" if info["complete"] else "incomplete (continue with --resume)"
-    mem = info["memory"]
-    every = info["save_every"]
+def format_description(about: OutputInfo) -> str:
+    """``about`` as the lines ``streamacc info`` prints."""
+    state = "complete" if about.complete else "incomplete (continue with --resume)"
+    mem = about.memory
+    every = about.save_every
     kept = "every step" if every == 1 else f"every {every}th step (steps {every - 1}, {2 * every - 1}, ...)"
     lines = [
-        f"{info['path']}: {info['committed_steps']} of {info['total_steps']} steps committed, {state}",
-        f"  recipe: {info['recipe'] or info['function']}  params: {info['params']}",
-        f"  block size: {info['block_size']} steps ({_mib(mem['block_bytes'])} of output)  keeps: {kept}  "
-        f"unroll: {info['unroll']}  versions: {info['versions']}",
-        f"  memory to write it: {mem['pool_blocks']} block buffers x {_mib(mem['block_bytes'])} = "
-        f"{_mib(mem['blocks'])}, encoders {_mib(mem['encoders'])}"
-        + (f", every step's y of a computing block {_mib(mem['computing'])}" if mem["computing"] else "")
-        + f": {_mib(mem['total'])} beyond Python, JAX and zarr",
+        f"{about.path}: {about.committed_steps} of {about.total_steps} steps committed, {state}",
+        f"  recipe: {about.recipe or about.function}  params: {about.params}",
+        f"  block size: {about.block_size} steps ({_mib(mem.block_bytes)} of output)  keeps: {kept}  "
+        f"unroll: {about.unroll}  versions: {about.versions}",
+        f"  memory to write it: {mem.pool_blocks} block buffers x {_mib(mem.block_bytes)} = "
+        f"{_mib(mem.blocks)}, encoders {_mib(mem.encoders)}"
+        + (f", every step's y of a computing block {_mib(mem.computing)}" if mem.computing else "")
+        + f": {_mib(mem.total)} beyond Python, JAX and zarr",
     ]
-    if info["time"]:
-        t = info["time"]
+    if about.time:
+        t = about.time
         lines.append(f"  time: step s at {t['start']!r} + s * {t['step']!r} {t['units']}".rstrip())
-    for name, a in info["arrays"].items():
-        ratio = "n/a" if a["compression_ratio"] is None else f"{a['compression_ratio']}x"
+    for name, a in about.arrays.items():
+        ratio = "n/a" if a.compression_ratio is None else f"{a.compression_ratio}x"
         lines.append(
-            f"  {name}: shape {tuple(a['shape'])} {a['dtype']} dims {tuple(a['dims'])} chunks {tuple(a['chunks'])} "
-            f"codec {a['codec']} stored {a['stored_bytes']} bytes (compression {ratio})"
+            f"  {name}: shape {a.shape} {a.dtype} dims {a.dims} chunks {a.chunks} "
+            f"codec {a.codec} stored {a.stored_bytes} bytes (compression {ratio})"
         )
-    s = info.get("summaries")
+    s = about.summaries
     if s:
-        share = "" if s["percent_of_data"] is None else f" ({s['percent_of_data']}% of the data)"
+        share = "" if s.percent_of_data is None else f" ({s.percent_of_data}% of the data)"
         lines.append(
-            f"  summaries: min, max, mean of {', '.join(s['arrays'])} per {', '.join(map(str, s['windows']))} "
+            f"  summaries: min, max, mean of {', '.join(s.arrays)} per {', '.join(map(str, s.windows))} "
             f"{'steps' if every == 1 else f'rows (every {every}th step)'}, "
-            f"stored {s['stored_bytes']} bytes{share}; see them with `streamacc plot` or streamacc.overview(path)"
+            f"stored {s.stored_bytes} bytes{share}; see them with `streamacc plot` or streamacc.overview(path)"
         )
     else:
         lines.append("  summaries: none")

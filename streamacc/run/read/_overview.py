@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..._checks import as_count
 from ...engine import row_step, rows_in  # arithmetic only: overview imports no JAX
-from ...errors import InputError, NoOutputError, spell
+from ...errors import InputError, NoOutputError, arg
 from ...store import open_target, progress_attrs
 from ...summaries import Rows, Summaries
 from ..record import Manifest, load_manifest
@@ -56,11 +57,9 @@ def _range(steps: Any, start: int, stop: int) -> tuple[int, int]:
         raise InputError(f"steps must be a (start, stop) pair or a slice of steps, got {steps!r}") from None
     a, b = max(a, start), min(b, stop)
     if a >= b:
-        asked = spell("steps", steps)
-        if asked.startswith("--"):  # the command line's A:B
-            asked = spell("steps", ":".join("" if v is None else str(v) for v in steps))
         raise InputError(
-            f"{asked} hold no committed step (steps {start} to {stop} are committed); choose a range in them"
+            f"{arg('steps', steps)} hold no committed step (steps {start} to {stop} are committed); choose a range "
+            "in them"
         )
     return a, b
 
@@ -96,8 +95,7 @@ def overview(
         import xarray as xr
     except ImportError:
         raise InputError("streamacc.overview needs xarray: pip install 'streamacc[xarray]'") from None
-    if isinstance(points, bool) or not isinstance(points, (int, np.integer)) or points < 1:
-        raise InputError(f"points must be a positive number of windows, got {points!r}; pass e.g. points=4096")
+    points = as_count("points", points, minimum=1, example=4096)
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)
     ident = manifest.identity

@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from ..._checks import as_count
 from ..._defaults import DEFAULT_INFLIGHT
 from ...engine import (
     Block,
@@ -30,7 +31,7 @@ from ...engine import (
     same_leaves,
     to_host,
 )
-from ...errors import InputError, ResumeError, VerifyError, spell
+from ...errors import ResumeError, VerifyError, arg, one_line
 from ...store import Target, ZarrSink, compare_chunks, open_target
 from ...summaries import Summaries, SummaryCheck, SummaryPlan
 from ..output import Output
@@ -58,12 +59,8 @@ def select_blocks(committed: int, blocks: str | int) -> list[int]:
     """All committed blocks, or ``blocks`` of them spread evenly, first and last included."""
     if blocks == "all":
         return list(range(committed))
-    if isinstance(blocks, bool) or not isinstance(blocks, (int, np.integer)) or blocks < 1:
-        raise InputError(
-            f"{spell('blocks')} must be 'all' or a positive number of blocks to check, got {blocks!r}; "
-            f"pass e.g. {spell('blocks', 16)}"
-        )
-    count = min(int(blocks), committed)
+    blocks = as_count("blocks", blocks, minimum=1, example=16)
+    count = min(blocks, committed)
     if count <= 1:
         return list(range(count))
     # i * (committed - 1) / (count - 1) rounded half up, in integers: exact at any number of blocks
@@ -83,12 +80,12 @@ class Checker:
         self.seen: Callable[[int, dict], None] | None = None  # each checked block's pieces, in scan order
 
     def fail(self, what: str) -> VerifyError:
-        return VerifyError(f"{self.target.label}: {what}; rewrite the output with {spell('overwrite', True)}")
+        return VerifyError(f"{self.target.label}: {what}; rewrite the output with {arg('mode', 'overwrite')}")
 
     def bad_block(self, k: int, start: int, stop: int, what: str) -> VerifyError:
         return VerifyError(
             f"block {k} (steps {start}-{stop}) of {self.target.label} is bad: {what}; rewrite the output with "
-            f"{spell('overwrite', True)}"
+            f"{arg('mode', 'overwrite')}"
         )
 
     def not_recomputed(self, k: int, start: int, stop: int, what: str) -> VerifyError:
@@ -226,7 +223,7 @@ class Checker:
         try:
             stored = self.sink.arrays[name][stored_region]
         except Exception as exc:  # a damaged compressed chunk fails in its codec, with the codec's own error
-            what = f"its chunks cannot be decoded ({type(exc).__name__}: {' '.join(str(exc).split())})"
+            what = f"its chunks cannot be decoded ({type(exc).__name__}: {one_line(exc)})"
             raise self.bad_block(k, rec.start, rec.stop, what) from None
         if np.ascontiguousarray(ys[region]).tobytes() != stored.tobytes():
             raise self.not_recomputed(k, rec.start, rec.stop, f"{name!r} differs")
@@ -308,7 +305,7 @@ def check_resumable(output: Output, plan: Plan) -> None:
         checker.trailers_match(range(output.manifest.committed_blocks))
         checker.block(output.manifest.committed_blocks - 1)
     except VerifyError as exc:
-        raise ResumeError(f"cannot resume: {exc}") from None
+        raise ResumeError(f"cannot resume: {one_line(exc)}") from None
 
 
 def plan_for(manifest: Manifest, f: Callable, init: Any, xs: Any) -> Plan:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...engine import block_count, committed_span, rows_in
-from ...errors import NoOutputError, ResumeError, StreamaccWarning, VerifyError, spell
+from ...errors import NoOutputError, ResumeError, StreamaccWarning, VerifyError, arg
 from ...store import BOOKKEEPING, Target
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ class Manifest:
         except (ValueError, KeyError, TypeError, AttributeError):
             raise VerifyError(
                 f"the manifest of {label} is damaged or not a streamacc manifest; its data cannot be trusted: "
-                f"rewrite it with {spell('overwrite', True)}"
+                f"rewrite it with {arg('mode', 'overwrite')}"
             ) from None
         return manifest
 
@@ -203,11 +203,18 @@ LATER_FIELDS = ("input",)
 """Identity fields newer than some outputs: one that an output does not record is not compared."""
 
 
+NOT_COMPARED = frozenset({"versions.streamacc"})
+"""Identity fields a continued run may change: the release of streamacc that wrote the output.
+A later release continues any output of the manifest format it reads (``FORMAT``); the bits
+it writes are checked by recomputing the last committed block before anything is written."""
+
+
 def identity_differences(stored: dict, current: dict) -> list[str]:
     """Each field where two run identities differ, as 'field: stored X, now Y'."""
     current = {k: v for k, v in current.items() if k in stored or k not in LATER_FIELDS}
     a, b = _flatten(stored), _flatten(json.loads(json.dumps(current)))
-    return [f"{k}: stored {a.get(k)!r}, now {b.get(k)!r}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
+    fields = sorted((a.keys() | b.keys()) - NOT_COMPARED)
+    return [f"{k}: stored {a.get(k)!r}, now {b.get(k)!r}" for k in fields if a.get(k) != b.get(k)]
 
 
 class Ledger:
@@ -224,7 +231,7 @@ class Ledger:
             if self.target.read(LEGACY_MANIFEST_KEY) is not None:
                 raise NoOutputError(
                     f"{self.target.label} was written by streamacc 0.1 (bookkeeping format 1), which this version "
-                    f"cannot resume or verify; rewrite it with {spell('overwrite', True)} (its arrays still open "
+                    f"cannot resume or verify; rewrite it with {arg('mode', 'overwrite')} (its arrays still open "
                     "with xarray)"
                 )
             return None
@@ -240,7 +247,7 @@ class Ledger:
     def _damaged(self, what: str) -> VerifyError:
         return VerifyError(
             f"block records of {self.target.label} are damaged ({what}); rewrite the output with "
-            f"{spell('overwrite', True)}"
+            f"{arg('mode', 'overwrite')}"
         )
 
     def _read_segment(self, seg: int) -> list[dict]:
@@ -282,7 +289,7 @@ class Ledger:
         except (IndexError, TypeError, ValueError, KeyError):
             raise VerifyError(
                 f"the record of block {index} of {self.target.label} is missing or damaged; rewrite the output "
-                f"with {spell('overwrite', True)}"
+                f"with {arg('mode', 'overwrite')}"
             ) from None
         return rec
 
@@ -339,5 +346,5 @@ def require_same_run(stored: Manifest, identity: dict, label: str) -> None:
     if diffs:
         raise ResumeError(
             f"cannot resume {label}: it was written by a different run ({'; '.join(diffs)}); "
-            f"rerun with the original settings, or use {spell('overwrite', True)} to start afresh"
+            f"rerun with the original settings, or use {arg('mode', 'overwrite')} to start afresh"
         )

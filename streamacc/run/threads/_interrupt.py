@@ -11,11 +11,11 @@ blocks stay committed, the lock is released) and raises ``KeyboardInterrupt``
 (:class:`Terminated` for SIGTERM) itself.
 
 Work that may run long checks :data:`STOP` at its seams and raises :class:`Interrupted`:
-the executors between blocks and before each commit, :func:`on_own_thread` and
-:func:`call_on_own_thread` while they wait for a computation, which they leave running
-on a daemon thread of its own (XLA cannot be interrupted; its result is dropped). Every
-thread started here computes in the JAX configuration scopes of the thread that started
-it (``jax.enable_x64()`` and the like are per thread).
+the executors between blocks and before each commit, and :func:`on_own_thread` while it
+waits for a computation, which it leaves running on a daemon thread of its own (XLA
+cannot be interrupted; its result is dropped). Every thread started here computes in the
+JAX configuration scopes of the thread that started it (``jax.enable_x64()`` and the like
+are per thread).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ __all__ = [
     "STOP",
     "Interrupted",
     "Terminated",
-    "call_on_own_thread",
     "check_stop",
     "interruptible",
     "on_own_thread",
@@ -144,19 +143,6 @@ def on_own_thread(source: Iterator[T], name: str = "streamacc-compute") -> Gener
         yield from producer
     finally:
         producer.close()
-
-
-def call_on_own_thread(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` on a thread of its own, waited for interruptibly (see :func:`on_own_thread`)."""
-    calls = on_own_thread(_once(fn, args))
-    try:
-        return next(calls)
-    finally:
-        calls.close()
-
-
-def _once(fn: Callable[..., T], args: tuple) -> Iterator[T]:
-    yield fn(*args)
 
 
 def interruptible(fn: Callable[P, T]) -> Callable[P, T]:

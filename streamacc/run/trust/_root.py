@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ...errors import StoreError
+from ...errors import StoreError, one_line
 from ...store import Target, array_document, netcdf_safe, progress_attrs
 from ..record import Manifest
 
@@ -70,7 +70,7 @@ def root_problem(target: Target, manifest: Manifest) -> str | None:
     try:
         raw = target.read("zarr.json")
     except StoreError as exc:
-        return f"cannot be read ({exc})"
+        return f"cannot be read ({one_line(exc)})"
     if raw is None:
         return "is missing"
     try:

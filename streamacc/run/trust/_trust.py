@@ -10,7 +10,7 @@ output never imports it.
 
 from __future__ import annotations
 
-from ...errors import VerifyError, spell
+from ...errors import VerifyError, arg
 from ...store import Target, array_document
 from ..record import Manifest
 from ._root import root_problem
@@ -38,10 +38,10 @@ def check_structure(target: Target, manifest: Manifest) -> None:
     target.check_contents()
     problem = arrays_problem(target, manifest)
     if problem is not None:
-        raise VerifyError(f"{target.label}: {problem}; rewrite the output with {spell('overwrite', True)}")
+        raise VerifyError(f"{target.label}: {problem}; rewrite the output with {arg('mode', 'overwrite')}")
     problem = root_problem(target, manifest)
     if problem is not None:
         raise VerifyError(
-            f"{target.label}: its root metadata (zarr.json) {problem}; resume the run with {spell('resume', True)} "
+            f"{target.label}: its root metadata (zarr.json) {problem}; resume the run with {arg('mode', 'resume')} "
             "to rewrite it from the manifest"
         )

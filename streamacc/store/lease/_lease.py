@@ -63,7 +63,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ...errors import InputError, LockedError, spell
+from ...errors import InputError, LockedError, arg
 from .. import describe_store_failure
 from ._leasestore import CLOCK_SLACK, Conflict, Holder, LeaseStore, Seen, Unsupported, open_lease_store
 
@@ -134,7 +134,7 @@ class Lease:
         self._store = store
         self.what = what
         self.ttl = ttl
-        self.command = command or spell("resume", True)
+        self.command = command or arg('mode', 'resume')
         self.token = secrets.token_hex(16)
         self._seq = 0
         self._version = ""
@@ -253,7 +253,7 @@ class Lease:
         taker = f"taken over by {seen.holder}" if seen and seen.holder else "deleted by someone else"
         self._lost = (
             f"{self.what}: this writer's lease was {taker}, so it stopped before committing more steps; "
-            f"let the other writer finish, or stop it and rerun with {spell('resume', True)}"
+            f"let the other writer finish, or stop it and rerun with {arg('mode', 'resume')}"
         )
 
     def check(self) -> None:
@@ -265,7 +265,7 @@ class Lease:
             why = f" ({describe_store_failure(self._error)})" if self._error is not None else ""
             raise LockedError(
                 f"{self.what}: could not renew the writer lease for {silent:.0f} s{why}, so it stopped before "
-                f"committing more steps; rerun with {spell('resume', True)} once the store is reachable"
+                f"committing more steps; rerun with {arg('mode', 'resume')} once the store is reachable"
             )
 
     def release(self) -> None:
@@ -322,17 +322,17 @@ class LeaseView:
         except Exception as exc:
             raise LockedError(
                 f"{self.what}: a worker could not read the writer lease ({describe_store_failure(exc)}), so it "
-                f"stopped before writing; rerun with {spell('resume', True)} once the store is reachable"
+                f"stopped before writing; rerun with {arg('mode', 'resume')} once the store is reachable"
             ) from None
         if seen is None or seen.holder is None or seen.holder.token != self.token:
             raise LockedError(
                 f"{self.what}: the writer's lease was taken over or released, so a worker stopped before writing; "
-                f"let the other writer finish, or stop it and rerun with {spell('resume', True)}"
+                f"let the other writer finish, or stop it and rerun with {arg('mode', 'resume')}"
             )
         ttl = seen.holder.ttl
         self._until = sent + seen.remaining(ttl) - CLOCK_SLACK - ttl / 4
         if time.monotonic() >= self._until:
             raise LockedError(
                 f"{self.what}: the writer's lease was not renewed in time, so a worker stopped before writing; "
-                f"rerun with {spell('resume', True)}"
+                f"rerun with {arg('mode', 'resume')}"
             )

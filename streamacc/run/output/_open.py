@@ -1,0 +1,238 @@
+"""Opening an output for a run: a table of what is stored and what the run asked for.
+
+The caller holds the output's writer lock. What is stored is one of four things
+(:func:`probe`): nothing, a streamacc output, an output of streamacc 0.1, or anything
+else. Each pair of that and the run's ``mode`` has one opener in :data:`OPENERS`, which
+starts the run afresh, continues it, or refuses, and never destroys data streamacc did not
+write or continues from bookkeeping it cannot trust.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import warnings
+from collections.abc import Callable
+
+from ...engine import HostLeaf
+from ...errors import OutputExistsError, ResumeError, StreamaccWarning, VerifyError, arg, one_line
+from ...store import LEASE_KEY, Target, ZarrSink
+from ...summaries import Summaries
+from ..record import (
+    LEGACY_MANIFEST_KEY,
+    MANIFEST_ATTR,
+    MANIFEST_KEY,
+    Ledger,
+    Manifest,
+    encode_leaves,
+    node_attribute,
+    require_same_run,
+)
+from ..trust import root_problem
+from ._debris import only_leftovers, remove_partial_writes
+from ._extend import extend_manifest, finish_extension, nothing_to_extend
+from ._output import BlockResult, Output
+from ._request import Mode
+from ._spec import OutputSpec
+
+__all__ = ["OPENERS", "Opening", "open_output", "probe"]
+
+log = logging.getLogger("streamacc")
+
+
+def probe(target: Target) -> str:
+    """What is stored at ``target``: 'empty', 'ours', 'legacy' (streamacc 0.1) or 'foreign'.
+
+    Only a readable bookkeeping node that streamacc wrote makes an output 'ours'; a file
+    name alone never does. The temp file of a writer killed before its first manifest
+    counts as empty, and nothing else does.
+    """
+    if not target.exists():
+        return "empty"
+    raw = target.read(MANIFEST_KEY)
+    if raw is not None:
+        try:
+            return "ours" if isinstance(node_attribute(raw, MANIFEST_ATTR), str) else "foreign"
+        except ValueError:
+            return "foreign"
+    legacy = target.read(LEGACY_MANIFEST_KEY)
+    if legacy is not None:
+        try:
+            return "legacy" if json.loads(legacy).get("format") == "streamacc-manifest/1" else "foreign"
+        except (ValueError, AttributeError):
+            return "foreign"
+    return "empty" if only_leftovers(target) else "foreign"
+
+
+@dataclasses.dataclass(frozen=True)
+class Opening:
+    """Everything an opener needs: the output, the run's spec and first carry, and its callbacks."""
+
+    target: Target
+    spec: OutputSpec
+    mode: Mode
+    init: list[HostLeaf]
+    check_resumable: Callable[[Output], None]
+    on_commit: Callable[[BlockResult], None] | None
+
+    @property
+    def ledger(self) -> Ledger:
+        return Ledger(self.target)
+
+
+def _create(o: Opening) -> Output:
+    """Start the run afresh: the new manifest first, so that any interruption leaves an output
+    recognisably streamacc's that claims no block; then clear the rest; then create."""
+    target, spec, ledger = o.target, o.spec, o.ledger
+    manifest = Manifest(spec.identity, total_blocks=spec.total_blocks, carry=encode_leaves(o.init))
+    keep = {MANIFEST_KEY, LEASE_KEY}
+    clear = not set(target.list_keys()) <= keep
+    if clear:
+        target.check_clearable()  # before anything is written: never the current directory, never through a link
+    ledger.save(manifest)
+    if clear:
+        target.clear(keep)
+    sink = ZarrSink.create(
+        target,
+        spec.arrays,
+        chunks=spec.chunks,
+        dims=spec.dims,
+        codec=spec.codec,
+        attrs=spec.attrs,
+        array_attrs=spec.array_attrs,
+    )
+    dims = {name: sink.arrays[name].metadata.dimension_names for name in spec.arrays}
+    summaries = Summaries.create(target, spec.identity, spec.arrays, spec.codec, dims)
+    target.make_durable([f"{name}/zarr.json" for name in spec.arrays])
+    manifest.arrays = {name: doc for name, doc in sink.documents().items() if doc is not None}
+    ledger.save(manifest)
+    output = Output(target, spec, manifest, sink, summaries, o.on_commit)
+    output.publish(force=True)
+    return output
+
+
+def _nothing_to_resume(o: Opening) -> Output:
+    warnings.warn(
+        f"nothing to resume at {o.target.label} (check the path if a run was expected there); starting a new run",
+        StreamaccWarning,
+        stacklevel=4,
+    )
+    return _create(o)
+
+
+def _nothing_to_extend(o: Opening) -> Output:
+    raise nothing_to_extend(o.target.label)
+
+
+def _exists(o: Opening) -> Output:
+    raise OutputExistsError(
+        f"{o.target.label} already exists; pass {arg('mode', 'overwrite')} to replace it or "
+        f"{arg('mode', 'resume')} to continue it"
+    )
+
+
+def _foreign(o: Opening) -> Output:
+    what = "streamacc output (it has no readable streamacc manifest)"
+    if o.mode == "create":
+        raise OutputExistsError(f"{o.target.label} exists and is not a {what}; choose another output path")
+    refuse = "will not delete it" if o.mode == "overwrite" else "cannot continue it"
+    raise (OutputExistsError if o.mode == "overwrite" else ResumeError)(
+        f"{o.target.label} exists and is not a {what}, so {arg('mode', o.mode)} {refuse}; choose another output "
+        "path, or remove it yourself"
+    )
+
+
+def _overwrite(o: Opening) -> Output:
+    o.target.check_contents()
+    return _create(o)
+
+
+def _legacy(o: Opening) -> Output:
+    o.target.check_contents()
+    o.ledger.load()  # raises the message for an output of streamacc 0.1
+    raise AssertionError("a legacy output has no manifest of this version")
+
+
+def _continue(o: Opening) -> Output:
+    """Resume the stored run, or extend it first (a finished run, to a longer length), after every check.
+
+    Before anything is written: the same run, a self-consistent manifest, safe contents,
+    and ``check_resumable`` (which recomputes the last committed block). A run that never
+    committed a block starts afresh. An extended output becomes the longer run's, with
+    every block but the last kept (see ``_extend``), and then resumes.
+    """
+    target, spec, ledger = o.target, o.spec, o.ledger
+    target.check_contents()
+    manifest = ledger.load()
+    assert manifest is not None
+    extending = o.mode == "extend" and manifest.length != spec.identity["length"]
+    if extending:
+        extended = extend_manifest(target, spec.identity, manifest, spec.total_blocks)
+        if extended is None:
+            return _create(o)  # the stored run was a single block: nothing to keep
+        manifest = extended
+    require_same_run(manifest, spec.identity, target.label)
+    problem = manifest.inconsistency()
+    if problem is not None:
+        raise ResumeError(
+            f"cannot resume {target.label}: its manifest contradicts itself ({problem}); its data cannot be trusted: "
+            f"check it with `streamacc verify` or start afresh with {arg('mode', 'overwrite')}"
+        )
+    finish_extension(target, manifest)
+    remove_partial_writes(target, [*spec.names, *manifest.arrays])
+    if manifest.committed_blocks == 0:
+        return _create(o)  # killed before its first commit: the arrays may be half made
+    try:
+        summaries = Summaries.load(target, manifest.identity, manifest.summaries, manifest.committed_rows)
+    except VerifyError as exc:
+        raise ResumeError(f"cannot resume: {one_line(exc)}") from None
+    output = Output(target, spec, manifest, ZarrSink.open(target, spec.names), summaries, o.on_commit)
+    o.check_resumable(output)
+    if summaries is not None:
+        summaries.resume()
+    problem = root_problem(target, manifest)
+    if problem is not None:  # killed before the root caught up, or tampered with: it follows from the manifest
+        if not extending:  # an extension's root still describes the shorter run, as it should until now
+            log.info("rewrote the root metadata of %s, which %s", target.label, problem)
+        output.sink.reset_root(spec.attrs)
+        output.publish(force=True)
+    return output
+
+
+OPENERS: dict[tuple[str, Mode], Callable[[Opening], Output]] = {
+    ("empty", "create"): _create,
+    ("empty", "overwrite"): _create,
+    ("empty", "resume"): _nothing_to_resume,
+    ("empty", "extend"): _nothing_to_extend,
+    ("ours", "create"): _exists,
+    ("ours", "overwrite"): _overwrite,
+    ("ours", "resume"): _continue,
+    ("ours", "extend"): _continue,
+    ("legacy", "create"): _exists,
+    ("legacy", "overwrite"): _overwrite,
+    ("legacy", "resume"): _legacy,
+    ("legacy", "extend"): _legacy,
+    ("foreign", "create"): _foreign,
+    ("foreign", "overwrite"): _foreign,
+    ("foreign", "resume"): _foreign,
+    ("foreign", "extend"): _foreign,
+}
+"""How to open an output, by what is stored (:func:`probe`) and the run's mode."""
+
+
+def open_output(
+    target: Target,
+    spec: OutputSpec,
+    *,
+    mode: Mode,
+    init: list[HostLeaf],
+    check_resumable: Callable[[Output], None],
+    on_commit: Callable[[BlockResult], None] | None = None,
+) -> Output:
+    """Open ``target`` for a run of ``spec`` as ``mode`` asks; the writer lock is held.
+
+    ``on_commit`` is called with each block once it is committed (a progress bar).
+    """
+    opening = Opening(target, spec, mode, init, check_resumable, on_commit)
+    return OPENERS[probe(target), mode](opening)

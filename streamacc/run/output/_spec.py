@@ -1,0 +1,136 @@
+"""The output a run must produce: its arrays, layout, codec, attributes and identity, checked before any write.
+
+Also what a continued run (resumed or extended) takes from the output it continues: a
+block size and chunks left to the default are the stored ones, so that a change of the
+defaults never strands an output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from ..._version import __version__
+from ...engine import Plan
+from ...errors import InputError, arg
+from ...store import ArraySpec, open_target
+from ..record import Ledger, run_identity
+from ._layout import RESERVED, array_dims, resolve_chunks
+from ._request import Request, check_json
+from ._time import time_attrs
+
+__all__ = ["OutputSpec", "output_names", "output_spec", "stored_identity"]
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputSpec:
+    """What a run's output must look like; built and checked before anything is touched."""
+
+    identity: dict[str, Any]
+    arrays: dict[str, ArraySpec]
+    chunks: dict[str, tuple[int, ...]]
+    dims: dict[str, tuple[str, ...]]
+    codec: str
+    attrs: dict[str, Any]
+    array_attrs: dict[str, dict[str, Any]]
+    total_blocks: int
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.arrays)
+
+
+def output_names(y_struct: Any, names: Sequence[str] | str | None) -> list[str]:
+    """One array name per leaf of ``y``: from ``names``, from dict keys, or ``y`` for one leaf."""
+    paths = [path for path, _ in jax.tree_util.tree_leaves_with_path(y_struct)]
+    if names is not None:
+        names = [names] if isinstance(names, str) else list(names)
+        if len(names) != len(paths):
+            raise InputError(
+                f"{arg('names')} has {len(names)} entries but f's y has {len(paths)} leaves; give one per leaf"
+            )
+    elif len(paths) == 1 and not paths[0]:
+        names = ["y"]
+    else:
+        names = [jax.tree_util.keystr(p, simple=True, separator="_") for p in paths]
+        names = [n if n and not n[0].isdigit() else f"y_{n}" for n in names]
+    for name in names:
+        if not isinstance(name, str) or not name or "/" in name or name.startswith(("_", ".")) or name == "zarr.json":
+            raise InputError(f"output name {name!r} is not allowed; use letters, digits and '_', not starting with '_'")
+        if name in RESERVED:
+            raise InputError(
+                f"output name {name!r} is the name of a coordinate streamacc gives every output; name it otherwise "
+                f"with {arg('names')} (or another key in the dict f returns)"
+            )
+    if len(set(names)) != len(names):
+        raise InputError(f"output names must be unique, got {names}")
+    return names
+
+
+def _check_array_attrs(array_attrs: Mapping[str, Any] | None, names: list[str]) -> dict[str, dict[str, Any]]:
+    array_attrs = dict(array_attrs or {})
+    unknown = sorted(set(array_attrs) - set(names))
+    if unknown or not all(isinstance(v, Mapping) for v in array_attrs.values()):
+        raise InputError(
+            f"{arg('array_attrs')} must map output names ({', '.join(names)}) to dicts of attributes, "
+            f"got keys {sorted(array_attrs)}; pass e.g. {arg('array_attrs', {names[0]: {'units': 'm'}})}"
+        )
+    check_json("array_attrs", array_attrs)
+    return {name: dict(value) for name, value in array_attrs.items()}
+
+
+def output_spec(
+    plan: Plan,
+    request: Request,
+    *,
+    names: Sequence[str] | str | None = None,
+    dims: Mapping[str, Sequence[str]] | None = None,
+    array_attrs: Mapping[str, Mapping[str, Any]] | None = None,
+) -> OutputSpec:
+    """The output a run of ``plan`` asked for by ``request`` must produce, checked."""
+    names = output_names(plan.y_struct, names)
+    attrs = {**request.attrs, "streamacc_version": __version__, **time_attrs(request.time)}
+    if plan.save_every > 1:
+        attrs["streamacc_save_every"] = plan.save_every  # row r holds step r * k + k - 1
+    checked_array_attrs = _check_array_attrs(array_attrs, names)
+    leaves = dict(zip(names, jax.tree_util.tree_leaves(plan.y_struct), strict=True))
+    trailing = {n: tuple(s.shape) for n, s in leaves.items()}
+    dimensions = array_dims(trailing, dims)
+    itemsizes = {n: np.dtype(s.dtype).itemsize for n, s in leaves.items()}
+    chunk_shapes = resolve_chunks(trailing, itemsizes, dimensions, request.chunks, plan.block_rows)
+    specs = {n: ((plan.rows, *trailing[n]), np.dtype(s.dtype)) for n, s in leaves.items()}
+    arrays = {n: [dt.str, list(shape)] for n, (shape, dt) in specs.items()}
+    asked = None if dims is None else {n: list(dimensions[n][1:]) for n in dims}
+    identity = run_identity(
+        plan,
+        arrays=arrays,
+        codec=request.codec,
+        chunks=chunk_shapes,
+        attrs=attrs,
+        dims=asked,
+        time=request.time,
+        summaries=request.summaries,
+    )
+    return OutputSpec(
+        identity, specs, chunk_shapes, dimensions, request.codec, attrs, checked_array_attrs, plan.block_count
+    )
+
+
+def stored_identity(store: Any, storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The identity of the run stored at ``store``, or None where there is none to read.
+
+    Whatever is wrong with the output, opening it under its lock says so; here it only
+    means that nothing is taken from it.
+    """
+    try:
+        target = open_target(store, storage_options=storage_options, read_only=True)
+        manifest = Ledger(target).load()
+    except Exception:
+        return None
+    if manifest is None or not isinstance(manifest.identity, dict):
+        return None
+    return manifest.identity

@@ -1,0 +1,83 @@
+"""The summaries of a finished run cut back for its extension, and rebuilt where an extension was interrupted."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..store import Target
+from ._pyramid import Acc, Piece, reduce_steps
+from ._store import SUMMARIES, decode_tail, encode_tail, level_path
+from ._summaries import Summaries, output_rows, summarized_names
+
+__all__ = ["extension_tail", "rebuild_stale_arrays"]
+
+
+def extension_tail(target: Target, old: Any, kept_rows: int, block_rows: int, read: Any) -> dict | None:
+    """The summaries' tail of a finished run cut back to its first ``kept_rows`` rows, for its longer extension.
+
+    ``old`` is the finished run's manifest. Every finest window before the cut is complete
+    and stored; the longer run keeps them, with nothing durable yet (the tail holds them,
+    and a resume writes their chunks anew into arrays of the longer length). The window
+    open at the cut is rebuilt from the data (``read(name, start, stop)``: stored rows),
+    folding one piece per block as the writer did. Coarser levels are rebuilt from the
+    finest when the tail is loaded. None when the run has no summaries.
+    """
+    summaries = Summaries.load(target, old.identity, old.summaries, old.committed_rows)
+    if summaries is None:
+        return None
+    windows = summaries.store.windows
+    state = {}
+    for name in summaries.pyramids:
+        emitted = [kept_rows // w for w in windows]
+        finest = summaries.rows(name, 0, 0, emitted[0]) if emitted[0] else None
+        begun, piece = emitted[0] * windows[0], None
+        if begun < kept_rows:
+            acc: Acc | None = None
+            for low in range(begun // block_rows * block_rows, kept_rows, block_rows):
+                part = reduce_steps(np.asarray(read(name, max(low, begun), min(low + block_rows, kept_rows))), 0)
+                acc = part if acc is None else acc.fold(part)
+            assert acc is not None
+            piece = Piece(emitted[0], begun, kept_rows, acc)
+        state[name] = ([(emitted[0], 0, finest), *((n, 0, None) for n in emitted[1:])], piece)
+    summaries.close()
+    return encode_tail(state)
+
+
+def rebuild_stale_arrays(
+    target: Target, identity: dict, record: dict | None, specs: Mapping, codec: str, dims: Mapping
+) -> None:
+    """Make the summary arrays those of ``identity`` where an extension left them the shorter run's.
+
+    Only a tail that holds every window (nothing durable: what :func:`extension_tail`
+    makes) allows it, since the arrays are then created afresh and filled from the tail.
+    """
+    windows = identity.get("summaries") or []
+    names = summarized_names(identity["arrays"])
+    if not windows or not names or record is None:
+        return
+    try:
+        tail = decode_tail(record)
+    except (ValueError, KeyError, TypeError, AttributeError, OSError):
+        return  # the resume's own load says what is wrong
+    if any(durable for levels, _ in tail.values() for _, durable, _ in levels):
+        return
+    rows = output_rows(identity)
+    for name in names:
+        raw = target.read(f"{level_path(windows[0])}/{name}_min/zarr.json")
+        try:
+            shape = json.loads(raw)["shape"] if raw else None
+        except (ValueError, KeyError, TypeError):
+            shape = None
+        if shape is None or shape[0] != -(-rows // windows[0]):
+            break
+    else:
+        return
+    for key in target.list_keys(f"{SUMMARIES}/"):
+        target.delete(key)
+    created = Summaries.create(target, identity, specs, codec, dims)
+    if created is not None:
+        created.close()
