@@ -24,7 +24,15 @@ if TYPE_CHECKING:
 __all__ = ["open"]
 
 
-def open(store: Any, *, storage_options: dict | None = None, chunks: Any = "auto") -> xarray.Dataset:
+def open(
+    store: Any,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    chunks: Any = "auto",
+    f: Any = None,
+    init: Any = None,
+    xs: Any = None,
+) -> xarray.Dataset:
     """Open a streamacc output as an xarray Dataset of its committed steps only.
 
     ``store`` is a local path, an fsspec URL (with ``storage_options``) or a zarr store;
@@ -47,13 +55,22 @@ def open(store: Any, *, storage_options: dict | None = None, chunks: Any = "auto
     first, last = manifest.rows()
     names = list(ident["arrays"])
     # sliced before dask sees it, so that its chunks (and graph) follow the committed rows, not the length
-    checked = CheckedStore(target.store, target.label, manifest)  # each chunk read must be the one committed
-    ds = xr.open_zarr(checked, consolidated=False, zarr_format=3, chunks=None)[names].isel(step=slice(first, last))
+    if manifest.recomputes:  # a virtual output: what is not stored is recomputed (with JAX)
+        from ..recompute import recomputing_store
+
+        source: Any = recomputing_store(target, manifest, f=f, init=init, xs=xs, storage_options=storage_options)
+    else:
+        source = CheckedStore(target.store, target.label, manifest)  # each chunk read must be the one committed
+        if f is not None:
+            from ..recompute import check_function
+
+            check_function(manifest, f, target.label)
+    ds = xr.open_zarr(source, consolidated=False, zarr_format=3, chunks=None)[names].isel(step=slice(first, last))
     if chunks is not None:
         ds = ds.chunk(_dask_chunks(ds, chunks))
     index = StepIndex.for_rows(first, last, ident.get("save_every", 1), ident.get("time"))
     ds = ds.assign_coords(xr.Coordinates.from_xindex(index))
-    ds.attrs.update(progress_attrs(manifest.span(), manifest.length, manifest.complete))
+    ds.attrs.update(progress_attrs(manifest.span(), manifest.length, manifest.complete, virtual=manifest.recomputes))
     return ds
 
 

@@ -21,7 +21,7 @@ from zarr.storage import WrapperStore
 
 from ...engine import block_count
 from ...errors import VerifyError
-from ...store import ChunkWriter
+from ...store import ChunkWriter, plain_document
 from ..record import RECORDS_ATTR, SEGMENT, Ledger, Manifest, node_attribute
 
 __all__ = ["CheckedStore"]
@@ -53,7 +53,8 @@ class CheckedStore(WrapperStore[Store]):
         if name not in self._writers:
             buf = await self._store.get(f"{name}/zarr.json", default_buffer_prototype())
             try:
-                self._writers[name] = ChunkWriter.of_document(self._store, name, json.loads(buf.to_bytes()))
+                document = plain_document(json.loads(buf.to_bytes()))[0]  # a virtual array's chunks are its own
+                self._writers[name] = ChunkWriter.of_document(self._store, name, document)
             except (AttributeError, ValueError, TypeError, KeyError):  # none, or unreadable: zarr refuses the array
                 self._writers[name] = None
         return self._writers[name]
