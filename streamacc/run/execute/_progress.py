@@ -116,7 +116,7 @@ class Progress:
         self._t0 = time.perf_counter()
         self._rates = Rates(self._t0, initial)
         if self.enabled and self._bar is None:
-            from tqdm.auto import tqdm  # type: ignore[import-untyped]
+            from tqdm.auto import tqdm
 
             width = _columns(sys.stderr)
             self._bar = tqdm(
