@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Acc", "Piece", "Rows", "block_pieces", "fold_children", "fold_pieces", "summarizable"]
+__all__ = ["Acc", "BlockPieces", "Piece", "Rows", "block_pieces", "fold_children", "fold_pieces", "summarizable"]
 
 
 def summarizable(dtype: np.dtype) -> bool:
