@@ -282,6 +282,8 @@ class ZarrSink:
     def _tail_crc(self, key: str) -> int:
         """The CRC-32C zarr appended to a chunk it encoded itself (its last four bytes)."""
         buf = sync(self.target.store.get(key, default_buffer_prototype(), byte_range=SuffixByteRequest(4)))
+        if buf is None:  # the store accepted the chunk but does not have it: the store failing
+            raise FileNotFoundError(f"chunk {key} is not in the store right after it was written")
         return int.from_bytes(buf.to_bytes(), "little")
 
     def read(self, start: int, stop: int) -> dict[str, np.ndarray]:
