@@ -22,7 +22,7 @@ import zarr
 from zarr.abc.store import SuffixByteRequest
 from zarr.codecs import Crc32cCodec
 from zarr.core.array import AsyncArray
-from zarr.core.array_spec import ArrayConfig
+from zarr.core.array_spec import ArrayConfig, ArrayConfigParams
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.core.sync import sync
@@ -58,7 +58,8 @@ def _fill_value(dtype: np.dtype) -> object:
     return False if dtype.kind == "b" else 0
 
 
-_CONFIG = {"write_empty_chunks": True}  # every committed chunk exists in the store, even one equal to the fill
+# every committed chunk exists in the store, even one equal to the fill
+_CONFIG: ArrayConfigParams = {"write_empty_chunks": True}
 
 
 def stored_crc32c(raw: bytes) -> int | None:
@@ -156,13 +157,13 @@ VIRTUAL_ABOUT = (
 )
 
 
-def virtual_document(doc: dict) -> dict:
+def virtual_document(doc: dict[str, Any]) -> dict[str, Any]:
     """Array metadata ``doc`` declaring :data:`VIRTUAL`: plain Zarr readers refuse the array."""
     codecs = [c for c in doc.get("codecs") or [] if not (isinstance(c, dict) and c.get("name") == VIRTUAL)]
     return {**doc, "codecs": [*codecs, {"name": VIRTUAL, "configuration": {"about": VIRTUAL_ABOUT}}]}
 
 
-def plain_document(doc: dict) -> tuple[dict, bool]:
+def plain_document(doc: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """Array metadata ``doc`` without :data:`VIRTUAL`, and whether it declared it."""
     codecs = doc.get("codecs")
     if not isinstance(codecs, list):
@@ -171,7 +172,7 @@ def plain_document(doc: dict) -> tuple[dict, bool]:
     return {**doc, "codecs": others}, len(others) != len(codecs)
 
 
-def document_bytes(doc: dict) -> bytes:
+def document_bytes(doc: dict[str, Any]) -> bytes:
     """Array metadata as zarr writes it (so that a document streamacc rewrites is the bytes zarr would write)."""
     return json.dumps(doc, indent=2).encode()
 
@@ -185,7 +186,7 @@ def is_virtual(raw: bytes | None) -> bool:
     return isinstance(doc, dict) and plain_document(doc)[1]
 
 
-def array_document(raw: bytes | None) -> dict | None:
+def array_document(raw: bytes | None) -> dict[str, Any] | None:
     """A stored array ``zarr.json`` as a run records and checks it, or None when absent or unreadable.
 
     Everything but the attributes, which users may edit, except those that change the
@@ -201,7 +202,7 @@ def array_document(raw: bytes | None) -> dict | None:
     return _as_recorded(doc) if isinstance(doc, dict) else None
 
 
-def _as_recorded(doc: dict) -> dict:
+def _as_recorded(doc: dict[str, Any]) -> dict[str, Any]:
     """``doc`` as recorded: a virtual array's declaration is not part of what it is (see :data:`VIRTUAL`)."""
     doc = plain_document(doc)[0]
     kept = {k: v for k, v in doc.items() if k != "attributes"}
@@ -225,21 +226,21 @@ def resize_arrays(target: Target, shapes: Mapping[str, tuple[int, ...]]) -> None
     target.make_durable([f"{name}/zarr.json" for name in shapes])
 
 
-def _array_at(target: Target, name: str, metadata: ArrayV3Metadata) -> zarr.Array:
+def _array_at(target: Target, name: str, metadata: ArrayV3Metadata) -> zarr.Array[Any]:
     """The array ``name`` of ``target`` with ``metadata``, made without reading it (its documents may differ)."""
-    config = ArrayConfig.from_dict(_CONFIG)  # type: ignore[arg-type]
+    config = ArrayConfig.from_dict(_CONFIG)
     return zarr.Array(AsyncArray(metadata, StorePath(target.store, name), config))
 
 
 class ZarrSink:
     """Writes blocks of named host arrays into a Zarr group, durably."""
 
-    def __init__(self, target: Target, arrays: dict[str, zarr.Array]) -> None:
+    def __init__(self, target: Target, arrays: dict[str, zarr.Array[Any]]) -> None:
         self.target = target
         self.arrays = arrays
         self.writers = {name: ChunkWriter(arr) for name, arr in arrays.items()}
-        self._root: dict | None = None
-        self._members: dict[str, dict] | None = None
+        self._root: dict[str, Any] | None = None
+        self._members: dict[str, dict[str, Any]] | None = None
 
     @classmethod
     def create(
@@ -250,8 +251,8 @@ class ZarrSink:
         chunks: Mapping[str, tuple[int, ...]],
         dims: Mapping[str, tuple[str, ...]],
         codec: str,
-        attrs: dict,
-        array_attrs: Mapping[str, dict],
+        attrs: dict[str, Any],
+        array_attrs: Mapping[str, dict[str, Any]],
         virtual: bool = False,
     ) -> ZarrSink:
         """Create the group and its arrays (the target must be empty apart from bookkeeping).
@@ -282,7 +283,12 @@ class ZarrSink:
             for name in specs:
                 doc = json.loads(documents[f"{name}/zarr.json"].to_bytes())
                 target.write(f"{name}/zarr.json", document_bytes(virtual_document(doc)))
-            arrays = {name: _array_at(target, name, arrays[name].metadata) for name in specs}
+            made_arrays = arrays
+            arrays = {}
+            for name in specs:
+                metadata = made_arrays[name].metadata
+                assert isinstance(metadata, ArrayV3Metadata)  # created as Zarr v3 just above
+                arrays[name] = _array_at(target, name, metadata)
         sink = cls(target, arrays)
         sink._root = json.loads(target.read("zarr.json") or b"{}")
         return sink
@@ -330,13 +336,13 @@ class ZarrSink:
         self.target.make_durable(keys)
         self._members = None  # the root lists them as they are now
 
-    def _stored_metadata(self) -> dict[str, dict]:
+    def _stored_metadata(self) -> dict[str, dict[str, Any]]:
         """Each array's stored ``zarr.json``, read once: it never changes during a run."""
         if self._members is None:
             self._members = {name: json.loads(self.target.read(f"{name}/zarr.json") or b"{}") for name in self.arrays}
         return self._members
 
-    def documents(self) -> dict[str, dict | None]:
+    def documents(self) -> dict[str, dict[str, Any] | None]:
         """Each array's stored metadata as a run records it (see :func:`array_document`)."""
         return {name: _as_recorded(doc) if doc else None for name, doc in self._stored_metadata().items()}
 
@@ -394,11 +400,13 @@ class ZarrSink:
     def _tail_crc(self, key: str) -> int:
         """The CRC-32C zarr appended to a chunk it encoded itself (its last four bytes)."""
         buf = sync(self.target.store.get(key, default_buffer_prototype(), byte_range=SuffixByteRequest(4)))
+        if buf is None:  # the store accepted the chunk but does not have it: the store failing
+            raise FileNotFoundError(f"chunk {key} is not in the store right after it was written")
         return int.from_bytes(buf.to_bytes(), "little")
 
     def read(self, start: int, stop: int) -> dict[str, np.ndarray]:
         """Read back rows ``[start, stop)`` of every array."""
-        return {name: arr[start:stop] for name, arr in self.arrays.items()}
+        return {name: np.asarray(arr[start:stop]) for name, arr in self.arrays.items()}
 
     def stored_bytes(self, span: tuple[int, int]) -> dict[str, int]:
         """Bytes stored in each array's chunks holding the rows ``span`` (committed chunks only).

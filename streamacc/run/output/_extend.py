@@ -95,9 +95,9 @@ def extend_manifest(
     every = old.get("save_every", 1)
     sink = ZarrSink.open(target, list(new["arrays"]))
     stored_blocks = [k for k in range(manifest.committed_blocks) if manifest.stores(k)]
-    problem = trailer_problem(target, ledger, sink, stored_blocks, every)
-    if problem is not None:  # checked before anything changes: a resume would find it after the extension
-        k, start, stop, what = problem
+    bad = trailer_problem(target, ledger, sink, stored_blocks, every)
+    if bad is not None:  # checked before anything changes: a resume would find it after the extension
+        k, start, stop, what = bad
         raise _refuse(
             label, f"block {k} (steps {start}-{stop}) is bad: {what}; rewrite it with {arg('mode', 'overwrite')}"
         )

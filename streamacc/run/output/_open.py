@@ -106,8 +106,7 @@ def _create(o: Opening) -> Output:
         array_attrs=spec.array_attrs,
         virtual=spec.virtual,
     )
-    dims = {name: sink.arrays[name].metadata.dimension_names for name in spec.arrays}
-    summaries = Summaries.create(target, spec.identity, spec.arrays, spec.codec, dims)
+    summaries = Summaries.create(target, spec.identity, spec.arrays, spec.codec, spec.dims)
     target.make_durable([f"{name}/zarr.json" for name in spec.arrays])
     manifest.arrays = {name: doc for name, doc in sink.documents().items() if doc is not None}
     ledger.save(manifest)

@@ -11,6 +11,7 @@ with ``drop=True``, ``concat`` along ``step``) by arithmetic; see ``_index``.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import InputError
@@ -65,7 +66,9 @@ def open(
             from ..recompute import check_function
 
             check_function(manifest, f, target.label)
-    ds = xr.open_zarr(source, consolidated=False, zarr_format=3, chunks=None)[names].isel(step=slice(first, last))
+    ds: xarray.Dataset = xr.open_zarr(source, consolidated=False, zarr_format=3, chunks=None)[names].isel(
+        step=slice(first, last)
+    )
     if chunks is not None:
         ds = ds.chunk(_dask_chunks(ds, chunks))
     index = StepIndex.for_rows(first, last, ident.get("save_every", 1), ident.get("time"))
@@ -86,7 +89,7 @@ def _dask_chunks(ds: xarray.Dataset, chunks: Any) -> Any:
         return {**along, **chunks} if isinstance(chunks, dict) else chunks
     from dask.array.core import normalize_chunks
 
-    sizes: dict[str, int] = {}
+    sizes: dict[Hashable, int] = {}
     for name, v in ds.data_vars.items():
         auto = normalize_chunks("auto", v.shape, dtype=v.dtype, previous_chunks=stored[name])
         for dim, dim_chunks in zip(v.dims, auto, strict=True):

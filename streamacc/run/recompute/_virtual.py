@@ -131,14 +131,15 @@ class RecomputingStore(WrapperStore[Store]):
         if name not in self._names:
             return await self._store.get(key, prototype, byte_range)
         if rest == "zarr.json":
-            raw: bytes | None = self._document(name)
+            raw = self._document(name)
         else:
             place = self._writers[name].place(key)
             if place is None:
                 return await self._store.get(key, prototype, byte_range)
-            raw = await self._chunk(name, *place)
-            if raw is None:
+            chunk = await self._chunk(name, *place)
+            if chunk is None:
                 return None
+            raw = chunk
         buf = prototype.buffer.from_bytes(raw)
         return buf if byte_range is None else _ranged(buf, byte_range, prototype)
 
@@ -152,7 +153,7 @@ class RecomputingStore(WrapperStore[Store]):
 
     def _block_of(self, row_chunk: int, name: str) -> int:
         """The block (in scan order) that row chunk ``row_chunk`` of ``name`` lies in."""
-        position = min(row_chunk * self._writers[name].chunk // self._block_rows, self._blocks - 1)
+        position: int = min(row_chunk * self._writers[name].chunk // self._block_rows, self._blocks - 1)
         return self._blocks - 1 - position if self.plan.reverse else position
 
     async def _chunk(self, name: str, row_chunk: int, tile: int) -> bytes | None:
@@ -329,7 +330,7 @@ def recomputing_store(
 def _key(data: np.ndarray, impl: str) -> Any:
     import jax
 
-    return jax.random.wrap_key_data(data, impl=impl)
+    return jax.random.wrap_key_data(jax.numpy.asarray(data), impl=impl)
 
 
 def recomputed_rows(target: Any, plan: Plan) -> Any:
