@@ -89,8 +89,9 @@ class RecomputingStore(WrapperStore[Store]):
     def _reset(self) -> None:
         self._cache: collections.OrderedDict[int, tuple[dict[str, np.ndarray], int]] = collections.OrderedDict()
         self._computing: dict[int, threading.Event] = {}
-        self._lock = threading.Lock()
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()  # held around the cache only, never across I/O
+        self._ledger_lock = threading.Lock()
+        self._pool = concurrent.futures.ThreadPoolExecutor(COMPUTE_THREADS, "streamacc-recompute")
         self._ledger = Ledger(self._target)
         self._served: dict[str, bytes] = {}
 
@@ -101,7 +102,7 @@ class RecomputingStore(WrapperStore[Store]):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for key in ("_cache", "_computing", "_lock", "_pool", "_ledger", "_served", "_target_read"):
+        for key in ("_cache", "_computing", "_lock", "_ledger_lock", "_pool", "_ledger", "_served", "_target_read"):
             state.pop(key, None)
         return state
 
@@ -174,17 +175,11 @@ class RecomputingStore(WrapperStore[Store]):
             values = np.asarray(await writer.array.async_array.getitem((rows, *region[1:])))
         else:
             loop = asyncio.get_running_loop()
-            ys, first_row = await loop.run_in_executor(self._threads(), self._recomputed, k)
+            ys, first_row = await loop.run_in_executor(self._pool, self._recomputed, k)
             values = ys[name][(slice(rows.start - first_row, rows.stop - first_row), *region[1:])]
         full = np.full(writer.shape, writer.array.metadata.fill_value, dtype=writer.array.dtype)
         full[tuple(slice(0, n) for n in values.shape)] = values
         return full.tobytes()
-
-    def _threads(self) -> concurrent.futures.ThreadPoolExecutor:
-        with self._lock:
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(COMPUTE_THREADS, "streamacc-recompute")
-            return self._pool
 
     def _recomputed(self, k: int) -> tuple[dict[str, np.ndarray], int]:
         """Block ``k``'s ys by array (host), and its first row: from the cache, or computed once here."""
@@ -216,13 +211,13 @@ class RecomputingStore(WrapperStore[Store]):
 
     def _carry_after(self, k: int) -> list[Any]:
         """The carry the manifest records after committed block ``k``."""
-        with self._lock:
-            if k + 1 == self.manifest.committed_blocks:
-                return decode_leaves(self.manifest.carry or [])
+        if k + 1 == self.manifest.committed_blocks:
+            return decode_leaves(self.manifest.carry or [])
+        with self._ledger_lock:
             return decode_leaves(self._ledger.block(k + 1).carry_in)
 
     def _compute(self, k: int) -> tuple[dict[str, np.ndarray], int]:
-        with self._lock:
+        with self._ledger_lock:
             record = self._ledger.block(k)
         after = self._carry_after(k)
         with x64_scope(self.x64):
