@@ -156,6 +156,20 @@ def test_a_block_is_run_or_says_why_not(tmp_path):
     assert "Not run when this site was built: needs a bucket." in examples.render(page, run)
 
 
+def test_examples_start_as_a_new_process_and_leave_the_callers_jax_as_it_was(tmp_path):
+    import jax
+
+    assert jax.config.jax_enable_x64  # as conftest.py sets it
+    page = (
+        "```python\nimport jax\nprint(jax.config.jax_enable_x64)\n```\n\n"
+        "```console\n$ streamacc write out.zarr --size 16\n```\n\n"  # the command line turns x64 on
+        "```python\nprint(jax.config.jax_enable_x64)\njax.config.update('jax_enable_x64', False)\n```\n"
+    )
+    run = examples.run_page(page, "page.md", tmp_path)
+    assert [b.output for b in run.blocks if b.lang == "python"] == ["False\n", "True\n"]
+    assert jax.config.jax_enable_x64
+
+
 def test_a_picture_the_page_shows_must_be_drawn_by_its_examples(tmp_path):
     with pytest.raises(examples.ExampleError, match=r"shows missing\.png, which none of its examples drew"):
         examples.run_page("![a plot](missing.png)\n", "page.md", tmp_path)

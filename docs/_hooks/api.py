@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from examples import ExampleError, _fresh_jax, _in_folder
+from examples import ExampleError, _in_folder, fresh_jax
 
 DIRECTIVE = re.compile(r"^:::[ \t]+(?P<name>[\w.]+)[ \t]*$", re.M)
 SECTION = re.compile(r"^(?P<title>[A-Z][a-z]+)\n-{3,}$", re.M)
@@ -144,8 +144,7 @@ def run_doctests(objects: list[tuple[str, object]], folder: Path) -> int:
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     seen: set[str] = set()
     ran = 0
-    _fresh_jax()
-    with _in_folder(folder):
+    with fresh_jax(), _in_folder(folder):
         for name, obj in objects:
             module = inspect.getmodule(obj)
             for test in finder.find(obj, name, module=module, globs={"streamacc": streamacc, "np": np}):

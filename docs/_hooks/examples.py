@@ -107,11 +107,22 @@ def _in_folder(path: Path) -> Iterator[None]:
         os.chdir(old)
 
 
-def _fresh_jax() -> None:
-    """x64 off, as in a new process (only if a page before imported JAX)."""
+@contextlib.contextmanager
+def fresh_jax() -> Iterator[None]:
+    """x64 off, as in a new process, for the examples inside; the caller's setting afterwards.
+
+    Examples (and the command line, which owns its process) turn x64 on; the process that
+    runs them, the site's build or the test suite, keeps its own setting.
+    """
     jax = sys.modules.get("jax")
+    before = None if jax is None else bool(jax.config.jax_enable_x64)
     if jax is not None:
         jax.config.update("jax_enable_x64", False)
+    try:
+        yield
+    finally:
+        if before is not None:
+            jax.config.update("jax_enable_x64", before)
 
 
 def _run_python(block: Block, namespace: dict, where: str) -> str:
@@ -182,8 +193,7 @@ def run_page(text: str, where: str, folder: Path) -> PageRun:
     blocks = find_blocks(text, where)
     namespace: dict = {"__name__": "__main__"}
     os.environ.setdefault("MPLBACKEND", "Agg")
-    _fresh_jax()
-    with _in_folder(folder):
+    with fresh_jax(), _in_folder(folder):
         for block in blocks:
             if block.not_run is not None or block.lang not in RUN:
                 continue
