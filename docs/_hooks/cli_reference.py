@@ -86,10 +86,16 @@ def _subcommands(parser: argparse.ArgumentParser) -> tuple[argparse._SubParsersA
 
 
 def _parser_section(name: str, parser: argparse.ArgumentParser, summary: str) -> list[str]:
-    lines = [f"## `{name}`", "", summary[:1].upper() + summary[1:] + ("." if summary else ""), ""]
+    summary = summary[:1].upper() + summary[1:]
+    lines = [f"## `{name}`", "", summary + ("" if summary.endswith(".") or not summary else "."), ""]
     lines += ["```text", parser.format_usage().strip(), "```", ""]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            commands = [f"| [`{name} {c.dest}`](#{name.replace(' ', '-')}-{c.dest}) | {_cell(c.help or '')} |"
+                        for c in action._choices_actions]  # fmt: skip
+            lines += ["**Commands**", "", "| command | what it does |", "|---|---|", *commands, ""]
     for group in parser._action_groups:
-        actions = list(group._group_actions)
+        actions = [a for a in group._group_actions if not isinstance(a, argparse._SubParsersAction)]
         if not actions:
             continue
         title = group.title or "arguments"
