@@ -156,7 +156,6 @@ def cmd_write(args: argparse.Namespace) -> int:
     job = recipe.make(size, args.dtype, params, options)  # an --input URL takes the same storage options
     attrs = {**job.attrs, "dtype": check_dtype(args.dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
-    layout = {"length": job.length, "unroll": job.unroll, "names": job.names, "dims": job.dims}
     check_request(**{**request, "length": job.length, "unroll": job.unroll})  # with the recipe's length and unroll
     _enable_x64()
     from ..run import cluster_client, info, write
@@ -166,8 +165,9 @@ def cmd_write(args: argparse.Namespace) -> int:
     gc.freeze()  # the CLI owns its process: spare the collector the objects that live for the whole run
     with _warnings_as_messages(args.debug), cluster_client(workers, args.scheduler) as client:
         write(
-            args.out, job.f, job.init, job.xs, **request, **layout, attrs=attrs, array_attrs=array_attrs,
-            storage_options=options, client=client, progress=not args.no_progress,
+            args.out, job.f, job.init, job.xs, **request, length=job.length, unroll=job.unroll, names=job.names,
+            dims=job.dims, attrs=attrs, array_attrs=array_attrs, storage_options=options, client=client,
+            progress=not args.no_progress,
         )  # fmt: skip
     how = "extended" if request["mode"] == "extend" else "resumed"
     _out(summary(info(args.out, storage_options=options), before, time.perf_counter() - start, how))

@@ -50,7 +50,7 @@ class _StdoutClosed(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # argparse takes '-1e-3' or '-2**3' for an option (it knows only '-1' and '-1.5') and then
         # fails with "expected one argument"; no option starts with a digit, '.' or '(', so such
@@ -132,7 +132,7 @@ def storage_options(pairs: list[str]) -> dict[str, Any] | None:
     return options or None
 
 
-def _add_write(sub: argparse._SubParsersAction) -> None:
+def _add_write(sub: argparse._SubParsersAction[_Parser]) -> None:
     w = sub.add_parser("write", allow_abbrev=False, help="run a recipe and stream its output to a Zarr store")
     _add_common(w, top=False)
     w.add_argument("out", metavar="OUT", help="output path or fsspec URL (a Zarr v3 group)")

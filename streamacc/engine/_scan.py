@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any, Protocol, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
 from jax import lax
 
 from .._checks import as_count, as_unroll
 from .._defaults import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_SIZE
 from ..errors import InputError, arg
-from ._checks import check_x64, resolve_length, step_shapes
+from ._checks import Carry, Step, check_x64, resolve_length, step_shapes
 from ._layout import (
     block_bounds,
     block_count,
@@ -34,7 +35,8 @@ from ._layout import (
     check_save_every,
     rows_in,
 )
-from ._pool import BlockPool, pool_size
+from ._pool import BlockPool, _Lease, pool_size
+from ._scopes import jax_option
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
@@ -114,7 +116,7 @@ class Block:
         """
         return range(*rows_in(self.start, self.stop, self.save_every))
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Callable[..., Block], tuple[int, int, Any, Any, int]]:
         # a copy holds no buffer of the pool
         return _rebuild_block, (self.start, self.stop, self.ys, self.carry, self.save_every)
 
@@ -137,7 +139,7 @@ def _rebuild_block(start: int, stop: int, ys: Any, carry: Any, save_every: int) 
 class Plan:
     """A validated blocked scan: everything needed to run it, and the shape of its output."""
 
-    f: Callable
+    f: Step
     init: Any
     xs: Any
     length: int
@@ -189,7 +191,7 @@ def _nbytes(tree: Any, skip: int = 0) -> int:
     return sum(
         np.dtype(leaf.dtype).itemsize * int(np.prod(leaf.shape[skip:], dtype=np.int64))
         for leaf in jax.tree_util.tree_leaves(tree)
-        if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.extended)
+        if not jnp.issubdtype(leaf.dtype, jax.dtypes.extended)
     )
 
 
@@ -201,7 +203,7 @@ def as_save_every(save_every: Any, length: int) -> int:
 
 
 def make_plan(
-    f: Callable,
+    f: Step,
     init: Any,
     xs: Any = None,
     *,
@@ -247,7 +249,7 @@ def make_plan(
     return Plan(f, init, xs, n, block_size, unroll, bool(reverse), y_struct, save_every)
 
 
-def _carry_only(f: Callable) -> Callable:
+def _carry_only(f: Step) -> Step:
     """``f`` keeping only the carry; y stays computed (behind a barrier) but is never stored.
 
     So XLA sees the step it sees in a full block and makes the same fusion and contraction
@@ -262,7 +264,7 @@ def _carry_only(f: Callable) -> Callable:
 
 
 def _thinned_scan(
-    f: Callable, carry: Any, xs: Any, length: int, unroll: int | bool, reverse: bool, every: int
+    f: Step, carry: Any, xs: Any, length: int, unroll: int | bool, reverse: bool, every: int
 ) -> tuple[Any, Any]:
     """``lax.scan(f, carry, xs, length)`` keeping only the ys of steps ``every-1, 2*every-1, ...``.
 
@@ -327,7 +329,9 @@ def _x0(xs: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=256)
-def _scan_fn(f: Callable, length: int, unroll: int | bool, reverse: bool, into: bool, every: int = 1) -> Callable:
+def _scan_fn(
+    f: Step, length: int, unroll: int | bool, reverse: bool, into: bool, every: int = 1
+) -> Callable[..., tuple[Any, list[jax.Array]]]:
     """One block: ``lax.scan`` itself (thinned to every ``every``-th y), returning ``(carry, ys leaves)``.
 
     With ``into``, the ys are written into the donated buffers ``out``: the update
@@ -336,21 +340,33 @@ def _scan_fn(f: Callable, length: int, unroll: int | bool, reverse: bool, into: 
     ``into`` XLA allocates the ys, which is how a buffer first enters a pool.
     """
 
-    def run(carry: Any, xs: Any) -> tuple[Any, list]:
+    def run(carry: Any, xs: Any) -> tuple[Any, list[jax.Array]]:
         if every == 1:
             carry, ys = lax.scan(f, carry, xs, length=length, unroll=unroll, reverse=reverse)
         else:
             carry, ys = _thinned_scan(f, carry, xs, length, unroll, reverse, every)
         return carry, jax.tree_util.tree_leaves(ys)
 
-    def run_into(carry: Any, xs: Any, out: list) -> tuple[Any, list]:
+    def run_into(carry: Any, xs: Any, out: list[jax.Array]) -> tuple[Any, list[jax.Array]]:
         carry, ys = run(carry, xs)
         return carry, [lax.dynamic_update_slice_in_dim(o, y, 0, 0) for o, y in zip(out, ys, strict=True)]
 
     return jax.jit(run_into, donate_argnums=2) if into else jax.jit(run)
 
 
-def _cached(build: Callable, f: Callable, *args: Any) -> Callable:
+_Built = TypeVar("_Built", covariant=True)
+
+
+class _Memoized(Protocol[_Built]):
+    """A builder behind ``functools.lru_cache``: called through its cache, or past it as ``__wrapped__``."""
+
+    def __call__(self, *args: Hashable) -> _Built: ...
+
+    @property
+    def __wrapped__(self) -> Callable[..., _Built]: ...
+
+
+def _cached(build: _Memoized[_Built], f: Step, *args: Hashable) -> _Built:
     """``build(f, *args)`` from its cache; an unhashable step function cannot be cached: built per call."""
     try:
         return build(f, *args)
@@ -359,7 +375,7 @@ def _cached(build: Callable, f: Callable, *args: Any) -> Callable:
 
 
 @functools.lru_cache(maxsize=64)
-def _slicer(length: int) -> Callable:
+def _slicer(length: int) -> Callable[[jax.Array, int], jax.Array]:
     return jax.jit(lambda a, start: lax.dynamic_slice_in_dim(a, start, length))
 
 
@@ -376,9 +392,9 @@ class _Computed:
 
     start: int
     stop: int
-    out: list
+    out: list[jax.Array]
     carry: Any
-    lease: Any  # its pool slot's lease (dropped unseen, it gives the slot back); None when XLA allocated out
+    lease: _Lease | None  # its pool slot's lease (dropped unseen, it gives the slot back); None when XLA allocated out
 
 
 def _block_xs(plan: Plan, start: int, stop: int) -> Any:
@@ -406,7 +422,7 @@ def _hand_over(plan: Plan, pool: BlockPool, done: _Computed) -> Block:
 
 
 @functools.lru_cache(maxsize=256)
-def _carry_scan_fn(f: Callable, length: int, unroll: int | bool, reverse: bool) -> Callable:
+def _carry_scan_fn(f: Step, length: int, unroll: int | bool, reverse: bool) -> Callable[[Any, Any], Any]:
     step = _carry_only(f)
 
     def run(carry: Any, xs: Any) -> Any:
@@ -469,12 +485,13 @@ def computes_ahead() -> bool:
 
 
 def _platform() -> str:
-    device = jax.config.jax_default_device
+    device: jax.Device | str | None = jax_option("jax_default_device")
     if device is None:
         return jax.default_backend()
     if isinstance(device, str):  # a platform name
         return device
-    return device.platform
+    platform: str = device.platform  # jaxlib's Device comes without type information
+    return platform
 
 
 def run_plan(
@@ -528,7 +545,7 @@ def run_plan(
 
 
 def iter_blocks(
-    f: Callable,
+    f: Step,
     init: Any,
     xs: Any = None,
     *,
@@ -608,8 +625,8 @@ def iter_blocks(
 
 
 def scan(
-    f: Callable,
-    init: Any,
+    f: Callable[[Carry, Any], tuple[Carry, Any]],
+    init: Carry,
     xs: Any = None,
     *,
     length: int | None = None,
@@ -617,7 +634,7 @@ def scan(
     unroll: int | bool = 1,
     reverse: bool = False,
     save_every: int = 1,
-) -> tuple[Any, Any]:
+) -> tuple[Carry, Any]:
     """``jax.lax.scan`` computed block by block, with ``ys`` assembled in host memory.
 
     The result equals one ``lax.scan`` over the whole length bit for bit. Use it when
@@ -678,7 +695,7 @@ def scan(
         f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every
     )
 
-    def empty(s: jax.ShapeDtypeStruct) -> np.ndarray:
+    def empty(s: jax.ShapeDtypeStruct) -> npt.NDArray[Any]:
         return np.empty((plan.rows, *s.shape), dtype=s.dtype)
 
     ys = jax.tree_util.tree_map(empty, plan.y_struct)

@@ -15,10 +15,10 @@ import dataclasses
 import logging
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from .._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_BYTES
-from ..engine import Plan, check_length, from_host, make_plan, to_host
+from ..engine import Carry, Plan, check_length, from_host, make_plan, to_host
 from ..errors import StoreError, StreamaccWarning, arg
 from ..store import Target, describe_store_failure, is_store_failure, open_target
 from .execute import Executor, LocalExecutor, Progress
@@ -29,9 +29,6 @@ from .threads import interruptible
 __all__ = ["write"]
 
 log = logging.getLogger("streamacc")
-
-Carry = TypeVar("Carry")
-"""The carry's type, as ``jax.lax.scan`` types it: what ``write`` returns is the carry after the last step."""
 
 
 def _continued(request: Request, stored: dict[str, Any] | None) -> Request:
@@ -237,7 +234,8 @@ def write(
         if output.complete:
             message = f"{target.label} is already complete ({plan.length} steps); nothing to do"
             warnings.warn(message, StreamaccWarning, stacklevel=2)
-            return from_host(output.carry, plan.init)
+            done_already: Carry = from_host(output.carry, plan.init)
+            return done_already
         done = output.manifest.committed_steps
         if request.mode == "extend" and stored is not None and stored.get("length", plan.length) < plan.length:
             log.info("extending %s to step %d (computing on from step %d)", target.label, plan.length, done)
@@ -254,4 +252,5 @@ def write(
             raise error from exc
         finally:
             output.close()  # no summary chunk may be written once the lock is released
-    return from_host(output.carry, plan.init)
+    carry: Carry = from_host(output.carry, plan.init)
+    return carry

@@ -21,6 +21,7 @@ import numpy as np
 import zarr
 from zarr.abc.store import SuffixByteRequest
 from zarr.codecs import Crc32cCodec
+from zarr.core.array_spec import ArrayConfigParams
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
@@ -51,7 +52,8 @@ def _fill_value(dtype: np.dtype) -> object:
     return False if dtype.kind == "b" else 0
 
 
-_CONFIG = {"write_empty_chunks": True}  # every committed chunk exists in the store, even one equal to the fill
+# every committed chunk exists in the store, even one equal to the fill
+_CONFIG: ArrayConfigParams = {"write_empty_chunks": True}
 
 
 def stored_crc32c(raw: bytes) -> int | None:
@@ -123,7 +125,7 @@ def decoding_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def array_document(raw: bytes | None) -> dict | None:
+def array_document(raw: bytes | None) -> dict[str, Any] | None:
     """A stored array ``zarr.json`` as a run records and checks it, or None when absent or unreadable.
 
     Everything but the attributes, which users may edit, except those that change the
@@ -139,7 +141,7 @@ def array_document(raw: bytes | None) -> dict | None:
     return _as_recorded(doc) if isinstance(doc, dict) else None
 
 
-def _as_recorded(doc: dict) -> dict:
+def _as_recorded(doc: dict[str, Any]) -> dict[str, Any]:
     kept = {k: v for k, v in doc.items() if k != "attributes"}
     attrs = doc.get("attributes")
     decoding = decoding_attributes(attrs) if isinstance(attrs, dict) else {}
@@ -160,12 +162,12 @@ def resize_arrays(target: Target, shapes: Mapping[str, tuple[int, ...]]) -> None
 class ZarrSink:
     """Writes blocks of named host arrays into a Zarr group, durably."""
 
-    def __init__(self, target: Target, arrays: dict[str, zarr.Array]) -> None:
+    def __init__(self, target: Target, arrays: dict[str, zarr.Array[Any]]) -> None:
         self.target = target
         self.arrays = arrays
         self.writers = {name: ChunkWriter(arr) for name, arr in arrays.items()}
-        self._root: dict | None = None
-        self._members: dict[str, dict] | None = None
+        self._root: dict[str, Any] | None = None
+        self._members: dict[str, dict[str, Any]] | None = None
 
     @classmethod
     def create(
@@ -176,8 +178,8 @@ class ZarrSink:
         chunks: Mapping[str, tuple[int, ...]],
         dims: Mapping[str, tuple[str, ...]],
         codec: str,
-        attrs: dict,
-        array_attrs: Mapping[str, dict],
+        attrs: dict[str, Any],
+        array_attrs: Mapping[str, dict[str, Any]],
     ) -> ZarrSink:
         """Create the group and its arrays (the target must be empty apart from bookkeeping).
 
@@ -218,13 +220,13 @@ class ZarrSink:
                 ) from None
         return cls(target, arrays)
 
-    def _stored_metadata(self) -> dict[str, dict]:
+    def _stored_metadata(self) -> dict[str, dict[str, Any]]:
         """Each array's stored ``zarr.json``, read once: it never changes during a run."""
         if self._members is None:
             self._members = {name: json.loads(self.target.read(f"{name}/zarr.json") or b"{}") for name in self.arrays}
         return self._members
 
-    def documents(self) -> dict[str, dict | None]:
+    def documents(self) -> dict[str, dict[str, Any] | None]:
         """Each array's stored metadata as a run records it (see :func:`array_document`)."""
         return {name: _as_recorded(doc) if doc else None for name, doc in self._stored_metadata().items()}
 
@@ -280,11 +282,13 @@ class ZarrSink:
     def _tail_crc(self, key: str) -> int:
         """The CRC-32C zarr appended to a chunk it encoded itself (its last four bytes)."""
         buf = sync(self.target.store.get(key, default_buffer_prototype(), byte_range=SuffixByteRequest(4)))
+        if buf is None:  # the store accepted the chunk but does not have it: the store failing
+            raise FileNotFoundError(f"chunk {key} is not in the store right after it was written")
         return int.from_bytes(buf.to_bytes(), "little")
 
     def read(self, start: int, stop: int) -> dict[str, np.ndarray]:
         """Read back rows ``[start, stop)`` of every array."""
-        return {name: arr[start:stop] for name, arr in self.arrays.items()}
+        return {name: np.asarray(arr[start:stop]) for name, arr in self.arrays.items()}
 
     def stored_bytes(self, span: tuple[int, int]) -> dict[str, int]:
         """Bytes stored in each array's chunks holding the rows ``span`` (committed chunks only).

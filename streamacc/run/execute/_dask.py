@@ -29,8 +29,6 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import jax
-
 from ...engine import (
     Block,
     BlockPool,
@@ -39,6 +37,7 @@ from ...engine import (
     carry_pass,
     compute_block,
     from_host,
+    jax_option,
     pool_size,
     same_leaves,
     to_host,
@@ -184,7 +183,7 @@ class DaskExecutor:
 
     def run(self, plan: Plan, output: Output) -> None:
         spec = SinkSpec.of(output)
-        x64 = bool(jax.config.jax_enable_x64)
+        x64 = bool(jax_option("jax_enable_x64"))
         try:
             plan_future = self.client.scatter(plan, broadcast=True, hash=False, timeout=SCATTER_TIMEOUT)
         except TimeoutError:

@@ -84,9 +84,9 @@ def extend_manifest(target: Target, identity: dict[str, Any], manifest: Manifest
     ledger = Ledger(target)
     every = old.get("save_every", 1)
     sink = ZarrSink.open(target, list(new["arrays"]))
-    problem = trailer_problem(target, ledger, sink, range(manifest.committed_blocks), every)
-    if problem is not None:  # checked before anything changes: a resume would find it after the extension
-        k, start, stop, what = problem
+    bad = trailer_problem(target, ledger, sink, range(manifest.committed_blocks), every)
+    if bad is not None:  # checked before anything changes: a resume would find it after the extension
+        k, start, stop, what = bad
         raise _refuse(
             label, f"block {k} (steps {start}-{stop}) is bad: {what}; rewrite it with {arg('mode', 'overwrite')}"
         )

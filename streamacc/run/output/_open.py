@@ -102,8 +102,7 @@ def _create(o: Opening) -> Output:
         attrs=spec.attrs,
         array_attrs=spec.array_attrs,
     )
-    dims = {name: sink.arrays[name].metadata.dimension_names for name in spec.arrays}
-    summaries = Summaries.create(target, spec.identity, spec.arrays, spec.codec, dims)
+    summaries = Summaries.create(target, spec.identity, spec.arrays, spec.codec, spec.dims)
     target.make_durable([f"{name}/zarr.json" for name in spec.arrays])
     manifest.arrays = {name: doc for name, doc in sink.documents().items() if doc is not None}
     ledger.save(manifest)

@@ -17,7 +17,7 @@ from typing import Any
 from ...engine import HostLeaf
 from ...errors import LockedError, StoreError, arg
 from ...store import Target, ZarrSink, describe_store_failure, is_store_failure, progress_attrs
-from ...summaries import Summaries, SummaryPlan
+from ...summaries import BlockPieces, Summaries, SummaryPlan
 from ..record import BlockRecord, Ledger, Manifest, decode_leaves, encode_leaves
 from ..threads import check_stop
 from ._debris import remove_partial_writes
@@ -43,7 +43,8 @@ class BlockResult:
     crc32c: dict[str, list[int]]
     nbytes: int
     stored: int
-    summary: dict | None = None  # each summarised output's pieces of the finest windows (see _summaries)
+    # each summarised output's pieces of the finest windows (see _summaries)
+    summary: dict[str, BlockPieces] | None = None
 
     def __len__(self) -> int:
         return self.stop - self.start

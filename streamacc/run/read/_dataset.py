@@ -11,6 +11,7 @@ with ``drop=True``, ``concat`` along ``step``) by arithmetic; see ``_index``.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import InputError
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["open"]
 
 
-def open(store: Any, *, storage_options: dict | None = None, chunks: Any = "auto") -> xarray.Dataset:
+def open(store: Any, *, storage_options: dict[str, Any] | None = None, chunks: Any = "auto") -> xarray.Dataset:
     """Open a streamacc output as an xarray Dataset of its committed steps only.
 
     A run still writing, or one that was killed, has chunks past its last commit that a
@@ -97,7 +98,9 @@ def open(store: Any, *, storage_options: dict | None = None, chunks: Any = "auto
     names = list(ident["arrays"])
     # sliced before dask sees it, so that its chunks (and graph) follow the committed rows, not the length
     checked = CheckedStore(target.store, target.label, manifest)  # each chunk read must be the one committed
-    ds = xr.open_zarr(checked, consolidated=False, zarr_format=3, chunks=None)[names].isel(step=slice(first, last))
+    ds: xarray.Dataset = xr.open_zarr(checked, consolidated=False, zarr_format=3, chunks=None)[names].isel(
+        step=slice(first, last)
+    )
     if chunks is not None:
         ds = ds.chunk(_dask_chunks(ds, chunks))
     index = StepIndex.for_rows(first, last, ident.get("save_every", 1), ident.get("time"))
@@ -118,7 +121,7 @@ def _dask_chunks(ds: xarray.Dataset, chunks: Any) -> Any:
         return {**along, **chunks} if isinstance(chunks, dict) else chunks
     from dask.array.core import normalize_chunks
 
-    sizes: dict[str, int] = {}
+    sizes: dict[Hashable, int] = {}
     for name, v in ds.data_vars.items():
         auto = normalize_chunks("auto", v.shape, dtype=v.dtype, previous_chunks=stored[name])
         for dim, dim_chunks in zip(v.dims, auto, strict=True):

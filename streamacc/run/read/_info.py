@@ -101,7 +101,7 @@ class ArrayInfo:
 
     shape: tuple[int, ...]
     dtype: str
-    dims: tuple[str, ...]
+    dims: tuple[str | None, ...]
     chunks: tuple[int, ...]
     codec: str
     stored_bytes: int
@@ -242,6 +242,8 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
     >>> about.committed_steps, about.arrays["y"].dtype
     (2097152, 'float64')
     """
+    from zarr.core.metadata.v3 import ArrayV3Metadata
+
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)
     check_structure(target, manifest)
@@ -258,10 +260,12 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
         chunk_bytes = max(chunk_bytes, int(np.prod(arr.chunks, dtype=np.int64)) * arr.dtype.itemsize)
         written = (last - first) * row_bytes
         stored = stored_bytes[name]
+        meta = arr.metadata
+        assert isinstance(meta, ArrayV3Metadata)  # the sink opens Zarr v3 arrays only
         arrays[name] = ArrayInfo(
             shape=tuple(int(n) for n in arr.shape),
             dtype=str(arr.dtype),
-            dims=tuple(arr.metadata.dimension_names or ()),
+            dims=tuple(meta.dimension_names or ()),
             chunks=tuple(int(n) for n in arr.chunks),
             codec=ident["codec"],
             stored_bytes=stored,

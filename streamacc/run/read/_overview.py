@@ -29,10 +29,11 @@ __all__ = ["overview", "step_labels"]
 
 def step_labels(rows: np.ndarray, manifest: Manifest) -> np.ndarray:
     """The step each output row holds (``engine/_layout.row_step``: every step, or every ``save_every``-th)."""
-    return row_step(np.asarray(rows, dtype=np.int64), manifest.identity.get("save_every", 1))
+    steps: np.ndarray = row_step(np.asarray(rows, dtype=np.int64), manifest.identity.get("save_every", 1))
+    return steps
 
 
-def _node(target: Any, key: str) -> dict:
+def _node(target: Any, key: str) -> dict[str, Any]:
     raw = target.read(key)
     try:
         doc = json.loads(raw) if raw else {}
@@ -64,7 +65,7 @@ def _range(steps: Any, start: int, stop: int) -> tuple[int, int]:
     return a, b
 
 
-def _variable(xr: Any, dims: tuple, data: np.ndarray, attrs: dict) -> Any:
+def _variable(xr: Any, dims: tuple[str, ...], data: np.ndarray, attrs: dict[str, Any]) -> Any:
     """A variable of host numpy data, built without xarray probing for dask (0.4 s of imports)."""
     return xr.Variable(dims, np.asarray(data), attrs, fastpath=True)
 
@@ -79,7 +80,7 @@ def choose_level(windows: list[int], a: int, b: int, points: int) -> int:
 
 
 def overview(
-    store: Any, points: int = 4096, storage_options: dict | None = None, *, steps: Any = None
+    store: Any, points: int = 4096, storage_options: dict[str, Any] | None = None, *, steps: Any = None
 ) -> xarray.Dataset:
     """A whole output, or a range of its steps, at a glance: min, max and mean per window, from its summaries.
 

@@ -23,6 +23,7 @@ from ...engine import (
     BlockPool,
     HostLeaf,
     Plan,
+    Step,
     compute_block,
     from_host,
     make_plan,
@@ -33,7 +34,7 @@ from ...engine import (
 )
 from ...errors import ResumeError, VerifyError, arg, one_line
 from ...store import Target, ZarrSink, compare_chunks, open_target
-from ...summaries import Summaries, SummaryCheck, SummaryPlan
+from ...summaries import BlockPieces, Summaries, SummaryCheck, SummaryPlan
 from ..output import Output
 from ..record import BlockRecord, Ledger, Manifest, decode_leaves, describe_function, load_manifest, same_function
 from ..threads import interruptible, on_own_thread, run_ordered
@@ -102,14 +103,15 @@ def select_blocks(committed: int, blocks: str | int) -> list[int]:
 class Checker:
     """The checks of one output against its manifest and a plan that recomputes its blocks."""
 
-    def __init__(self, target: Target, manifest: Manifest, plan: Plan | None, sink: ZarrSink | None = None) -> None:
+    def __init__(self, target: Target, manifest: Manifest, plan: Plan, sink: ZarrSink | None = None) -> None:
         self.target = target
         self.manifest = manifest
         self.plan = plan
         self.ledger = Ledger(target)
         self._sink = sink
         self.summary: SummaryPlan | None = None  # cut each checked block's summary pieces, for ``seen``
-        self.seen: Callable[[int, dict], None] | None = None  # each checked block's pieces, in scan order
+        # each checked block's pieces, in scan order
+        self.seen: Callable[[int, dict[str, BlockPieces]], None] | None = None
 
     def fail(self, what: str) -> VerifyError:
         return VerifyError(f"{self.target.label}: {what}; rewrite the output with {arg('mode', 'overwrite')}")
@@ -212,7 +214,7 @@ class Checker:
                 yield _Recomputed(k, None, [], None, exc)
                 return
 
-    def _compare(self, item: _Recomputed) -> dict | None:
+    def _compare(self, item: _Recomputed) -> dict[str, BlockPieces] | None:
         """Judge one recomputed block against its stored chunks, checksums and the carry after it.
 
         Returns the block's summary pieces (cut from the data now proven to be the stored data).
@@ -257,7 +259,7 @@ class Checker:
         except Exception as exc:  # a damaged compressed chunk fails in its codec, with the codec's own error
             what = f"its chunks cannot be decoded ({type(exc).__name__}: {one_line(exc)})"
             raise self.bad_block(k, rec.start, rec.stop, what) from None
-        if np.ascontiguousarray(ys[region]).tobytes() != stored.tobytes():
+        if np.ascontiguousarray(ys[region]).tobytes() != np.asarray(stored).tobytes():
             raise self.not_recomputed(k, rec.start, rec.stop, f"{name!r} differs")
 
     def blocks(self, chosen: Iterable[int], *, depth: int = DEFAULT_INFLIGHT) -> None:
@@ -273,7 +275,7 @@ class Checker:
         finally:
             recomputed.close()
 
-    def _judged(self, item: _Recomputed, pieces: dict | None) -> None:
+    def _judged(self, item: _Recomputed, pieces: dict[str, BlockPieces] | None) -> None:
         if self.seen is not None and pieces is not None and item.rec is not None:
             self.seen(rows_in(item.rec.start, item.rec.stop, self.plan.save_every)[0], pieces)
 
@@ -340,7 +342,7 @@ def check_resumable(output: Output, plan: Plan) -> None:
         raise ResumeError(f"cannot resume: {one_line(exc)}") from None
 
 
-def plan_for(manifest: Manifest, f: Callable, init: Any, xs: Any) -> Plan:
+def plan_for(manifest: Manifest, f: Step, init: Any, xs: Any) -> Plan:
     """The plan of the recorded run: its length and block layout, with this step and inputs."""
     ident = manifest.identity
     return make_plan(
@@ -358,12 +360,12 @@ def plan_for(manifest: Manifest, f: Callable, init: Any, xs: Any) -> Plan:
 @interruptible
 def verify(
     store: Any,
-    f: Callable,
+    f: Step,
     init: Any,
     xs: Any = None,
     *,
     blocks: str | int = "all",
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> VerifyReport:
     """Check an output against its manifest, recomputing its blocks from their recorded carry-ins.
 

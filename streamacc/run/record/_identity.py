@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -47,9 +48,9 @@ def run_identity(
     arrays: dict[str, Any],
     codec: str,
     chunks: dict[str, tuple[int, ...]],
-    attrs: dict,
-    dims: dict | None = None,
-    time: dict | None = None,
+    attrs: dict[str, Any],
+    dims: Mapping[str, Sequence[str]] | None = None,
+    time: Mapping[str, Any] | None = None,
     summaries: list[int] | None = None,
 ) -> dict[str, Any]:
     """The JSON-ready identity of a write: function, inputs, layout, codec and versions.

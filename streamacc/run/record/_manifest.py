@@ -84,7 +84,7 @@ def node_attribute(raw: bytes, name: str) -> Any:
     return doc["attributes"][name]
 
 
-def encode_leaves(leaves: list[HostLeaf]) -> list[dict]:
+def encode_leaves(leaves: list[HostLeaf]) -> list[dict[str, Any]]:
     """JSON form of host carry leaves: dtype, shape, exact bytes, PRNG key implementation."""
     return [
         {"dtype": a.dtype.str, "shape": list(a.shape), "data": base64.b64encode(a.tobytes()).decode(), "key": impl}
@@ -92,7 +92,7 @@ def encode_leaves(leaves: list[HostLeaf]) -> list[dict]:
     ]
 
 
-def decode_leaves(records: list[dict]) -> list[HostLeaf]:
+def decode_leaves(records: list[dict[str, Any]]) -> list[HostLeaf]:
     """Inverse of :func:`encode_leaves`."""
     out = []
     for r in records:
@@ -108,7 +108,7 @@ class BlockRecord:
     index: int
     start: int
     stop: int
-    carry_in: list[dict]
+    carry_in: list[dict[str, Any]]
     crc32c: dict[str, list[int]]  # per array, the CRC-32C of each stored chunk (as zarr's crc32c codec appends it)
 
 
@@ -118,12 +118,12 @@ class Manifest:
 
     identity: dict[str, Any]
     total_blocks: int
-    arrays: dict[str, dict] = dataclasses.field(default_factory=dict)
+    arrays: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     committed_blocks: int = 0
     committed_steps: int = 0
-    carry: list[dict] | None = None
+    carry: list[dict[str, Any]] | None = None
     complete: bool = False
-    summaries: dict | None = None  # the summaries' tail: rows in no durable chunk yet, and the open window
+    summaries: dict[str, Any] | None = None  # the summaries' tail: rows in no durable chunk yet, and the open window
 
     def to_json(self) -> bytes:
         doc = json.dumps({"format": FORMAT, **dataclasses.asdict(self)}, sort_keys=True)
@@ -149,7 +149,8 @@ class Manifest:
 
     @property
     def length(self) -> int:
-        return self.identity["length"]
+        length: int = self.identity["length"]
+        return length
 
     def span(self, blocks: int | None = None) -> tuple[int, int]:
         """The steps covered by the first ``blocks`` committed blocks (default: all committed)."""
@@ -189,7 +190,7 @@ class Manifest:
         return None
 
 
-def _flatten(doc: dict, prefix: str = "") -> dict[str, Any]:
+def _flatten(doc: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     flat = {}
     for key, value in doc.items():
         if isinstance(value, dict):
@@ -209,7 +210,7 @@ A later release continues any output of the manifest format it reads (``FORMAT``
 it writes are checked by recomputing the last committed block before anything is written."""
 
 
-def identity_differences(stored: dict, current: dict) -> list[str]:
+def identity_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """Each field where two run identities differ, as 'field: stored X, now Y'."""
     current = {k: v for k, v in current.items() if k in stored or k not in LATER_FIELDS}
     a, b = _flatten(stored), _flatten(json.loads(json.dumps(current)))
@@ -222,7 +223,7 @@ class Ledger:
 
     def __init__(self, target: Target) -> None:
         self.target = target
-        self._segment: tuple[int, list[dict]] | None = None
+        self._segment: tuple[int, list[dict[str, Any]]] | None = None
 
     def load(self) -> Manifest | None:
         """The manifest, or None when there is none (a legacy one is refused with the fix)."""
@@ -250,7 +251,7 @@ class Ledger:
             f"{arg('mode', 'overwrite')}"
         )
 
-    def _read_segment(self, seg: int) -> list[dict]:
+    def _read_segment(self, seg: int) -> list[dict[str, Any]]:
         if self._segment is not None and self._segment[0] == seg:
             return self._segment[1]
         raw = self.target.read(self.segment_key(seg))
@@ -338,7 +339,7 @@ def same_function(stored: Any, current: str, label: str) -> bool:
     return False
 
 
-def require_same_run(stored: Manifest, identity: dict, label: str) -> None:
+def require_same_run(stored: Manifest, identity: dict[str, Any], label: str) -> None:
     """Refuse to continue a run whose identity differs, naming every difference."""
     if same_function(stored.identity.get("function"), identity["function"], label):
         identity = {**identity, "function": stored.identity.get("function")}

@@ -45,7 +45,7 @@ def _progress_problem(attrs: dict[str, Any], manifest: Manifest) -> str | None:
     return None
 
 
-def _consolidated_problem(target: Target, doc: dict, names: list[str]) -> str | None:
+def _consolidated_problem(target: Target, doc: dict[str, Any], names: list[str]) -> str | None:
     consolidated = doc.get("consolidated_metadata")
     members = consolidated.get("metadata") if isinstance(consolidated, dict) else None
     if not isinstance(members, dict):
