@@ -68,16 +68,34 @@ exceed what it saves; from 8 MiB on, fresh buffers page-fault."""
 
 @dataclasses.dataclass(frozen=True)
 class Block:
-    """One finished block of a blocked scan.
+    """One finished block of a blocked scan, as :func:`iter_blocks` yields it.
 
-    Attributes:
-        start, stop: the block covers steps ``[start, stop)`` of the whole scan.
-        ys: pytree of host numpy arrays, each with leading axis ``len(block.rows)``:
-            the ys of every step, or of every ``save_every``-th (read-only; on CPU,
-            views of the engine's recycled buffers).
-        carry: pytree of (small) JAX arrays, the carry after the block's last step in
-            scan order, i.e. the carry that enters the next block.
-        save_every: the block keeps the y of steps ``k-1, 2k-1, ...`` (k = save_every).
+    Attributes
+    ----------
+    start : int
+        The first step the block covers (steps ``[start, stop)`` of the whole scan).
+    stop : int
+        The step after the block's last.
+    ys : pytree of numpy.ndarray
+        The ys of the block's steps, one host array per leaf of ``y`` with leading axis
+        ``len(block.rows)``: every step's y, or every ``save_every``-th. Read-only; on a
+        CPU they are views of the engine's recycled buffers (see :meth:`release`).
+    carry : pytree of jax.Array
+        The carry after the block's last step in scan order: the carry that enters the
+        next block (in a reverse scan, the block before it).
+    save_every : int
+        The block keeps the y of steps ``k-1, 2k-1, ...`` (``k = save_every``); 1 keeps all.
+
+    Examples
+    --------
+    >>> import numpy as np, streamacc
+    >>> def count(c, _):
+    ...     return c + 1, c
+    >>> block = next(streamacc.iter_blocks(count, np.int32(0), length=10, block_size=4))
+    >>> block.start, block.stop, len(block), block.ys, int(block.carry)
+    (0, 4, 4, array([0, 1, 2, 3], dtype=int32), 4)
+    >>> block.rows
+    range(0, 4)
     """
 
     start: int
@@ -92,7 +110,10 @@ class Block:
 
     @property
     def rows(self) -> range:
-        """The output rows this block's ys fill (``range(start, stop)`` unless thinned)."""
+        """The output rows this block's ys fill: ``range(start, stop)``, or the kept rows when thinned.
+
+        Output row ``r`` holds the y of step ``r * save_every + save_every - 1``.
+        """
         return range(*rows_in(self.start, self.stop, self.save_every))
 
     def __reduce__(self) -> tuple[Callable[..., Block], tuple[int, int, Any, Any, int]]:
@@ -534,21 +555,68 @@ def iter_blocks(
     reverse: bool = False,
     save_every: int = 1,
 ) -> Iterator[Block]:
-    """Run ``lax.scan(f, init, xs, length, unroll=unroll, reverse=reverse)`` block by block.
+    """Run ``lax.scan(f, init, xs, length)`` block by block in bounded memory, yielding each block.
 
-    Yields :class:`Block` s in scan order (from the end when ``reverse``), so memory
-    stays at a few blocks whatever the length. ``xs`` may be any pytree of arrays that
-    slice along axis 0 (numpy, memmap, JAX or Zarr arrays); only the current block's
-    rows are read. Concatenating the blocks' ``ys`` in step order, and taking the last
-    block's ``carry``, gives bit for bit what one ``lax.scan`` over the whole length
-    gives (with ``unroll`` > 1, block sizes that would regroup the unrolled steps are
-    refused). Arguments are checked now, not at the first ``next()``.
+    Concatenating the blocks' ``ys`` in step order, and taking the last block's
+    ``carry``, gives bit for bit what one ``lax.scan`` over the whole length gives.
+    Memory stays at a few blocks whatever the length. Blocks come in scan order (from
+    the end when ``reverse``). On an accelerator the next block computes while the
+    caller handles one (:func:`computes_ahead`); on a CPU each block is computed when
+    asked for. Arguments are checked when ``iter_blocks`` is called, not at the first
+    ``next()``.
 
-    ``block_size`` counts steps; by default blocks hold about ``DEFAULT_BLOCK_BYTES`` of
-    ys, whatever one step outputs. ``save_every=k`` keeps only the ys of steps
-    ``k-1, 2k-1, ...`` (``lax.scan(...)[1][k-1::k]``): every step still runs. On an
-    accelerator the next block computes while the caller takes one (see
-    :func:`computes_ahead`); on a CPU each block is computed when asked for.
+    Parameters
+    ----------
+    f : callable
+        The step, ``f(carry, x) -> (carry, y)``, as ``lax.scan`` takes it. It must be
+        hashable (a function, or a frozen dataclass), as for ``jax.jit``.
+    init : pytree of arrays
+        The carry entering the first step.
+    xs : pytree of arrays, optional
+        Inputs sliced along their first axis, one row per step: numpy arrays, memmaps,
+        JAX or Zarr arrays. Only the current block's rows are read.
+    length : int, optional
+        The number of steps; required without ``xs``, and equal to its length with it.
+    block_size : int, optional
+        Steps per block. By default a block holds about 8 MiB of ys (or of xs, if
+        larger), whatever one step outputs: 2**20 steps of a float64 series.
+    unroll : int or bool, default 1
+        ``lax.scan``'s unroll. With ``unroll=u > 1`` XLA may regroup floating-point work
+        inside an unrolled group, so ``block_size`` must be a multiple of ``u`` and at
+        least ``2u`` (and a reverse scan's length a multiple of ``u``).
+    reverse : bool, default False
+        Scan from the last step to the first, as ``lax.scan(reverse=True)``.
+    save_every : int, default 1
+        Keep the ys of steps ``k-1, 2k-1, ...`` only (``k = save_every``), that is
+        ``lax.scan(...)[1][k-1::k]``; every step still runs.
+
+    Yields
+    ------
+    Block
+        The blocks in scan order, each with its steps' ys on the host and the carry
+        after it. A block you keep keeps its buffer; later blocks get other ones.
+
+    Raises
+    ------
+    streamacc.errors.InputError
+        A bad argument (a length, block size, unroll or ``save_every`` that does not fit).
+    streamacc.errors.StepFunctionError
+        ``f`` breaks the scan contract, e.g. its carry changes shape or dtype.
+    streamacc.errors.X64Error
+        ``init`` or ``xs`` hold 64-bit data while ``jax_enable_x64`` is off.
+
+    Examples
+    --------
+    >>> import jax, numpy as np, streamacc
+    >>> jax.config.update("jax_enable_x64", True)
+    >>> def step(x, _):
+    ...     x = x * (1 + 1e-8)
+    ...     return x, x
+    >>> for block in streamacc.iter_blocks(step, np.float64(1.0), length=10_000, block_size=4096):
+    ...     print(block.start, block.stop, block.ys.shape, float(block.carry))
+    0 4096 (4096,) 1.0000409608...
+    4096 8192 (4096,) 1.0000819233...
+    8192 10000 (1808,) 1.0001000049...
     """
     plan = make_plan(
         f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every
@@ -567,11 +635,61 @@ def scan(
     reverse: bool = False,
     save_every: int = 1,
 ) -> tuple[Carry, Any]:
-    """Blocked ``lax.scan`` returning ``(carry, ys)`` with ``ys`` assembled in host memory.
+    """``jax.lax.scan`` computed block by block, with ``ys`` assembled in host memory.
 
-    The result equals ``jax.lax.scan`` bit for bit; use it when the output fits in RAM
-    but one device-side scan of the whole length would not compile or fit. With
-    ``save_every=k`` it is ``lax.scan(...)[1][k-1::k]`` and the carry after every step.
+    The result equals one ``lax.scan`` over the whole length bit for bit. Use it when
+    the output fits in RAM but one scan of the whole length would not compile or fit on
+    the device; to keep memory bounded whatever the length, use :func:`iter_blocks` or
+    :func:`write`.
+
+    Parameters
+    ----------
+    f : callable
+        The step, ``f(carry, x) -> (carry, y)``, as ``lax.scan`` takes it; hashable.
+    init : pytree of arrays
+        The carry entering the first step.
+    xs : pytree of arrays, optional
+        Inputs sliced along their first axis, one row per step (numpy, memmap, JAX or
+        Zarr arrays).
+    length : int, optional
+        The number of steps; required without ``xs``, and equal to its length with it.
+    block_size : int, optional
+        Steps per block; by default about 8 MiB of ys per block.
+    unroll : int or bool, default 1
+        ``lax.scan``'s unroll (see :func:`iter_blocks` for the block sizes it allows).
+    reverse : bool, default False
+        Scan from the last step to the first, as ``lax.scan(reverse=True)``.
+    save_every : int, default 1
+        Keep the ys of every ``save_every``-th step only: ``lax.scan(...)[1][k-1::k]``.
+
+    Returns
+    -------
+    carry : pytree of jax.Array
+        The carry after the last step.
+    ys : pytree of numpy.ndarray
+        The ys of every step (or of every ``save_every``-th), stacked along a leading axis.
+
+    Raises
+    ------
+    streamacc.errors.InputError
+        A bad argument.
+    streamacc.errors.StepFunctionError
+        ``f`` breaks the scan contract.
+    streamacc.errors.X64Error
+        64-bit inputs while ``jax_enable_x64`` is off.
+
+    Examples
+    --------
+    >>> import jax, numpy as np, streamacc
+    >>> def step(total, x):
+    ...     total = total + x
+    ...     return total, total
+    >>> xs = np.arange(1, 11, dtype=np.float32)
+    >>> carry, ys = streamacc.scan(step, np.float32(0), xs, block_size=4)
+    >>> ys
+    array([ 1.,  3.,  6., 10., 15., 21., 28., 36., 45., 55.], dtype=float32)
+    >>> bool((ys == jax.lax.scan(step, np.float32(0), xs)[1]).all())
+    True
     """
     plan = make_plan(
         f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every

@@ -228,7 +228,7 @@ def write(
     ...     return x, x
     >>> carry = streamacc.write("gp.zarr", step, np.float64(1.0), length=2**20, progress=False)
     >>> float(carry)
-    1.0105411...
+    1.01054092...
     >>> carry = streamacc.write("gp.zarr", step, np.float64(1.0), length=2**21, mode="extend", progress=False)
     """
     request = check_request(

@@ -36,12 +36,61 @@ def open(
 ) -> xarray.Dataset:
     """Open a streamacc output as an xarray Dataset of its committed steps only.
 
-    ``store`` is a local path, an fsspec URL (with ``storage_options``) or a zarr store;
-    read-only stores work. Works while a run is still writing: the Dataset holds what was
-    committed when it was opened, and its ``streamacc_*`` attributes describe exactly that.
-    Only the run's own arrays are included. ``chunks`` are dask chunks as ``xarray.open_zarr``
-    takes them ('auto': whole stored chunks near dask's preferred size; None for plain
-    lazy arrays); only the committed steps are chunked, so any length opens at once.
+    A run still writing, or one that was killed, has chunks past its last commit that a
+    plain Zarr reader shows as data; this reader reads the manifest first and returns
+    exactly the steps it commits (a prefix, or the end of a reverse scan), lazily through
+    dask. Each chunk is checked as it is read: one whose CRC-32C trailer is not the one
+    its block record names is refused. Rows are labelled by a ``step`` coordinate (and a
+    ``time`` coordinate where the run has a time axis) that costs no memory at any length
+    and selects by label: ``ds.sel(step=100)``, slices (both ends included), lists,
+    ``method="nearest"``, ``.loc``, ``where(..., drop=True)``, ``xr.concat`` along
+    ``step``. Only the run's own arrays are included. Imports no JAX.
+
+    Parameters
+    ----------
+    store : str, os.PathLike or zarr store
+        The output: a local path, an fsspec URL (with ``storage_options``) or a zarr
+        store. Read-only stores work.
+    storage_options : dict, optional
+        fsspec options for a URL ``store`` (endpoint, credentials).
+    chunks : "auto", int, tuple, dict or None, default "auto"
+        dask chunks, as ``xarray.open_zarr`` takes them. ``"auto"`` gives whole stored
+        chunks near dask's preferred size; None gives lazy arrays without dask. Only the
+        committed steps are chunked, so any length opens at once.
+
+    Returns
+    -------
+    xarray.Dataset
+        The committed steps of every output array, with coordinates ``step`` (and
+        ``time``), and the root attributes; its ``streamacc_*`` attributes describe what
+        was committed when it was opened (``streamacc_complete``,
+        ``streamacc_committed_steps``, ...).
+
+    Raises
+    ------
+    streamacc.errors.InputError
+        xarray is not installed (``pip install 'streamacc[xarray]'``).
+    streamacc.errors.NoOutputError
+        Nothing is there, or no streamacc output.
+    streamacc.errors.VerifyError
+        The output's structure cannot be trusted: a link or special file inside it, an
+        array whose metadata changed since it was written, root metadata that
+        contradicts the manifest, or (when read) a chunk that is not the one committed.
+
+    Examples
+    --------
+    >>> import jax, numpy as np, streamacc
+    >>> jax.config.update("jax_enable_x64", True)
+    >>> def step(x, _):
+    ...     x = x * 2.0
+    ...     return x, x
+    >>> _ = streamacc.write("doubling.zarr", step, np.float64(1.0), length=64, names="x",
+    ...                     time={"step": 0.5, "units": "s"}, progress=False)
+    >>> ds = streamacc.open("doubling.zarr")
+    >>> ds.x.sel(step=[0, 1, 63]).values.tolist()
+    [2.0, 4.0, 1.8446744073709552e+19]
+    >>> float(ds.time.sel(step=10)), int(ds.attrs["streamacc_committed_steps"])
+    (5.0, 64)
     """
     try:
         import xarray as xr

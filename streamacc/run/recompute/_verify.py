@@ -45,7 +45,39 @@ __all__ = ["Checker", "VerifyReport", "check_resumable", "plan_for", "verify", "
 
 @dataclasses.dataclass(frozen=True)
 class VerifyReport:
-    """What a successful verification checked."""
+    """What a successful :func:`streamacc.verify` checked (a failed check raises instead).
+
+    Attributes
+    ----------
+    checked_blocks : tuple of int
+        The blocks recomputed and compared byte for byte, by index in scan order; the
+        other committed blocks had their chunks' CRC-32C trailers checked against their
+        records.
+    committed_blocks : int
+        Blocks the manifest commits.
+    total_blocks : int
+        Blocks of the whole run.
+    committed_steps : int
+        Steps the committed blocks hold.
+    total_steps : int
+        Steps of the whole run (its ``length``).
+    complete : bool
+        Whether the run finished.
+    summary_windows : int
+        Summary rows compared with the data or with the rows below them (0 without summaries).
+
+    Examples
+    --------
+    >>> import jax, numpy as np, streamacc
+    >>> jax.config.update("jax_enable_x64", True)
+    >>> def step(x, _):
+    ...     x = x * (1 + 1e-8)
+    ...     return x, x
+    >>> _ = streamacc.write("small.zarr", step, np.float64(1.0), length=10_000, block_size=1024, progress=False)
+    >>> report = streamacc.verify("small.zarr", step, np.float64(1.0), blocks=3)
+    >>> report.checked_blocks, report.committed_blocks, report.complete
+    ((0, 5, 9), 10, True)
+    """
 
     checked_blocks: tuple[int, ...]
     committed_blocks: int
@@ -354,11 +386,76 @@ def verify(
     blocks: str | int = "all",
     storage_options: dict[str, Any] | None = None,
 ) -> VerifyReport:
-    """Verify an output written by :func:`write` with this ``f``, ``init`` and ``xs``.
+    """Check an output against its manifest, recomputing its blocks from their recorded carry-ins.
 
-    Raises :class:`VerifyError` naming the first problem (the first bad block in scan
-    order) on any mismatch, missing chunk, changed array metadata or inconsistent
-    manifest. Works on read-only stores; ``storage_options`` as for :func:`write`.
+    Checks that the manifest agrees with itself and with the layout, that nothing inside
+    the output is a link or a special file, that the run's arrays have the metadata they
+    were created with, that the root metadata agrees with the manifest, and then, for
+    each checked block, that its chunks exist with the CRC-32Cs recorded at commit, that
+    recomputing it from its recorded carry-in with ``f`` gives exactly the stored bytes,
+    and that it ends with the carry recorded after it. Blocks not recomputed have their
+    chunks' checksums compared with their records (4 bytes read per chunk). The window
+    summaries are checked too: rebuilt from the data when every block is checked,
+    otherwise the finest windows of the checked blocks against the data and every coarser
+    window against the ones below it. Works on read-only stores and while a run writes
+    (it checks what is committed). Ctrl-C on the main thread ends it within seconds.
+
+    Parameters
+    ----------
+    store : str, os.PathLike or zarr store
+        The output: a local path, an fsspec URL (with ``storage_options``) or a zarr store.
+    f : callable
+        The step function that wrote the output (the same code and the same values it uses).
+    init : pytree of arrays
+        The initial carry the output was written with (its dtypes and shapes are checked;
+        the blocks start from their recorded carry-ins).
+    xs : pytree of arrays, optional
+        The inputs the output was written with, if any.
+    blocks : "all" or int, default "all"
+        Recompute every committed block, or this many spread evenly over them (first and
+        last included).
+    storage_options : dict, optional
+        fsspec options for a URL ``store``.
+
+    Returns
+    -------
+    VerifyReport
+        What was checked.
+
+    Raises
+    ------
+    streamacc.errors.VerifyError
+        The first problem found, in scan order: the step function is not the one that
+        wrote the output, a chunk is missing, damaged or not the one committed, a block
+        does not recompute to what is stored, or the manifest, array or root metadata
+        contradict each other.
+    streamacc.errors.NoOutputError
+        Nothing is there, or no streamacc output.
+    streamacc.errors.InputError
+        ``blocks`` is not "all" or a positive integer.
+
+    Examples
+    --------
+    >>> import jax, numpy as np, streamacc
+    >>> jax.config.update("jax_enable_x64", True)
+    >>> def step(x, _):
+    ...     x = x * (1 + 1e-8)
+    ...     return x, x
+    >>> _ = streamacc.write("checked.zarr", step, np.float64(1.0), length=2**14, block_size=2**12, progress=False)
+    >>> streamacc.verify("checked.zarr", step, np.float64(1.0))
+    VerifyReport(checked_blocks=(0, 1, 2, 3), committed_blocks=4, total_blocks=4, committed_steps=16384,
+    total_steps=16384, complete=True, summary_windows=...)
+
+    A different step function is found at once:
+
+    >>> def other(x, _):
+    ...     x = x * (1 + 2e-8)
+    ...     return x, x
+    >>> streamacc.verify("checked.zarr", other, np.float64(1.0))
+    Traceback (most recent call last):
+    ...
+    streamacc.errors.VerifyError: checked.zarr was written by __main__.step code:... values:..., not __main__.other
+    code:... values:...; pass the step function (and the values it uses) that wrote it
     """
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)
