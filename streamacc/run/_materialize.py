@@ -179,8 +179,17 @@ def materialize(
 
     Examples
     --------
-    >>> streamacc.materialize("virtual.zarr", steps=(0, 2**20))  # doctest: +SKIP
-    1
+    >>> import jax, numpy as np, streamacc
+    >>> jax.config.update("jax_enable_x64", True)
+    >>> def step(x, _):
+    ...     x = x * (1 + 1e-8)
+    ...     return x, x
+    >>> _ = streamacc.write("virtual.zarr", step, np.float64(1.0), length=2**16, block_size=2**12,
+    ...                     virtual=True, progress=False)
+    >>> streamacc.materialize("virtual.zarr", steps=(0, 2**13), f=step, progress=False)
+    2
+    >>> streamacc.info("virtual.zarr").stored_blocks
+    2
     """
     reader = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(reader)

@@ -44,7 +44,10 @@ def open(
     ``time`` coordinate where the run has a time axis) that costs no memory at any length
     and selects by label: ``ds.sel(step=100)``, slices (both ends included), lists,
     ``method="nearest"``, ``.loc``, ``where(..., drop=True)``, ``xr.concat`` along
-    ``step``. Only the run's own arrays are included. Imports no JAX.
+    ``step``. Only the run's own arrays are included. Imports no JAX, but for a virtual
+    output (written with ``virtual=True``), whose chunks that are not stored are
+    recomputed, lazily, from the carries it records: bit for bit what a stored write holds,
+    blocks of different chunks in parallel (dask's threads, or a ``distributed`` client).
 
     Parameters
     ----------
@@ -57,6 +60,16 @@ def open(
         dask chunks, as ``xarray.open_zarr`` takes them. ``"auto"`` gives whole stored
         chunks near dask's preferred size; None gives lazy arrays without dask. Only the
         committed steps are chunked, so any length opens at once.
+    f : callable, optional
+        The step function of a virtual output written from Python, which its data are
+        recomputed with; checked against the one the output records. A recipe's output
+        (``streamacc write``) recomputes from its recorded recipe and needs none. Given
+        for a stored output, it is only checked.
+    init : pytree of arrays, optional
+        With ``f``, a carry of the run's structure, needed where it has more than one leaf
+        (its values are taken from the record).
+    xs : pytree of arrays, optional
+        With ``f``, the inputs the run was written with.
 
     Returns
     -------
@@ -69,13 +82,17 @@ def open(
     Raises
     ------
     streamacc.errors.InputError
-        xarray is not installed (``pip install 'streamacc[xarray]'``).
+        xarray is not installed (``pip install 'streamacc[xarray]'``); or a virtual output
+        written from Python opened without its ``f`` (or, for a carry of several leaves,
+        without ``init``).
     streamacc.errors.NoOutputError
         Nothing is there, or no streamacc output.
     streamacc.errors.VerifyError
         The output's structure cannot be trusted: a link or special file inside it, an
         array whose metadata changed since it was written, root metadata that
-        contradicts the manifest, or (when read) a chunk that is not the one committed.
+        contradicts the manifest, or (when read) a chunk that is not the one committed; ``f``
+        is not the step function the output records, or (when read) a recomputed block does
+        not end with the carry recorded after it.
 
     Examples
     --------

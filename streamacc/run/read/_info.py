@@ -176,6 +176,13 @@ class OutputInfo:
         The memory a local write of this output takes beyond Python, JAX and zarr.
     summaries : SummaryInfo or None
         The window summaries (None when the output has none).
+    virtual : bool
+        Written with ``virtual=True``: the data of some blocks may not be stored, and are
+        recomputed when read.
+    stored_blocks : int
+        Committed blocks whose data are stored (all of them, unless ``virtual``).
+    committed_blocks : int
+        Blocks committed so far.
 
     Examples
     --------
@@ -207,9 +214,7 @@ class OutputInfo:
     memory: MemoryEstimate
     summaries: SummaryInfo | None
     virtual: bool = False
-    """Written with ``virtual=True``: the data of some blocks may not be stored, and are recomputed on reading."""
     stored_blocks: int = 0
-    """Committed blocks whose data are stored (all of them, unless ``virtual``)."""
     committed_blocks: int = 0
 
     def __str__(self) -> str:
