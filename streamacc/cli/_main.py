@@ -148,6 +148,7 @@ def cmd_write(args: argparse.Namespace) -> int:
         "time": time_options(args),
         "summaries": summary_windows(args),
         "codec": args.codec,
+        "virtual": args.virtual,
     }
     check_request(length=size, **request)  # the library's own checks, before JAX is imported
     workers = None if args.workers is None else parse_int(args.workers, name=arg("workers"), minimum=1)
@@ -214,6 +215,24 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_materialize(args: argparse.Namespace) -> int:
+    steps = step_range(args.steps)
+    options = storage_options(args.storage_option)
+    _enable_x64()
+    from ..run import info, materialize
+
+    start = time.perf_counter()
+    with _warnings_as_messages(args.debug):
+        stored = materialize(args.out, steps=steps, storage_options=options, progress=not args.no_progress)
+    about = info(args.out, storage_options=options)
+    _out(
+        f"{about.path}: stored the data of {stored} block(s) in {time.perf_counter() - start:.2f} s; "
+        f"{about.stored_blocks} of {about.committed_blocks} committed blocks stored"
+        + ("" if about.stored_blocks < about.committed_blocks else ": it reads as a plain Zarr output now")
+    )
+    return 0
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
     steps = step_range(args.steps)
     options = storage_options(args.storage_option)
@@ -238,7 +257,14 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"write": cmd_write, "info": cmd_info, "verify": cmd_verify, "plot": cmd_plot, "recipes": cmd_recipes}
+COMMANDS = {
+    "write": cmd_write,
+    "info": cmd_info,
+    "verify": cmd_verify,
+    "materialize": cmd_materialize,
+    "plot": cmd_plot,
+    "recipes": cmd_recipes,
+}
 
 
 def _fail(message: str, code: int, debug: bool) -> int:

@@ -25,7 +25,15 @@ if TYPE_CHECKING:
 __all__ = ["open"]
 
 
-def open(store: Any, *, storage_options: dict[str, Any] | None = None, chunks: Any = "auto") -> xarray.Dataset:
+def open(
+    store: Any,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    chunks: Any = "auto",
+    f: Any = None,
+    init: Any = None,
+    xs: Any = None,
+) -> xarray.Dataset:
     """Open a streamacc output as an xarray Dataset of its committed steps only.
 
     A run still writing, or one that was killed, has chunks past its last commit that a
@@ -36,7 +44,10 @@ def open(store: Any, *, storage_options: dict[str, Any] | None = None, chunks: A
     ``time`` coordinate where the run has a time axis) that costs no memory at any length
     and selects by label: ``ds.sel(step=100)``, slices (both ends included), lists,
     ``method="nearest"``, ``.loc``, ``where(..., drop=True)``, ``xr.concat`` along
-    ``step``. Only the run's own arrays are included. Imports no JAX.
+    ``step``. Only the run's own arrays are included. Imports no JAX, but for a virtual
+    output (written with ``virtual=True``), whose chunks that are not stored are
+    recomputed, lazily, from the carries it records: bit for bit what a stored write holds,
+    blocks of different chunks in parallel (dask's threads, or a ``distributed`` client).
 
     Parameters
     ----------
@@ -49,6 +60,16 @@ def open(store: Any, *, storage_options: dict[str, Any] | None = None, chunks: A
         dask chunks, as ``xarray.open_zarr`` takes them. ``"auto"`` gives whole stored
         chunks near dask's preferred size; None gives lazy arrays without dask. Only the
         committed steps are chunked, so any length opens at once.
+    f : callable, optional
+        The step function of a virtual output written from Python, which its data are
+        recomputed with; checked against the one the output records. A recipe's output
+        (``streamacc write``) recomputes from its recorded recipe and needs none. Given
+        for a stored output, it is only checked.
+    init : pytree of arrays, optional
+        With ``f``, a carry of the run's structure, needed where it has more than one leaf
+        (its values are taken from the record).
+    xs : pytree of arrays, optional
+        With ``f``, the inputs the run was written with.
 
     Returns
     -------
@@ -61,13 +82,17 @@ def open(store: Any, *, storage_options: dict[str, Any] | None = None, chunks: A
     Raises
     ------
     streamacc.errors.InputError
-        xarray is not installed (``pip install 'streamacc[xarray]'``).
+        xarray is not installed (``pip install 'streamacc[xarray]'``); or a virtual output
+        written from Python opened without its ``f`` (or, for a carry of several leaves,
+        without ``init``).
     streamacc.errors.NoOutputError
         Nothing is there, or no streamacc output.
     streamacc.errors.VerifyError
         The output's structure cannot be trusted: a link or special file inside it, an
         array whose metadata changed since it was written, root metadata that
-        contradicts the manifest, or (when read) a chunk that is not the one committed.
+        contradicts the manifest, or (when read) a chunk that is not the one committed; ``f``
+        is not the step function the output records, or (when read) a recomputed block does
+        not end with the carry recorded after it.
 
     Examples
     --------
@@ -97,15 +122,24 @@ def open(store: Any, *, storage_options: dict[str, Any] | None = None, chunks: A
     first, last = manifest.rows()
     names = list(ident["arrays"])
     # sliced before dask sees it, so that its chunks (and graph) follow the committed rows, not the length
-    checked = CheckedStore(target.store, target.label, manifest)  # each chunk read must be the one committed
-    ds: xarray.Dataset = xr.open_zarr(checked, consolidated=False, zarr_format=3, chunks=None)[names].isel(
+    if manifest.recomputes:  # a virtual output: what is not stored is recomputed (with JAX)
+        from ..recompute import recomputing_store
+
+        source: Any = recomputing_store(target, manifest, f=f, init=init, xs=xs, storage_options=storage_options)
+    else:
+        source = CheckedStore(target.store, target.label, manifest)  # each chunk read must be the one committed
+        if f is not None:
+            from ..recompute import check_function
+
+            check_function(manifest, f, target.label)
+    ds: xarray.Dataset = xr.open_zarr(source, consolidated=False, zarr_format=3, chunks=None)[names].isel(
         step=slice(first, last)
     )
     if chunks is not None:
         ds = ds.chunk(_dask_chunks(ds, chunks))
     index = StepIndex.for_rows(first, last, ident.get("save_every", 1), ident.get("time"))
     ds = ds.assign_coords(xr.Coordinates.from_xindex(index))
-    ds.attrs.update(progress_attrs(manifest.span(), manifest.length, manifest.complete))
+    ds.attrs.update(progress_attrs(manifest.span(), manifest.length, manifest.complete, virtual=manifest.recomputes))
     return ds
 
 

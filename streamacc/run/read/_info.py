@@ -176,6 +176,13 @@ class OutputInfo:
         The memory a local write of this output takes beyond Python, JAX and zarr.
     summaries : SummaryInfo or None
         The window summaries (None when the output has none).
+    virtual : bool
+        Written with ``virtual=True``: the data of some blocks may not be stored, and are
+        recomputed when read.
+    stored_blocks : int
+        Committed blocks whose data are stored (all of them, unless ``virtual``).
+    committed_blocks : int
+        Blocks committed so far.
 
     Examples
     --------
@@ -206,6 +213,9 @@ class OutputInfo:
     versions: dict[str, str]
     memory: MemoryEstimate
     summaries: SummaryInfo | None
+    virtual: bool = False
+    stored_blocks: int = 0
+    committed_blocks: int = 0
 
     def __str__(self) -> str:
         return format_description(self)
@@ -290,6 +300,9 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
         versions=ident["versions"],
         memory=memory_estimate(block_bytes, chunk_bytes, computing_bytes=computing),
         summaries=_summaries(target, ident, sum(stored_bytes.values())),
+        virtual=manifest.virtual,
+        stored_blocks=sum(1 for k in range(manifest.committed_blocks) if manifest.stores(k)),
+        committed_blocks=manifest.committed_blocks,
     )
 
 
@@ -324,6 +337,12 @@ def format_description(about: OutputInfo) -> str:
         + (f", every step's y of a computing block {_mib(mem.computing)}" if mem.computing else "")
         + f": {_mib(mem.total)} beyond Python, JAX and zarr",
     ]
+    if about.virtual:
+        lines.append(
+            f"  virtual: the data of {about.stored_blocks} of {about.committed_blocks} committed blocks are stored"
+            + ("" if about.stored_blocks == about.committed_blocks else "; the others are recomputed when read "
+               "(streamacc.open), or stored with `streamacc materialize`")
+        )  # fmt: skip
     if about.time:
         t = about.time
         lines.append(f"  time: step s at {t['start']!r} + s * {t['step']!r} {t['units']}".rstrip())

@@ -162,12 +162,18 @@ class Checker:
             self._sink = ZarrSink.open(self.target, names)
         return self._sink
 
+    def stored_blocks(self, blocks: Iterable[int]) -> list[int]:
+        """Those of ``blocks`` whose data chunks are stored (all but a virtual output's unmaterialized ones)."""
+        return [k for k in blocks if self.manifest.stores(k)]
+
     def chunks_present(self) -> None:
-        """Every chunk of every committed block is stored (one listing per array)."""
+        """Every chunk of every committed block that stores its data is there (one listing per array)."""
         stored = {name: set(self.target.list_keys(f"{name}/")) for name in self.sink.arrays}
         bounds = self.plan.bounds()
         for k in range(self.manifest.committed_blocks):
             start, stop = next(bounds)
+            if not self.manifest.stores(k):
+                continue
             rows = rows_in(start, stop, self.plan.save_every)
             for name in self.sink.arrays:
                 missing = [key for key in self.sink.chunk_keys(name, *rows) if key not in stored[name]]
@@ -175,7 +181,8 @@ class Checker:
                     raise self.bad_block(k, start, stop, f"chunk {missing[0]} is missing")
 
     def trailers_match(self, blocks: Iterable[int]) -> None:
-        """Every chunk of ``blocks`` ends with the CRC-32C its block record names (4 bytes read per chunk)."""
+        """Every chunk of ``blocks`` (those storing data) ends with the CRC-32C its block record names."""
+        blocks = self.stored_blocks(blocks)
         problem = trailer_problem(self.target, self.ledger, self.sink, blocks, self.plan.save_every)
         if problem is not None:
             raise self.bad_block(*problem)
@@ -189,7 +196,7 @@ class Checker:
                 k, rec.start, rec.stop, f"its record says steps {rec.start}-{rec.stop}, the layout {bounds}"
             )
         rows = rows_in(rec.start, rec.stop, self.plan.save_every)
-        for name in self.sink.arrays:
+        for name in self.sink.arrays if self.manifest.stores(k) else ():  # a virtual block's record may hold none
             keys, recorded = self.sink.chunk_keys(name, *rows), rec.crc32c.get(name, [])
             if len(recorded) != len(keys):
                 what = f"its record has {len(recorded)} checksums for the {len(keys)} chunks of {name!r}"
@@ -226,9 +233,11 @@ class Checker:
         try:
             rows = rows_in(rec.start, rec.stop, self.plan.save_every)
             ys = dict(zip(self.sink.arrays, jax.tree_util.tree_leaves(block.ys), strict=True))
+            stored = self.manifest.stores(item.index)  # a virtual block's data are its recomputation
             found = {
                 name: compare_chunks(self.sink.writers[name], self.target, rows[0], ys[name], rec.crc32c[name])
                 for name in self.sink.arrays
+                if stored
             }
             for check in found.values():
                 if check.problem is not None:
@@ -342,6 +351,16 @@ def check_resumable(output: Output, plan: Plan) -> None:
         raise ResumeError(f"cannot resume: {one_line(exc)}") from None
 
 
+def check_function(manifest: Manifest, f: Step, label: str) -> None:
+    """Refuse a step function ``f`` that is not the one the output of ``manifest`` (at ``label``) records."""
+    recorded = manifest.identity.get("function")
+    if not same_function(recorded, describe_function(f), label):
+        raise VerifyError(
+            f"{label} was written by {recorded}, not {describe_function(f)}; pass the step function (and the "
+            "values it uses) that wrote it"
+        )
+
+
 def plan_for(manifest: Manifest, f: Step, init: Any, xs: Any) -> Plan:
     """The plan of the recorded run: its length and block layout, with this step and inputs."""
     ident = manifest.identity
@@ -440,11 +459,6 @@ def verify(
     """
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)
-    ident = manifest.identity
-    if not same_function(ident.get("function"), describe_function(f), target.label):
-        raise VerifyError(
-            f"{target.label} was written by {ident.get('function')}, not {describe_function(f)}; pass the step "
-            "function (and the values it uses) that wrote it"
-        )
+    check_function(manifest, f, target.label)
     plan = plan_for(manifest, f, init, xs)
     return verify_plan(target, plan, manifest, blocks=blocks)

@@ -124,11 +124,51 @@ class Manifest:
     carry: list[dict[str, Any]] | None = None
     complete: bool = False
     summaries: dict[str, Any] | None = None  # the summaries' tail: rows in no durable chunk yet, and the open window
+    stored: list[list[int]] | None = None
+    """A virtual output's blocks whose data chunks are stored (materialized), as sorted, disjoint ``[first,
+    stop)`` ranges of block indices in scan order; None for an output that stores every committed block."""
 
     def to_json(self) -> bytes:
-        doc = json.dumps({"format": FORMAT, **dataclasses.asdict(self)}, sort_keys=True)
+        fields = dataclasses.asdict(self)
+        if fields["stored"] is None:
+            del fields["stored"]  # an output that stores its data records what it did before virtual outputs
+        doc = json.dumps({"format": FORMAT, **fields}, sort_keys=True)
         description = "streamacc's bookkeeping of this output (manifest); the data are in the sibling arrays"
         return group_node({MANIFEST_ATTR: doc, "description": description})
+
+    @property
+    def virtual(self) -> bool:
+        """Whether the run stores no data chunks: a reader recomputes them from the recorded carries."""
+        return bool(self.identity.get("virtual", False))
+
+    def stores(self, block: int) -> bool:
+        """Whether committed block ``block`` (in scan order) has its data chunks stored."""
+        if self.stored is None:
+            return True
+        return any(first <= block < stop for first, stop in self.stored)
+
+    def with_stored(self, blocks: range) -> list[list[int]]:
+        """The stored ranges with ``blocks`` added (merged, sorted)."""
+        spans = sorted([*(self.stored or []), [blocks.start, blocks.stop]])
+        merged: list[list[int]] = []
+        for first, stop in spans:
+            if first >= stop:
+                continue
+            if merged and first <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], stop)
+            else:
+                merged.append([first, stop])
+        return merged
+
+    @property
+    def recomputes(self) -> bool:
+        """Whether a reader recomputes some of the run's data (a virtual run not wholly materialized)."""
+        return self.virtual and not self.all_stored
+
+    @property
+    def all_stored(self) -> bool:
+        """Whether every block of the run (committed or not) has its data stored."""
+        return self.stored is None or self.stored == [[0, self.total_blocks]]
 
     @classmethod
     def from_json(cls, raw: bytes, label: str) -> Manifest:
@@ -187,7 +227,21 @@ class Manifest:
             return f"it says complete with only {self.committed_blocks} of {total} blocks committed"
         if self.carry is None:
             return "it holds no carry"
+        if self.virtual != (self.stored is not None) or not _ranges_in(self.stored, self.committed_blocks):
+            return "its record of the blocks whose data are stored does not fit its run"
         return None
+
+
+def _ranges_in(ranges: Any, blocks: int) -> bool:
+    """Whether ``ranges`` (None, or sorted disjoint ``[first, stop)`` pairs) lie within ``blocks`` blocks."""
+    if ranges is None:
+        return True
+    if not isinstance(ranges, list) or not all(isinstance(r, list) and len(r) == 2 for r in ranges):
+        return False
+    ends = [v for r in ranges for v in r]
+    return all(isinstance(v, int) for v in ends) and ends == sorted(ends) and (not ends or ends[0] >= 0) and (
+        not ends or ends[-1] <= blocks
+    )
 
 
 def _flatten(doc: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -275,6 +329,19 @@ class Ledger:
                 if len(records) < pos:
                     raise self._damaged(f"they end at block {seg * SEGMENT + len(records)}, before block {rec.index}")
                 records = [*records[:pos], dataclasses.asdict(rec)]  # drops records written past an interrupted commit
+            self._segment = (seg, records)
+            self.target.write(self.segment_key(seg), group_node({RECORDS_ATTR: json.dumps(records)}))
+
+    def update(self, *recs: BlockRecord) -> None:
+        """Durably replace the records of committed blocks (their stored chunks' checksums), one write per segment."""
+        for seg in sorted({rec.index // SEGMENT for rec in recs}):
+            records = list(self._read_segment(seg))
+            for rec in recs:
+                pos = rec.index - seg * SEGMENT
+                if 0 <= pos < SEGMENT:
+                    if pos >= len(records):
+                        raise self._damaged(f"block {rec.index} has no record to update")
+                    records[pos] = dataclasses.asdict(rec)
             self._segment = (seg, records)
             self.target.write(self.segment_key(seg), group_node({RECORDS_ATTR: json.dumps(records)}))
 

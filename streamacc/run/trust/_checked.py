@@ -22,7 +22,7 @@ from zarr.storage import WrapperStore
 
 from ...engine import block_count
 from ...errors import VerifyError
-from ...store import ChunkWriter
+from ...store import ChunkWriter, plain_document
 from ..record import RECORDS_ATTR, SEGMENT, Ledger, Manifest, node_attribute
 
 __all__ = ["CheckedStore"]
@@ -56,7 +56,8 @@ class CheckedStore(WrapperStore[Store]):
             writer = None  # none, or unreadable: zarr refuses the array
             if buf is not None:
                 with contextlib.suppress(AttributeError, ValueError, TypeError, KeyError):
-                    writer = ChunkWriter.of_document(self._store, name, json.loads(buf.to_bytes()))
+                    document = plain_document(json.loads(buf.to_bytes()))[0]  # a virtual array's chunks are its own
+                    writer = ChunkWriter.of_document(self._store, name, document)
             self._writers[name] = writer
         return self._writers[name]
 
