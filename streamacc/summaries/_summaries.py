@@ -82,6 +82,19 @@ class Summaries:
         self._writer: ThreadPoolExecutor | None = None
         self._inflight: deque[tuple[Future[None], list[tuple[str, int, int]]]] = deque()
 
+    @staticmethod
+    def _layout(
+        identity: dict[str, Any], specs: Mapping[str, ArraySpec]
+    ) -> tuple[list[int], dict[str, Pyramid], dict[str, int]] | None:
+        """A new run's windows, its pyramids and each summarised output's chunk (None: the run has no summaries)."""
+        windows = identity.get("summaries") or []
+        names = summarized_names(identity["arrays"])
+        if not windows or not names:
+            return None
+        sizes = {n: int(np.prod(specs[n][0][1:], dtype=np.int64)) for n in names}
+        pyramids = {n: Pyramid.new(windows, output_rows(identity), sizes[n]) for n in names}
+        return windows, pyramids, {n: pyramids[n].levels[0].chunk for n in names}
+
     @classmethod
     def create(
         cls,
@@ -92,18 +105,31 @@ class Summaries:
         dims: Mapping[str, Sequence[str | None]],
     ) -> Summaries | None:
         """Create the summary arrays of a new run (None when it has no summaries)."""
-        windows = identity.get("summaries") or []
-        names = summarized_names(identity["arrays"])
-        if not windows or not names:
+        layout = cls._layout(identity, specs)
+        if layout is None:
             return None
-        sizes = {n: int(np.prod(specs[n][0][1:], dtype=np.int64)) for n in names}
-        pyramids = {n: Pyramid.new(windows, output_rows(identity), sizes[n]) for n in names}
-        chunks = {n: pyramids[n].levels[0].chunk for n in names}
+        windows, pyramids, chunks = layout
         store = SummaryStore.create(
-            target, {n: specs[n] for n in names}, windows=windows, chunks=chunks, codec=codec, dims=dims
+            target, {n: specs[n] for n in pyramids}, windows=windows, chunks=chunks, codec=codec, dims=dims
         )
         target.make_durable(store.metadata_keys())
         return cls(target, store, pyramids, output_rows(identity))
+
+    @classmethod
+    def expected_documents(
+        cls,
+        identity: dict[str, Any],
+        specs: Mapping[str, ArraySpec],
+        codec: str,
+        dims: Mapping[str, Sequence[str | None]],
+    ) -> dict[str, bytes]:
+        """The metadata documents :meth:`create` stores for a run, by key (none when it has no summaries)."""
+        layout = cls._layout(identity, specs)
+        if layout is None:
+            return {}
+        windows, pyramids, chunks = layout
+        return SummaryStore.expected({n: specs[n] for n in pyramids}, windows=windows, chunks=chunks, codec=codec,
+                                     dims=dims)  # fmt: skip
 
     @classmethod
     def load(

@@ -31,7 +31,7 @@ from ..record import (
 )
 from ..trust import root_problem
 from ._debris import only_leftovers, remove_partial_writes
-from ._extend import RowReader, extend_manifest, finish_extension, nothing_to_extend
+from ._extend import RowReader, extend_manifest, finish_extension, nothing_to_extend, other_length
 from ._output import BlockResult, Output
 from ._request import Mode
 from ._spec import OutputSpec
@@ -175,6 +175,9 @@ def _continue(o: Opening) -> Output:
         if extended is None:
             return _create(o)  # the stored run was a single block: nothing to keep
         manifest = extended
+    elsewhere = other_length(target.label, manifest, spec.identity)
+    if elsewhere is not None:
+        raise elsewhere
     require_same_run(manifest, spec.identity, target.label)
     problem = manifest.inconsistency()
     if problem is not None:
@@ -198,7 +201,7 @@ def _continue(o: Opening) -> Output:
         output.sink.publish_arrays()
     problem = root_problem(target, manifest)
     if problem is not None:  # killed before the root caught up, or tampered with: it follows from the manifest
-        if not extending:  # an extension's root still describes the shorter run, as it should until now
+        if not extending:  # an extension's root claims nothing until now
             log.info("rewrote the root metadata of %s, which %s", target.label, problem)
         output.sink.reset_root(spec.attrs)
         output.publish(force=True)

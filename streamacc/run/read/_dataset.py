@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import InputError
 from ...store import open_target, progress_attrs
-from ..record import load_manifest
-from ..trust import CheckedStore, check_structure
+from ..trust import CheckedStore, trusted_manifest
 
 if TYPE_CHECKING:
     import xarray
@@ -116,8 +115,7 @@ def open(
     except ImportError:
         raise InputError("streamacc.open needs xarray: pip install 'streamacc[xarray]'") from None
     target = open_target(store, storage_options=storage_options, read_only=True)
-    manifest = load_manifest(target)
-    check_structure(target, manifest)  # what verify refuses is not read either
+    manifest = trusted_manifest(target)  # what verify refuses is not read either
     ident = manifest.identity
     first, last = manifest.rows()
     names = list(ident["arrays"])
