@@ -229,3 +229,25 @@ def test_an_extension_on_object_storage_killed_at_its_own_writes_finishes(runs, 
         found = {p[len(root) + 1 :]: fs.cat_file(p) for p in fs.find(root)}
         found.pop("_streamacc/lease/zarr.json", None)
         assert found == store_files(long), seen[n - 1]
+
+
+def test_a_reader_that_read_the_manifest_before_a_writer_moved_on_reads_the_newer_one(runs, tmp_path, monkeypatch):
+    """A reader reads the manifest, then a writer extends the output (manifest, arrays) before the reader
+    looks at the arrays: it reads the manifest again rather than calling the arrays changed."""
+    import streamacc.run.trust._trust as trust
+    from streamacc.run.record import load_manifest
+    from streamacc.store import open_target
+
+    short, _ = runs()
+    out = tmp_path / "out.zarr"
+    shutil.copytree(short, out)
+    target = open_target(out, read_only=True)
+    before = load_manifest(target)
+    writes = extension_writes(short, tmp_path)
+    with dies_at(writes.index("set x/zarr.json") + 2):  # the longer manifest saved and the array grown
+        write(out, LONG, "--extend")
+    with pytest.raises(streamacc.errors.VerifyError, match="metadata of array 'x' changed"):
+        trust.check_structure(target, before)
+    loads = iter([before])
+    monkeypatch.setattr(trust, "load_manifest", lambda t: next(loads, None) or load_manifest(t))
+    assert trust.trusted_manifest(target).length == LONG
