@@ -125,3 +125,61 @@ def test_summary_windows_from_the_command_line(tmp_path, capsys):
     code, _, err = run("write", tmp_path / "bad.zarr", "--size", "10", "--summary-windows", "8,12", capsys=capsys)
     assert code == 2 and "--summary-windows 8,12 does not give increasing window lengths" in err
     assert not (tmp_path / "bad.zarr").exists()
+
+
+def plot_within(out, seconds: float, fifo=None) -> tuple[int, str]:
+    """``streamacc plot OUT`` in this process, or a failure if it is still reading after ``seconds``
+    (a reader blocked on a named pipe is then released, so that the test ends either way)."""
+    import contextlib
+    import io
+    import os
+    import threading
+
+    done: list[tuple[int, str]] = []
+
+    def plot() -> None:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main(["plot", str(out), "-o", str(out.parent / "p.png")])
+        done.append((code, err.getvalue()))
+
+    thread = threading.Thread(target=plot, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if fifo is not None and thread.is_alive():
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the blocked reader reads an empty file
+        thread.join(seconds)
+    assert done, "plot hung reading the output"
+    return done[0]
+
+
+@pytest.mark.parametrize("where", ["x_min/c/0", "zarr.json"], ids=["chunk", "level"])
+def test_a_named_pipe_among_the_summaries_is_refused_not_read(tmp_path, finished, where):
+    import os
+    import shutil
+
+    out = tmp_path / "out.zarr"
+    shutil.copytree(finished, out)
+    level = sorted((out / "_streamacc" / "summaries").glob("w*"))[0]
+    where = level.relative_to(out) / where
+    (out / where).unlink()
+    os.mkfifo(out / where)
+    code, err = plot_within(out, 30, fifo=out / where)
+    assert code == 1 and err.count("\n") == 1 and f"{out / where} inside {out}" in err and "special file" in err
+    with pytest.raises(StoreError, match="special file"):
+        streamacc.overview(out)
+
+
+def test_summaries_linked_from_another_output_are_refused(tmp_path, finished):
+    import shutil
+
+    other, out = tmp_path / "other.zarr", tmp_path / "out.zarr"
+    assert main(["write", str(other), "--size", "3000", "--block-size", "512", "--ratio", "1.5", "--no-progress"]) == 0
+    shutil.copytree(finished, out)
+    shutil.rmtree(out / "_streamacc" / "summaries")
+    (out / "_streamacc" / "summaries").symlink_to(other / "_streamacc" / "summaries")
+    code, err = plot_within(out, 30)
+    assert code == 1 and err.count("\n") == 1 and "summaries inside" in err and "link" in err
+    with pytest.raises(StoreError, match="link"):
+        streamacc.overview(out)

@@ -19,7 +19,8 @@ from ...engine import row_step, rows_in  # arithmetic only: overview imports no 
 from ...errors import InputError, NoOutputError, arg
 from ...store import open_target, progress_attrs
 from ...summaries import Rows, Summaries
-from ..record import Manifest, load_manifest
+from ..record import Manifest
+from ..trust import trusted_manifest
 
 if TYPE_CHECKING:
     import xarray
@@ -118,6 +119,10 @@ def overview(
     streamacc.errors.NoOutputError
         Nothing is there, no streamacc output, an output without summaries (written
         with ``summaries=False``, or a reverse scan), or none of its steps committed yet.
+    streamacc.errors.StoreError
+        The output cannot be trusted, as :func:`streamacc.open` refuses it: a link or
+        special file inside it, or (a VerifyError) changed array metadata or a root that
+        lies.
 
     Examples
     --------
@@ -141,7 +146,7 @@ def overview(
         raise InputError("streamacc.overview needs xarray: pip install 'streamacc[xarray]'") from None
     points = as_count("points", points, minimum=1, example=4096)
     target = open_target(store, storage_options=storage_options, read_only=True)
-    manifest = load_manifest(target)
+    manifest = trusted_manifest(target)  # what open, info and verify refuse (a link, a named pipe) is not read
     ident = manifest.identity
     summaries = Summaries.load(target, ident, manifest.summaries, manifest.committed_rows)
     if summaries is None:
