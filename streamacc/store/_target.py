@@ -381,7 +381,7 @@ class StoreTarget(Target):
         return sorted(sync(collect()))
 
     def size(self, key: str) -> int:
-        return sync(self.raw.getsize(key)) if sync(self.raw.exists(key)) else 0
+        return sync(self.store.getsize(key)) if sync(self.store.exists(key)) else 0
 
     def sizes(self, prefix: str = "") -> dict[str, int]:
         """One listing of an fsspec store (S3 returns sizes with its keys), not one request per key."""
