@@ -43,8 +43,8 @@ def write(out, length, *, f=step, **kw):
         ((100, 250), {}),  # a partial last block (4 steps) becomes full
         ((100, 103), {}),  # by less than one block
         ((96, 160), {}),  # from a whole number of blocks
-        ((10, 100), {}),  # a single block: nothing is kept, the layout is the longer run's
-        ((100, 150, 400), {}),  # twice
+        ((10, 100), {"summaries": [1]}),  # a single block: nothing is kept, the layout is the longer run's
+        ((100, 150, 400), {"summaries": [1, 16]}),  # twice (the default windows of 400 steps have a third level)
         ((100, 251), {"save_every": 4}),  # thinned: the last kept rows and the steps after them
         ((54, 60), {"f": product, "unroll": 4, "block_size": 8}),  # a short tail joined its block, and still does
         ((54, 66), {"f": product, "unroll": 4, "block_size": 8}),  # ... and now stands alone
@@ -133,7 +133,7 @@ def test_an_unfinished_or_missing_output_is_not_extended(tmp_path, monkeypatch):
 
 def test_an_interrupted_extension_resumes_to_the_longer_run(tmp_path, finished, monkeypatch):
     ref = tmp_path / "ref.zarr"
-    write(ref, 300)
+    write(ref, 300, summaries=[1, 16])  # the levels the 100-step output was begun with, which it keeps
 
     def cut(target, shapes):  # killed between the longer run's manifest and its arrays' metadata
         raise KeyboardInterrupt
@@ -155,7 +155,7 @@ def test_extend_from_the_command_line(tmp_path, capsys):
     args = ["--size", "1000", "--block-size", "256", "--no-progress"]
     out, ref = tmp_path / "out.zarr", tmp_path / "ref.zarr"
     assert main(["write", str(out), *args]) == 0
-    assert main(["write", str(ref), *args[:1], "2500", *args[2:]]) == 0
+    assert main(["write", str(ref), *args[:1], "2500", *args[2:], "--summary-windows", "1,16,256"]) == 0  # out's
     capsys.readouterr()
     assert main(["write", str(out), "--size", "600", *args[2:], "--extend"]) == 2
     assert "--size 600 is shorter than the 1000 steps" in capsys.readouterr().err

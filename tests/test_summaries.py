@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import json
 import shutil
 
@@ -18,6 +19,7 @@ import zarr
 from _fault_helpers import assert_same_output, fail_write_at, read_manifest, write_manifest
 
 import streamacc
+import streamacc.cli
 from streamacc.errors import InputError, NoOutputError, ResumeError, StoreError, VerifyError
 
 LENGTH = 1000
@@ -259,3 +261,50 @@ def test_a_finished_run_keeps_no_tail(written):
         for entry in tail.values():
             assert entry["emitted"] == entry["durable"] == [-(-LENGTH // w) for w in WINDOWS] and "open" not in entry
         assert len(json.dumps(tail)) < 2048, block
+
+
+def test_default_windows_follow_the_output_length_thinned_or_short(tmp_path):
+    """A 2**24-step run keeping every 256th step has 65536 rows: its finest default windows give at least 1024
+    windows (of 64 rows), not 16; an output of fewer than 1024 rows gets one row per window."""
+    from streamacc.summaries import default_windows
+
+    assert default_windows(2**16) == [64, 1024, 16384] and default_windows(2**40) == [2**12, 2**16, 2**20]
+    assert default_windows(500) == [1, 16, 256] and default_windows(10) == [1]
+    for rows in (1, 1000, 1024, 3000, 65537, 2**22 - 1, 2**22, 2**33):
+        windows = default_windows(rows)
+        assert all(b == 16 * a for a, b in itertools.pairwise(windows)) and windows[-1] <= max(rows, 1)
+        assert rows // windows[0] >= min(rows, 1024) and (windows[0] == 4096 or rows // windows[0] < 2048)
+    out = tmp_path / "thinned.zarr"
+    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**14, save_every=16, progress=False)
+    assert streamacc.info(out).summaries.windows == (1, 16, 256)  # 1024 rows
+    ds = streamacc.overview(out)
+    assert ds.sizes["step"] == 1024 and ds.attrs["window"] == 16
+    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**16, save_every=16, mode="extend",
+                    progress=False)  # fmt: skip
+    assert streamacc.info(out).summaries.windows == (1, 16, 256)  # an extended output keeps its levels
+
+
+def test_the_last_partial_window_is_drawn_to_the_last_step(tmp_path):
+    pytest.importorskip("matplotlib")
+    from streamacc.cli._plot import draw
+
+    out = tmp_path / "short.zarr"
+    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=1000, summaries=[64], progress=False)
+    ax = draw(streamacc.overview(out), "y").axes[0]
+    assert ax.get_xlim() == (0.0, 1000.0)  # 16 windows, the last holding steps 960-999
+
+
+def test_a_summary_window_longer_than_the_output_is_refused(tmp_path, capsys):
+    def count(c, _):
+        return c + 1.0, c
+
+    for windows in ([2**64], [8, 2**20]):
+        with pytest.raises(InputError) as refused:
+            streamacc.write(tmp_path / "o.zarr", count, np.float64(0.0), length=100, summaries=windows, progress=False)
+        assert "longer than the output's 100 rows" in str(refused.value) and "at most 100 rows" in str(refused.value)
+    assert "e.g. summaries=[8]" in str(refused.value) and not (tmp_path / "o.zarr").exists()
+    args = ["--size", "1000", "--save-every", "10", "--summary-windows", "4,64,1024", "--no-progress"]
+    code = streamacc.cli.main(["write", str(tmp_path / "o.zarr"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and "--summary-windows 4,64,1024 asks for windows of 1024 rows, longer than the output" in err
+    assert "e.g. --summary-windows 4,64" in err

@@ -80,7 +80,7 @@ def draw(ds: Any, var: str) -> Any:
     low, high, mean = (_pad(ds[f"{var}_{stat}"].values) for stat in ("min", "max", "mean"))
     window = int(ds.attrs["window"])
     steps = ds["step"].values
-    edges = np.append(steps, steps[-1] + window)
+    edges = np.append(steps, min(int(steps[-1]) + window, int(ds.attrs.get("stop_step", steps[-1] + window))))
     fig = figure(figsize=(10, 4.8), dpi=110, layout="constrained")
     canvas(fig)
     ax = fig.add_subplot()

@@ -55,6 +55,7 @@ def _continued(request: Request, stored: dict[str, Any] | None) -> Request:
         changes["block_size"] = stored.get("block_size")
     if request.summaries_default and not request.reverse:
         changes["summaries"] = list(stored.get("summaries") or [])
+        changes["summaries_default"] = False  # the windows are the stored run's, whatever its length now
     return dataclasses.replace(request, **changes)
 
 
@@ -182,9 +183,11 @@ def write(
         ``time`` coordinate of :func:`streamacc.open`; units ``"<unit> since <date>"`` give dates.
     summaries : bool or sequence of int, default True
         Window summaries (min, max, mean per window) written with the data, for
-        :func:`streamacc.overview` and ``streamacc plot``: True for the default levels,
-        a list of window lengths in rows (each a multiple of the one before), or False.
-        A reverse scan writes none.
+        :func:`streamacc.overview` and ``streamacc plot``: True for the default levels
+        (chosen from the output's rows: at least 1024 windows at the finest, at most
+        2**12, 2**16 and 2**20 rows), a list of window lengths in rows (each a multiple of
+        the one before, none longer than the output), or False. A reverse scan writes
+        none; a resumed or extended output keeps the levels it was begun with.
     storage_options : dict, optional
         fsspec options for a URL ``store`` (endpoint, credentials).
     client : distributed.Client, optional

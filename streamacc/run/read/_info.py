@@ -127,7 +127,7 @@ class SummaryInfo:
     Examples
     --------
     >>> streamacc.info("gp.zarr").summaries.windows
-    (4096, 65536, 1048576)
+    (1024, 16384, 262144)
     """
 
     windows: tuple[int, ...]
