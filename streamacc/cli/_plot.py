@@ -72,12 +72,33 @@ def _pad(values: np.ndarray) -> np.ndarray:
     return np.concatenate([values, values[-1:]])
 
 
+def drawable(*arrays: np.ndarray) -> tuple[list[np.ndarray], float, bool]:
+    """``arrays`` as a picture can draw them: divided by a power of ten where their range overflows a float
+    (values near the largest float64), and ±inf at the edges of their finite range; that power, and whether
+    any value was infinite."""
+    values = [np.asarray(a, dtype=np.float64) for a in arrays]
+    finite = np.concatenate([v[np.isfinite(v)] for v in values])
+    infinite = any(bool(np.isinf(v).any()) for v in values)
+    if finite.size == 0:
+        return [np.where(np.isinf(v), np.sign(v), v) for v in values], 1.0, infinite  # only ±inf (and NaN): ±1
+    low, high = float(finite.min()), float(finite.max())
+    scale = 1.0
+    with np.errstate(over="ignore"):
+        if not np.isfinite((high - low) * 1.25):  # matplotlib cannot place ticks across it
+            scale = 10.0 ** np.floor(np.log10(max(abs(low), abs(high))))
+    low, high = low / scale, high / scale
+    margin = (high - low) * 0.05 or max(abs(high), 1.0) * 0.05
+    edges = (low - margin, high + margin)
+    return [np.clip(v / scale, *edges) if infinite else v / scale for v in values], scale, infinite
+
+
 def draw(ds: Any, var: str) -> Any:
     """The figure of output ``var`` of an :func:`streamacc.overview` Dataset (needs matplotlib)."""
     figure, canvas = _matplotlib()
     # numpy from here on: indexing xarray objects would import dask (0.4 s) to look for dask arrays
     meta = ds[f"{var}_mean"]
     low, high, mean = (_pad(ds[f"{var}_{stat}"].values) for stat in ("min", "max", "mean"))
+    (low, high, mean), scale, infinite = drawable(low, high, mean)
     window = int(ds.attrs["window"])
     steps = ds["step"].values
     edges = np.append(steps, min(int(steps[-1]) + window, int(ds.attrs.get("stop_step", steps[-1] + window))))
@@ -92,19 +113,25 @@ def draw(ds: Any, var: str) -> Any:
         _ensemble(ax, edges, low, high, mean, trailing[0])
     elif len(trailing) == 1:
         image = ax.pcolormesh(edges, np.arange(mean.shape[1] + 1), mean[:-1].T, shading="flat", rasterized=True)
-        fig.colorbar(image, ax=ax, label=f"mean {_label(meta)}")
+        fig.colorbar(image, ax=ax, label=f"mean {_label(meta)}" + (f" (x {scale:.0e})" if scale != 1.0 else ""))
     else:
         axes = tuple(range(1, mean.ndim))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a window whose values were all NaN
             low, high, mean = np.nanmin(low, axis=axes), np.nanmax(high, axis=axes), np.nanmean(mean, axis=axes)
         _series(ax, edges, low, high, mean, f"over {' x '.join(trailing)}: ")
-    ax.set_ylabel(trailing[0] if len(trailing) == 1 and trailing[0] not in ENSEMBLE_DIMS else _label(meta))
+    ylabel = trailing[0] if len(trailing) == 1 and trailing[0] not in ENSEMBLE_DIMS else _label(meta)
+    if scale != 1.0 and ylabel == _label(meta):
+        ylabel += f" (x {scale:.0e})"
+    ax.set_ylabel(ylabel)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="best", fontsize="small" if len(ax.get_legend_handles_labels()[0]) < 6 else "x-small", ncol=2)
     ax.set_xlabel(f"step (windows of {window} steps)")
     ax.set_xlim(edges[0], edges[-1])
-    ax.set_title(_title(ds, var, meta.attrs.get("long_name")), fontsize="medium")
+    title = _title(ds, var, meta.attrs.get("long_name"))
+    if infinite:
+        title += " (values of ±inf drawn at the edges)"
+    ax.set_title(title, fontsize="medium")
     return fig
 
 

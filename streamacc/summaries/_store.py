@@ -27,6 +27,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import StorePath
 
+from ..errors import one_line
 from ..store import BOOKKEEPING, ArraySpec, ChunkWriter, Target, compressors_for
 from ._pyramid import Acc, Piece, Rows
 
@@ -80,6 +81,7 @@ class SummaryStore:
         self.windows = list(windows)
         self._arrays: dict[tuple[str, int, str], zarr.Array[Any]] = {}
         self._writers: dict[tuple[str, int, str], ChunkWriter] = {}
+        self._listed: dict[str, set[str]] = {}
 
     @staticmethod
     def _build(
@@ -197,6 +199,44 @@ class SummaryStore:
     def read(self, name: str, window: int, start: int, stop: int) -> Rows:
         """Stored windows ``[start, stop)`` of output ``name`` at level ``window``."""
         return Rows(*(np.asarray(self.array(name, window, stat)[start:stop]) for stat in STATS))
+
+    def _listing(self, path: str) -> set[str]:
+        """The keys under array ``path``: one listing, kept by a reader (a writer adds chunks as it goes)."""
+        if path in self._listed:
+            return self._listed[path]
+        keys = set(self.target.list_keys(f"{path}/"))
+        if self.target.read_only:
+            self._listed[path] = keys
+        return keys
+
+    def problem(self, name: str, window: int, start: int, stop: int, total: int, *, decode: bool = False) -> str | None:
+        """What keeps windows ``[start, stop)`` of ``name`` at level ``window`` from being read as they were
+        written, naming the file: an array missing or of another shape than ``total`` windows, a chunk missing
+        (zarr would return the fill value), or, with ``decode``, one that does not decode (its checksum).
+        None when nothing does."""
+        for stat in STATS:
+            path = f"{level_path(window)}/{name}_{stat}"
+            try:
+                array = self.array(name, window, stat)
+            except Exception as exc:
+                return f"{path} cannot be opened ({type(exc).__name__}: {one_line(exc)})"
+            if array.shape[0] != total:
+                return f"{path} has {array.shape[0]} windows where the run has {total}"
+            if start >= stop:
+                continue
+            writer = self._writers.get((name, window, stat)) or ChunkWriter(array)
+            stored = self._listing(path)
+            missing = [key for key in writer.keys(start, stop) if key not in stored]
+            if missing:
+                return f"chunk {missing[0]} is missing"
+            for first in range(start // writer.chunk * writer.chunk, stop, writer.chunk) if decode else ():
+                try:
+                    array[first : min(first + writer.chunk, array.shape[0])]
+                except Exception as exc:
+                    key = writer.key(first // writer.chunk)
+                    why = one_line(exc).split(". ")[0]
+                    return f"chunk {key} does not decode ({type(exc).__name__}: {why})"
+        return None
 
 
 def _pack(arrays: dict[str, np.ndarray]) -> dict[str, list[Any]]:

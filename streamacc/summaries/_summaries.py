@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import VerifyError, arg
+from ..errors import VerifyError, arg, one_line
 from ..store import ArraySpec, Target
 from ._pyramid import BlockPieces, Pyramid, Rows, block_pieces, fold_children, summarizable
 from ._store import SummaryStore, decode_tail, encode_tail
@@ -175,11 +175,25 @@ class Summaries:
         return summaries
 
     def rows(self, name: str, index: int, start: int, stop: int) -> Rows:
-        """Committed complete windows ``[start, stop)`` of level ``index``: durable chunks, then the tail."""
+        """Committed complete windows ``[start, stop)`` of level ``index``: durable chunks, then the tail.
+
+        A durable window that cannot be read as it was written (its array or chunk missing, a
+        chunk damaged) is a VerifyError naming the file, never the fill value.
+        """
         level = self.pyramids[name].levels[index]
         parts = []
         if start < min(stop, level.durable):
-            parts.append(self.store.read(name, level.window, start, min(stop, level.durable)))
+            end = min(stop, level.durable)
+            problem = self.store.problem(name, level.window, start, end, level.total)
+            if problem is None:
+                try:
+                    parts.append(self.store.read(name, level.window, start, end))
+                except Exception as exc:  # a damaged chunk fails in its codec or checksum: name it
+                    problem = self.store.problem(name, level.window, start, end, level.total, decode=True) or (
+                        f"windows {start} to {end} of {level.window} rows cannot be read ({one_line(exc)})"
+                    )
+            if problem is not None:
+                raise damaged(self.target, f"{name!r}: {problem}")
         if stop > level.durable and level.pending is not None:
             parts.append(level.pending[max(start, level.durable) - level.durable : stop - level.durable])
         if not parts:

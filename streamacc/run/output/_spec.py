@@ -102,6 +102,12 @@ def output_spec(
     checked_array_attrs = _check_array_attrs(array_attrs, names)
     leaves = dict(zip(names, jax.tree_util.tree_leaves(plan.y_struct), strict=True))
     trailing = {n: tuple(s.shape) for n, s in leaves.items()}
+    for name, shape in trailing.items():
+        if 0 in shape:
+            raise InputError(
+                f"output {name!r} of f has shape {shape} each step, which holds no value, so there is nothing to "
+                "store: leave it out of what f returns"
+            )
     dimensions = array_dims(trailing, dims)
     windows = request.summaries
     if request.summaries_default and windows:
