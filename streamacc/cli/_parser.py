@@ -267,6 +267,10 @@ def chunks_option(text: str | None) -> Any:
         pairs = [part.partition("=") for part in parts]
         if any(not name.strip() for name, _, _ in pairs):
             raise InputError(f"--chunks {text!r} names no dimension; pass e.g. --chunks step=4096,path=-1")
+        names = [name.strip() for name, _, _ in pairs]
+        twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+        if twice is not None:
+            raise InputError(f"--chunks {text!r} names dimension {twice!r} twice; give each dimension once")
         return {name.strip(): entry(value) for name, _, value in pairs}
     if any("=" in part for part in parts) or not all(parts):
         raise InputError(
