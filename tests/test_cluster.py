@@ -16,14 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+from helpers import gone
 from zarr.storage import FsspecStore
 
 from streamacc.errors import InputError
-from streamacc.store.lease._lease import _process_gone
+from streamacc.run import cluster_client
 
 distributed = pytest.importorskip("distributed")
-
-from streamacc.run.execute._cluster import local_cluster  # noqa: E402 - needs distributed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,14 +106,15 @@ def slow_square(n, note):
     return os.getpid(), n * n
 
 
-@pytest.mark.slow
-def test_the_task_of_a_killed_worker_is_run_again_elsewhere(tmp_path, aws_credentials):
+def test_the_task_of_a_killed_worker_is_run_again_elsewhere(tmp_path, dask_client):
     note = tmp_path / "pid"
-    with local_cluster(2) as client:
-        future = client.submit(slow_square, 12, str(note))
-        victim = int(wait_for_file(note))
-        os.kill(victim, signal.SIGKILL)
+    future = dask_client.submit(slow_square, 12, str(note), pure=False)
+    victim = int(wait_for_file(note))
+    os.kill(victim, signal.SIGKILL)
+    try:
         pid, value = future.result(timeout=120)
+    finally:
+        dask_client.wait_for_workers(2, timeout=60)  # the nanny restarted the one killed
     assert value == 144 and pid != victim
 
 
@@ -122,7 +122,7 @@ DRIVER = textwrap.dedent(
     """
     import signal, sys, time, zarr
     from zarr.storage import FsspecStore
-    from streamacc.run.execute._cluster import local_cluster
+    from streamacc.run import cluster_client
 
     # as a command typed at a terminal: Ctrl-C interrupts it (a test run started in the
     # background, `pytest &`, would otherwise hand down SIGINT ignored)
@@ -133,7 +133,7 @@ DRIVER = textwrap.dedent(
 
     mode, endpoint, url = sys.argv[1:]
     xs = zarr.open_array(FsspecStore.from_url(url, storage_options={"endpoint_url": endpoint}), mode="r")
-    with local_cluster(1) as client:
+    with cluster_client(1, None) as client:
         pids = client.run(__import__("os").getpid)
         print(*pids.values(), flush=True)
         print(client.submit(total, xs, pure=False).result(), flush=True)  # workers now hold S3 sessions
@@ -163,7 +163,7 @@ def start_driver(mode: str, s3_bucket) -> tuple[subprocess.Popen, list[int]]:
 
 def assert_all_gone(pids: list[int], deadline: float = 30.0) -> None:
     end = time.monotonic() + deadline
-    while not all(_process_gone(pid) for pid in pids):
+    while not all(gone(pid) for pid in pids):
         assert time.monotonic() < end, f"worker processes outlived their driver: {pids}"
         time.sleep(0.1)
 
@@ -198,6 +198,6 @@ def test_an_error_closes_the_cluster_and_the_workers_store_sessions(s3_bucket):
 
 
 def test_a_cluster_needs_at_least_one_worker():
-    cluster = local_cluster(0)
+    cluster = cluster_client(0, None)
     with pytest.raises(InputError, match=r"workers must be >= 1, got 0; pass e.g. workers=2"):
         cluster.__enter__()

@@ -17,11 +17,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import zarr
-from _fault_helpers import assert_same_output, read_manifest
+from helpers import assert_same_output, read_manifest
 
 import streamacc
 from streamacc.recipes import get_recipe
-from streamacc.run.output._output import Output
+from streamacc.run.output import Output
 
 distributed = pytest.importorskip("distributed")
 
@@ -81,6 +81,7 @@ def test_a_closure_with_a_dict_of_outputs(tmp_path, client):
 
 
 def test_a_worker_killed_mid_run_changes_nothing(tmp_path, client, monkeypatch):
+    """Killed from the driver's commits: a store object cannot travel to the workers, so no store wrapper can."""
     job = get_recipe("affine").build(40000, "float64")
     pids = list(client.run(os.getpid).values())
     real = Output.commit
@@ -108,7 +109,8 @@ def die_writing_chunk(marker: str, chunk: str) -> None:
     """Make this worker SIGKILL itself halfway through writing chunk ``chunk`` (zarr's temp file left), once.
 
     The first worker to write it creates ``marker`` and dies; the block's retry, and every
-    other write, goes through zarr's own ``_atomic_write``.
+    other write, goes through zarr's own ``_atomic_write``. (Inside zarr's file write, on a worker: no store
+    wrapper reaches either.)
     """
     import contextlib
 
@@ -170,6 +172,7 @@ def test_a_step_that_differs_on_the_workers_is_stopped_by_the_carry_check(tmp_pa
 
 
 def test_a_run_moves_between_the_cluster_and_one_process(tmp_path, client, monkeypatch):
+    """Interrupted from its commits: a store object cannot travel to the workers, so no store wrapper can."""
     job = get_recipe("gp").build(20000, "float64")
     kw = {"length": job.length, "block_size": 512, "unroll": 8, "attrs": job.attrs, "progress": False}
     ref = tmp_path / "ref.zarr"

@@ -15,7 +15,7 @@ import sys
 import textwrap
 
 import pytest
-from test_hardening import SMALL, run
+from helpers import SMALL, run
 
 from streamacc.cli import main
 

@@ -19,8 +19,20 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from _fault_helpers import assert_same_output, cli, committed, paused_writer, read_manifest, store_files
-from _s3 import stripping_proxy
+from helpers import (
+    S3_BIG,
+    S3_SMALL,
+    assert_same_output,
+    cli,
+    committed,
+    objects,
+    paused_writer,
+    read_manifest,
+    remote_committed,
+    s3_args,
+    store_files,
+    stripping_proxy,
+)
 
 import streamacc
 from streamacc.cli import main
@@ -29,17 +41,8 @@ from streamacc.recipes import get_recipe
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
-SMALL = ["--size", "6000", "--block-size", "512", "--no-progress"]  # 12 blocks
-BIG = ["--size", "2**19", "--block-size", "2**13", "--codec", "none", "--no-progress"]  # 64 blocks
+SMALL, BIG = S3_SMALL, S3_BIG  # 12 blocks with summaries; 64 blocks
 LEASE_SECONDS = "2"  # a killed writer's lease expires quickly
-
-
-def objects(bucket, key: str) -> dict[str, bytes]:
-    """Every object under ``key`` and its bytes, relative to it."""
-    fs = bucket.server.fs()
-    fs.invalidate_cache()
-    root = f"{bucket.name}/{key}"
-    return {path[len(root) + 1 :]: fs.cat_file(path) for path in fs.find(root)}
 
 
 def assert_same_objects(bucket, key: str, local: Path) -> None:
@@ -47,21 +50,6 @@ def assert_same_objects(bucket, key: str, local: Path) -> None:
     remote = objects(bucket, key)
     remote.pop("_streamacc/lease/zarr.json", None)
     assert remote == store_files(local)
-
-
-def s3_args(bucket) -> list[str]:
-    return ["--storage-option", f"endpoint_url={bucket.server.endpoint}"]
-
-
-def remote_committed(bucket, key: str) -> int:
-    """Blocks the output at ``key`` has committed, -1 while it has no manifest."""
-    import json
-
-    try:
-        raw = bucket.server.fs().cat_file(f"{bucket.name}/{key}/_streamacc/zarr.json")
-    except FileNotFoundError:
-        return -1
-    return json.loads(json.loads(raw)["attributes"]["streamacc_manifest"])["committed_blocks"]
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 import pytest
 import zarr
-from _fault_helpers import cli, committed, read_manifest
+from helpers import cli, committed, read_manifest
 
 import streamacc
 from streamacc.cli import main

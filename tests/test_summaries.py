@@ -5,7 +5,6 @@ catch; ``streamacc.overview`` on finished, unfinished, data-less and S3 outputs.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import shutil
 
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from _fault_helpers import assert_same_output, fail_write_at, read_manifest, write_manifest
+from helpers import assert_same_output, failing, read_manifest, write_manifest
 
 import streamacc
 from streamacc.errors import InputError, NoOutputError, ResumeError, StoreError, VerifyError
@@ -46,15 +45,13 @@ def data() -> dict[str, np.ndarray]:
 
 def write(out, **kw):
     args = {"length": None, "block_size": 64, "progress": False, "summaries": WINDOWS, **kw}
-    return streamacc.write(str(out), step, np.float64(0.0), XS, **args)
+    return streamacc.write(out, step, np.float64(0.0), XS, **args)
 
 
-def interrupt(monkeypatch, out, at: int, **kw) -> None:
+def interrupt(out, at: int, *, block_size: int, storage_options=None, **kw) -> None:
     """``write(out, **kw)`` failing at the block that starts at step ``at``: steps before it stay committed."""
-    with monkeypatch.context() as m:
-        fail_write_at(m, at, OSError(errno.EIO, "Input/output error"))
-        with pytest.raises(StoreError):
-            write(out, **kw)
+    with pytest.raises(StoreError):
+        write(failing(out, f"f/c/{at // block_size}", **(storage_options or {})), block_size=block_size, **kw)
 
 
 def expected(values: np.ndarray, window: int) -> dict[str, np.ndarray]:
@@ -157,10 +154,10 @@ def uninterrupted(tmp_path_factory):
 
 @pytest.mark.parametrize("k", [1, 4, 9])
 def test_an_interrupted_run_shows_exactly_its_committed_steps_and_resumes_identically(
-    tmp_path, uninterrupted, reference, monkeypatch, k
+    tmp_path, uninterrupted, reference, k
 ):
     out = tmp_path / "out.zarr"
-    interrupt(monkeypatch, out, k * 100, block_size=100)
+    interrupt(out, k * 100, block_size=100)
     committed = k * 100
     ds = streamacc.overview(out, points=10**6)
     assert ds.attrs["streamacc_complete"] == 0 and ds.attrs["streamacc_committed_steps"] == committed
@@ -202,9 +199,9 @@ def test_damaged_summaries_are_caught_by_verify(tmp_path, written):
         streamacc.verify(flipped, step, np.float64(0.0), XS)
 
 
-def test_a_damaged_or_foreign_tail_is_refused(tmp_path, monkeypatch):
+def test_a_damaged_or_foreign_tail_is_refused(tmp_path):
     out = tmp_path / "out.zarr"
-    interrupt(monkeypatch, out, 500, block_size=100)
+    interrupt(out, 500, block_size=100)
     manifest = read_manifest(out)
     good = manifest["summaries"]
     assert sorted(good) == list("bfgiv") and good["f"]["open"] == [62, 496, 500]  # steps 496-499 of window 62
@@ -242,9 +239,9 @@ def test_no_summaries_reverse_and_bad_windows(tmp_path):
 
 
 @pytest.mark.slow
-def test_overview_on_object_storage_while_unfinished(s3_bucket, monkeypatch, reference):
+def test_overview_on_object_storage_while_unfinished(s3_bucket, reference):
     url, options = s3_bucket.url("out.zarr"), s3_bucket.storage_options
-    interrupt(monkeypatch, url, 600, block_size=200, storage_options=options, summaries=[32, 128])
+    interrupt(url, 600, block_size=200, storage_options=options, summaries=[32, 128])
     ds = streamacc.overview(url, points=18, storage_options=options)
     assert ds.attrs["window"] == 32 and ds.attrs["streamacc_committed_steps"] == 600
     want = expected(reference["v"][:600], 32)
