@@ -15,7 +15,10 @@ import errno
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -303,3 +306,12 @@ def test_manifest_of_another_run_is_caught(small, refs, capsys):
         streamacc.write(
             str(small), job.f, job.init, length=20000, block_size=512, codec="none", attrs=job.attrs, mode="resume"
         )
+
+
+def test_the_chaos_script_starts_and_takes_its_options():
+    """``tests/chaos.py`` runs the adversarial categories with many more trials, by hand: it still starts."""
+    chaos = Path(__file__).with_name("chaos.py")
+    proc = subprocess.run([sys.executable, str(chaos), "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert all(option in proc.stdout for option in ("--only", "--trials", "--seed", "--json"))
+    assert "{kills,s3,tamper,signals,deletions}" in proc.stdout
