@@ -189,10 +189,8 @@ FAULTRUN = Path(__file__).with_name("faultrun.py")
 
 
 def faultrun_process(kind: str, at: int, *args: str) -> subprocess.CompletedProcess:
-    """Run ``streamacc *args`` in a fresh process under fault ``kind`` (see ``faultrun.py``): for faults that kill."""
-    return subprocess.run(
-        [sys.executable, str(FAULTRUN), kind, str(at), *map(str, args)], capture_output=True, text=True, timeout=120
-    )
+    """Run ``streamacc *args`` in a process of its own under fault ``kind`` (see ``faultrun.py``): faults that kill."""
+    return run_warm([sys.executable, FAULTRUN, kind, str(at), *map(str, args)], text=True, timeout=120)
 
 
 def faultrun(kind: str, at: int, *args: str) -> SimpleNamespace:
@@ -229,19 +227,17 @@ def run(*args: object, capfd: Any) -> tuple[int, str]:
 
 
 def cli(*args: object) -> list[str]:
-    """The command line running ``streamacc *args`` in a fresh interpreter."""
+    """The command line running ``streamacc *args`` (``python -m streamacc ARGS``)."""
     return [sys.executable, "-m", "streamacc", *map(str, args)]
 
 
-def start_writer(out: Path, args: list[str], *, resume: bool) -> subprocess.Popen:
-    """``streamacc write OUT args [--resume]`` in a subprocess (stderr kept for failure messages)."""
+def start_writer(out: Path, args: list[str], *, resume: bool) -> Popen:
+    """``streamacc write OUT args [--resume]`` in a process of its own (stderr kept for failure messages)."""
     flags = ["--resume"] if resume else []
-    return subprocess.Popen(
-        cli("write", out, *args, "--no-progress", *flags), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    return Popen(cli("write", out, *args, "--no-progress", *flags), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def kill_at(proc: subprocess.Popen, out: Path, blocks: int | None, delay: float, timeout: float = 120.0) -> bool:
+def kill_at(proc: Popen, out: Path, blocks: int | None, delay: float, timeout: float = 120.0) -> bool:
     """SIGKILL ``proc`` ``delay`` seconds after ``out`` counts ``blocks`` committed blocks.
 
     With ``blocks=None`` the delay runs from the moment the writer creates the output
@@ -268,7 +264,7 @@ def kill_at(proc: subprocess.Popen, out: Path, blocks: int | None, delay: float,
     return proc.returncode == -signal.SIGKILL
 
 
-def stopped(proc: subprocess.Popen) -> bool:
+def stopped(proc: Popen) -> bool:
     """Whether ``proc`` is stopped (SIGSTOP), from its state in ``/proc``."""
     return Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
 
@@ -281,12 +277,12 @@ def gone(pid: int) -> bool:
         return True
 
 
-def paused_writer(at: int, *args: str, timeout: float = 120.0) -> subprocess.Popen:
-    """``streamacc *args`` in a fresh interpreter, returned once it has stopped itself (SIGSTOP) at the
+def paused_writer(at: int, *args: str, timeout: float = 120.0) -> Popen:
+    """``streamacc *args`` in a process of its own, returned once it has stopped itself (SIGSTOP) at the
     ``at``-th lease check its store writes make (``faultrun.py pause``; on S3 each write checks once
     before it starts and once as its request is sent): a point in the run that does not depend on
     the machine's speed. Continue it with SIGCONT, or SIGKILL it."""
-    proc = subprocess.Popen([sys.executable, str(FAULTRUN), "pause", str(at), *args], stderr=subprocess.PIPE, text=True)
+    proc = Popen([sys.executable, FAULTRUN, "pause", str(at), *args], stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout
     while not stopped(proc):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -321,6 +317,281 @@ def imported_by(code: str, tmp_path: Path) -> set[str]:
     )
     assert proc.returncode == 0, proc.stderr
     return set(json.loads(proc.stdout.splitlines()[-1]))
+
+
+# --- processes forked from a warm interpreter ---------------------------------------------------
+# A writer that a test kills, stops or signals must be a process of its own, but a fresh interpreter
+# spends 2 s of CPU importing JAX (ml_dtypes alone takes 1.2 s) before it does anything. As
+# multiprocessing's forkserver does, one interpreter imports the libraries once and forks a child for
+# each command: a real process with its own pid, stdio, working folder and environment, which runs
+# ``python -m MODULE``, ``python SCRIPT`` or ``python -c CODE`` exactly as a fresh interpreter would
+# (``__main__``, ``sys.argv``, Ctrl-C as at a terminal, interpreter shutdown) and is killed, stopped
+# and signalled as any. Tests of what a fresh interpreter imports, and of the installed entry points,
+# still start fresh ones.
+
+_WARM = r"""
+import json, os, select, signal, socket, sys
+
+import numpy, jax, jax.numpy, zarr, numcodecs, fsspec, google_crc32c, tqdm  # what every command imports
+import streamacc, streamacc.cli, streamacc.engine, streamacc.recipes, streamacc.run, streamacc.store
+import streamacc.summaries
+from streamacc.run import write  # noqa: the write path, its rooms and wings
+
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C at the terminal is the test run's, not this server's
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+listener.bind(sys.argv[1])
+listener.listen(64)
+print("ready", flush=True)
+
+
+def serve():
+    # returns (request, fds) in a forked child; in the server, returns never
+    children = {}
+    while True:
+        ready, _, _ = select.select([listener, sys.stdin], [], [], 0.02)
+        if sys.stdin in ready and not os.read(sys.stdin.fileno(), 1):  # the tests are over
+            for pid in children:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            for pid in list(children):
+                os.waitpid(pid, 0)
+            sys.exit(0)
+        if listener in ready:
+            conn, _ = listener.accept()
+            message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+            pid = os.fork()
+            if pid == 0:
+                listener.close()
+                for other in children.values():
+                    other.close()
+                conn.close()
+                return json.loads(message), fds
+            for fd in fds:
+                os.close(fd)
+            conn.send(str(pid).encode())
+            children[pid] = conn
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            conn = children.pop(pid)
+            try:
+                conn.send(str(os.waitstatus_to_exitcode(status)).encode())
+            except OSError:
+                pass
+            conn.close()
+
+
+request, fds = serve()
+for target, fd in zip((0, 1, 2), fds):
+    os.dup2(fd, target)
+    os.close(fd)
+if request["session"]:
+    os.setsid()
+os.chdir(request["cwd"])
+os.environ.clear()
+os.environ.update(request["env"])
+signal.signal(signal.SIGINT, signal.default_int_handler)
+sys.argv = request["argv"]
+kind, target = request["kind"], request["target"]
+del request, fds, serve, listener
+import runpy
+
+if kind == "module":
+    sys.path[0] = os.getcwd()
+    runpy.run_module(target, run_name="__main__", alter_sys=True)
+elif kind == "script":
+    sys.path[0] = os.path.dirname(os.path.abspath(target))
+    runpy.run_path(target, run_name="__main__")
+else:
+    import types
+
+    sys.path[0] = ""
+    main = sys.modules["__main__"] = types.ModuleType("__main__")
+    exec(compile(target, "<string>", "exec"), main.__dict__)
+"""
+
+
+class _Warm:
+    """The server that forks warm children, started on first use and ended when the tests end."""
+
+    def __init__(self) -> None:
+        import atexit
+        import tempfile
+
+        self.folder = tempfile.mkdtemp(prefix="streamacc-warm-")
+        self.path = os.path.join(self.folder, "socket")
+        self.log = os.path.join(self.folder, "log")
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _WARM, self.path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                text=True,
+            )  # fmt: skip
+        ready = self.proc.stdout.readline()
+        assert ready == "ready\n", f"the warm interpreter did not start: {Path(self.log).read_text()}"
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        import shutil
+
+        self.proc.stdin.close()  # it kills what is left of its children, waits for them and exits
+        self.proc.wait(timeout=60)  # waited for: its CPU and its children's count as the tests'
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+_warm: list[_Warm] = []
+
+
+class Popen:
+    """``subprocess.Popen`` for a Python command line (``python -m M``, ``python SCRIPT``, ``python -c CODE``),
+    run in a child forked from the warm interpreter; the same attributes and methods tests use."""
+
+    def __init__(
+        self,
+        args: list[Any],
+        *,
+        stdin: Any = None,
+        stdout: Any = None,
+        stderr: Any = None,
+        text: bool = False,
+        cwd: Path | str | None = None,
+        env: dict[str, str] | None = None,
+        start_new_session: bool = False,
+    ) -> None:
+        import socket
+
+        self.args = [os.fspath(a) for a in args]
+        assert self.args[0] == sys.executable, self.args
+        first = self.args[1]
+        if first == "-m":
+            kind, target, argv = "module", self.args[2], [self.args[2], *self.args[3:]]
+        elif first == "-c":
+            kind, target, argv = "code", self.args[2], ["-c", *self.args[3:]]
+        else:
+            kind, target, argv = "script", first, self.args[1:]
+        if not _warm:
+            _warm.append(_Warm())
+        self.returncode: int | None = None
+        self.stdin = None
+        keep, send = [], []
+        for fd, how, mode in ((0, stdin, "r"), (1, stdout, "w"), (2, stderr, "w")):
+            if how is None:
+                send.append(fd)
+            elif how == subprocess.DEVNULL:
+                devnull = os.open(os.devnull, os.O_RDWR)
+                send.append(devnull)
+                keep.append(devnull)
+            elif how == subprocess.PIPE and mode == "w":
+                read, write = os.pipe()
+                send.append(write)
+                keep.append(write)
+                stream = open(read, "r" if text else "rb", **({"encoding": "utf-8"} if text else {}))  # noqa: SIM115
+                setattr(self, "stdout" if fd == 1 else "stderr", stream)
+            elif how == subprocess.STDOUT:
+                send.append(send[1])
+            else:
+                send.append(how.fileno() if hasattr(how, "fileno") else how)
+        self.stdout = getattr(self, "stdout", None)
+        self.stderr = getattr(self, "stderr", None)
+        request = {
+            "kind": kind, "target": target, "argv": argv, "cwd": os.fspath(cwd or os.getcwd()),
+            "env": dict(os.environ if env is None else env), "session": start_new_session,
+        }  # fmt: skip
+        self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._conn.connect(_warm[0].path)
+        socket.send_fds(self._conn, [json.dumps(request).encode()], send)
+        for fd in keep:
+            os.close(fd)
+        self.pid = int(self._conn.recv(64))
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._conn.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                self._status(self._conn.recv(64))
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self._conn.settimeout(timeout)
+            try:
+                self._status(self._conn.recv(64))
+            except TimeoutError:
+                raise subprocess.TimeoutExpired(self.args, timeout) from None
+        return self.returncode
+
+    def _status(self, raw: bytes) -> None:
+        self.returncode = int(raw)
+        self._conn.close()
+
+    def communicate(self, input: Any = None, timeout: float | None = None) -> tuple[Any, Any]:
+        import selectors
+
+        assert input is None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        streams = [s for s in (self.stdout, self.stderr) if s is not None and not s.closed]
+        chunks: dict[Any, list[bytes]] = {s: [] for s in streams}
+        with selectors.DefaultSelector() as selector:
+            for stream in streams:
+                selector.register(stream.fileno(), selectors.EVENT_READ, stream)
+            while selector.get_map():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise subprocess.TimeoutExpired(self.args, timeout)
+                for key, _ in selector.select(left):
+                    data = os.read(key.fd, 1 << 16)
+                    if data:
+                        chunks[key.data].append(data)
+                    else:
+                        selector.unregister(key.fd)
+        found = []
+        for stream in (self.stdout, self.stderr):
+            if stream is None:
+                found.append(None)
+                continue
+            raw = b"".join(chunks.get(stream, []))
+            found.append(raw.decode() if isinstance(stream, io.TextIOBase) else raw)
+            stream.close()
+        self.wait(None if deadline is None else max(deadline - time.monotonic(), 0.001))
+        return found[0], found[1]
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def __enter__(self) -> Popen:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for stream in (self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
+        self.wait()
+
+
+def run_warm(args: list[Any], *, timeout: float | None = None, check: bool = False, **kwargs: Any):
+    """``subprocess.run(args, capture_output=True, ...)`` for a Python command line, in a warm child."""
+    proc = Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    if check and proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, args, out, err)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 # --- moto's S3 server -------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from helpers import gone
+from helpers import Popen, gone
 from zarr.storage import FsspecStore
 
 from streamacc.errors import InputError
@@ -144,12 +144,12 @@ DRIVER = textwrap.dedent(
 )
 
 
-def start_driver(mode: str, s3_bucket) -> tuple[subprocess.Popen, list[int]]:
+def start_driver(mode: str, s3_bucket) -> tuple[Popen, list[int]]:
     url = s3_bucket.url("in.zarr")
     zarr.create_array(FsspecStore.from_url(url, storage_options=s3_bucket.storage_options), shape=(4,), dtype="f8")[
         :
     ] = [1, 2, 3, 4]
-    driver = subprocess.Popen(
+    driver = Popen(
         [sys.executable, "-c", DRIVER, mode, s3_bucket.server.endpoint, url],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -8,14 +8,13 @@ recommends deleting data that may be fine.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import warnings
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import MANIFEST, array_bytes, failing, read_manifest, store_files, write_manifest
+from helpers import MANIFEST, array_bytes, failing, read_manifest, run_warm, store_files, write_manifest
 
 import streamacc
 from streamacc.run.record import describe_function
@@ -171,7 +170,7 @@ def test_a_function_run_as_a_script_is_the_same_function_imported(tmp_path, monk
         "    streamacc.write(sys.argv[1], step, np.arange(4.0), length=64, block_size=16, progress=False)\n"
     )
     out = tmp_path / "out.zarr"
-    subprocess.run([sys.executable, str(module), str(out)], check=True, timeout=120)
+    run_warm([sys.executable, module, out], check=True, timeout=120)
     assert read_manifest(out)["identity"]["function"].startswith("__main__.step code:")
     monkeypatch.syspath_prepend(str(tmp_path))
     import heatmod

@@ -26,6 +26,7 @@ from helpers import (
     MANIFEST,
     RECORDS,
     SMALL,
+    Popen,
     assert_same_output,
     cli,
     committed,
@@ -265,7 +266,7 @@ def test_lengths_readers_cannot_index_are_refused(tmp_path, capfd, size):
 
 def test_sigterm_stops_like_ctrl_c_and_the_run_resumes(tmp_path):
     out = tmp_path / "out.zarr"
-    proc = subprocess.Popen(cli("write", out, *BIG), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = Popen(cli("write", out, *BIG), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         while committed(out) < 2 and proc.poll() is None and time.monotonic() < deadline:

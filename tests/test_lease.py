@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import fsspec
 import pytest
 import zarr
-from helpers import Bucket, start_server, stripping_proxy
+from helpers import Bucket, Popen, start_server, stripping_proxy
 
 from streamacc.errors import InputError, LockedError
 from streamacc.store import LEASE_KEY
@@ -211,7 +211,7 @@ HOLDER_SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_lease_of_a_killed_writer_on_this_machine_is_waited_out(s3_bucket, caplog):
-    holder = subprocess.Popen(
+    holder = Popen(
         [sys.executable, "-c", HOLDER_SCRIPT, s3_bucket.server.endpoint, root(s3_bucket)],
         stdout=subprocess.PIPE,
         text=True,

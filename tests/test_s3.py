@@ -22,6 +22,7 @@ import zarr
 from helpers import (
     S3_BIG,
     S3_SMALL,
+    Popen,
     assert_same_output,
     cli,
     committed,
@@ -187,7 +188,7 @@ def test_workers_start_and_close_a_local_cluster_and_write_the_same_bytes(tmp_pa
 @pytest.mark.slow
 def test_a_driver_killed_with_its_cluster_resumes_without_one(tmp_path, local_ref):
     out = tmp_path / "out.zarr"
-    proc = subprocess.Popen(cli("write", out, *BIG, "--workers", "1"), stderr=subprocess.PIPE, text=True)
+    proc = Popen(cli("write", out, *BIG, "--workers", "1"), stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180
         while committed(out) < 3 and proc.poll() is None and time.monotonic() < deadline:

@@ -17,6 +17,7 @@ import zarr
 from helpers import (
     CASES,
     UNROLL_CASES,
+    Popen,
     assert_bits_equal,
     assert_same_output,
     cli,
@@ -198,7 +199,7 @@ def test_sigkill_then_resume_of_a_thinned_recipe_is_identical(tmp_path):
     args = ["--recipe", "logistic", "--size", "2**17", "--save-every", "4", "--block-size", "2**9", "--no-progress"]
     ref, out = tmp_path / "ref.zarr", tmp_path / "out.zarr"
     assert main(["write", str(ref), *args]) == 0
-    assert kill_at(subprocess.Popen(cli("write", out, *args), stderr=subprocess.PIPE), out, 5, 0.0)  # 256 blocks
+    assert kill_at(Popen(cli("write", out, *args), stderr=subprocess.PIPE), out, 5, 0.0)  # 256 blocks
     assert main(["write", str(out), *args, "--resume"]) == 0
     assert_same_output(out, ref)
     assert main(["verify", str(out)]) == 0
