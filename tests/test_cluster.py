@@ -11,7 +11,6 @@ import sys
 import textwrap
 import time
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -89,33 +88,6 @@ def test_a_zarr_array_on_s3_reaches_the_workers_as_xs(dask_client, s3_bucket):
     carry, ys = dask_client.submit(scan_in_x64, cumsum, 0.0, 40, xs).result()
     np.testing.assert_array_equal(ys, np.cumsum(np.arange(40.0)))
     assert carry == ys[-1]
-
-
-def wait_for_file(path: Path, deadline: float = 60.0) -> str:
-    end = time.monotonic() + deadline
-    while not path.exists() or not path.read_text():
-        assert time.monotonic() < end, f"{path} never appeared"
-        time.sleep(0.05)
-    return path.read_text()
-
-
-def slow_square(n, note):
-    """Leave this worker's pid in ``note``, then take a while, then answer."""
-    Path(note).write_text(str(os.getpid()))
-    time.sleep(2.0)
-    return os.getpid(), n * n
-
-
-def test_the_task_of_a_killed_worker_is_run_again_elsewhere(tmp_path, dask_client):
-    note = tmp_path / "pid"
-    future = dask_client.submit(slow_square, 12, str(note), pure=False)
-    victim = int(wait_for_file(note))
-    os.kill(victim, signal.SIGKILL)
-    try:
-        pid, value = future.result(timeout=120)
-    finally:
-        dask_client.wait_for_workers(2, timeout=60)  # the nanny restarted the one killed
-    assert value == 144 and pid != victim
 
 
 DRIVER = textwrap.dedent(

@@ -1,8 +1,9 @@
 """Exact two-pass runs on a real dask.distributed cluster (worker processes, not threads).
 
-Every output written with ``client=`` must be byte for byte the single-process output:
-each recipe, ``cumsum`` of a Zarr input, and a closure step with a dict of outputs; a
-worker SIGKILLed mid-run, even halfway through writing a chunk, changes nothing; a step
+Every output written with ``client=`` (or the command line's ``--scheduler``) must be byte for
+byte the single-process output: each recipe, ``cumsum`` of a Zarr input, and a closure step with
+a dict of outputs; a worker SIGKILLed mid-run, halfway through writing a chunk, changes nothing
+(its block runs again on another worker); a step
 that computes differently on the workers is stopped by the carry cross-check before
 anything wrong is committed; and a run started on the cluster resumes without it (and
 the other way round).
@@ -20,6 +21,7 @@ import zarr
 from helpers import assert_same_output, read_manifest
 
 import streamacc
+from streamacc.cli import main
 from streamacc.recipes import get_recipe
 from streamacc.run.output import Output
 
@@ -43,28 +45,34 @@ def write_both(tmp_path, client, f, init, xs=None, **kw):
     return local, remote
 
 
-@pytest.mark.parametrize("name", ["gp", "affine", "logistic", "randomwalk", "cumsum", "cumprod"])
-def test_every_recipe_is_byte_identical_on_the_cluster(tmp_path, client, name):
-    params = {}
-    if name in ("cumsum", "cumprod"):
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--recipe", "gp", "--compensated"],
+        ["--recipe", "affine", "--a", "0.75"],
+        ["--recipe", "logistic", "--inner", "3"],
+        ["--recipe", "randomwalk", "--seed", "7"],
+        ["--recipe", "cumsum", "--input"],
+        ["--recipe", "cumprod", "--input"],
+    ],
+    ids=["gp-compensated", "affine", "logistic", "randomwalk", "cumsum", "cumprod"],
+)
+def test_every_recipe_on_a_running_cluster_is_byte_identical(tmp_path, client, args, capsys):
+    """The command line's --scheduler: the cluster's output is the single process's, and verifies."""
+    if args[-1] == "--input":  # cumsum and cumprod of a Zarr input: the workers read it themselves
         source = zarr.create_array(tmp_path / "in.zarr", shape=(3000,), chunks=(700,), dtype="f8", fill_value=0.0)
         source[:] = np.random.default_rng(3).uniform(0.5, 1.5, 3000)
-        params["input"] = str(tmp_path / "in.zarr")
-    job = get_recipe(name).build(None if params else 3000, "float64", **params)
-    local, remote = write_both(
-        tmp_path,
-        client,
-        job.f,
-        job.init,
-        job.xs,
-        length=job.length,
-        block_size=256,
-        unroll=job.unroll,
-        names=job.names,
-        attrs=job.attrs,
-    )
+        args = [*args, str(tmp_path / "in.zarr")]
+    else:
+        args = [*args, "--size", "3000"]
+    common = [*args, "--block-size", "256", "--no-progress"]
+    local, remote = tmp_path / "local.zarr", tmp_path / "cluster.zarr"
+    assert main(["write", str(local), *common]) == 0
+    assert main(["write", str(remote), *common, "--scheduler", client.scheduler.address]) == 0
     assert_same_output(remote, local)
-    assert streamacc.verify(remote, job.f, job.init, job.xs).complete
+    capsys.readouterr()
+    assert main(["verify", str(remote)]) == 0
+    assert "OK, 12 of 12 committed blocks recomputed bit for bit" in capsys.readouterr().out
 
 
 def test_a_closure_with_a_dict_of_outputs(tmp_path, client):
@@ -78,31 +86,6 @@ def test_a_closure_with_a_dict_of_outputs(tmp_path, client):
     local, remote = write_both(tmp_path, client, step, np.float64(0.1), xs, block_size=128)
     assert_same_output(remote, local)
     assert sorted(zarr.open_group(remote, mode="r").array_keys()) == ["level", "pair"]
-
-
-def test_a_worker_killed_mid_run_changes_nothing(tmp_path, client, monkeypatch):
-    """Killed from the driver's commits: a store object cannot travel to the workers, so no store wrapper can."""
-    job = get_recipe("affine").build(40000, "float64")
-    pids = list(client.run(os.getpid).values())
-    real = Output.commit
-    killed = []
-
-    def commit(self, *results):
-        real(self, *results)
-        if any(r.index >= 3 for r in results) and not killed:
-            os.kill(pids[0], signal.SIGKILL)
-            killed.append(pids[0])
-
-    kw = {"length": job.length, "block_size": 1000, "attrs": job.attrs, "progress": False}
-    local, remote = tmp_path / "local.zarr", tmp_path / "cluster.zarr"
-    streamacc.write(local, job.f, job.init, **kw)
-    # only the cluster run kills: a worker killed during the local run would die before the cluster run
-    # starts, not in the middle of it (and the cluster run's start could meet it half restarted)
-    monkeypatch.setattr(Output, "commit", commit)
-    streamacc.write(remote, job.f, job.init, client=client, **kw)
-    assert killed
-    assert_same_output(remote, local)
-    client.wait_for_workers(2, timeout=60)  # the nanny restarted it
 
 
 def die_writing_chunk(marker: str, chunk: str) -> None:
@@ -144,6 +127,7 @@ def restore_atomic_write() -> None:
 
 
 def test_a_worker_killed_halfway_through_a_chunk_leaves_no_temp_file(tmp_path, client):
+    """A worker SIGKILLed mid-run, as it writes: its block runs again elsewhere, and nothing else changes."""
     job = get_recipe("affine").build(20000, "float64")
     kw = {"length": job.length, "block_size": 1000, "attrs": job.attrs, "progress": False}
     local, remote, marker = tmp_path / "local.zarr", tmp_path / "cluster.zarr", tmp_path / "killed"
