@@ -38,11 +38,9 @@ def write(out, length, *, f=step, **kw):
 @pytest.mark.parametrize(
     ("lengths", "kw"),
     [
-        ((100, 250), {}),  # a partial last block (4 steps) becomes full
-        ((100, 103), {}),  # by less than one block
+        ((100, 103, 250, 400), {}),  # by less than a block, then a partial last block (4 steps) becomes full, again
         ((96, 160), {}),  # from a whole number of blocks
         ((10, 100), {}),  # a single block: nothing is kept, the layout is the longer run's
-        ((100, 150, 400), {}),  # twice
         ((100, 251), {"save_every": 4}),  # thinned: the last kept rows and the steps after them
         ((54, 60), {"f": product, "unroll": 4, "block_size": 8}),  # a short tail joined its block, and still does
         ((54, 66), {"f": product, "unroll": 4, "block_size": 8}),  # ... and now stands alone
@@ -50,8 +48,8 @@ def write(out, length, *, f=step, **kw):
         ((100, 250), {"summaries": [8, 32]}),  # complete summary windows kept, the open one rebuilt from the data
         ((200, 451), {"save_every": 3, "block_size": 24, "summaries": [4, 8]}),
     ],
-    ids=["partial", "less_than_a_block", "whole_blocks", "single_block", "twice", "thinned", "tail_joined",
-         "tail_alone", "unrolled_thinned", "summaries", "thinned_summaries"],
+    ids=["less_than_a_block_partial_again", "whole_blocks", "single_block", "thinned", "tail_joined", "tail_alone",
+         "unrolled_thinned", "summaries", "thinned_summaries"],
 )  # fmt: skip
 def test_an_extended_output_is_the_longer_run(tmp_path, lengths, kw):
     out, ref = tmp_path / "out.zarr", tmp_path / "ref.zarr"
