@@ -129,7 +129,11 @@ def dask_client(aws_credentials: None) -> Iterator[Any]:
     restart it. The workers start after the dummy S3 credentials are set, so they inherit them.
     """
     pytest.importorskip("distributed")
+    import dask
+
     from streamacc.run import cluster_client
 
-    with cluster_client(2, None) as client:
+    # no statistical profiler sampling each worker's threads every 10 ms: diagnostics the tests never read,
+    # which cost the idle cluster a few CPU-seconds a minute
+    with dask.config.set({"distributed.worker.profile.enabled": False}), cluster_client(2, None) as client:
         yield client
