@@ -305,18 +305,76 @@ def python(code: str, *argv: str, cwd: Path | None = None) -> subprocess.Complet
     )  # fmt: skip
 
 
+_LIGHT = r"""
+import json, os, sys, traceback
+
+import streamacc, streamacc.cli, streamacc.engine, streamacc.recipes, streamacc.run, streamacc.store
+import streamacc.summaries
+
+HEAVY = {heavy!r}
+print(json.dumps([m for m in HEAVY if m in sys.modules]), flush=True)
+for line in sys.stdin:
+    request = json.loads(line)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.chdir(request["cwd"])
+        try:
+            exec(compile(request["code"], "<string>", "exec"), {{"__name__": "__main__"}})
+            found = {{"heavy": [m for m in HEAVY if m in sys.modules]}}
+        except BaseException:
+            found = {{"error": traceback.format_exc()}}
+        os.write(write, json.dumps(found).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as answer:
+        found = answer.read().decode()
+    os.waitpid(pid, 0)
+    print(found, flush=True)
+"""
+
+
+class _Light:
+    """A fresh interpreter that has imported streamacc and its wings, and nothing heavy, forking a child per check."""
+
+    def __init__(self) -> None:
+        import atexit
+
+        code = textwrap.dedent(_LIGHT).format(heavy=HEAVY)
+        env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     env=env, text=True)  # fmt: skip
+        started = json.loads(self.proc.stdout.readline())
+        assert started == [], f"importing streamacc and its wings imported {started}"
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)  # waited for: its CPU and its children's count as the tests'
+
+
+_light: list[_Light] = []
+
+
 def imported_by(code: str, tmp_path: Path) -> set[str]:
-    """Which of ``HEAVY`` a fresh interpreter has imported after running ``code``."""
-    proc = python(
-        f"""
-        import json, sys
-        {code}
-        print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))
-        """,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return set(json.loads(proc.stdout.splitlines()[-1]))
+    """Which of ``HEAVY`` an interpreter that has imported only streamacc and its wings has imported after ``code``.
+
+    Each check runs in a child forked from one such interpreter (which checked, as it started, that
+    streamacc and its wings import nothing heavy): a fresh start for what it imports, without paying
+    for the interpreter's start and streamacc's import again.
+    """
+    if not _light:
+        _light.append(_Light())
+    server = _light[0].proc
+    server.stdin.write(json.dumps({"code": textwrap.dedent(code), "cwd": os.fspath(tmp_path)}) + "\n")
+    server.stdin.flush()
+    found = json.loads(server.stdout.readline())
+    assert "error" not in found, found.get("error")
+    return set(found["heavy"])
 
 
 # --- processes forked from a warm interpreter ---------------------------------------------------

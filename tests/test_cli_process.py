@@ -1,5 +1,6 @@
 """The command line as a process: what it imports to start, how it ends on a closed pipe,
-and whose log messages reach the terminal. Each case runs a fresh Python."""
+and whose log messages reach the terminal. Each case runs a fresh Python, or (what a start
+imports) a child forked from one that has imported streamacc and nothing heavy."""
 
 from __future__ import annotations
 
