@@ -746,6 +746,14 @@ def objects(bucket: Bucket, key: str) -> dict[str, bytes]:
     return {path[len(root) + 1 :]: fs.cat_file(path) for path in fs.find(root)}
 
 
+def etags(bucket: Bucket, key: str) -> dict[str, tuple[str, int]]:
+    """Every object under ``key``, relative to it, with its ETag (its bytes' MD5) and size: one listing request."""
+    fs = bucket.server.fs()
+    fs.invalidate_cache()
+    root = f"{bucket.name}/{key}"
+    return {path[len(root) + 1 :]: (info["ETag"], info["size"]) for path, info in fs.find(root, detail=True).items()}
+
+
 def s3_args(bucket: Bucket) -> list[str]:
     """The command line's options that reach ``bucket``'s server."""
     return ["--storage-option", f"endpoint_url={bucket.server.endpoint}"]
