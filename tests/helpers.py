@@ -738,20 +738,21 @@ def new_bucket(server: S3Server) -> Bucket:
     return bucket
 
 
-def objects(bucket: Bucket, key: str) -> dict[str, bytes]:
-    """Every object under ``key`` and its bytes, relative to it."""
-    fs = bucket.server.fs()
-    fs.invalidate_cache()
-    root = f"{bucket.name}/{key}"
-    return {path[len(root) + 1 :]: fs.cat_file(path) for path in fs.find(root)}
-
-
 def etags(bucket: Bucket, key: str) -> dict[str, tuple[str, int]]:
     """Every object under ``key``, relative to it, with its ETag (its bytes' MD5) and size: one listing request."""
     fs = bucket.server.fs()
     fs.invalidate_cache()
     root = f"{bucket.name}/{key}"
     return {path[len(root) + 1 :]: (info["ETag"], info["size"]) for path, info in fs.find(root, detail=True).items()}
+
+
+def assert_same_objects(bucket: Bucket, key: str, local: Path) -> None:
+    """The S3 output at ``key`` holds exactly the files of the local output ``local`` (a lease aside), byte for
+    byte: the objects' ETags (their MD5s, from one listing) are the files' MD5s."""
+    import hashlib
+
+    remote = {k: etag.strip('"') for k, (etag, _) in etags(bucket, key).items() if k != "_streamacc/lease/zarr.json"}
+    assert remote == {k: hashlib.md5(data).hexdigest() for k, data in store_files(local).items()}
 
 
 def s3_args(bucket: Bucket) -> list[str]:

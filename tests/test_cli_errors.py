@@ -10,17 +10,15 @@ whole workspace is compared file by file (bytes and mtimes) before and after.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import zarr
-from helpers import held_lock, listing
+from helpers import held_lock, listing, run_warm
 
 import streamacc
 from streamacc.cli import main
@@ -195,17 +193,14 @@ SUBPROCESS_ROWS = [
     pytest.param(W("--size", "lambda: 1"), 2, id="size-lambda"),  # refused before JAX is imported
     pytest.param(["write", "out.zarr", "--size", "100"], 2, id="existing-output"),  # and after
 ]
-"""The real process's exit code and stderr: one refusal before JAX is imported and one after (the rows above run
-in-process)."""
+"""A process's own exit code and stderr (``python -m streamacc`` in a process of its own; the rows above run
+in-process, and test_cli runs the installed entry points): one refusal before JAX is imported and one after."""
 
 
 @pytest.mark.parametrize(("argv", "code"), SUBPROCESS_ROWS)
 def test_real_exit_codes(workspace, argv, code):
     before = listing(workspace)
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "streamacc", *argv], capture_output=True, text=True, timeout=120, env=env
-    )
+    proc = run_warm([sys.executable, "-m", "streamacc", *argv], text=True, timeout=120)
     assert proc.returncode == code
     assert_one_error_line(proc.stderr)
     assert proc.stdout == ""

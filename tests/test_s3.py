@@ -22,16 +22,15 @@ import zarr
 from helpers import (
     S3_SMALL,
     Popen,
+    assert_same_objects,
     assert_same_output,
     cli,
     committed,
     etags,
-    objects,
     paused_writer,
     read_manifest,
     remote_committed,
     s3_args,
-    store_files,
     stripping_proxy,
 )
 
@@ -45,13 +44,6 @@ pytest.importorskip("moto.server")
 SMALL = S3_SMALL  # 12 blocks with summaries: where writers stop themselves part way
 TINY = ["--size", "3000", "--block-size", "512", "--no-progress"]  # 6 blocks with summaries
 LEASE_SECONDS = "2"  # a killed writer's lease expires quickly
-
-
-def assert_same_objects(bucket, key: str, local: Path) -> None:
-    """The S3 output holds exactly the files of the local run (the lease, if any, aside)."""
-    remote = objects(bucket, key)
-    remote.pop("_streamacc/lease/zarr.json", None)
-    assert remote == store_files(local)
 
 
 @pytest.fixture(scope="module")
