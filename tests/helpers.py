@@ -394,7 +394,11 @@ import numpy, jax, jax.numpy, zarr, numcodecs, fsspec, google_crc32c, tqdm  # wh
 import streamacc, streamacc.cli, streamacc.engine, streamacc.recipes, streamacc.run, streamacc.store
 import streamacc.summaries
 from streamacc.run import write  # noqa: the write path, its rooms and wings
+import s3fs, distributed  # what commands on S3 and clusters import (no module here starts a thread)
 
+import threading
+
+assert threading.active_count() == 1, "a module started a thread: forking would copy its locks mid-use"
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C at the terminal is the test run's, not this server's
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 listener.bind(sys.argv[1])
