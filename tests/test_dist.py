@@ -58,13 +58,17 @@ def write_both(tmp_path, client, f, init, xs=None, **kw):
     ids=["gp-compensated", "affine", "logistic", "randomwalk", "cumsum", "cumprod"],
 )
 def test_every_recipe_on_a_running_cluster_is_byte_identical(tmp_path, client, args, capsys):
-    """The command line's --scheduler: the cluster's output is the single process's, and verifies."""
+    """The command line's --scheduler: the cluster's output is the single process's, and verifies.
+
+    11 whole blocks (each block length compiles once in this process and once on each worker; the
+    cluster's short last blocks are in the tests below).
+    """
     if args[-1] == "--input":  # cumsum and cumprod of a Zarr input: the workers read it themselves
-        source = zarr.create_array(tmp_path / "in.zarr", shape=(3000,), chunks=(700,), dtype="f8", fill_value=0.0)
-        source[:] = np.random.default_rng(3).uniform(0.5, 1.5, 3000)
+        source = zarr.create_array(tmp_path / "in.zarr", shape=(2816,), chunks=(700,), dtype="f8", fill_value=0.0)
+        source[:] = np.random.default_rng(3).uniform(0.5, 1.5, 2816)
         args = [*args, str(tmp_path / "in.zarr")]
     else:
-        args = [*args, "--size", "3000"]
+        args = [*args, "--size", "2816"]
     common = [*args, "--block-size", "256", "--no-progress"]
     local, remote = tmp_path / "local.zarr", tmp_path / "cluster.zarr"
     assert main(["write", str(local), *common]) == 0
@@ -72,7 +76,7 @@ def test_every_recipe_on_a_running_cluster_is_byte_identical(tmp_path, client, a
     assert_same_output(remote, local)
     capsys.readouterr()
     assert main(["verify", str(remote)]) == 0
-    assert "OK, 12 of 12 committed blocks recomputed bit for bit" in capsys.readouterr().out
+    assert "OK, 11 of 11 committed blocks recomputed bit for bit" in capsys.readouterr().out
 
 
 def test_a_closure_with_a_dict_of_outputs(tmp_path, client):
