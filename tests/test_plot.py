@@ -109,21 +109,23 @@ def test_a_vector_output_is_a_heat_map(tmp_path, drawn):
     assert fig.axes[0].get_ylabel() == "u_dim_1"
 
 
-def spread(c, _):
-    return c + 1.0, c * jnp.linspace(0.5, 1.5, c.size) + jnp.arange(c.size, dtype=c.dtype)
+def ensembles(c, _):
+    def spread(size):
+        return c * jnp.linspace(0.5, 1.5, size) + jnp.arange(size, dtype=c.dtype)
+
+    return c + 1.0, {"few": spread(3), "many": spread(50)}
 
 
-@pytest.mark.parametrize("paths", [3, 50])
-def test_an_ensemble_is_a_band_per_path_or_a_fan(tmp_path, paths, drawn):
+def test_an_ensemble_is_a_band_per_path_or_a_fan(tmp_path, drawn):
     out = tmp_path / "w.zarr"
-    streamacc.write(out, spread, np.zeros(paths), length=640, block_size=64, names=["w"], dims={"w": ["path"]},
-                    summaries=[16], progress=False)  # fmt: skip
-    assert main(["plot", str(out)]) == 0
-    labels = drawn[0].axes[0].get_legend_handles_labels()[1]
-    if paths <= 8:
-        assert labels == [f"path {p}: {what}" for p in range(paths) for what in ("min-max", "mean")]
-    else:
-        assert labels == ["min-max over all 50 paths", "5-95% of means", "25-75% of means", "median of means"]
+    dims = {"few": ["path"], "many": ["member"]}  # a band per path of a few, a fan of many
+    streamacc.write(out, ensembles, np.float64(0.0), length=640, block_size=64, dims=dims, summaries=[16],
+                    progress=False)  # fmt: skip
+    assert main(["plot", str(out), "--var", "few"]) == 0
+    assert main(["plot", str(out), "--var", "many"]) == 0
+    few, many = (figure.axes[0].get_legend_handles_labels()[1] for figure in drawn)
+    assert few == [f"path {p}: {what}" for p in range(3) for what in ("min-max", "mean")]
+    assert many == ["min-max over all 50 members", "5-95% of means", "25-75% of means", "median of means"]
 
 
 def test_the_picture_goes_beside_a_local_output_and_into_the_current_folder_for_a_url(tmp_path, monkeypatch, capsys):
