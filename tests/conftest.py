@@ -72,7 +72,12 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "dask_client" in item.fixturenames:
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: "dask_client" in item.fixturenames)  # stable: each group keeps its order
+
+    def order(item: pytest.Item) -> tuple[bool, bool]:
+        # the test that kills a worker last: the one its nanny starts then imports nothing more for other tests
+        return "dask_client" in item.fixturenames, item.get_closest_marker("kills_a_worker") is not None
+
+    items.sort(key=order)  # stable: each group keeps its order
 
 
 # --- moto's S3 server, one for the session ------------------------------------------------------

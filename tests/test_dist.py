@@ -130,6 +130,7 @@ def restore_atomic_write() -> None:
     local._atomic_write = getattr(local, "_streamacc_real_atomic_write", local._atomic_write)
 
 
+@pytest.mark.kills_a_worker
 def test_a_worker_killed_halfway_through_a_chunk_leaves_no_temp_file(tmp_path, client):
     """A worker SIGKILLed mid-run, as it writes: its block runs again elsewhere, and nothing else changes."""
     job = get_recipe("affine").build(20000, "float64")
