@@ -22,7 +22,18 @@ from .errors import StreamaccError
 
 if TYPE_CHECKING:
     from .engine import Block, iter_blocks, scan
-    from .run import ArrayInfo, OutputInfo, SummaryInfo, VerifyReport, info, open, overview, verify, write
+    from .run import (
+        ArrayInfo,
+        OutputInfo,
+        SummaryInfo,
+        VerifyReport,
+        info,
+        materialize,
+        open,
+        overview,
+        verify,
+        write,
+    )
 
 __all__ = [
     "ArrayInfo",
@@ -35,6 +46,7 @@ __all__ = [
     "errors",
     "info",
     "iter_blocks",
+    "materialize",
     "open",
     "overview",
     "scan",
@@ -52,6 +64,7 @@ __getattr__, __dir__ = lazy_exports(
             "SummaryInfo",
             "VerifyReport",
             "info",
+            "materialize",
             "open",
             "overview",
             "verify",

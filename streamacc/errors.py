@@ -58,10 +58,24 @@ ABSENT: Any = _Absent()
 
 @dataclasses.dataclass(frozen=True)
 class Arg:
-    """An argument named in a message: ``name`` (``"time.step"`` for an entry of a dict argument), and a value.
+    """An argument named in a message, as :attr:`StreamaccError.arguments` lists them.
 
-    ``value`` is plain data (numbers, strings, booleans, lists, dicts) or :data:`ABSENT`;
-    ``python`` is how a Python caller writes it.
+    Attributes
+    ----------
+    name : str
+        The argument's name, ``"time.step"`` for an entry of a dict argument.
+    value : object
+        Its value as plain data (numbers, strings, booleans, lists, dicts), or ``ABSENT``
+        when the message names the argument without a value.
+    python : str
+        How a Python caller writes it: ``"block_size=1000"``, ``"time['step']"``.
+
+    Examples
+    --------
+    >>> import streamacc
+    >>> error = streamacc.errors.InputError(f"{streamacc.errors.arg('block_size', 1000)} is too small")
+    >>> error.arguments
+    [Arg(name='block_size', value=1000, python='block_size=1000')]
     """
 
     name: str
@@ -95,8 +109,31 @@ def _plain(value: Any) -> Any:
 def arg(name: str, value: Any = ABSENT) -> str:
     """Argument ``name`` (set to ``value``) inside a message, to be shown in its reader's terms.
 
-    ``f"{arg('block_size', 1000)} must be a multiple of 8"`` reads ``block_size=1000 must
-    be ...`` from Python and ``--block-size 1000 must be ...`` on the command line.
+    A message names the arguments it concerns with ``arg``; ``str(error)`` shows them as
+    Python keyword arguments, and the command line as its options.
+
+    Parameters
+    ----------
+    name : str
+        The argument's name as the Python API spells it (``"block_size"``), or
+        ``"dict_argument.key"`` for an entry of a dict argument (``"time.step"``).
+    value : object, optional
+        Its value; left out, the message names the argument alone.
+
+    Returns
+    -------
+    str
+        A marker to put inside the message text; :func:`render` spells it out.
+
+    Examples
+    --------
+    >>> from streamacc.errors import InputError, arg
+    >>> error = InputError(f"{arg('block_size', 1000)} must be a multiple of 8")
+    >>> print(error)
+    block_size=1000 must be a multiple of 8
+    >>> from streamacc.cli import cli_message
+    >>> cli_message(error)
+    '--block-size 1000 must be a multiple of 8'
     """
     doc: dict[str, Any] = {"name": name, "python": _python(name, value)}
     if value is not ABSENT:
@@ -110,71 +147,293 @@ def _arg(doc: str) -> Arg:
 
 
 def render(text: str, spell: Callable[[Arg], str] | None = None) -> str:
-    """``text`` with each argument it names spelt by ``spell`` (default: as a Python keyword argument)."""
+    """``text`` with each argument it names spelt by ``spell``.
+
+    Parameters
+    ----------
+    text : str
+        A message holding arguments marked with :func:`arg`.
+    spell : callable, optional
+        How to write each :class:`Arg`; by default as a Python keyword argument
+        (``Arg.python``).
+
+    Returns
+    -------
+    str
+        The message as its reader reads it.
+
+    Examples
+    --------
+    >>> from streamacc.errors import arg, render
+    >>> text = f"{arg('save_every', 0)} keeps no step"
+    >>> render(text)
+    'save_every=0 keeps no step'
+    >>> render(text, lambda a: f"<{a.name}>")
+    '<save_every> keeps no step'
+    """
     spell = spell or (lambda a: a.python)
     return _MARK.sub(lambda m: spell(_arg(m.group(1))), text)
 
 
 def one_line(exc: BaseException) -> str:
-    """The message of ``exc`` on one line, its arguments still marked (to be part of another message)."""
+    """The message of ``exc`` on one line, its arguments still marked, to be part of another message.
+
+    Parameters
+    ----------
+    exc : BaseException
+        Any exception; a :class:`StreamaccError` keeps its marked arguments, so that the
+        message it becomes part of renders them in its own reader's terms.
+
+    Returns
+    -------
+    str
+        The message, its whitespace (newlines included) collapsed to single spaces.
+
+    Examples
+    --------
+    >>> from streamacc.errors import one_line
+    >>> one_line(OSError("the disk" + chr(10) + "  is full"))
+    'the disk is full'
+    """
     text = exc.args[0] if isinstance(exc, StreamaccError) and exc.args else str(exc)
     return " ".join(str(text).split())
 
 
 class StreamaccError(Exception):
-    """Base class of every error streamacc raises on purpose."""
+    """Base class of every error streamacc raises on purpose; also ``streamacc.StreamaccError``.
+
+    Its message is one sentence naming the problem and the fix, in the caller's terms:
+    ``str(error)`` names arguments as Python keywords (``block_size=1000``), the command
+    line as its options (``--block-size 1000``).
+
+    Examples
+    --------
+    >>> import numpy as np, streamacc
+    >>> def step(x, _):
+    ...     return x + 1, x
+    >>> try:
+    ...     streamacc.scan(step, np.int32(0), length=100, block_size=10, unroll=8)
+    ... except streamacc.StreamaccError as error:
+    ...     print(type(error).__name__, error)
+    InputError block_size=10 must be a multiple of the scan's unroll (8) and at least 16, so that blocks line up
+    with lax.scan's unrolled groups; pass e.g. block_size=16
+    """
 
     def __str__(self) -> str:
         return render(super().__str__())
 
     @property
     def arguments(self) -> list[Arg]:
-        """The arguments the message names, in order."""
+        """The arguments the message names, in order (see :class:`Arg`)."""
         return [_arg(m.group(1)) for m in _MARK.finditer(str(self.args[0]) if self.args else "")]
 
 
 class StreamaccWarning(UserWarning):
-    """Something worth knowing that is not an error, e.g. resuming an output that is already complete."""
+    """Something worth knowing that is not an error.
+
+    For example: resuming an output that is already complete, resuming where nothing is
+    stored (the run starts afresh), or a value a step function uses that cannot be
+    fingerprinted for the run's identity.
+
+    Examples
+    --------
+    >>> import warnings, numpy as np, streamacc
+    >>> def step(x, _):
+    ...     return x + 1, x
+    >>> _ = streamacc.write("once.zarr", step, np.int32(0), length=8, progress=False)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     _ = streamacc.write("once.zarr", step, np.int32(0), length=8, mode="resume", progress=False)
+    >>> print(caught[0].category.__name__, caught[0].message)
+    StreamaccWarning once.zarr is already complete (8 steps); nothing to do
+    """
 
     def __str__(self) -> str:
         return render(super().__str__())
 
 
 class InputError(StreamaccError, ValueError):
-    """An argument is missing, malformed or inconsistent with another."""
+    """An argument is missing, malformed or inconsistent with another; raised before anything is written.
+
+    Also a ``ValueError``.
+
+    Examples
+    --------
+    >>> import numpy as np, streamacc
+    >>> def step(x, _):
+    ...     return x + 1, x
+    >>> streamacc.scan(step, np.int32(0), length=-1)
+    Traceback (most recent call last):
+    ...
+    streamacc.errors.InputError: length must be >= 0, got -1; pass e.g. length=1024
+    """
 
 
 class StepFunctionError(InputError):
-    """The step function ``f(carry, x) -> (carry, y)`` breaks the scan contract."""
+    """The step function ``f(carry, x) -> (carry, y)`` breaks the scan contract.
+
+    For example its carry changes structure, shape or dtype, or it is not hashable.
+
+    Examples
+    --------
+    >>> import numpy as np, streamacc
+    >>> def step(x, _):
+    ...     return x.astype(np.float32), x
+    >>> streamacc.scan(step, np.int32(0), length=4)
+    Traceback (most recent call last):
+    ...
+    streamacc.errors.StepFunctionError: f changes the carry from int32[] to float32[]; the carry must keep its
+    structure, shapes and dtypes across a step: cast the new carry (e.g. .astype) or fix init
+    """
 
 
 class X64Error(InputError):
-    """64-bit inputs were given while JAX would silently compute in 32 bits."""
+    """64-bit inputs were given while JAX would silently compute in 32 bits (``jax_enable_x64`` is off).
+
+    Examples
+    --------
+    >>> import jax, numpy as np, streamacc
+    >>> def step(x, _):
+    ...     return x * 2, x
+    >>> with jax.enable_x64(False):
+    ...     streamacc.scan(step, np.float64(1.0), length=4)
+    Traceback (most recent call last):
+    ...
+    streamacc.errors.X64Error: init holds float64 data but jax_enable_x64 is off, so JAX would compute in 32 bits;
+    call jax.config.update("jax_enable_x64", True) (or set JAX_ENABLE_X64=1) first, or cast the inputs to a 32-bit
+    dtype
+    """
 
 
 class StoreError(StreamaccError):
-    """The output store cannot be created, opened or written."""
+    """The output store cannot be created, opened or written.
+
+    A store that fails in the middle of a run (a full disk, a dead network) raises it with
+    how many steps are committed, as the store itself confirms, and how to continue.
+
+    Examples
+    --------
+    >>> import numpy as np, streamacc
+    >>> def step(x, _):
+    ...     return x + 1, x
+    >>> _ = open("a-file", "w").write("not a folder")
+    >>> streamacc.write("a-file/out.zarr", step, np.int32(0), length=8, progress=False)
+    Traceback (most recent call last):
+    ...
+    streamacc.errors.StoreError: cannot create a-file/out.zarr (Not a directory); check the path
+    """
 
 
 class NoOutputError(StoreError):
-    """The path does not exist or holds no output this version of streamacc can read."""
+    """The path does not exist or holds no output this version of streamacc can read.
+
+    Examples
+    --------
+    >>> import streamacc
+    >>> streamacc.info("nowhere.zarr")
+    Traceback (most recent call last):
+    ...
+    streamacc.errors.NoOutputError: nowhere.zarr does not exist; check the path
+    """
 
 
 class OutputExistsError(StoreError):
-    """The output already exists and ``mode`` asked to create it."""
+    """The output already exists and ``mode`` asked to create it (or it is not a streamacc output).
+
+    Examples
+    --------
+    >>> import numpy as np, streamacc
+    >>> def step(x, _):
+    ...     return x + 1, x
+    >>> _ = streamacc.write("twice.zarr", step, np.int32(0), length=8, progress=False)
+    >>> streamacc.write("twice.zarr", step, np.int32(0), length=8, progress=False)
+    Traceback (most recent call last):
+    ...
+    streamacc.errors.OutputExistsError: twice.zarr already exists; pass mode='overwrite' to replace it or
+    mode='resume' to continue it
+    """
 
 
 class ResumeError(StoreError):
-    """An interrupted or finished run cannot be resumed or extended as asked."""
+    """An interrupted or finished run cannot be resumed or extended as asked.
+
+    Raised before anything is written: the settings differ from the stored run's (each
+    difference is named), or what is stored cannot be trusted.
+
+    Examples
+    --------
+    >>> import numpy as np, streamacc
+    >>> def step(x, _):
+    ...     return x + 1, x
+    >>> _ = streamacc.write("run.zarr", step, np.int32(0), length=64, block_size=16, progress=False)
+    >>> streamacc.write("run.zarr", step, np.int32(0), length=64, block_size=32, mode="resume", progress=False)
+    Traceback (most recent call last):
+    ...
+    streamacc.errors.ResumeError: cannot resume run.zarr: it was written by a different run (block_size: stored 16,
+    now 32; ...); rerun with the original settings, or use mode='overwrite' to start afresh
+    """
 
 
 class LockedError(StoreError):
-    """Another live process is writing the same output."""
+    """Another live process is writing the same output, or this writer lost its lease.
+
+    A local output is locked with ``flock`` on its folder; an object store's with a lease
+    object (see the user guide). Here the lock is taken by hand, as another writer would:
+
+    Examples
+    --------
+    >>> import fcntl, os, numpy as np, streamacc
+    >>> def step(x, _):
+    ...     return x + 1, x
+    >>> _ = streamacc.write("busy.zarr", step, np.int32(0), length=8, progress=False)
+    >>> fd = os.open("busy.zarr", os.O_RDONLY)
+    >>> fcntl.flock(fd, fcntl.LOCK_EX)
+    >>> streamacc.write("busy.zarr", step, np.int32(0), length=8, mode="overwrite", progress=False)
+    Traceback (most recent call last):
+    ...
+    streamacc.errors.LockedError: busy.zarr is being written by pid ...; wait for it to finish or stop it, then
+    rerun with mode='overwrite'
+    >>> os.close(fd)
+    """
 
 
 class CarryMismatchError(StreamaccError):
-    """A block recomputed elsewhere ended with another carry than the driver's carry pass."""
+    """A block recomputed on a cluster worker ended with another carry than the driver computed.
+
+    On a cluster the driver runs the carry pass and each worker recomputes its block from
+    the carry entering it. When a worker's final carry differs, the driver recomputes the
+    block as the workers do; if it then gets the worker's carry, XLA merely compiled the
+    carry-only scan differently and the run goes on. If not, the step is
+    nondeterministic or the hardware differs, and the run stops with this error, naming
+    the block, with nothing past it committed.
+
+    Examples
+    --------
+    Not run here: it needs a step function that computes differently on a cluster's
+    workers than on the driver.
+
+    >>> streamacc.write("out.zarr", step, init, length=2**30, client=client)  # doctest: +SKIP
+    Traceback (most recent call last):
+    ...
+    streamacc.errors.CarryMismatchError: block 17 (steps ...) ...
+    """
 
 
 class VerifyError(StoreError):
-    """Stored data does not match what its manifest promises."""
+    """Stored data does not match what its manifest promises, or an output's structure cannot be trusted.
+
+    Examples
+    --------
+    >>> import numpy as np, streamacc
+    >>> def step(x, _):
+    ...     return x + 1, x
+    >>> _ = streamacc.write("damaged.zarr", step, np.int32(0), length=8, progress=False)
+    >>> chunk = bytearray(open("damaged.zarr/y/c/0", "rb").read())
+    >>> chunk[20] ^= 1  # one bit flipped
+    >>> _ = open("damaged.zarr/y/c/0", "wb").write(bytes(chunk))
+    >>> streamacc.verify("damaged.zarr", step, np.int32(0))
+    Traceback (most recent call last):
+    ...
+    streamacc.errors.VerifyError: block 0 (steps 0-8) of damaged.zarr is bad: the stored bytes of chunk y/c/0 do not
+    match their checksum (corrupted chunk); rewrite the output with mode='overwrite'
+    """

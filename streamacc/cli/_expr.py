@@ -78,7 +78,8 @@ def _pow(base: Number, exp: Number) -> Number:
         # For |base| >= 2, bit_length * exp > 128 already implies a result >= 2**64: reject it uncomputed.
         if abs(base) > 1 and abs(base).bit_length() * exp > _MAX_POW_BITS:
             raise _TooBig(_TOO_BIG)
-        return base**exp
+        power: int = base**exp  # an int: the exponent is not negative
+        return power
     try:
         return math.pow(base, exp)
     except ValueError:
@@ -98,8 +99,8 @@ def _eval(node: ast.AST) -> Number:
     """Evaluate a whitelisted AST node; anything else raises ``_Forbidden``."""
     if isinstance(node, ast.Expression):
         return _eval(node.body)
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):  # not bool, str, complex...
-        return _checked(node.value)  # type: ignore[arg-type]  # an int or a float, as just checked
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
+        return _checked(node.value)  # not bool, str, complex...
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.UAdd | ast.USub):
         value = _eval(node.operand)
         return value if isinstance(node.op, ast.UAdd) else -value

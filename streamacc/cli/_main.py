@@ -148,6 +148,7 @@ def cmd_write(args: argparse.Namespace) -> int:
         "time": time_options(args),
         "summaries": summary_windows(args),
         "codec": args.codec,
+        "virtual": args.virtual,
     }
     check_request(length=size, **request)  # the library's own checks, before JAX is imported
     workers = None if args.workers is None else parse_int(args.workers, name=arg("workers"), minimum=1)
@@ -156,7 +157,6 @@ def cmd_write(args: argparse.Namespace) -> int:
     job = recipe.make(size, args.dtype, params, options)  # an --input URL takes the same storage options
     attrs = {**job.attrs, "dtype": check_dtype(args.dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
-    layout = {"length": job.length, "unroll": job.unroll, "names": job.names, "dims": job.dims}
     check_request(**{**request, "length": job.length, "unroll": job.unroll})  # with the recipe's length and unroll
     _enable_x64()
     from ..run import cluster_client, info, write
@@ -166,8 +166,9 @@ def cmd_write(args: argparse.Namespace) -> int:
     gc.freeze()  # the CLI owns its process: spare the collector the objects that live for the whole run
     with _warnings_as_messages(args.debug), cluster_client(workers, args.scheduler) as client:
         write(
-            args.out, job.f, job.init, job.xs, **request, **layout, attrs=attrs, array_attrs=array_attrs,
-            storage_options=options, client=client, progress=not args.no_progress,
+            args.out, job.f, job.init, job.xs, **request, length=job.length, unroll=job.unroll, names=job.names,
+            dims=job.dims, attrs=attrs, array_attrs=array_attrs, storage_options=options, client=client,
+            progress=not args.no_progress,
         )  # fmt: skip
     how = "extended" if request["mode"] == "extend" else "resumed"
     _out(summary(info(args.out, storage_options=options), before, time.perf_counter() - start, how))
@@ -214,6 +215,24 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_materialize(args: argparse.Namespace) -> int:
+    steps = step_range(args.steps)
+    options = storage_options(args.storage_option)
+    _enable_x64()
+    from ..run import info, materialize
+
+    start = time.perf_counter()
+    with _warnings_as_messages(args.debug):
+        stored = materialize(args.out, steps=steps, storage_options=options, progress=not args.no_progress)
+    about = info(args.out, storage_options=options)
+    _out(
+        f"{about.path}: stored the data of {stored} block(s) in {time.perf_counter() - start:.2f} s; "
+        f"{about.stored_blocks} of {about.committed_blocks} committed blocks stored"
+        + ("" if about.stored_blocks < about.committed_blocks else ": it reads as a plain Zarr output now")
+    )
+    return 0
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
     steps = step_range(args.steps)
     options = storage_options(args.storage_option)
@@ -238,7 +257,14 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"write": cmd_write, "info": cmd_info, "verify": cmd_verify, "plot": cmd_plot, "recipes": cmd_recipes}
+COMMANDS = {
+    "write": cmd_write,
+    "info": cmd_info,
+    "verify": cmd_verify,
+    "materialize": cmd_materialize,
+    "plot": cmd_plot,
+    "recipes": cmd_recipes,
+}
 
 
 def _fail(message: str, code: int, debug: bool) -> int:

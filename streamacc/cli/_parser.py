@@ -50,7 +50,7 @@ class _StdoutClosed(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # argparse takes '-1e-3' or '-2**3' for an option (it knows only '-1' and '-1.5') and then
         # fails with "expected one argument"; no option starts with a digit, '.' or '(', so such
@@ -132,7 +132,7 @@ def storage_options(pairs: list[str]) -> dict[str, Any] | None:
     return options or None
 
 
-def _add_write(sub: argparse._SubParsersAction) -> None:
+def _add_write(sub: argparse._SubParsersAction[_Parser]) -> None:
     w = sub.add_parser("write", allow_abbrev=False, help="run a recipe and stream its output to a Zarr store")
     _add_common(w, top=False)
     w.add_argument("out", metavar="OUT", help="output path or fsspec URL (a Zarr v3 group)")
@@ -177,6 +177,12 @@ def _add_write(sub: argparse._SubParsersAction) -> None:
         help="continue a finished run to a longer --size, as one run of that length would have written it",
     )
     w.add_argument("--no-progress", action="store_true", help="no progress bar")
+    w.add_argument(
+        "--virtual",
+        action="store_true",
+        help="store no data: only the carry entering every block and the summaries; reading recomputes the data "
+        "(streamacc.open), `streamacc materialize` stores them",
+    )
     summaries = w.add_mutually_exclusive_group()
     summaries.add_argument(
         "--summary-windows",
@@ -234,6 +240,15 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--var", default=None, metavar="NAME", help="the output array to draw (default: the first)")
     plot.add_argument("-o", "--output", default=None, metavar="FILE.png", help="where to write (default OUT-NAME.png)")
     plot.add_argument("--steps", default=None, metavar="A:B", help="only steps A to B, e.g. 0:2**20 or 2**31:")
+    materialize = sub.add_parser(
+        "materialize",
+        help="store the data of a virtual output (or of a range of its steps), recomputed from its carries",
+    )
+    _add_common(materialize, top=False)
+    materialize.add_argument("out", metavar="OUT", help="path or fsspec URL of a virtual output streamacc wrote")
+    _add_storage(materialize)
+    materialize.add_argument("--steps", default=None, metavar="A:B", help="only the blocks holding steps A to B")
+    materialize.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_common(sub.add_parser("recipes", help="list recipes and their parameters"), top=False)
     return parser
 

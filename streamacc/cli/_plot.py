@@ -114,7 +114,7 @@ def plot_output(
     var: str | None = None,
     path: str | None = None,
     steps: tuple[int | None, int | None] | None = None,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     points: int = 2048,
 ) -> str:
     """Draw output ``out`` (array ``var``, default the first) into ``path`` (default :func:`default_path`)."""
@@ -122,7 +122,7 @@ def plot_output(
     from ..run import overview
 
     ds = overview(out, points=points, storage_options=storage_options, steps=steps)
-    names = [v[: -len("_mean")] for v in ds.data_vars if v.endswith("_mean")]
+    names = [v[: -len("_mean")] for v in ds.data_vars if isinstance(v, str) and v.endswith("_mean")]
     if var is None:
         var = names[0]
     if var not in names:

@@ -18,7 +18,7 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._carry import HostLeaf as HostLeaf, from_host as from_host, same_leaves as same_leaves, to_host as to_host
-    from ._checks import x64_scope as x64_scope
+    from ._checks import Carry as Carry, Step as Step, x64_scope as x64_scope
     from ._layout import (
         MAX_BLOCK_STEPS as MAX_BLOCK_STEPS,
         MAX_LENGTH as MAX_LENGTH,
@@ -45,11 +45,11 @@ if TYPE_CHECKING:
         run_plan as run_plan,
         scan as scan,
     )
-    from ._scopes import caller_scopes as caller_scopes
+    from ._scopes import caller_scopes as caller_scopes, jax_option as jax_option
 
 _EXPORTS = {
     "._carry": ["HostLeaf", "from_host", "same_leaves", "to_host"],
-    "._checks": ["x64_scope"],
+    "._checks": ["Carry", "Step", "x64_scope"],
     "._layout": [
         "MAX_BLOCK_STEPS",
         "MAX_LENGTH",
@@ -65,7 +65,7 @@ _EXPORTS = {
         "rows_in",
     ],
     "._pool": ["BlockPool"],
-    "._scopes": ["caller_scopes"],
+    "._scopes": ["caller_scopes", "jax_option"],
     "._scan": [
         "Block",
         "Plan",

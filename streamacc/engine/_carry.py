@@ -11,15 +11,16 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["HostLeaf", "from_host", "same_leaves", "to_host"]
 
-HostLeaf = tuple[np.ndarray, str | None]
+HostLeaf = tuple[npt.NDArray[Any], str | None]
 
 
 def _leaf_to_host(leaf: Any) -> HostLeaf:
     leaf = jnp.asarray(leaf)
-    if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+    if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
         return np.asarray(jax.random.key_data(leaf)), str(jax.random.key_impl(leaf))
     return np.asarray(leaf), None
 
@@ -32,7 +33,7 @@ def to_host(carry: Any) -> list[HostLeaf]:
 def from_host(leaves: list[HostLeaf], like: Any) -> Any:
     """Rebuild a carry with the tree structure of ``like`` from :func:`to_host` leaves."""
     treedef = jax.tree_util.tree_structure(like)
-    arrays = [jax.random.wrap_key_data(a, impl=impl) if impl else jnp.asarray(a) for a, impl in leaves]
+    arrays = [jax.random.wrap_key_data(jnp.asarray(a), impl=impl) if impl else jnp.asarray(a) for a, impl in leaves]
     return jax.tree_util.tree_unflatten(treedef, arrays)
 
 

@@ -7,15 +7,22 @@ argument and the fix, before any work starts, instead of a deep JAX traceback la
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .._checks import as_count
 from ..errors import InputError, StepFunctionError, X64Error, arg
 
-__all__ = ["check_x64", "resolve_length", "step_shapes", "x64_scope"]
+__all__ = ["Carry", "Step", "check_x64", "resolve_length", "step_shapes", "x64_scope"]
+
+Step = Callable[[Any, Any], tuple[Any, Any]]
+"""A step function ``f(carry, x) -> (carry, y)``, as ``lax.scan`` takes it (carry, x and y are pytrees)."""
+
+Carry = TypeVar("Carry")
+"""The carry's type, as ``jax.lax.scan`` types it: what a scan returns is the carry after the last step."""
 
 _WIDE = frozenset("fui")  # float, unsigned and signed integer kinds that have a 64-bit form
 _COMPLEX_WIDE = np.dtype(np.complex128)
@@ -24,14 +31,13 @@ _COMPLEX_WIDE = np.dtype(np.complex128)
 def resolve_length(xs: Any, length: Any) -> int:
     """The number of steps: ``length`` if given, else the common leading axis of ``xs``."""
     leaves = jax.tree_util.tree_leaves(xs)
-    if length is not None:
-        length = as_count("length", length, minimum=0)
+    count = None if length is None else as_count("length", length, minimum=0)
     if not leaves:
-        if length is None:
+        if count is None:
             raise InputError(
                 f"{arg('length')} is required when xs is None; pass the number of steps, e.g. {arg('length', 1000)}"
             )
-        return length
+        return count
     sizes = []
     for leaf in leaves:
         shape = getattr(leaf, "shape", None)
@@ -46,15 +52,15 @@ def resolve_length(xs: Any, length: Any) -> int:
             f"xs leaves have different lengths along axis 0 ({sorted(set(sizes))}); "
             "give every xs leaf the same number of steps"
         )
-    if length is not None and length != sizes[0]:
+    if count is not None and count != sizes[0]:
         raise InputError(
-            f"{arg('length', length)} disagrees with xs, whose leaves have {sizes[0]} steps; "
+            f"{arg('length', count)} disagrees with xs, whose leaves have {sizes[0]} steps; "
             f"drop {arg('length')} or slice xs to match"
         )
     return sizes[0]
 
 
-def _dtype_of(leaf: Any) -> np.dtype | None:
+def _dtype_of(leaf: Any) -> np.dtype[Any] | None:
     if isinstance(leaf, (bool, int, float, complex)) and not isinstance(leaf, np.generic):
         return None  # Python scalars are weakly typed (np.float64 subclasses float, but is not)
     dtype = getattr(leaf, "dtype", None)
@@ -124,7 +130,7 @@ def _carry_struct(init: Any) -> Any:
         raise
 
 
-def _trace_step(f: Callable, carry: Any, x: Any) -> tuple[Any, Any]:
+def _trace_step(f: Step, carry: Any, x: Any) -> tuple[Any, Any]:
     out = jax.eval_shape(f, carry, x)
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
         raise StepFunctionError(
@@ -146,7 +152,7 @@ def _check_carry(carry_in: Any, carry_out: Any) -> None:
         )
 
 
-def step_shapes(f: Callable, init: Any, xs: Any) -> tuple[Any, Any]:
+def step_shapes(f: Step, init: Any, xs: Any) -> tuple[Any, Any]:
     """Trace one step abstractly; return the (carry, y) shape structs or explain the breach.
 
     The structs describe the step as the engine runs it: a weakly typed init leaf (a
@@ -173,7 +179,7 @@ def step_shapes(f: Callable, init: Any, xs: Any) -> tuple[Any, Any]:
         carry_out, y = _trace_step(f, promoted, x)
         _check_carry(promoted, carry_out)
     for path, leaf in jax.tree_util.tree_leaves_with_path(y):
-        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.extended):
+        if jnp.issubdtype(leaf.dtype, jax.dtypes.extended):
             raise StepFunctionError(
                 f"f's y{jax.tree_util.keystr(path)} has dtype {leaf.dtype}, which cannot be copied to host memory; "
                 "emit plain arrays as y, e.g. jax.random.key_data(key) instead of a PRNG key"

@@ -25,9 +25,11 @@ from __future__ import annotations
 import dataclasses
 import threading
 import weakref
+from typing import Any
 
 import jax
 import numpy as np
+import numpy.typing as npt
 
 from ._layout import pool_size
 
@@ -55,7 +57,7 @@ class _Slot:
 
     def __init__(self) -> None:
         self.arrays: list[jax.Array] | None = None
-        self.pointers: list[int] | None = None  # where the arrays live, to see whether XLA reused them
+        self.pointers: list[int | None] | None = None  # where the arrays live, to see whether XLA reused them
         self.token = 0  # changes at each lease, so that a stale release is ignored
 
 
@@ -64,7 +66,7 @@ class _HostView:
 
     __slots__ = ("__array_interface__", "lease")
 
-    def __init__(self, interface: dict, lease: _Lease) -> None:
+    def __init__(self, interface: dict[str, Any], lease: _Lease) -> None:
         self.__array_interface__ = interface
         self.lease = lease
 
@@ -119,15 +121,17 @@ class BlockPool:
 
     def buffers(self, lease: _Lease | None, structs: list[jax.ShapeDtypeStruct]) -> list[jax.Array] | None:
         """The leased slot's buffers to donate to a block of ``structs``; None to let XLA allocate them."""
-        if lease is None or lease.slot.arrays is None:
+        if lease is None:
             return None
         slot = lease.slot
+        if slot.arrays is None:
+            return None
         if all(_fits(a, s) for a, s in zip(slot.arrays, structs, strict=True)):
             return slot.arrays
         slot.arrays = slot.pointers = None  # shaped for another plan: refill it
         return None
 
-    def hand_over(self, lease: _Lease | None, out: list[jax.Array]) -> list[np.ndarray]:
+    def hand_over(self, lease: _Lease | None, out: list[jax.Array]) -> list[npt.NDArray[Any]]:
         """Host arrays of a block computed into ``out`` under ``lease``.
 
         On CPU the host arrays are views of the device memory whose base holds the
@@ -169,7 +173,7 @@ def _fits(array: jax.Array, struct: jax.ShapeDtypeStruct) -> bool:
     return not array.is_deleted() and array.shape == struct.shape and array.dtype == struct.dtype
 
 
-def _view(host: np.ndarray, pointer: int | None, lease: _Lease) -> np.ndarray | None:
+def _view(host: npt.NDArray[Any], pointer: int | None, lease: _Lease) -> npt.NDArray[Any] | None:
     """A read-only view of ``host``'s memory whose base is ``lease``; None unless ``host`` is the device memory."""
     interface = dict(host.__array_interface__)
     if host.nbytes == 0 or pointer is None or interface["data"][0] != pointer:

@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any, Protocol, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
 from jax import lax
 
 from .._checks import as_count, as_unroll
 from .._defaults import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_SIZE
 from ..errors import InputError, arg
-from ._checks import check_x64, resolve_length, step_shapes
+from ._checks import Carry, Step, check_x64, resolve_length, step_shapes
 from ._layout import (
     block_bounds,
     block_count,
@@ -34,7 +35,8 @@ from ._layout import (
     check_save_every,
     rows_in,
 )
-from ._pool import BlockPool, pool_size
+from ._pool import BlockPool, _Lease, pool_size
+from ._scopes import jax_option
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
@@ -66,16 +68,34 @@ exceed what it saves; from 8 MiB on, fresh buffers page-fault."""
 
 @dataclasses.dataclass(frozen=True)
 class Block:
-    """One finished block of a blocked scan.
+    """One finished block of a blocked scan, as :func:`iter_blocks` yields it.
 
-    Attributes:
-        start, stop: the block covers steps ``[start, stop)`` of the whole scan.
-        ys: pytree of host numpy arrays, each with leading axis ``len(block.rows)``:
-            the ys of every step, or of every ``save_every``-th (read-only; on CPU,
-            views of the engine's recycled buffers).
-        carry: pytree of (small) JAX arrays, the carry after the block's last step in
-            scan order, i.e. the carry that enters the next block.
-        save_every: the block keeps the y of steps ``k-1, 2k-1, ...`` (k = save_every).
+    Attributes
+    ----------
+    start : int
+        The first step the block covers (steps ``[start, stop)`` of the whole scan).
+    stop : int
+        The step after the block's last.
+    ys : pytree of numpy.ndarray
+        The ys of the block's steps, one host array per leaf of ``y`` with leading axis
+        ``len(block.rows)``: every step's y, or every ``save_every``-th. Read-only; on a
+        CPU they are views of the engine's recycled buffers (see :meth:`release`).
+    carry : pytree of jax.Array
+        The carry after the block's last step in scan order: the carry that enters the
+        next block (in a reverse scan, the block before it).
+    save_every : int
+        The block keeps the y of steps ``k-1, 2k-1, ...`` (``k = save_every``); 1 keeps all.
+
+    Examples
+    --------
+    >>> import numpy as np, streamacc
+    >>> def count(c, _):
+    ...     return c + 1, c
+    >>> block = next(streamacc.iter_blocks(count, np.int32(0), length=10, block_size=4))
+    >>> block.start, block.stop, len(block), block.ys, int(block.carry)
+    (0, 4, 4, array([0, 1, 2, 3], dtype=int32), 4)
+    >>> block.rows
+    range(0, 4)
     """
 
     start: int
@@ -90,10 +110,13 @@ class Block:
 
     @property
     def rows(self) -> range:
-        """The output rows this block's ys fill (``range(start, stop)`` unless thinned)."""
+        """The output rows this block's ys fill: ``range(start, stop)``, or the kept rows when thinned.
+
+        Output row ``r`` holds the y of step ``r * save_every + save_every - 1``.
+        """
         return range(*rows_in(self.start, self.stop, self.save_every))
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Callable[..., Block], tuple[int, int, Any, Any, int]]:
         # a copy holds no buffer of the pool
         return _rebuild_block, (self.start, self.stop, self.ys, self.carry, self.save_every)
 
@@ -116,7 +139,7 @@ def _rebuild_block(start: int, stop: int, ys: Any, carry: Any, save_every: int) 
 class Plan:
     """A validated blocked scan: everything needed to run it, and the shape of its output."""
 
-    f: Callable
+    f: Step
     init: Any
     xs: Any
     length: int
@@ -168,7 +191,7 @@ def _nbytes(tree: Any, skip: int = 0) -> int:
     return sum(
         np.dtype(leaf.dtype).itemsize * int(np.prod(leaf.shape[skip:], dtype=np.int64))
         for leaf in jax.tree_util.tree_leaves(tree)
-        if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.extended)
+        if not jnp.issubdtype(leaf.dtype, jax.dtypes.extended)
     )
 
 
@@ -180,7 +203,7 @@ def as_save_every(save_every: Any, length: int) -> int:
 
 
 def make_plan(
-    f: Callable,
+    f: Step,
     init: Any,
     xs: Any = None,
     *,
@@ -226,7 +249,7 @@ def make_plan(
     return Plan(f, init, xs, n, block_size, unroll, bool(reverse), y_struct, save_every)
 
 
-def _carry_only(f: Callable) -> Callable:
+def _carry_only(f: Step) -> Step:
     """``f`` keeping only the carry; y stays computed (behind a barrier) but is never stored.
 
     So XLA sees the step it sees in a full block and makes the same fusion and contraction
@@ -241,7 +264,7 @@ def _carry_only(f: Callable) -> Callable:
 
 
 def _thinned_scan(
-    f: Callable, carry: Any, xs: Any, length: int, unroll: int | bool, reverse: bool, every: int
+    f: Step, carry: Any, xs: Any, length: int, unroll: int | bool, reverse: bool, every: int
 ) -> tuple[Any, Any]:
     """``lax.scan(f, carry, xs, length)`` keeping only the ys of steps ``every-1, 2*every-1, ...``.
 
@@ -306,7 +329,9 @@ def _x0(xs: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=256)
-def _scan_fn(f: Callable, length: int, unroll: int | bool, reverse: bool, into: bool, every: int = 1) -> Callable:
+def _scan_fn(
+    f: Step, length: int, unroll: int | bool, reverse: bool, into: bool, every: int = 1
+) -> Callable[..., tuple[Any, list[jax.Array]]]:
     """One block: ``lax.scan`` itself (thinned to every ``every``-th y), returning ``(carry, ys leaves)``.
 
     With ``into``, the ys are written into the donated buffers ``out``: the update
@@ -315,21 +340,33 @@ def _scan_fn(f: Callable, length: int, unroll: int | bool, reverse: bool, into: 
     ``into`` XLA allocates the ys, which is how a buffer first enters a pool.
     """
 
-    def run(carry: Any, xs: Any) -> tuple[Any, list]:
+    def run(carry: Any, xs: Any) -> tuple[Any, list[jax.Array]]:
         if every == 1:
             carry, ys = lax.scan(f, carry, xs, length=length, unroll=unroll, reverse=reverse)
         else:
             carry, ys = _thinned_scan(f, carry, xs, length, unroll, reverse, every)
         return carry, jax.tree_util.tree_leaves(ys)
 
-    def run_into(carry: Any, xs: Any, out: list) -> tuple[Any, list]:
+    def run_into(carry: Any, xs: Any, out: list[jax.Array]) -> tuple[Any, list[jax.Array]]:
         carry, ys = run(carry, xs)
         return carry, [lax.dynamic_update_slice_in_dim(o, y, 0, 0) for o, y in zip(out, ys, strict=True)]
 
     return jax.jit(run_into, donate_argnums=2) if into else jax.jit(run)
 
 
-def _cached(build: Callable, f: Callable, *args: Any) -> Callable:
+_Built = TypeVar("_Built", covariant=True)
+
+
+class _Memoized(Protocol[_Built]):
+    """A builder behind ``functools.lru_cache``: called through its cache, or past it as ``__wrapped__``."""
+
+    def __call__(self, *args: Hashable) -> _Built: ...
+
+    @property
+    def __wrapped__(self) -> Callable[..., _Built]: ...
+
+
+def _cached(build: _Memoized[_Built], f: Step, *args: Hashable) -> _Built:
     """``build(f, *args)`` from its cache; an unhashable step function cannot be cached: built per call."""
     try:
         return build(f, *args)
@@ -338,7 +375,7 @@ def _cached(build: Callable, f: Callable, *args: Any) -> Callable:
 
 
 @functools.lru_cache(maxsize=64)
-def _slicer(length: int) -> Callable:
+def _slicer(length: int) -> Callable[[jax.Array, int], jax.Array]:
     return jax.jit(lambda a, start: lax.dynamic_slice_in_dim(a, start, length))
 
 
@@ -355,9 +392,9 @@ class _Computed:
 
     start: int
     stop: int
-    out: list
+    out: list[jax.Array]
     carry: Any
-    lease: Any  # its pool slot's lease (dropped unseen, it gives the slot back); None when XLA allocated out
+    lease: _Lease | None  # its pool slot's lease (dropped unseen, it gives the slot back); None when XLA allocated out
 
 
 def _block_xs(plan: Plan, start: int, stop: int) -> Any:
@@ -385,7 +422,7 @@ def _hand_over(plan: Plan, pool: BlockPool, done: _Computed) -> Block:
 
 
 @functools.lru_cache(maxsize=256)
-def _carry_scan_fn(f: Callable, length: int, unroll: int | bool, reverse: bool) -> Callable:
+def _carry_scan_fn(f: Step, length: int, unroll: int | bool, reverse: bool) -> Callable[[Any, Any], Any]:
     step = _carry_only(f)
 
     def run(carry: Any, xs: Any) -> Any:
@@ -448,12 +485,13 @@ def computes_ahead() -> bool:
 
 
 def _platform() -> str:
-    device = jax.config.jax_default_device
+    device: jax.Device | str | None = jax_option("jax_default_device")
     if device is None:
         return jax.default_backend()
     if isinstance(device, str):  # a platform name
         return device
-    return device.platform
+    platform: str = device.platform  # jaxlib's Device comes without type information
+    return platform
 
 
 def run_plan(
@@ -507,7 +545,7 @@ def run_plan(
 
 
 def iter_blocks(
-    f: Callable,
+    f: Step,
     init: Any,
     xs: Any = None,
     *,
@@ -517,21 +555,68 @@ def iter_blocks(
     reverse: bool = False,
     save_every: int = 1,
 ) -> Iterator[Block]:
-    """Run ``lax.scan(f, init, xs, length, unroll=unroll, reverse=reverse)`` block by block.
+    """Run ``lax.scan(f, init, xs, length)`` block by block in bounded memory, yielding each block.
 
-    Yields :class:`Block` s in scan order (from the end when ``reverse``), so memory
-    stays at a few blocks whatever the length. ``xs`` may be any pytree of arrays that
-    slice along axis 0 (numpy, memmap, JAX or Zarr arrays); only the current block's
-    rows are read. Concatenating the blocks' ``ys`` in step order, and taking the last
-    block's ``carry``, gives bit for bit what one ``lax.scan`` over the whole length
-    gives (with ``unroll`` > 1, block sizes that would regroup the unrolled steps are
-    refused). Arguments are checked now, not at the first ``next()``.
+    Concatenating the blocks' ``ys`` in step order, and taking the last block's
+    ``carry``, gives bit for bit what one ``lax.scan`` over the whole length gives.
+    Memory stays at a few blocks whatever the length. Blocks come in scan order (from
+    the end when ``reverse``). On an accelerator the next block computes while the
+    caller handles one (:func:`computes_ahead`); on a CPU each block is computed when
+    asked for. Arguments are checked when ``iter_blocks`` is called, not at the first
+    ``next()``.
 
-    ``block_size`` counts steps; by default blocks hold about ``DEFAULT_BLOCK_BYTES`` of
-    ys, whatever one step outputs. ``save_every=k`` keeps only the ys of steps
-    ``k-1, 2k-1, ...`` (``lax.scan(...)[1][k-1::k]``): every step still runs. On an
-    accelerator the next block computes while the caller takes one (see
-    :func:`computes_ahead`); on a CPU each block is computed when asked for.
+    Parameters
+    ----------
+    f : callable
+        The step, ``f(carry, x) -> (carry, y)``, as ``lax.scan`` takes it. It must be
+        hashable (a function, or a frozen dataclass), as for ``jax.jit``.
+    init : pytree of arrays
+        The carry entering the first step.
+    xs : pytree of arrays, optional
+        Inputs sliced along their first axis, one row per step: numpy arrays, memmaps,
+        JAX or Zarr arrays. Only the current block's rows are read.
+    length : int, optional
+        The number of steps; required without ``xs``, and equal to its length with it.
+    block_size : int, optional
+        Steps per block. By default a block holds about 8 MiB of ys (or of xs, if
+        larger), whatever one step outputs: 2**20 steps of a float64 series.
+    unroll : int or bool, default 1
+        ``lax.scan``'s unroll. With ``unroll=u > 1`` XLA may regroup floating-point work
+        inside an unrolled group, so ``block_size`` must be a multiple of ``u`` and at
+        least ``2u`` (and a reverse scan's length a multiple of ``u``).
+    reverse : bool, default False
+        Scan from the last step to the first, as ``lax.scan(reverse=True)``.
+    save_every : int, default 1
+        Keep the ys of steps ``k-1, 2k-1, ...`` only (``k = save_every``), that is
+        ``lax.scan(...)[1][k-1::k]``; every step still runs.
+
+    Yields
+    ------
+    Block
+        The blocks in scan order, each with its steps' ys on the host and the carry
+        after it. A block you keep keeps its buffer; later blocks get other ones.
+
+    Raises
+    ------
+    streamacc.errors.InputError
+        A bad argument (a length, block size, unroll or ``save_every`` that does not fit).
+    streamacc.errors.StepFunctionError
+        ``f`` breaks the scan contract, e.g. its carry changes shape or dtype.
+    streamacc.errors.X64Error
+        ``init`` or ``xs`` hold 64-bit data while ``jax_enable_x64`` is off.
+
+    Examples
+    --------
+    >>> import jax, numpy as np, streamacc
+    >>> jax.config.update("jax_enable_x64", True)
+    >>> def step(x, _):
+    ...     x = x * (1 + 1e-8)
+    ...     return x, x
+    >>> for block in streamacc.iter_blocks(step, np.float64(1.0), length=10_000, block_size=4096):
+    ...     print(block.start, block.stop, block.ys.shape, float(block.carry))
+    0 4096 (4096,) 1.0000409608...
+    4096 8192 (4096,) 1.0000819233...
+    8192 10000 (1808,) 1.0001000049...
     """
     plan = make_plan(
         f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every
@@ -540,8 +625,8 @@ def iter_blocks(
 
 
 def scan(
-    f: Callable,
-    init: Any,
+    f: Callable[[Carry, Any], tuple[Carry, Any]],
+    init: Carry,
     xs: Any = None,
     *,
     length: int | None = None,
@@ -549,18 +634,68 @@ def scan(
     unroll: int | bool = 1,
     reverse: bool = False,
     save_every: int = 1,
-) -> tuple[Any, Any]:
-    """Blocked ``lax.scan`` returning ``(carry, ys)`` with ``ys`` assembled in host memory.
+) -> tuple[Carry, Any]:
+    """``jax.lax.scan`` computed block by block, with ``ys`` assembled in host memory.
 
-    The result equals ``jax.lax.scan`` bit for bit; use it when the output fits in RAM
-    but one device-side scan of the whole length would not compile or fit. With
-    ``save_every=k`` it is ``lax.scan(...)[1][k-1::k]`` and the carry after every step.
+    The result equals one ``lax.scan`` over the whole length bit for bit. Use it when
+    the output fits in RAM but one scan of the whole length would not compile or fit on
+    the device; to keep memory bounded whatever the length, use :func:`iter_blocks` or
+    :func:`write`.
+
+    Parameters
+    ----------
+    f : callable
+        The step, ``f(carry, x) -> (carry, y)``, as ``lax.scan`` takes it; hashable.
+    init : pytree of arrays
+        The carry entering the first step.
+    xs : pytree of arrays, optional
+        Inputs sliced along their first axis, one row per step (numpy, memmap, JAX or
+        Zarr arrays).
+    length : int, optional
+        The number of steps; required without ``xs``, and equal to its length with it.
+    block_size : int, optional
+        Steps per block; by default about 8 MiB of ys per block.
+    unroll : int or bool, default 1
+        ``lax.scan``'s unroll (see :func:`iter_blocks` for the block sizes it allows).
+    reverse : bool, default False
+        Scan from the last step to the first, as ``lax.scan(reverse=True)``.
+    save_every : int, default 1
+        Keep the ys of every ``save_every``-th step only: ``lax.scan(...)[1][k-1::k]``.
+
+    Returns
+    -------
+    carry : pytree of jax.Array
+        The carry after the last step.
+    ys : pytree of numpy.ndarray
+        The ys of every step (or of every ``save_every``-th), stacked along a leading axis.
+
+    Raises
+    ------
+    streamacc.errors.InputError
+        A bad argument.
+    streamacc.errors.StepFunctionError
+        ``f`` breaks the scan contract.
+    streamacc.errors.X64Error
+        64-bit inputs while ``jax_enable_x64`` is off.
+
+    Examples
+    --------
+    >>> import jax, numpy as np, streamacc
+    >>> def step(total, x):
+    ...     total = total + x
+    ...     return total, total
+    >>> xs = np.arange(1, 11, dtype=np.float32)
+    >>> carry, ys = streamacc.scan(step, np.float32(0), xs, block_size=4)
+    >>> ys
+    array([ 1.,  3.,  6., 10., 15., 21., 28., 36., 45., 55.], dtype=float32)
+    >>> bool((ys == jax.lax.scan(step, np.float32(0), xs)[1]).all())
+    True
     """
     plan = make_plan(
         f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every
     )
 
-    def empty(s: jax.ShapeDtypeStruct) -> np.ndarray:
+    def empty(s: jax.ShapeDtypeStruct) -> npt.NDArray[Any]:
         return np.empty((plan.rows, *s.shape), dtype=s.dtype)
 
     ys = jax.tree_util.tree_map(empty, plan.y_struct)

@@ -18,15 +18,24 @@ import jax
 
 from ._checks import x64_scope
 
-__all__ = ["caller_scopes"]
+__all__ = ["caller_scopes", "jax_option"]
+
+
+def jax_option(name: str) -> Any:
+    """This thread's value of the JAX option ``name``, as ``jax.config.<name>`` reads it.
+
+    ``jax.config`` defines its options as properties at run time, out of a type checker's
+    sight; the caller states the option's type.
+    """
+    return getattr(jax.config, name)
 
 
 def caller_scopes() -> Callable[[], contextlib.AbstractContextManager[None]]:
     """A context manager factory that re-enters this thread's JAX scopes on another thread."""
-    x64 = bool(jax.config.jax_enable_x64)
-    promotion: Any = jax.config.jax_numpy_dtype_promotion
-    precision: Any = jax.config.jax_default_matmul_precision
-    device: Any = jax.config.jax_default_device
+    x64 = bool(jax_option("jax_enable_x64"))
+    promotion: object = jax_option("jax_numpy_dtype_promotion")
+    precision: object = jax_option("jax_default_matmul_precision")
+    device: object = jax_option("jax_default_device")
 
     @contextlib.contextmanager
     def enter() -> Iterator[None]:

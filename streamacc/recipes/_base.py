@@ -17,7 +17,7 @@ import numbers
 import operator
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 from ..errors import InputError, arg
 
@@ -84,13 +84,13 @@ class Job:
             (``{"x": ["path"]}`` for an ensemble), or None.
     """
 
-    f: Callable
+    f: Step
     init: Any
     xs: Any
     length: int
     names: tuple[str, ...]
     unroll: int
-    attrs: dict
+    attrs: dict[str, Any]
     dims: dict[str, list[str]] | None = None
 
 
@@ -113,7 +113,9 @@ class Recipe:
     build: Callable[..., Job]
     refused: tuple[tuple[str, str], ...] = ()
 
-    def make(self, size: Any, dtype: Any, params: Mapping[str, Any], storage_options: dict | None = None) -> Job:
+    def make(
+        self, size: Any, dtype: Any, params: Mapping[str, Any], storage_options: dict[str, Any] | None = None
+    ) -> Job:
         """:attr:`build` with ``params``, handing ``storage_options`` to a recipe that reads an input."""
         reads = any(p.kind == "path" for p in self.params)
         return self.build(size, dtype, **params, **({"storage_options": storage_options} if reads else {}))
@@ -141,17 +143,19 @@ class Step:
     Python scalars and a dtype string, which become compile-time constants when traced.
     """
 
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # declared by each subclass
+
     def __call__(self, carry: Any, x: Any) -> tuple[Any, Any]:
         """One step: ``(carry, x) -> (new carry, y)``."""
         raise NotImplementedError
 
-    def _key(self) -> tuple:
-        return (type(self), *(_value_key(getattr(self, f.name)) for f in dataclasses.fields(self)))  # type: ignore[arg-type]
+    def _key(self) -> tuple[object, ...]:
+        return (type(self), *(_value_key(getattr(self, f.name)) for f in dataclasses.fields(self)))
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self._key() == other._key()  # type: ignore[attr-defined]
+        return self._key() == other._key()
 
     def __hash__(self) -> int:
         return hash(self._key())
@@ -183,13 +187,13 @@ def check_dtype(dtype: Any) -> str:
     """Return ``dtype`` as ``'float64'`` or ``'float32'``, or explain the fix."""
     import numpy as np
 
-    name = None
+    name: str | None = None
     if dtype is not None and not isinstance(dtype, bool):
         try:
             name = np.dtype(dtype).name
         except (TypeError, ValueError):
             name = None
-    if name not in DTYPES:
+    if name is None or name not in DTYPES:
         raise InputError(
             f"{arg('dtype')} must be float64 or float32, got {dtype!r}; pass {arg('dtype', 'float64')} (or float32)"
         )

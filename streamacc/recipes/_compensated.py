@@ -63,7 +63,10 @@ __all__ = [
 Pair = tuple[Any, Any]
 """``(hi, lo)``: the unevaluated sum ``hi + lo``."""
 
-_BITS = {"float64": (np.uint64, 53), "float32": (np.uint32, 24)}
+Terms = tuple[Any, ...]
+"""A compensated carry: 2 or 3 numbers of its dtype (see :data:`TERMS`), their unevaluated sum its value."""
+
+_BITS: dict[str, tuple[type[np.unsignedinteger[Any]], int]] = {"float64": (np.uint64, 53), "float32": (np.uint32, 24)}
 """The unsigned integer of the same width, and the significand's precision in bits."""
 
 
@@ -196,14 +199,14 @@ def initial(value: float, dtype: str) -> tuple[np.ndarray, ...]:
     return (np.asarray(hi, dtype), np.asarray(lo, dtype)) + (np.asarray(0.0, dtype),) * (TERMS[dtype] - 2)
 
 
-def _rounded_sum(terms: list) -> Any:
+def _rounded_sum(terms: list[Any]) -> Any:
     total = terms[0]
     for term in terms[1:]:
         total = total + term
     return total
 
 
-def mul_add(x: tuple, a: Operand | None, b: Operand | None) -> tuple:
+def mul_add(x: Terms, a: Operand | None, b: Operand | None) -> Terms:
     """``x * a + b`` (``a`` or ``b`` None: left out) on a carry ``x`` of 2 or 3 terms.
 
     Terms are gathered by size: ``top``, the exact product of ``x``'s high term (or that
@@ -220,8 +223,8 @@ def mul_add(x: tuple, a: Operand | None, b: Operand | None) -> tuple:
     """
     triple = len(x) == 3
     zero = x[0] - x[0]
-    first: list = []
-    second: list = []
+    first: list[Any] = []
+    second: list[Any] = []
     if a is None:
         top, q = x[0], x[1]
         first.extend(x[2:])
@@ -256,7 +259,7 @@ def mul_add(x: tuple, a: Operand | None, b: Operand | None) -> tuple:
     return high, mid, _rounded_sum(second)
 
 
-def value(x: tuple) -> Any:
+def value(x: Terms) -> Any:
     """A compensated carry's sum rounded to its dtype: the value a compensated recipe writes.
 
     ``hi + (lo + lo2)``: exact rounding of the sum except when ``lo + lo2`` rounds onto a
@@ -272,7 +275,7 @@ class CompensatedGeometric(Step):
     ratio: float
     dtype: str
 
-    def __call__(self, carry: tuple, x: Any) -> tuple[tuple, Any]:
+    def __call__(self, carry: Terms, x: Any) -> tuple[Terms, Any]:
         return mul_add(carry, constant(self.ratio, self.dtype), None), value(carry)
 
 
@@ -284,7 +287,7 @@ class CompensatedAffine(Step):
     b: float
     dtype: str
 
-    def __call__(self, carry: tuple, x: Any) -> tuple[tuple, Any]:
+    def __call__(self, carry: Terms, x: Any) -> tuple[Terms, Any]:
         return mul_add(carry, constant(self.a, self.dtype), constant(self.b, self.dtype)), value(carry)
 
 
@@ -311,7 +314,7 @@ class CompensatedCumulative(Step):
     op: str
     dtype: str
 
-    def __call__(self, carry: tuple, x: Any) -> tuple[tuple, Any]:
+    def __call__(self, carry: Terms, x: Any) -> tuple[Terms, Any]:
         operand = input_operand(x, self.dtype)
         new = mul_add(carry, None, operand) if self.op == "add" else mul_add(carry, operand, None)
         return new, value(new)

@@ -55,7 +55,7 @@ class Rows:
         return f"Rows({self.array!r}, n={self.n})"
 
     def __getitem__(self, key: Any) -> Any:
-        rest: tuple = ()
+        rest: tuple[Any, ...] = ()
         if isinstance(key, tuple):
             key, rest = (key[0], key[1:]) if key else (slice(None), ())
         if isinstance(key, slice):
@@ -75,7 +75,7 @@ class Rows:
         return self.array[(index % self.n, *rest)]
 
 
-def open_input(path: str, storage_options: dict | None = None) -> Any:
+def open_input(path: str, storage_options: dict[str, Any] | None = None) -> Any:
     """Open ``path`` (a local path or a URL, with fsspec ``storage_options``) read-only as a 1-D numeric Zarr array."""
     import numpy as np
     import zarr
@@ -112,7 +112,7 @@ def open_input(path: str, storage_options: dict | None = None) -> Any:
     return array
 
 
-def _group_arrays(path: str, storage_options: dict | None) -> list[str] | None:
+def _group_arrays(path: str, storage_options: dict[str, Any] | None) -> list[str] | None:
     """The names of the arrays in the zarr group at ``path``, or None when there is no group there."""
     import zarr
 
@@ -143,7 +143,13 @@ INPUT_PARAMS = (
 
 
 def _build(
-    recipe: Recipe, op: str, identity: int, size: Any, dtype: Any, params: dict, storage_options: dict | None
+    recipe: Recipe,
+    op: str,
+    identity: int,
+    size: Any,
+    dtype: Any,
+    params: dict[str, Any],
+    storage_options: dict[str, Any] | None,
 ) -> Job:
     import numpy as np
 
@@ -165,6 +171,8 @@ def _build(
     xs = array if size == n else Rows(array, size)
     units = array.attrs.get("units", "") if op == "add" else ""
     attrs = recipe_attrs(recipe, p, units if isinstance(units, str) else "")
+    f: Step
+    init: np.ndarray | tuple[np.ndarray, ...]
     if p["compensated"]:
         from ._compensated import UNROLL, CompensatedCumulative, initial
 
@@ -175,13 +183,13 @@ def _build(
 
 
 def _build_cumsum(
-    size: int | None = None, dtype: str = "float64", *, storage_options: dict | None = None, **params: Any
+    size: int | None = None, dtype: str = "float64", *, storage_options: dict[str, Any] | None = None, **params: Any
 ) -> Job:
     return _build(CUMSUM, "add", 0, size, dtype, params, storage_options)
 
 
 def _build_cumprod(
-    size: int | None = None, dtype: str = "float64", *, storage_options: dict | None = None, **params: Any
+    size: int | None = None, dtype: str = "float64", *, storage_options: dict[str, Any] | None = None, **params: Any
 ) -> Job:
     return _build(CUMPROD, "mul", 1, size, dtype, params, storage_options)
 

@@ -29,7 +29,7 @@ from ._base import (
 __all__ = ["AFFINE", "GP", "LOGISTIC", "Affine", "Geometric", "Logistic"]
 
 
-def _job(recipe: Recipe, f: Step, x0: float, size: int, dtype: str, params: dict, unroll: int) -> Job:
+def _job(recipe: Recipe, f: Step, x0: float, size: int, dtype: str, params: dict[str, Any], unroll: int) -> Job:
     import numpy as np
 
     from ._compensated import initial

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ._materialize import materialize as materialize
     from ._write import write as write
     from .execute import cluster_client as cluster_client, si as si
     from .output import MODES as MODES, check_request as check_request
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
+    "._materialize": ["materialize"],
     "._write": ["write"],
     ".execute": ["cluster_client", "si"],
     ".output": ["MODES", "check_request"],

@@ -15,23 +15,31 @@ import dataclasses
 import logging
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from .._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_BYTES
-from ..engine import Plan, check_length, from_host, make_plan, to_host
-from ..errors import StoreError, StreamaccWarning, arg
+from ..engine import Carry, Plan, check_length, from_host, make_plan, to_host
+from ..errors import InputError, StoreError, StreamaccWarning, arg
 from ..store import Target, describe_store_failure, is_store_failure, open_target
-from .execute import Executor, LocalExecutor, Progress
-from .output import Mode, Request, check_request, chunk_rows, open_output, output_spec, stored_chunks, stored_identity
-from .recompute import check_resumable
+from ..summaries import summarized_names
+from .execute import CarryExecutor, Executor, LocalExecutor, Progress
+from .output import (
+    Mode,
+    OutputSpec,
+    Request,
+    check_request,
+    chunk_rows,
+    open_output,
+    output_spec,
+    stored_chunks,
+    stored_identity,
+)
+from .recompute import check_resumable, recomputed_rows
 from .threads import interruptible
 
 __all__ = ["write"]
 
 log = logging.getLogger("streamacc")
-
-Carry = TypeVar("Carry")
-"""The carry's type, as ``jax.lax.scan`` types it: what ``write`` returns is the carry after the last step."""
 
 
 def _continued(request: Request, stored: dict[str, Any] | None) -> Request:
@@ -70,8 +78,19 @@ def _again(target: Target, mode: Mode) -> str:
     return "rerun"
 
 
-def _executor_for(client: Any, inflight: int | None) -> Executor:
-    """Where the blocks run: this process, or the dask cluster behind ``client``."""
+def _executor_for(client: Any, inflight: int | None, spec: OutputSpec) -> Executor:
+    """Where the blocks run: this process, or the dask cluster behind ``client``.
+
+    A virtual run without summaries computes no block at all, only carries: the carry pass
+    runs here, whatever ``client`` is.
+    """
+    if spec.virtual and not (spec.identity["summaries"] and summarized_names(spec.identity["arrays"])):
+        if inflight is not None:
+            raise InputError(
+                f"{arg('inflight')} does not apply to a virtual write without summaries, which computes only the "
+                f"carries, one block after another; leave {arg('inflight')} out"
+            )
+        return CarryExecutor()
     if client is None:
         return LocalExecutor(DEFAULT_INFLIGHT if inflight is None else inflight)
     from .execute import DaskExecutor
@@ -104,6 +123,7 @@ def write(
     client: Any = None,
     inflight: int | None = None,
     progress: bool = True,
+    virtual: bool = False,
 ) -> Carry:
     """Run ``jax.lax.scan(f, init, xs, length)`` block by block into a Zarr group; return the final carry.
 
@@ -174,6 +194,11 @@ def write(
         submitted and not yet committed (default twice the workers, plus one).
     progress : bool, default True
         Show a progress bar on a terminal.
+    virtual : bool, default False
+        Store no data chunks: only the carry entering every block, the manifest and the
+        summaries. :func:`streamacc.open` recomputes each chunk a reader touches from its
+        block's carry, bit for bit what a stored write holds; :func:`streamacc.materialize`
+        stores some or all of them later. Part of the run's identity.
 
     Returns
     -------
@@ -203,12 +228,12 @@ def write(
     ...     return x, x
     >>> carry = streamacc.write("gp.zarr", step, np.float64(1.0), length=2**20, progress=False)
     >>> float(carry)
-    1.0105411...
+    1.01054092...
     >>> carry = streamacc.write("gp.zarr", step, np.float64(1.0), length=2**21, mode="extend", progress=False)
     """
     request = check_request(
         mode=mode, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every,
-        chunks=chunks, codec=codec, time=time, summaries=summaries, attrs=attrs, inflight=inflight,
+        chunks=chunks, codec=codec, time=time, summaries=summaries, attrs=attrs, inflight=inflight, virtual=virtual,
     )  # fmt: skip
     stored = stored_identity(store, storage_options) if request.mode in ("resume", "extend") else None
     request = _continued(request, stored)
@@ -216,7 +241,7 @@ def write(
     if stored is not None and request.chunks is None and plan.block_size == stored.get("block_size"):
         request = dataclasses.replace(request, chunks=stored_chunks(stored, plan.block_rows))
     spec = output_spec(plan, request, names=names, dims=dims, array_attrs=array_attrs)
-    executor = _executor_for(client, request.inflight)
+    executor = _executor_for(client, request.inflight, spec)
     target = open_target(store, storage_options=storage_options)
     executor.check(target)
     command = arg("mode", request.mode) if request.mode != "create" else "another output path"
@@ -226,6 +251,7 @@ def write(
                 target, spec, mode=request.mode, init=to_host(plan.init),
                 check_resumable=lambda o: check_resumable(o, plan),
                 on_commit=lambda r: bar.update(len(r), r.nbytes, stored=r.stored),
+                rows=recomputed_rows(target, plan) if stored is not None and stored.get("virtual") else None,
             )  # fmt: skip
         except Exception as exc:
             if is_store_failure(exc):
@@ -237,7 +263,8 @@ def write(
         if output.complete:
             message = f"{target.label} is already complete ({plan.length} steps); nothing to do"
             warnings.warn(message, StreamaccWarning, stacklevel=2)
-            return from_host(output.carry, plan.init)
+            done_already: Carry = from_host(output.carry, plan.init)
+            return done_already
         done = output.manifest.committed_steps
         if request.mode == "extend" and stored is not None and stored.get("length", plan.length) < plan.length:
             log.info("extending %s to step %d (computing on from step %d)", target.label, plan.length, done)
@@ -254,4 +281,5 @@ def write(
             raise error from exc
         finally:
             output.close()  # no summary chunk may be written once the lock is released
-    return from_host(output.carry, plan.init)
+    carry: Carry = from_host(output.carry, plan.init)
+    return carry

@@ -34,10 +34,13 @@ if TYPE_CHECKING:
         open_target as open_target,
     )
     from ._zarr import (
+        VIRTUAL as VIRTUAL,
         ArraySpec as ArraySpec,
         ZarrSink as ZarrSink,
         array_document as array_document,
+        is_virtual as is_virtual,
         netcdf_safe as netcdf_safe,
+        plain_document as plain_document,
         progress_attrs as progress_attrs,
         resize_arrays as resize_arrays,
         stored_crc32c as stored_crc32c,
@@ -52,9 +55,12 @@ _EXPORTS = {
     "._storeerrors": ["describe_store_failure", "is_store_failure"],
     "._target": ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"],
     "._zarr": [
+        "VIRTUAL",
         "ArraySpec",
         "ZarrSink",
         "array_document",
+        "is_virtual",
+        "plain_document",
         "netcdf_safe",
         "progress_attrs",
         "resize_arrays",

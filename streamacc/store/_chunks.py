@@ -84,8 +84,8 @@ class _Blosc:
 
     def compress(self, src: np.ndarray, dest: np.ndarray) -> int:
         """Compress the bytes of ``src`` into ``dest``; the number of bytes written."""
-        size = _BLOSC_COMPRESS(self.clevel, self.shuffle, self.typesize, src.nbytes, src.ctypes.data,
-                               dest.ctypes.data, dest.nbytes, self.cname, self.blocksize, 1)  # fmt: skip
+        size: int = _BLOSC_COMPRESS(self.clevel, self.shuffle, self.typesize, src.nbytes, src.ctypes.data,
+                                     dest.ctypes.data, dest.nbytes, self.cname, self.blocksize, 1)  # fmt: skip
         if size <= 0:
             raise RuntimeError(f"blosc compression failed ({size})")
         return size
@@ -104,7 +104,7 @@ class EncodedChunk:
     crc32c: int | None
 
 
-def _direct_layout(array: zarr.Array) -> tuple[_Blosc | None, bool] | None:
+def _direct_layout(array: zarr.Array[Any]) -> tuple[_Blosc | None, bool] | None:
     """(blosc settings or None, whether crc32c is appended) when the direct path applies."""
     meta = array.metadata
     if meta.zarr_format != 3 or not isinstance(meta.chunk_grid, RegularChunkGrid) or array.ndim < 1:
@@ -137,9 +137,12 @@ class ChunkWriter:
     as one raw chunk plus a few bytes) and reused for every chunk it writes.
     """
 
-    def __init__(self, array: zarr.Array) -> None:
+    def __init__(self, array: zarr.Array[Any]) -> None:
         self.array = array
-        self.shape = tuple(int(n) for n in array.metadata.chunk_grid.chunk_shape)
+        grid = array.metadata.chunk_grid
+        if not isinstance(grid, RegularChunkGrid):  # the only grid zarr 3.1 has
+            raise TypeError(f"array {array.path!r} has a {type(grid).__name__}, not a regular chunk grid")
+        self.shape = tuple(int(n) for n in grid.chunk_shape)
         self.chunk = self.shape[0]
         grids = [range(-(-int(n) // c)) for n, c in zip(array.shape[1:], self.shape[1:], strict=True)]
         self.tiles: list[tuple[int, ...]] = list(itertools.product(*grids))
@@ -179,7 +182,7 @@ class ChunkWriter:
         return first[:at], first[at + 1 :]
 
     @classmethod
-    def of_document(cls, store: Any, path: str, document: dict) -> ChunkWriter:
+    def of_document(cls, store: Any, path: str, document: dict[str, Any]) -> ChunkWriter:
         """The writer of the array whose metadata is ``document`` (its parsed ``zarr.json``), made without I/O.
 
         Raises ValueError, TypeError or KeyError when the document is not a Zarr v3 array's.

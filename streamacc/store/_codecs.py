@@ -10,10 +10,13 @@ the names without paying for zarr's import.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .._defaults import DEFAULT_CODEC
 from ..errors import InputError
+
+if TYPE_CHECKING:
+    from zarr.abc.codec import BytesBytesCodec
 
 __all__ = ["CODECS", "DEFAULT_CODEC", "MAX_CHUNK_BYTES", "compressors_for"]
 
@@ -23,8 +26,10 @@ less its 16-byte header); larger chunks fail with "blosc compression failed". No
 may be larger, whatever the codec, so that changing the codec never breaks a layout."""
 
 
-def _blosc(cname: Literal["lz4", "zstd"], shuffle: Literal["shuffle", "bitshuffle"]) -> Callable[[], list]:
-    def make() -> list:
+def _blosc(
+    cname: Literal["lz4", "zstd"], shuffle: Literal["shuffle", "bitshuffle"]
+) -> Callable[[], list[BytesBytesCodec]]:
+    def make() -> list[BytesBytesCodec]:
         from zarr.codecs import BloscCodec
 
         return [BloscCodec(cname=cname, clevel=5, shuffle=shuffle)]
@@ -32,13 +37,13 @@ def _blosc(cname: Literal["lz4", "zstd"], shuffle: Literal["shuffle", "bitshuffl
     return make
 
 
-def _zstd() -> list:
+def _zstd() -> list[BytesBytesCodec]:
     from zarr.codecs import ZstdCodec
 
     return [ZstdCodec(level=0)]
 
 
-CODECS: dict[str, Callable[[], list]] = {
+CODECS: dict[str, Callable[[], list[BytesBytesCodec]]] = {
     "none": list,
     "zstd": _zstd,
     "blosc-lz4": _blosc("lz4", "shuffle"),
@@ -49,7 +54,7 @@ CODECS: dict[str, Callable[[], list]] = {
 """Codec name -> factory of the zarr ``compressors`` list."""
 
 
-def compressors_for(name: str) -> list:
+def compressors_for(name: str) -> list[BytesBytesCodec]:
     """The zarr compressors for codec ``name``, or an error listing the valid names."""
     try:
         return CODECS[name]()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import numpy.typing as npt
 
 from ._chunks import ChunkWriter, scratch
 from ._target import Target
@@ -24,18 +25,18 @@ from ._zarr import stored_crc32c
 __all__ = ["ChunkCheck", "compare_chunks", "same_bytes"]
 
 
-def same_bytes(a: np.ndarray, b: object) -> bool:
+def same_bytes(a: npt.NDArray[np.uint8], b: bytes | npt.NDArray[np.uint8]) -> bool:
     """Whether the uint8 array ``a`` and the bytes-like ``b`` hold the same bytes (no allocation)."""
-    b = np.frombuffer(b, dtype=np.uint8)  # type: ignore[call-overload]
-    if a.nbytes != b.nbytes:
+    other = np.frombuffer(b, dtype=np.uint8)
+    if a.nbytes != other.nbytes:
         return False
     whole = a.nbytes - a.nbytes % 8
     if whole:
         equal = scratch("equal", whole // 8).view(np.bool_)[: whole // 8]
-        np.equal(a[:whole].view(np.uint64), b[:whole].view(np.uint64), out=equal)
+        np.equal(a[:whole].view(np.uint64), other[:whole].view(np.uint64), out=equal)
         if not equal.all():
             return False
-    return bool(np.array_equal(a[whole:], b[whole:]))
+    return bool(np.array_equal(a[whole:], other[whole:]))
 
 
 @dataclasses.dataclass(frozen=True)

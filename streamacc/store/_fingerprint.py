@@ -31,7 +31,7 @@ from zarr.storage import FsspecStore, LocalStore
 __all__ = ["array_fingerprint", "fingerprint_of"]
 
 
-def _stored_chunks(array: zarr.Array) -> dict[str, tuple[int, Any]]:
+def _stored_chunks(array: zarr.Array[Any]) -> dict[str, tuple[int, Any]]:
     """Each stored chunk's key (relative to the array) -> (size, version stamp or None)."""
     store, path = array.store_path.store, array.store_path.path
     found: dict[str, tuple[int, Any]] = {}
@@ -74,7 +74,7 @@ def fingerprint_of(leaf: Any) -> str | None:
     return array_fingerprint(array, len(leaf)) if isinstance(array, zarr.Array) else None
 
 
-def array_fingerprint(array: zarr.Array, rows: int | None = None) -> str:
+def array_fingerprint(array: zarr.Array[Any], rows: int | None = None) -> str:
     """A short text that changes when the array's metadata or stored contents change.
 
     With ``rows``, only the chunks holding the first ``rows`` rows count (a run reading a

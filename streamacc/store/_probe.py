@@ -46,7 +46,7 @@ def _bad_option(url: str, exc: TypeError) -> InputError:
     )
 
 
-def _head_bucket(fs: Any, bucket: str, storage_options: dict | None) -> bool | None:
+def _head_bucket(fs: Any, bucket: str, storage_options: dict[str, Any] | None) -> bool | None:
     """Whether an S3 bucket exists: True, False (it does not), or None (not allowed to ask)."""
     options = dict(storage_options or {})
     options["config_kwargs"] = {**options.get("config_kwargs", {}), **PROBE_CONFIG}
@@ -62,7 +62,7 @@ def _head_bucket(fs: Any, bucket: str, storage_options: dict | None) -> bool | N
     return True
 
 
-def check_store(store: Any, url: str, storage_options: dict | None) -> None:
+def check_store(store: Any, url: str, storage_options: dict[str, Any] | None) -> None:
     """Ask the zarr ``FsspecStore`` at ``url`` whether its bucket exists, refusing with the fix otherwise."""
     fs = store.fs
     protocol = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol

@@ -16,7 +16,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeGuard
 
 from zarr.abc.store import Store, SuffixByteRequest
 from zarr.core.buffer import default_buffer_prototype
@@ -195,7 +195,8 @@ class LocalTarget(Target):
                 return None
             buffer = scratch("read", info.st_size)[: info.st_size]
             done = 0
-            while done < info.st_size and (got := os.readv(fd, [buffer[done:]])):
+            # numpy's stubs make an ndarray a buffer on Python >= 3.12 only
+            while done < info.st_size and (got := os.readv(fd, [buffer[done:]])):  # type: ignore[list-item]
                 done += got
             with contextlib.suppress(OSError, AttributeError):  # read once: keep it out of the page cache
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -319,6 +320,17 @@ class LocalTarget(Target):
 _memory_locks: dict[str, threading.Lock] = {}
 
 
+class _OnFilesystem(Protocol):
+    """A store on an fsspec filesystem: a zarr ``FsspecStore``, or a wrapper that passes its attributes on."""
+
+    fs: Any
+    path: str
+
+
+def _on_filesystem(store: object) -> TypeGuard[_OnFilesystem]:
+    return getattr(store, "fs", None) is not None
+
+
 class StoreTarget(Target):
     """An output in any other zarr store: an fsspec URL (``s3://``, ``memory://``) or a store object.
 
@@ -327,7 +339,7 @@ class StoreTarget(Target):
     """
 
     def __init__(
-        self, store: Store, label: str, storage_options: dict | None = None, *, follow: str | None = None
+        self, store: Store, label: str, storage_options: dict[str, Any] | None = None, *, follow: str | None = None
     ) -> None:
         """``follow``: write for the writer holding that lease (a cluster worker), fenced by it."""
         self.raw = store
@@ -335,11 +347,10 @@ class StoreTarget(Target):
         self.label = label
         self.storage_options = storage_options
         self._lease: Any = None
-        fs = getattr(store, "fs", None)
-        if follow is not None and fs is not None:
+        if follow is not None and _on_filesystem(store):
             from .lease import LeaseView
 
-            self._lease = LeaseView.follow(fs, store.path, label, follow)
+            self._lease = LeaseView.follow(store.fs, store.path, label, follow)
             self._connect()
 
     @property
@@ -392,14 +403,13 @@ class StoreTarget(Target):
     @contextlib.contextmanager
     def lock(self, command: str) -> Iterator[None]:
         """A lease object for fsspec stores (conditional writes where the store has them), else a process lock."""
-        fs = getattr(self.raw, "fs", None)
-        if fs is None:
+        if not _on_filesystem(self.raw):
             with self._process_lock(command):
                 yield
             return
         from .lease import Lease
 
-        self._lease = Lease.acquire(fs, self.raw.path, self.label, command=command)
+        self._lease = Lease.acquire(self.raw.fs, self.raw.path, self.label, command=command)
         try:
             self._connect()
             yield
@@ -427,7 +437,7 @@ class StoreTarget(Target):
 
 
 def open_target(
-    store: Any, *, storage_options: dict | None = None, read_only: bool = False, follow: str | None = None
+    store: Any, *, storage_options: dict[str, Any] | None = None, read_only: bool = False, follow: str | None = None
 ) -> Target:
     """Resolve a local path, an fsspec URL or a zarr store object into a :class:`Target`.
 

@@ -21,8 +21,12 @@ import numpy as np
 import zarr
 from zarr.abc.store import SuffixByteRequest
 from zarr.codecs import Crc32cCodec
+from zarr.core.array import AsyncArray
+from zarr.core.array_spec import ArrayConfig, ArrayConfigParams
 from zarr.core.buffer import default_buffer_prototype
+from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.core.sync import sync
+from zarr.storage import StorePath
 
 from ..errors import NoOutputError, arg, one_line
 from ._chunks import ChunkWriter
@@ -30,10 +34,13 @@ from ._codecs import compressors_for
 from ._target import Target
 
 __all__ = [
+    "VIRTUAL",
     "ArraySpec",
     "ZarrSink",
     "array_document",
+    "is_virtual",
     "netcdf_safe",
+    "plain_document",
     "progress_attrs",
     "resize_arrays",
     "stored_crc32c",
@@ -51,7 +58,8 @@ def _fill_value(dtype: np.dtype) -> object:
     return False if dtype.kind == "b" else 0
 
 
-_CONFIG = {"write_empty_chunks": True}  # every committed chunk exists in the store, even one equal to the fill
+# every committed chunk exists in the store, even one equal to the fill
+_CONFIG: ArrayConfigParams = {"write_empty_chunks": True}
 
 
 def stored_crc32c(raw: bytes) -> int | None:
@@ -90,8 +98,14 @@ def netcdf_safe(attrs: Mapping[str, Any]) -> dict[str, Any]:
     return {str(k): _safe_value(v) for k, v in attrs.items()}
 
 
-def progress_attrs(committed: tuple[int, int], length: int, complete: bool) -> dict[str, Any]:
-    """The root attributes that say how much of the output a reader can trust."""
+def progress_attrs(
+    committed: tuple[int, int], length: int, complete: bool, *, virtual: bool = False
+) -> dict[str, Any]:
+    """The root attributes that say how much of the output a reader can trust.
+
+    A virtual output (its data recomputed on reading, not all stored) says so, and how to
+    read it: its arrays refuse plain Zarr readers (see :data:`VIRTUAL`).
+    """
     start, stop = committed
     done = stop - start
     if complete:
@@ -101,12 +115,18 @@ def progress_attrs(committed: tuple[int, int], length: int, complete: bool) -> d
             f"incomplete: steps {start} to {stop} of {length} are committed and any other value may be partial; "
             "read the committed steps with streamacc.open(path)"
         )
+    if virtual:
+        status = (
+            f"virtual, {status.partition(';')[0]}: the data are not all stored but recomputed from the recorded "
+            "carries when read; read them with streamacc.open(path), or store them with `streamacc materialize`"
+        )
     return {
         "streamacc_complete": int(complete),
         "streamacc_committed_steps": int(done),
         "streamacc_committed_start": int(start),
         "streamacc_total_steps": int(length),
         "streamacc_status": status,
+        **({"streamacc_virtual": 1} if virtual else {}),
     }
 
 
@@ -123,7 +143,50 @@ def decoding_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def array_document(raw: bytes | None) -> dict | None:
+VIRTUAL = "streamacc_virtual"
+"""The codec that the arrays of a virtual output declare, last, while some of their chunks are not
+stored. No reader knows it, and Zarr v3 requires a reader to refuse an array with a codec it does
+not know: a reader that knows nothing of streamacc gets an error (zarr: "Unknown codec:
+'streamacc_virtual'"), never the fill value presented as data. streamacc reads such an array
+without it (see ``run.recompute``); the root's status attribute says how to read the output.
+(A storage transformer would say the same, but zarr-python ignores those when it opens a group.)"""
+
+VIRTUAL_ABOUT = (
+    "the chunks of this array are not all stored: streamacc recomputes the others from the carries it recorded; "
+    "read it with streamacc.open(path), or store them with `streamacc materialize`"
+)
+
+
+def virtual_document(doc: dict[str, Any]) -> dict[str, Any]:
+    """Array metadata ``doc`` declaring :data:`VIRTUAL`: plain Zarr readers refuse the array."""
+    codecs = [c for c in doc.get("codecs") or [] if not (isinstance(c, dict) and c.get("name") == VIRTUAL)]
+    return {**doc, "codecs": [*codecs, {"name": VIRTUAL, "configuration": {"about": VIRTUAL_ABOUT}}]}
+
+
+def plain_document(doc: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """Array metadata ``doc`` without :data:`VIRTUAL`, and whether it declared it."""
+    codecs = doc.get("codecs")
+    if not isinstance(codecs, list):
+        return doc, False
+    others = [c for c in codecs if not (isinstance(c, dict) and c.get("name") == VIRTUAL)]
+    return {**doc, "codecs": others}, len(others) != len(codecs)
+
+
+def document_bytes(doc: dict[str, Any]) -> bytes:
+    """Array metadata as zarr writes it (so that a document streamacc rewrites is the bytes zarr would write)."""
+    return json.dumps(doc, indent=2).encode()
+
+
+def is_virtual(raw: bytes | None) -> bool:
+    """Whether a stored array ``zarr.json`` declares :data:`VIRTUAL`."""
+    try:
+        doc = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and plain_document(doc)[1]
+
+
+def array_document(raw: bytes | None) -> dict[str, Any] | None:
     """A stored array ``zarr.json`` as a run records and checks it, or None when absent or unreadable.
 
     Everything but the attributes, which users may edit, except those that change the
@@ -139,7 +202,9 @@ def array_document(raw: bytes | None) -> dict | None:
     return _as_recorded(doc) if isinstance(doc, dict) else None
 
 
-def _as_recorded(doc: dict) -> dict:
+def _as_recorded(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` as recorded: a virtual array's declaration is not part of what it is (see :data:`VIRTUAL`)."""
+    doc = plain_document(doc)[0]
     kept = {k: v for k, v in doc.items() if k != "attributes"}
     attrs = doc.get("attributes")
     decoding = decoding_attributes(attrs) if isinstance(attrs, dict) else {}
@@ -153,19 +218,29 @@ def resize_arrays(target: Target, shapes: Mapping[str, tuple[int, ...]]) -> None
     shape writes.
     """
     for name, shape in shapes.items():
+        raw = target.read(f"{name}/zarr.json")
+        if raw is not None and is_virtual(raw):  # zarr refuses the declaration: the shape alone changes
+            target.write(f"{name}/zarr.json", document_bytes({**json.loads(raw), "shape": list(shape)}))
+            continue
         zarr.open_array(target.store, path=name, mode="r+", zarr_format=3, config=_CONFIG).resize(shape)
     target.make_durable([f"{name}/zarr.json" for name in shapes])
+
+
+def _array_at(target: Target, name: str, metadata: ArrayV3Metadata) -> zarr.Array[Any]:
+    """The array ``name`` of ``target`` with ``metadata``, made without reading it (its documents may differ)."""
+    config = ArrayConfig.from_dict(_CONFIG)
+    return zarr.Array(AsyncArray(metadata, StorePath(target.store, name), config))
 
 
 class ZarrSink:
     """Writes blocks of named host arrays into a Zarr group, durably."""
 
-    def __init__(self, target: Target, arrays: dict[str, zarr.Array]) -> None:
+    def __init__(self, target: Target, arrays: dict[str, zarr.Array[Any]]) -> None:
         self.target = target
         self.arrays = arrays
         self.writers = {name: ChunkWriter(arr) for name, arr in arrays.items()}
-        self._root: dict | None = None
-        self._members: dict[str, dict] | None = None
+        self._root: dict[str, Any] | None = None
+        self._members: dict[str, dict[str, Any]] | None = None
 
     @classmethod
     def create(
@@ -176,19 +251,24 @@ class ZarrSink:
         chunks: Mapping[str, tuple[int, ...]],
         dims: Mapping[str, tuple[str, ...]],
         codec: str,
-        attrs: dict,
-        array_attrs: Mapping[str, dict],
+        attrs: dict[str, Any],
+        array_attrs: Mapping[str, dict[str, Any]],
+        virtual: bool = False,
     ) -> ZarrSink:
         """Create the group and its arrays (the target must be empty apart from bookkeeping).
 
         ``chunks[name]`` is the chunk shape of array ``name`` (capped here at its shape,
-        at least 1), ``dims[name]`` its dimension names.
+        at least 1), ``dims[name]`` its dimension names. The arrays of a ``virtual``
+        output declare :data:`VIRTUAL` until :meth:`publish_arrays`; chunks are written
+        where a stored output's are.
         """
         compressors = compressors_for(codec)
         group = zarr.open_group(target.store, mode="a", attributes=netcdf_safe(attrs))
+        documents: dict[str, Any] = {}
+        made = zarr.open_group(zarr.storage.MemoryStore(documents), mode="a") if virtual else group
         arrays = {}
         for name, (shape, dtype) in specs.items():
-            arrays[name] = group.create_array(
+            arrays[name] = made.create_array(
                 name,
                 shape=shape,
                 chunks=tuple(max(1, min(c, n)) for c, n in zip(chunks[name], shape, strict=True)),
@@ -199,6 +279,16 @@ class ZarrSink:
                 attributes=netcdf_safe(array_attrs.get(name, {})),
                 config=_CONFIG,
             )
+        if virtual:
+            for name in specs:
+                doc = json.loads(documents[f"{name}/zarr.json"].to_bytes())
+                target.write(f"{name}/zarr.json", document_bytes(virtual_document(doc)))
+            made_arrays = arrays
+            arrays = {}
+            for name in specs:
+                metadata = made_arrays[name].metadata
+                assert isinstance(metadata, ArrayV3Metadata)  # created as Zarr v3 just above
+                arrays[name] = _array_at(target, name, metadata)
         sink = cls(target, arrays)
         sink._root = json.loads(target.read("zarr.json") or b"{}")
         return sink
@@ -206,11 +296,14 @@ class ZarrSink:
     @classmethod
     def open(cls, target: Target, names: list[str]) -> ZarrSink:
         """Open the run's arrays ``names`` of an existing output, for resuming or reading."""
-        mode = "r" if target.read_only else "r+"
         arrays = {}
         for name in names:
             try:
-                arrays[name] = zarr.open_array(target.store, path=name, mode=mode, zarr_format=3, config=_CONFIG)
+                raw = target.read(f"{name}/zarr.json")
+                if raw is None:
+                    raise FileNotFoundError(f"{name}/zarr.json is missing")
+                doc = plain_document(json.loads(raw))[0]  # a virtual array's chunks are stored where any other's are
+                arrays[name] = _array_at(target, name, ArrayV3Metadata.from_dict(doc))
             except (FileNotFoundError, ValueError, KeyError, TypeError) as exc:
                 raise NoOutputError(
                     f"array {name!r} of {target.label} cannot be opened ({one_line(exc)}); "
@@ -218,13 +311,38 @@ class ZarrSink:
                 ) from None
         return cls(target, arrays)
 
-    def _stored_metadata(self) -> dict[str, dict]:
+    def declare_virtual(self) -> None:
+        """Declare the arrays virtual again (a virtual output extended past its stored blocks), durably."""
+        keys = []
+        for name in self.arrays:
+            raw = self.target.read(f"{name}/zarr.json")
+            if raw is not None and not is_virtual(raw):
+                self.target.write(f"{name}/zarr.json", document_bytes(virtual_document(json.loads(raw))))
+                keys.append(f"{name}/zarr.json")
+        self.target.make_durable(keys)
+        self._members = None
+
+    def publish_arrays(self) -> None:
+        """Declare the arrays of a virtual output whose chunks are all stored now as plain arrays, durably.
+
+        Their metadata becomes the bytes a stored output's has, and the root lists them so.
+        """
+        keys = []
+        for name in self.arrays:
+            raw = self.target.read(f"{name}/zarr.json")
+            if raw is not None and is_virtual(raw):
+                self.target.write(f"{name}/zarr.json", document_bytes(plain_document(json.loads(raw))[0]))
+                keys.append(f"{name}/zarr.json")
+        self.target.make_durable(keys)
+        self._members = None  # the root lists them as they are now
+
+    def _stored_metadata(self) -> dict[str, dict[str, Any]]:
         """Each array's stored ``zarr.json``, read once: it never changes during a run."""
         if self._members is None:
             self._members = {name: json.loads(self.target.read(f"{name}/zarr.json") or b"{}") for name in self.arrays}
         return self._members
 
-    def documents(self) -> dict[str, dict | None]:
+    def documents(self) -> dict[str, dict[str, Any] | None]:
         """Each array's stored metadata as a run records it (see :func:`array_document`)."""
         return {name: _as_recorded(doc) if doc else None for name, doc in self._stored_metadata().items()}
 
@@ -255,6 +373,8 @@ class ZarrSink:
         root = self._root
         root.update(zarr_format=3, node_type="group")
         root["attributes"] = {**root.get("attributes", {}), **netcdf_safe(attrs)}
+        if "streamacc_virtual" not in attrs:  # every block's data are stored now
+            root["attributes"].pop("streamacc_virtual", None)
         members = self._stored_metadata()
         root["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": members}
         self.target.write("zarr.json", json.dumps(root, indent=1, allow_nan=False).encode())
@@ -280,11 +400,13 @@ class ZarrSink:
     def _tail_crc(self, key: str) -> int:
         """The CRC-32C zarr appended to a chunk it encoded itself (its last four bytes)."""
         buf = sync(self.target.store.get(key, default_buffer_prototype(), byte_range=SuffixByteRequest(4)))
+        if buf is None:  # the store accepted the chunk but does not have it: the store failing
+            raise FileNotFoundError(f"chunk {key} is not in the store right after it was written")
         return int.from_bytes(buf.to_bytes(), "little")
 
     def read(self, start: int, stop: int) -> dict[str, np.ndarray]:
         """Read back rows ``[start, stop)`` of every array."""
-        return {name: arr[start:stop] for name, arr in self.arrays.items()}
+        return {name: np.asarray(arr[start:stop]) for name, arr in self.arrays.items()}
 
     def stored_bytes(self, span: tuple[int, int]) -> dict[str, int]:
         """Bytes stored in each array's chunks holding the rows ``span`` (committed chunks only).

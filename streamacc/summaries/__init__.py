@@ -18,7 +18,7 @@ from .._lazy import lazy_exports
 if TYPE_CHECKING:
     from ._check import SummaryCheck as SummaryCheck
     from ._extension import extension_tail as extension_tail, rebuild_stale_arrays as rebuild_stale_arrays
-    from ._pyramid import Rows as Rows
+    from ._pyramid import BlockPieces as BlockPieces, Rows as Rows
     from ._store import SUMMARIES as SUMMARIES, SummaryStore as SummaryStore
     from ._summaries import (
         Summaries as Summaries,
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "._check": ["SummaryCheck"],
     "._extension": ["extension_tail", "rebuild_stale_arrays"],
-    "._pyramid": ["Rows"],
+    "._pyramid": ["BlockPieces", "Rows"],
     "._store": ["SUMMARIES", "SummaryStore"],
     "._summaries": ["Summaries", "SummaryPlan", "output_rows", "summarized_names"],
     "._windows": ["check_windows"],

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
-from ..store import Target
+from ..store import ArraySpec, Target
 from ._pyramid import Acc, Piece, reduce_steps
 from ._store import SUMMARIES, decode_tail, encode_tail, level_path
 from ._summaries import Summaries, output_rows, summarized_names
@@ -16,7 +17,24 @@ from ._summaries import Summaries, output_rows, summarized_names
 __all__ = ["extension_tail", "rebuild_stale_arrays"]
 
 
-def extension_tail(target: Target, old: Any, kept_rows: int, block_rows: int, read: Any) -> dict | None:
+class _Finished(Protocol):
+    """What the extension needs of a finished run's manifest."""
+
+    @property
+    def identity(self) -> dict[str, Any]: ...
+    @property
+    def summaries(self) -> dict[str, Any] | None: ...
+    @property
+    def committed_rows(self) -> int: ...
+
+
+def extension_tail(
+    target: Target,
+    old: _Finished,
+    kept_rows: int,
+    block_rows: int,
+    read: Callable[[str, int, int], npt.ArrayLike],
+) -> dict[str, Any] | None:
     """The summaries' tail of a finished run cut back to its first ``kept_rows`` rows, for its longer extension.
 
     ``old`` is the finished run's manifest. Every finest window before the cut is complete
@@ -48,7 +66,12 @@ def extension_tail(target: Target, old: Any, kept_rows: int, block_rows: int, re
 
 
 def rebuild_stale_arrays(
-    target: Target, identity: dict, record: dict | None, specs: Mapping, codec: str, dims: Mapping
+    target: Target,
+    identity: dict[str, Any],
+    record: dict[str, Any] | None,
+    specs: Mapping[str, ArraySpec],
+    codec: str,
+    dims: Mapping[str, Sequence[str | None]],
 ) -> None:
     """Make the summary arrays those of ``identity`` where an extension left them the shorter run's.
 

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-__all__ = ["Acc", "Piece", "Rows", "block_pieces", "fold_children", "fold_pieces", "summarizable"]
+__all__ = ["Acc", "BlockPieces", "Piece", "Rows", "block_pieces", "fold_children", "fold_pieces", "summarizable"]
 
 
 def summarizable(dtype: np.dtype) -> bool:
@@ -82,7 +84,7 @@ class Acc:
             mean = np.true_divide(self.sum, self.count)
         return Rows(self.min, self.max, np.where(self.count > 0, mean, np.nan), self.count)
 
-    def __getitem__(self, index: int | slice | tuple) -> Acc:
+    def __getitem__(self, index: int | slice | tuple[int | slice, ...]) -> Acc:
         return Acc(self.min[index], self.max[index], self.sum[index], self.count[index])
 
     def fields(self) -> tuple[np.ndarray, ...]:
@@ -104,16 +106,19 @@ SLICE_BYTES = 4 * 2**20
 took 1.9 ms here against 2.6 ms in one piece and 4.8 ms in slices of 64 KiB (call overhead)."""
 
 
-def _sum(data: np.ndarray, axis: int) -> np.ndarray:
+def _sum(data: npt.NDArray[Any], axis: int) -> npt.NDArray[np.float64] | np.float64:
     """The float64 sum along ``axis`` (0 or 1).
 
     Along contiguous steps (a series) einsum's loop, twice as fast here as ``np.add.reduce``;
     across the steps of a state (rows added element by element) ``np.add.reduce``, faster there.
     """
-    cast = {} if data.dtype == np.float64 else {"dtype": np.float64}
+    cast = None if data.dtype == np.float64 else np.float64  # None: numpy's default, no cast
+    total: npt.NDArray[np.float64] | np.float64
     if data.ndim == axis + 1:
-        return np.einsum("i->" if axis == 0 else "ij->i", data, **cast)
-    return np.add.reduce(data, axis=axis, **cast)
+        total = np.einsum("i->" if axis == 0 else "ij->i", data, dtype=cast)
+    else:
+        total = np.add.reduce(data, axis=axis, dtype=cast)
+    return total
 
 
 def _reduce(data: np.ndarray, axis: int) -> Acc:
@@ -265,6 +270,7 @@ def fold_children(
             child = part[t]
             acc = child if acc is None else acc.fold(child)
         if ends:
+            assert acc is not None  # a group holds one child at least
             done.append(acc.one().rows())
             acc = None
         k += 1
@@ -305,7 +311,11 @@ class Level:
     def made_durable(self, upto: int) -> None:
         """Windows ``[durable, upto)`` are now in durable chunks: drop them from the pending rows."""
         if upto > self.durable:
-            self.pending = None if upto >= self.emitted else self.pending[upto - self.durable :]
+            if upto >= self.emitted:
+                self.pending = None
+            else:
+                assert self.pending is not None  # windows [durable, emitted) are pending
+                self.pending = self.pending[upto - self.durable :]
             self.durable = upto
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import StorePath
 
-from ..store import BOOKKEEPING, ChunkWriter, Target, compressors_for
+from ..store import BOOKKEEPING, ArraySpec, ChunkWriter, Target, compressors_for
 from ._pyramid import Acc, Piece, Rows
 
 __all__ = ["STATS", "SUMMARIES", "SummaryStore", "decode_tail", "encode_tail", "level_path"]
@@ -55,19 +55,19 @@ class SummaryStore:
     def __init__(self, target: Target, windows: list[int]) -> None:
         self.target = target
         self.windows = list(windows)
-        self._arrays: dict[tuple[str, int, str], zarr.Array] = {}
+        self._arrays: dict[tuple[str, int, str], zarr.Array[Any]] = {}
         self._writers: dict[tuple[str, int, str], ChunkWriter] = {}
 
     @classmethod
     def create(
         cls,
         target: Target,
-        specs: Mapping[str, tuple[tuple[int, ...], np.dtype]],
+        specs: Mapping[str, ArraySpec],
         *,
         windows: list[int],
         chunks: Mapping[str, int],
         codec: str,
-        dims: Mapping[str, list[str]],
+        dims: Mapping[str, Sequence[str | None]],
     ) -> SummaryStore:
         """Create every level's group and arrays (for the outputs in ``specs``); returns the keys to make durable."""
         compressors = [*compressors_for(codec), Crc32cCodec()]
@@ -129,7 +129,7 @@ class SummaryStore:
             keys += [f"{level_path(w)}/{name}_{stat}/zarr.json" for (name, w, stat) in self._arrays if w == window]
         return keys
 
-    def array(self, name: str, window: int, stat: str) -> zarr.Array:
+    def array(self, name: str, window: int, stat: str) -> zarr.Array[Any]:
         key = (name, window, stat)
         if key not in self._arrays:
             mode = "r" if self.target.read_only else "r+"
@@ -161,10 +161,10 @@ class SummaryStore:
 
     def read(self, name: str, window: int, start: int, stop: int) -> Rows:
         """Stored windows ``[start, stop)`` of output ``name`` at level ``window``."""
-        return Rows(*(self.array(name, window, stat)[start:stop] for stat in STATS))
+        return Rows(*(np.asarray(self.array(name, window, stat)[start:stop]) for stat in STATS))
 
 
-def _pack(arrays: dict[str, np.ndarray]) -> dict[str, list]:
+def _pack(arrays: dict[str, np.ndarray]) -> dict[str, list[Any]]:
     """Arrays as JSON: dtype, shape and the exact bytes in base64 (no archive format: a commit pays for this)."""
     return {
         k: [v.dtype.str, list(v.shape), base64.b64encode(np.ascontiguousarray(v).tobytes()).decode()]
@@ -172,7 +172,7 @@ def _pack(arrays: dict[str, np.ndarray]) -> dict[str, list]:
     }
 
 
-def _unpack(doc: dict[str, list]) -> dict[str, np.ndarray]:
+def _unpack(doc: dict[str, list[Any]]) -> dict[str, np.ndarray]:
     out = {}
     for k, (dtype, shape, text) in doc.items():
         dt = np.dtype(dtype)
@@ -182,7 +182,7 @@ def _unpack(doc: dict[str, list]) -> dict[str, np.ndarray]:
     return out
 
 
-def encode_tail(state: Mapping[str, Any]) -> dict:
+def encode_tail(state: Mapping[str, Any]) -> dict[str, Any]:
     """A commit's tail, for the manifest: for each output, what no durable chunk holds yet.
 
     ``state[name]`` is ``(levels, open)``: per level ``(emitted, durable, pending rows or

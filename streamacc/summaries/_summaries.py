@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import VerifyError, arg
-from ..store import Target
+from ..store import ArraySpec, Target
 from ._pyramid import BlockPieces, Pyramid, Rows, block_pieces, fold_children, summarizable
 from ._store import SummaryStore, decode_tail, encode_tail
 
@@ -83,7 +83,14 @@ class Summaries:
         self._inflight: deque[tuple[Future[None], list[tuple[str, int, int]]]] = deque()
 
     @classmethod
-    def create(cls, target: Target, identity: dict, specs: Mapping, codec: str, dims: Mapping) -> Summaries | None:
+    def create(
+        cls,
+        target: Target,
+        identity: dict[str, Any],
+        specs: Mapping[str, ArraySpec],
+        codec: str,
+        dims: Mapping[str, Sequence[str | None]],
+    ) -> Summaries | None:
         """Create the summary arrays of a new run (None when it has no summaries)."""
         windows = identity.get("summaries") or []
         names = summarized_names(identity["arrays"])
@@ -99,7 +106,9 @@ class Summaries:
         return cls(target, store, pyramids, output_rows(identity))
 
     @classmethod
-    def load(cls, target: Target, identity: dict, record: dict | None, committed: int) -> Summaries | None:
+    def load(
+        cls, target: Target, identity: dict[str, Any], record: dict[str, Any] | None, committed: int
+    ) -> Summaries | None:
         """The committed summaries of an output (``record``: the manifest's tail), to continue or to read.
 
         ``committed`` is the rows the manifest commits: the tail must cover exactly those.
@@ -170,6 +179,7 @@ class Summaries:
         for name, pyramid in self.pyramids.items():
             for index, level in enumerate(pyramid.levels):
                 if level.whole > level.durable:
+                    assert level.pending is not None  # windows [durable, emitted) are pending
                     writes.append((name, index, level.durable, level.pending[: level.whole - level.durable]))
         self._submit(writes)
 
@@ -196,7 +206,7 @@ class Summaries:
             for name, index, upto in marks:
                 self.pyramids[name].levels[index].made_durable(upto)
 
-    def commit(self, results: Sequence[Any]) -> dict:
+    def commit(self, results: Sequence[Any]) -> dict[str, Any]:
         """Fold the blocks of ``results`` in (scan order), start writing the chunks they complete; the tail."""
         writes = []
         for result in results:
@@ -207,7 +217,7 @@ class Summaries:
         self._settle(INFLIGHT_WRITES)
         return self.tail()
 
-    def finish(self) -> dict:
+    def finish(self) -> dict[str, Any]:
         """Wait for every chunk write; the finished run's tail (every window in a durable chunk)."""
         self._settle(0)
         self.close()
@@ -219,7 +229,7 @@ class Summaries:
             self._writer.shutdown(wait=True)
             self._writer = None
 
-    def tail(self) -> dict:
+    def tail(self) -> dict[str, Any]:
         state = {
             name: ([(lv.emitted, lv.durable, lv.pending) for lv in p.levels], p.open)
             for name, p in self.pyramids.items()

@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING
 from ..._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ._carry import CarryExecutor as CarryExecutor
     from ._cluster import cluster_client as cluster_client
     from ._dask import DaskExecutor as DaskExecutor
     from ._local import Executor as Executor, LocalExecutor as LocalExecutor
     from ._progress import Progress as Progress, si as si
 
 _EXPORTS = {
+    "._carry": ["CarryExecutor"],
     "._cluster": ["cluster_client"],
     "._dask": ["DaskExecutor"],
     "._local": ["Executor", "LocalExecutor"],

@@ -123,7 +123,7 @@ def _check_address(scheduler: str) -> None:
     A Client that fails on such an address is left half started, and closing it at exit
     waits 60 s and prints dask's traceback.
     """
-    from distributed.comm import parse_address
+    from distributed.comm.addressing import parse_address
     from distributed.comm.registry import get_backend
 
     try:

@@ -29,8 +29,6 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import jax
-
 from ...engine import (
     Block,
     BlockPool,
@@ -39,6 +37,7 @@ from ...engine import (
     carry_pass,
     compute_block,
     from_host,
+    jax_option,
     pool_size,
     same_leaves,
     to_host,
@@ -71,6 +70,7 @@ class SinkSpec:
     run: str  # a token per run: a worker reuses an opened sink within a run only
     lease: str | None = None  # the driver's lease token: a worker writes only while that lease holds
     summary: SummaryPlan | None = None  # how to cut each block's summary pieces
+    stores_data: bool = True  # False for a virtual run: blocks are computed for their summaries only
 
     @classmethod
     def of(cls, output: Output) -> SinkSpec:
@@ -78,7 +78,7 @@ class SinkSpec:
         options = json.dumps(getattr(target, "storage_options", None), sort_keys=True)
         names = tuple(output.spec.names)
         location, token, lease = cls.location_of(target), secrets.token_hex(8), getattr(target, "lease_token", None)
-        return cls(location, options, names, token, lease, output.summary_plan)
+        return cls(location, options, names, token, lease, output.summary_plan, not output.spec.virtual)
 
     @staticmethod
     def location_of(target: Target) -> str:
@@ -130,7 +130,8 @@ def _results(plan: Plan, spec: SinkSpec, tasks: list[BlockTask]) -> list[BlockRe
     As the local pipeline does: a single-threaded worker would otherwise wait, idle, for
     every chunk's fsync (or PUT) before computing the next block.
     """
-    sink, pool, names = _open_sink(spec), _worker_pool(), list(spec.names)
+    sink = _open_sink(spec) if spec.stores_data else None
+    pool, names = _worker_pool(), list(spec.names)
     results: list[BlockResult] = []
 
     def computed() -> Iterator[tuple[BlockTask, Block]]:
@@ -184,7 +185,7 @@ class DaskExecutor:
 
     def run(self, plan: Plan, output: Output) -> None:
         spec = SinkSpec.of(output)
-        x64 = bool(jax.config.jax_enable_x64)
+        x64 = bool(jax_option("jax_enable_x64"))
         try:
             plan_future = self.client.scatter(plan, broadcast=True, hash=False, timeout=SCATTER_TIMEOUT)
         except TimeoutError:

@@ -36,7 +36,7 @@ class Executor(Protocol):
 
 
 def write_block(
-    sink: ZarrSink,
+    sink: ZarrSink | None,
     names: list[str],
     index: int,
     block: Block,
@@ -44,12 +44,15 @@ def write_block(
     carry_out: list[HostLeaf],
     summary: SummaryPlan | None = None,
 ) -> BlockResult:
-    """Write one computed block durably, cut its summary pieces, give its buffer back, describe it for its commit."""
+    """Write one computed block durably, cut its summary pieces, give its buffer back, describe it for its commit.
+
+    Without a ``sink`` (a virtual run) nothing is written: the block is computed for its summaries.
+    """
     check_stop()  # after Ctrl-C or SIGTERM no new block is written
     leaves = jax.tree_util.tree_leaves(block.ys)
     nbytes = sum(y.nbytes for y in leaves)
     ys = dict(zip(names, leaves, strict=True))
-    crcs, stored = sink.write(block.rows.start, block.rows.stop, ys)
+    crcs, stored = ({}, 0) if sink is None else sink.write(block.rows.start, block.rows.stop, ys)
     pieces = None if summary is None else summary.pieces(block.rows.start, ys)  # summaries count rows
     block.release()  # durable: its buffer may take a later block
     return BlockResult(index, block.start, block.stop, carry_in, carry_out, crcs, nbytes, stored, pieces)
@@ -94,7 +97,7 @@ class LocalExecutor:
 
         def work(item: _Item) -> BlockResult:
             return write_block(
-                output.sink, names, item.index, item.block, item.carry_in, item.carry_out, output.summary_plan
+                output.data_sink, names, item.index, item.block, item.carry_in, item.carry_out, output.summary_plan
             )
 
         def commit(item: _Item, result: BlockResult) -> None:

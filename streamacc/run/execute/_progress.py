@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from collections import deque
-from typing import Any
+from typing import Any, TextIO
 
 __all__ = ["Progress", "Rates", "clock", "si"]
 
@@ -38,10 +38,10 @@ def clock(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
 
 
-def _is_terminal(stream: object) -> bool:
+def _is_terminal(stream: TextIO | None) -> bool:
     """Whether ``stream`` is a terminal; False for None (no stderr at all), closed or odd streams."""
     try:
-        return bool(stream.isatty())  # type: ignore[attr-defined]
+        return stream is not None and bool(stream.isatty())
     except (AttributeError, ValueError, OSError):
         return False
 
@@ -116,7 +116,7 @@ class Progress:
         self._t0 = time.perf_counter()
         self._rates = Rates(self._t0, initial)
         if self.enabled and self._bar is None:
-            from tqdm.auto import tqdm  # type: ignore[import-untyped]
+            from tqdm.auto import tqdm
 
             width = _columns(sys.stderr)
             self._bar = tqdm(

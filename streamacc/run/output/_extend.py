@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -47,11 +48,20 @@ def _refuse(label: str, why: str) -> ResumeError:
     return ResumeError(f"cannot extend {label}: {why}; the output is left as it was")
 
 
-def extend_manifest(target: Target, identity: dict[str, Any], manifest: Manifest, total_blocks: int) -> Manifest | None:
+RowReader = Callable[[str, int, int], Any]
+"""``rows(name, a, b)``: rows ``[a, b)`` of output ``name`` of the stored run."""
+
+
+def extend_manifest(
+    target: Target, identity: dict[str, Any], manifest: Manifest, total_blocks: int, read_rows: RowReader | None = None
+) -> Manifest | None:
     """Turn ``manifest`` (a finished run) into that of the longer run ``identity``, durably; the lock is held.
 
     Returns the new manifest, or None when no block can be kept (the stored run was one
-    block): the longer run then simply starts afresh. Refuses, touching nothing, an
+    block): the longer run then simply starts afresh. ``read_rows`` reads the stored run's rows
+    (for its summaries' open window); by default from its chunks, which a virtual run
+    does not store: it passes a reader that recomputes them. A virtual run's arrays are
+    declared virtual again before anything else changes (its new blocks are not stored). Refuses, touching nothing, an
     unfinished or inconsistent run, a shorter length, a reverse scan, and any other
     difference between the runs.
     """
@@ -84,9 +94,10 @@ def extend_manifest(target: Target, identity: dict[str, Any], manifest: Manifest
     ledger = Ledger(target)
     every = old.get("save_every", 1)
     sink = ZarrSink.open(target, list(new["arrays"]))
-    problem = trailer_problem(target, ledger, sink, range(manifest.committed_blocks), every)
-    if problem is not None:  # checked before anything changes: a resume would find it after the extension
-        k, start, stop, what = problem
+    stored_blocks = [k for k in range(manifest.committed_blocks) if manifest.stores(k)]
+    bad = trailer_problem(target, ledger, sink, stored_blocks, every)
+    if bad is not None:  # checked before anything changes: a resume would find it after the extension
+        k, start, stop, what = bad
         raise _refuse(
             label, f"block {k} (steps {start}-{stop}) is bad: {what}; rewrite it with {arg('mode', 'overwrite')}"
         )
@@ -102,14 +113,16 @@ def extend_manifest(target: Target, identity: dict[str, Any], manifest: Manifest
         committed_steps=0,
         carry=carry,
         complete=False,
+        stored=None if manifest.stored is None else [[a, min(b, kept)] for a, b in manifest.stored if a < kept],
     )
     start, stop = extended.span()
     extended.committed_steps = stop - start
     block_rows = new["block_size"] // every
-    extended.summaries = extension_tail(
-        target, manifest, extended.committed_rows, block_rows, lambda name, a, b: sink.arrays[name][a:b]
-    )
+    read = read_rows if read_rows is not None else (lambda name, a, b: sink.arrays[name][a:b])
+    extended.summaries = extension_tail(target, manifest, extended.committed_rows, block_rows, read)
     target.check_lock()
+    if manifest.virtual:
+        sink.declare_virtual()
     ledger.save(extended)
     finish_extension(target, extended)
     return extended
@@ -118,6 +131,8 @@ def extend_manifest(target: Target, identity: dict[str, Any], manifest: Manifest
 def finish_extension(target: Target, manifest: Manifest) -> None:
     """Give each array the rows ``manifest`` records where only its shape lags behind (an interrupted extension),
     and the summaries their longer arrays."""
+    if manifest.recomputes:  # a virtual run's arrays stay declared so while blocks are not stored
+        ZarrSink.open(target, list(manifest.identity["arrays"])).declare_virtual()
     _grow_arrays(target, manifest)
     ident = manifest.identity
     specs = {name: ((shape[0], *shape[1:]), np.dtype(dtype)) for name, (dtype, shape) in ident["arrays"].items()}

@@ -13,7 +13,7 @@ import math
 import numbers
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from ...errors import InputError, arg
 from ...store import MAX_CHUNK_BYTES
@@ -47,14 +47,16 @@ MAX_DEFAULT_CHUNK_BYTES = 64 * 2**20
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def array_dims(shapes: Mapping[str, tuple[int, ...]], dims: Mapping[str, Sequence[str]] | None) -> dict[str, tuple]:
+def array_dims(
+    shapes: Mapping[str, tuple[int, ...]], dims: Mapping[str, Sequence[str]] | None
+) -> dict[str, tuple[str, ...]]:
     """Each array's dimension names, ``("step", *trailing)``, from ``dims`` or made from its name.
 
     ``shapes`` maps each array to its trailing shape (one step's y). A default trailing
     name is ``{array}_dim_{i}``, so outputs of different shapes never share one.
     """
     given = _check_dims_arg(dims, shapes)
-    out: dict[str, tuple] = {}
+    out: dict[str, tuple[str, ...]] = {}
     sizes: dict[str, tuple[int, str]] = {}
     for name, shape in shapes.items():
         trailing = given.get(name) or tuple(f"{name}_dim_{i}" for i in range(1, len(shape) + 1))
@@ -88,11 +90,12 @@ def _check_dims_arg(dims: Any, shapes: Mapping[str, tuple[int, ...]]) -> dict[st
             f"{arg('dims')} names outputs {unknown} that f does not return; the outputs are "
             f"{', '.join(shapes)}; pass e.g. {example}"
         )
-    checked = {}
-    for name, names in dims.items():
-        names = (names,) if isinstance(names, str) else tuple(names) if isinstance(names, Sequence) else None
-        bad = names is None or any(not isinstance(d, str) or not _NAME.match(d) for d in names)
-        if bad or len(set(names)) != len(names):
+    checked: dict[str, tuple[str, ...]] = {}
+    for name, given in dims.items():
+        names = (given,) if isinstance(given, str) else tuple(given) if isinstance(given, Sequence) else None
+        if names is None or any(not isinstance(d, str) or not _NAME.match(d) for d in names) or (
+            len(set(names)) != len(names)
+        ):
             raise InputError(
                 f"{arg('dims')} for output {name!r} must be a list of distinct names (letters, digits, '_'), "
                 f"got {dims[name]!r}; pass e.g. {example}"
@@ -132,7 +135,9 @@ def divisor_at_most(n: int, limit: int) -> int:
     return max(divisors)
 
 
-def default_chunks(trailing: tuple[int, ...], itemsize: int, block_rows: int, target: int = CHUNK_BYTES) -> tuple:
+def default_chunks(
+    trailing: tuple[int, ...], itemsize: int, block_rows: int, target: int = CHUNK_BYTES
+) -> tuple[int, ...]:
     """The default chunk shape of an array whose rows have shape ``trailing``, in blocks of ``block_rows`` rows.
 
     Where a row has few values (at most ``sqrt(target / itemsize)``, 512 for float64), a
@@ -176,7 +181,7 @@ def _requested(chunks: Any, dims: tuple[str, ...]) -> list[Any]:
     )
 
 
-def _entry(value: Any, dim: str) -> int | str | None:
+def _entry(value: Any, dim: str) -> int | Literal["auto"] | None:
     if value is None or (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value == -1):
         return None
     if isinstance(value, str) and value == "auto":
@@ -201,7 +206,7 @@ def chunk_rows(chunks: Any) -> int:
     return asked if isinstance(asked, int) else 1
 
 
-class Stored(dict):
+class Stored(dict[str, tuple[int, ...]]):
     """Chunk shapes by array name, as a stored run recorded them (a resumed run keeps them)."""
 
 
@@ -241,7 +246,8 @@ def resolve_chunks(
             out[name] = chunks[name]
             continue
         asked = [_entry(v, d) for v, d in zip(_requested(chunks, dims[name]), dims[name], strict=True)]
-        rows = block_rows if asked[0] is None else default[0] if asked[0] == "auto" else asked[0]
+        first = asked[0]
+        rows = block_rows if first is None else default[0] if first == "auto" else first
         if block_rows % rows:
             raise InputError(
                 f"{arg('chunks')} puts {rows} rows along {STEP!r} in a chunk of {name!r}, which does not divide a "

@@ -31,7 +31,7 @@ from ..record import (
 )
 from ..trust import root_problem
 from ._debris import only_leftovers, remove_partial_writes
-from ._extend import extend_manifest, finish_extension, nothing_to_extend
+from ._extend import RowReader, extend_manifest, finish_extension, nothing_to_extend
 from ._output import BlockResult, Output
 from ._request import Mode
 from ._spec import OutputSpec
@@ -75,6 +75,7 @@ class Opening:
     init: list[HostLeaf]
     check_resumable: Callable[[Output], None]
     on_commit: Callable[[BlockResult], None] | None
+    rows: RowReader | None = None  # the stored run's rows, for an extension of a virtual run (which stores none)
 
     @property
     def ledger(self) -> Ledger:
@@ -85,7 +86,9 @@ def _create(o: Opening) -> Output:
     """Start the run afresh: the new manifest first, so that any interruption leaves an output
     recognisably streamacc's that claims no block; then clear the rest; then create."""
     target, spec, ledger = o.target, o.spec, o.ledger
-    manifest = Manifest(spec.identity, total_blocks=spec.total_blocks, carry=encode_leaves(o.init))
+    manifest = Manifest(
+        spec.identity, total_blocks=spec.total_blocks, carry=encode_leaves(o.init), stored=[] if spec.virtual else None
+    )
     keep = {MANIFEST_KEY, LEASE_KEY}
     clear = not set(target.list_keys()) <= keep
     if clear:
@@ -101,9 +104,9 @@ def _create(o: Opening) -> Output:
         codec=spec.codec,
         attrs=spec.attrs,
         array_attrs=spec.array_attrs,
+        virtual=spec.virtual,
     )
-    dims = {name: sink.arrays[name].metadata.dimension_names for name in spec.arrays}
-    summaries = Summaries.create(target, spec.identity, spec.arrays, spec.codec, dims)
+    summaries = Summaries.create(target, spec.identity, spec.arrays, spec.codec, spec.dims)
     target.make_durable([f"{name}/zarr.json" for name in spec.arrays])
     manifest.arrays = {name: doc for name, doc in sink.documents().items() if doc is not None}
     ledger.save(manifest)
@@ -168,7 +171,7 @@ def _continue(o: Opening) -> Output:
     assert manifest is not None
     extending = o.mode == "extend" and manifest.length != spec.identity["length"]
     if extending:
-        extended = extend_manifest(target, spec.identity, manifest, spec.total_blocks)
+        extended = extend_manifest(target, spec.identity, manifest, spec.total_blocks, o.rows)
         if extended is None:
             return _create(o)  # the stored run was a single block: nothing to keep
         manifest = extended
@@ -191,6 +194,8 @@ def _continue(o: Opening) -> Output:
     o.check_resumable(output)
     if summaries is not None:
         summaries.resume()
+    if manifest.virtual and manifest.all_stored:  # a materialize stopped before the arrays said so
+        output.sink.publish_arrays()
     problem = root_problem(target, manifest)
     if problem is not None:  # killed before the root caught up, or tampered with: it follows from the manifest
         if not extending:  # an extension's root still describes the shorter run, as it should until now
@@ -229,10 +234,12 @@ def open_output(
     init: list[HostLeaf],
     check_resumable: Callable[[Output], None],
     on_commit: Callable[[BlockResult], None] | None = None,
+    rows: RowReader | None = None,
 ) -> Output:
     """Open ``target`` for a run of ``spec`` as ``mode`` asks; the writer lock is held.
 
-    ``on_commit`` is called with each block once it is committed (a progress bar).
+    ``on_commit`` is called with each block once it is committed (a progress bar);
+    ``rows`` reads the stored run's rows where its chunks do not hold them (see ``_extend``).
     """
-    opening = Opening(target, spec, mode, init, check_resumable, on_commit)
+    opening = Opening(target, spec, mode, init, check_resumable, on_commit, rows)
     return OPENERS[probe(target), mode](opening)

@@ -17,7 +17,7 @@ from typing import Any
 from ...engine import HostLeaf
 from ...errors import LockedError, StoreError, arg
 from ...store import Target, ZarrSink, describe_store_failure, is_store_failure, progress_attrs
-from ...summaries import Summaries, SummaryPlan
+from ...summaries import BlockPieces, Summaries, SummaryPlan
 from ..record import BlockRecord, Ledger, Manifest, decode_leaves, encode_leaves
 from ..threads import check_stop
 from ._debris import remove_partial_writes
@@ -29,6 +29,11 @@ log = logging.getLogger("streamacc")
 
 PUBLISH_SECONDS = 5.0
 """How often, at most, the root attributes are refreshed with the committed step count while writing."""
+
+VIRTUAL_COMMIT_SECONDS = 1.0
+"""How often a virtual run commits the blocks it has computed. A virtual block costs milliseconds
+(a carry pass, or a block computed for its summaries) and a commit two durable writes, so its
+blocks are committed together: a crash costs at most this much of the run."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +48,8 @@ class BlockResult:
     crc32c: dict[str, list[int]]
     nbytes: int
     stored: int
-    summary: dict | None = None  # each summarised output's pieces of the finest windows (see _summaries)
+    # each summarised output's pieces of the finest windows (see _summaries)
+    summary: dict[str, BlockPieces] | None = None
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -69,6 +75,13 @@ class Output:
         self.ledger = Ledger(target)
         self.on_commit = on_commit
         self._published = 0.0
+        self._waiting: list[BlockResult] = []  # a virtual run's blocks computed and not yet committed
+        self._batch_started = time.monotonic()
+
+    @property
+    def data_sink(self) -> ZarrSink | None:
+        """Where a block's data go: the sink, or None for a virtual run, which stores none."""
+        return None if self.spec.virtual else self.sink
 
     @property
     def first_block(self) -> int:
@@ -105,12 +118,22 @@ class Output:
         now = time.monotonic()
         if force or now - self._published >= PUBLISH_SECONDS:
             m = self.manifest
-            self.sink.publish(progress_attrs(m.span(), m.length, m.complete))
+            self.sink.publish(progress_attrs(m.span(), m.length, m.complete, virtual=m.recomputes))
             self._published = now
 
     def commit(self, *results: BlockResult) -> None:
-        """Commit the next blocks in scan order: their records, then one manifest that counts them all."""
+        """Commit the next blocks in scan order: their records, then one manifest that counts them all.
+
+        A virtual run's blocks wait and commit together about every ``VIRTUAL_COMMIT_SECONDS``
+        (and at :meth:`finish`).
+        """
         check_stop()  # after Ctrl-C or SIGTERM nothing more is committed
+        if self.spec.virtual:
+            self._waiting.extend(results)
+            if time.monotonic() - self._batch_started < VIRTUAL_COMMIT_SECONDS:
+                return
+            results, self._waiting = tuple(self._waiting), []
+            self._batch_started = time.monotonic()
         if not results:
             return
         first = self.manifest.committed_blocks
@@ -142,6 +165,10 @@ class Output:
 
     def finish(self) -> None:
         """Mark the run complete, in the manifest and then in the root attributes."""
+        if self._waiting:
+            waiting, self._waiting = self._waiting, []
+            self._batch_started = 0.0
+            self.commit(*waiting)
         if self.summaries is None:
             self._save(complete=True)
         else:

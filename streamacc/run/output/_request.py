@@ -46,6 +46,7 @@ class Request:
     summaries_default: bool  # summaries=True: an output continued keeps the windows it was begun with
     attrs: dict[str, Any]
     inflight: int | None
+    virtual: bool = False
 
 
 def check_json(name: str, value: Any) -> None:
@@ -84,6 +85,7 @@ def check_request(
     summaries: Any = True,
     attrs: Mapping[str, Any] | None = None,
     inflight: Any = None,
+    virtual: Any = False,
 ) -> Request:
     """Check the arguments of a write that need no step function; raise :class:`InputError` on the first bad one.
 
@@ -110,6 +112,8 @@ def check_request(
     if not isinstance(codec, str) or codec not in CODECS:
         raise InputError(f"{arg('codec', codec)} is unknown; choose one of: {', '.join(CODECS)}")
     windows = check_windows(summaries, reverse)
+    if not isinstance(virtual, bool):
+        raise InputError(f"{arg('virtual')} must be True or False, got {virtual!r}")
     return Request(
         mode=mode,
         length=length,
@@ -124,4 +128,5 @@ def check_request(
         summaries_default=summaries is True,
         attrs=_check_attrs(attrs),
         inflight=None if inflight is None else as_count("inflight", inflight, minimum=1, example=3),
+        virtual=virtual,
     )

@@ -38,6 +38,8 @@ class OutputSpec:
     attrs: dict[str, Any]
     array_attrs: dict[str, dict[str, Any]]
     total_blocks: int
+    virtual: bool = False
+    """The run stores no data chunks (they are recomputed on reading), only its carries and summaries."""
 
     @property
     def names(self) -> list[str]:
@@ -114,9 +116,18 @@ def output_spec(
         dims=asked,
         time=request.time,
         summaries=request.summaries,
+        virtual=request.virtual,
     )
     return OutputSpec(
-        identity, specs, chunk_shapes, dimensions, request.codec, attrs, checked_array_attrs, plan.block_count
+        identity,
+        specs,
+        chunk_shapes,
+        dimensions,
+        request.codec,
+        attrs,
+        checked_array_attrs,
+        plan.block_count,
+        request.virtual,
     )
 
 

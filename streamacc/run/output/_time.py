@@ -58,7 +58,7 @@ def check_time(time: Any) -> dict[str, Any] | None:
     units, calendar = time.get("units", ""), time.get("calendar", "standard")
     if not isinstance(units, str) or not isinstance(calendar, str):
         raise InputError(f"{_named('units')} and {_named('calendar')} must be text, got {units!r}, {calendar!r}")
-    checked = {"start": _number(time.get("start", 0.0), "start"), "step": step, "units": units.strip()}
+    checked: dict[str, Any] = {"start": _number(time.get("start", 0.0), "start"), "step": step, "units": units.strip()}
     if is_calendar(checked["units"]):
         checked["calendar"] = calendar
         times([0, 1], checked)  # a date that cannot be read fails here, before anything is written
@@ -74,7 +74,7 @@ def times(steps: np.ndarray | list[int], time: Mapping[str, Any]) -> np.ndarray:
     """The times of the steps ``steps`` (integer labels): floats, or dates for calendar units."""
     import numpy as np  # not at import: the command line checks a time axis before it imports numpy
 
-    offsets = time["start"] + np.asarray(steps, dtype=np.float64) * time["step"]
+    offsets: np.ndarray = time["start"] + np.asarray(steps, dtype=np.float64) * time["step"]
     if not is_calendar(time["units"]):
         return offsets
     from xarray.coding.times import decode_cf_datetime

@@ -11,6 +11,7 @@ with ``drop=True``, ``concat`` along ``step``) by arithmetic; see ``_index``.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import InputError
@@ -24,15 +25,89 @@ if TYPE_CHECKING:
 __all__ = ["open"]
 
 
-def open(store: Any, *, storage_options: dict | None = None, chunks: Any = "auto") -> xarray.Dataset:
+def open(
+    store: Any,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    chunks: Any = "auto",
+    f: Any = None,
+    init: Any = None,
+    xs: Any = None,
+) -> xarray.Dataset:
     """Open a streamacc output as an xarray Dataset of its committed steps only.
 
-    ``store`` is a local path, an fsspec URL (with ``storage_options``) or a zarr store;
-    read-only stores work. Works while a run is still writing: the Dataset holds what was
-    committed when it was opened, and its ``streamacc_*`` attributes describe exactly that.
-    Only the run's own arrays are included. ``chunks`` are dask chunks as ``xarray.open_zarr``
-    takes them ('auto': whole stored chunks near dask's preferred size; None for plain
-    lazy arrays); only the committed steps are chunked, so any length opens at once.
+    A run still writing, or one that was killed, has chunks past its last commit that a
+    plain Zarr reader shows as data; this reader reads the manifest first and returns
+    exactly the steps it commits (a prefix, or the end of a reverse scan), lazily through
+    dask. Each chunk is checked as it is read: one whose CRC-32C trailer is not the one
+    its block record names is refused. Rows are labelled by a ``step`` coordinate (and a
+    ``time`` coordinate where the run has a time axis) that costs no memory at any length
+    and selects by label: ``ds.sel(step=100)``, slices (both ends included), lists,
+    ``method="nearest"``, ``.loc``, ``where(..., drop=True)``, ``xr.concat`` along
+    ``step``. Only the run's own arrays are included. Imports no JAX, but for a virtual
+    output (written with ``virtual=True``), whose chunks that are not stored are
+    recomputed, lazily, from the carries it records: bit for bit what a stored write holds,
+    blocks of different chunks in parallel (dask's threads, or a ``distributed`` client).
+
+    Parameters
+    ----------
+    store : str, os.PathLike or zarr store
+        The output: a local path, an fsspec URL (with ``storage_options``) or a zarr
+        store. Read-only stores work.
+    storage_options : dict, optional
+        fsspec options for a URL ``store`` (endpoint, credentials).
+    chunks : "auto", int, tuple, dict or None, default "auto"
+        dask chunks, as ``xarray.open_zarr`` takes them. ``"auto"`` gives whole stored
+        chunks near dask's preferred size; None gives lazy arrays without dask. Only the
+        committed steps are chunked, so any length opens at once.
+    f : callable, optional
+        The step function of a virtual output written from Python, which its data are
+        recomputed with; checked against the one the output records. A recipe's output
+        (``streamacc write``) recomputes from its recorded recipe and needs none. Given
+        for a stored output, it is only checked.
+    init : pytree of arrays, optional
+        With ``f``, a carry of the run's structure, needed where it has more than one leaf
+        (its values are taken from the record).
+    xs : pytree of arrays, optional
+        With ``f``, the inputs the run was written with.
+
+    Returns
+    -------
+    xarray.Dataset
+        The committed steps of every output array, with coordinates ``step`` (and
+        ``time``), and the root attributes; its ``streamacc_*`` attributes describe what
+        was committed when it was opened (``streamacc_complete``,
+        ``streamacc_committed_steps``, ...).
+
+    Raises
+    ------
+    streamacc.errors.InputError
+        xarray is not installed (``pip install 'streamacc[xarray]'``); or a virtual output
+        written from Python opened without its ``f`` (or, for a carry of several leaves,
+        without ``init``).
+    streamacc.errors.NoOutputError
+        Nothing is there, or no streamacc output.
+    streamacc.errors.VerifyError
+        The output's structure cannot be trusted: a link or special file inside it, an
+        array whose metadata changed since it was written, root metadata that
+        contradicts the manifest, or (when read) a chunk that is not the one committed; ``f``
+        is not the step function the output records, or (when read) a recomputed block does
+        not end with the carry recorded after it.
+
+    Examples
+    --------
+    >>> import jax, numpy as np, streamacc
+    >>> jax.config.update("jax_enable_x64", True)
+    >>> def step(x, _):
+    ...     x = x * 2.0
+    ...     return x, x
+    >>> _ = streamacc.write("doubling.zarr", step, np.float64(1.0), length=64, names="x",
+    ...                     time={"step": 0.5, "units": "s"}, progress=False)
+    >>> ds = streamacc.open("doubling.zarr")
+    >>> ds.x.sel(step=[0, 1, 63]).values.tolist()
+    [2.0, 4.0, 1.8446744073709552e+19]
+    >>> float(ds.time.sel(step=10)), int(ds.attrs["streamacc_committed_steps"])
+    (5.0, 64)
     """
     try:
         import xarray as xr
@@ -47,13 +122,24 @@ def open(store: Any, *, storage_options: dict | None = None, chunks: Any = "auto
     first, last = manifest.rows()
     names = list(ident["arrays"])
     # sliced before dask sees it, so that its chunks (and graph) follow the committed rows, not the length
-    checked = CheckedStore(target.store, target.label, manifest)  # each chunk read must be the one committed
-    ds = xr.open_zarr(checked, consolidated=False, zarr_format=3, chunks=None)[names].isel(step=slice(first, last))
+    if manifest.recomputes:  # a virtual output: what is not stored is recomputed (with JAX)
+        from ..recompute import recomputing_store
+
+        source: Any = recomputing_store(target, manifest, f=f, init=init, xs=xs, storage_options=storage_options)
+    else:
+        source = CheckedStore(target.store, target.label, manifest)  # each chunk read must be the one committed
+        if f is not None:
+            from ..recompute import check_function
+
+            check_function(manifest, f, target.label)
+    ds: xarray.Dataset = xr.open_zarr(source, consolidated=False, zarr_format=3, chunks=None)[names].isel(
+        step=slice(first, last)
+    )
     if chunks is not None:
         ds = ds.chunk(_dask_chunks(ds, chunks))
     index = StepIndex.for_rows(first, last, ident.get("save_every", 1), ident.get("time"))
     ds = ds.assign_coords(xr.Coordinates.from_xindex(index))
-    ds.attrs.update(progress_attrs(manifest.span(), manifest.length, manifest.complete))
+    ds.attrs.update(progress_attrs(manifest.span(), manifest.length, manifest.complete, virtual=manifest.recomputes))
     return ds
 
 
@@ -69,7 +155,7 @@ def _dask_chunks(ds: xarray.Dataset, chunks: Any) -> Any:
         return {**along, **chunks} if isinstance(chunks, dict) else chunks
     from dask.array.core import normalize_chunks
 
-    sizes: dict[str, int] = {}
+    sizes: dict[Hashable, int] = {}
     for name, v in ds.data_vars.items():
         auto = normalize_chunks("auto", v.shape, dtype=v.dtype, previous_chunks=stored[name])
         for dim, dim_chunks in zip(v.dims, auto, strict=True):

@@ -44,17 +44,17 @@ class StepTransform(CoordinateTransform):
         super().__init__(names, {STEP: size}, dtype=np.dtype(np.int64))
         self.first, self.stride, self.time, self.labels = int(first), int(stride), time, labels
         time_dtype = np.dtype("datetime64[ns]") if time and is_calendar(time["units"]) else np.dtype(np.float64)
-        self.dtypes = {STEP: np.dtype(np.int64), TIME: time_dtype}
+        self.dtypes: dict[Hashable, np.dtype[Any]] = {STEP: np.dtype(np.int64), TIME: time_dtype}
 
     @property
     def size(self) -> int:
         return self.dim_size[STEP]
 
     def steps(self, positions: Any) -> np.ndarray:
-        positions = np.asarray(positions, dtype=np.int64)
+        rows = np.asarray(positions, dtype=np.int64)
         if self.labels is not None:
-            return self.labels[positions]
-        return self.first + positions * self.stride
+            return self.labels[rows]
+        return self.first + rows * self.stride
 
     def forward(self, dim_positions: dict[str, Any]) -> dict[Hashable, Any]:
         steps = self.steps(dim_positions[STEP])
@@ -123,6 +123,8 @@ class _LazyCoordinate(CoordinateTransformIndexingAdapter):
     It holds no values, and says so: a Dataset of 2**32 steps does not count 32 GiB of labels
     in its size.
     """
+
+    _transform: StepTransform
 
     @property
     def dtype(self) -> np.dtype:
@@ -204,9 +206,9 @@ class StepIndex(CoordinateTransformIndex):
             return IndexSelResult({STEP: self._slice(name, label)})
         positions = self._positions(name, np.asarray(label), method, tolerance)
         if dims is not None:
-            positions = xr.Variable(dims, positions)
-        elif positions.ndim == 0:
-            positions = int(positions)
+            return IndexSelResult({STEP: xr.Variable(dims, positions)})
+        if positions.ndim == 0:
+            return IndexSelResult({STEP: int(positions)})
         return IndexSelResult({STEP: positions})
 
     # --- label arithmetic ------------------------------------------------------------------
@@ -215,8 +217,9 @@ class StepIndex(CoordinateTransformIndex):
         """Fractional row positions of step labels or times (regular transforms only)."""
         t = self.transform
         if name == TIME:
-            values = _time_offsets(values, t.time)
-            values = (values - t.time["start"]) / t.time["step"]
+            time = _axis(t)
+            values = _time_offsets(values, time)
+            values = (values - time["start"]) / time["step"]
         return (np.asarray(values, dtype=np.float64) - t.first) / t.stride
 
     def _positions(self, name: str, labels: np.ndarray, method: str | None, tolerance: Any) -> np.ndarray:
@@ -236,8 +239,9 @@ class StepIndex(CoordinateTransformIndex):
         """Positions through pandas: explicit labels, times, and inexact methods, each label on a few rows."""
         t = self.transform
         flat = labels.reshape(-1)
-        if name == TIME and is_calendar(t.time["units"]):
+        if name == TIME and is_calendar(_axis(t)["units"]):
             flat = pd.to_datetime(flat).values
+        found: np.ndarray
         if t.labels is not None or flat.dtype.kind not in "iufM":
             found = pd.Index(self._values(name, range(t.size))).get_indexer(flat, method=method, tolerance=tolerance)
         else:
@@ -268,13 +272,15 @@ class StepIndex(CoordinateTransformIndex):
         return range(max(0, centre - 1), min(t.size, centre + 3))
 
     def _values(self, name: str, rows: range) -> np.ndarray:
-        return self.transform.forward({STEP: np.arange(rows.start, rows.stop)})[name]
+        values: np.ndarray = self.transform.forward({STEP: np.arange(rows.start, rows.stop)})[name]
+        return values
 
     def _slice(self, name: str, label: slice) -> slice:
         """The rows whose label lies in ``label`` (both ends included, as pandas slices by label)."""
         t = self.transform
         if t.labels is not None:
-            return pd.Index(self._values(name, range(t.size))).slice_indexer(label.start, label.stop, label.step)
+            rows: slice = pd.Index(self._values(name, range(t.size))).slice_indexer(label.start, label.stop, label.step)
+            return rows
         lo = 0 if label.start is None else self._bound(name, label.start, first=True)
         hi = t.size if label.stop is None else self._bound(name, label.stop, first=False)
         lo, hi = min(max(lo, 0), t.size), min(max(hi, 0), t.size)
@@ -297,11 +303,11 @@ class StepIndex(CoordinateTransformIndex):
         rows = range(max(0, centre - 2), min(t.size, centre + 3))
         values, target = self._values(name, rows), np.asarray([value])
         if name == TIME:
-            values, target = _time_offsets(values, t.time), _time_offsets(target, t.time)
-        values, target = np.asarray(values, dtype=np.float64), float(target[0])
-        if len(values) > 1 and values[-1] < values[0]:  # descending labels: pandas slices from high to low
-            values, target = -values, -target
-        found = int(np.searchsorted(values, target, side="left" if first else "right"))
+            values, target = _time_offsets(values, _axis(t)), _time_offsets(target, _axis(t))
+        ordered, bound = np.asarray(values, dtype=np.float64), float(target[0])
+        if len(ordered) > 1 and ordered[-1] < ordered[0]:  # descending labels: pandas slices from high to low
+            ordered, bound = -ordered, -bound
+        found = int(np.searchsorted(ordered, bound, side="left" if first else "right"))
         return rows.start + found
 
     def _describe(self, name: str = STEP) -> str:
@@ -330,10 +336,11 @@ class StepIndex(CoordinateTransformIndex):
         time = indexes[0].transform.time
         spaced = [ix.transform.regular() for ix in indexes if ix.transform.size]
         sizes = [ix.transform.size for ix in indexes if ix.transform.size]
-        if spaced and all(s is not None for s in spaced):
-            first, stride = spaced[0]  # type: ignore[misc]
+        regular = [s for s in spaced if s is not None]
+        if spaced and len(regular) == len(spaced):
+            first, stride = regular[0]
             expected, ok = first, True
-            for (f, s), n in zip(spaced, sizes, strict=True):  # type: ignore[misc]
+            for (f, s), n in zip(regular, sizes, strict=True):
                 ok = ok and f == expected and (s == stride or n == 1)
                 expected = f + n * stride
             if ok:
@@ -366,7 +373,13 @@ def _time_offsets(values: np.ndarray, time: Mapping[str, Any]) -> np.ndarray:
     return np.asarray(encode_cf_datetime(dates, time["units"], calendar, dtype=np.dtype(np.float64))[0])
 
 
-def _default_attrs(name: str, index: StepIndex) -> dict[str, Any]:
+def _axis(transform: StepTransform) -> Mapping[str, Any]:
+    """The time axis of a transform selected by time (it has a ``time`` coordinate only with one)."""
+    assert transform.time is not None
+    return transform.time
+
+
+def _default_attrs(name: Hashable, index: StepIndex) -> dict[str, Any]:
     t = index.transform
     if name == STEP:
         return {"long_name": "step of the scan whose output this row holds"}

@@ -21,10 +21,34 @@ __all__ = ["ArrayInfo", "MemoryEstimate", "OutputInfo", "SummaryInfo", "info", "
 class MemoryEstimate:
     """The memory a local :func:`streamacc.write` of an output takes beyond Python, JAX and zarr.
 
-    The engine computes into a fixed pool of ``pool_blocks`` block buffers (the blocks
-    being written plus the one being computed), each writer thread encodes into a buffer as
-    large as one chunk and assembles a partial or split chunk in another, and an unrolled,
-    thinned block holds every step's y while it computes (``computing``). All in bytes.
+    ``OutputInfo.memory`` holds it for an output.
+
+    The engine computes into a fixed pool of block buffers (the blocks being written plus
+    the one being computed), each writer thread encodes into a buffer as large as one
+    chunk and assembles a partial or split chunk in another, and an unrolled, thinned
+    block holds every step's y while it computes. All sizes are in bytes.
+
+    Attributes
+    ----------
+    block_bytes : int
+        One block's ys: the size of each buffer of the pool.
+    pool_blocks : int
+        Block buffers in the pool (on a CPU: the blocks in flight plus the one computing).
+    blocks : int
+        The pool's bytes, ``pool_blocks * block_bytes``.
+    encoders : int
+        The writer threads' encoding buffers, two chunks per thread.
+    computing : int
+        Every step's y of a block computing with ``unroll`` > 1 and ``save_every`` > 1
+        (0 otherwise).
+    total : int
+        The sum: ``blocks + encoders + computing``.
+
+    Examples
+    --------
+    >>> memory = streamacc.info("gp.zarr").memory
+    >>> memory.pool_blocks, memory.total == memory.blocks + memory.encoders + memory.computing
+    (4, True)
     """
 
     block_bytes: int
@@ -48,22 +72,64 @@ def memory_estimate(
 
 @dataclasses.dataclass(frozen=True)
 class ArrayInfo:
-    """One output array: its shape (rows first), dtype, dimension names, chunk shape, codec and stored bytes."""
+    """One output array, as :func:`streamacc.info` describes it (``OutputInfo.arrays[name]``).
+
+    Attributes
+    ----------
+    shape : tuple of int
+        The array's shape, rows (steps, or kept steps) first.
+    dtype : str
+        Its dtype, e.g. ``"float64"``.
+    dims : tuple of str
+        Its dimension names, ``"step"`` first.
+    chunks : tuple of int
+        Its chunk shape.
+    codec : str
+        The compressor it was written with, e.g. ``"blosc-lz4"``.
+    stored_bytes : int
+        Bytes stored for the committed rows.
+    compression_ratio : float or None
+        Bytes of the committed rows over the bytes stored for them (None when nothing is
+        stored).
+
+    Examples
+    --------
+    >>> x = streamacc.info("gp.zarr").arrays["y"]
+    >>> x.shape, x.dims, x.codec
+    ((2097152,), ('step',), 'blosc-lz4')
+    """
 
     shape: tuple[int, ...]
     dtype: str
-    dims: tuple[str, ...]
+    dims: tuple[str | None, ...]
     chunks: tuple[int, ...]
     codec: str
     stored_bytes: int
-    """Bytes stored for the committed rows."""
     compression_ratio: float | None
-    """Bytes of the committed rows over the bytes stored for them (None when nothing is stored)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class SummaryInfo:
-    """An output's window summaries: the window lengths (in rows), the arrays they cover, the bytes they take."""
+    """An output's window summaries, as :func:`streamacc.info` describes them (``OutputInfo.summaries``).
+
+    Attributes
+    ----------
+    windows : tuple of int
+        The window length of each level, in rows (steps, unless ``save_every`` thins
+        them), finest first.
+    arrays : tuple of str
+        The output arrays summarised (those of ordered numbers).
+    stored_bytes : int
+        Bytes the summaries take in the store.
+    percent_of_data : float or None
+        ``stored_bytes`` as a percentage of the data's stored bytes (None when no data is
+        stored).
+
+    Examples
+    --------
+    >>> streamacc.info("gp.zarr").summaries.windows
+    (4096, 65536, 1048576)
+    """
 
     windows: tuple[int, ...]
     arrays: tuple[str, ...]
@@ -73,7 +139,63 @@ class SummaryInfo:
 
 @dataclasses.dataclass(frozen=True)
 class OutputInfo:
-    """What :func:`streamacc.info` returns, and ``streamacc info`` prints (``str(info)``)."""
+    """What :func:`streamacc.info` returns; ``str()`` of it is what ``streamacc info`` prints.
+
+    Attributes
+    ----------
+    path : str
+        The output, as given (a path or URL).
+    arrays : dict of str to ArrayInfo
+        Each output array by name.
+    committed_steps : int
+        Steps committed so far (all of them once the run is complete).
+    committed_rows : int
+        Output rows the committed steps fill (``committed_steps // save_every``).
+    total_steps : int
+        Steps of the whole run (its ``length``).
+    complete : bool
+        Whether the run finished.
+    recipe : str or None
+        The command line's recipe that wrote it (None for a Python step function).
+    params : dict or None
+        The recipe's parameters (None for a Python step function).
+    function : str
+        The step function, as the run's identity records it: a recipe's repr, or
+        ``module.name code:<crc> values:<crc>``.
+    block_size : int
+        Steps per block.
+    save_every : int
+        Every how many steps a row is kept (1: every step).
+    unroll : int or bool
+        ``lax.scan``'s unroll the run used.
+    time : dict or None
+        The time axis (``{"step": dt, "start": t0, "units": ...}``), if any.
+    versions : dict of str to str
+        The versions that wrote it: streamacc, jax, and JAX's backend.
+    memory : MemoryEstimate
+        The memory a local write of this output takes beyond Python, JAX and zarr.
+    summaries : SummaryInfo or None
+        The window summaries (None when the output has none).
+    virtual : bool
+        Written with ``virtual=True``: the data of some blocks may not be stored, and are
+        recomputed when read.
+    stored_blocks : int
+        Committed blocks whose data are stored (all of them, unless ``virtual``).
+    committed_blocks : int
+        Blocks committed so far.
+
+    Examples
+    --------
+    >>> about = streamacc.info("gp.zarr")
+    >>> about.complete, about.total_steps, about.block_size, list(about.arrays)
+    (True, 2097152, 4194304, ['y'])
+    >>> print(about)  # doctest: +NORMALIZE_WHITESPACE
+    gp.zarr: 2097152 of 2097152 steps committed, complete
+      recipe: __main__.step code:... values:...  params: None
+    ...
+      y: shape (2097152,) float64 dims ('step',) chunks (2097152,) codec blosc-lz4 stored ... bytes (compression ...)
+    ...
+    """
 
     path: str
     arrays: dict[str, ArrayInfo]
@@ -82,10 +204,8 @@ class OutputInfo:
     total_steps: int
     complete: bool
     recipe: str | None
-    """The command line's recipe that wrote it (None for a Python step function)."""
     params: dict[str, Any] | None
     function: str
-    """The step function, as the run's identity records it."""
     block_size: int
     save_every: int
     unroll: int | bool
@@ -93,6 +213,9 @@ class OutputInfo:
     versions: dict[str, str]
     memory: MemoryEstimate
     summaries: SummaryInfo | None
+    virtual: bool = False
+    stored_blocks: int = 0
+    committed_blocks: int = 0
 
     def __str__(self) -> str:
         return format_description(self)
@@ -129,6 +252,8 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
     >>> about.committed_steps, about.arrays["y"].dtype
     (2097152, 'float64')
     """
+    from zarr.core.metadata.v3 import ArrayV3Metadata
+
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)
     check_structure(target, manifest)
@@ -145,10 +270,12 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
         chunk_bytes = max(chunk_bytes, int(np.prod(arr.chunks, dtype=np.int64)) * arr.dtype.itemsize)
         written = (last - first) * row_bytes
         stored = stored_bytes[name]
+        meta = arr.metadata
+        assert isinstance(meta, ArrayV3Metadata)  # the sink opens Zarr v3 arrays only
         arrays[name] = ArrayInfo(
             shape=tuple(int(n) for n in arr.shape),
             dtype=str(arr.dtype),
-            dims=tuple(arr.metadata.dimension_names or ()),
+            dims=tuple(meta.dimension_names or ()),
             chunks=tuple(int(n) for n in arr.chunks),
             codec=ident["codec"],
             stored_bytes=stored,
@@ -173,6 +300,9 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
         versions=ident["versions"],
         memory=memory_estimate(block_bytes, chunk_bytes, computing_bytes=computing),
         summaries=_summaries(target, ident, sum(stored_bytes.values())),
+        virtual=manifest.virtual,
+        stored_blocks=sum(1 for k in range(manifest.committed_blocks) if manifest.stores(k)),
+        committed_blocks=manifest.committed_blocks,
     )
 
 
@@ -207,6 +337,12 @@ def format_description(about: OutputInfo) -> str:
         + (f", every step's y of a computing block {_mib(mem.computing)}" if mem.computing else "")
         + f": {_mib(mem.total)} beyond Python, JAX and zarr",
     ]
+    if about.virtual:
+        lines.append(
+            f"  virtual: the data of {about.stored_blocks} of {about.committed_blocks} committed blocks are stored"
+            + ("" if about.stored_blocks == about.committed_blocks else "; the others are recomputed when read "
+               "(streamacc.open), or stored with `streamacc materialize`")
+        )  # fmt: skip
     if about.time:
         t = about.time
         lines.append(f"  time: step s at {t['start']!r} + s * {t['step']!r} {t['units']}".rstrip())

@@ -29,10 +29,11 @@ __all__ = ["overview", "step_labels"]
 
 def step_labels(rows: np.ndarray, manifest: Manifest) -> np.ndarray:
     """The step each output row holds (``engine/_layout.row_step``: every step, or every ``save_every``-th)."""
-    return row_step(np.asarray(rows, dtype=np.int64), manifest.identity.get("save_every", 1))
+    steps: np.ndarray = row_step(np.asarray(rows, dtype=np.int64), manifest.identity.get("save_every", 1))
+    return steps
 
 
-def _node(target: Any, key: str) -> dict:
+def _node(target: Any, key: str) -> dict[str, Any]:
     raw = target.read(key)
     try:
         doc = json.loads(raw) if raw else {}
@@ -64,7 +65,7 @@ def _range(steps: Any, start: int, stop: int) -> tuple[int, int]:
     return a, b
 
 
-def _variable(xr: Any, dims: tuple, data: np.ndarray, attrs: dict) -> Any:
+def _variable(xr: Any, dims: tuple[str, ...], data: np.ndarray, attrs: dict[str, Any]) -> Any:
     """A variable of host numpy data, built without xarray probing for dask (0.4 s of imports)."""
     return xr.Variable(dims, np.asarray(data), attrs, fastpath=True)
 
@@ -79,17 +80,60 @@ def choose_level(windows: list[int], a: int, b: int, points: int) -> int:
 
 
 def overview(
-    store: Any, points: int = 4096, storage_options: dict | None = None, *, steps: Any = None
+    store: Any, points: int = 4096, storage_options: dict[str, Any] | None = None, *, steps: Any = None
 ) -> xarray.Dataset:
-    """Each output ``x`` as ``x_min``, ``x_max`` and ``x_mean`` per window of steps, from the stored summaries.
+    """A whole output, or a range of its steps, at a glance: min, max and mean per window, from its summaries.
 
-    The level is the coarsest whose windows over the committed steps (or ``steps``, a
-    ``(start, stop)`` pair or a slice) number at least ``points``, or the finest where the
-    output is short. Dimension ``step`` holds each window's first step; ``attrs["window"]``
-    is the steps per window (the last window may be partial: it covers the committed
-    steps so far). The output's own trailing dimensions follow ``step``. Reads only the
-    summaries, so it works with the data deleted, while a run writes, and on object
-    stores (``storage_options`` as for :func:`streamacc.write`). Needs the ``xarray`` extra.
+    Each output array ``x`` becomes ``x_min``, ``x_max`` and ``x_mean`` on dimension
+    ``step`` (then the array's own trailing dimensions). The level of summaries read is
+    the coarsest whose windows over the committed steps (or ``steps``) number at least
+    ``points``, or the finest where the output is short. Only the summaries and the
+    manifest are read, never the data and never JAX, so it works with the data deleted,
+    while a run writes (it shows the steps committed when it opened) and on object stores.
+
+    Parameters
+    ----------
+    store : str, os.PathLike or zarr store
+        The output: a local path, an fsspec URL (with ``storage_options``) or a zarr store.
+    points : int, default 4096
+        The fewest windows wanted; a picture needs a few thousand whatever the length.
+    storage_options : dict, optional
+        fsspec options for a URL ``store``.
+    steps : slice or (int, int), optional
+        Only the steps ``[start, stop)`` (either end may be None), clipped to the
+        committed steps; a slice must not have a stride.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``x_min``, ``x_max``, ``x_mean`` for each summarised output, on dimension ``step``
+        holding each window's first step. ``attrs["window"]`` is the steps per window
+        (the last window may be partial: it covers the committed steps so far),
+        ``attrs["windows"]`` every level's, and the root's attributes follow.
+
+    Raises
+    ------
+    streamacc.errors.InputError
+        xarray is not installed, or ``points`` or ``steps`` is not valid.
+    streamacc.errors.NoOutputError
+        Nothing is there, no streamacc output, an output without summaries (written
+        with ``summaries=False``, or a reverse scan), or none of its steps committed yet.
+
+    Examples
+    --------
+    >>> import jax, numpy as np, streamacc
+    >>> jax.config.update("jax_enable_x64", True)
+    >>> def walk(x, dx):
+    ...     x = x + dx
+    ...     return x, x
+    >>> dx = np.random.default_rng(0).normal(size=2**16)
+    >>> _ = streamacc.write("walk.zarr", walk, np.float64(0.0), dx, names="x", summaries=[2**8, 2**12],
+    ...                     progress=False)
+    >>> ds = streamacc.overview("walk.zarr", points=64)
+    >>> ds.attrs["window"], ds.sizes["step"], list(ds.data_vars)
+    (256, 256, ['x_min', 'x_max', 'x_mean'])
+    >>> bool((ds.x_min <= ds.x_mean).all() and (ds.x_mean <= ds.x_max).all())
+    True
     """
     try:
         import xarray as xr

@@ -13,15 +13,23 @@ if TYPE_CHECKING:
     from ._recipe import recorded_job as recorded_job, verify_recipe_output as verify_recipe_output
     from ._verify import (
         VerifyReport as VerifyReport,
+        check_function as check_function,
         check_resumable as check_resumable,
         plan_for as plan_for,
         verify as verify,
         verify_plan as verify_plan,
     )
+    from ._virtual import (
+        RecomputingStore as RecomputingStore,
+        recompute_plan as recompute_plan,
+        recomputed_rows as recomputed_rows,
+        recomputing_store as recomputing_store,
+    )
 
 _EXPORTS = {
+    "._virtual": ["RecomputingStore", "recompute_plan", "recomputed_rows", "recomputing_store"],
     "._recipe": ["recorded_job", "verify_recipe_output"],
-    "._verify": ["VerifyReport", "check_resumable", "plan_for", "verify", "verify_plan"],
+    "._verify": ["check_function", "VerifyReport", "check_resumable", "plan_for", "verify", "verify_plan"],
 }
 __all__ = sorted(name for names in _EXPORTS.values() for name in names)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -23,6 +23,7 @@ from ...engine import (
     BlockPool,
     HostLeaf,
     Plan,
+    Step,
     compute_block,
     from_host,
     make_plan,
@@ -33,7 +34,7 @@ from ...engine import (
 )
 from ...errors import ResumeError, VerifyError, arg, one_line
 from ...store import Target, ZarrSink, compare_chunks, open_target
-from ...summaries import Summaries, SummaryCheck, SummaryPlan
+from ...summaries import BlockPieces, Summaries, SummaryCheck, SummaryPlan
 from ..output import Output
 from ..record import BlockRecord, Ledger, Manifest, decode_leaves, describe_function, load_manifest, same_function
 from ..threads import interruptible, on_own_thread, run_ordered
@@ -44,7 +45,39 @@ __all__ = ["Checker", "VerifyReport", "check_resumable", "plan_for", "verify", "
 
 @dataclasses.dataclass(frozen=True)
 class VerifyReport:
-    """What a successful verification checked."""
+    """What a successful :func:`streamacc.verify` checked (a failed check raises instead).
+
+    Attributes
+    ----------
+    checked_blocks : tuple of int
+        The blocks recomputed and compared byte for byte, by index in scan order; the
+        other committed blocks had their chunks' CRC-32C trailers checked against their
+        records.
+    committed_blocks : int
+        Blocks the manifest commits.
+    total_blocks : int
+        Blocks of the whole run.
+    committed_steps : int
+        Steps the committed blocks hold.
+    total_steps : int
+        Steps of the whole run (its ``length``).
+    complete : bool
+        Whether the run finished.
+    summary_windows : int
+        Summary rows compared with the data or with the rows below them (0 without summaries).
+
+    Examples
+    --------
+    >>> import jax, numpy as np, streamacc
+    >>> jax.config.update("jax_enable_x64", True)
+    >>> def step(x, _):
+    ...     x = x * (1 + 1e-8)
+    ...     return x, x
+    >>> _ = streamacc.write("small.zarr", step, np.float64(1.0), length=10_000, block_size=1024, progress=False)
+    >>> report = streamacc.verify("small.zarr", step, np.float64(1.0), blocks=3)
+    >>> report.checked_blocks, report.committed_blocks, report.complete
+    ((0, 5, 9), 10, True)
+    """
 
     checked_blocks: tuple[int, ...]
     committed_blocks: int
@@ -70,14 +103,15 @@ def select_blocks(committed: int, blocks: str | int) -> list[int]:
 class Checker:
     """The checks of one output against its manifest and a plan that recomputes its blocks."""
 
-    def __init__(self, target: Target, manifest: Manifest, plan: Plan | None, sink: ZarrSink | None = None) -> None:
+    def __init__(self, target: Target, manifest: Manifest, plan: Plan, sink: ZarrSink | None = None) -> None:
         self.target = target
         self.manifest = manifest
         self.plan = plan
         self.ledger = Ledger(target)
         self._sink = sink
         self.summary: SummaryPlan | None = None  # cut each checked block's summary pieces, for ``seen``
-        self.seen: Callable[[int, dict], None] | None = None  # each checked block's pieces, in scan order
+        # each checked block's pieces, in scan order
+        self.seen: Callable[[int, dict[str, BlockPieces]], None] | None = None
 
     def fail(self, what: str) -> VerifyError:
         return VerifyError(f"{self.target.label}: {what}; rewrite the output with {arg('mode', 'overwrite')}")
@@ -128,12 +162,18 @@ class Checker:
             self._sink = ZarrSink.open(self.target, names)
         return self._sink
 
+    def stored_blocks(self, blocks: Iterable[int]) -> list[int]:
+        """Those of ``blocks`` whose data chunks are stored (all but a virtual output's unmaterialized ones)."""
+        return [k for k in blocks if self.manifest.stores(k)]
+
     def chunks_present(self) -> None:
-        """Every chunk of every committed block is stored (one listing per array)."""
+        """Every chunk of every committed block that stores its data is there (one listing per array)."""
         stored = {name: set(self.target.list_keys(f"{name}/")) for name in self.sink.arrays}
         bounds = self.plan.bounds()
         for k in range(self.manifest.committed_blocks):
             start, stop = next(bounds)
+            if not self.manifest.stores(k):
+                continue
             rows = rows_in(start, stop, self.plan.save_every)
             for name in self.sink.arrays:
                 missing = [key for key in self.sink.chunk_keys(name, *rows) if key not in stored[name]]
@@ -141,7 +181,8 @@ class Checker:
                     raise self.bad_block(k, start, stop, f"chunk {missing[0]} is missing")
 
     def trailers_match(self, blocks: Iterable[int]) -> None:
-        """Every chunk of ``blocks`` ends with the CRC-32C its block record names (4 bytes read per chunk)."""
+        """Every chunk of ``blocks`` (those storing data) ends with the CRC-32C its block record names."""
+        blocks = self.stored_blocks(blocks)
         problem = trailer_problem(self.target, self.ledger, self.sink, blocks, self.plan.save_every)
         if problem is not None:
             raise self.bad_block(*problem)
@@ -155,7 +196,7 @@ class Checker:
                 k, rec.start, rec.stop, f"its record says steps {rec.start}-{rec.stop}, the layout {bounds}"
             )
         rows = rows_in(rec.start, rec.stop, self.plan.save_every)
-        for name in self.sink.arrays:
+        for name in self.sink.arrays if self.manifest.stores(k) else ():  # a virtual block's record may hold none
             keys, recorded = self.sink.chunk_keys(name, *rows), rec.crc32c.get(name, [])
             if len(recorded) != len(keys):
                 what = f"its record has {len(recorded)} checksums for the {len(keys)} chunks of {name!r}"
@@ -180,7 +221,7 @@ class Checker:
                 yield _Recomputed(k, None, [], None, exc)
                 return
 
-    def _compare(self, item: _Recomputed) -> dict | None:
+    def _compare(self, item: _Recomputed) -> dict[str, BlockPieces] | None:
         """Judge one recomputed block against its stored chunks, checksums and the carry after it.
 
         Returns the block's summary pieces (cut from the data now proven to be the stored data).
@@ -192,9 +233,11 @@ class Checker:
         try:
             rows = rows_in(rec.start, rec.stop, self.plan.save_every)
             ys = dict(zip(self.sink.arrays, jax.tree_util.tree_leaves(block.ys), strict=True))
+            stored = self.manifest.stores(item.index)  # a virtual block's data are its recomputation
             found = {
                 name: compare_chunks(self.sink.writers[name], self.target, rows[0], ys[name], rec.crc32c[name])
                 for name in self.sink.arrays
+                if stored
             }
             for check in found.values():
                 if check.problem is not None:
@@ -225,7 +268,7 @@ class Checker:
         except Exception as exc:  # a damaged compressed chunk fails in its codec, with the codec's own error
             what = f"its chunks cannot be decoded ({type(exc).__name__}: {one_line(exc)})"
             raise self.bad_block(k, rec.start, rec.stop, what) from None
-        if np.ascontiguousarray(ys[region]).tobytes() != stored.tobytes():
+        if np.ascontiguousarray(ys[region]).tobytes() != np.asarray(stored).tobytes():
             raise self.not_recomputed(k, rec.start, rec.stop, f"{name!r} differs")
 
     def blocks(self, chosen: Iterable[int], *, depth: int = DEFAULT_INFLIGHT) -> None:
@@ -241,7 +284,7 @@ class Checker:
         finally:
             recomputed.close()
 
-    def _judged(self, item: _Recomputed, pieces: dict | None) -> None:
+    def _judged(self, item: _Recomputed, pieces: dict[str, BlockPieces] | None) -> None:
         if self.seen is not None and pieces is not None and item.rec is not None:
             self.seen(rows_in(item.rec.start, item.rec.stop, self.plan.save_every)[0], pieces)
 
@@ -308,7 +351,17 @@ def check_resumable(output: Output, plan: Plan) -> None:
         raise ResumeError(f"cannot resume: {one_line(exc)}") from None
 
 
-def plan_for(manifest: Manifest, f: Callable, init: Any, xs: Any) -> Plan:
+def check_function(manifest: Manifest, f: Step, label: str) -> None:
+    """Refuse a step function ``f`` that is not the one the output of ``manifest`` (at ``label``) records."""
+    recorded = manifest.identity.get("function")
+    if not same_function(recorded, describe_function(f), label):
+        raise VerifyError(
+            f"{label} was written by {recorded}, not {describe_function(f)}; pass the step function (and the "
+            "values it uses) that wrote it"
+        )
+
+
+def plan_for(manifest: Manifest, f: Step, init: Any, xs: Any) -> Plan:
     """The plan of the recorded run: its length and block layout, with this step and inputs."""
     ident = manifest.identity
     return make_plan(
@@ -326,26 +379,86 @@ def plan_for(manifest: Manifest, f: Callable, init: Any, xs: Any) -> Plan:
 @interruptible
 def verify(
     store: Any,
-    f: Callable,
+    f: Step,
     init: Any,
     xs: Any = None,
     *,
     blocks: str | int = "all",
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> VerifyReport:
-    """Verify an output written by :func:`write` with this ``f``, ``init`` and ``xs``.
+    """Check an output against its manifest, recomputing its blocks from their recorded carry-ins.
 
-    Raises :class:`VerifyError` naming the first problem (the first bad block in scan
-    order) on any mismatch, missing chunk, changed array metadata or inconsistent
-    manifest. Works on read-only stores; ``storage_options`` as for :func:`write`.
+    Checks that the manifest agrees with itself and with the layout, that nothing inside
+    the output is a link or a special file, that the run's arrays have the metadata they
+    were created with, that the root metadata agrees with the manifest, and then, for
+    each checked block, that its chunks exist with the CRC-32Cs recorded at commit, that
+    recomputing it from its recorded carry-in with ``f`` gives exactly the stored bytes,
+    and that it ends with the carry recorded after it. Blocks not recomputed have their
+    chunks' checksums compared with their records (4 bytes read per chunk). The window
+    summaries are checked too: rebuilt from the data when every block is checked,
+    otherwise the finest windows of the checked blocks against the data and every coarser
+    window against the ones below it. Works on read-only stores and while a run writes
+    (it checks what is committed). Ctrl-C on the main thread ends it within seconds.
+
+    Parameters
+    ----------
+    store : str, os.PathLike or zarr store
+        The output: a local path, an fsspec URL (with ``storage_options``) or a zarr store.
+    f : callable
+        The step function that wrote the output (the same code and the same values it uses).
+    init : pytree of arrays
+        The initial carry the output was written with (its dtypes and shapes are checked;
+        the blocks start from their recorded carry-ins).
+    xs : pytree of arrays, optional
+        The inputs the output was written with, if any.
+    blocks : "all" or int, default "all"
+        Recompute every committed block, or this many spread evenly over them (first and
+        last included).
+    storage_options : dict, optional
+        fsspec options for a URL ``store``.
+
+    Returns
+    -------
+    VerifyReport
+        What was checked.
+
+    Raises
+    ------
+    streamacc.errors.VerifyError
+        The first problem found, in scan order: the step function is not the one that
+        wrote the output, a chunk is missing, damaged or not the one committed, a block
+        does not recompute to what is stored, or the manifest, array or root metadata
+        contradict each other.
+    streamacc.errors.NoOutputError
+        Nothing is there, or no streamacc output.
+    streamacc.errors.InputError
+        ``blocks`` is not "all" or a positive integer.
+
+    Examples
+    --------
+    >>> import jax, numpy as np, streamacc
+    >>> jax.config.update("jax_enable_x64", True)
+    >>> def step(x, _):
+    ...     x = x * (1 + 1e-8)
+    ...     return x, x
+    >>> _ = streamacc.write("checked.zarr", step, np.float64(1.0), length=2**14, block_size=2**12, progress=False)
+    >>> streamacc.verify("checked.zarr", step, np.float64(1.0))
+    VerifyReport(checked_blocks=(0, 1, 2, 3), committed_blocks=4, total_blocks=4, committed_steps=16384,
+    total_steps=16384, complete=True, summary_windows=...)
+
+    A different step function is found at once:
+
+    >>> def other(x, _):
+    ...     x = x * (1 + 2e-8)
+    ...     return x, x
+    >>> streamacc.verify("checked.zarr", other, np.float64(1.0))
+    Traceback (most recent call last):
+    ...
+    streamacc.errors.VerifyError: checked.zarr was written by __main__.step code:... values:..., not __main__.other
+    code:... values:...; pass the step function (and the values it uses) that wrote it
     """
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(target)
-    ident = manifest.identity
-    if not same_function(ident.get("function"), describe_function(f), target.label):
-        raise VerifyError(
-            f"{target.label} was written by {ident.get('function')}, not {describe_function(f)}; pass the step "
-            "function (and the values it uses) that wrote it"
-        )
+    check_function(manifest, f, target.label)
     plan = plan_for(manifest, f, init, xs)
     return verify_plan(target, plan, manifest, blocks=blocks)

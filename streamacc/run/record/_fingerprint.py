@@ -140,8 +140,9 @@ class _Digest:
 
     def _array(self, value: Any) -> None:
         import jax
+        import jax.numpy as jnp
 
-        if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.extended):
+        if isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.extended):
             self._feed("key", str(jax.random.key_impl(value)))
             value = jax.random.key_data(value)
         array = np.asarray(value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -47,17 +48,19 @@ def run_identity(
     arrays: dict[str, Any],
     codec: str,
     chunks: dict[str, tuple[int, ...]],
-    attrs: dict,
-    dims: dict | None = None,
-    time: dict | None = None,
+    attrs: dict[str, Any],
+    dims: Mapping[str, Sequence[str]] | None = None,
+    time: Mapping[str, Any] | None = None,
     summaries: list[int] | None = None,
+    virtual: bool = False,
 ) -> dict[str, Any]:
     """The JSON-ready identity of a write: function, inputs, layout, codec and versions.
 
     ``chunks`` are the arrays' chunk shapes before they are capped at a short output's
     length (so that they do not depend on it); ``chunk`` repeats the first one's rows
     along ``step``, as streamacc 0.2.0 recorded it. ``dims`` and ``time`` are as asked;
-    ``summaries`` the window lengths (in rows) of the window summaries.
+    ``summaries`` the window lengths (in rows) of the window summaries. A virtual run
+    (its data recomputed on reading, not stored) says so; a stored one records nothing of it.
     """
     return {
         **_input_contents(plan.xs),
@@ -79,4 +82,5 @@ def run_identity(
         "arrays": arrays,
         "summaries": list(summaries or []),
         "versions": {"streamacc": __version__, "jax": jax.__version__, "backend": jax.default_backend()},
+        **({"virtual": True} if virtual else {}),
     }

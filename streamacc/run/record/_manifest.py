@@ -84,7 +84,7 @@ def node_attribute(raw: bytes, name: str) -> Any:
     return doc["attributes"][name]
 
 
-def encode_leaves(leaves: list[HostLeaf]) -> list[dict]:
+def encode_leaves(leaves: list[HostLeaf]) -> list[dict[str, Any]]:
     """JSON form of host carry leaves: dtype, shape, exact bytes, PRNG key implementation."""
     return [
         {"dtype": a.dtype.str, "shape": list(a.shape), "data": base64.b64encode(a.tobytes()).decode(), "key": impl}
@@ -92,7 +92,7 @@ def encode_leaves(leaves: list[HostLeaf]) -> list[dict]:
     ]
 
 
-def decode_leaves(records: list[dict]) -> list[HostLeaf]:
+def decode_leaves(records: list[dict[str, Any]]) -> list[HostLeaf]:
     """Inverse of :func:`encode_leaves`."""
     out = []
     for r in records:
@@ -108,7 +108,7 @@ class BlockRecord:
     index: int
     start: int
     stop: int
-    carry_in: list[dict]
+    carry_in: list[dict[str, Any]]
     crc32c: dict[str, list[int]]  # per array, the CRC-32C of each stored chunk (as zarr's crc32c codec appends it)
 
 
@@ -118,17 +118,57 @@ class Manifest:
 
     identity: dict[str, Any]
     total_blocks: int
-    arrays: dict[str, dict] = dataclasses.field(default_factory=dict)
+    arrays: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     committed_blocks: int = 0
     committed_steps: int = 0
-    carry: list[dict] | None = None
+    carry: list[dict[str, Any]] | None = None
     complete: bool = False
-    summaries: dict | None = None  # the summaries' tail: rows in no durable chunk yet, and the open window
+    summaries: dict[str, Any] | None = None  # the summaries' tail: rows in no durable chunk yet, and the open window
+    stored: list[list[int]] | None = None
+    """A virtual output's blocks whose data chunks are stored (materialized), as sorted, disjoint ``[first,
+    stop)`` ranges of block indices in scan order; None for an output that stores every committed block."""
 
     def to_json(self) -> bytes:
-        doc = json.dumps({"format": FORMAT, **dataclasses.asdict(self)}, sort_keys=True)
+        fields = dataclasses.asdict(self)
+        if fields["stored"] is None:
+            del fields["stored"]  # an output that stores its data records what it did before virtual outputs
+        doc = json.dumps({"format": FORMAT, **fields}, sort_keys=True)
         description = "streamacc's bookkeeping of this output (manifest); the data are in the sibling arrays"
         return group_node({MANIFEST_ATTR: doc, "description": description})
+
+    @property
+    def virtual(self) -> bool:
+        """Whether the run stores no data chunks: a reader recomputes them from the recorded carries."""
+        return bool(self.identity.get("virtual", False))
+
+    def stores(self, block: int) -> bool:
+        """Whether committed block ``block`` (in scan order) has its data chunks stored."""
+        if self.stored is None:
+            return True
+        return any(first <= block < stop for first, stop in self.stored)
+
+    def with_stored(self, blocks: range) -> list[list[int]]:
+        """The stored ranges with ``blocks`` added (merged, sorted)."""
+        spans = sorted([*(self.stored or []), [blocks.start, blocks.stop]])
+        merged: list[list[int]] = []
+        for first, stop in spans:
+            if first >= stop:
+                continue
+            if merged and first <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], stop)
+            else:
+                merged.append([first, stop])
+        return merged
+
+    @property
+    def recomputes(self) -> bool:
+        """Whether a reader recomputes some of the run's data (a virtual run not wholly materialized)."""
+        return self.virtual and not self.all_stored
+
+    @property
+    def all_stored(self) -> bool:
+        """Whether every block of the run (committed or not) has its data stored."""
+        return self.stored is None or self.stored == [[0, self.total_blocks]]
 
     @classmethod
     def from_json(cls, raw: bytes, label: str) -> Manifest:
@@ -149,7 +189,8 @@ class Manifest:
 
     @property
     def length(self) -> int:
-        return self.identity["length"]
+        length: int = self.identity["length"]
+        return length
 
     def span(self, blocks: int | None = None) -> tuple[int, int]:
         """The steps covered by the first ``blocks`` committed blocks (default: all committed)."""
@@ -186,10 +227,24 @@ class Manifest:
             return f"it says complete with only {self.committed_blocks} of {total} blocks committed"
         if self.carry is None:
             return "it holds no carry"
+        if self.virtual != (self.stored is not None) or not _ranges_in(self.stored, self.committed_blocks):
+            return "its record of the blocks whose data are stored does not fit its run"
         return None
 
 
-def _flatten(doc: dict, prefix: str = "") -> dict[str, Any]:
+def _ranges_in(ranges: Any, blocks: int) -> bool:
+    """Whether ``ranges`` (None, or sorted disjoint ``[first, stop)`` pairs) lie within ``blocks`` blocks."""
+    if ranges is None:
+        return True
+    if not isinstance(ranges, list) or not all(isinstance(r, list) and len(r) == 2 for r in ranges):
+        return False
+    ends = [v for r in ranges for v in r]
+    return all(isinstance(v, int) for v in ends) and ends == sorted(ends) and (not ends or ends[0] >= 0) and (
+        not ends or ends[-1] <= blocks
+    )
+
+
+def _flatten(doc: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     flat = {}
     for key, value in doc.items():
         if isinstance(value, dict):
@@ -209,7 +264,7 @@ A later release continues any output of the manifest format it reads (``FORMAT``
 it writes are checked by recomputing the last committed block before anything is written."""
 
 
-def identity_differences(stored: dict, current: dict) -> list[str]:
+def identity_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """Each field where two run identities differ, as 'field: stored X, now Y'."""
     current = {k: v for k, v in current.items() if k in stored or k not in LATER_FIELDS}
     a, b = _flatten(stored), _flatten(json.loads(json.dumps(current)))
@@ -222,7 +277,7 @@ class Ledger:
 
     def __init__(self, target: Target) -> None:
         self.target = target
-        self._segment: tuple[int, list[dict]] | None = None
+        self._segment: tuple[int, list[dict[str, Any]]] | None = None
 
     def load(self) -> Manifest | None:
         """The manifest, or None when there is none (a legacy one is refused with the fix)."""
@@ -250,7 +305,7 @@ class Ledger:
             f"{arg('mode', 'overwrite')}"
         )
 
-    def _read_segment(self, seg: int) -> list[dict]:
+    def _read_segment(self, seg: int) -> list[dict[str, Any]]:
         if self._segment is not None and self._segment[0] == seg:
             return self._segment[1]
         raw = self.target.read(self.segment_key(seg))
@@ -274,6 +329,19 @@ class Ledger:
                 if len(records) < pos:
                     raise self._damaged(f"they end at block {seg * SEGMENT + len(records)}, before block {rec.index}")
                 records = [*records[:pos], dataclasses.asdict(rec)]  # drops records written past an interrupted commit
+            self._segment = (seg, records)
+            self.target.write(self.segment_key(seg), group_node({RECORDS_ATTR: json.dumps(records)}))
+
+    def update(self, *recs: BlockRecord) -> None:
+        """Durably replace the records of committed blocks (their stored chunks' checksums), one write per segment."""
+        for seg in sorted({rec.index // SEGMENT for rec in recs}):
+            records = list(self._read_segment(seg))
+            for rec in recs:
+                pos = rec.index - seg * SEGMENT
+                if 0 <= pos < SEGMENT:
+                    if pos >= len(records):
+                        raise self._damaged(f"block {rec.index} has no record to update")
+                    records[pos] = dataclasses.asdict(rec)
             self._segment = (seg, records)
             self.target.write(self.segment_key(seg), group_node({RECORDS_ATTR: json.dumps(records)}))
 
@@ -338,7 +406,7 @@ def same_function(stored: Any, current: str, label: str) -> bool:
     return False
 
 
-def require_same_run(stored: Manifest, identity: dict, label: str) -> None:
+def require_same_run(stored: Manifest, identity: dict[str, Any], label: str) -> None:
     """Refuse to continue a run whose identity differs, naming every difference."""
     if same_function(stored.identity.get("function"), identity["function"], label):
         identity = {**identity, "function": stored.identity.get("function")}

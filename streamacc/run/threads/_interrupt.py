@@ -79,7 +79,7 @@ def _scopes() -> Callable[[], AbstractContextManager[Any]]:
     return caller_scopes()
 
 
-def _wait(replies: SimpleQueue) -> Any:
+def _wait(replies: SimpleQueue[T]) -> T:
     """The next reply, raising :class:`Interrupted` instead of waiting on once a stop is asked for."""
     while True:
         check_stop()
@@ -163,7 +163,7 @@ def still_running() -> bool:
     return any(thread.is_alive() for thread in list(_started))
 
 
-def _is_default(signum: int, handler: Any) -> bool:
+def _is_default(signum: int, handler: object) -> bool:
     if signum == signal.SIGINT:
         return handler is signal.default_int_handler
     return handler == signal.SIG_DFL
@@ -190,15 +190,16 @@ def run_interruptibly(
         return fn(*args)
     received: list[int] = []
     done = threading.Event()
-    box: dict[str, Any] = {}
+    returned: list[T] = []
+    raised: list[BaseException] = []
     enter = _scopes() if scopes else nullcontext
 
     def work() -> None:
         try:
             with enter():
-                box["value"] = fn(*args)
+                returned.append(fn(*args))
         except BaseException as exc:
-            box["error"] = exc
+            raised.append(exc)
         finally:
             done.set()
 
@@ -230,6 +231,6 @@ def run_interruptibly(
         for signum, handler in saved.items():
             if _is_default(signum, handler):
                 signal.signal(signum, handler)
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    if raised:
+        raise raised[0]
+    return returned[0]

@@ -12,6 +12,7 @@ arrays within the committed blocks are checked (``open`` reads nothing else of t
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -21,7 +22,7 @@ from zarr.storage import WrapperStore
 
 from ...engine import block_count
 from ...errors import VerifyError
-from ...store import ChunkWriter
+from ...store import ChunkWriter, plain_document
 from ..record import RECORDS_ATTR, SEGMENT, Ledger, Manifest, node_attribute
 
 __all__ = ["CheckedStore"]
@@ -40,7 +41,7 @@ class CheckedStore(WrapperStore[Store]):
         self._block_rows = ident["block_size"] // self._save_every
         self._reverse = bool(ident["reverse"])
         self._committed = manifest.committed_blocks
-        self._segments: dict[int, list[dict]] = {}
+        self._segments: dict[int, list[dict[str, Any]]] = {}
         self._writers: dict[str, ChunkWriter | None] = {}
 
     def _with_store(self, store: Store) -> CheckedStore:
@@ -52,10 +53,12 @@ class CheckedStore(WrapperStore[Store]):
         """Array ``name``'s chunk layout, from its own metadata (read once), or None where it has none."""
         if name not in self._writers:
             buf = await self._store.get(f"{name}/zarr.json", default_buffer_prototype())
-            try:
-                self._writers[name] = ChunkWriter.of_document(self._store, name, json.loads(buf.to_bytes()))
-            except (AttributeError, ValueError, TypeError, KeyError):  # none, or unreadable: zarr refuses the array
-                self._writers[name] = None
+            writer = None  # none, or unreadable: zarr refuses the array
+            if buf is not None:
+                with contextlib.suppress(AttributeError, ValueError, TypeError, KeyError):
+                    document = plain_document(json.loads(buf.to_bytes()))[0]  # a virtual array's chunks are its own
+                    writer = ChunkWriter.of_document(self._store, name, document)
+            self._writers[name] = writer
         return self._writers[name]
 
     async def _where(self, key: str) -> tuple[str, int, int, int] | None:
@@ -75,7 +78,7 @@ class CheckedStore(WrapperStore[Store]):
         k = self._blocks - 1 - position if self._reverse else position
         return (name, k, tile, row_chunk) if k < self._committed else None
 
-    async def _record(self, k: int) -> dict:
+    async def _record(self, k: int) -> dict[str, Any]:
         seg, pos = divmod(k, SEGMENT)
         if seg not in self._segments:
             buf = await self._store.get(Ledger.segment_key(seg), default_buffer_prototype())
@@ -88,7 +91,9 @@ class CheckedStore(WrapperStore[Store]):
 
     async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
         buf = await self._store.get(key, prototype, byte_range)
-        where = await self._where(key) if byte_range is None and buf is not None else None
+        if byte_range is not None or buf is None:
+            return buf
+        where = await self._where(key)
         if where is None:
             return buf
         name, k, tile, row_chunk = where

@@ -21,14 +21,16 @@ import json
 from typing import Any
 
 from ...errors import StoreError, one_line
-from ...store import Target, array_document, netcdf_safe, progress_attrs
+from ...store import Target, array_document, is_virtual, netcdf_safe, progress_attrs
 from ..record import Manifest
 
 __all__ = ["root_problem"]
 
 
 def _progress_problem(attrs: dict[str, Any], manifest: Manifest) -> str | None:
-    expected = netcdf_safe(progress_attrs(manifest.span(), manifest.length, manifest.complete))
+    expected = netcdf_safe(
+        progress_attrs(manifest.span(), manifest.length, manifest.complete, virtual=manifest.recomputes)
+    )
     if not expected.keys() & attrs.keys():
         return None  # it claims nothing (xarray's to_zarr(mode="a") drops the root's attributes): no lie
     if manifest.complete:
@@ -45,7 +47,7 @@ def _progress_problem(attrs: dict[str, Any], manifest: Manifest) -> str | None:
     return None
 
 
-def _consolidated_problem(target: Target, doc: dict, names: list[str]) -> str | None:
+def _consolidated_problem(target: Target, doc: dict[str, Any], names: list[str]) -> str | None:
     consolidated = doc.get("consolidated_metadata")
     members = consolidated.get("metadata") if isinstance(consolidated, dict) else None
     if not isinstance(members, dict):
@@ -56,8 +58,10 @@ def _consolidated_problem(target: Target, doc: dict, names: list[str]) -> str | 
     for name, member in sorted(members.items()):
         if not isinstance(member, dict) or member.get("node_type") != "array":
             continue  # groups hold no values (xarray consolidates streamacc's bookkeeping too)
-        stored = array_document(target.read(f"{name}/zarr.json"))
-        if stored is None or array_document(json.dumps(member).encode()) != stored:
+        raw = target.read(f"{name}/zarr.json")
+        listed = json.dumps(member).encode()
+        stored = array_document(raw)
+        if stored is None or array_document(listed) != stored or is_virtual(listed) != is_virtual(raw):
             return f"describes array {name!r} otherwise than {name}/zarr.json does (consolidated metadata)"
     return None
 

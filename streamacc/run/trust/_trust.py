@@ -11,7 +11,7 @@ output never imports it.
 from __future__ import annotations
 
 from ...errors import VerifyError, arg
-from ...store import Target, array_document
+from ...store import Target, array_document, is_virtual
 from ..record import Manifest
 from ._root import root_problem
 
@@ -22,7 +22,13 @@ def arrays_problem(target: Target, manifest: Manifest) -> str | None:
     """How the run's arrays' stored metadata differs from what the manifest recorded, or None."""
     recorded = manifest.arrays
     for name in manifest.identity["arrays"]:
-        stored = array_document(target.read(f"{name}/zarr.json"))
+        raw = target.read(f"{name}/zarr.json")
+        if manifest.recomputes and raw is not None and not is_virtual(raw):
+            return (
+                f"array {name!r} is declared a plain array ({name}/zarr.json) though some of its chunks are not "
+                "stored, so plain Zarr readers would read fill values as data"
+            )
+        stored = array_document(raw)
         if stored is None:
             return f"the metadata of array {name!r} ({name}/zarr.json) is missing or unreadable"
         if name not in recorded:

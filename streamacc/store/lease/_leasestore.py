@@ -18,14 +18,16 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ["CLOCK_SLACK", "Conflict", "Holder", "LeaseStore", "Seen", "Unsupported", "open_lease_store"]
 
 log = logging.getLogger("streamacc")
+
+_T = TypeVar("_T")
 
 CLOCK_SLACK = 2.0
 """Seconds added to a ttl before a lease counts as expired: HTTP dates have 1 s resolution."""
@@ -125,13 +127,14 @@ class _S3LeaseStore:
         self.bucket, self.key, _ = fs.split_path(path)
         self.conditional = True
 
-    def _call(self, fn: Callable[..., Any], timeout: float) -> Any:
+    def _call(self, fn: Callable[[], Awaitable[_T]], timeout: float) -> _T:
         from fsspec.asyn import sync
 
-        return sync(self.fs.loop, fn, timeout=timeout)
+        result: _T = sync(self.fs.loop, fn, timeout=timeout)  # fsspec comes without type information
+        return result
 
     def read(self, timeout: float) -> Seen | None:
-        async def get() -> tuple[bytes, dict]:
+        async def get() -> tuple[bytes, dict[str, Any]]:
             resp = await self.fs._call_s3("get_object", Bucket=self.bucket, Key=self.key)
             try:
                 return await resp["Body"].read(), resp
@@ -153,11 +156,13 @@ class _S3LeaseStore:
         if not self.conditional:
             condition = {}
 
-        async def put() -> dict:
-            return await self.fs._call_s3("put_object", Bucket=self.bucket, Key=self.key, Body=data, **condition)
+        async def put() -> str:
+            resp = await self.fs._call_s3("put_object", Bucket=self.bucket, Key=self.key, Body=data, **condition)
+            etag: str = resp["ETag"]
+            return etag
 
         try:
-            return self._call(put, timeout)["ETag"]
+            return self._call(put, timeout)
         except Exception as exc:
             _raise_conditional(exc)
             raise

@@ -1,0 +1,498 @@
+"""The benchmark pages' tables and plots, generated from what the benchmark scripts wrote to ``benchmarks/results/``.
+
+A page asks for one benchmark with ``<!-- benchmark: NAME -->``; :func:`render` turns it
+into the command that reproduces it, the machine and versions it ran on (as far as the
+file records them; where it does not, the page says so), and its tables, read from the
+JSON (or, where a script kept only a Markdown table, that table as the script wrote it).
+:func:`draw_all` draws the plots from the same JSON when the site is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+NOT_RECORDED = (
+    "not recorded in the file; the runs were made on the development machine described on "
+    "[the benchmarks page](index.md#the-machine)"
+)
+
+
+def _load(name: str) -> Any:
+    return json.loads((RESULTS / name).read_text())
+
+
+def _pow2(n: int) -> str:
+    return f"2**{n.bit_length() - 1}" if n > 0 and n & (n - 1) == 0 else f"{n:,}"
+
+
+def _num(x: Any, digits: int = 2) -> str:
+    if x is None or x == "":
+        return ""
+    if isinstance(x, int):
+        return f"{x:,}"
+    return f"{x:,.{digits}f}"
+
+
+def _table(header: list[str], rows: list[list[Any]], align: str = "") -> str:
+    align = align or "l" + "r" * (len(header) - 1)
+    marks = ["---" if a == "l" else "--:" for a in align]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(marks) + " |"]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def _range(xs: list[float], digits: int = 1, unit: str = "") -> str:
+    lo, hi = min(xs), max(xs)
+    return f"{lo:.{digits}f}{unit}" if lo == hi else f"{lo:.{digits}f}-{hi:.{digits}f}{unit}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Where a benchmark's figures come from and how to make them again."""
+
+    files: tuple[str, ...]
+    command: str
+    machine: str = NOT_RECORDED
+    versions: str = ""
+
+    def head(self) -> str:
+        files = ", ".join(f"`benchmarks/results/{f}`" for f in self.files)
+        lines = [f"- **Reproduce:** `{self.command}`", f"- **Data:** {files}", f"- **Machine:** {self.machine}"]
+        if self.versions:
+            lines.append(f"- **Versions:** {self.versions}")
+        return "\n".join(lines) + "\n\n"
+
+
+def _versions(meta: dict[str, Any]) -> str:
+    parts = [f"{k} {v}" for k, v in meta.get("versions", {}).items()]
+    parts += [f"{k} {meta[k]}" for k in ("jax", "numpy") if k in meta]
+    if meta.get("git"):
+        parts.append(f"git {meta['git']}")
+    if meta.get("date"):
+        parts.append(f"on {meta['date']}")
+    return ", ".join(parts)
+
+
+# --- one renderer per benchmark ---------------------------------------------------------------------------------
+
+
+def headline() -> str:
+    pool = _load("headline_2p32_pool.json")
+    older = _load("headline_2p32.json")
+    src = Source(
+        ("headline_2p32_pool.json", "headline_2p32.json"),
+        "python benchmarks/headline.py --size '2**32'",
+        versions="the streamacc commits named in the table",
+    )
+    rows = []
+    for r in sorted(pool, key=lambda r: r["order"]):
+        rows.append([r["order"], r["version"], _num(r["wall_s"], 1), _num(r["user_s"], 1), _num(r["sys_s"], 1),
+                     f"{r['minflt']:,}", _num(r["peak_rss_mib"], 1), _num(r["gib_per_s"], 2)])  # fmt: skip
+    after = [r for r in pool if r["version"].startswith("after")]
+    summary = (
+        f"In this session the release labelled *after* wrote the 2**32 values in "
+        f"{_range([r['wall_s'] for r in after])} s wall ({len(after)} runs) and peaked at "
+        f"{_range([r['peak_rss_mib'] for r in after])} MiB; runs of the two "
+        "releases alternated, so their ratio is what the session measured, not their absolute times.\n\n"
+    )
+    table = _table(["run", "release", "wall s", "user s", "system s", "minor faults", "peak RSS MiB", "GiB/s"], rows,
+                   "rlrrrrrr")  # fmt: skip
+    rows2 = [[i + 1, _num(r["wall_s"], 1), _num(r["user_s"], 1), _num(r["sys_s"], 1), f"{r['minflt']:,}",
+              _num(r["peak_rss_mib"], 1), f"{r['disk_bytes']:,}", f"{r['sampled_blocks']} of {r['of_blocks']}"
+              + (" bit-identical" if r["bit_identical"] else " DIFFER")] for i, r in enumerate(older)]  # fmt: skip
+    table2 = _table(["run", "wall s", "user s", "system s", "minor faults", "peak RSS MiB", "bytes stored",
+                     "blocks checked against numpy"], rows2, "rrrrrrrl")  # fmt: skip
+    return (
+        src.head() + summary + table + "\n\n"
+        "An earlier release (the first with window summaries), two runs, from `headline_2p32.json`:\n\n" + table2 + "\n"
+    )
+
+
+SUITE_WRITERS = ("streamacc-api", "streamacc-cli", "numpy-loop", "dask-cumprod", "floor", "zarr-precomputed",
+                 "seed-scan", "jnp-cumprod", "dask-blelloch")  # fmt: skip
+
+
+def suite() -> str:
+    d = _load("results.json")
+    meta = d["meta"]
+    src = Source(("results.json",), meta["command"], meta.get("machine", NOT_RECORDED), _versions(meta))
+    out = [src.head()]
+    out.append(
+        "Each approach ran in its own process on the same job: the geometric progression in float64 to Zarr with "
+        "`blosc-lz4`, chunks of 2**22, wall time including compilation and a final fsync. *api* is "
+        "`streamacc.write`; the other columns are ratios to it at the same length, from this one run.\n\n"
+    )
+    by_size: dict[int, dict[str, Any]] = {}
+    for r in d["summary"]:
+        by_size.setdefault(r["size"], {})[r["approach"]] = r
+    for size in sorted(by_size):
+        rows = []
+        for name in SUITE_WRITERS:
+            r = by_size[size].get(name)
+            if r is None:
+                continue
+            if r["status"] != "ok":
+                rows.append([f"`{name}`", "", "", "", "", "", r["status"]])
+                continue
+            rows.append([f"`{name}`", _num(r["wall_s"]), _num(r["gib_per_s"], 3), _num(r["peak_rss_mib"], 0),
+                         _num(r["wall_ratio"]), _num(r["rss_ratio"]), r["values"]])  # fmt: skip
+        out.append(f"**{_pow2(size)} steps**\n\n")
+        out.append(_table(["approach", "wall s", "GiB/s", "peak RSS MiB", "wall / api", "RSS / api", "values"], rows,
+                          "lrrrrrl") + "\n\n")  # fmt: skip
+    out.append("![peak RSS against length](suite_rss.png)\n\n![throughput against length](suite_throughput.png)\n")
+    return "".join(out)
+
+
+def _md(name: str, command: str, note: str) -> str:
+    text = (RESULTS / name).read_text().strip()
+    src = Source((name,), command)
+    return src.head() + note + "\n\n" + text + "\n"
+
+
+def suite_repeat() -> str:
+    return _md(
+        "results_2p30_repeat3.md",
+        "python benchmarks/bench_suite.py --size 2**30 --repeat 3 --approaches streamacc-api streamacc-cli numpy-loop "
+        "dask-cumprod floor",
+        "The table as `bench_suite.py` wrote it (its JSON was not kept); machine and versions are in its own header.",
+    )
+
+
+ACCURACY_CASES = {
+    "gp-f64-up": "geometric progression, float64, ratio above 1",
+    "gp-f64-down": "geometric progression, float64, ratio below 1",
+    "gp-f32": "geometric progression, float32",
+    "cumsum-f64": "running sum of values in [0.5, 1), float64",
+    "cumsum-f32": "running sum of values in [0.5, 1), float32",
+}
+
+
+def accuracy() -> str:
+    d = _load("accuracy.json")
+    meta = d["meta"]
+    src = Source(("accuracy.json",), " && ".join(meta["commands"]), meta.get("machine", NOT_RECORDED), _versions(meta))
+    out = [src.head()]
+    out.append(
+        f"Error in units in the last place against exact values (mpmath at 256 bits, or integer sums) at "
+        f"{meta['samples']:,} sampled steps per case and length. The arithmetic is deterministic: the same versions "
+        "give the same numbers on any machine.\n\n"
+    )
+    for case, title in ACCURACY_CASES.items():
+        rows = [r for r in d["rows"] if r["case"] == case]
+        sizes = sorted({r["n"] for r in rows})
+        methods = list(dict.fromkeys(r["method"] for r in rows))
+        cell = {(r["method"], r["n"]): r for r in rows}
+        table_rows = []
+        for m in methods:
+            table_rows.append([f"`{m}`"] + [_ulp(cell.get((m, n))) for n in sizes])
+        out.append(f"**{title}** (`{case}`): largest error in ulp, and the share of steps correctly rounded\n\n")
+        out.append(_table(["method", *[_pow2(n) for n in sizes]], table_rows) + "\n\n")
+    out.append("![largest error against length](accuracy.png)\n")
+    return "".join(out)
+
+
+def _ulp(r: dict[str, Any] | None) -> str:
+    if r is None:
+        return ""
+    if "skipped" in r:
+        return "skipped"
+    return f"{r['max_ulp']:,.0f} ({100 * r['correctly_rounded']:.0f}%)"
+
+
+def scale_out() -> str:
+    d = _load("dist.json")
+    src = Source(
+        ("dist.json",),
+        "python benchmarks/bench_dist.py parts|runs|pinned|model --size 2**28 --block 2**22 (see its --help)",
+    )
+    parts = d["parts"]
+    rows = [[f"`{name}`", _num(p["a_ns_per_step"]), _num(p["b_ns_per_step"]), _num(p["ratio"], 1)]
+            for name, p in parts["recipes"].items()]  # fmt: skip
+    out = [src.head()]
+    out.append(
+        f"What a cluster can gain is set by two costs per step, measured at {_pow2(parts['size'])} steps in blocks of "
+        f"{_pow2(parts['block'])}: the driver's carry pass (a) and a worker's block task (b, the block recomputed, "
+        "encoded and written).\n\n"
+    )
+    out.append(_table(["recipe", "a: carry pass ns/step", "b: block task ns/step", "b / a"], rows) + "\n\n")
+    for key, title in (("runs", "local disk"), ("pinned", "pinned to cores"), ("runs_s3", "S3 (moto's server)")):
+        runs = d.get(key) or []
+        if not runs:
+            continue
+        size = d.get(f"{key}_size")
+        rows = [[r["run"], r["target"], _num(r["wall_s"]), _num(r.get("write_s")), _num(r["user_s"], 1),
+                 _num(r["sys_s"], 1), _num(r["max_rss_kib"] / 1024, 0), f"{r['steps_per_s']:.3g}"]
+                for r in runs]  # fmt: skip
+        out.append(f"**Runs, {title}**" + (f", {_pow2(size)} steps" if size else "") + "\n\n")
+        out.append(_table(["run", "target", "wall s", "write s (warm)", "user s", "system s", "peak RSS MiB",
+                           "steps/s"], rows, "llrrrrrr") + "\n\n")  # fmt: skip
+    out.append("The model's predictions, computed from these costs by `bench_dist.py`'s own `model` when the site was "
+               "built (`T(W) = a + b + (n - 1) * max(a + o, b / W)` for n blocks on W workers):\n\n")
+    out.append(_dist_model(None)[0] + "\n\n![the model against workers](dist_model.png)\n")
+    return "".join(out)
+
+
+def summaries() -> str:
+    out = []
+    for name in ("overview_2p32.json", "overview_2p32_run2.json"):
+        d = _load(name)
+        src = Source((name,), "python benchmarks/bench_overview.py --size '2**32' --dir DIR --pairs 2")
+        writes = [[w["pair"] + 1, "on" if w["summaries"] else "off", _num(w["wall_s"], 1), _num(w["user_s"], 1),
+                   _num(w["sys_s"], 1), f"{w['minflt']:,}", _num(w["peak_rss_mib"], 0)]
+                  for w in d["writes"]]  # fmt: skip
+        ratios = ", ".join(f"{r['wall_s']:.2f}x" for r in d["ratios_on_over_off"])
+        reads = [[k, _num(v["wall_s"], 2), _num(v["user_s"], 2), _num(v["sys_s"], 2), _num(v["peak_rss_mib"], 0)]
+                 for k, v in d["reads_cold"].items()]  # fmt: skip
+        share = next((w["summary_percent"] for w in d["writes"] if w.get("summary_percent")), None)
+        out.append(f"### `{name}`\n\n" + src.head())
+        out.append(f"The headline ({_pow2(d['size'])} steps) with and without summaries, in pairs; wall time with "
+                   f"summaries over without, pair by pair: {ratios}. The summaries took {share}% of the stored bytes."
+                   "\n\n")  # fmt: skip
+        out.append(_table(["pair", "summaries", "wall s", "user s", "system s", "minor faults", "peak RSS MiB"],
+                          writes, "rlrrrrr") + "\n\n")  # fmt: skip
+        out.append("A picture of the whole output from a cold page cache, three ways:\n\n")
+        out.append(_table(["read", "wall s", "user s", "system s", "peak RSS MiB"], reads) + "\n\n")
+    return "".join(out)
+
+
+def simulations() -> str:
+    out = []
+    src = Source(("simulations_heat_run1.json", "simulations_heat_run2.json"),
+                 "python benchmarks/bench_simulations.py heat --dir DIR")  # fmt: skip
+    out.append("### The heat equation: a 4096-point state, 2**18 steps\n\n" + src.head())
+    for run in (1, 2):
+        rows = [[f"`{r['label']}`", _num(r["wall_s"], 1), _num(r["user_s"], 1), _num(r["sys_s"], 1),
+                 _num(r["max_rss_kib"] / 1024, 0), f"{r['minor_faults']:,}",
+                 _num(r.get("stored_bytes", r.get("bytes", 0)) / 2**30, 2)]
+                for r in _load(f"simulations_heat_run{run}.json")]  # fmt: skip
+        out.append(f"**Run {run}**\n\n" + _table(["run", "wall s", "user s", "system s", "peak RSS MiB",
+                                                 "minor faults", "stored GiB"], rows) + "\n\n")  # fmt: skip
+    src = Source(("simulations_ensemble.json",), "python benchmarks/bench_simulations.py ensemble --dir DIR")
+    rows = [[r["label"], _num(r["wall_s"], 1), _num(r["user_s"], 1), _num(r["max_rss_kib"] / 1024, 0),
+             f"{r['values'] / r['wall_s']:.3g}"] for r in _load("simulations_ensemble.json")]  # fmt: skip
+    out.append("### An ensemble against the scalar path\n\n" + src.head())
+    out.append(_table(["run", "wall s", "user s", "peak RSS MiB", "values/s"], rows) + "\n\n")
+    src = Source(("simulations_lorenz.json",), "python benchmarks/bench_simulations.py lorenz --dir DIR")
+    rows = [[r["label"], _num(r["wall_s"], 1), _num(r["user_s"], 1), _num(r["max_rss_kib"] / 1024, 0)]
+            for r in _load("simulations_lorenz.json")]  # fmt: skip
+    out.append("### Lorenz-63, every 1000th of 2**30 RK4 steps kept\n\n" + src.head())
+    out.append(_table(["run", "wall s", "user s", "peak RSS MiB"], rows) + "\n\n")
+    src = Source(("simulations_chunks.json",), "python benchmarks/bench_simulations.py chunks --dir DIR")
+    rows = [[r["state"], r["layout"], "x".join(map(str, r["chunks"])), _num(r["chunk_mib"], 2),
+             _num(1000 * r["snapshot_s"], 1), _num(r["series_s"], 3), f"{r['series_len']:,}", _num(r["wall_s"], 2)]
+            for r in _load("simulations_chunks.json")]  # fmt: skip
+    out.append("### Chunk layouts, read both ways\n\n" + src.head())
+    out.append("A snapshot reads all of the state at one step; a time series one value over many steps.\n\n")
+    out.append(_table(["state", "layout", "chunk", "chunk MiB", "snapshot ms", "series s", "series steps",
+                       "write wall s"], rows, "llrrrrrr") + "\n")  # fmt: skip
+    return "".join(out)
+
+
+def limits() -> str:
+    d = _load("limits_2p62.json")
+    before = _load("limits_2p62_before.json")
+    src = Source(("limits_2p62.json", "limits_2p62_before.json"),
+                 "python benchmarks/bench_limits.py --seconds 30 --dir DIR --json FILE")  # fmt: skip
+    rows = []
+    for key, r in d.items():
+        b = before.get(key, {})
+        note = "killed: " + r["killed"] if r.get("killed") else f"exit {r['returncode']}"
+        old = f"{_num(b.get('wall_s'), 2)} s, {_num(b.get('max_rss_kib', 0) / 1024, 0)} MiB" if b else ""
+        if b.get("killed"):
+            old += f" ({b['killed']})"
+        rows.append([key, _num(r["wall_s"], 2), _num(r["max_rss_kib"] / 1024, 0), note, old])
+    return (
+        src.head() + "*short* is a complete write of 2**30 steps; *huge* an output of 2**62 steps stopped with Ctrl-C "
+        "after 30 s. The last column is the release before (`limits_2p62_before.json`).\n\n"
+        + _table(["command", "wall s", "peak RSS MiB", "outcome", "release before"], rows, "lrrll")
+        + "\n\n![resident memory over time](limits_rss.png)\n"
+    )
+
+
+def verify() -> str:
+    out = []
+    for name in ("verify_2p28.json", "verify_2p31.json"):
+        d = _load(name)
+        for size, kinds in d.items():
+            src = Source((name,), f"python benchmarks/bench_verify.py --sizes {size} --dir DIR --json FILE")
+            rows = []
+            for kind, runs in kinds.items():
+                rows.append([kind, len(runs), _range([r["wall_s"] for r in runs], 2),
+                             _range([r["user_s"] for r in runs], 2), _range([r["sys_s"] for r in runs], 2),
+                             _range([r["max_rss_kib"] / 1024 for r in runs], 0)])  # fmt: skip
+            out.append(f"**{size} steps**\n\n" + src.head())
+            out.append(_table(["command", "runs", "wall s", "user s", "system s", "peak RSS MiB"], rows) + "\n\n")
+    return "".join(out)
+
+
+def adversarial() -> str:
+    d = _load("adversarial.json")
+    command = "python tests/chaos.py --trials 10 --json benchmarks/results/adversarial.json"
+    src = Source(("adversarial.json",), command)
+    rows = []
+    for group, value in d.items():
+        if not isinstance(value, dict):
+            continue
+        cases = value.items() if "trials" not in value else [(group, value)]
+        for name, c in cases:
+            extra = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in c.items()
+                              if k not in ("trials", "held", "wrong", "wrong_notes"))  # fmt: skip
+            rows.append([name, c["trials"], c["held"], c["wrong"], extra])
+    return (
+        src.head() + f"Counts of one run ({d.get('seconds', '?')} s); *wrong* counts any outcome where data was "
+        "accepted that verify refuses, a writer wrote after losing its lease, a signal was ignored or a user's file "
+        "deleted.\n\n" + _table(["category", "trials", "held", "wrong", "details"], rows, "lrrrl") + "\n"
+    )
+
+
+def codecs() -> str:
+    command = "python benchmarks/bench_codecs.py --size '2**28' --repeat 3 --block '2**22' --sections codec durable"
+    command += " inflight"
+    return _md("codecs_2p28.md", command, "The table as `bench_codecs.py` wrote it (its JSON was not kept).")
+
+
+def chunks() -> str:
+    return _md("chunks_2p28.md", "python benchmarks/bench_chunks.py --size 2**28 --read --repeat 3",
+               "The table as `bench_chunks.py` wrote it (its JSON was not kept).")  # fmt: skip
+
+
+def compensated_cost() -> str:
+    return _md("compensated_cost.md", "python benchmarks/bench_compensated_cost.py --sizes 2**28 --repeat 3",
+               "The table as `bench_compensated_cost.py` wrote it (its JSON was not kept).")  # fmt: skip
+
+
+RENDERERS: dict[str, Callable[[], str]] = {
+    "headline": headline,
+    "suite": suite,
+    "suite-repeat": suite_repeat,
+    "accuracy": accuracy,
+    "scale-out": scale_out,
+    "summaries": summaries,
+    "simulations": simulations,
+    "limits": limits,
+    "verify": verify,
+    "adversarial": adversarial,
+    "codecs": codecs,
+    "chunks": chunks,
+    "compensated-cost": compensated_cost,
+}
+
+
+def render(name: str) -> str:
+    """The Markdown of benchmark ``name``."""
+    if name not in RENDERERS:
+        raise KeyError(f"no benchmark {name!r}; the benchmarks are: {', '.join(RENDERERS)}")
+    return RENDERERS[name]()
+
+
+# --- plots ------------------------------------------------------------------------------------------------------
+
+
+def _figure() -> tuple[Any, Any]:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 4.2), dpi=100, layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _suite_plots(folder: Path) -> dict[str, Path]:
+    d = _load("results.json")
+    out = {}
+    for key, label, name in (("peak_rss_mib", "peak RSS (MiB)", "suite_rss.png"),
+                             ("gib_per_s", "output written (GiB/s)", "suite_throughput.png")):  # fmt: skip
+        fig, ax = _figure()
+        for approach in SUITE_WRITERS:
+            pts = sorted((r["size"], r[key]) for r in d["summary"] if r["approach"] == approach and r["status"] == "ok")
+            if pts:
+                width = 2.2 if "streamacc" in approach else 1
+                ax.plot(*zip(*pts, strict=True), marker="o", label=approach, linewidth=width)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("steps")
+        ax.set_ylabel(label)
+        ax.set_title(f"{label}: one run of bench_suite.py ({d['meta'].get('date', '')[:10]})")
+        ax.legend(fontsize=7, ncols=2)
+        ax.grid(alpha=0.3)
+        fig.savefig(folder / name)
+        out[name] = folder / name
+    return out
+
+
+def _accuracy_plot(folder: Path) -> dict[str, Path]:
+    d = _load("accuracy.json")
+    from matplotlib.figure import Figure
+
+    cases = list(ACCURACY_CASES)
+    fig = Figure(figsize=(10, 6), dpi=100, layout="constrained")
+    axes = fig.subplots(2, 3).ravel()
+    for ax, case in zip(axes, cases, strict=False):
+        rows = [r for r in d["rows"] if r["case"] == case]
+        for method in dict.fromkeys(r["method"] for r in rows):
+            pts = sorted((r["n"], max(r["max_ulp"], 0.5)) for r in rows if r["method"] == method and "max_ulp" in r)
+            ax.plot(*zip(*pts, strict=True), marker="o", label=method)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(case, fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    axes[-1].set_axis_off()
+    fig.suptitle("largest error in ulp against length (0 drawn at 0.5)")
+    fig.savefig(folder / "accuracy.png")
+    return {"accuracy.png": folder / "accuracy.png"}
+
+
+def _limits_plot(folder: Path) -> dict[str, Path]:
+    d = _load("limits_2p62.json")
+    fig, ax = _figure()
+    for key in ("write short", "write 2**62"):
+        samples = d[key].get("rss_samples") or []
+        if samples:
+            ax.plot(*zip(*samples, strict=True), label=key)
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("resident memory (MiB)")
+    ax.set_title("a write of 2**30 steps and one of 2**62 (stopped after 30 s): one run each")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.savefig(folder / "limits_rss.png")
+    return {"limits_rss.png": folder / "limits_rss.png"}
+
+
+_MODEL: dict[str, Any] = {}
+
+
+def _dist_model(folder: Path | None) -> tuple[str, Path]:
+    """``bench_dist.model`` on ``dist.json``: its table, and its plot drawn into ``folder`` (once per build)."""
+    if folder is not None or "text" not in _MODEL:
+        import sys
+
+        sys.path.insert(0, str(RESULTS.parent))
+        try:
+            import bench_dist
+        finally:
+            sys.path.remove(str(RESULTS.parent))
+        folder = folder or Path(_MODEL["folder"])
+        _MODEL.update(text=bench_dist.model(_load("dist.json"), folder), folder=str(folder))
+    return _MODEL["text"], Path(_MODEL["folder"]) / "dist_model.png"
+
+
+def _dist_plot(folder: Path) -> dict[str, Path]:
+    return {"dist_model.png": _dist_model(folder)[1]}
+
+
+def draw_all(folder: Path) -> dict[str, Path]:
+    """Draw every plot of the benchmark pages into ``folder``; return them by file name."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out: dict[str, Path] = {}
+    for draw in (_suite_plots, _accuracy_plot, _limits_plot, _dist_plot):
+        out.update(draw(folder))
+    return out

@@ -1,0 +1,68 @@
+"""A virtual run without summaries: the carry pass alone, on this process.
+
+Nothing but the carry entering each block is kept, so each block runs a carry-only scan
+(``engine.carry_pass``), no ys exist and nothing is encoded or written but the commits.
+The carries must be those a stored run records, since readers recompute each block from
+them; a carry-only scan compiles the step as a full block does (see ``engine._carry_only``),
+and the first block is computed in full as well and its carry compared: where XLA compiled
+the two programs to other bits, the run goes on with the block function itself. Readers
+check every block they recompute against the carry recorded after it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+from ...engine import HostLeaf, Plan, carry_pass, compute_block, from_host, same_leaves, to_host
+from ...store import Target
+from ..output import BlockResult, Output
+from ..threads import check_stop, on_own_thread
+
+__all__ = ["CarryExecutor"]
+
+
+def _block_bytes(plan: Plan, start: int, stop: int) -> int:
+    """Bytes of ys a block of steps ``[start, stop)`` holds (what the progress bar counts as output)."""
+    return sum(s.dtype.itemsize * int(s.size) for s in plan.out_structs(stop - start))
+
+
+@dataclasses.dataclass(frozen=True)
+class CarryExecutor:
+    """The blocks of a virtual run without summaries: their carries, from a carry pass on a thread of its own."""
+
+    def check(self, target: Target) -> None:
+        """Any target will do."""
+
+    def run(self, plan: Plan, output: Output) -> None:
+        exact = not _carry_pass_agrees(plan, output)
+        carry = from_host(output.carry, plan.init)
+        carries = on_own_thread(carry_pass(plan, carry=carry, first_block=output.first_block, exact=exact))
+        try:
+            for result in _results(plan, carries, output.first_block, output.carry):
+                output.commit(result)
+        finally:
+            carries.close()
+
+
+def _results(
+    plan: Plan, carries: Iterator[tuple[int, int, object]], first: int, carry_in: list[HostLeaf]
+) -> Iterator[BlockResult]:
+    for index, (start, stop, carry) in enumerate(carries, start=first):
+        check_stop()
+        carry_out = to_host(carry)
+        yield BlockResult(index, start, stop, carry_in, carry_out, {}, _block_bytes(plan, start, stop), 0)
+        carry_in = carry_out
+
+
+def _carry_pass_agrees(plan: Plan, output: Output) -> bool:
+    """Whether the carry-only scan ends the next block with the bits of the full block (computed here)."""
+    bounds = next(plan.bounds(output.first_block), None)
+    if bounds is None:
+        return True
+    carry = from_host(output.carry, plan.init)
+    block = compute_block(plan, carry, *bounds)
+    full = to_host(block.carry)
+    block.release()
+    _, _, passed = next(carry_pass(plan, carry=carry, first_block=output.first_block))
+    return same_leaves(full, to_host(passed))

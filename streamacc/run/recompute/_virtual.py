@@ -1,0 +1,355 @@
+"""The store a virtual output is read through: every chunk that is not stored is recomputed.
+
+A scan's output is a pure function of its carries: block k's ys are the step run from the
+carry entering block k, which every output records. :class:`RecomputingStore` serves an
+output's arrays to zarr (and so to xarray and dask) as plain arrays: a chunk whose block
+is stored (materialized) is read, checked against its block record and decoded; any other
+is computed from its block's recorded carry, bit for bit what a stored write holds. Each
+recomputed block is checked against the carry recorded after it, so a step function that
+is not the run's is refused rather than read. Blocks of different chunks compute at the
+same time (zarr asks for chunks concurrently; JAX releases the GIL), and a few recent
+blocks are kept, within a bound, so that the chunks and arrays of one block cost one
+computation.
+
+To zarr the arrays have their recorded layout with the ``bytes`` codec alone: a chunk is
+served as its raw values, so a recomputed chunk is never compressed only to be decompressed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import json
+import os
+import threading
+from typing import Any
+
+import numpy as np
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.storage import WrapperStore
+
+from ...engine import Plan, block_count, compute_block, from_host, rows_in, same_leaves, to_host, x64_scope
+from ...errors import InputError, VerifyError, arg
+from ...store import ChunkWriter, plain_document
+from ..record import Ledger, Manifest, decode_leaves
+from ..trust import CheckedStore
+
+__all__ = ["CACHE_BYTES", "RecomputingStore", "recompute_plan", "recomputed_rows", "recomputing_store"]
+
+COMPUTE_THREADS = max(2, os.cpu_count() or 1)
+"""Blocks recomputed at once by one reader (JAX releases the GIL while it computes)."""
+
+CACHE_BYTES = 96 * 2**20
+"""Bytes of recomputed blocks a reader keeps (at least one block): a block serves all of its
+chunks and arrays from one computation."""
+
+
+def _served_document(doc: dict[str, Any]) -> dict[str, Any]:
+    """An array's recorded metadata as zarr reads it here: raw values (``bytes`` codec alone), no declaration."""
+    plain = plain_document(doc)[0]
+    codecs = [c for c in plain.get("codecs", []) if isinstance(c, dict) and c.get("name") == "bytes"]
+    return {**plain, "codecs": codecs}
+
+
+class RecomputingStore(WrapperStore[Store]):
+    """An output's store (read-only) whose chunks are read where stored and recomputed elsewhere.
+
+    ``plan`` recomputes the run's blocks (its step, inputs and layout, checked against the
+    recorded identity by the caller); ``manifest`` says which blocks are committed and
+    which are stored.
+    """
+
+    def __init__(
+        self, target: Any, manifest: Manifest, plan: Plan, *, cache_bytes: int = CACHE_BYTES, x64: bool = True
+    ) -> None:
+        checked = CheckedStore(target.store, target.label, manifest)
+        super().__init__(checked)
+        self._target_read = target.read
+        self.label = target.label
+        self.manifest = manifest
+        self.plan = plan
+        self.x64 = x64
+        self.cache_bytes = cache_bytes
+        ident = manifest.identity
+        self._names = list(ident["arrays"])
+        self._save_every = ident.get("save_every", 1)
+        self._blocks = block_count(ident["length"], ident["block_size"], ident["unroll"])
+        self._block_rows = ident["block_size"] // self._save_every
+        self._writers = {name: self._writer(name) for name in self._names}  # stored chunks read through the checks
+        self._target = target
+        self._reset()
+
+    def _writer(self, name: str) -> ChunkWriter:
+        """Array ``name``'s layout, reading its stored chunks (checked, decoded by their own codecs)."""
+        raw = self._target_read(f"{name}/zarr.json")
+        return ChunkWriter.of_document(self._store, name, plain_document(json.loads(raw))[0])
+
+    def _reset(self) -> None:
+        self._cache: collections.OrderedDict[int, tuple[dict[str, np.ndarray], int]] = collections.OrderedDict()
+        self._computing: dict[int, threading.Event] = {}
+        self._lock = threading.Lock()  # held around the cache only, never across I/O
+        self._ledger_lock = threading.Lock()
+        self._pool = concurrent.futures.ThreadPoolExecutor(COMPUTE_THREADS, "streamacc-recompute")
+        self._ledger = Ledger(self._target)
+        self._served: dict[str, bytes] = {}
+
+    def _with_store(self, store: Store) -> RecomputingStore:
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__, _store=store)
+        return clone
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for key in ("_cache", "_computing", "_lock", "_ledger_lock", "_pool", "_ledger", "_served", "_target_read"):
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    def __repr__(self) -> str:
+        return f"RecomputingStore({self._store!r})"
+
+    def __eq__(self, value: object) -> bool:
+        return isinstance(value, RecomputingStore) and self._store == value._store
+
+    def __hash__(self) -> int:
+        return hash(id(self))
+
+    # --- what zarr reads ---------------------------------------------------------------
+
+    def _document(self, name: str) -> bytes:
+        if name not in self._served:
+            doc = self._writers[name].array.metadata.to_dict()
+            self._served[name] = json.dumps(_served_document(doc)).encode()
+        return self._served[name]
+
+    async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
+        name, _, rest = key.partition("/")
+        if name not in self._names:
+            return await self._store.get(key, prototype, byte_range)
+        if rest == "zarr.json":
+            raw = self._document(name)
+        else:
+            place = self._writers[name].place(key)
+            if place is None:
+                return await self._store.get(key, prototype, byte_range)
+            chunk = await self._chunk(name, *place)
+            if chunk is None:
+                return None
+            raw = chunk
+        buf = prototype.buffer.from_bytes(raw)
+        return buf if byte_range is None else _ranged(buf, byte_range, prototype)
+
+    async def exists(self, key: str) -> bool:
+        name, _, rest = key.partition("/")
+        if name in self._names and rest == "zarr.json":
+            return True
+        return await self._store.exists(key)
+
+    # --- chunks ------------------------------------------------------------------------
+
+    def _block_of(self, row_chunk: int, name: str) -> int:
+        """The block (in scan order) that row chunk ``row_chunk`` of ``name`` lies in."""
+        position: int = min(row_chunk * self._writers[name].chunk // self._block_rows, self._blocks - 1)
+        return self._blocks - 1 - position if self.plan.reverse else position
+
+    async def _chunk(self, name: str, row_chunk: int, tile: int) -> bytes | None:
+        """The raw bytes of one chunk: read where its block is stored, recomputed elsewhere.
+
+        A stored chunk is read on zarr's event loop (its reads need the loop's threads); a
+        block is recomputed on a thread of this store's own, so that reads never wait for
+        threads that wait for them.
+        """
+        writer = self._writers[name]
+        k = self._block_of(row_chunk, name)
+        if k >= self.manifest.committed_blocks:
+            return None
+        start_row = row_chunk * writer.chunk
+        region = writer.region(start_row, min(start_row + writer.chunk, writer.array.shape[0]), tile)
+        rows = slice(start_row + region[0].start, start_row + region[0].stop)
+        if self.manifest.stores(k):
+            values = np.asarray(await writer.array.async_array.getitem((rows, *region[1:])))
+        else:
+            loop = asyncio.get_running_loop()
+            ys, first_row = await loop.run_in_executor(self._pool, self._recomputed, k)
+            values = ys[name][(slice(rows.start - first_row, rows.stop - first_row), *region[1:])]
+        full = np.full(writer.shape, writer.array.metadata.fill_value, dtype=writer.array.dtype)
+        full[tuple(slice(0, n) for n in values.shape)] = values
+        return full.tobytes()
+
+    def _recomputed(self, k: int) -> tuple[dict[str, np.ndarray], int]:
+        """Block ``k``'s ys by array (host), and its first row: from the cache, or computed once here."""
+        while True:
+            with self._lock:
+                if k in self._cache:
+                    self._cache.move_to_end(k)
+                    return self._cache[k]
+                waiting = self._computing.get(k)
+                if waiting is None:
+                    self._computing[k] = threading.Event()
+                    break
+            waiting.wait()
+        try:
+            computed = self._compute(k)
+            with self._lock:
+                self._cache[k] = computed
+                self._evict()
+            return computed
+        finally:
+            with self._lock:
+                self._computing.pop(k).set()
+
+    def _evict(self) -> None:
+        held = sum(sum(a.nbytes for a in ys.values()) for ys, _ in self._cache.values())
+        while len(self._cache) > 1 and held > self.cache_bytes:
+            _, (ys, _) = self._cache.popitem(last=False)
+            held -= sum(a.nbytes for a in ys.values())
+
+    def _carry_after(self, k: int) -> list[Any]:
+        """The carry the manifest records after committed block ``k``."""
+        if k + 1 == self.manifest.committed_blocks:
+            return decode_leaves(self.manifest.carry or [])
+        with self._ledger_lock:
+            return decode_leaves(self._ledger.block(k + 1).carry_in)
+
+    def _compute(self, k: int) -> tuple[dict[str, np.ndarray], int]:
+        with self._ledger_lock:
+            record = self._ledger.block(k)
+        after = self._carry_after(k)
+        with x64_scope(self.x64):
+            block = compute_block(self.plan, from_host(decode_leaves(record.carry_in), self.plan.init), record.start,
+                                  record.stop)  # fmt: skip
+            ys = dict(zip(self._names, (np.array(y) for y in _leaves(block.ys)), strict=True))
+            ended = to_host(block.carry)
+        block.release()
+        if not same_leaves(ended, after):
+            raise VerifyError(
+                f"block {k} (steps {record.start}-{record.stop}) of {self.label} recomputes to another carry than "
+                "the one recorded after it, so its data cannot be read back: the step function, or a value it "
+                "uses, is not that of the run that wrote it; pass the original one"
+            )
+        return ys, rows_in(record.start, record.stop, self._save_every)[0]
+
+
+def _leaves(tree: Any) -> list[Any]:
+    import jax
+
+    return list(jax.tree_util.tree_leaves(tree))
+
+
+def _ranged(buf: Buffer, byte_range: ByteRequest, prototype: BufferPrototype) -> Buffer:
+    from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+
+    data = buf.to_bytes()
+    if isinstance(byte_range, RangeByteRequest):
+        data = data[byte_range.start : byte_range.end]
+    elif isinstance(byte_range, OffsetByteRequest):
+        data = data[byte_range.offset :]
+    elif isinstance(byte_range, SuffixByteRequest):
+        data = data[-byte_range.suffix :]
+    return prototype.buffer.from_bytes(data)
+
+
+
+def _needs_x64(manifest: Manifest) -> bool:
+    """Whether the run computed in 64 bits: a 64-bit output or carry (JAX makes none without ``jax_enable_x64``)."""
+    dtypes = [np.dtype(dtype) for dtype, _ in manifest.identity["arrays"].values()]
+    dtypes += [leaf.dtype for leaf, _ in decode_leaves(manifest.carry or [])]
+    return any(d.itemsize >= 8 and d.kind in "fiuc" for d in dtypes)
+
+
+def recompute_plan(
+    target: Any,
+    manifest: Manifest,
+    *,
+    f: Any = None,
+    init: Any = None,
+    xs: Any = None,
+    storage_options: dict[str, Any] | None = None,
+) -> tuple[Plan, bool]:
+    """The plan that recomputes ``target``'s blocks, and whether it computes in 64 bits.
+
+    A recipe output is recomputed from its recorded recipe and parameters; an output written
+    from Python needs its step function ``f``, checked against the recorded identity, with
+    ``init`` (a carry of the run's structure: needed where the carry has more than one leaf,
+    its values are taken from the record) and ``xs`` as it was written with.
+    """
+    from ._recipe import recorded_job
+    from ._verify import check_function, plan_for
+
+    ident = manifest.identity
+    label = target.label
+    if f is None:
+        if not ident.get("recipe"):
+            raise InputError(
+                f"{label} is a virtual output written from Python, so its data can only be recomputed with its step "
+                f"function; pass it as {arg('f')} (and {arg('init')}, {arg('xs')} as written)"
+            )
+        job = recorded_job(manifest, label, storage_options)
+        with x64_scope(True):
+            return plan_for(manifest, job.f, job.init, job.xs), True
+    check_function(manifest, f, label)
+    if init is None:
+        leaves = decode_leaves(Ledger(target).block(0).carry_in)
+        if len(leaves) != 1:
+            raise InputError(
+                f"the carry of {label} has {len(leaves)} leaves; pass {arg('init')} (any carry of the run's "
+                "structure: its values are taken from the record)"
+            )
+        ((array, impl),) = leaves
+        init = array if impl is None else _key(array, impl)
+    x64 = _needs_x64(manifest)
+    with x64_scope(x64):
+        return plan_for(manifest, f, init, xs), x64
+
+
+def recomputing_store(
+    target: Any,
+    manifest: Manifest,
+    *,
+    f: Any = None,
+    init: Any = None,
+    xs: Any = None,
+    storage_options: dict[str, Any] | None = None,
+    cache_bytes: int = CACHE_BYTES,
+) -> RecomputingStore:
+    """The store that reads ``target``'s virtual output (see :func:`recompute_plan` for the arguments)."""
+    plan, x64 = recompute_plan(target, manifest, f=f, init=init, xs=xs, storage_options=storage_options)
+    return RecomputingStore(target, manifest, plan, cache_bytes=cache_bytes, x64=x64)
+
+
+def _key(data: np.ndarray, impl: str) -> Any:
+    import jax
+
+    return jax.random.wrap_key_data(jax.numpy.asarray(data), impl=impl)
+
+
+def recomputed_rows(target: Any, plan: Plan) -> Any:
+    """``rows(name, a, b)``: rows ``[a, b)`` of output ``name`` of the run stored at ``target``, recomputed.
+
+    Each block holding them is computed from its recorded carry with ``plan`` (a plan of the
+    same block layout: the stored run's, or a longer run's that extends it).
+    """
+    ledger = Ledger(target)
+
+    def rows(name: str, a: int, b: int) -> np.ndarray:
+        names = list(ledger.load().identity["arrays"])  # type: ignore[union-attr]
+        parts = []
+        for k, (start, stop) in enumerate(plan.bounds()):
+            first, last = rows_in(start, stop, plan.save_every)
+            if last <= a:
+                continue
+            if first >= b:
+                break
+            record = ledger.block(k)
+            block = compute_block(plan, from_host(decode_leaves(record.carry_in), plan.init), start, stop)
+            ys = dict(zip(names, _leaves(block.ys), strict=True))
+            parts.append(np.array(ys[name][max(a, first) - first : min(b, last) - first]))
+            block.release()
+        return np.concatenate(parts)
+
+    return rows

@@ -1,0 +1,229 @@
+"""The documentation builds strictly, runs every example it shows, and documents every public name.
+
+The site's build (``mkdocs build --strict``) runs every example on it and in the README,
+runs the docstrings' examples, checks that the API reference describes every public
+name and parameter, and generates the command-line reference from the parser; a broken
+link, a renamed function or a failing example fails it. The other tests here hold the
+build's own checks to what they promise, cheaply, without building.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HOOKS = ROOT / "docs" / "_hooks"
+sys.path.insert(0, str(HOOKS))
+
+import api  # noqa: E402
+import cli_reference  # noqa: E402
+import examples  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built strictly from this checkout (every example run), once for the tests that read it."""
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1", "JAX_ENABLE_X64": "0"}
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-8000:]
+    return out
+
+
+def text_of(page: Path) -> str:
+    return re.sub(r"<[^>]+>", " ", page.read_text())
+
+
+@pytest.mark.slow
+def test_every_page_is_built_with_its_examples_run(site):
+    import yaml
+
+    def pages(nav):
+        if isinstance(nav, str):
+            return [nav]
+        items = nav.values() if isinstance(nav, dict) else nav
+        return [page for item in items for page in pages(item)]
+
+    nav = pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"])
+    assert len(nav) >= 25
+    for page in nav:
+        built = site / page.removesuffix(".md").removesuffix("index").strip("/") / "index.html"
+        assert built.is_file(), page
+    getting_started = (site / "getting-started" / "index.html").read_text()
+    assert 'title="Output"' in getting_started or "Output" in getting_started  # what the examples printed
+    assert (site / "out-x.png").stat().st_size > 10_000  # the picture getting-started.md's command drew
+    storage = text_of(site / "guide" / "object-storage" / "index.html")
+    assert "Not run when this site was built: needs an S3 bucket" in storage
+
+
+@pytest.mark.slow
+def test_the_api_reference_shows_every_public_name_and_parameter(site):
+    import inspect
+
+    import streamacc
+
+    pages = " ".join(text_of(p) for p in (site / "reference" / "api").rglob("index.html"))
+    for name in streamacc.__all__:
+        if name in ("__version__", "errors"):
+            continue
+        assert name in pages, name
+        obj = getattr(streamacc, name)
+        if inspect.isfunction(obj):
+            for parameter in inspect.signature(obj).parameters:
+                assert parameter in pages, (name, parameter)
+    for name in streamacc.errors.__all__:
+        assert name in pages, name
+
+
+@pytest.mark.slow
+def test_the_cli_reference_lists_every_option_of_every_subcommand(site):
+    from streamacc.cli._parser import build_parser
+
+    page = (site / "reference" / "cli" / "index.html").read_text()
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name, subparser in sub.choices.items():
+        assert f"streamacc {name}" in page
+        for action in subparser._actions:
+            for option in action.option_strings:
+                assert option in page, (name, option)
+
+
+@pytest.mark.slow
+def test_the_site_works_offline_and_has_search(site):
+    for page in site.rglob("*.html"):
+        html = page.read_text()
+        assert not re.search(r"<(?:script|link)[^>]+(?:src|href)=\"https?://", html), page
+        assert "fonts.googleapis" not in html, page
+    index = (site / "search" / "search_index.json").read_text()
+    assert "iter_blocks" in index and "Resume, extend, overwrite" in index
+
+
+@pytest.mark.slow
+def test_benchmark_pages_say_how_each_figure_was_made(site):
+    page = text_of(site / "benchmarks" / "writing" / "index.html")
+    assert page.count("Reproduce:") >= 8 and page.count("Machine:") >= 8
+    assert "python benchmarks/headline.py --size '2**32'" in page.replace("&#39;", "'")
+    assert (site / "benchmarks" / "suite_rss.png").stat().st_size > 10_000
+
+
+# --- the build's checks, without building ------------------------------------------------------------------------
+
+
+def test_an_example_that_fails_fails_with_its_page_and_line(tmp_path):
+    page = "Text.\n\n```python\nx = 1\n```\n\nMore.\n\n```python\nraise ValueError('broken example')\n```\n"
+    with pytest.raises(examples.ExampleError, match=r"page\.md:9: the example raised(?s:.*)broken example"):
+        examples.run_page(page, "page.md", tmp_path)
+
+
+def test_what_an_example_prints_is_shown_under_it(tmp_path):
+    page = "```python\nprint(6 * 7)\n```\n"
+    run = examples.run_page(page, "page.md", tmp_path)
+    assert examples.render(page, run) == page.rstrip("\n") + '\n\n```text title="Output"\n42\n```\n'
+
+
+def test_a_command_that_exits_otherwise_than_announced_fails(tmp_path):
+    ok = "```console\n$ streamacc recipes\n$ streamacc write out.zarr --size two   # exits 2\n```\n"
+    run = examples.run_page(ok, "page.md", tmp_path)
+    transcript = examples.render(ok, run)
+    assert "gp: geometric progression" in transcript and "streamacc: error:" in transcript
+    with pytest.raises(examples.ExampleError, match=r"exited 2, not 0"):
+        examples.run_page("```console\n$ streamacc write out.zarr --size two\n```\n", "page.md", tmp_path)
+    with pytest.raises(examples.ExampleError, match=r"only streamacc commands run here"):
+        examples.run_page("```console\n$ rm -rf out.zarr\n```\n", "page.md", tmp_path)
+
+
+def test_a_block_is_run_or_says_why_not(tmp_path):
+    with pytest.raises(examples.ExampleError, match=r"neither run nor marked"):
+        examples.find_blocks("```bash\nls\n```\n", "page.md")
+    with pytest.raises(examples.ExampleError, match=r"must say why"):
+        examples.find_blocks("<!-- not run: -->\n```python\nx = 1\n```\n", "page.md")
+    page = "<!-- not run: needs a bucket -->\n```python\nraise SystemExit\n```\n"
+    run = examples.run_page(page, "page.md", tmp_path)
+    assert "Not run when this site was built: needs a bucket." in examples.render(page, run)
+
+
+def test_examples_start_as_a_new_process_and_leave_the_callers_jax_as_it_was(tmp_path):
+    import jax
+
+    assert jax.config.jax_enable_x64  # as conftest.py sets it
+    page = (
+        "```python\nimport jax\nprint(jax.config.jax_enable_x64)\n```\n\n"
+        "```console\n$ streamacc write out.zarr --size 16\n```\n\n"  # the command line turns x64 on
+        "```python\nprint(jax.config.jax_enable_x64)\njax.config.update('jax_enable_x64', False)\n```\n"
+    )
+    run = examples.run_page(page, "page.md", tmp_path)
+    assert [b.output for b in run.blocks if b.lang == "python"] == ["False\n", "True\n"]
+    assert jax.config.jax_enable_x64
+
+
+def test_a_picture_the_page_shows_must_be_drawn_by_its_examples(tmp_path):
+    with pytest.raises(examples.ExampleError, match=r"shows missing\.png, which none of its examples drew"):
+        examples.run_page("![a plot](missing.png)\n", "page.md", tmp_path)
+
+
+def test_the_reference_refuses_a_missing_name_or_parameter():
+    with pytest.raises(examples.ExampleError, match=r"streamacc\.nonexistent names nothing"):
+        api.check_reference([("api.md", "::: streamacc.nonexistent\n")])
+    with pytest.raises(examples.ExampleError, match=r"streamacc\.write is public but no page documents it"):
+        api.check_reference([("api.md", "::: streamacc.open\n")])
+
+    def undocumented(store, mode="create"):
+        """Does something.
+
+        Parameters
+        ----------
+        store : str
+            Where.
+
+        Returns
+        -------
+        None
+
+        Raises
+        ------
+        ValueError
+            Never.
+
+        Examples
+        --------
+        >>> undocumented("x")
+        """
+
+    assert api.problems("streamacc.undocumented", undocumented) == [
+        "streamacc.undocumented: parameter 'mode' is not described"
+    ]
+
+
+def test_every_public_docstring_has_its_sections():
+    problems = []
+    for name in api.public_names():
+        problems += api.problems(name, api.resolve(name))
+    assert problems == []
+
+
+def test_the_cli_reference_is_generated_for_every_option():
+    from streamacc.cli._parser import build_parser
+    from streamacc.recipes import RECIPES, option
+
+    text = cli_reference.render_commands()
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    options = {o for p in sub.choices.values() for a in p._actions for o in a.option_strings}
+    assert options and all(f"`{o}" in text for o in options), sorted(o for o in options if f"`{o}" not in text)
+    recipes = cli_reference.render_recipes()
+    assert all(f"### `{name}`" in recipes for name in RECIPES)
+    assert all(option(p.name) in recipes for r in RECIPES.values() for p in r.params)

@@ -1,0 +1,280 @@
+"""Virtual outputs: the carries are stored, the data recomputed on reading, bit for bit a stored write's.
+
+Every reference is a stored write of the same run (itself checked against one lax.scan
+elsewhere), compared value for value and, once materialized, file for file.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+import streamacc
+from streamacc.errors import InputError, StoreError, VerifyError
+
+jax.config.update("jax_enable_x64", True)
+
+MANIFEST = "_streamacc/zarr.json"
+
+
+def gp(c, _):
+    c = c * (1 + 1e-8)
+    return c, c
+
+
+def heat(u, _):
+    u = u + 0.1 * (jnp.roll(u, 1) + jnp.roll(u, -1) - 2 * u)
+    return u, u
+
+
+def ensemble(carry, _):
+    key, v = carry
+    key, k = jax.random.split(key)
+    v = v + jax.random.normal(k, v.shape)
+    return (key, v), v
+
+
+def field(u, _):
+    u = 0.99 * u + 0.01 * jnp.roll(u, 1, axis=0)
+    return u, {"u": u, "mean": u.mean()}
+
+
+def cumsum(c, x):
+    return c + x, c + x
+
+
+CASES = {
+    "scalar": (gp, np.float64(1.0), None, {"length": 5000, "block_size": 512}),
+    "state_4096": (heat, np.sin(np.linspace(0, 3, 4096)), None, {"length": 300, "block_size": 64}),
+    "ensemble_1000_thinned": (
+        ensemble,
+        (jax.random.key(0), jnp.zeros(1000)),
+        None,
+        {"length": 1200, "block_size": 200, "save_every": 10, "dims": {"y": ["path"]}},
+    ),
+    "field_256x256_time": (
+        field,
+        np.ones((256, 256)) * np.arange(256.0),
+        None,
+        {"length": 48, "block_size": 16, "time": {"step": 0.5, "units": "s"}},
+    ),
+    "input_xs": (cumsum, np.float64(0.0), np.arange(3000.0), {"block_size": 256}),
+}
+
+
+def files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def same_dataset(a: xr.Dataset, b: xr.Dataset) -> bool:
+    return (
+        set(a.data_vars) == set(b.data_vars)
+        and all(np.array_equal(a[n].values, b[n].values, equal_nan=True) for n in a.data_vars)
+        and all(np.array_equal(a[c].values, b[c].values) for c in a.coords)
+    )
+
+
+def write_both(tmp_path: Path, case: str, **extra):
+    f, init, xs, kw = CASES[case]
+    kw = {**kw, **extra}
+    stored, virtual = tmp_path / "stored.zarr", tmp_path / "virtual.zarr"
+    streamacc.write(stored, f, init, xs, progress=False, **kw)
+    streamacc.write(virtual, f, init, xs, progress=False, virtual=True, **kw)
+    return stored, virtual, (f, init, xs)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_virtual_output_reads_verifies_and_materializes_as_the_stored_write(tmp_path, case):
+    stored, virtual, (f, init, xs) = write_both(tmp_path, case)
+    reference = streamacc.open(stored)
+    assert same_dataset(streamacc.open(virtual, f=f, init=init, xs=xs), reference)
+    assert same_dataset(streamacc.overview(virtual, points=4), streamacc.overview(stored, points=4))
+    report = streamacc.verify(virtual, f, init, xs)
+    assert report.complete and len(report.checked_blocks) == report.committed_blocks
+    assert streamacc.materialize(virtual, f=f, init=init, xs=xs, progress=False) == report.committed_blocks
+    mine, theirs = files(virtual), files(stored)
+    assert sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k)) == [MANIFEST]
+    assert same_dataset(
+        xr.open_zarr(virtual)[list(reference.data_vars)], reference.drop_vars(["step", "time"], errors="ignore")
+    )
+
+
+def test_a_virtual_output_stores_no_data_and_plain_readers_get_an_error(tmp_path):
+    _, virtual, _ = write_both(tmp_path, "scalar")
+    about = streamacc.info(virtual)
+    assert about.virtual and about.stored_blocks == 0 and about.arrays["y"].stored_bytes == 0
+    assert not list((virtual / "y").glob("c/*"))  # no chunk at all
+    assert "the data of 0 of 10 committed blocks are stored" in str(about)
+    for read in (lambda: xr.open_zarr(virtual), lambda: zarr.open_group(virtual, mode="r")["y"][:],
+                 lambda: zarr.open_array(virtual / "y", mode="r")[:]):  # fmt: skip
+        with pytest.raises(Exception, match="streamacc_virtual"):
+            read()
+    attrs = json.loads((virtual / "zarr.json").read_text())["attributes"]
+    assert attrs["streamacc_virtual"] == 1 and "streamacc.open(path)" in attrs["streamacc_status"]
+    assert streamacc.open(virtual, f=gp).attrs["streamacc_virtual"] == 1
+
+
+def test_a_partly_materialized_output_reads_stored_and_recomputed_blocks_alike(tmp_path):
+    stored, virtual, _ = write_both(tmp_path, "scalar")
+    assert streamacc.materialize(virtual, steps=(1000, 2100), f=gp, progress=False) == 4  # blocks 1 to 4
+    assert streamacc.materialize(virtual, steps=slice(1500, None), f=gp, progress=False) == 5  # 5 to 9
+    about = streamacc.info(virtual)
+    assert about.stored_blocks == 9 and about.virtual
+    with pytest.raises(Exception, match="streamacc_virtual"):
+        xr.open_zarr(virtual)  # block 0 is not stored yet
+    assert same_dataset(streamacc.open(virtual, f=gp), streamacc.open(stored))
+    assert streamacc.verify(virtual, gp, np.float64(1.0)).complete
+    # a stored chunk that is not the one materialized is refused as for any stored output
+    (virtual / "y" / "c" / "3").write_bytes((stored / "y" / "c" / "2").read_bytes())
+    with pytest.raises(VerifyError, match="chunk y/c/3"):
+        streamacc.open(virtual, f=gp).y.load()
+
+
+def test_extending_a_virtual_output_gives_the_longer_virtual_run(tmp_path):
+    f, init, _, _ = CASES["scalar"]
+    longer = tmp_path / "longer.zarr"
+    streamacc.write(longer, f, init, length=9000, block_size=512, progress=False, virtual=True)
+    out = tmp_path / "out.zarr"
+    streamacc.write(out, f, init, length=4000, block_size=512, progress=False, virtual=True)
+    streamacc.materialize(out, f=f, progress=False)  # wholly stored: a plain output, until it is extended
+    xr.open_zarr(out)
+    streamacc.write(out, f, init, length=9000, block_size=512, progress=False, virtual=True, mode="extend")
+    with pytest.raises(Exception, match="streamacc_virtual"):
+        xr.open_zarr(out)
+    assert same_dataset(streamacc.open(out, f=f), streamacc.open(longer, f=f))
+    assert streamacc.info(out).stored_blocks == 7  # the blocks before the stored run's last
+
+
+def test_a_virtual_write_killed_mid_run_resumes_to_the_same_output(monkeypatch):
+    from streamacc.run.output import _output
+
+    monkeypatch.setattr(_output, "VIRTUAL_COMMIT_SECONDS", 0.0)  # commit every block, as a long run does
+    f, init, _, kw = CASES["scalar"]
+    reference: dict = {}
+    streamacc.write(zarr.storage.MemoryStore(reference), f, init, progress=False, virtual=True, **kw)
+
+    class Failing(zarr.storage.MemoryStore):
+        """A store whose sixth manifest save fails, as a full disk would."""
+
+        saves = 0
+
+        async def set(self, key, value):
+            if key == MANIFEST:
+                Failing.saves += 1
+                if Failing.saves == 6:
+                    raise OSError(28, "No space left on device")
+            await super().set(key, value)
+
+    stored: dict = {}
+    with pytest.raises(StoreError, match="No space left on device"):
+        streamacc.write(Failing(stored), f, init, progress=False, virtual=True, **kw)
+    committed = json.loads(json.loads(stored[MANIFEST].to_bytes())["attributes"]["streamacc_manifest"])
+    assert 0 < committed["committed_blocks"] < 10
+    streamacc.write(zarr.storage.MemoryStore(stored), f, init, progress=False, virtual=True, mode="resume", **kw)
+    assert {k: v.to_bytes() for k, v in stored.items()} == {k: v.to_bytes() for k, v in reference.items()}
+
+
+def test_reading_a_virtual_output_needs_its_own_step_function(tmp_path):
+    _, virtual, _ = write_both(tmp_path, "scalar")
+    with pytest.raises(InputError, match=r"written from Python.*pass it as f"):
+        streamacc.open(virtual)
+    with pytest.raises(VerifyError, match=r"was written by .*gp"):
+        streamacc.open(virtual, f=heat)
+    _, ens_virtual, (f, _, _) = write_both(tmp_path / "ens", "ensemble_1000_thinned")
+    with pytest.raises(InputError, match=r"carry .* has 2 leaves; pass init"):
+        streamacc.open(ens_virtual, f=f)
+    # a recorded carry that is not the run's: the recomputed block does not end where the next begins
+    records = json.loads((virtual / "_streamacc/records_000000/zarr.json").read_text())
+    blocks = json.loads(records["attributes"]["streamacc_records"])
+    blocks[3]["carry_in"] = blocks[2]["carry_in"]
+    records["attributes"]["streamacc_records"] = json.dumps(blocks)
+    (virtual / "_streamacc/records_000000/zarr.json").write_text(json.dumps(records))
+    with pytest.raises(VerifyError, match=r"block 2 .* recomputes to another carry"):  # it ends where 3 began
+        streamacc.open(virtual, f=gp).y.load()
+
+
+def test_a_virtual_array_declared_plain_is_refused(tmp_path):
+    _, virtual, _ = write_both(tmp_path, "scalar")
+    doc = json.loads((virtual / "y/zarr.json").read_text())
+    doc["codecs"] = [c for c in doc["codecs"] if c["name"] != "streamacc_virtual"]
+    (virtual / "y/zarr.json").write_text(json.dumps(doc, indent=2))
+    with pytest.raises(VerifyError, match=r"declared a plain array .* plain Zarr readers would read fill values"):
+        streamacc.info(virtual)
+
+
+def test_virtual_and_materialize_refuse_what_does_not_apply(tmp_path):
+    stored, virtual, _ = write_both(tmp_path, "scalar")
+    with pytest.raises(InputError, match="stores its data already"):
+        streamacc.materialize(stored)
+    with pytest.raises(InputError, match=r"steps=\[9000, 9500\] hold no committed step"):
+        streamacc.materialize(virtual, steps=(9000, 9500), f=gp)
+    with pytest.raises(InputError, match="virtual must be True or False"):
+        streamacc.write(tmp_path / "x.zarr", gp, np.float64(1.0), length=10, virtual="yes")
+    with pytest.raises(InputError, match="inflight does not apply to a virtual write without summaries"):
+        streamacc.write(tmp_path / "x.zarr", gp, np.float64(1.0), length=10, virtual=True, summaries=False, inflight=2)
+    with pytest.raises(streamacc.errors.ResumeError, match="virtual: stored True, now None"):
+        streamacc.write(virtual, gp, np.float64(1.0), length=5000, block_size=512, mode="resume", progress=False)
+
+
+def test_the_command_line_writes_reads_and_materializes_a_virtual_output(tmp_path, capsys):
+    from streamacc.cli import main
+
+    out, ref = tmp_path / "v.zarr", tmp_path / "s.zarr"
+    quiet = ["--size", "3000", "--block-size", "512", "--no-progress"]
+    assert main(["write", str(out), *quiet, "--virtual"]) == 0
+    assert main(["write", str(ref), *quiet]) == 0
+    assert "stored 0B for 3000 steps" in capsys.readouterr().out
+    assert main(["info", str(out)]) == 0 and "virtual: the data of 0 of 6" in capsys.readouterr().out
+    assert main(["verify", str(out)]) == 0 and "OK, 6 of 6 committed blocks" in capsys.readouterr().out
+    assert same_dataset(streamacc.open(out), streamacc.open(ref))  # a recipe recomputes from its record
+    assert main(["materialize", str(out), "--steps", "0:1000", "--no-progress"]) == 0
+    assert "stored the data of 2 block(s)" in capsys.readouterr().out
+    assert main(["materialize", str(out), "--no-progress"]) == 0
+    assert "it reads as a plain Zarr output now" in capsys.readouterr().out
+    assert main(["materialize", str(ref)]) == 2
+    assert "--virtual" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_virtual_write_and_reads_on_a_cluster(tmp_path, dask_client):
+    out, ref = tmp_path / "v.zarr", tmp_path / "s.zarr"
+    streamacc.write(ref, gp, np.float64(1.0), length=8000, block_size=512, progress=False)
+    streamacc.write(
+        out, gp, np.float64(1.0), length=8000, block_size=512, progress=False, virtual=True, client=dask_client
+    )
+    ds = streamacc.open(out, f=gp, chunks={"step": 512})
+    assert np.array_equal(dask_client.compute(ds.y.data).result(), streamacc.open(ref).y.values)
+
+
+@pytest.mark.slow
+def test_a_virtual_output_on_object_storage(s3_bucket):
+    url = s3_bucket.url("v.zarr")
+    options = s3_bucket.storage_options
+    streamacc.write(url, gp, np.float64(1.0), length=4000, block_size=512, progress=False, virtual=True,
+                    storage_options=options)  # fmt: skip
+    ds = streamacc.open(url, f=gp, storage_options=options)
+    expected = np.multiply.accumulate(np.full(4000, 1 + 1e-8))
+    assert np.array_equal(ds.y.values, expected)
+    assert streamacc.materialize(url, steps=(0, 1024), f=gp, storage_options=options, progress=False) == 2
+    assert not [key for key in s3_bucket.keys() if key.startswith("v.zarr/y/c/3")]  # noqa: SIM118
+    assert np.array_equal(streamacc.open(url, f=gp, storage_options=options).y.values, expected)
+
+
+def test_a_recipe_output_recomputes_in_a_fresh_interpreter_from_its_path_alone(tmp_path):
+    """The recipe and its parameters are recorded: no step function to pass, and x64 on as the run had it."""
+    out = tmp_path / "v.zarr"
+    write = [sys.executable, "-m", "streamacc", "write", str(out), "--size", "2000", "--virtual", "--no-progress"]
+    assert subprocess.run(write, capture_output=True, timeout=120).returncode == 0
+    code = "import streamacc, sys; print(float(streamacc.open(sys.argv[1]).x[-1]))"
+    done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=120)
+    expected = np.multiply.accumulate(np.r_[1.0, np.full(1999, 1 + 1e-8)])[-1]  # the gp recipe starts at x0
+    assert done.returncode == 0 and float(done.stdout) == float(expected)
