@@ -113,7 +113,7 @@ verify() {  # verify of a whole output against its write, each 3 times (2**31: 2
 }
 
 adversarial() {  # kill chains, S3 pauses, stalls and data loss, tampering, signals, deletions: counts
-  run adversarial /usr/bin/time -v python benchmarks/adversarial.py --trials 10 --json benchmarks/results/adversarial.json
+  run adversarial /usr/bin/time -v python tests/chaos.py --trials 10 --json benchmarks/results/adversarial.json
 }
 
 sections=("$@")

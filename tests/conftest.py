@@ -1,16 +1,19 @@
 """Test configuration: x64 on (the library's documented expectation for 64-bit data)
 and strict dtype promotion, so that a silent dtype change fails loudly; test outputs in
-memory where there is room."""
+memory where there is room; the session's S3 server and dask cluster. Helpers are in
+``helpers.py``."""
 
+import contextlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import jax
 import pytest
-
-pytest_plugins = ["_s3", "_cluster"]  # fixtures: s3_server, s3_bucket (moto's S3 server); dask_client
+from helpers import CLEARED, CREDENTIALS, Bucket, S3Server, new_bucket, start_server
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
@@ -69,4 +72,73 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "dask_client" in item.fixturenames:
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: "dask_client" in item.fixturenames)  # stable: each group keeps its order
+
+    def order(item: pytest.Item) -> tuple[bool, bool]:
+        # the test that kills a worker last: the one its nanny starts then imports nothing more for other tests
+        return "dask_client" in item.fixturenames, item.get_closest_marker("kills_a_worker") is not None
+
+    items.sort(key=order)  # stable: each group keeps its order
+
+
+# --- moto's S3 server, one for the session ------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def aws_credentials() -> Iterator[None]:
+    """Dummy AWS credentials in this process's environment (and so in every child's)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name in CLEARED:
+            mp.delenv(name, raising=False)
+        for name, value in CREDENTIALS.items():
+            mp.setenv(name, value)
+        yield
+
+
+@pytest.fixture(scope="session")
+def s3_server(aws_credentials: None) -> Iterator[S3Server]:
+    """moto's S3 server for the whole session."""
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto.server")
+    from streamacc.store import close_store_sessions
+
+    server, described = start_server()
+    try:
+        yield described
+    finally:
+        close_store_sessions()
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server: S3Server) -> Iterator[Bucket]:
+    """A new bucket for one test, emptied and removed afterwards."""
+    bucket = new_bucket(s3_server)
+    try:
+        yield bucket
+    finally:
+        fs = s3_server.fs()
+        with contextlib.suppress(Exception):
+            fs.rm(bucket.name, recursive=True)
+        fs.invalidate_cache()
+
+
+# --- a dask cluster, one for the session -----------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def dask_client(aws_credentials: None) -> Iterator[Any]:
+    """A ``distributed.Client`` on a local cluster of two single-threaded worker processes, closed at the end.
+
+    Starting one takes 1 to 2 s on the 2-core test machine (plus about 2 s the first time each
+    worker imports jax), so tests share it; one that kills a worker waits for its nanny to
+    restart it. The workers start after the dummy S3 credentials are set, so they inherit them.
+    """
+    pytest.importorskip("distributed")
+    import dask
+
+    from streamacc.run import cluster_client
+
+    # no statistical profiler sampling each worker's threads every 10 ms: diagnostics the tests never read,
+    # which cost the idle cluster a few CPU-seconds a minute
+    with dask.config.set({"distributed.worker.profile.enabled": False}), cluster_client(2, None) as client:
+        yield client

@@ -88,7 +88,7 @@ def full_disk(kind: str, at: int) -> Iterator[None]:
 
 def kill_after_complete(_: int) -> None:
     """SIGKILL this process right after the manifest is saved complete, before the root metadata follows."""
-    from streamacc.run.output._output import Output
+    from streamacc.run.output import Output
 
     real_save = Output._save
 
@@ -113,8 +113,7 @@ def pause_before_check(at: int) -> None:
     import contextvars
     import threading
 
-    from streamacc.store.lease._fence import FencedStore
-    from streamacc.store.lease._lease import Lease
+    from streamacc.store.lease import FencedStore, Lease
 
     real_check = Lease.check
     count = itertools.count(1)

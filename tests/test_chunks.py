@@ -16,7 +16,7 @@ import pytest
 import zarr
 from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
 
-from streamacc.store._chunks import ChunkWriter
+from streamacc.store import ChunkWriter
 
 CHUNK = 64
 

@@ -1,7 +1,7 @@
 """The ``streamacc`` command line: every recipe round-trips against a numpy reference,
 ``info``, ``verify``, ``recipes``, ``--version``, and the real entry points.
 
-Most tests call ``streamacc.cli._main.main`` in-process (it returns the exit code); a few run
+Most tests call ``streamacc.cli.main`` in-process (it returns the exit code); a few run
 ``python -m streamacc`` and the ``streamacc`` console script to prove the real thing.
 """
 
@@ -16,18 +16,18 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
-from types import SimpleNamespace
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from _fault_helpers import RECORDS, node_attribute, read_manifest, root_says, write_manifest
+from helpers import RECORDS, assert_bits_equal, node_attribute, read_manifest, root_says, write_manifest
 
 import streamacc
-from streamacc.cli._main import main, summary
+from streamacc.cli import main
 from streamacc.recipes import RECIPES
+from streamacc.run import si
 
 QUIET = ["--no-progress"]
 
@@ -43,12 +43,6 @@ def write_ok(out: Path, *argv: str) -> np.ndarray:
     group = zarr.open_group(out, mode="r")
     (name,) = group.array_keys()
     return group[name][:]
-
-
-def assert_bits_equal(actual: np.ndarray, expected: np.ndarray) -> None:
-    assert actual.dtype == expected.dtype
-    assert actual.shape == expected.shape
-    assert actual.tobytes() == expected.tobytes()
 
 
 def make_input(path: Path, values: np.ndarray, chunk: int = 50) -> Path:
@@ -133,15 +127,16 @@ def test_logistic_inner_applies_the_map_several_times(tmp_path):
 
 
 def test_randomwalk_is_independent_of_block_size_and_depends_on_seed(tmp_path):
+    """(Each block length draws its increments with a function of its own: two lengths, two compilations.)"""
     args = ("--recipe", "randomwalk", "--size", "1000", "--x0", "3", "--sigma", "0.5")
-    a = write_ok(tmp_path / "a.zarr", *args, "--block-size", "64")
-    b = write_ok(tmp_path / "b.zarr", *args, "--block-size", "300")
+    a = write_ok(tmp_path / "a.zarr", *args, "--block-size", "125")
+    b = write_ok(tmp_path / "b.zarr", *args, "--block-size", "200")
     assert_bits_equal(a, b)
     assert a[0] == 3.0
     assert np.isfinite(a).all() and np.unique(a).size == a.size
     steps = np.diff(a)
     assert 0.4 < steps.std() < 0.6
-    c = write_ok(tmp_path / "c.zarr", *args, "--block-size", "64", "--seed", "1")
+    c = write_ok(tmp_path / "c.zarr", *args, "--block-size", "125", "--seed", "1")
     assert c[0] == 3.0
     assert not np.array_equal(a, c)
 
@@ -256,24 +251,24 @@ def test_verify_accepts_a_good_output(gp_out, capsys):
 
 def test_info_verify_and_resume_of_an_interrupted_output(tmp_path, capsys):
     out = tmp_path / "out.zarr"
-    # no summaries: their committed tail would still describe all 16 blocks
-    full = write_ok(out, "--recipe", "randomwalk", "--size", "1000", "--block-size", "64", "--no-summaries")
-    # make it look killed after 8 of its 16 blocks: the manifest counts 8, later chunks were never written
+    # no summaries: their committed tail would still describe all 8 blocks
+    full = write_ok(out, "--recipe", "randomwalk", "--size", "1000", "--block-size", "125", "--no-summaries")
+    # make it look killed after 4 of its 8 blocks: the manifest counts 4, later chunks were never written
     manifest = read_manifest(out)
     records = node_attribute(out / RECORDS, "streamacc_records")
-    manifest.update(committed_blocks=8, committed_steps=512, carry=records[8]["carry_in"], complete=False)
+    manifest.update(committed_blocks=4, committed_steps=500, carry=records[4]["carry_in"], complete=False)
     write_manifest(out, manifest)
-    root_says(out, 512)
-    for k in range(8, 16):
+    root_says(out, 500)
+    for k in range(4, 8):
         (out / "x" / "c" / str(k)).unlink()
-    assert np.isnan(zarr.open_group(out)["x"][512:]).all()
+    assert np.isnan(zarr.open_group(out)["x"][500:]).all()
     capsys.readouterr()
     assert run_cli("info", out) == 0
-    assert "512 of 1000 steps committed, incomplete" in capsys.readouterr().out
+    assert "500 of 1000 steps committed, incomplete" in capsys.readouterr().out
     assert run_cli("verify", out) == 0
-    assert "8 of 8 committed blocks" in capsys.readouterr().out
+    assert "4 of 4 committed blocks" in capsys.readouterr().out
     resume = ["--resume", "--no-summaries"]
-    assert run_cli("write", out, "--recipe", "randomwalk", "--size", "1000", "--block-size", "64", *resume) == 0
+    assert run_cli("write", out, "--recipe", "randomwalk", "--size", "1000", "--block-size", "125", *resume) == 0
     assert_bits_equal(zarr.open_group(out)["x"][:], full)
     assert run_cli("info", out) == 0
     assert "1000 of 1000 steps committed, complete" in capsys.readouterr().out
@@ -368,24 +363,34 @@ def test_write_prints_one_summary_line_on_stdout(tmp_path, capsys, monkeypatch, 
     assert match, stdout
     chunk_bytes = sum(p.stat().st_size for p in (out / "x" / "c").iterdir())
     assert match["path"] == str(out) and match["steps"] == match["total"] == "1000"
-    assert match["bytes"] == "8k" and match["stored"] == streamacc.run.execute._progress.si(chunk_bytes)
+    assert match["bytes"] == "8k" and match["stored"] == si(chunk_bytes)
     assert match["ratio"] == f"{8000 / chunk_bytes:.2f}"
     assert ("1k/1k steps" in stderr.getvalue()) is bar  # the bar went to stderr, not stdout
 
 
-def test_summary_of_a_resumed_and_of_a_finished_run():
-    arrays = {
-        "x": SimpleNamespace(shape=(300,), dtype="float64", stored_bytes=1200),
-        "v": SimpleNamespace(shape=(300, 2), dtype="float32", stored_bytes=800),
-    }
-    info = SimpleNamespace(path="out.zarr", committed_steps=300, committed_rows=300, save_every=1, arrays=arrays)
-    # 16 bytes a step (8 + 2 * 4): 200 steps are 3200 bytes in 2 s; 4800 bytes stored in 2000
-    assert summary(info, 100, 2.0) == (
-        "out.zarr: wrote 200 steps (3.2kB), resumed at step 100, in 2.00 s (100 steps/s, 1.6kB/s); "
-        "stored 2kB for 300 steps (compression 2.40x)"
-    )
-    assert summary(info, 300, 0.5) == (
-        "out.zarr: nothing to write, all 300 steps were committed already; stored 2kB for 300 steps (compression 2.40x)"
+def test_summary_of_a_resumed_and_of_a_finished_run(tmp_path, capsys):
+    """The bytes of every array's rows (lorenz: x, y and z, 24 a step) written from the step it resumed at."""
+    out = tmp_path / "out.zarr"
+    args = ["--recipe", "lorenz", "--size", "300", "--block-size", "64", "--codec", "none", "--no-summaries", *QUIET]
+    assert run_cli("write", out, *args) == 0
+    manifest = read_manifest(out)  # made to look killed after 2 of its 5 blocks
+    carry = node_attribute(out / RECORDS, "streamacc_records")[2]["carry_in"]
+    manifest.update(committed_blocks=2, committed_steps=128, carry=carry, complete=False)
+    write_manifest(out, manifest)
+    root_says(out, 128)
+    for name in "xyz":
+        for k in range(2, 5):
+            (out / name / "c" / str(k)).unlink()
+    capsys.readouterr()
+    assert run_cli("write", out, *args, "--resume") == 0
+    line = capsys.readouterr().out.strip()
+    # 172 steps of 24 bytes; each array stores 5 whole chunks of 64 float64 values and a 4-byte checksum
+    assert line.startswith(f"{out}: wrote 172 steps (4.13kB), resumed at step 128, in "), line
+    assert line.endswith("; stored 7.74kB for 300 steps (compression 0.93x)"), line
+    assert run_cli("write", out, *args, "--resume") == 0
+    assert capsys.readouterr().out == (
+        f"{out}: nothing to write, all 300 steps were committed already; stored 7.74kB for 300 steps "
+        "(compression 0.93x)\n"
     )
 
 
@@ -400,10 +405,10 @@ def test_debug_and_version_are_accepted_after_the_command(tmp_path, capsys, monk
         assert run_cli(*argv) == 0
         assert capsys.readouterr().out == f"streamacc {streamacc.__version__}\n"
 
-    def broken(args):
+    def broken(*args, **kwargs):
         raise RuntimeError("unforeseen")
 
-    monkeypatch.setitem(streamacc.cli._main.COMMANDS, "info", broken)
+    monkeypatch.setattr(streamacc.run, "info", broken)  # what the info command calls
     for argv in (["info", out, "--debug"], ["--debug", "info", out]):  # before or after: both honoured
         assert run_cli(*argv) == 1
         assert "Traceback" in capsys.readouterr().err
@@ -477,15 +482,28 @@ def test_storage_options_are_parsed_as_json_where_they_parse():
     assert storage_options([]) is None
 
 
-def test_every_argument_of_every_command_has_help_that_fits_the_command():
-    import argparse
+def help_entries(text: str) -> dict[str, str]:
+    """Each argument a ``--help`` text lists (its invocation) and its help, the text after it ('' for none)."""
+    entries = {}
+    for section in re.split(r"\n\n(?=\S[^\n]*:\n)", text)[1:]:  # 'positional arguments:', 'options:', groups
+        for entry in re.split(r"\n(?=  \S)", section.split("\n", 1)[1]):
+            first, _, more = entry.strip().partition("\n")  # a long invocation's help starts on the next line
+            invocation, _, text = first.partition("  ")
+            entries[invocation] = " ".join(f"{text} {more}".split())
+    return entries
 
-    from streamacc.cli._parser import build_parser
 
-    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
-    assert {"write", "info", "verify", "recipes"} <= set(commands)
-    for name, parser in commands.items():
-        for action in parser._actions:
-            assert action.help, (name, action.dest)
-            if action.dest == "storage_option":
-                assert ("--input" in action.help) == (name == "write"), (name, action.help)  # only write reads one
+def test_every_argument_of_every_command_has_help_that_fits_the_command(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # argparse wraps no help text
+    assert run_cli("--help") == 0
+    listed = capsys.readouterr().out.split("\n  COMMAND\n", 1)[1].split("\n\n")[0]
+    commands = [line.split()[0] for line in listed.splitlines() if line.startswith("    ")]
+    assert {"write", "info", "verify", "recipes", "plot"} <= set(commands)
+    for name in commands:
+        assert run_cli(name, "--help") == 0
+        entries = help_entries(capsys.readouterr().out)
+        assert "-h, --help" in entries and ("OUT" in entries) == (name != "recipes"), (name, entries)
+        for invocation, text in entries.items():
+            assert text, (name, invocation)
+        storage = entries.get("--storage-option KEY=VALUE", "")
+        assert ("--input" in storage) == (name == "write"), (name, storage)  # only write reads one

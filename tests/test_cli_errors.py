@@ -10,27 +10,21 @@ whole workspace is compared file by file (bytes and mtimes) before and after.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import zarr
+from helpers import held_lock, listing, run_warm
 
 import streamacc
-import streamacc.cli._main
 from streamacc.cli import main
+from streamacc.store import LocalTarget
 
 LOCK = "out.zarr"  # writers lock the output folder itself
-
-
-def listing(root: Path) -> dict[str, tuple[int, bytes]]:
-    return {str(p.relative_to(root)): (p.stat().st_mtime_ns, p.read_bytes()) for p in root.rglob("*") if p.is_file()}
 
 
 def directories(root: Path) -> set[str]:
@@ -62,17 +56,6 @@ def workspace(template, tmp_path, monkeypatch) -> Path:
     shutil.copytree(template, root)
     monkeypatch.chdir(root)
     return root
-
-
-@contextlib.contextmanager
-def held_lock(path: Path):
-    """Hold the output's writer lock as another live writer would (read-only: changes nothing)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        yield
-    finally:
-        os.close(fd)
 
 
 def W(*args: str) -> list[str]:
@@ -207,19 +190,17 @@ def test_table_is_large_enough():
 
 
 SUBPROCESS_ROWS = [
-    pytest.param(W("--size", "lambda: 1"), 2, id="size-lambda"),
-    pytest.param(["write", "out.zarr", "--size", "100"], 2, id="existing-output"),
-    pytest.param(["write", "afile", "--size", "10"], 2, id="OUT-is-a-file"),
+    pytest.param(W("--size", "lambda: 1"), 2, id="size-lambda"),  # refused before JAX is imported
+    pytest.param(["write", "out.zarr", "--size", "100"], 2, id="existing-output"),  # and after
 ]
+"""A process's own exit code and stderr (``python -m streamacc`` in a process of its own; the rows above run
+in-process, and test_cli runs the installed entry points): one refusal before JAX is imported and one after."""
 
 
 @pytest.mark.parametrize(("argv", "code"), SUBPROCESS_ROWS)
 def test_real_exit_codes(workspace, argv, code):
     before = listing(workspace)
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "streamacc", *argv], capture_output=True, text=True, timeout=120, env=env
-    )
+    proc = run_warm([sys.executable, "-m", "streamacc", *argv], text=True, timeout=120)
     assert proc.returncode == code
     assert_one_error_line(proc.stderr)
     assert proc.stdout == ""
@@ -227,10 +208,10 @@ def test_real_exit_codes(workspace, argv, code):
 
 
 def test_interrupt_exits_130_with_one_line(workspace, capfd, monkeypatch):
-    def interrupted(args):
+    def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setitem(streamacc.cli._main.COMMANDS, "write", interrupted)
+    monkeypatch.setattr(streamacc.run, "write", interrupted)  # what the write command calls
     assert main(W("--size", "10")) == 130
     err = capfd.readouterr().err
     assert_one_error_line(err)
@@ -238,10 +219,10 @@ def test_interrupt_exits_130_with_one_line(workspace, capfd, monkeypatch):
 
 
 def test_unexpected_error_is_one_line_and_debug_shows_the_traceback(workspace, capfd, monkeypatch):
-    def broken(args):
+    def broken(*args, **kwargs):
         raise RuntimeError("something\nunforeseen")
 
-    monkeypatch.setitem(streamacc.cli._main.COMMANDS, "info", broken)
+    monkeypatch.setattr(streamacc.run, "info", broken)  # what the info command calls
     assert main(["info", "out.zarr"]) == 1
     err = capfd.readouterr().err
     assert_one_error_line(err)
@@ -252,7 +233,7 @@ def test_unexpected_error_is_one_line_and_debug_shows_the_traceback(workspace, c
 
 
 def test_a_store_failure_before_any_block_names_the_command_to_rerun(workspace, monkeypatch, capsys):
-    from streamacc.store._target import LocalTarget
+    """A local folder's files are written and deleted by the run itself, not through the zarr store: they fail there."""
 
     def read_only(self, *args):
         raise PermissionError(13, "Permission denied")

@@ -1,5 +1,6 @@
 """The command line as a process: what it imports to start, how it ends on a closed pipe,
-and whose log messages reach the terminal. Each case runs a fresh Python."""
+and whose log messages reach the terminal. Each case runs a fresh Python, or (what a start
+imports) a child forked from one that has imported streamacc and nothing heavy."""
 
 from __future__ import annotations
 
@@ -7,35 +8,9 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
-from pathlib import Path
 
 import pytest
-
-HEAVY = ("jax", "zarr", "numpy")
-
-
-def python(code: str, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run ``code`` with arguments ``argv`` in a fresh interpreter, capturing its output."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code), *argv], cwd=cwd, env=env, capture_output=True, text=True,
-        timeout=120,
-    )  # fmt: skip
-
-
-def imported_by(code: str, tmp_path: Path) -> set[str]:
-    """Which of ``HEAVY`` a fresh interpreter has imported after running ``code``."""
-    proc = python(
-        f"""
-        import json, sys
-        {code}
-        print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))
-        """,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return set(json.loads(proc.stdout.splitlines()[-1]))
+from helpers import HEAVY, imported_by, python
 
 
 def cli(*argv: str) -> str:
@@ -94,21 +69,32 @@ def test_reading_an_output_imports_no_jax(tmp_path):
 
     streamacc.write(tmp_path / "out.zarr", lambda c, _: (c + 1.0, c), np.float64(0), length=40, block_size=16,
                     names=["x"], progress=False)  # fmt: skip
-    read = "import streamacc; ds = streamacc.open('out.zarr'); assert ds.x.values[-1] == 39"
-    assert "jax" not in imported_by(read, tmp_path)
-    assert "jax" not in imported_by(cli("info", "out.zarr"), tmp_path)
+    read = "import streamacc; ds = streamacc.open('out.zarr'); assert ds.x.values[-1] == 39; "
+    assert "jax" not in imported_by(read + cli("info", "out.zarr"), tmp_path)  # open, then the info command
 
 
 def test_the_check_sees_heavy_imports(tmp_path):
-    # the same check notices JAX and Zarr once something needs them, so the test above can fail
-    assert imported_by("from streamacc import write", tmp_path) == set(HEAVY)
-    assert {"jax", "numpy"} <= imported_by("import streamacc; streamacc.scan", tmp_path)
+    # the same check notices JAX and Zarr once something needs them, so the tests above can fail
+    code = f"""
+        import json, sys
+        import streamacc
+        streamacc.scan
+        print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))
+        from streamacc import write
+        print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))
+        """
+    proc = python(code, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    after_scan, after_write = (set(json.loads(line)) for line in proc.stdout.splitlines()[-2:])
+    assert {"jax", "numpy"} <= after_scan and after_write == set(HEAVY)
 
 
 def test_matplotlib_only_for_a_picture_and_jax_never(tmp_path):
     # `streamacc plot` reads summaries: it must not pay for JAX's import, and nothing else may pay for matplotlib's
+    from streamacc.cli import main
+
     out = tmp_path / "o.zarr"
-    assert python(cli("write", str(out), "--size", "100", "--no-progress")).returncode == 0
+    assert main(["write", str(out), "--size", "100", "--no-progress"]) == 0
     code = f"""
         import json, sys
         import streamacc
@@ -152,23 +138,24 @@ def test_head_reads_the_first_line_of_recipes():
 
 LOGGING = """
     import logging, sys
-    import streamacc.cli._main as cli
+    import streamacc.run
+    from streamacc.cli import main
 
-    def talk(args):
+    def talk(path, storage_options=None):  # the library the info command calls, as it logs
         logging.getLogger("botocore.credentials").info("Found credentials in environment variables.")
         logging.getLogger("fsspec").warning("a warning from another library")
         logging.getLogger("streamacc").info("resuming out.zarr at step 4 of 8")
-        return 0
+        return f"{path} described"
 
-    cli.COMMANDS["recipes"] = talk
-    sys.exit(cli.main(sys.argv[1:]))
+    streamacc.run.info = talk
+    sys.exit(main(sys.argv[1:]))
 """
 
 
 @pytest.mark.parametrize("debug", [[], ["--debug"]], ids=["quiet", "debug"])
 def test_only_streamacc_messages_reach_stderr_unless_debug(debug):
-    proc = python(LOGGING, "recipes", *debug)
-    assert proc.returncode == 0 and proc.stdout == ""
+    proc = python(LOGGING, "info", "out.zarr", *debug)
+    assert proc.returncode == 0 and proc.stdout == "out.zarr described\n"
     lines = proc.stderr.splitlines()
     assert "streamacc: resuming out.zarr at step 4 of 8" in lines
     if debug:

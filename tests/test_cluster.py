@@ -11,19 +11,17 @@ import sys
 import textwrap
 import time
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
 import zarr
+from helpers import Popen, gone
 from zarr.storage import FsspecStore
 
 from streamacc.errors import InputError
-from streamacc.store.lease._lease import _process_gone
+from streamacc.run import cluster_client
 
 distributed = pytest.importorskip("distributed")
-
-from streamacc.run.execute._cluster import local_cluster  # noqa: E402 - needs distributed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,37 +90,11 @@ def test_a_zarr_array_on_s3_reaches_the_workers_as_xs(dask_client, s3_bucket):
     assert carry == ys[-1]
 
 
-def wait_for_file(path: Path, deadline: float = 60.0) -> str:
-    end = time.monotonic() + deadline
-    while not path.exists() or not path.read_text():
-        assert time.monotonic() < end, f"{path} never appeared"
-        time.sleep(0.05)
-    return path.read_text()
-
-
-def slow_square(n, note):
-    """Leave this worker's pid in ``note``, then take a while, then answer."""
-    Path(note).write_text(str(os.getpid()))
-    time.sleep(2.0)
-    return os.getpid(), n * n
-
-
-@pytest.mark.slow
-def test_the_task_of_a_killed_worker_is_run_again_elsewhere(tmp_path, aws_credentials):
-    note = tmp_path / "pid"
-    with local_cluster(2) as client:
-        future = client.submit(slow_square, 12, str(note))
-        victim = int(wait_for_file(note))
-        os.kill(victim, signal.SIGKILL)
-        pid, value = future.result(timeout=120)
-    assert value == 144 and pid != victim
-
-
 DRIVER = textwrap.dedent(
     """
     import signal, sys, time, zarr
     from zarr.storage import FsspecStore
-    from streamacc.run.execute._cluster import local_cluster
+    from streamacc.run import cluster_client
 
     # as a command typed at a terminal: Ctrl-C interrupts it (a test run started in the
     # background, `pytest &`, would otherwise hand down SIGINT ignored)
@@ -133,7 +105,7 @@ DRIVER = textwrap.dedent(
 
     mode, endpoint, url = sys.argv[1:]
     xs = zarr.open_array(FsspecStore.from_url(url, storage_options={"endpoint_url": endpoint}), mode="r")
-    with local_cluster(1) as client:
+    with cluster_client(1, None) as client:
         pids = client.run(__import__("os").getpid)
         print(*pids.values(), flush=True)
         print(client.submit(total, xs, pure=False).result(), flush=True)  # workers now hold S3 sessions
@@ -144,12 +116,12 @@ DRIVER = textwrap.dedent(
 )
 
 
-def start_driver(mode: str, s3_bucket) -> tuple[subprocess.Popen, list[int]]:
+def start_driver(mode: str, s3_bucket) -> tuple[Popen, list[int]]:
     url = s3_bucket.url("in.zarr")
     zarr.create_array(FsspecStore.from_url(url, storage_options=s3_bucket.storage_options), shape=(4,), dtype="f8")[
         :
     ] = [1, 2, 3, 4]
-    driver = subprocess.Popen(
+    driver = Popen(
         [sys.executable, "-c", DRIVER, mode, s3_bucket.server.endpoint, url],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -163,7 +135,7 @@ def start_driver(mode: str, s3_bucket) -> tuple[subprocess.Popen, list[int]]:
 
 def assert_all_gone(pids: list[int], deadline: float = 30.0) -> None:
     end = time.monotonic() + deadline
-    while not all(_process_gone(pid) for pid in pids):
+    while not all(gone(pid) for pid in pids):
         assert time.monotonic() < end, f"worker processes outlived their driver: {pids}"
         time.sleep(0.1)
 
@@ -198,6 +170,6 @@ def test_an_error_closes_the_cluster_and_the_workers_store_sessions(s3_bucket):
 
 
 def test_a_cluster_needs_at_least_one_worker():
-    cluster = local_cluster(0)
+    cluster = cluster_client(0, None)
     with pytest.raises(InputError, match=r"workers must be >= 1, got 0; pass e.g. workers=2"):
         cluster.__enter__()

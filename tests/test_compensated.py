@@ -9,10 +9,7 @@ rounded to the dtype by integer arithmetic here, never by the code under test.
 
 from __future__ import annotations
 
-import errno
-import itertools
 import math
-import os
 from fractions import Fraction
 
 import jax
@@ -20,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import zarr
-from zarr.storage import LocalStore
+from helpers import faultrun
 
 import streamacc
 from streamacc.cli import main
@@ -281,28 +278,12 @@ def test_any_block_size_gives_the_bits_of_one_scan(tmp_path, name, dtype):
         assert [np.asarray(c).tobytes() for c in got_carry] == [np.asarray(c).tobytes() for c in carry]
 
 
-def full_disk_at_chunk(monkeypatch, at: int) -> None:
-    """The ``at``-th chunk written through zarr's LocalStore fails as on a full disk."""
-    real_set, count = LocalStore.set, itertools.count(1)
-
-    async def set(self, key, value):
-        if not key.endswith("zarr.json") and next(count) == at:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return await real_set(self, key, value)
-
-    monkeypatch.setattr(LocalStore, "set", set)
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cli_resume_after_a_failure_gives_the_uninterrupted_bits_and_refuses_the_other_mode(
-    tmp_path, monkeypatch, capsys, dtype
-):
+def test_cli_resume_after_a_failure_gives_the_uninterrupted_bits_and_refuses_the_other_mode(tmp_path, capsys, dtype):
     args = ["--size", "5000", "--block-size", "512", "--dtype", dtype, "--ratio", "1+2**-23", "--no-progress"]
     ref, out = tmp_path / "ref.zarr", tmp_path / "out.zarr"
     assert main(["write", str(ref), *args, "--compensated"]) == 0
-    with monkeypatch.context() as patch:
-        full_disk_at_chunk(patch, 4)
-        assert main(["write", str(out), *args, "--compensated"]) == 1
+    assert faultrun("chunk", 4, "write", out, *args, "--compensated").returncode == 1  # a full disk at chunk 4
     capsys.readouterr()
     assert main(["write", str(out), *args, "--resume"]) == 2
     line = capsys.readouterr().err

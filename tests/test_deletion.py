@@ -14,8 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from _fault_helpers import RECORDS, node_attribute, read_manifest, write_manifest
-from test_hardening import SMALL, run, tree
+from helpers import RECORDS, SMALL, node_attribute, read_manifest, run, tree, write_manifest
 
 from streamacc.cli import main
 

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 import streamacc
-from streamacc.cli import main
 from streamacc.errors import InputError, VerifyError
 
 
@@ -107,33 +106,6 @@ def test_overview_of_an_output_whose_array_folder_is_gone(small, tmp_path):
     with pytest.raises(VerifyError) as refused:
         streamacc.overview(out)
     assert "the metadata of array 'y' (y/zarr.json) is missing" in one_line(refused)
-
-
-def test_values_near_the_largest_float_and_infinite_ones_are_drawn(tmp_path):
-    pytest.importorskip("matplotlib")
-    from streamacc.cli._plot import draw, drawable
-
-    rng = np.random.default_rng(0)
-    huge = rng.choice([-1.7e308, 1.7e308], size=2048)
-    sparse = rng.normal(size=2048)
-    sparse[::100], sparse[50::100] = np.inf, -np.inf  # in every window of the level drawn
-    for values in (huge, sparse):
-        (low, high, mean), scale, infinite = drawable(values, values, values)
-        assert np.isfinite(low).all() and np.isfinite(high).all() and np.isfinite(mean).all()
-        assert infinite == bool(np.isinf(values).any()) and (scale > 1e300) == (values is huge)
-
-    def same(c, x):
-        return c, x
-
-    for name, values in (("huge", huge), ("sparse", sparse)):
-        out = tmp_path / f"{name}.zarr"
-        streamacc.write(out, same, np.float64(0.0), values, names="x", summaries=[64], progress=False)
-        assert main(["plot", str(out), "-o", str(tmp_path / f"{name}.png")]) == 0
-        ax = draw(streamacc.overview(out), "x").axes[0]
-        bottom, top = ax.get_ylim()
-        assert np.isfinite([bottom, top]).all() and bottom < top
-        assert ax.collections and len(ax.collections[0].get_paths()) > 0  # the band is drawn
-    assert "(x 1e+308)" in ax.get_ylabel() or "±inf drawn at the edges" in ax.get_title()
 
 
 def test_times_that_float64_cannot_tell_apart_are_one_line_naming_step(tmp_path):

@@ -7,9 +7,7 @@ between examples; each distinct block length still costs one small XLA compile.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -17,90 +15,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import zarr
+from helpers import (
+    CASES,
+    DATA,
+    MAX_LEN,
+    UNROLL_CASES,
+    Case,
+    affine_sin_step,
+    assert_bits_equal,
+    count_step,
+    product_step,
+    tree_step,
+)
 from hypothesis import HealthCheck, given, settings, strategies as st
 from jax import lax
 
 import streamacc
 
-MAX_LEN = 300
-DATA = np.random.default_rng(20240611).normal(size=(MAX_LEN, 2))
+SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+"""Few examples: each compiles scans of new lengths (a tenth of a second each), and the fixed cases cover the edges."""
 
-SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-"""Few examples: each compiles a scan of a new length, and the fixed cases below cover the edges."""
-
-
-# --- step functions ---------------------------------------------------------------------
-
-
-def product_step(c, _):
-    return c * 1.0000001, c
-
-
-def affine_sin_step(c, x):
-    return 0.9 * c + jnp.sin(x), c
-
-
-def logistic_step(c, _):
-    return 3.9 * c * (1.0 - c), c
-
-
-def tree_step(carry, _):
-    n, acc = carry["n"], carry["acc"]
-    new_acc = (acc[0] * 1.01 + n.astype(jnp.float64), acc[1] - 0.5 * acc[0])
-    return {"n": n + 1, "acc": new_acc}, (n, {"sum": acc[0] + acc[1], "both": jnp.stack(acc)})
-
-
-def key_step(key, _):
-    key, sub = jax.random.split(key)
-    return key, jax.random.normal(sub, dtype=jnp.float64)
-
-
-def count_step(c, _):
-    """Emits the carry it receives, so ys and carries reveal the order of the steps."""
-    return c + 1, c
-
-
-# --- cases: a step function, its init and a source for xs -------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    name: str
-    f: Callable
-    init: Callable[[], Any]
-    xs: Callable[[int, Any], Any] | None = None  # (length, tmp dir) -> xs
-
-    def make(self, length: int, tmp: Any) -> tuple[Any, Any, dict]:
-        """(init, xs, extra kwargs) for a scan of ``length`` steps."""
-        if self.xs is None:
-            return self.init(), None, {"length": length}
-        return self.init(), self.xs(length, tmp), {}
-
-
-def _zarr_xs(length: int, tmp: Any) -> Any:
-    arr = zarr.create_array(store=str(tmp / f"{uuid.uuid4().hex}.zarr"), shape=(length, 2), chunks=(64, 2), dtype="f8")
-    arr[...] = DATA[:length]
-    return arr
-
-
-def _memmap_xs(length: int, tmp: Any) -> Any:
-    mm = np.memmap(tmp / f"{uuid.uuid4().hex}.f8", dtype=np.float64, mode="w+", shape=(max(length, 1),))
-    mm[:length] = DATA[:length, 0]
-    mm.flush()
-    return mm[:length]
-
-
-CASES = [
-    Case("product", product_step, lambda: np.float64(1.0)),
-    Case("affine_sin_numpy", affine_sin_step, lambda: np.float64(0.5), lambda n, _: DATA[:n, 0].copy()),
-    Case("logistic", logistic_step, lambda: np.float64(0.3)),
-    Case("pytree", tree_step, lambda: {"n": np.int64(3), "acc": (np.float64(1.0), np.float64(-2.0))}),
-    Case("prng_key", key_step, lambda: jax.random.key(7)),
-    Case("affine_sin_zarr", affine_sin_step, lambda: np.array([0.5, -0.25]), _zarr_xs),
-    Case("affine_sin_memmap", affine_sin_step, lambda: np.float64(0.5), _memmap_xs),
-    Case("affine_sin_jax", affine_sin_step, lambda: np.float64(0.5), lambda n, _: jnp.asarray(DATA[:n, 0])),
-]
 CASE_IDS = [c.name for c in CASES]
 
 
@@ -110,24 +44,6 @@ def tmp(tmp_path_factory):
 
 
 # --- helpers ----------------------------------------------------------------------------
-
-
-def _plain(leaf: Any) -> np.ndarray:
-    if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.extended):
-        leaf = jax.random.key_data(leaf)
-    return np.asarray(leaf)
-
-
-def assert_bits_equal(got: Any, want: Any) -> None:
-    """Same tree structure and, leaf by leaf, same dtype, shape and bytes."""
-    got_leaves, got_tree = jax.tree_util.tree_flatten(got)
-    want_leaves, want_tree = jax.tree_util.tree_flatten(want)
-    assert got_tree == want_tree
-    for g, w in zip(got_leaves, want_leaves, strict=True):
-        assert g.dtype == w.dtype
-        g, w = _plain(g), _plain(w)
-        assert g.shape == w.shape
-        assert g.tobytes() == w.tobytes()
 
 
 def reference(f: Callable, init: Any, xs: Any, kwargs: dict, **opts: Any) -> tuple[Any, Any]:
@@ -191,10 +107,7 @@ def test_exact_every_case(case, reverse, tmp):
         check_exact(case, 37, block_size, reverse, 1, tmp)
 
 
-UNROLL_CASES = [c for c in CASES if c.name in ("product", "affine_sin_numpy", "logistic", "pytree")]
-
-
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     case=st.sampled_from(UNROLL_CASES),
     length=st.integers(0, 120),

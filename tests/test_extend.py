@@ -6,16 +6,14 @@ in-memory ``lax.scan`` check it too. Refused extensions leave every file as it w
 
 from __future__ import annotations
 
-import errno
-
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _fault_helpers import assert_same_output, fail_write_at, read_manifest, store_files
+import zarr
+from helpers import assert_same_output, failing, read_manifest, store_files
 from jax import lax
 
 import streamacc
-import streamacc.run.output._extend
 from streamacc.cli import main
 
 XS = np.random.default_rng(4).normal(size=(1000, 2))
@@ -33,18 +31,17 @@ def product(c, _):
 def write(out, length, *, f=step, **kw):
     kw = {"block_size": 16, "progress": False, **kw}
     if f is step:
-        return streamacc.write(str(out), f, np.zeros(2), XS[:length], **kw)
-    return streamacc.write(str(out), f, np.float64(1.0), length=length, **kw)
+        return streamacc.write(out, f, np.zeros(2), XS[:length], **kw)
+    return streamacc.write(out, f, np.float64(1.0), length=length, **kw)
 
 
 @pytest.mark.parametrize(
     ("lengths", "kw"),
     [
-        ((100, 250), {}),  # a partial last block (4 steps) becomes full
-        ((100, 103), {}),  # by less than one block
+        ((100, 103, 250, 400), {"summaries": [1, 16]}),  # by less than a block, then a partial last block (4 steps)
+        # becomes full, again (the levels of 100 steps, which the extended output keeps)
         ((96, 160), {}),  # from a whole number of blocks
         ((10, 100), {"summaries": [1]}),  # a single block: nothing is kept, the layout is the longer run's
-        ((100, 150, 400), {"summaries": [1, 16]}),  # twice (the default windows of 400 steps have a third level)
         ((100, 251), {"save_every": 4}),  # thinned: the last kept rows and the steps after them
         ((54, 60), {"f": product, "unroll": 4, "block_size": 8}),  # a short tail joined its block, and still does
         ((54, 66), {"f": product, "unroll": 4, "block_size": 8}),  # ... and now stands alone
@@ -52,8 +49,8 @@ def write(out, length, *, f=step, **kw):
         ((100, 250), {"summaries": [8, 32]}),  # complete summary windows kept, the open one rebuilt from the data
         ((200, 451), {"save_every": 3, "block_size": 24, "summaries": [4, 8]}),
     ],
-    ids=["partial", "less_than_a_block", "whole_blocks", "single_block", "twice", "thinned", "tail_joined",
-         "tail_alone", "unrolled_thinned", "summaries", "thinned_summaries"],
+    ids=["less_than_a_block_partial_again", "whole_blocks", "single_block", "thinned", "tail_joined", "tail_alone",
+         "unrolled_thinned", "summaries", "thinned_summaries"],
 )  # fmt: skip
 def test_an_extended_output_is_the_longer_run(tmp_path, lengths, kw):
     out, ref = tmp_path / "out.zarr", tmp_path / "ref.zarr"
@@ -114,15 +111,13 @@ def test_a_reverse_scan_is_not_extended(tmp_path):
     assert store_files(out) == before
 
 
-def test_an_unfinished_or_missing_output_is_not_extended(tmp_path, monkeypatch):
+def test_an_unfinished_or_missing_output_is_not_extended(tmp_path):
     out = tmp_path / "out.zarr"
     with pytest.raises(streamacc.errors.NoOutputError, match="holds no output to extend"):
         write(out, 200, mode="extend")
     assert not out.exists()
-    with monkeypatch.context() as m:
-        fail_write_at(m, 48, OSError(errno.EIO, "Input/output error"))
-        with pytest.raises(streamacc.errors.StoreError):
-            write(out, 100)
+    with pytest.raises(streamacc.errors.StoreError):
+        write(failing(out, "state/c/3/0"), 100)  # the chunk of steps 48-63
     before = store_files(out)
     with pytest.raises(
         streamacc.errors.ResumeError, match=r"not finished \(48 of 100 steps committed\).*mode='resume'"
@@ -131,22 +126,15 @@ def test_an_unfinished_or_missing_output_is_not_extended(tmp_path, monkeypatch):
     assert store_files(out) == before
 
 
-def test_an_interrupted_extension_resumes_to_the_longer_run(tmp_path, finished, monkeypatch):
+def test_an_interrupted_extension_resumes_to_the_longer_run(tmp_path, finished):
     ref = tmp_path / "ref.zarr"
     write(ref, 300, summaries=[1, 16])  # the levels the 100-step output was begun with, which it keeps
-
-    def cut(target, shapes):  # killed between the longer run's manifest and its arrays' metadata
-        raise KeyboardInterrupt
-
-    with monkeypatch.context() as m:
-        m.setattr(streamacc.run.output._extend, "resize_arrays", cut)
-        with pytest.raises(KeyboardInterrupt):
-            write(finished, 300, mode="extend")
+    with pytest.raises(streamacc.StreamaccError):  # stopped between the longer run's manifest and its arrays' metadata
+        write(failing(finished, "state/zarr.json"), 300, mode="extend")
     assert read_manifest(finished)["identity"]["length"] == 300
-    with monkeypatch.context() as m:
-        fail_write_at(m, 160, OSError(errno.EIO, "Input/output error"))  # and once more, while writing blocks
-        with pytest.raises(streamacc.errors.StoreError, match="after 160 of 300 steps"):
-            write(finished, 300, mode="resume")
+    assert zarr.open_array(finished / "state", mode="r").shape == (100, 2)
+    with pytest.raises(streamacc.errors.StoreError, match="after 160 of 300 steps"):  # and once more, writing blocks
+        write(failing(finished, "state/c/10/0"), 300, mode="resume")
     write(finished, 300, mode="extend")  # extending to the length it is being extended to continues it
     assert_same_output(finished, ref)
 
@@ -155,7 +143,7 @@ def test_extend_from_the_command_line(tmp_path, capsys):
     args = ["--size", "1000", "--block-size", "256", "--no-progress"]
     out, ref = tmp_path / "out.zarr", tmp_path / "ref.zarr"
     assert main(["write", str(out), *args]) == 0
-    assert main(["write", str(ref), *args[:1], "2500", *args[2:], "--summary-windows", "1,16,256"]) == 0  # out's
+    assert main(["write", str(ref), *args[:1], "2500", *args[2:], "--summary-windows", "1,16,256"]) == 0  # out's levels
     capsys.readouterr()
     assert main(["write", str(out), "--size", "600", *args[2:], "--extend"]) == 2
     assert "--size 600 is shorter than the 1000 steps" in capsys.readouterr().err

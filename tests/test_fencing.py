@@ -8,7 +8,7 @@ left it. Before writes were fenced, A wrote chunks and block records before its 
 lease check: ``streamacc.open`` then returned A's values in B's output. A stops itself
 just before a write's lease check, so that the test does not depend on where a signal
 sent at a random moment lands (a request already past its check when a process is
-frozen is the documented exception; ``benchmarks/adversarial.py`` pauses at random).
+frozen is the documented exception; ``tests/chaos.py`` pauses at random).
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ import time
 
 import pytest
 import s3fs
-from _fault_helpers import paused_writer
-from _s3 import Bucket
-from test_s3 import SMALL, objects, remote_committed, s3_args
+from helpers import S3_SMALL, Bucket, etags, paused_writer, remote_committed, s3_args
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore
@@ -32,8 +30,8 @@ from streamacc.engine import make_plan, to_host
 from streamacc.errors import LockedError
 from streamacc.recipes import get_recipe
 from streamacc.run.execute._dask import BlockTask, SinkSpec, run_block_tasks
-from streamacc.store.lease._fence import FencedStore
-from streamacc.store.lease._lease import LEASE_KEY, Lease
+from streamacc.store import LEASE_KEY
+from streamacc.store.lease import FencedStore, Lease
 from streamacc.store.lease._leasestore import open_lease_store
 
 pytest.importorskip("moto.server")
@@ -53,15 +51,15 @@ def test_a_writer_paused_past_its_lease_writes_nothing_after_another_took_over(s
     """Writer A stops itself (SIGSTOP) just before a write asks its lease (its 60th check: blocks in)."""
     monkeypatch.setenv("STREAMACC_LEASE_SECONDS", TTL)
     url = s3_bucket.url("out.zarr")
-    a = paused_writer(60, "write", url, *SMALL, *s3_args(s3_bucket))
+    a = paused_writer(60, "write", url, *S3_SMALL, *s3_args(s3_bucket))
     try:
         assert 1 <= remote_committed(s3_bucket, "out.zarr") < 12
         deadline = time.monotonic() + 60
         while not lease_expired(s3_bucket, "out.zarr"):
             assert time.monotonic() < deadline, "A's lease never expired"
             time.sleep(0.2)
-        assert main(["write", url, *SMALL, *s3_args(s3_bucket), *takeover]) == 0  # writer B
-        after_b = objects(s3_bucket, "out.zarr")
+        assert main(["write", url, *S3_SMALL, *s3_args(s3_bucket), *takeover]) == 0  # writer B
+        after_b = etags(s3_bucket, "out.zarr")
         a.send_signal(signal.SIGCONT)
         _, err = a.communicate(timeout=120)
     finally:
@@ -73,7 +71,7 @@ def test_a_writer_paused_past_its_lease_writes_nothing_after_another_took_over(s
     assert "lease" in err and err.count("\n") == 1, err
     if "--overwrite" in takeover:  # B's run stands there now: A must not advise overwriting it
         assert "another run's output now stands there" in err and "--overwrite" not in err, err
-    assert objects(s3_bucket, "out.zarr") == after_b  # not one object written, replaced or deleted by A
+    assert etags(s3_bucket, "out.zarr") == after_b  # not one object written, replaced or deleted by A
     assert main(["verify", url, *s3_args(s3_bucket)]) == 0
 
 
@@ -83,7 +81,7 @@ def test_a_cluster_worker_writes_only_under_the_drivers_lease(s3_bucket):
     url, options = s3_bucket.url("out.zarr"), s3_bucket.storage_options
     kw = {"length": 2048, "block_size": 512, "unroll": job.unroll, "names": job.names, "progress": False}
     streamacc.write(url, job.f, job.init, storage_options=options, **kw)
-    before = objects(s3_bucket, "out.zarr")
+    before = etags(s3_bucket, "out.zarr")
     plan = make_plan(job.f, job.init, length=2048, block_size=512, unroll=job.unroll)
     task = BlockTask(0, 0, 512, to_host(plan.init))
     fs = s3fs.S3FileSystem(**options)
@@ -91,11 +89,11 @@ def test_a_cluster_worker_writes_only_under_the_drivers_lease(s3_bucket):
         foreign = SinkSpec(url, json.dumps(options), ("x",), run="run-foreign", lease="0" * 32)
         with pytest.raises(LockedError, match="taken over or released, so a worker stopped before writing"):
             run_block_tasks(plan, foreign, [task], True)
-        held = objects(s3_bucket, "out.zarr")
+        held = etags(s3_bucket, "out.zarr")
         assert held.pop(LEASE_KEY) and held == before
         ours = SinkSpec(url, json.dumps(options), ("x",), run="run-ours", lease=lease.token)
         (result,) = run_block_tasks(plan, ours, [task], True)  # the holder's own worker: the same bytes again
-    assert result.index == 0 and objects(s3_bucket, "out.zarr") == before
+    assert result.index == 0 and etags(s3_bucket, "out.zarr") == before
 
 
 def test_s3_write_requests_are_fenced_as_they_are_sent_and_by_their_own_writer(s3_bucket):

@@ -7,19 +7,17 @@ recommends deleting data that may be fine.
 
 from __future__ import annotations
 
-import errno
 import json
-import subprocess
 import sys
 import warnings
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _fault_helpers import MANIFEST, array_bytes, fail_write_at, read_manifest, store_files, write_manifest
+from helpers import MANIFEST, array_bytes, failing, read_manifest, run_warm, store_files, write_manifest
 
 import streamacc
-from streamacc.run.record._fingerprint import describe_function
+from streamacc.run.record import describe_function
 
 RATE = 0.5
 
@@ -92,16 +90,14 @@ LENGTH, BLOCK = 200, 32
 
 
 def write(out, f, **kw):
-    return streamacc.write(str(out), f, np.zeros(2), length=LENGTH, block_size=BLOCK, progress=False, **kw)
+    return streamacc.write(out, f, np.zeros(2), length=LENGTH, block_size=BLOCK, progress=False, **kw)
 
 
 @pytest.fixture
-def interrupted(tmp_path, monkeypatch):
+def interrupted(tmp_path):
     out = tmp_path / "out.zarr"
-    with monkeypatch.context() as m:
-        fail_write_at(m, 3 * BLOCK, OSError(errno.EIO, "Input/output error"))
-        with pytest.raises(streamacc.errors.StoreError):
-            write(out, make_step(0.5))
+    with pytest.raises(streamacc.errors.StoreError):
+        write(failing(out, "y/c/3/0"), make_step(0.5))  # block 3
     return out
 
 
@@ -123,12 +119,10 @@ def opaque_step(holder):
     return step
 
 
-def test_a_late_mismatch_does_not_recommend_deleting_the_data(tmp_path, monkeypatch):
+def test_a_late_mismatch_does_not_recommend_deleting_the_data(tmp_path):
     out = tmp_path / "out.zarr"
-    with pytest.warns(streamacc.errors.StreamaccWarning), monkeypatch.context() as m:
-        fail_write_at(m, 3 * BLOCK, OSError(errno.EIO, "Input/output error"))
-        with pytest.raises(streamacc.errors.StoreError):
-            write(out, opaque_step(Opaque(0.5)))
+    with pytest.warns(streamacc.errors.StreamaccWarning), pytest.raises(streamacc.errors.StoreError):
+        write(failing(out, "y/c/3/0"), opaque_step(Opaque(0.5)))
     # another rate, unseen by the fingerprint: caught by recomputing the last committed block
     with pytest.raises(streamacc.errors.ResumeError) as info:
         write(out, opaque_step(Opaque(0.25)), mode="resume")
@@ -176,7 +170,7 @@ def test_a_function_run_as_a_script_is_the_same_function_imported(tmp_path, monk
         "    streamacc.write(sys.argv[1], step, np.arange(4.0), length=64, block_size=16, progress=False)\n"
     )
     out = tmp_path / "out.zarr"
-    subprocess.run([sys.executable, str(module), str(out)], check=True, timeout=120)
+    run_warm([sys.executable, module, out], check=True, timeout=120)
     assert read_manifest(out)["identity"]["function"].startswith("__main__.step code:")
     monkeypatch.syspath_prepend(str(tmp_path))
     import heatmod

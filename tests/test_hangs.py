@@ -10,12 +10,11 @@ refused. Hangs are run in a subprocess with a deadline, so that one cannot hang 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 
 import pytest
-from test_hardening import SMALL, run
+from helpers import SMALL, run, run_warm
 
 from streamacc.cli import main
 
@@ -44,9 +43,7 @@ def test_a_named_pipe_and_an_unknown_scheduler_are_refused_without_hanging(tmp_p
     (fifo_out / "x" / "zarr.json").unlink()
     os.mkfifo(fifo_out / "x" / "zarr.json")
     out = tmp_path / "out.zarr"
-    proc = subprocess.run(
-        [sys.executable, "-c", CHECKS, str(fifo_out), str(out)], capture_output=True, text=True, timeout=50
-    )
+    proc = run_warm([sys.executable, "-c", CHECKS, str(fifo_out), str(out)], text=True, timeout=50)
     info, opened, scheduler = proc.stdout.splitlines()
     assert info == "1" and "special file" in proc.stderr
     assert opened.startswith("refused:") and "special file" in opened

@@ -6,14 +6,12 @@ from integer arithmetic (lengths near 2**63, which nothing could materialise).
 
 from __future__ import annotations
 
-import errno
-
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
-from _fault_helpers import fail_write_at
+from helpers import failing
 
 import streamacc
 from streamacc.run.read._index import StepIndex
@@ -180,7 +178,7 @@ def test_an_index_near_2_63_selects_exactly():
     assert int(whole.sel(step=2**63 + 5, method="pad")["step"]) == FAR - 1
 
 
-def test_a_reverse_run_of_2_63_minus_1_steps_commits_its_last_steps(tmp_path, monkeypatch):
+def test_a_reverse_run_of_2_63_minus_1_steps_commits_its_last_steps(tmp_path):
     """A real output of length 2**63 - 1 (reverse, so its first blocks are its last steps), stopped after two."""
     path = tmp_path / "far.zarr"
     block = 2**10
@@ -188,10 +186,9 @@ def test_a_reverse_run_of_2_63_minus_1_steps_commits_its_last_steps(tmp_path, mo
     def walk(c, _):
         return c + 1, c
 
-    with monkeypatch.context() as m:
-        fail_write_at(m, (FAR // block - 2) * block, OSError(errno.EIO, "Input/output error"))
-        with pytest.raises(streamacc.errors.StoreError, match=rf"after {FAR % block + block} of {FAR} steps"):
-            streamacc.write(path, walk, np.int64(0), length=FAR, block_size=block, reverse=True, progress=False)
+    third = failing(path, f"y/c/{FAR // block - 2}")  # the third block a reverse run writes
+    with pytest.raises(streamacc.errors.StoreError, match=rf"after {FAR % block + block} of {FAR} steps"):
+        streamacc.write(third, walk, np.int64(0), length=FAR, block_size=block, reverse=True, progress=False)
     ds = streamacc.open(path)
     assert ds.sizes["step"] == FAR % block + block and int(ds["step"][-1]) == FAR - 1
     assert int(ds["y"].sel(step=FAR - 1)) == 0 and int(ds["y"].sel(step=FAR - 5)) == 4  # steps run from the end

@@ -23,10 +23,12 @@ from types import SimpleNamespace
 import fsspec
 import pytest
 import zarr
-from _s3 import Bucket, start_server, stripping_proxy
+from helpers import Bucket, Popen, start_server, stripping_proxy
 
 from streamacc.errors import InputError, LockedError
-from streamacc.store.lease._lease import LEASE_ENV, LEASE_KEY, Lease, lease_seconds
+from streamacc.store import LEASE_KEY
+from streamacc.store.lease import Lease
+from streamacc.store.lease._lease import LEASE_ENV, lease_seconds
 from streamacc.store.lease._leasestore import Holder, open_lease_store
 
 pytest.importorskip("s3fs")
@@ -198,7 +200,7 @@ def test_release_deletes_the_lease(s3_bucket):
 HOLDER_SCRIPT = textwrap.dedent(
     """
     import sys, time, fsspec
-    from streamacc.store.lease._lease import Lease
+    from streamacc.store.lease import Lease
     fs = fsspec.filesystem("s3", endpoint_url=sys.argv[1])
     Lease.acquire(fs, sys.argv[2], "out", ttl=1.0)
     print("held", flush=True)
@@ -209,7 +211,7 @@ HOLDER_SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_lease_of_a_killed_writer_on_this_machine_is_waited_out(s3_bucket, caplog):
-    holder = subprocess.Popen(
+    holder = Popen(
         [sys.executable, "-c", HOLDER_SCRIPT, s3_bucket.server.endpoint, root(s3_bucket)],
         stdout=subprocess.PIPE,
         text=True,

@@ -20,7 +20,7 @@ import zarr
 
 import streamacc
 from streamacc.engine import MAX_LENGTH, block_bounds, block_count, committed_span
-from streamacc.run.output._output import Output
+from streamacc.run.output import Output
 from streamacc.run.recompute._verify import select_blocks
 
 HUGE = 2**62
@@ -149,6 +149,7 @@ class Enough(Exception):
 
 
 def test_a_run_of_2_62_steps_on_a_cluster(tmp_path, dask_client, monkeypatch):
+    """Stopped from its commits: a store object cannot travel to the workers, so no store wrapper can stop it."""
     real = Output.commit
 
     def commit(self, *results):

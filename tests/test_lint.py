@@ -2,6 +2,7 @@
 checks CI runs)."""
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -79,27 +80,38 @@ def test_import_contracts_kept():
     assert "Contracts: 4 kept, 0 broken." in result.stdout
 
 
-@pytest.mark.parametrize(
-    ("module", "line", "contract"),
-    [
-        ("engine/_layout.py", "from ..run import write", "Wings in layers"),
-        ("store/_files.py", "from ..engine import Plan", "Wings in layers"),
-        ("run/read/_index.py", "from ..execute import LocalExecutor", "Rooms of run in layers"),
-        ("run/record/_manifest.py", "from ..output import Output", "Rooms of run in layers"),
-        ("summaries/_pyramid.py", "import jax", "Store and summaries never import JAX"),
-        ("engine/_layout.py", "import zarr", "The engine is pure computation"),
-        ("store/_codecs.py", "import jax", "Store and summaries never import JAX"),
-    ],
-)
-def test_import_contracts_catch_a_violation(tmp_path, module, line, contract):
-    """Each contract fails on a copy of the package with one forbidden import added."""
+VIOLATIONS = [
+    ("engine/_layout.py", "from ..run import write", "streamacc.run", "Wings in layers"),
+    ("store/_files.py", "from ..engine import Plan", "streamacc.engine", "Wings in layers"),
+    ("run/read/_index.py", "from ..execute import LocalExecutor", "streamacc.run.execute", "Rooms of run in layers"),
+    ("run/record/_manifest.py", "from ..output import Output", "streamacc.run.output", "Rooms of run in layers"),
+    ("summaries/_pyramid.py", "import jax", "jax", "Store and summaries never import JAX"),
+    ("engine/_layout.py", "import zarr", "zarr", "The engine is pure computation"),
+    ("store/_codecs.py", "import jax", "jax", "Store and summaries never import JAX"),
+]
+"""One forbidden import per contract and more: (module, the line added, what it imports, the contract it breaks)."""
+
+
+def test_import_contracts_catch_a_violation(tmp_path):
+    """Each contract fails on a copy of the package with forbidden imports added, naming each one it forbids.
+
+    One copy holds them all (one run of import-linter): each contract's report must name the import added
+    against it, as the module importing what it may not.
+    """
     shutil.copytree(ROOT / "streamacc", tmp_path / "streamacc", ignore=shutil.ignore_patterns("__pycache__"))
-    path = tmp_path / "streamacc" / module
-    path.write_text(path.read_text() + f"\n{line}  # noqa\n")
+    for module, line, _, _ in VIOLATIONS:
+        path = tmp_path / "streamacc" / module
+        path.write_text(path.read_text() + f"\n{line}  # noqa\n")
     result = lint_imports(tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
-    broken = [line for line in result.stdout.splitlines() if line.endswith(" BROKEN")]
-    assert any(b.startswith(contract) for b in broken), result.stdout
+    broken = {line.removesuffix(" BROKEN") for line in result.stdout.splitlines() if line.endswith(" BROKEN")}
+    assert broken == {contract for *_, contract in VIOLATIONS}, result.stdout
+    report = result.stdout.split("Broken contracts", 1)[1]
+    sections = dict(re.findall(r"\n\n([^\n]+)\n-+\n(.*?)(?=\n\n[^\n]+\n-+\n|\Z)", report, re.S))
+    for module, _, imported, contract in VIOLATIONS:
+        importer = "streamacc." + module.removesuffix(".py").replace("/", ".")
+        chain = rf"\n-\s+{re.escape(importer)} -> {re.escape(imported)} \(l\."
+        assert re.search(chain, sections[contract]), (module, contract, sections[contract])
 
 
 def private_reaches(package_root: Path) -> list[str]:

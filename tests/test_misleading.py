@@ -17,10 +17,7 @@ import urllib.request
 
 import numpy as np
 import pytest
-from _fault_helpers import cli
-from _s3 import Bucket, S3Server
-from test_hardening import SMALL, run
-from test_s3 import BIG, remote_committed, s3_args
+from helpers import S3_BIG, SMALL, Bucket, Popen, S3Server, cli, remote_committed, run, s3_args
 
 import streamacc
 from streamacc.cli import main
@@ -88,7 +85,7 @@ def test_a_store_that_lost_the_data_is_not_said_to_keep_it(aws_credentials, monk
         endpoint = server.stdout.readline().strip()
         bucket = Bucket("lost", S3Server(endpoint))
         bucket.server.fs().mkdir("lost")
-        writer = subprocess.Popen(cli("write", bucket.url(), *BIG, *s3_args(bucket)), stderr=subprocess.PIPE, text=True)
+        writer = Popen(cli("write", bucket.url(), *S3_BIG, *s3_args(bucket)), stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120
         while remote_committed(bucket, "out.zarr") < 2 and writer.poll() is None:
             assert time.monotonic() < deadline, "the writer never committed two blocks"

@@ -3,17 +3,17 @@ a range of steps, and the one-line answers when matplotlib or the output is miss
 
 from __future__ import annotations
 
-import errno
+import shutil
 import sys
+import uuid
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
-import xarray as xr
-from _fault_helpers import fail_write_at
+from helpers import failing
 
 import streamacc
 from streamacc.cli import main
-from streamacc.cli._plot import default_path, draw
 from streamacc.errors import StoreError
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -25,6 +25,21 @@ def run(*argv, capsys) -> tuple[int, str, str]:
     return code, out, err
 
 
+@pytest.fixture
+def drawn(monkeypatch) -> list:
+    """Every figure the command saves, as it saves it."""
+    from matplotlib.figure import Figure
+
+    figures, real = [], Figure.savefig
+
+    def savefig(self, *args, **kwargs):
+        figures.append(self)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    return figures
+
+
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     out = tmp_path_factory.mktemp("plot") / "gp.zarr"
@@ -32,15 +47,15 @@ def finished(tmp_path_factory):
     return out
 
 
-def test_a_finished_output_beside_itself(finished, capsys):
+def test_a_finished_output_beside_itself(finished, capsys, drawn):
     code, out, err = run("plot", finished, capsys=capsys)
     png = finished.parent / "gp-x.png"
     assert code == 0 and err == "" and out.strip() == str(png)
     assert png.read_bytes().startswith(PNG)
-    ds = streamacc.overview(finished, points=2048)
-    title = draw(ds, "x").axes[0].get_title()
+    (figure,) = drawn
+    title = figure.axes[0].get_title()
     assert title.startswith("gp {") and "ratio" in title and "unfinished" not in title
-    assert "x: 1 windows of 4096 steps, 3000 steps in all" in title
+    assert "x: 1500 windows of 2 steps, 3000 steps in all" in title  # the default levels of 3000 rows: 2, 32, 512
 
 
 def test_a_range_of_steps_and_another_file(finished, tmp_path, capsys):
@@ -52,19 +67,17 @@ def test_a_range_of_steps_and_another_file(finished, tmp_path, capsys):
         assert code == 2 and what in err and len(err.strip().splitlines()) == 1
 
 
-def test_an_unfinished_output_says_so(tmp_path, monkeypatch, capsys):
+def test_an_unfinished_output_says_so(tmp_path, capsys, drawn):
     out = tmp_path / "cut.zarr"
-    with monkeypatch.context() as m:
-        fail_write_at(m, 1024, OSError(errno.EIO, "Input/output error"))
-        with pytest.raises(StoreError):
-            streamacc.write(str(out), lambda c, _: (c + 1.0, c), np.float64(0.0), length=3000, block_size=512,
-                            names=["x"], progress=False, summaries=[64, 256])  # fmt: skip
+    with pytest.raises(StoreError):  # at block 2, steps 1024-1535
+        streamacc.write(failing(out, "x/c/2"), lambda c, _: (c + 1.0, c), np.float64(0.0), length=3000,
+                        block_size=512, names=["x"], progress=False, summaries=[64, 256])  # fmt: skip
     code, printed, _ = run("plot", out, capsys=capsys)
     assert code == 0 and printed.strip() == str(tmp_path / "cut-x.png")
     assert (tmp_path / "cut-x.png").read_bytes().startswith(PNG)
     ds = streamacc.overview(out, points=2048)
     assert ds.step.values[-1] == 1024 - 64 and ds.x_max.values[-1] == 1023.0
-    assert "unfinished: steps 0 to 1024 of 3000 committed" in draw(ds, "x").axes[0].get_title()
+    assert "unfinished: steps 0 to 1024 of 3000 committed" in drawn[0].axes[0].get_title()
 
 
 def test_a_missing_output_or_array_is_one_line(tmp_path, finished, capsys):
@@ -85,37 +98,55 @@ def test_without_matplotlib_it_says_how_to_install_it(finished, monkeypatch, cap
     assert not (finished.parent / "never.png").exists()
 
 
-def test_a_vector_output_is_a_heat_map(tmp_path):
+def test_a_vector_output_is_a_heat_map(tmp_path, drawn):
     out = tmp_path / "vec.zarr"
     streamacc.write(str(out), lambda c, _: (c + 1.0, c * np.arange(5.0)), np.float64(0.0), length=2000,
                     block_size=300, names=["u"], progress=False, summaries=[16, 64])  # fmt: skip
-    fig = draw(streamacc.overview(out, points=100), "u")
+    assert main(["plot", str(out)]) == 0
+    (fig,) = drawn
     meshes = [c for c in fig.axes[0].collections if type(c).__name__ == "QuadMesh"]
     assert len(meshes) == 1 and meshes[0].get_array().shape == (5, 125)
     assert fig.axes[0].get_ylabel() == "u_dim_1"
 
 
-@pytest.mark.parametrize("paths", [3, 50])
-def test_an_ensemble_is_a_band_per_path_or_a_fan(paths):
-    rng = np.random.default_rng(0)
-    walk = np.cumsum(rng.standard_normal((40, paths)), axis=0)
-    ds = xr.Dataset(
-        {f"w_{s}": (("step", "path"), walk + d) for s, d in (("min", -1.0), ("max", 1.0), ("mean", 0.0))},
-        coords={"step": np.arange(40) * 1024},
-        attrs={"window": 1024, "streamacc_complete": 1, "streamacc_total_steps": 40960.0, "recipe": "randomwalk"},
-    )
-    labels = draw(ds, "w").axes[0].get_legend_handles_labels()[1]
-    if paths <= 8:
-        assert labels == [f"path {p}: {what}" for p in range(paths) for what in ("min-max", "mean")]
-    else:
-        assert labels == ["min-max over all 50 paths", "5-95% of means", "25-75% of means", "median of means"]
+def ensembles(c, _):
+    def spread(size):
+        return c * jnp.linspace(0.5, 1.5, size) + jnp.arange(size, dtype=c.dtype)
+
+    return c + 1.0, {"few": spread(3), "many": spread(50)}
 
 
-def test_default_path():
-    assert default_path("out.zarr", "x") == "out-x.png"
-    assert default_path("/data/run.zarr/", "y") == "/data/run-y.png"
-    assert default_path("s3://bucket/deep/gp.zarr", "x") == "gp-x.png"
-    assert default_path("file:///tmp/a", "x") == "/tmp/a-x.png"
+def test_an_ensemble_is_a_band_per_path_or_a_fan(tmp_path, drawn):
+    out = tmp_path / "w.zarr"
+    dims = {"few": ["path"], "many": ["member"]}  # a band per path of a few, a fan of many
+    streamacc.write(out, ensembles, np.float64(0.0), length=640, block_size=64, dims=dims, summaries=[16],
+                    progress=False)  # fmt: skip
+    assert main(["plot", str(out), "--var", "few"]) == 0
+    assert main(["plot", str(out), "--var", "many"]) == 0
+    few, many = (figure.axes[0].get_legend_handles_labels()[1] for figure in drawn)
+    assert few == [f"path {p}: {what}" for p in range(3) for what in ("min-max", "mean")]
+    assert many == ["min-max over all 50 members", "5-95% of means", "25-75% of means", "median of means"]
+
+
+def test_the_picture_goes_beside_a_local_output_and_into_the_current_folder_for_a_url(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    url = f"memory://streamacc-tests/{uuid.uuid4().hex}/deep/gp.zarr"
+    streamacc.write(url, lambda c, _: (c + 1.0, c), np.float64(0.0), length=64, names=["y"], summaries=[16],
+                    progress=False)  # fmt: skip
+    assert main(["write", "out.zarr", "--size", "100", "--no-progress"]) == 0
+    (tmp_path / "data").mkdir()
+    shutil.copytree(tmp_path / "out.zarr", tmp_path / "data" / "run.zarr")
+    shutil.copytree(tmp_path / "out.zarr", tmp_path / "a")
+    capsys.readouterr()
+    for out, png in [
+        ("out.zarr", "out-x.png"),
+        (f"{tmp_path}/data/run.zarr/", f"{tmp_path}/data/run-x.png"),
+        (url, "gp-y.png"),
+        (f"file://{tmp_path}/a", f"{tmp_path}/a-x.png"),
+    ]:
+        assert main(["plot", out]) == 0
+        assert capsys.readouterr().out == f"{png}\n"
+        assert (tmp_path / png).read_bytes().startswith(PNG)
 
 
 def test_summary_windows_from_the_command_line(tmp_path, capsys):
@@ -183,3 +214,30 @@ def test_summaries_linked_from_another_output_are_refused(tmp_path, finished):
     assert code == 1 and err.count("\n") == 1 and "summaries inside" in err and "link" in err
     with pytest.raises(StoreError, match="link"):
         streamacc.overview(out)
+
+
+def test_the_last_partial_window_is_drawn_to_its_last_step(tmp_path, capsys, drawn):
+    out = tmp_path / "short.zarr"
+    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=1000, summaries=[64], progress=False)
+    code, _, _ = run("plot", out, "-o", tmp_path / "short.png", capsys=capsys)
+    assert code == 0 and drawn[0].axes[0].get_xlim() == (0.0, 1000.0)  # 16 windows, the last holding 960-999
+
+
+def test_values_near_the_largest_float_and_infinite_ones_are_drawn(tmp_path, capsys, drawn):
+    rng = np.random.default_rng(0)
+    huge = rng.choice([-1.7e308, 1.7e308], size=2048)
+    sparse = rng.normal(size=2048)
+    sparse[::100], sparse[50::100] = np.inf, -np.inf  # in every window of the level drawn
+    for name, values in (("huge", huge), ("sparse", sparse)):
+        out = tmp_path / f"{name}.zarr"
+        streamacc.write(out, lambda c, x: (c, x), np.float64(0.0), values, names="x", summaries=[64], progress=False)
+        code, _, err = run("plot", out, "-o", tmp_path / f"{name}.png", capsys=capsys)
+        assert code == 0 and err == ""
+        ax = drawn[-1].axes[0]
+        bottom, top = ax.get_ylim()
+        assert np.isfinite([bottom, top]).all() and bottom < top
+        assert ax.collections and len(ax.collections[0].get_paths()) > 0  # the band is drawn
+        if name == "huge":
+            assert ax.get_ylabel().endswith("(x 1e+308)") and bottom < -1.0 and top > 1.0
+        else:
+            assert "values of ±inf drawn at the edges" in ax.get_title() and bottom < -2.0 and top > 2.0

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from jax import lax
 
-from streamacc.engine._pool import BlockPool, pool_size
-from streamacc.engine._scan import POOL_MIN_BYTES, computes_ahead, make_plan, run_plan
+from streamacc.engine import BlockPool, computes_ahead, make_plan, pool_size, run_plan
+from streamacc.engine._scan import POOL_MIN_BYTES
 
 DATA = np.random.default_rng(7).normal(size=(200, 3))
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import io
 
-from streamacc.run.execute import _progress
-from streamacc.run.execute._progress import Progress, Rates, clock, si
+from streamacc.run.execute import Progress, _progress, si
+from streamacc.run.execute._progress import Rates, clock
 
 LONG = "/data/experiments/2026/geometric-progressions/runs/very-long-directory-name/out.zarr"
 

@@ -17,13 +17,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import zarr
-from _fault_helpers import MANIFEST, assert_same_output, fail_write_at, read_manifest, store_files, temp_files
+from helpers import MANIFEST, assert_same_output, failing, read_manifest, store_files, temp_files
 
 import streamacc
 import streamacc.store._target
 from streamacc.errors import ResumeError, StoreError, StreamaccWarning
-from streamacc.run.record._manifest import Ledger
-from streamacc.store._zarr import ZarrSink
+from streamacc.run.record import Ledger
+from streamacc.store import ZarrSink
 
 LENGTH, BLOCK = 5000, 512  # 10 blocks, the last one short
 BLOCKS = -(-LENGTH // BLOCK)
@@ -44,7 +44,7 @@ def other_step(c, x):
 def run(out, **kw):
     args = {"length": None, "block_size": BLOCK, "progress": False, "attrs": ATTRS, **kw}
     f = args.pop("f", step)
-    return streamacc.write(str(out), f, np.float64(1.0), args.pop("xs", XS), **args)
+    return streamacc.write(out, f, np.float64(1.0), args.pop("xs", XS), **args)
 
 
 @pytest.fixture(scope="module")
@@ -54,19 +54,17 @@ def reference(tmp_path_factory):
     return out, np.asarray(run(out))
 
 
-def fail_block(monkeypatch, k: int, exc: BaseException) -> None:
-    """Make the write of block ``k`` raise ``exc`` (in its worker thread)."""
-    fail_write_at(monkeypatch, k * BLOCK, exc)
+def failing_block(out, k: int, exc: BaseException | None = None):
+    """``out`` failing at the write of block ``k`` (its chunk of ``level``)."""
+    return failing(out, f"level/c/{k}", exc)
 
 
 @pytest.mark.parametrize("k", [0, 1, 4, BLOCKS - 1])
-def test_failed_block_write_then_resume_is_identical(tmp_path, monkeypatch, reference, k):
+def test_failed_block_write_then_resume_is_identical(tmp_path, reference, k):
     ref, carry = reference
     out = tmp_path / "out.zarr"
-    with monkeypatch.context() as m:
-        fail_block(m, k, OSError(errno.EIO, "Input/output error"))
-        with pytest.raises(StoreError, match=rf"after {k * BLOCK} of {LENGTH} steps.*mode='resume'"):
-            run(out)
+    with pytest.raises(StoreError, match=rf"after {k * BLOCK} of {LENGTH} steps.*mode='resume'"):
+        run(failing_block(out, k))
     manifest = read_manifest(out)
     assert manifest["committed_blocks"] == k and manifest["committed_steps"] == k * BLOCK
     assert not manifest["complete"]
@@ -75,9 +73,17 @@ def test_failed_block_write_then_resume_is_identical(tmp_path, monkeypatch, refe
 
 
 def test_keyboard_interrupt_in_a_worker_then_resume(tmp_path, monkeypatch, reference):
+    """Raised by the block's write on its writer thread (inside a store, it would stop zarr's event loop)."""
     out = tmp_path / "out.zarr"
+    real = ZarrSink.write
+
+    def write(self, start, stop, ys):
+        if start == 6 * BLOCK:
+            raise KeyboardInterrupt
+        return real(self, start, stop, ys)
+
     with monkeypatch.context() as m:
-        fail_block(m, 6, KeyboardInterrupt())
+        m.setattr(ZarrSink, "write", write)
         with pytest.raises(KeyboardInterrupt):
             run(out)
     assert read_manifest(out)["committed_blocks"] == 6
@@ -87,7 +93,9 @@ def test_keyboard_interrupt_in_a_worker_then_resume(tmp_path, monkeypatch, refer
 
 @pytest.mark.parametrize("at", [3, 4, 8])
 def test_interrupt_between_record_and_manifest_then_resume(tmp_path, monkeypatch, reference, at):
-    """Ctrl-C after block ``at - 3``'s record is durable but before its manifest: the stale record is replaced."""
+    """Ctrl-C after block ``at - 3``'s record is durable but before its manifest: the stale record is replaced.
+
+    A local folder's manifest is written by the run itself, not through the zarr store: it is interrupted there."""
     out = tmp_path / "out.zarr"
     real = Ledger.save
     calls = itertools.count(1)  # saves 1 and 2 create the run (then with its arrays), save k + 3 commits block k
@@ -107,6 +115,7 @@ def test_interrupt_between_record_and_manifest_then_resume(tmp_path, monkeypatch
 
 
 def test_interrupted_while_creating_arrays_then_resume(tmp_path, monkeypatch, reference):
+    """A Ctrl-C, raised as the arrays are created (inside a store, it would stop zarr's event loop)."""
     out = tmp_path / "out.zarr"
     with monkeypatch.context() as m:
         m.setattr(ZarrSink, "create", classmethod(lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt())))
@@ -130,12 +139,10 @@ def test_killed_before_the_first_manifest_then_resume(tmp_path, reference):
         assert_same_output(out, reference[0])
 
 
-def test_resume_removes_temp_files(tmp_path, monkeypatch, caplog, reference):
+def test_resume_removes_temp_files(tmp_path, caplog, reference):
     out = tmp_path / "out.zarr"
-    with monkeypatch.context() as m:
-        fail_block(m, 3, OSError(errno.ENOSPC, "No space left on device"))
-        with pytest.raises(StoreError, match="No space left on device"):
-            run(out)
+    with pytest.raises(StoreError, match="No space left on device"):
+        run(failing_block(out, 3, OSError(errno.ENOSPC, "No space left on device")))
     tag = "0123456789abcdef" * 2  # zarr's LocalStore writes STEM.<uuid4 hex>.partial
     leftovers = [out / f"level/c/5.{tag}.partial", out / f"pair/c/4/0.{tag}.partial", out / f"{MANIFEST}.streamacc-tmp"]
     for path in leftovers:
@@ -168,13 +175,11 @@ def test_resume_of_a_missing_output_starts_it(tmp_path, reference):
 
 
 @pytest.fixture
-def interrupted(tmp_path, monkeypatch):
+def interrupted(tmp_path):
     """An output whose run stopped after 4 committed blocks."""
     out = tmp_path / "out.zarr"
-    with monkeypatch.context() as m:
-        fail_block(m, 4, OSError(errno.EIO, "Input/output error"))
-        with pytest.raises(StoreError):
-            run(out)
+    with pytest.raises(StoreError):
+        run(failing_block(out, 4))
     return out
 
 
@@ -221,7 +226,9 @@ def test_resume_of_a_foreign_directory_is_refused(tmp_path):
 @pytest.mark.parametrize("where", ["root", "arrays"])
 def test_overwrite_interrupted_while_deleting_leaves_a_recognised_output(tmp_path, monkeypatch, reference, where):
     """--overwrite saves the new run's manifest first: an interruption while deleting the old run, whatever
-    the listing order, leaves an output that claims no block and that --overwrite and --resume recognise."""
+    the listing order, leaves an output that claims no block and that --overwrite and --resume recognise.
+
+    A local folder's old run is removed by walking the folder, not through the zarr store: it is interrupted there."""
     out = tmp_path / "out.zarr"
     shutil.copytree(reference[0], out)
     new = {"codec": "none"}  # the new run differs from the old one
@@ -245,14 +252,12 @@ def test_overwrite_interrupted_while_deleting_leaves_a_recognised_output(tmp_pat
     assert_same_output(out, reference[0])
 
 
-def test_info_counts_only_committed_chunks(tmp_path, monkeypatch):
+def test_info_counts_only_committed_chunks(tmp_path):
     """Chunks written past the last commit are not counted in info's stored bytes."""
 
     out = tmp_path / "out.zarr"
-    with monkeypatch.context() as m:
-        fail_block(m, 4, OSError(errno.EIO, "Input/output error"))
-        with pytest.raises(StoreError):
-            run(out, codec="none")
+    with pytest.raises(StoreError):
+        run(failing_block(out, 4), codec="none")
     info = streamacc.info(out)
     assert info.committed_steps == 4 * BLOCK and not info.complete
     crc = 4  # bytes of CRC-32C stored after each chunk

@@ -14,8 +14,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from _fault_helpers import RECORDS, assert_same_output, node_attribute, read_manifest, root_says, write_manifest
-from test_hardening import SMALL, run
+from helpers import (
+    RECORDS,
+    SMALL,
+    assert_same_output,
+    node_attribute,
+    read_manifest,
+    root_says,
+    run,
+    write_manifest,
+)
 
 from streamacc.cli import main
 

@@ -21,8 +21,16 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from _fault_helpers import assert_same_output, faultrun_process, read_manifest, store_files, write_manifest
-from test_hardening import SMALL, run, tree
+from helpers import (
+    SMALL,
+    assert_same_output,
+    faultrun_process,
+    read_manifest,
+    run,
+    store_files,
+    tree,
+    write_manifest,
+)
 
 import streamacc
 from streamacc.cli import main

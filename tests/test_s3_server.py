@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
 import zarr
+from helpers import run_warm
 from zarr.storage import FsspecStore
 
 pytest.importorskip("s3fs")
@@ -38,7 +38,7 @@ WRITER = textwrap.dedent(
 
 def test_a_subprocess_reaches_the_server_with_the_inherited_credentials(s3_bucket):
     url = s3_bucket.url("sub.zarr")
-    subprocess.run([sys.executable, "-c", WRITER, s3_bucket.server.endpoint, url], check=True, timeout=120)
+    run_warm([sys.executable, "-c", WRITER, s3_bucket.server.endpoint, url], check=True, timeout=120)
     store = FsspecStore.from_url(url, storage_options=s3_bucket.storage_options, read_only=True)
     np.testing.assert_array_equal(zarr.open_array(store, mode="r")[:], np.arange(6) * 7)
 

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 import pytest
 import zarr
-from _fault_helpers import cli, committed, read_manifest
+from helpers import Popen, cli, committed, read_manifest
 
 import streamacc
 from streamacc.cli import main
@@ -31,23 +31,12 @@ DEADLINE = 60.0
 SAFE = "committed blocks are safe: rerun with --resume to continue"
 
 
-AS_AT_A_TERMINAL = (
-    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
-)
+def start(argv: list[str]) -> Popen:
+    """A process as started from a terminal: Ctrl-C (SIGINT) taken, whatever pytest inherited (see ``helpers``)."""
+    return Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def start(argv: list[str]) -> subprocess.Popen:
-    """A process as started from a terminal: Ctrl-C (SIGINT) not ignored, whatever pytest inherited.
-
-    A small interpreter resets SIGINT and then becomes the process (exec keeps the pid and
-    a default disposition), as no ``preexec_fn`` may run Python in a child of a threaded process.
-    """
-    return subprocess.Popen(
-        [sys.executable, "-c", AS_AT_A_TERMINAL, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-
-
-def wait_for(condition, proc: subprocess.Popen, what: str) -> None:
+def wait_for(condition, proc: Popen, what: str) -> None:
     end = time.monotonic() + DEADLINE
     while not condition():
         assert proc.poll() is None, f"the process ended before {what}: {proc.communicate()}"
@@ -61,7 +50,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def computing(proc: subprocess.Popen, out: Path) -> None:
+def computing(proc: Popen, out: Path) -> None:
     """Return once ``proc`` has started its run and then spent 1 s of CPU: it is inside XLA by then
     (compiling this block takes a fraction of that)."""
     wait_for(lambda: committed(out) == 0, proc, "the run started")
@@ -69,7 +58,7 @@ def computing(proc: subprocess.Popen, out: Path) -> None:
     wait_for(lambda: cpu_seconds(proc.pid) > begun + 1.0, proc, "1 s of computing")
 
 
-def stop(proc: subprocess.Popen, signum: int) -> tuple[str, str]:
+def stop(proc: Popen, signum: int) -> tuple[str, str]:
     """Send ``signum``; the process must be gone within the deadline (it is killed otherwise)."""
     proc.send_signal(signum)
     try:

@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 import zarr
-from _s3 import start_server
+from helpers import start_server
 from zarr.storage import FsspecStore
 
 from streamacc.errors import InputError, LockedError, StoreError
-from streamacc.store._storeerrors import describe_store_failure, is_store_failure
+from streamacc.store import describe_store_failure, is_store_failure
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")

@@ -7,7 +7,6 @@ elsewhere), compared value for value and, once materialized, file for file.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
+from helpers import run_warm
 
 import streamacc
 from streamacc.errors import InputError, StoreError, VerifyError
@@ -270,11 +270,16 @@ def test_a_virtual_output_on_object_storage(s3_bucket):
 
 
 def test_a_recipe_output_recomputes_in_a_fresh_interpreter_from_its_path_alone(tmp_path):
-    """The recipe and its parameters are recorded: no step function to pass, and x64 on as the run had it."""
+    """The recipe and its parameters are recorded: no step function to pass, and x64 on as the run had it.
+
+    The reading process has JAX imported and left as a new process has it (x64 off; see ``helpers.Popen``).
+    """
+    from streamacc.cli import main
+
     out = tmp_path / "v.zarr"
-    write = [sys.executable, "-m", "streamacc", "write", str(out), "--size", "2000", "--virtual", "--no-progress"]
-    assert subprocess.run(write, capture_output=True, timeout=120).returncode == 0
-    code = "import streamacc, sys; print(float(streamacc.open(sys.argv[1]).x[-1]))"
-    done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=120)
+    assert main(["write", str(out), "--size", "2000", "--virtual", "--no-progress"]) == 0
+    fresh = "import jax, sys; assert not jax.config.jax_enable_x64; "  # as a new process has it
+    code = fresh + "import streamacc; print(float(streamacc.open(sys.argv[1]).x[-1]))"
+    done = run_warm([sys.executable, "-c", code, str(out)], text=True, timeout=120)
     expected = np.multiply.accumulate(np.r_[1.0, np.full(1999, 1 + 1e-8)])[-1]  # the gp recipe starts at x0
     assert done.returncode == 0 and float(done.stdout) == float(expected)

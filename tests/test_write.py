@@ -24,7 +24,7 @@ import xarray as xr
 import zarr
 
 import streamacc
-from streamacc.run.execute._progress import Progress, si
+from streamacc.run.execute import Progress, si
 from streamacc.store import CODECS
 
 N = 100  # not a multiple of BLOCK: the last block is short

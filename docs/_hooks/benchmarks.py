@@ -337,7 +337,7 @@ def verify() -> str:
 
 def adversarial() -> str:
     d = _load("adversarial.json")
-    command = "python benchmarks/adversarial.py --trials 10 --json benchmarks/results/adversarial.json"
+    command = "python tests/chaos.py --trials 10 --json benchmarks/results/adversarial.json"
     src = Source(("adversarial.json",), command)
     rows = []
     for group, value in d.items():

@@ -1,17 +1,19 @@
 """The adversarial run: kill chains, S3 pauses and restarts, tampering, signals, deletions.
 
-    python benchmarks/adversarial.py                         # every category, default trial counts
-    python benchmarks/adversarial.py --only signals tamper   # some categories
-    python benchmarks/adversarial.py --trials 3 --json benchmarks/results/adversarial.json
+    python tests/chaos.py                         # every category, default trial counts
+    python tests/chaos.py --only signals tamper   # some categories
+    python tests/chaos.py --trials 3 --json benchmarks/results/adversarial.json
 
-Real processes (the ``streamacc`` command line in fresh interpreters), real signals
-(SIGKILL, SIGSTOP/SIGCONT, SIGINT, SIGTERM) and moto's S3 server (started here, on
-127.0.0.1, in a process of its own so that it can be paused and wiped). What is counted is
-what a user would see: exit codes and messages, outputs compared file for file with an
-uninterrupted run, and ``streamacc verify``. Each category prints one line of counts;
-"wrong" counts the outcomes that must never happen (data accepted that verify refuses,
-a write after a lost lease, a signal ignored, a user's file deleted). The seed makes the
-kill points and delays reproducible; timings still vary with the machine's load.
+A test run by hand, with many more trials than the suite affords (pytest collects only
+``test_*.py``; ``test_faults.py`` checks that the script starts). Real processes (the
+``streamacc`` command line in fresh interpreters), real signals (SIGKILL, SIGSTOP/SIGCONT,
+SIGINT, SIGTERM) and moto's S3 server (started here, on 127.0.0.1, in a process of its own
+so that it can be paused and wiped). What is counted is what a user would see: exit codes
+and messages, outputs compared file for file with an uninterrupted run, and ``streamacc
+verify``. Each category prints one line of counts; "wrong" counts the outcomes that must
+never happen (data accepted that verify refuses, a write after a lost lease, a signal
+ignored, a user's file deleted). The seed makes the kill points and delays reproducible;
+timings still vary with the machine's load.
 """
 
 from __future__ import annotations
@@ -611,13 +613,13 @@ def main() -> int:
     rng = random.Random(args.seed)
     results = {}
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="streamacc-adversarial-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="streamacc-chaos-") as tmp:
         for name in args.only:
             work = Path(tmp, name)
             work.mkdir()
             results[name] = CATEGORIES[name](work, args.trials, rng)
     results["seconds"] = round(time.monotonic() - started)
-    results["command"] = " ".join(["python", "benchmarks/adversarial.py", *sys.argv[1:]])
+    results["command"] = " ".join(["python", "tests/chaos.py", *sys.argv[1:]])
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
     wrong = sum(
