@@ -148,6 +148,36 @@ def test_resume_with_another_length_names_the_command_that_keeps_the_steps(runs,
     assert write(out, LONG, "--resume")[0] == 0
 
 
+def test_every_refusal_after_an_interrupted_extension_names_the_command_that_keeps_its_steps(runs, tmp_path):
+    """Killed once the longer run's manifest is saved: a plain write, an extension to another length and a
+    resume with the shorter length each name --resume with the length being written first; readers read."""
+    short, long = runs()
+    out = tmp_path / "out.zarr"
+    shutil.copytree(short, out)
+    writes = extension_writes(short, tmp_path)
+    with dies_at(writes.index("write _streamacc/zarr.json") + 2):
+        assert write(out, LONG, "--extend")[0] == 1
+    before = store_files(out)
+    refusals = {
+        (): f"holds an unfinished run (1024 of {LONG} steps committed); continue it with --resume and --size {LONG}",
+        ("--extend",): f"not finished (1024 of {LONG} steps committed); finish it first with --resume and --size "
+        f"{LONG}, then extend it",
+    }
+    for flags, needle in refusals.items():
+        code, err = write(out, 3000, *flags)
+        assert code == 2 and err.count("\n") == 1 and needle in err, err
+        assert "--overwrite" not in err or err.index("--resume") < err.index("--overwrite"), err
+    code, err = write(out, SHORT, "--resume")
+    assert code == 2 and f"continue it with --size {LONG}" in err and "--overwrite" not in err, err
+    for command in ("info", "verify"):
+        assert run(command, out)[0] == 0, command
+    assert store_files(out) == before
+    assert write(out, LONG, "--resume")[0] == 0
+    assert_same_output(out, long)
+    code, err = write(out, LONG)
+    assert code == 2 and f"holds a finished run of {LONG} steps; lengthen it with --extend and a longer --size" in err
+
+
 def test_an_extension_on_object_storage_killed_at_its_own_writes_finishes(runs, s3_bucket):
     """On S3, a kill after the longer run's manifest (the array's shape lags it), and one half way through
     making the summary arrays afresh."""

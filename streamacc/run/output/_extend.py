@@ -77,7 +77,7 @@ def extend_manifest(
         raise _refuse(
             label,
             f"its run is not finished ({manifest.committed_steps} of {manifest.length} steps committed); finish it "
-            f"first with {arg('mode', 'resume')} and the length it was started with",
+            f"first with {arg('mode', 'resume')} and {arg('length', manifest.length)}, then extend it",
         )
     if new["length"] < old["length"]:
         raise _refuse(

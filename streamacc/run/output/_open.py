@@ -129,9 +129,27 @@ def _nothing_to_extend(o: Opening) -> Output:
 
 
 def _exists(o: Opening) -> Output:
+    """Refuse to create over a streamacc output, naming first what keeps its steps: resuming an unfinished run
+    (an interrupted write or extension) with its length, extending a finished one."""
+    label = o.target.label
+    try:
+        manifest = o.ledger.load()
+    except Exception:  # what is wrong with it is for the command that continues it to say
+        manifest = None
+    if manifest is not None and not manifest.complete:
+        raise OutputExistsError(
+            f"{label} already exists and holds an unfinished run ({manifest.committed_steps} of {manifest.length} "
+            f"steps committed); continue it with {arg('mode', 'resume')} and {arg('length', manifest.length)}, or "
+            f"pass {arg('mode', 'overwrite')} to replace it"
+        )
+    if manifest is not None:
+        raise OutputExistsError(
+            f"{label} already exists and holds a finished run of {manifest.length} steps; lengthen it with "
+            f"{arg('mode', 'extend')} and a longer {arg('length')}, or pass {arg('mode', 'overwrite')} to replace it"
+        )
     raise OutputExistsError(
-        f"{o.target.label} already exists; pass {arg('mode', 'overwrite')} to replace it or "
-        f"{arg('mode', 'resume')} to continue it"
+        f"{label} already exists; pass {arg('mode', 'overwrite')} to replace it or {arg('mode', 'resume')} to "
+        "continue it"
     )
 
 
