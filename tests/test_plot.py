@@ -62,7 +62,8 @@ def test_a_range_of_steps_and_another_file(finished, tmp_path, capsys):
     target = tmp_path / "part.png"
     code, out, _ = run("plot", finished, "--steps", "1000:2**11", "-o", target, capsys=capsys)
     assert code == 0 and out.strip() == str(target) and target.read_bytes().startswith(PNG)
-    for bad, what in [("5", "is not A:B"), ("9:3", "is empty"), ("4000:", "hold no committed step")]:
+    in_none = "no committed step is in --steps 4000: (the committed steps are 0 to 3000)"
+    for bad, what in [("5", "is not A:B"), ("9:3", "is empty"), ("4000:", in_none)]:
         code, _, err = run("plot", finished, "--steps", bad, "-o", target, capsys=capsys)
         assert code == 2 and what in err and len(err.strip().splitlines()) == 1
 

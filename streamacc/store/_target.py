@@ -105,6 +105,10 @@ class Target:
         """Whether anything at all is stored here."""
         raise NotImplementedError
 
+    def absence(self) -> str:
+        """What a reader finds here when nothing is stored (:meth:`exists` is False), in words."""
+        return "does not exist"
+
     def make_durable(self, keys: list[str], *, drop_cache: bool = False) -> None:
         """Make keys written through the zarr store durable (local disk only).
 
@@ -245,6 +249,9 @@ class LocalTarget(Target):
 
     def exists(self) -> bool:
         return self.root.exists() and (not self.root.is_dir() or any(self.root.iterdir()))
+
+    def absence(self) -> str:
+        return "is an empty folder, not a streamacc output" if self.root.is_dir() else "does not exist"
 
     def make_durable(self, keys: list[str], *, drop_cache: bool = False) -> None:
         dirs = set()
@@ -474,5 +481,7 @@ def open_target(
         raise InputError(f"{arg('storage_options')} apply only to URLs such as s3://bucket/out.zarr, not to {text!r}")
     root = Path(text).expanduser().absolute()
     if root.exists() and not root.is_dir():
+        if read_only:  # a reader's: the path is wrong, not the output's place
+            raise NoOutputError(f"{text} is a file, not a streamacc output (an output is a folder); check the path")
         raise NoOutputError(f"{text} exists and is not a folder; choose another output path")
     return LocalTarget(root, text, read_only=read_only)

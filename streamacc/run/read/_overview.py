@@ -81,8 +81,8 @@ def _range(steps: Any, start: int, stop: int) -> tuple[int, int]:
     a, b = max(a, start), min(b, stop)
     if a >= b:
         raise InputError(
-            f"{arg('steps', steps)} hold no committed step (steps {start} to {stop} are committed); choose a range "
-            "in them"
+            f"no committed step is in {arg('steps', steps)} (the committed steps are {start} to {stop}); choose a "
+            f"range among them, e.g. {arg('steps', [start, stop])}"
         )
     return a, b
 
