@@ -179,3 +179,14 @@ def test_64_bit_input_with_x64_off(x64_off, init, xs, name):
     kwargs = {} if xs is not None else {"length": 5}
     msg = raises(X64Error, name, "jax_enable_x64", f=lambda c, x: (c, 0.0), init=init, xs=xs, **kwargs)
     assert msg.startswith(name)
+
+
+def test_scan_of_ys_larger_than_memory_points_to_the_streaming_ways():
+    """2**50 rows of a float32 are 4 PiB, more than any machine holds: refused before numpy allocates, naming
+    what scan keeps in memory and the ways that stream (numpy's MemoryError named neither)."""
+    with pytest.raises(InputError) as refused:
+        streamacc.scan(lambda c, _: (c + 1.0, c), np.float32(0), length=2**50)
+    text = str(refused.value)
+    assert "\n" not in text and "scan keeps every row of ys in memory, and 1125899906842624 rows take 4.0 PiB" in text
+    assert "stream them instead with streamacc.iter_blocks (block by block) or streamacc.write" in text
+    assert "keep fewer rows with save_every" in text
