@@ -14,6 +14,7 @@ import xarray as xr
 from helpers import failing
 
 import streamacc
+from streamacc.cli import main
 from streamacc.run.read._index import StepIndex
 
 K = 3
@@ -146,11 +147,35 @@ def test_bad_time_axes_are_refused(tmp_path):
         ({"start": 0.0}, r"time must be a dict with 'step'"),
         ({"step": 0}, r"time\['step'\] must not be 0"),
         ({"step": float("nan")}, r"time\['step'\] must be a finite number"),
-        ({"step": 1.0, "units": "days since yesterday"}, r"cannot be read as CF dates"),
+        ({"step": 1.0, "units": "days since yesterday"}, r"counts from 'yesterday', which is not a date"),
+        ({"step": 1.0, "units": "fortnights since 2000-01-01"}, r"counts in 'fortnights', which is no unit of time "
+         r"dates count in; use nanoseconds, .* or days"),
+        ({"step": 1.0, "units": "years since 2000-01-01"}, r"counts in years, which have no fixed length.*days or "
+         r"seconds"),
+        ({"step": 1.0, "units": "days since 2300-01-01"}, r"counts from 2300-01-01, outside the dates a reader can "
+         r"label \(1677-09-21 to 2262-04-11"),
+        ({"step": 1.0, "units": "days since 2262-04-05"}, r"puts step 7 at 7.0 days since 2262-04-05, beyond the "
+         r"dates a reader can label.*smaller time\['step'\]"),
+        ({"step": 1e308, "start": 1e308}, r"puts step 7 at inf \(time\['start'\] 1e\+308 \+ 7 x time\['step'\] "
+         r"1e\+308\), beyond float64"),
     ]:
         with pytest.raises(streamacc.errors.InputError, match=needle):
             streamacc.write(tmp_path / "t.zarr", step, np.float64(0.0), length=8, time=time, progress=False)
         assert not (tmp_path / "t.zarr").exists()
+    code = main(["write", str(tmp_path / "t.zarr"), "--size", "8", "--time-step", "1", "--time-units",
+                 "fortnights since yesterday", "--no-progress"])  # fmt: skip
+    assert code == 2 and not (tmp_path / "t.zarr").exists()
+
+
+def test_a_time_step_that_contradicts_the_recipes_is_refused(tmp_path, capsys):
+    args = ["--recipe", "lorenz", "--size", "8", "--no-progress"]
+    for given, step in ((["--dt", "0.01", "--time-step", "0.001"], "0.01"), (["--time-step", "0.01"], "0.001")):
+        assert main(["write", str(tmp_path / "l.zarr"), *args, *given]) == 2
+        err = capsys.readouterr().err
+        assert f"contradicts --dt {step}, the time each step of lorenz takes" in err and err.count("\n") == 1
+        assert f"pass --time-step {step}, or change --dt" in err and not (tmp_path / "l.zarr").exists()
+    assert main(["write", str(tmp_path / "l.zarr"), *args, "--dt", "0.01", "--time-step", "0.01"]) == 0
+    assert float(streamacc.open(tmp_path / "l.zarr")["time"][5]) == 0.05
 
 
 # --- lengths near 2**63 -------------------------------------------------------------------

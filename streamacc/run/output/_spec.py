@@ -22,7 +22,7 @@ from ...summaries import default_windows, too_long
 from ..record import Ledger, run_identity
 from ._layout import RESERVED, array_dims, resolve_chunks
 from ._request import Request, check_json
-from ._time import time_attrs
+from ._time import check_span, time_attrs
 
 __all__ = ["OutputSpec", "output_names", "output_spec", "stored_identity"]
 
@@ -109,6 +109,8 @@ def output_spec(
                 "store: leave it out of what f returns"
             )
     dimensions = array_dims(trailing, dims)
+    if plan.rows:
+        check_span(request.time, plan.rows * plan.save_every - 1)  # the last stored step's time, as readers label it
     windows = request.summaries
     if request.summaries_default and windows:
         windows = default_windows(plan.rows)
