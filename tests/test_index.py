@@ -220,3 +220,22 @@ def test_a_reverse_run_of_2_63_minus_1_steps_commits_its_last_steps(tmp_path):
     assert ds.attrs["streamacc_complete"] == 0
     info = streamacc.info(path)
     assert info.total_steps == FAR and info.committed_steps == FAR % block + block
+
+
+def test_a_label_of_the_wrong_kind_is_refused_without_building_the_labels():
+    """``sel(step="abc")`` on 2**20 rows: refused before any label is made (pandas would have been handed all
+    8 MiB of them to find nothing)."""
+    import tracemalloc
+
+    index = StepIndex.for_rows(0, 2**20, 1, {"start": 0.0, "step": 0.5, "units": "s"})
+    ds = xr.Dataset(coords=xr.Coordinates.from_xindex(index))
+    tracemalloc.start()
+    try:
+        for name in ("step", "time"):
+            with pytest.raises(KeyError, match=rf"{name} 'abc' is not in the index: its labels are numbers"):
+                ds.sel({name: "abc"})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20, peak
+    assert int(ds.sel(step=np.asarray([7], dtype=object))["step"][0]) == 7  # numbers held as objects still select

@@ -242,3 +242,18 @@ def test_values_near_the_largest_float_and_infinite_ones_are_drawn(tmp_path, cap
             assert ax.get_ylabel().endswith("(x 1e+308)") and bottom < -1.0 and top > 1.0
         else:
             assert "values of ±inf drawn at the edges" in ax.get_title() and bottom < -2.0 and top > 2.0
+
+
+def test_plot_from_inside_an_output_draws_beside_it_and_never_into_it(finished, capsys, monkeypatch):
+    monkeypatch.chdir(finished)
+    beside = finished.parent / "gp-x.png"
+    beside.unlink(missing_ok=True)
+    code, out, _ = run("plot", ".", capsys=capsys)
+    assert code == 0 and out.strip() == str(beside) and beside.read_bytes().startswith(PNG)
+    code, _, err = run("plot", ".", "-o", "x/c/pic", capsys=capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert f"the picture x/c/pic.png would be written inside the output {finished}" in err and "pass -o" in err
+    assert not list(finished.rglob("*.png"))
+    code, out, _ = run("plot", ".", "-o", finished.parent / "named", capsys=capsys)
+    assert code == 0 and out.strip() == str(finished.parent / "named.png")  # the file written, as printed
+    assert (finished.parent / "named.png").read_bytes().startswith(PNG)

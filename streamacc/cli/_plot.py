@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,13 +26,26 @@ BANDS_UP_TO = 8
 
 
 def default_path(out: str, name: str) -> str:
-    """``OUT-NAME.png`` beside a local output (``.zarr`` dropped); in the current folder for a URL."""
+    """``OUT-NAME.png`` beside a local output (``.zarr`` dropped); in the current folder for a URL.
+
+    An output named by ``.`` or ``..`` (plotted from inside it) is named by its folder's name.
+    """
     base = out.rstrip("/") or out
     if "://" in base and not base.startswith("file://"):
         base = base.rsplit("/", 1)[-1]
     base = base.removeprefix("file://")
+    if Path(base).name in ("", ".", ".."):
+        base = os.fspath(Path(base).resolve())
     base = base[: -len(".zarr")] if base.endswith(".zarr") else base
     return f"{base}-{name}.png"
+
+
+def _inside_an_output(target: str) -> Path | None:
+    """The streamacc output (a local folder with ``_streamacc/``) that file ``target`` would land in, if any."""
+    for folder in Path(target).resolve().parents:
+        if (folder / "_streamacc").is_dir():
+            return folder
+    return None
 
 
 def _matplotlib() -> tuple[Any, Any]:
@@ -155,7 +169,15 @@ def plot_output(
     if var not in names:
         raise InputError(f"--var {var!r} is not an output of {out}; choose one of: {', '.join(names)}")
     fig = draw(ds, var)
-    target = path or default_path(out, var)
+    target = os.fspath(path) if path else default_path(out, var)
+    if not Path(target).suffix:
+        target += ".png"  # matplotlib would add it, and the path printed would not be the file written
+    inside = _inside_an_output(target)
+    if inside is not None:
+        raise InputError(
+            f"the picture {target} would be written inside the output {inside}, whose files are streamacc's; "
+            "pass -o FILE.png outside it"
+        )
     try:
         fig.savefig(target)
     except OSError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import stat
 import threading
@@ -299,7 +300,7 @@ class LocalTarget(Target):
 
     @contextlib.contextmanager
     def lock(self, command: str) -> Iterator[None]:
-        created = not self.root.exists()
+        created = list(itertools.takewhile(lambda d: not d.exists(), (self.root, *self.root.parents)))
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -321,7 +322,8 @@ class LocalTarget(Target):
             lock.release()
             if created and holder is None:  # never remove the folder another writer holds
                 with contextlib.suppress(OSError):
-                    self.root.rmdir()  # a command that wrote nothing leaves nothing behind
+                    for directory in created:  # the output's folder, then the parents made for it
+                        directory.rmdir()  # a command that wrote nothing leaves nothing behind
 
 
 _memory_locks: dict[str, threading.Lock] = {}

@@ -12,6 +12,7 @@ keeps its labels explicitly: only the rows selected.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
@@ -258,6 +259,14 @@ class StepIndex(CoordinateTransformIndex):
         flat = labels.reshape(-1)
         if name == TIME and is_calendar(_axis(t)["units"]):
             flat = pd.to_datetime(flat).values
+        if t.labels is None and flat.dtype.kind == "O":
+            with contextlib.suppress(TypeError, ValueError):
+                flat = flat.astype(np.float64)  # numbers held as objects
+        if t.labels is None and flat.dtype.kind not in "iufM":  # never a label: say so before building any
+            raise KeyError(
+                f"{name} {flat[0].item()!r} is not in the index: its labels are numbers (it holds {name}s "
+                f"{self._describe(name)}); pass a number"
+            )
         found: np.ndarray
         if t.labels is not None or flat.dtype.kind not in "iufM":
             found = _indexer(name, self._values(name, range(t.size)), flat, method, tolerance)
