@@ -198,7 +198,7 @@ def test_reading_a_virtual_output_needs_its_own_step_function(tmp_path):
     blocks[3]["carry_in"] = blocks[2]["carry_in"]
     records["attributes"]["streamacc_records"] = json.dumps(blocks)
     (virtual / "_streamacc/records_000000/zarr.json").write_text(json.dumps(records))
-    with pytest.raises(VerifyError, match=r"block 2 .* recomputes to another carry"):  # it ends where 3 began
+    with pytest.raises(VerifyError, match=r"block [23] .* recomputes to another carry"):  # whichever is read first
         streamacc.open(virtual, f=gp).y.load()
 
 
