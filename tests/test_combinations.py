@@ -140,7 +140,7 @@ def test_plot_names_a_range_outside_a_thinned_output_in_its_own_option(tmp_path,
     capsys.readouterr()
     assert main(["plot", str(out), "--steps", "2**20:", "-o", str(tmp_path / "p.png")]) == 2
     err = capsys.readouterr().err
-    assert "--steps 1048576:" in err and "None" not in err and "steps 0 to 200 are committed" in err
+    assert "--steps 1048576:" in err and "None" not in err and "the committed steps are 0 to 200" in err
 
 
 @pytest.mark.parametrize("block", ["100", "130"])
@@ -184,7 +184,7 @@ def test_layout_errors_of_a_simulation_come_before_jax_and_zarr(tmp_path, option
 
 def test_dates_select_a_thinned_output_at_sub_second_steps_quietly(tmp_path, recwarn):
     out = tmp_path / "cf.zarr"
-    args = ["--recipe", "lorenz", "--size", "2000", "--save-every", "100", "--time-step", "0.5",
+    args = ["--recipe", "lorenz", "--size", "2000", "--save-every", "100", "--dt", "0.5", "--time-step", "0.5",
             "--time-units", "seconds since 2000-01-01", "--no-progress"]  # fmt: skip
     assert main(["write", str(out), *args]) == 0
     ds = streamacc.open(out)
