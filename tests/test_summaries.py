@@ -314,3 +314,27 @@ def test_a_summary_window_longer_than_the_output_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "--summary-windows 4,64,1024 asks for windows of 1024 rows, longer than the output" in err
     assert "e.g. --summary-windows 4,64" in err
+
+
+def test_an_extension_far_beyond_a_short_outputs_levels_warns_that_it_keeps_them(tmp_path):
+    """A 1000-step output gets windows of 1, 16 and 256 rows; extended to 2**16 steps it keeps them (its
+    summaries then take 4 values per step), and says so, naming how to have the default levels."""
+    import warnings
+
+    out = tmp_path / "grow.zarr"
+
+    def grow(length, **kw):
+        return streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=length, progress=False, **kw)
+
+    grow(1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        grow(3000, mode="extend")  # the default for 3000 rows is [2, 32, 512]: close enough, nothing to say
+    with pytest.warns(streamacc.errors.StreamaccWarning) as caught:
+        grow(2**16, mode="extend")
+    (warning,) = [w for w in caught if "summary levels" in str(w.message)]
+    text = str(warning.message)
+    assert "keeps the summary levels it was begun with, windows of [1, 16, 256] rows, so its 65536 rows get 65536 " \
+           "windows at the finest level (the default for 65536 rows is [64, 1024, 16384])" in text  # fmt: skip
+    assert "rewrite it with mode='overwrite', or begin an output meant to grow with summaries=[4096, 65536, " in text
+    assert streamacc.info(out).summaries.windows == (1, 16, 256)
