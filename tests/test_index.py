@@ -167,6 +167,18 @@ def test_bad_time_axes_are_refused(tmp_path):
     assert code == 2 and not (tmp_path / "t.zarr").exists()
 
 
+def test_a_calendar_that_needs_cftime_is_named_as_such(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("cftime") is not None:
+        pytest.skip("cftime is installed: the calendar works")
+    with pytest.raises(streamacc.errors.InputError, match=r"with calendar 'noleap' cannot be read as CF dates .*"
+                                                          r"install cftime for that calendar, or use the standard one"):
+        streamacc.write(tmp_path / "t.zarr", step, np.float64(0.0), length=8, progress=False,
+                        time={"step": 1.0, "units": "days since 2000-01-01", "calendar": "noleap"})  # fmt: skip
+    assert not (tmp_path / "t.zarr").exists()
+
+
 def test_a_time_step_that_contradicts_the_recipes_is_refused(tmp_path, capsys):
     args = ["--recipe", "lorenz", "--size", "8", "--no-progress"]
     for given, step in ((["--dt", "0.01", "--time-step", "0.001"], "0.01"), (["--time-step", "0.01"], "0.001")):

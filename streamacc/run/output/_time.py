@@ -85,6 +85,11 @@ def times(steps: np.ndarray | list[int], time: Mapping[str, Any]) -> np.ndarray:
     try:
         return np.asarray(decode_cf_datetime(offsets, time["units"], time.get("calendar", "standard")))
     except Exception as exc:
+        if time.get("calendar", "standard") not in _NUMPY_CALENDARS:  # other calendars need cftime: say so
+            raise InputError(
+                f"{_named('units')} {time['units']!r} with calendar {time['calendar']!r} cannot be read as CF dates "
+                f"({one_line(exc)}); install cftime for that calendar, or use the standard one"
+            ) from None
         try:
             decode_cf_datetime(np.zeros(1), time["units"], time.get("calendar", "standard"))
         except Exception:  # the reference date itself (xarray blames a missing cftime for anything)
@@ -101,6 +106,8 @@ def times(steps: np.ndarray | list[int], time: Mapping[str, Any]) -> np.ndarray:
         raise InputError(_out_of_range(time, steps, offsets)) from None
 
 
+_NUMPY_CALENDARS = ("standard", "gregorian", "proleptic_gregorian")
+"""Calendars whose dates numpy's datetime64 holds; the others need cftime."""
 _UNITS = {"nanosecond", "microsecond", "millisecond", "second", "minute", "hour", "day"}
 _VARYING = {"month", "year", "common_year", "week"}
 FIRST_DATE, LAST_DATE = "1677-09-21", "2262-04-11"
