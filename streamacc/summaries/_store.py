@@ -4,8 +4,9 @@ One group per level, ``_streamacc/summaries/w<window>``, holding for each summar
 output ``x`` the arrays ``x_min``, ``x_max``, ``x_mean`` and ``x_count`` on dimension
 ``window`` (then the output's trailing dimensions). Window ``i`` covers steps
 ``[i * window, (i + 1) * window)``. Every level group carries consolidated metadata, so
-``xr.open_zarr(out, group="_streamacc/summaries/w1048576")`` reads it with one request;
-plain readers of the output itself never see it.
+``xr.open_zarr(f"{out}/_streamacc/summaries/w1048576")`` reads it with one request;
+plain readers of the output itself never see it (the root's consolidated metadata lists
+the data arrays only).
 
 Chunks are written once, whole (the last one of a level at the end of the array), by the
 same chunk writer as the data, so they are durable the same way. What is not yet in a
