@@ -192,7 +192,7 @@ def test_scan_of_ys_larger_than_memory_points_to_the_streaming_ways():
     assert "keep fewer rows with save_every" in text
 
 
-def test_a_python_number_in_init_with_x64_off_warns_that_the_run_is_32_bit(x64_off):
+def test_a_python_number_in_init_with_x64_off_warns_that_the_run_is_32_bit(x64_off, tmp_path):
     """init=1.0 computes in float32 while x64 is off: 1 + 1e-8 rounds to 1, the output is constant, and this
     warning is the only sign; np.float32 says 32 bits are meant, and with x64 on a Python float is float64."""
     import warnings
@@ -211,6 +211,9 @@ def test_a_python_number_in_init_with_x64_off_warns_that_the_run_is_32_bit(x64_o
     assert 'jax.config.update("jax_enable_x64", True)' in text and "np.float32(...)" in text
     with pytest.warns(streamacc.errors.StreamaccWarning, match=r"init\['n'\] is a Python int.*int32"):
         list(streamacc.iter_blocks(lambda c, _: ({"n": c["n"] + 1}, c["n"]), {"n": 0}, length=4))
+    with pytest.warns(streamacc.errors.StreamaccWarning, match="init is a Python float") as caught:
+        streamacc.write(tmp_path / "o.zarr", grow, 1.0, length=4, progress=False)  # computed on a thread of its own
+    assert [w.filename for w in caught] == [__file__]  # this line, not the thread's start
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         streamacc.scan(grow, np.float32(1.0), length=4)

@@ -6,17 +6,14 @@ argument and the fix, before any work starts, instead of a deep JAX traceback la
 
 from __future__ import annotations
 
-import sys
-import warnings
 from collections.abc import Callable
-from pathlib import Path
-from types import FrameType
 from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._callsite import warn
 from .._checks import as_count
 from ..errors import InputError, StepFunctionError, StreamaccWarning, X64Error, arg
 
@@ -105,7 +102,6 @@ def check_x64(**trees: Any) -> None:
 
 
 _NARROW = {float: "float32", int: "int32", complex: "complex64"}
-_PACKAGE = str(Path(__file__).resolve().parents[1])
 
 
 def _warn_weak(init: Any) -> None:
@@ -118,23 +114,14 @@ def _warn_weak(init: Any) -> None:
         if type(leaf) in _NARROW:
             where = f"init{jax.tree_util.keystr(path)}"
             narrow = _NARROW[type(leaf)]
-            warnings.warn(
+            warn(
                 f"{where} is a Python {type(leaf).__name__}, which JAX computes as {narrow} while jax_enable_x64 "
                 f"is off, so this run is {narrow}; call jax.config.update(\"jax_enable_x64\", True) (or set "
                 f"JAX_ENABLE_X64=1) first for 64 bits, or pass np.{narrow}(...) to say 32 bits are meant",
                 StreamaccWarning,
-                stacklevel=_caller_level(),
             )
             return
 
-
-def _caller_level() -> int:
-    """The ``stacklevel`` of the first frame outside streamacc, seen from ``warnings.warn``'s caller's caller."""
-    frame: FrameType | None = sys._getframe(2)
-    level = 2
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def _x_struct(xs: Any) -> Any:

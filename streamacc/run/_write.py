@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .._callsite import warn
 from .._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_SUMMARY_WINDOWS, DEFAULT_WRITE_BLOCK_BYTES
 from ..engine import Carry, Plan, check_length, from_host, make_plan, to_host
 from ..errors import InputError, StoreError, StreamaccWarning, arg
@@ -71,13 +72,12 @@ def _warn_fine_summaries(store: Any, kept: Sequence[int], rows: int) -> None:
     if not kept or kept[0] * 16 > wanted[0]:
         return
     label = os.fspath(store) if isinstance(store, (str, os.PathLike)) else "the output"
-    warnings.warn(
+    warn(
         f"{label} keeps the summary levels it was begun with, windows of {list(kept)} rows, so its {rows} rows "
         f"get {rows // kept[0]} windows at the finest level (the default for {rows} rows is {wanted}); to have "
         f"those, rewrite it with {arg('mode', 'overwrite')}, or begin an output meant to grow with "
         f"{arg('summaries', list(DEFAULT_SUMMARY_WINDOWS))}",
         StreamaccWarning,
-        stacklevel=3,
     )
 
 
