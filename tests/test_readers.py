@@ -267,3 +267,78 @@ def test_the_readme_reading_example_runs_as_written(tmp_path, monkeypatch):
     with xr.open_dataset(tmp_path / "first.nc") as first:
         np.testing.assert_array_equal(first.x.values, ref[:1000])
         assert first.attrs["streamacc_total_steps"] == 3000
+
+
+# --- streamacc's bookkeeping, through the root ------------------------------------------------
+
+
+def bookkeeping_opens_by_name(out: Path) -> None:
+    """A Zarr reader that opens the root (with its consolidated metadata, as it does by default) finds
+    ``_streamacc`` and every summary level by name, with the values stored under its own path."""
+    with strict():
+        root = zarr.open_group(out, mode="r")
+        assert root.metadata.consolidated_metadata is not None  # the root was read in one document
+        assert "manifest" in root["_streamacc"].attrs["description"]
+        assert set(xr.open_zarr(out).variables) == {"level", "pair"}  # the data alone
+        windows = json.loads(json.loads((out / "_streamacc/zarr.json").read_text())["attributes"]
+                             ["streamacc_manifest"])["identity"]["summaries"]  # fmt: skip
+        assert windows
+        for window in windows:
+            path = f"_streamacc/summaries/w{window}"
+            own = zarr.open_array(out / path / "level_max", mode="r")[:]
+            np.testing.assert_array_equal(root[path]["level_max"][:], own)
+            np.testing.assert_array_equal(root["_streamacc"]["summaries"][f"w{window}/level_max"][:], own)
+            level = xr.open_zarr(out, group=path)
+            assert level.attrs["window"] == window
+            np.testing.assert_array_equal(level.level_max.values, own)
+
+
+def test_zarr_readers_open_the_bookkeeping_by_name_through_the_root(done, tmp_path):
+    bookkeeping_opens_by_name(done)
+    out = tmp_path / "out.zarr"
+    with pytest.raises(StoreError):
+        write(failing(out, "level/c/9"), inflight=3)  # block 9
+    assert json.loads((out / "zarr.json").read_text())["attributes"]["streamacc_complete"] == 0
+    bookkeeping_opens_by_name(out)
+
+
+def older_root(out: Path) -> None:
+    """The root as streamacc 0.3 and older wrote it: its consolidated metadata lists the data arrays only."""
+    doc = json.loads((out / "zarr.json").read_text())
+    members = doc["consolidated_metadata"]["metadata"]
+    doc["consolidated_metadata"]["metadata"] = {name: members[name] for name in ("level", "pair")}
+    (out / "zarr.json").write_text(json.dumps(doc, indent=1))
+
+
+def shrunk_summary(out: Path) -> None:
+    doc = json.loads((out / "zarr.json").read_text())
+    members = doc["consolidated_metadata"]["metadata"]
+    name = min(k for k in members if k.endswith("/level_max"))
+    members[name]["shape"] = [members[name]["shape"][0] - 1]
+    (out / "zarr.json").write_text(json.dumps(doc, indent=1))
+
+
+def test_a_root_without_the_bookkeeping_is_read_and_completed_by_resume(done, tmp_path):
+    out = tmp_path / "out.zarr"
+    shutil.copytree(done, out)
+    older_root(out)
+    with pytest.raises(KeyError):
+        zarr.open_group(out, mode="r")["_streamacc"]
+    assert streamacc.info(out).complete
+    assert streamacc.verify(out, step, INIT, XS).checked_blocks == tuple(range(16))
+    np.testing.assert_array_equal(streamacc.open(out).level.values, reference()["level"])
+    with pytest.warns(streamacc.errors.StreamaccWarning, match="already complete"):
+        write(out, mode="resume")
+    assert (out / "zarr.json").read_bytes() == (done / "zarr.json").read_bytes()
+    bookkeeping_opens_by_name(out)
+
+
+def test_a_root_that_misdescribes_a_summary_is_refused_and_rewritten_by_resume(done, tmp_path):
+    out = tmp_path / "out.zarr"
+    shutil.copytree(done, out)
+    shrunk_summary(out)
+    with pytest.raises(StoreError, match=r"describes array '_streamacc/summaries/w\d+/level_max' otherwise"):
+        streamacc.open(out)
+    with pytest.warns(streamacc.errors.StreamaccWarning, match="already complete"):
+        write(out, mode="resume")
+    assert (out / "zarr.json").read_bytes() == (done / "zarr.json").read_bytes()
