@@ -34,6 +34,7 @@ from ._codecs import compressors_for
 from ._target import Target
 
 __all__ = [
+    "PROGRESS_ATTRS",
     "VIRTUAL",
     "ArraySpec",
     "ZarrSink",
