@@ -229,7 +229,7 @@ def test_a_reverse_run_of_2_63_minus_1_steps_commits_its_last_steps(tmp_path):
     ds = streamacc.open(path)
     assert ds.sizes["step"] == FAR % block + block and int(ds["step"][-1]) == FAR - 1
     assert int(ds["y"].sel(step=FAR - 1)) == 0 and int(ds["y"].sel(step=FAR - 5)) == 4  # steps run from the end
-    assert ds.attrs["streamacc_complete"] == 0
+    assert ds.encoding["streamacc_complete"] == 0
     info = streamacc.info(path)
     assert info.total_steps == FAR and info.committed_steps == FAR % block + block
 

@@ -86,15 +86,15 @@ def test_an_interrupted_output_says_so_and_open_returns_only_committed_steps(tmp
         assert raw.attrs["streamacc_committed_steps"] <= 9 * BLOCK
         assert "incomplete" in raw.attrs["streamacc_status"]
         ds = streamacc.open(out)
-    assert ds.sizes["step"] == 9 * BLOCK and ds.attrs["streamacc_committed_steps"] == 9 * BLOCK
-    assert ds.attrs["streamacc_complete"] == 0
+    assert ds.sizes["step"] == 9 * BLOCK and ds.encoding["streamacc_committed_steps"] == 9 * BLOCK
+    assert ds.encoding["streamacc_complete"] == 0
     assert ds.step.dtype == np.int64 and ds.step[-1] == 9 * BLOCK - 1
     np.testing.assert_array_equal(ds.level.values, ref["level"][: 9 * BLOCK])
     np.testing.assert_array_equal(ds.pair.values, ref["pair"][: 9 * BLOCK])
     assert not np.isnan(ds.level.values).any()
     write(out, mode="resume")
     ds = streamacc.open(out)
-    assert ds.sizes["step"] == LENGTH and ds.attrs["streamacc_complete"] == 1
+    assert ds.sizes["step"] == LENGTH and ds.encoding["streamacc_complete"] == 1
     assert xr.open_zarr(out).attrs["streamacc_committed_steps"] == LENGTH
 
 
@@ -114,7 +114,7 @@ def test_attributes_and_open_stay_true_while_the_run_goes(tmp_path, monkeypatch)
         after = xr.open_zarr(out).attrs
         ds = streamacc.open(out)
         seen.append((before["streamacc_committed_steps"], after["streamacc_committed_steps"], ds.sizes["step"]))
-        assert after["streamacc_complete"] == 0 and ds.attrs["streamacc_complete"] == 0
+        assert after["streamacc_complete"] == 0 and ds.encoding["streamacc_complete"] == 0
 
     monkeypatch.setattr(Output, "commit", commit)
     write(out)
@@ -181,7 +181,25 @@ def test_attributes_are_on_the_arrays_and_netcdf_safe(done, tmp_path):
     assert back.attrs["recipe"] == "demo" and back.level.attrs["units"] == "m"
     np.testing.assert_array_equal(back.level.values, reference()["level"][:100])
     assert back.attrs["big"] == 2**40
-    streamacc.open(done).isel(step=slice(0, 10)).to_netcdf(tmp_path / "t.nc")
+
+
+def test_a_slice_written_elsewhere_carries_the_run_but_not_the_store_s_progress(done, tmp_path):
+    ds = streamacc.open(done)
+    progress = {
+        "streamacc_complete": 1,
+        "streamacc_committed_start": 0,
+        "streamacc_committed_steps": LENGTH,
+        "streamacc_total_steps": LENGTH,
+        "streamacc_status": f"complete: all {LENGTH} steps committed",
+    }
+    head = ds.isel(step=slice(0, 10))
+    assert {k: head.encoding[k] for k in progress} == progress  # what the store held when it was opened
+    assert not progress.keys() & ds.attrs.keys()
+    head.to_netcdf(tmp_path / "t.nc")
+    with xr.open_dataset(tmp_path / "t.nc") as back:
+        assert not [k for k in back.attrs if k in progress or k == "streamacc_virtual"]
+        assert back.attrs["recipe"] == "demo" and back.attrs["streamacc_version"] == streamacc.__version__
+        np.testing.assert_array_equal(back.level.values, reference()["level"][:10])
 
 
 # --- the run's own arrays only ----------------------------------------------------------------
@@ -266,4 +284,79 @@ def test_the_readme_reading_example_runs_as_written(tmp_path, monkeypatch):
     np.testing.assert_array_equal(scope["ds"].x.values, ref)
     with xr.open_dataset(tmp_path / "first.nc") as first:
         np.testing.assert_array_equal(first.x.values, ref[:1000])
-        assert first.attrs["streamacc_total_steps"] == 3000
+        assert first.attrs["recipe"] == "gp" and "streamacc_total_steps" not in first.attrs
+
+
+# --- streamacc's bookkeeping, through the root ------------------------------------------------
+
+
+def bookkeeping_opens_by_name(out: Path) -> None:
+    """A Zarr reader that opens the root (with its consolidated metadata, as it does by default) finds
+    ``_streamacc`` and every summary level by name, with the values stored under its own path."""
+    with strict():
+        root = zarr.open_group(out, mode="r")
+        assert root.metadata.consolidated_metadata is not None  # the root was read in one document
+        assert "manifest" in root["_streamacc"].attrs["description"]
+        assert set(xr.open_zarr(out).variables) == {"level", "pair"}  # the data alone
+        windows = json.loads(json.loads((out / "_streamacc/zarr.json").read_text())["attributes"]
+                             ["streamacc_manifest"])["identity"]["summaries"]  # fmt: skip
+        assert windows
+        for window in windows:
+            path = f"_streamacc/summaries/w{window}"
+            own = zarr.open_array(out / path / "level_max", mode="r")[:]
+            np.testing.assert_array_equal(root[path]["level_max"][:], own)
+            np.testing.assert_array_equal(root["_streamacc"]["summaries"][f"w{window}/level_max"][:], own)
+            level = xr.open_zarr(out, group=path)
+            assert level.attrs["window"] == window
+            np.testing.assert_array_equal(level.level_max.values, own)
+
+
+def test_zarr_readers_open_the_bookkeeping_by_name_through_the_root(done, tmp_path):
+    bookkeeping_opens_by_name(done)
+    out = tmp_path / "out.zarr"
+    with pytest.raises(StoreError):
+        write(failing(out, "level/c/9"), inflight=3)  # block 9
+    assert json.loads((out / "zarr.json").read_text())["attributes"]["streamacc_complete"] == 0
+    bookkeeping_opens_by_name(out)
+
+
+def older_root(out: Path) -> None:
+    """The root as streamacc 0.3 and older wrote it: its consolidated metadata lists the data arrays only."""
+    doc = json.loads((out / "zarr.json").read_text())
+    members = doc["consolidated_metadata"]["metadata"]
+    doc["consolidated_metadata"]["metadata"] = {name: members[name] for name in ("level", "pair")}
+    (out / "zarr.json").write_text(json.dumps(doc, indent=1))
+
+
+def shrunk_summary(out: Path) -> None:
+    doc = json.loads((out / "zarr.json").read_text())
+    members = doc["consolidated_metadata"]["metadata"]
+    name = min(k for k in members if k.endswith("/level_max"))
+    members[name]["shape"] = [members[name]["shape"][0] - 1]
+    (out / "zarr.json").write_text(json.dumps(doc, indent=1))
+
+
+def test_a_root_without_the_bookkeeping_is_read_and_completed_by_resume(done, tmp_path):
+    out = tmp_path / "out.zarr"
+    shutil.copytree(done, out)
+    older_root(out)
+    with pytest.raises(KeyError):
+        zarr.open_group(out, mode="r")["_streamacc"]
+    assert streamacc.info(out).complete
+    assert streamacc.verify(out, step, INIT, XS).checked_blocks == tuple(range(16))
+    np.testing.assert_array_equal(streamacc.open(out).level.values, reference()["level"])
+    with pytest.warns(streamacc.errors.StreamaccWarning, match="already complete"):
+        write(out, mode="resume")
+    assert (out / "zarr.json").read_bytes() == (done / "zarr.json").read_bytes()
+    bookkeeping_opens_by_name(out)
+
+
+def test_a_root_that_misdescribes_a_summary_is_refused_and_rewritten_by_resume(done, tmp_path):
+    out = tmp_path / "out.zarr"
+    shutil.copytree(done, out)
+    shrunk_summary(out)
+    with pytest.raises(StoreError, match=r"describes array '_streamacc/summaries/w\d+/level_max' otherwise"):
+        streamacc.open(out)
+    with pytest.warns(streamacc.errors.StreamaccWarning, match="already complete"):
+        write(out, mode="resume")
+    assert (out / "zarr.json").read_bytes() == (done / "zarr.json").read_bytes()

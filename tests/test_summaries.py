@@ -125,7 +125,7 @@ def test_overview_reads_each_level_with_the_output_dims(written, reference):
     out = written[64]
     for points, window in [(1, 128), (8, 128), (9, 32), (32, 32), (33, 8), (10**6, 8)]:
         ds = streamacc.overview(out, points=points)
-        assert ds.attrs["window"] == window and ds.attrs["streamacc_complete"] == 1
+        assert ds.attrs["window"] == window and ds.encoding["streamacc_complete"] == 1
         np.testing.assert_array_equal(ds.step.values, np.arange(0, LENGTH, window))
         for name, values in reference.items():
             got = {stat: ds[f"{name}_{stat}"].values for stat in ("min", "max", "mean")}
@@ -172,7 +172,7 @@ def test_an_interrupted_run_shows_exactly_its_committed_steps_and_resumes_identi
     interrupt(out, k * 100, block_size=100)
     committed = k * 100
     ds = streamacc.overview(out, points=10**6)
-    assert ds.attrs["streamacc_complete"] == 0 and ds.attrs["streamacc_committed_steps"] == committed
+    assert ds.encoding["streamacc_complete"] == 0 and ds.encoding["streamacc_committed_steps"] == committed
     assert ds.step.values[-1] < committed <= ds.step.values[-1] + 8
     for name, values in reference.items():
         want = expected(values[:committed], 8)
@@ -263,7 +263,7 @@ def test_overview_on_object_storage_while_unfinished(s3_bucket):
     with pytest.raises(StoreError):
         streamacc.write(failing(url, "v/c/6/0", **options), state, np.float64(0.0), XS, **kw)
     ds = streamacc.overview(url, points=18, storage_options=options)
-    assert ds.attrs["window"] == 32 and ds.attrs["streamacc_committed_steps"] == 600
+    assert ds.attrs["window"] == 32 and ds.encoding["streamacc_committed_steps"] == 600
     v = np.asarray(jax.lax.scan(state, jnp.float64(0.0), jnp.asarray(XS))[1])
     want = expected(v[:600], 32)
     assert_rows({s: ds[f"v_{s}"].values for s in ("min", "max", "mean")} | {"count": want["count"]}, want, "s3")

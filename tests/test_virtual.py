@@ -120,7 +120,7 @@ def test_a_virtual_output_stores_no_data_and_plain_readers_get_an_error(tmp_path
             read()
     attrs = json.loads((virtual / "zarr.json").read_text())["attributes"]
     assert attrs["streamacc_virtual"] == 1 and "streamacc.open(path)" in attrs["streamacc_status"]
-    assert streamacc.open(virtual, f=gp).attrs["streamacc_virtual"] == 1
+    assert streamacc.open(virtual, f=gp).encoding["streamacc_virtual"] == 1
 
 
 def test_a_partly_materialized_output_reads_stored_and_recomputed_blocks_alike(tmp_path):

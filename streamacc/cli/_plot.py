@@ -67,9 +67,9 @@ def _title(ds: Any, name: str, long_name: str | None) -> str:
     what = ds.attrs.get("recipe") or "output"
     params = ds.attrs.get("params")
     head = f"{what} {params}" if params else str(what)
-    total = int(ds.attrs["streamacc_total_steps"])
-    if not ds.attrs["streamacc_complete"]:
-        start, done = int(ds.attrs["streamacc_committed_start"]), int(ds.attrs["streamacc_committed_steps"])
+    total = int(ds.encoding["streamacc_total_steps"])
+    if not ds.encoding["streamacc_complete"]:
+        start, done = int(ds.encoding["streamacc_committed_start"]), int(ds.encoding["streamacc_committed_steps"])
         head += f"\nunfinished: steps {start} to {start + done} of {total} committed"
     if long_name:
         head += "\n" + (long_name if len(long_name) <= 100 else long_name[:99] + "...")

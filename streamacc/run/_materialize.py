@@ -26,7 +26,7 @@ from .execute import Progress
 from .recompute import recompute_plan
 from .record import BlockRecord, Ledger, Manifest, decode_leaves, load_manifest
 from .threads import check_stop, interruptible, on_own_thread, run_ordered
-from .trust import check_structure
+from .trust import bookkeeping_listing, check_structure
 
 __all__ = ["materialize"]
 
@@ -131,7 +131,8 @@ class _Materializer:
         m = self.manifest
         if m.all_stored:
             self.sink.publish_arrays()
-        self.sink.publish(progress_attrs(m.span(), m.length, m.complete, virtual=m.recomputes))
+        nodes = bookkeeping_listing(self.sink.target, m)
+        self.sink.publish(progress_attrs(m.span(), m.length, m.complete, virtual=m.recomputes), nodes)
 
 
 @interruptible

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         open_target as open_target,
     )
     from ._zarr import (
+        PROGRESS_ATTRS as PROGRESS_ATTRS,
         VIRTUAL as VIRTUAL,
         ArraySpec as ArraySpec,
         ZarrSink as ZarrSink,
@@ -55,6 +56,7 @@ _EXPORTS = {
     "._storeerrors": ["describe_store_failure", "is_store_failure"],
     "._target": ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"],
     "._zarr": [
+        "PROGRESS_ATTRS",
         "VIRTUAL",
         "ArraySpec",
         "ZarrSink",

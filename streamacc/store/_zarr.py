@@ -3,10 +3,10 @@
 Arrays are chunked so that every block covers whole chunks (no read-modify-write, no
 two writers on one chunk), filled with NaN where floating so that unwritten steps read
 as missing, named by dimension for xarray, and carry their own metadata (units,
-description). The root group's attributes tell every reader
-whether the output is complete and how many steps are committed; its consolidated
-metadata lists only the run's arrays. The sink takes host arrays; it knows nothing of
-JAX.
+description). The root group's attributes tell every reader whether the output is
+complete and how many steps are committed; its consolidated metadata lists the run's
+arrays and the nodes of streamacc's bookkeeping it is given. The sink takes host arrays;
+it knows nothing of JAX.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from ._codecs import compressors_for
 from ._target import Target
 
 __all__ = [
+    "PROGRESS_ATTRS",
     "VIRTUAL",
     "ArraySpec",
     "ZarrSink",
@@ -388,11 +389,12 @@ class ZarrSink:
         self._root = {"attributes": attrs, "zarr_format": 3, "node_type": "group"}
         self.target.write("zarr.json", json.dumps(self._root, indent=1, allow_nan=False).encode())
 
-    def publish(self, attrs: Mapping[str, Any]) -> None:
-        """Rewrite the root group's metadata with ``attrs`` merged in, consolidating only the run's arrays.
+    def publish(self, attrs: Mapping[str, Any], nodes: Mapping[str, dict[str, Any]]) -> None:
+        """Rewrite the root group's metadata with ``attrs`` merged in, consolidating the run's arrays and ``nodes``.
 
         Consolidated metadata makes ``xr.open_zarr`` read one document; it lists the run's
-        arrays (not streamacc's bookkeeping, whose state changes as the run goes).
+        arrays and ``nodes``, the metadata of other nodes by path (streamacc's bookkeeping,
+        listed so that a reader of the root finds it by name).
         """
         if self._root is None:
             raw = self.target.read("zarr.json")
@@ -402,7 +404,7 @@ class ZarrSink:
         root["attributes"] = {**root.get("attributes", {}), **netcdf_safe(attrs)}
         if "streamacc_virtual" not in attrs:  # every block's data are stored now
             root["attributes"].pop("streamacc_virtual", None)
-        members = self._stored_metadata()
+        members = {**self._stored_metadata(), **nodes}
         root["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": members}
         self.target.write("zarr.json", json.dumps(root, indent=1, allow_nan=False).encode())
 

@@ -19,7 +19,12 @@ if TYPE_CHECKING:
     from ._check import SummaryCheck as SummaryCheck
     from ._extension import extension_tail as extension_tail, rebuild_stale_arrays as rebuild_stale_arrays
     from ._pyramid import BlockPieces as BlockPieces, Rows as Rows
-    from ._store import SUMMARIES as SUMMARIES, SummaryStore as SummaryStore
+    from ._store import (
+        LISTED_GROUP as LISTED_GROUP,
+        SUMMARIES as SUMMARIES,
+        SummaryStore as SummaryStore,
+        listing as listing,
+    )
     from ._summaries import (
         Summaries as Summaries,
         SummaryPlan as SummaryPlan,
@@ -36,7 +41,7 @@ _EXPORTS = {
     "._check": ["SummaryCheck"],
     "._extension": ["extension_tail", "rebuild_stale_arrays"],
     "._pyramid": ["BlockPieces", "Rows"],
-    "._store": ["SUMMARIES", "SummaryStore"],
+    "._store": ["LISTED_GROUP", "SUMMARIES", "SummaryStore", "listing"],
     "._summaries": ["Summaries", "SummaryPlan", "output_rows", "summarized_names"],
     "._windows": ["check_windows", "default_windows", "too_long"],
 }

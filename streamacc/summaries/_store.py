@@ -4,9 +4,10 @@ One group per level, ``_streamacc/summaries/w<window>``, holding for each summar
 output ``x`` the arrays ``x_min``, ``x_max``, ``x_mean`` and ``x_count`` on dimension
 ``window`` (then the output's trailing dimensions). Window ``i`` covers steps
 ``[i * window, (i + 1) * window)``. Every level group carries consolidated metadata, so
-``xr.open_zarr(f"{out}/_streamacc/summaries/w1048576")`` reads it with one request;
-plain readers of the output itself never see it (the root's consolidated metadata lists
-the data arrays only).
+``xr.open_zarr(f"{out}/_streamacc/summaries/w1048576")`` reads it with one request; the
+root's consolidated metadata lists them too (see :func:`listing`), so that
+``xr.open_zarr(out, group="_streamacc/summaries/w1048576")`` finds them, while
+``xr.open_zarr(out)`` shows the data arrays only.
 
 Chunks are written once, whole (the last one of a level at the end of the array), by the
 same chunk writer as the data, so they are durable the same way. What is not yet in a
@@ -25,6 +26,7 @@ import zarr
 from zarr.codecs import Crc32cCodec
 from zarr.core.array import AsyncArray
 from zarr.core.buffer import default_buffer_prototype
+from zarr.core.group import GroupMetadata
 from zarr.core.sync import sync
 from zarr.storage import StorePath
 
@@ -32,7 +34,7 @@ from ..errors import one_line
 from ..store import BOOKKEEPING, ArraySpec, ChunkWriter, Target, compressors_for
 from ._pyramid import Acc, Piece, Rows
 
-__all__ = ["STATS", "SUMMARIES", "SummaryStore", "decode_tail", "encode_tail", "level_path"]
+__all__ = ["LISTED_GROUP", "STATS", "SUMMARIES", "SummaryStore", "decode_tail", "encode_tail", "level_path", "listing"]
 
 SUMMARIES = f"{BOOKKEEPING}/summaries"
 STATS = ("min", "max", "mean", "count")
@@ -41,6 +43,36 @@ STATS = ("min", "max", "mean", "count")
 def level_path(window: int) -> str:
     """The group of the level whose windows hold ``window`` steps."""
     return f"{SUMMARIES}/w{window}"
+
+
+LISTED_GROUP = {"kind": "inline", "must_understand": False, "metadata": {}}
+"""The consolidated metadata of a group that a parent group's consolidated metadata lists (as zarr writes it:
+the group's members are listed by their own paths in the parent's)."""
+
+
+def listing(target: Target, windows: Sequence[int]) -> dict[str, dict[str, Any]]:
+    """The summaries' groups and arrays as the root's consolidated metadata lists them, by path from the root.
+
+    As zarr's ``consolidate_metadata`` lists them: each group with :data:`LISTED_GROUP`, each array as
+    its level's consolidated metadata describes it. One read per level; a group whose metadata is
+    missing or unreadable is left out, with its arrays.
+    """
+    nodes: dict[str, dict[str, Any]] = {}
+    for path in [SUMMARIES, *(level_path(w) for w in windows)]:
+        if path != SUMMARIES and not nodes:
+            break
+        try:  # what zarr cannot read would make the whole root unreadable
+            doc = json.loads(target.read(f"{path}/zarr.json") or b"null")
+            if not isinstance(doc, dict) or doc.get("zarr_format") != 3 or doc.get("node_type") != "group":
+                continue
+            GroupMetadata.from_dict(doc)
+        except (ValueError, TypeError, KeyError):
+            continue
+        members = (doc.get("consolidated_metadata") or {}).get("metadata") or {}
+        nodes[path] = {**doc, "consolidated_metadata": LISTED_GROUP}
+        if path != SUMMARIES:
+            nodes.update((f"{path}/{name}", member) for name, member in members.items())
+    return nodes
 
 
 def _stat_dtype(stat: str, dtype: np.dtype) -> np.dtype:

@@ -20,6 +20,7 @@ from ...store import Target, ZarrSink, describe_store_failure, is_store_failure,
 from ...summaries import BlockPieces, Summaries, SummaryPlan
 from ..record import BlockRecord, Ledger, Manifest, decode_leaves, encode_leaves
 from ..threads import check_stop
+from ..trust import bookkeeping_listing
 from ._debris import remove_partial_writes
 from ._spec import OutputSpec
 
@@ -75,6 +76,7 @@ class Output:
         self.ledger = Ledger(target)
         self.on_commit = on_commit
         self._published = 0.0
+        self._listing: dict[str, dict[str, Any]] | None = None
         self._waiting: list[BlockResult] = []  # a virtual run's blocks computed and not yet committed
         self._batch_started = time.monotonic()
 
@@ -118,7 +120,9 @@ class Output:
         now = time.monotonic()
         if force or now - self._published >= PUBLISH_SECONDS:
             m = self.manifest
-            self.sink.publish(progress_attrs(m.span(), m.length, m.complete, virtual=m.recomputes))
+            if force or self._listing is None:  # the bookkeeping's nodes change only between a run's parts
+                self._listing = bookkeeping_listing(self.target, m)
+            self.sink.publish(progress_attrs(m.span(), m.length, m.complete, virtual=m.recomputes), self._listing)
             self._published = now
 
     def commit(self, *results: BlockResult) -> None:

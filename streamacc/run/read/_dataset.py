@@ -15,7 +15,7 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import InputError
-from ...store import open_target, progress_attrs
+from ...store import PROGRESS_ATTRS, open_target, progress_attrs
 from ..trust import CheckedStore, trusted_manifest
 
 if TYPE_CHECKING:
@@ -75,9 +75,14 @@ def open(
     -------
     xarray.Dataset
         The committed steps of every output array, with coordinates ``step`` (and
-        ``time``), and the root attributes; its ``streamacc_*`` attributes describe what
-        was committed when it was opened (``streamacc_complete``,
-        ``streamacc_committed_steps``, ...).
+        ``time``), and the run's attributes (``attrs``: a recipe's, the caller's
+        ``attrs=``, ``streamacc_version``...). What was committed when it was opened is
+        about the store, not the data, so it is in ``encoding`` (where xarray keeps what
+        it knows of a dataset's source; ``isel`` and ``sel`` keep it, ``to_netcdf`` and
+        ``to_zarr`` do not write it): ``streamacc_complete`` (1 or 0),
+        ``streamacc_committed_start``, ``streamacc_committed_steps``,
+        ``streamacc_total_steps``, ``streamacc_status`` (a sentence), and
+        ``streamacc_virtual`` (1) for a virtual output.
 
     Raises
     ------
@@ -107,8 +112,8 @@ def open(
     >>> ds = streamacc.open("doubling.zarr")
     >>> ds.x.sel(step=[0, 1, 63]).values.tolist()
     [2.0, 4.0, 1.8446744073709552e+19]
-    >>> float(ds.time.sel(step=10)), int(ds.attrs["streamacc_committed_steps"])
-    (5.0, 64)
+    >>> float(ds.time.sel(step=10)), ds.encoding["streamacc_committed_steps"], ds.encoding["streamacc_complete"]
+    (5.0, 64, 1)
     """
     try:
         import xarray as xr
@@ -139,7 +144,9 @@ def open(
         ds = ds.chunk(_dask_chunks(ds, chunks))
     index = StepIndex.for_rows(first, last, ident.get("save_every", 1), ident.get("time"))
     ds = ds.assign_coords(xr.Coordinates.from_xindex(index))
-    ds.attrs.update(progress_attrs(manifest.span(), manifest.length, manifest.complete, virtual=manifest.recomputes))
+    progress = progress_attrs(manifest.span(), manifest.length, manifest.complete, virtual=manifest.recomputes)
+    ds.attrs = {k: v for k, v in ds.attrs.items() if k not in PROGRESS_ATTRS}  # the root's copy, which may lag
+    ds.encoding.update(progress)  # about the store, not the data: a slice written elsewhere does not carry them
     return ds
 
 

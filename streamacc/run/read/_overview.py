@@ -131,7 +131,9 @@ def overview(
         ``x_min``, ``x_max``, ``x_mean`` for each summarised output, on dimension ``step``
         holding each window's first step. ``attrs["window"]`` is the steps per window
         (the last window may be partial: it covers the committed steps so far),
-        ``attrs["windows"]`` every level's, and the root's attributes follow.
+        ``attrs["windows"]`` every level's, and the root's attributes follow; what was
+        committed when it was read is in ``encoding``, as :func:`streamacc.open` puts it
+        (``streamacc_complete``, ``streamacc_committed_steps``, ...).
 
     Raises
     ------
@@ -212,6 +214,6 @@ def overview(
 
     ds = xr.Dataset(data_vars, coords=xr.Coordinates({"step": pd.Index(steps_, name="step")}))
     ds.attrs.update({k: v for k, v in root.items() if not k.startswith("streamacc_")})
-    ds.attrs.update(progress_attrs((start, stop), manifest.length, manifest.complete))
+    ds.encoding.update(progress_attrs((start, stop), manifest.length, manifest.complete))  # as open's (see there)
     ds.attrs.update({"window": w * every, "windows": [v * every for v in windows], "first_step": a, "stop_step": b})
     return ds

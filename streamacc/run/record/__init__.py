@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ._manifest import (
         LEGACY_MANIFEST_KEY as LEGACY_MANIFEST_KEY,
         MANIFEST_ATTR as MANIFEST_ATTR,
+        MANIFEST_DESCRIPTION as MANIFEST_DESCRIPTION,
         MANIFEST_KEY as MANIFEST_KEY,
         RECORDS_ATTR as RECORDS_ATTR,
         SEGMENT as SEGMENT,
@@ -38,6 +39,7 @@ _EXPORTS = {
         "LEGACY_MANIFEST_KEY",
         "Ledger",
         "MANIFEST_ATTR",
+        "MANIFEST_DESCRIPTION",
         "MANIFEST_KEY",
         "Manifest",
         "RECORDS_ATTR",

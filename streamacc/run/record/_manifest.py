@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMAT",
+    "MANIFEST_DESCRIPTION",
     "MANIFEST_KEY",
     "SEGMENT",
     "BlockRecord",
@@ -47,6 +48,8 @@ __all__ = [
 FORMAT = "streamacc-manifest/2"
 SEGMENT = 64
 MANIFEST_KEY = f"{BOOKKEEPING}/zarr.json"
+MANIFEST_DESCRIPTION = "streamacc's bookkeeping of this output (manifest); the data are in the sibling arrays"
+"""The ``description`` attribute of the manifest's group, beside the manifest."""
 LEGACY_MANIFEST_KEY = f"{BOOKKEEPING}/manifest.json"  # format 1, streamacc 0.1
 MANIFEST_ATTR = "streamacc_manifest"
 RECORDS_ATTR = "streamacc_records"
@@ -133,8 +136,7 @@ class Manifest:
         if fields["stored"] is None:
             del fields["stored"]  # an output that stores its data records what it did before virtual outputs
         doc = json.dumps({"format": FORMAT, **fields}, sort_keys=True)
-        description = "streamacc's bookkeeping of this output (manifest); the data are in the sibling arrays"
-        return group_node({MANIFEST_ATTR: doc, "description": description})
+        return group_node({MANIFEST_ATTR: doc, "description": MANIFEST_DESCRIPTION})
 
     @property
     def virtual(self) -> bool:

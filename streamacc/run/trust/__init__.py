@@ -13,7 +13,7 @@ from ..._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._checked import CheckedStore as CheckedStore
-    from ._root import root_problem as root_problem
+    from ._root import bookkeeping_listing as bookkeeping_listing, root_problem as root_problem
     from ._trailers import trailer_problem as trailer_problem
     from ._trust import (
         arrays_problem as arrays_problem,
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "._checked": ["CheckedStore"],
-    "._root": ["root_problem"],
+    "._root": ["bookkeeping_listing", "root_problem"],
     "._trailers": ["trailer_problem"],
     "._trust": ["arrays_problem", "check_structure", "trusted_manifest"],
 }

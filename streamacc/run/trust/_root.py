@@ -27,10 +27,26 @@ import json
 from typing import Any
 
 from ...errors import StoreError, one_line
-from ...store import Target, array_document, is_virtual, netcdf_safe, progress_attrs
-from ..record import Manifest
+from ...store import BOOKKEEPING, Target, array_document, is_virtual, netcdf_safe, progress_attrs
+from ...summaries import LISTED_GROUP, listing
+from ..record import MANIFEST_DESCRIPTION, Manifest
 
-__all__ = ["root_problem"]
+__all__ = ["bookkeeping_listing", "root_problem"]
+
+
+def bookkeeping_listing(target: Target, manifest: Manifest) -> dict[str, dict[str, Any]]:
+    """streamacc's bookkeeping as the root's consolidated metadata lists it, by path from the root.
+
+    The groups a Zarr reader may open by name, ``_streamacc`` and the summaries' (with their arrays), so
+    that a reader opening the root with its consolidated metadata finds them. The attributes that hold
+    the run's state (the manifest) change at every commit and grow with the run: they are not copied,
+    and a reader reads them from the group's own ``zarr.json``. The block records' groups and the lease
+    are not listed (one record group per 64 blocks would grow the root, which every reader reads, with
+    the run).
+    """
+    root = {"attributes": {"description": MANIFEST_DESCRIPTION}, "zarr_format": 3, "node_type": "group"}
+    summaries = listing(target, manifest.identity.get("summaries") or [])
+    return {BOOKKEEPING: {**root, "consolidated_metadata": LISTED_GROUP}, **summaries}
 
 
 def _progress_problem(attrs: dict[str, Any], manifest: Manifest, reading: bool) -> str | None:
@@ -65,9 +81,17 @@ def _consolidated_problem(target: Target, doc: dict[str, Any], manifest: Manifes
     missing = [name for name in names if name not in members]
     if missing:
         return f"lists no array {missing[0]!r} in its consolidated metadata"
+    bookkeeping = bookkeeping_listing(target, manifest)
+    unlisted = [path for path in bookkeeping if path not in members]
+    if unlisted and not reading:  # a root of streamacc 0.3 or older: readers read it, a writer lists them
+        return f"lists no node {unlisted[0]!r} of streamacc's bookkeeping in its consolidated metadata"
     for name, member in sorted(members.items()):
         if not isinstance(member, dict) or member.get("node_type") != "array":
             continue  # groups hold no values (xarray consolidates streamacc's bookkeeping too)
+        if name in bookkeeping:  # as its level's own consolidated metadata describes it
+            if array_document(json.dumps(member).encode()) != array_document(json.dumps(bookkeeping[name]).encode()):
+                return f"describes array {name!r} otherwise than {name}/zarr.json does (consolidated metadata)"
+            continue
         raw = target.read(f"{name}/zarr.json")
         listed = json.dumps(member).encode()
         stored = array_document(raw)
