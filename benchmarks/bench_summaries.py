@@ -4,8 +4,11 @@ Runs ``streamacc write OUT --size N`` and the same with ``--no-summaries`` in tu
 ``--pairs`` times each (alternating, so that a change in the machine's load falls on both
 alike), each under ``/usr/bin/time -v``, and reports the medians of wall time and of user +
 system CPU, and the summaries' extra CPU as a share of the run without them. Then checks
-that the two outputs' data chunks are byte for byte the same files (their SHA-256), and,
-with ``--reference DIR``, that both equal an output written before (another version's).
+that the outputs' data chunks are byte for byte the same files (their SHA-256), and, with
+``--reference DIR``, that they equal an output written before (another version's). With
+``--against CHECKOUT``, a third write joins the rotation: with summaries, by the code of
+another checkout (``PYTHONPATH=CHECKOUT``), so that two versions' costs are measured in the
+same run, under the same load.
 
     python benchmarks/bench_summaries.py --size '2**30' --pairs 3 --json benchmarks/results/summaries_2p30.json
 
@@ -79,6 +82,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("/tmp/streamacc-summaries"))
     parser.add_argument("--reference", type=Path, default=None, help="an output written before, to compare chunks with")
+    parser.add_argument("--against", type=Path, default=None,
+                        help="a checkout of another version: its write with summaries joins the rotation")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     if args.slices:
@@ -88,16 +93,20 @@ def main() -> None:
         return
     args.out.mkdir(parents=True, exist_ok=True)
     variants = {"summaries": [], "no-summaries": ["--no-summaries"]}
+    if args.against is not None:
+        variants["against"] = []
     runs: dict[str, list[dict]] = {name: [] for name in variants}
     info = machine(args.out)
     hashes: dict[str, str] = {}
     for i in range(args.pairs):
-        for name, extra in variants.items() if i % 2 == 0 else reversed(variants.items()):
+        order = list(variants.items())
+        for name, extra in order if i % 2 == 0 else reversed(order):
             out = args.out / f"{name}.zarr"
             shutil.rmtree(out, ignore_errors=True)
             cmd = [sys.executable, "-m", "streamacc", "write", str(out), "--size", args.size, "--no-progress", *extra]
             load_before = load()
-            timed = time_command(cmd)
+            env = {"PYTHONPATH": str(args.against.resolve())} if name == "against" else None
+            timed = time_command(cmd, env=env)
             if timed["returncode"]:
                 raise SystemExit(f"{' '.join(cmd)} failed: {timed['stderr']}")
             timed["cpu_s"] = timed["user_s"] + timed["sys_s"]
@@ -110,7 +119,7 @@ def main() -> None:
                   f"load {load_before[0]}", file=sys.stderr)  # fmt: skip
             if i == args.pairs - 1 or i == args.pairs - 2:
                 hashes[name] = digest(chunk_hashes(out))
-    same = hashes["summaries"] == hashes["no-summaries"]
+    same = len(set(hashes.values())) == 1
     reference = None
     if args.reference is not None:
         reference = digest(chunk_hashes(args.reference)) == hashes["summaries"]
@@ -126,6 +135,10 @@ def main() -> None:
         "median": med,
         "summaries_extra_cpu": extra_cpu,
         "summaries_extra_wall": med["summaries"]["wall_s"] / med["no-summaries"]["wall_s"] - 1,
+        "against": None if args.against is None else str(args.against),
+        "against_extra_cpu": None
+        if args.against is None
+        else med["against"]["cpu_s"] / med["no-summaries"]["cpu_s"] - 1,
         "data_chunks_identical": same,
         "data_chunks_sha256": hashes,
         "reference_identical": reference,
