@@ -5,7 +5,11 @@ destination as large as the raw chunk (32 MiB at the default block), which glibc
 afresh and the kernel zero-fills page by page, and zarr's ``crc32c`` codec copies the
 compressed bytes once more to append four. Here each writer thread compresses into a
 buffer of its own that lives as long as the thread, so steady state allocates nothing,
-and the bytes go to the store in one ``set`` per chunk.
+and the bytes go to the store in one ``set`` per chunk. A local folder's chunk files are
+written here instead, as zarr's LocalStore writes them (a temp file renamed over the
+chunk), their whole pages past the page cache (``_files.write_new``): copying gigabytes
+of output into a cache nobody reads it back from took 7% of the CPU of a 2**30-step
+write (``benchmarks/bench_profile.py``).
 
 The direct path covers the layouts streamacc writes: a regular chunk grid (along the
 first axis, and along the trailing axes where one step is large), the ``bytes`` codec in
