@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Protocol
 
 import jax
 
@@ -43,20 +43,19 @@ def write_block(
     carry_in: list[HostLeaf],
     carry_out: list[HostLeaf],
     summary: SummaryPlan | None = None,
-    pieces: dict[str, Any] | None = None,
 ) -> BlockResult:
-    """Write one computed block durably, cut its summary pieces, give its buffer back, describe it for its commit.
+    """Cut a computed block's summary pieces, write it durably, give its buffer back, describe it for its commit.
 
-    ``pieces`` are the block's summary pieces when the caller cut them already (see
-    :func:`_summarized`); otherwise they are cut here, before the block is encoded. Without
-    a ``sink`` (a virtual run) nothing is written: the block is computed for its summaries.
+    The pieces come first, while the block is fresh from the computation (in the last-level
+    cache unless something evicted it), and the encoder follows on the block they just read.
+    Without a ``sink`` (a virtual run) nothing is written: the block is computed for its
+    summaries.
     """
     check_stop()  # after Ctrl-C or SIGTERM no new block is written
     leaves = jax.tree_util.tree_leaves(block.ys)
     nbytes = sum(y.nbytes for y in leaves)
     ys = dict(zip(names, leaves, strict=True))
-    if pieces is None and summary is not None:
-        pieces = summary.pieces(block.rows.start, ys)  # summaries count rows
+    pieces = None if summary is None else summary.pieces(block.rows.start, ys)  # summaries count rows
     crcs, stored = ({}, 0) if sink is None else sink.write(block.rows.start, block.rows.stop, ys)
     block.release()  # durable: its buffer may take a later block
     return BlockResult(index, block.start, block.stop, carry_in, carry_out, crcs, nbytes, stored, pieces)
@@ -68,30 +67,12 @@ class _Item:
     block: Block
     carry_in: list[HostLeaf]
     carry_out: list[HostLeaf]
-    pieces: dict[str, Any] | None
 
 
-def _summarized(blocks: Iterator[Block], plan: SummaryPlan | None, names: list[str]) -> Iterator[tuple[Block, Any]]:
-    """Each block with its summary pieces, cut on the computing thread as soon as the block is computed.
-
-    The block is then fresh in that core's caches, which a writer thread, later and maybe on
-    the other core, finds partly evicted (at 2**28 steps here, 0.46-0.52 s of CPU for the
-    pieces against 0.52-0.55 s on the writers, four alternating runs of each). On a CPU the
-    computing thread idles while the writers encode, so the wall time does not grow.
-    """
-    for block in blocks:
-        pieces = None
-        if plan is not None:
-            ys = dict(zip(names, jax.tree_util.tree_leaves(block.ys), strict=True))
-            pieces = plan.pieces(block.rows.start, ys)
-        yield block, pieces
-        del block
-
-
-def _items(blocks: Iterator[tuple[Block, Any]], first: int, carry_in: list[HostLeaf]) -> Iterator[_Item]:
-    for index, (block, pieces) in enumerate(blocks, start=first):
+def _items(blocks: Iterator[Block], first: int, carry_in: list[HostLeaf]) -> Iterator[_Item]:
+    for index, block in enumerate(blocks, start=first):
         carry_out = to_host(block.carry)
-        yield _Item(index, block, carry_in, carry_out, pieces)
+        yield _Item(index, block, carry_in, carry_out)
         carry_in = carry_out
 
 
@@ -115,13 +96,11 @@ class LocalExecutor:
         ahead = computes_ahead()  # not on a CPU: there it would hold a block buffer more for nothing
         pool = BlockPool(pool_size(self.inflight, ahead=ahead))
         carry = from_host(output.carry, plan.init)
-        blocks = on_own_thread(_summarized(run_plan(plan, carry=carry, first_block=output.first_block, pool=pool,
-                                                    ahead=ahead), output.summary_plan, names))
+        blocks = on_own_thread(run_plan(plan, carry=carry, first_block=output.first_block, pool=pool, ahead=ahead))
 
         def work(item: _Item) -> BlockResult:
             return write_block(
-                output.data_sink, names, item.index, item.block, item.carry_in, item.carry_out, output.summary_plan,
-                item.pieces,
+                output.data_sink, names, item.index, item.block, item.carry_in, item.carry_out, output.summary_plan
             )
 
         def commit(item: _Item, result: BlockResult) -> None:
