@@ -69,13 +69,11 @@ def parts(size: int, block: int, workdir: Path, blocks_measured: int) -> dict:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    from streamacc.engine._carry import to_host
-    from streamacc.engine._scan import carry_pass, make_plan
+    from streamacc.engine import carry_pass, make_plan, to_host
     from streamacc.recipes import get_recipe
-    from streamacc.run._write import output_spec
-    from streamacc.run.execute._dask import BLOCKS_PER_TASK, BlockTask, SinkSpec, run_block_task, run_block_tasks
-    from streamacc.run.output._output import open_output
-    from streamacc.store._target import open_target
+    from streamacc.run.execute import BLOCKS_PER_TASK, BlockTask, SinkSpec, run_block_tasks
+    from streamacc.run.output import check_request, open_output, output_spec
+    from streamacc.store import open_target
 
     results = {}
     for name, params in RECIPES.items():
@@ -92,10 +90,11 @@ def parts(size: int, block: int, workdir: Path, blocks_measured: int) -> dict:
         # block tasks exactly as a worker runs them (groups of BLOCKS_PER_TASK, each written while the
         # next computes), into a real output; b is the time per block of a group
         out = workdir / f"parts-{name}.zarr"
-        spec = output_spec(plan, names=job.names, attrs=job.attrs)
+        request = check_request(mode="create", length=job.length, block_size=block, unroll=job.unroll, attrs=job.attrs)
+        spec = output_spec(plan, request, names=job.names)
         target = open_target(out)
-        with target.lock("--overwrite"):
-            output = open_output(target, spec, mode="new", init=to_host(plan.init), check_resumable=lambda o: None)
+        with target.lock("another output path"):
+            output = open_output(target, spec, mode="create", init=to_host(plan.init), check_resumable=lambda o: None)
             sink = SinkSpec.of(output)
             bounds = list(plan.bounds())[: 1 + blocks_measured]
             carries_in = [to_host(plan.init)]
@@ -104,7 +103,7 @@ def parts(size: int, block: int, workdir: Path, blocks_measured: int) -> dict:
                     break
                 carries_in.append(to_host(carry))
             tasks = [BlockTask(k, start, stop, carries_in[k]) for k, (start, stop) in enumerate(bounds)]
-            run_block_task(plan, sink, tasks[0], True)  # compiles
+            run_block_tasks(plan, sink, tasks[:1], True)  # compiles
             task_times = []
             for first in range(1, len(tasks), BLOCKS_PER_TASK):
                 group = tasks[first : first + BLOCKS_PER_TASK]
@@ -176,7 +175,7 @@ def write_only(size: int, block: int, out: str, workers: int, endpoint: str | No
     jax.config.update("jax_enable_x64", True)
     import streamacc
     from streamacc.recipes import get_recipe
-    from streamacc.run.execute._cluster import cluster_client
+    from streamacc.run.execute import cluster_client
 
     job = get_recipe("gp").build(size, "float64")
     options = {"endpoint_url": endpoint} if endpoint else None

@@ -30,8 +30,15 @@ DEFAULT_CODEC = "blosc-lz4"
 faster than the disk writes; zarr's default (zstd level 0) was about 3x slower."""
 
 DEFAULT_SUMMARY_WINDOWS = (2**12, 2**16, 2**20)
-"""Steps per window of the summaries' levels (min, max, mean), finest first. A factor of 16
-between levels keeps a picture of any length within 16x of the windows it needs; the
-finest, 2**12, keeps the summaries of a float64 output under 1% of its compressed bytes
-(3 float64 and one int64 per 2**12 steps); the coarsest, 2**20, gives the 4096 windows
-of a 2**32-step output's picture from four chunks per statistic."""
+"""Rows per window of the summaries' levels (min, max, mean) of a long output, finest first.
+A factor of 16 between levels keeps a picture of any length within 16x of the windows it
+needs; the finest, 2**12, keeps the summaries of a float64 output under 1% of its
+compressed bytes (3 float64 and one int64 per 2**12 rows); the coarsest, 2**20, gives the
+4096 windows of a 2**32-step output's picture from four chunks per statistic. A shorter
+output (or one thinned by ``save_every``) gets finer windows: see ``SUMMARY_WINDOWS_AT_LEAST``."""
+
+SUMMARY_WINDOWS_AT_LEAST = 1024
+"""Windows the finest default level gives at least (or one per row, for an output of fewer
+rows): its window is the largest power of two that many windows of which fit the output,
+at most the finest of ``DEFAULT_SUMMARY_WINDOWS``; the levels above it follow by 16, up to
+the output's length. A picture then has detail however short or thinned the output."""

@@ -349,8 +349,8 @@ class OutputExistsError(StoreError):
     >>> streamacc.write("twice.zarr", step, np.int32(0), length=8, progress=False)
     Traceback (most recent call last):
     ...
-    streamacc.errors.OutputExistsError: twice.zarr already exists; pass mode='overwrite' to replace it or
-    mode='resume' to continue it
+    streamacc.errors.OutputExistsError: twice.zarr already exists and holds a finished run of 8 steps; lengthen it
+    with mode='extend' and a longer length, or pass mode='overwrite' to replace it
     """
 
 

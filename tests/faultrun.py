@@ -97,6 +97,58 @@ def full_disk(kind: str, at: int) -> Iterator[None]:
         LocalStore.set, streamacc.store._target.atomic_write, streamacc.store._chunks.write_new = saved
 
 
+class Killed(Exception):
+    """The writer died before this write."""
+
+
+@contextlib.contextmanager
+def dies_at(n: int, seen: list[str] | None = None) -> Iterator[None]:
+    """Within this block, store write number ``n`` (1-based) fails, and so does every one after it: the writer
+    died there (nothing more reaches a store from a dead process).
+
+    Counts every write and delete that reaches a store: a local output's files (streamacc's
+    atomic writes and deletes, zarr's) and an object store's requests (through the fence).
+    ``seen`` collects what each write was (``n=0``: none fails).
+    """
+    from streamacc.store.lease import FencedStore
+
+    target = streamacc.store._target
+    saved = (target.atomic_write, target.LocalTarget.delete, LocalStore.set, LocalStore.delete, FencedStore.set,
+             FencedStore.delete)  # fmt: skip
+    count, dead = itertools.count(1), []
+
+    def gate(what: str) -> None:
+        if seen is not None:
+            seen.append(what)
+        if dead or next(count) == n:
+            dead.append(what)
+            raise Killed(what)
+
+    def atomic_write(path, data):
+        gate(f"write {path.parent.name}/{path.name}")
+        return saved[0](path, data)
+
+    def delete(self, key):
+        gate(f"delete {key}")
+        return saved[1](self, key)
+
+    def wrap(real, verb):
+        async def call(self, key, *args):
+            gate(f"{verb} {key}")
+            return await real(self, key, *args)
+
+        return call
+
+    target.atomic_write, target.LocalTarget.delete = atomic_write, delete
+    LocalStore.set, LocalStore.delete = wrap(saved[2], "set"), wrap(saved[3], "delete")
+    FencedStore.set, FencedStore.delete = wrap(saved[4], "set"), wrap(saved[5], "delete")
+    try:
+        yield
+    finally:
+        (target.atomic_write, target.LocalTarget.delete, LocalStore.set, LocalStore.delete, FencedStore.set,
+         FencedStore.delete) = saved  # fmt: skip
+
+
 def kill_after_complete(_: int) -> None:
     """SIGKILL this process right after the manifest is saved complete, before the root metadata follows."""
     from streamacc.run.output import Output

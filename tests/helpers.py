@@ -208,6 +208,18 @@ def faultrun(kind: str, at: int, *args: str) -> SimpleNamespace:
     return SimpleNamespace(returncode=code, stderr=err.getvalue())
 
 
+@contextlib.contextmanager
+def dies_at(n: int, seen: list[str] | None = None) -> Iterator[None]:
+    """Within this block, every store write from number ``n`` on fails: the writer died there (see ``faultrun.py``).
+
+    ``seen`` collects what each write was; ``n=0`` lets every write through, to list them.
+    """
+    from faultrun import dies_at as dying
+
+    with dying(n, seen):
+        yield
+
+
 # --- the command line, in this process and as a process -------------------------------------------
 
 SMALL = ["--size", "5000", "--block-size", "512", "--codec", "none", "--no-progress", "--no-summaries"]

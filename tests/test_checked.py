@@ -88,3 +88,34 @@ def test_tiles_swapped_within_the_output_are_refused(tmp_path, runs):
     shutil.copyfile(ours / "y" / "c" / "3" / "1" / "1", out / "y" / "c" / "3" / "0" / "0")
     with pytest.raises(streamacc.errors.VerifyError, match=r"chunk y/c/3/0/0 .* is not the chunk committed"):
         _ = streamacc.open(out).y.values
+
+
+def test_a_committed_chunk_that_is_missing_is_refused_never_read_as_fill_values(tmp_path, runs):
+    ours, _, reverse = runs
+    out = tmp_path / "out.zarr"
+    shutil.copytree(ours, out)
+    (out / "y" / "c" / "3" / "1" / "0").unlink()
+    block = 5 - 1 if reverse else 1
+    with pytest.raises(streamacc.errors.VerifyError, match=rf"chunk y/c/3/1/0 of .* is missing, though block "
+                       rf"{block} committed it.*mode='overwrite'"):  # fmt: skip
+        _ = streamacc.open(out).y.values
+    ds = streamacc.open(out)  # what the chunk does not hold reads as before
+    np.testing.assert_array_equal(ds.y[:, :4, 3:].values, expected(1.0, reverse)[:, :4, 3:])
+
+
+def count(c, _):
+    return c + 1, c + 1
+
+
+def test_a_missing_chunk_of_integers_or_of_a_materialized_virtual_block_is_refused(tmp_path):
+    for virtual in (False, True):
+        out = tmp_path / f"out{virtual}.zarr"
+        streamacc.write(out, count, np.int64(0), length=64, block_size=16, chunks={"step": 8}, summaries=False,
+                        virtual=virtual, progress=False)  # fmt: skip
+        if virtual:
+            streamacc.materialize(out, f=count, steps=(16, 32), progress=False)  # block 1 stored, others recomputed
+        (out / "y" / "c" / "3").unlink()  # rows 24-31 of block 1 (zarr read them as 0)
+        ds = streamacc.open(out, f=count if virtual else None)
+        np.testing.assert_array_equal(ds.y[:24].values, np.arange(1, 25))
+        with pytest.raises(streamacc.errors.VerifyError, match=r"chunk y/c/3 .* is missing, though block 1 committed"):
+            _ = ds.y[:32].values

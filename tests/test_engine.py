@@ -395,7 +395,8 @@ def test_x64_off_float32_works(x64_off):
     carry, ys = streamacc.scan(f32_step, init, xs, block_size=8)
     assert carry.dtype == np.float32 and ys.dtype == np.float32
     assert_bits_equal((carry, ys), lax.scan(f32_step, init, xs))
-    carry, ys = streamacc.scan(product_step, 1.0, length=10, block_size=3)  # weak Python float: 32 bits
+    with pytest.warns(streamacc.errors.StreamaccWarning, match="so this run is float32"):
+        carry, ys = streamacc.scan(product_step, 1.0, length=10, block_size=3)  # weak Python float: 32 bits
     assert carry.dtype == np.float32 and ys.dtype == np.float32
 
 

@@ -179,3 +179,43 @@ def test_64_bit_input_with_x64_off(x64_off, init, xs, name):
     kwargs = {} if xs is not None else {"length": 5}
     msg = raises(X64Error, name, "jax_enable_x64", f=lambda c, x: (c, 0.0), init=init, xs=xs, **kwargs)
     assert msg.startswith(name)
+
+
+def test_scan_of_ys_larger_than_memory_points_to_the_streaming_ways():
+    """2**50 rows of a float32 are 4 PiB, more than any machine holds: refused before numpy allocates, naming
+    what scan keeps in memory and the ways that stream (numpy's MemoryError named neither)."""
+    with pytest.raises(InputError) as refused:
+        streamacc.scan(lambda c, _: (c + 1.0, c), np.float32(0), length=2**50)
+    text = str(refused.value)
+    assert "\n" not in text and "scan keeps every row of ys in memory, and 1125899906842624 rows take 4.0 PiB" in text
+    assert "stream them instead with streamacc.iter_blocks (block by block) or streamacc.write" in text
+    assert "keep fewer rows with save_every" in text
+
+
+def test_a_python_number_in_init_with_x64_off_warns_that_the_run_is_32_bit(x64_off, tmp_path):
+    """init=1.0 computes in float32 while x64 is off: 1 + 1e-8 rounds to 1, the output is constant, and this
+    warning is the only sign; np.float32 says 32 bits are meant, and with x64 on a Python float is float64."""
+    import warnings
+
+    def grow(c, _):
+        c = c * (1 + 1e-8)
+        return c, c
+
+    with pytest.warns(streamacc.errors.StreamaccWarning) as caught:
+        _, ys = streamacc.scan(grow, 1.0, length=4)
+    assert ys.dtype == np.float32 and (ys == 1.0).all()  # what the warning is about
+    (warning,) = caught
+    assert warning.filename == __file__  # the line that called scan
+    text = str(warning.message)
+    assert "init is a Python float, which JAX computes as float32 while jax_enable_x64 is off" in text
+    assert 'jax.config.update("jax_enable_x64", True)' in text and "np.float32(...)" in text
+    with pytest.warns(streamacc.errors.StreamaccWarning, match=r"init\['n'\] is a Python int.*int32"):
+        list(streamacc.iter_blocks(lambda c, _: ({"n": c["n"] + 1}, c["n"]), {"n": 0}, length=4))
+    with pytest.warns(streamacc.errors.StreamaccWarning, match="init is a Python float") as caught:
+        streamacc.write(tmp_path / "o.zarr", grow, 1.0, length=4, progress=False)  # computed on a thread of its own
+    assert [w.filename for w in caught] == [__file__]  # this line, not the thread's start
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        streamacc.scan(grow, np.float32(1.0), length=4)
+        jax.config.update("jax_enable_x64", True)
+        assert streamacc.scan(grow, 1.0, length=4)[1].dtype == np.float64

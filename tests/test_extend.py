@@ -38,9 +38,10 @@ def write(out, length, *, f=step, **kw):
 @pytest.mark.parametrize(
     ("lengths", "kw"),
     [
-        ((100, 103, 250, 400), {}),  # by less than a block, then a partial last block (4 steps) becomes full, again
+        ((100, 103, 250, 400), {"summaries": [1, 16]}),  # by less than a block, then a partial last block (4 steps)
+        # becomes full, again (the levels of 100 steps, which the extended output keeps)
         ((96, 160), {}),  # from a whole number of blocks
-        ((10, 100), {}),  # a single block: nothing is kept, the layout is the longer run's
+        ((10, 100), {"summaries": [1]}),  # a single block: nothing is kept, the layout is the longer run's
         ((100, 251), {"save_every": 4}),  # thinned: the last kept rows and the steps after them
         ((54, 60), {"f": product, "unroll": 4, "block_size": 8}),  # a short tail joined its block, and still does
         ((54, 66), {"f": product, "unroll": 4, "block_size": 8}),  # ... and now stands alone
@@ -127,7 +128,7 @@ def test_an_unfinished_or_missing_output_is_not_extended(tmp_path):
 
 def test_an_interrupted_extension_resumes_to_the_longer_run(tmp_path, finished):
     ref = tmp_path / "ref.zarr"
-    write(ref, 300)
+    write(ref, 300, summaries=[1, 16])  # the levels the 100-step output was begun with, which it keeps
     with pytest.raises(streamacc.StreamaccError):  # stopped between the longer run's manifest and its arrays' metadata
         write(failing(finished, "state/zarr.json"), 300, mode="extend")
     assert read_manifest(finished)["identity"]["length"] == 300
@@ -142,7 +143,7 @@ def test_extend_from_the_command_line(tmp_path, capsys):
     args = ["--size", "1000", "--block-size", "256", "--no-progress"]
     out, ref = tmp_path / "out.zarr", tmp_path / "ref.zarr"
     assert main(["write", str(out), *args]) == 0
-    assert main(["write", str(ref), *args[:1], "2500", *args[2:]]) == 0
+    assert main(["write", str(ref), *args[:1], "2500", *args[2:], "--summary-windows", "1,16,256"]) == 0  # out's levels
     capsys.readouterr()
     assert main(["write", str(out), "--size", "600", *args[2:], "--extend"]) == 2
     assert "--size 600 is shorter than the 1000 steps" in capsys.readouterr().err

@@ -14,6 +14,7 @@ import xarray as xr
 from helpers import failing
 
 import streamacc
+from streamacc.cli import main
 from streamacc.run.read._index import StepIndex
 
 K = 3
@@ -146,11 +147,47 @@ def test_bad_time_axes_are_refused(tmp_path):
         ({"start": 0.0}, r"time must be a dict with 'step'"),
         ({"step": 0}, r"time\['step'\] must not be 0"),
         ({"step": float("nan")}, r"time\['step'\] must be a finite number"),
-        ({"step": 1.0, "units": "days since yesterday"}, r"cannot be read as CF dates"),
+        ({"step": 1.0, "units": "days since yesterday"}, r"counts from 'yesterday', which is not a date"),
+        ({"step": 1.0, "units": "fortnights since 2000-01-01"}, r"counts in 'fortnights', which is no unit of time "
+         r"dates count in; use nanoseconds, .* or days"),
+        ({"step": 1.0, "units": "years since 2000-01-01"}, r"counts in years, which have no fixed length.*days or "
+         r"seconds"),
+        ({"step": 1.0, "units": "days since 2300-01-01"}, r"counts from 2300-01-01, outside the dates a reader can "
+         r"label \(1677-09-21 to 2262-04-11"),
+        ({"step": 1.0, "units": "days since 2262-04-05"}, r"puts step 7 at 7.0 days since 2262-04-05, beyond the "
+         r"dates a reader can label.*smaller time\['step'\]"),
+        ({"step": 1e308, "start": 1e308}, r"puts step 7 at inf \(time\['start'\] 1e\+308 \+ 7 x time\['step'\] "
+         r"1e\+308\), beyond float64"),
     ]:
         with pytest.raises(streamacc.errors.InputError, match=needle):
             streamacc.write(tmp_path / "t.zarr", step, np.float64(0.0), length=8, time=time, progress=False)
         assert not (tmp_path / "t.zarr").exists()
+    code = main(["write", str(tmp_path / "t.zarr"), "--size", "8", "--time-step", "1", "--time-units",
+                 "fortnights since yesterday", "--no-progress"])  # fmt: skip
+    assert code == 2 and not (tmp_path / "t.zarr").exists()
+
+
+def test_a_calendar_that_needs_cftime_is_named_as_such(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("cftime") is not None:
+        pytest.skip("cftime is installed: the calendar works")
+    with pytest.raises(streamacc.errors.InputError, match=r"with calendar 'noleap' cannot be read as CF dates .*"
+                                                          r"install cftime for that calendar, or use the standard one"):
+        streamacc.write(tmp_path / "t.zarr", step, np.float64(0.0), length=8, progress=False,
+                        time={"step": 1.0, "units": "days since 2000-01-01", "calendar": "noleap"})  # fmt: skip
+    assert not (tmp_path / "t.zarr").exists()
+
+
+def test_a_time_step_that_contradicts_the_recipes_is_refused(tmp_path, capsys):
+    args = ["--recipe", "lorenz", "--size", "8", "--no-progress"]
+    for given, step in ((["--dt", "0.01", "--time-step", "0.001"], "0.01"), (["--time-step", "0.01"], "0.001")):
+        assert main(["write", str(tmp_path / "l.zarr"), *args, *given]) == 2
+        err = capsys.readouterr().err
+        assert f"contradicts --dt {step}, the time each step of lorenz takes" in err and err.count("\n") == 1
+        assert f"pass --time-step {step}, or change --dt" in err and not (tmp_path / "l.zarr").exists()
+    assert main(["write", str(tmp_path / "l.zarr"), *args, "--dt", "0.01", "--time-step", "0.01"]) == 0
+    assert float(streamacc.open(tmp_path / "l.zarr")["time"][5]) == 0.05
 
 
 # --- lengths near 2**63 -------------------------------------------------------------------
@@ -195,3 +232,22 @@ def test_a_reverse_run_of_2_63_minus_1_steps_commits_its_last_steps(tmp_path):
     assert ds.attrs["streamacc_complete"] == 0
     info = streamacc.info(path)
     assert info.total_steps == FAR and info.committed_steps == FAR % block + block
+
+
+def test_a_label_of_the_wrong_kind_is_refused_without_building_the_labels():
+    """``sel(step="abc")`` on 2**20 rows: refused before any label is made (pandas would have been handed all
+    8 MiB of them to find nothing)."""
+    import tracemalloc
+
+    index = StepIndex.for_rows(0, 2**20, 1, {"start": 0.0, "step": 0.5, "units": "s"})
+    ds = xr.Dataset(coords=xr.Coordinates.from_xindex(index))
+    tracemalloc.start()
+    try:
+        for name in ("step", "time"):
+            with pytest.raises(KeyError, match=rf"{name} 'abc' is not in the index: its labels are numbers"):
+                ds.sel({name: "abc"})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20, peak
+    assert int(ds.sel(step=np.asarray([7], dtype=object))["step"][0]) == 7  # numbers held as objects still select

@@ -55,14 +55,15 @@ def test_a_finished_output_beside_itself(finished, capsys, drawn):
     (figure,) = drawn
     title = figure.axes[0].get_title()
     assert title.startswith("gp {") and "ratio" in title and "unfinished" not in title
-    assert "x: 1 windows of 4096 steps, 3000 steps in all" in title
+    assert "x: 1500 windows of 2 steps, 3000 steps in all" in title  # the default levels of 3000 rows: 2, 32, 512
 
 
 def test_a_range_of_steps_and_another_file(finished, tmp_path, capsys):
     target = tmp_path / "part.png"
     code, out, _ = run("plot", finished, "--steps", "1000:2**11", "-o", target, capsys=capsys)
     assert code == 0 and out.strip() == str(target) and target.read_bytes().startswith(PNG)
-    for bad, what in [("5", "is not A:B"), ("9:3", "is empty"), ("4000:", "hold no committed step")]:
+    in_none = "no committed step is in --steps 4000: (the committed steps are 0 to 3000)"
+    for bad, what in [("5", "is not A:B"), ("9:3", "is empty"), ("4000:", in_none)]:
         code, _, err = run("plot", finished, "--steps", bad, "-o", target, capsys=capsys)
         assert code == 2 and what in err and len(err.strip().splitlines()) == 1
 
@@ -156,3 +157,103 @@ def test_summary_windows_from_the_command_line(tmp_path, capsys):
     code, _, err = run("write", tmp_path / "bad.zarr", "--size", "10", "--summary-windows", "8,12", capsys=capsys)
     assert code == 2 and "--summary-windows 8,12 does not give increasing window lengths" in err
     assert not (tmp_path / "bad.zarr").exists()
+
+
+def plot_within(out, seconds: float, fifo=None) -> tuple[int, str]:
+    """``streamacc plot OUT`` in this process, or a failure if it is still reading after ``seconds``
+    (a reader blocked on a named pipe is then released, so that the test ends either way)."""
+    import contextlib
+    import io
+    import os
+    import threading
+
+    done: list[tuple[int, str]] = []
+
+    def plot() -> None:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main(["plot", str(out), "-o", str(out.parent / "p.png")])
+        done.append((code, err.getvalue()))
+
+    thread = threading.Thread(target=plot, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if fifo is not None and thread.is_alive():
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the blocked reader reads an empty file
+        thread.join(seconds)
+    assert done, "plot hung reading the output"
+    return done[0]
+
+
+@pytest.mark.parametrize("where", ["x_min/c/0", "zarr.json"], ids=["chunk", "level"])
+def test_a_named_pipe_among_the_summaries_is_refused_not_read(tmp_path, finished, where):
+    import os
+    import shutil
+
+    out = tmp_path / "out.zarr"
+    shutil.copytree(finished, out)
+    level = sorted((out / "_streamacc" / "summaries").glob("w*"))[0]
+    where = level.relative_to(out) / where
+    (out / where).unlink()
+    os.mkfifo(out / where)
+    code, err = plot_within(out, 30, fifo=out / where)
+    assert code == 1 and err.count("\n") == 1 and f"{out / where} inside {out}" in err and "special file" in err
+    with pytest.raises(StoreError, match="special file"):
+        streamacc.overview(out)
+
+
+def test_summaries_linked_from_another_output_are_refused(tmp_path, finished):
+    import shutil
+
+    other, out = tmp_path / "other.zarr", tmp_path / "out.zarr"
+    assert main(["write", str(other), "--size", "3000", "--block-size", "512", "--ratio", "1.5", "--no-progress"]) == 0
+    shutil.copytree(finished, out)
+    shutil.rmtree(out / "_streamacc" / "summaries")
+    (out / "_streamacc" / "summaries").symlink_to(other / "_streamacc" / "summaries")
+    code, err = plot_within(out, 30)
+    assert code == 1 and err.count("\n") == 1 and "summaries inside" in err and "link" in err
+    with pytest.raises(StoreError, match="link"):
+        streamacc.overview(out)
+
+
+def test_the_last_partial_window_is_drawn_to_its_last_step(tmp_path, capsys, drawn):
+    out = tmp_path / "short.zarr"
+    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=1000, summaries=[64], progress=False)
+    code, _, _ = run("plot", out, "-o", tmp_path / "short.png", capsys=capsys)
+    assert code == 0 and drawn[0].axes[0].get_xlim() == (0.0, 1000.0)  # 16 windows, the last holding 960-999
+
+
+def test_values_near_the_largest_float_and_infinite_ones_are_drawn(tmp_path, capsys, drawn):
+    rng = np.random.default_rng(0)
+    huge = rng.choice([-1.7e308, 1.7e308], size=2048)
+    sparse = rng.normal(size=2048)
+    sparse[::100], sparse[50::100] = np.inf, -np.inf  # in every window of the level drawn
+    for name, values in (("huge", huge), ("sparse", sparse)):
+        out = tmp_path / f"{name}.zarr"
+        streamacc.write(out, lambda c, x: (c, x), np.float64(0.0), values, names="x", summaries=[64], progress=False)
+        code, _, err = run("plot", out, "-o", tmp_path / f"{name}.png", capsys=capsys)
+        assert code == 0 and err == ""
+        ax = drawn[-1].axes[0]
+        bottom, top = ax.get_ylim()
+        assert np.isfinite([bottom, top]).all() and bottom < top
+        assert ax.collections and len(ax.collections[0].get_paths()) > 0  # the band is drawn
+        if name == "huge":
+            assert ax.get_ylabel().endswith("(x 1e+308)") and bottom < -1.0 and top > 1.0
+        else:
+            assert "values of ±inf drawn at the edges" in ax.get_title() and bottom < -2.0 and top > 2.0
+
+
+def test_plot_from_inside_an_output_draws_beside_it_and_never_into_it(finished, capsys, monkeypatch):
+    monkeypatch.chdir(finished)
+    beside = finished.parent / "gp-x.png"
+    beside.unlink(missing_ok=True)
+    code, out, _ = run("plot", ".", capsys=capsys)
+    assert code == 0 and out.strip() == str(beside) and beside.read_bytes().startswith(PNG)
+    code, _, err = run("plot", ".", "-o", "x/c/pic", capsys=capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert f"the picture x/c/pic.png would be written inside the output {finished}" in err and "pass -o" in err
+    assert not list(finished.rglob("*.png"))
+    code, out, _ = run("plot", ".", "-o", finished.parent / "named", capsys=capsys)
+    assert code == 0 and out.strip() == str(finished.parent / "named.png")  # the file written, as printed
+    assert (finished.parent / "named.png").read_bytes().startswith(PNG)

@@ -235,6 +235,22 @@ def test_cli_info_of_a_missing_path(tmp_path, capsys):
     assert capsys.readouterr().err.strip().endswith("missing.zarr does not exist; check the path")
 
 
+@pytest.mark.parametrize("command", ["info", "verify", "plot"])
+def test_readers_of_an_empty_folder_or_a_file_say_what_is_there(tmp_path, capsys, command):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "f.txt").write_text("notes")
+    for path, what in (("empty", "is an empty folder, not a streamacc output"),
+                       ("f.txt", "is a file, not a streamacc output (an output is a folder)")):  # fmt: skip
+        assert main([command, str(tmp_path / path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.strip().endswith(f"{path} {what}; check the path"), err
+        assert "choose another output path" not in err
+    for read in (streamacc.open, streamacc.overview, streamacc.info):
+        with pytest.raises(streamacc.errors.NoOutputError, match=r"f\.txt is a file, not a streamacc output"):
+            read(tmp_path / "f.txt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "f.txt"] and not any((tmp_path / "empty").iterdir())
+
+
 def test_the_readme_reading_example_runs_as_written(tmp_path, monkeypatch):
     import re
 

@@ -190,7 +190,6 @@ def interrupted(tmp_path):
         ({"chunks": {"step": 256}}, ["chunk", "chunks.level", "chunks.pair"]),
         ({"attrs": {"recipe": "demo", "params": {"ratio": 2.0}}}, ["params.ratio"]),
         ({"codec": "none"}, ["codec"]),
-        ({"length": LENGTH - 1, "xs": XS[:-1]}, ["length", "arrays.level", "arrays.pair", "xs"]),
         ({"f": other_step}, ["function"]),
         ({"unroll": 2}, ["unroll"]),
         (
@@ -208,6 +207,17 @@ def test_resume_with_different_settings_is_refused(interrupted, change, fields):
     assert sorted(part.split(":")[0].strip("( ") for part in named.split(";")) == sorted(fields)
     assert "mode='overwrite'" in message and "\n" not in message
     assert store_files(interrupted) == before  # refused before touching anything
+
+
+def test_resume_with_another_length_names_the_length_that_keeps_the_steps(interrupted):
+    before = store_files(interrupted)
+    with pytest.raises(ResumeError) as err:
+        run(interrupted, mode="resume", length=LENGTH - 1, xs=XS[:-1])
+    message = str(err.value)
+    assert f"its run is {LENGTH} steps long ({4 * BLOCK} committed), not {LENGTH - 1}; continue it with " \
+           f"length={LENGTH}" in message  # fmt: skip
+    assert "overwrite" not in message and "\n" not in message
+    assert store_files(interrupted) == before
 
 
 def test_resume_of_a_foreign_directory_is_refused(tmp_path):

@@ -2,7 +2,8 @@
 have the metadata they were written with, and nothing inside an output is a link.
 
 Before: a writer killed between the manifest's "complete" and the root's refresh left
-``streamacc_complete=0`` for good (``--resume`` said "already complete" and did not fix it);
+``streamacc_complete=0`` for good (``--resume`` said "already complete" and did not fix it;
+readers read such a root, which lags as a live writer's does, and ``--resume`` rewrites it);
 a deleted root, a root whose consolidated shape was shrunk (xarray then returned 12,288 of
 65,536 values marked complete), a root forged complete, or one linked outside the output
 all passed ``verify``, ``info`` and ``open``; and ``open`` returned another output's values
@@ -64,7 +65,9 @@ def test_a_kill_between_the_complete_manifest_and_the_root_is_repaired_by_resume
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert read_manifest(out)["complete"]
     assert json.loads((out / "zarr.json").read_text())["attributes"]["streamacc_complete"] == 0
-    refused_by_every_reader(out, capfd, "root metadata (zarr.json) has out-of-date attributes", "resume")
+    for args in (["verify", out], ["info", out]):  # a root that lags claims less than is true: readers read on
+        assert run(*args, capfd=capfd)[0] == 0
+    assert streamacc.open(out).sizes["step"] == 5000
     assert main(["write", str(out), *SMALL, "--resume"]) == 0  # already complete: repairs the root, nothing else
     assert_same_output(out, ref)
     assert main(["verify", str(out)]) == 0

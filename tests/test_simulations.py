@@ -174,6 +174,10 @@ def test_chunks_option(tmp_path, spec, chunks):
         (["--chunks", "step="], "--chunks"),
         (["--chunks", "step=8,4"], "mixes forms"),
         (["--chunks", "step=3"], "does not divide a block's 16 rows"),
+        (["--chunks", "step=3"], "pass a divisor such as --chunks step=4 or --chunks step=2, or a --block-size"),
+        (["--chunks", "step=1000", "--size", "2**14", "--block-size", "4096"],
+         "--chunks step=1024 or --chunks step=512"),  # the divisors of 4096 nearest 1000, not their gcd 8
+        (["--chunks", "step=8,step=4"], "--chunks 'step=8,step=4' names dimension 'step' twice"),
         (["--time-start", "1"], "--time-start and --time-units need --time-step"),
         (["--time-step", "0"], "--time-step must not be 0"),
     ],

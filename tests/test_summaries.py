@@ -5,6 +5,7 @@ catch; ``streamacc.overview`` on finished, unfinished, data-less and S3 outputs.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import shutil
 
@@ -17,6 +18,7 @@ import zarr
 from helpers import assert_same_output, failing, read_manifest, write_manifest
 
 import streamacc
+import streamacc.cli
 from streamacc.errors import InputError, NoOutputError, ResumeError, StoreError, VerifyError
 
 LENGTH = 1000
@@ -275,3 +277,64 @@ def test_a_finished_run_keeps_no_tail(written):
         for entry in tail.values():
             assert entry["emitted"] == entry["durable"] == [-(-LENGTH // w) for w in WINDOWS] and "open" not in entry
         assert len(json.dumps(tail)) < 2048, block
+
+
+def test_default_windows_follow_the_output_length_thinned_or_short(tmp_path):
+    """A 2**24-step run keeping every 256th step has 65536 rows: its finest default windows give at least 1024
+    windows (of 64 rows), not 16; an output of fewer than 1024 rows gets one row per window."""
+    from streamacc.summaries import default_windows
+
+    assert default_windows(2**16) == [64, 1024, 16384] and default_windows(2**40) == [2**12, 2**16, 2**20]
+    assert default_windows(500) == [1, 16, 256] and default_windows(10) == [1]
+    for rows in (1, 1000, 1024, 3000, 65537, 2**22 - 1, 2**22, 2**33):
+        windows = default_windows(rows)
+        assert all(b == 16 * a for a, b in itertools.pairwise(windows)) and windows[-1] <= max(rows, 1)
+        assert rows // windows[0] >= min(rows, 1024) and (windows[0] == 4096 or rows // windows[0] < 2048)
+    out = tmp_path / "thinned.zarr"
+    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**14, save_every=16, progress=False)
+    assert streamacc.info(out).summaries.windows == (1, 16, 256)  # 1024 rows
+    ds = streamacc.overview(out)
+    assert ds.sizes["step"] == 1024 and ds.attrs["window"] == 16
+    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**16, save_every=16, mode="extend",
+                    progress=False)  # fmt: skip
+    assert streamacc.info(out).summaries.windows == (1, 16, 256)  # an extended output keeps its levels
+
+
+def test_a_summary_window_longer_than_the_output_is_refused(tmp_path, capsys):
+    def count(c, _):
+        return c + 1.0, c
+
+    for windows in ([2**64], [8, 2**20]):
+        with pytest.raises(InputError) as refused:
+            streamacc.write(tmp_path / "o.zarr", count, np.float64(0.0), length=100, summaries=windows, progress=False)
+        assert "longer than the output's 100 rows" in str(refused.value) and "at most 100 rows" in str(refused.value)
+    assert "e.g. summaries=[8]" in str(refused.value) and not (tmp_path / "o.zarr").exists()
+    args = ["--size", "1000", "--save-every", "10", "--summary-windows", "4,64,1024", "--no-progress"]
+    code = streamacc.cli.main(["write", str(tmp_path / "o.zarr"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and "--summary-windows 4,64,1024 asks for windows of 1024 rows, longer than the output" in err
+    assert "e.g. --summary-windows 4,64" in err
+
+
+def test_an_extension_far_beyond_a_short_outputs_levels_warns_that_it_keeps_them(tmp_path):
+    """A 1000-step output gets windows of 1, 16 and 256 rows; extended to 2**16 steps it keeps them (its
+    summaries then take 4 values per step), and says so, naming how to have the default levels."""
+    import warnings
+
+    out = tmp_path / "grow.zarr"
+
+    def grow(length, **kw):
+        return streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=length, progress=False, **kw)
+
+    grow(1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        grow(3000, mode="extend")  # the default for 3000 rows is [2, 32, 512]: close enough, nothing to say
+    with pytest.warns(streamacc.errors.StreamaccWarning) as caught:
+        grow(2**16, mode="extend")
+    (warning,) = [w for w in caught if "summary levels" in str(w.message)]
+    text = str(warning.message)
+    assert "keeps the summary levels it was begun with, windows of [1, 16, 256] rows, so its 65536 rows get 65536 " \
+           "windows at the finest level (the default for 65536 rows is [64, 1024, 16384])" in text  # fmt: skip
+    assert "rewrite it with mode='overwrite', or begin an output meant to grow with summaries=[4096, 65536, " in text
+    assert streamacc.info(out).summaries.windows == (1, 16, 256)

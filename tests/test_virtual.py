@@ -198,7 +198,7 @@ def test_reading_a_virtual_output_needs_its_own_step_function(tmp_path):
     blocks[3]["carry_in"] = blocks[2]["carry_in"]
     records["attributes"]["streamacc_records"] = json.dumps(blocks)
     (virtual / "_streamacc/records_000000/zarr.json").write_text(json.dumps(records))
-    with pytest.raises(VerifyError, match=r"block 2 .* recomputes to another carry"):  # it ends where 3 began
+    with pytest.raises(VerifyError, match=r"block [23] .* recomputes to another carry"):  # whichever is read first
         streamacc.open(virtual, f=gp).y.load()
 
 
@@ -215,7 +215,7 @@ def test_virtual_and_materialize_refuse_what_does_not_apply(tmp_path):
     stored, virtual, _ = write_both(tmp_path, "scalar")
     with pytest.raises(InputError, match="stores its data already"):
         streamacc.materialize(stored)
-    with pytest.raises(InputError, match=r"steps=\[9000, 9500\] hold no committed step"):
+    with pytest.raises(InputError, match=r"no committed step of .* is in steps=\[9000, 9500\]"):
         streamacc.materialize(virtual, steps=(9000, 9500), f=gp)
     with pytest.raises(InputError, match="virtual must be True or False"):
         streamacc.write(tmp_path / "x.zarr", gp, np.float64(1.0), length=10, virtual="yes")

@@ -245,6 +245,7 @@ BAD_ARGUMENTS = {
     "mode as a flag": dict(mode=True),
     "inflight zero": dict(inflight=0),
     "an output named step": dict(names=["step", "b"]),
+    "an output named time": dict(names=["a", "time"]),
     "block_size zero": dict(block_size=0),
     "attrs with an object": dict(attrs={"a": Unserialisable()}),
     "attrs with bytes": dict(attrs={"a": b"raw"}),

@@ -35,7 +35,7 @@ from ..errors import (
     StreamaccWarning,
     arg,
 )
-from ..recipes import option
+from ..recipes import Recipe, option
 from ..run import Terminated, check_request, run_interruptibly, si, still_running
 from ._expr import parse_int
 from ._parser import (
@@ -129,6 +129,19 @@ def _mode(args: argparse.Namespace) -> str:
     return "overwrite" if args.overwrite else "resume" if args.resume else "extend" if args.extend else "create"
 
 
+def _check_time_step(recipe: Recipe, params: dict[str, Any], time: dict[str, Any] | None) -> None:
+    """Refuse a ``--time-step`` that contradicts the time a step of ``recipe`` takes (lorenz's ``--dt``)."""
+    if recipe.time_step is None or time is None:
+        return
+    name = recipe.time_step
+    step = params.get(name, next(p.default for p in recipe.params if p.name == name))
+    if time["step"] != step:
+        raise InputError(
+            f"--time-step {time['step']} contradicts {arg(name, step)}, the time each step of {recipe.name} takes, "
+            f"so the time axis would mislabel every step; pass --time-step {step}, or change {arg(name)}"
+        )
+
+
 def cmd_write(args: argparse.Namespace) -> int:
     from ..recipes import check_dtype, get_recipe
 
@@ -153,6 +166,7 @@ def cmd_write(args: argparse.Namespace) -> int:
     check_request(length=size, **request)  # the library's own checks, before JAX is imported
     workers = None if args.workers is None else parse_int(args.workers, name=arg("workers"), minimum=1)
     params = recipe_params(args, recipe)
+    _check_time_step(recipe, params, request["time"])
     check_no_overlap(args.out, params, recipe)
     job = recipe.make(size, args.dtype, params, options)  # an --input URL takes the same storage options
     attrs = {**job.attrs, "dtype": check_dtype(args.dtype)}  # the canonical name: 'f8' is recorded as float64

@@ -190,7 +190,7 @@ def _add_write(sub: argparse._SubParsersAction[_Parser]) -> None:
         metavar="W1,W2,...",
         help="rows per window (steps, unless --save-every thins them) of each level of summaries (min, max, mean "
         "per window, for `streamacc plot`), finest first, each a multiple of the one before (default "
-        "2**12,2**16,2**20; finer for short runs)",
+        "2**12,2**16,2**20; finer for shorter or thinned outputs, at least 1024 windows at the finest)",
     )
     summaries.add_argument("--no-summaries", action="store_true", help="write no window summaries")
     where = w.add_mutually_exclusive_group()
@@ -267,6 +267,10 @@ def chunks_option(text: str | None) -> Any:
         pairs = [part.partition("=") for part in parts]
         if any(not name.strip() for name, _, _ in pairs):
             raise InputError(f"--chunks {text!r} names no dimension; pass e.g. --chunks step=4096,path=-1")
+        names = [name.strip() for name, _, _ in pairs]
+        twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+        if twice is not None:
+            raise InputError(f"--chunks {text!r} names dimension {twice!r} twice; give each dimension once")
         return {name.strip(): entry(value) for name, _, value in pairs}
     if any("=" in part for part in parts) or not all(parts):
         raise InputError(

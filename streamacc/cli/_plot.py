@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,13 +26,26 @@ BANDS_UP_TO = 8
 
 
 def default_path(out: str, name: str) -> str:
-    """``OUT-NAME.png`` beside a local output (``.zarr`` dropped); in the current folder for a URL."""
+    """``OUT-NAME.png`` beside a local output (``.zarr`` dropped); in the current folder for a URL.
+
+    An output named by ``.`` or ``..`` (plotted from inside it) is named by its folder's name.
+    """
     base = out.rstrip("/") or out
     if "://" in base and not base.startswith("file://"):
         base = base.rsplit("/", 1)[-1]
     base = base.removeprefix("file://")
+    if Path(base).name in ("", ".", ".."):
+        base = os.fspath(Path(base).resolve())
     base = base[: -len(".zarr")] if base.endswith(".zarr") else base
     return f"{base}-{name}.png"
+
+
+def _inside_an_output(target: str) -> Path | None:
+    """The streamacc output (a local folder with ``_streamacc/``) that file ``target`` would land in, if any."""
+    for folder in Path(target).resolve().parents:
+        if (folder / "_streamacc").is_dir():
+            return folder
+    return None
 
 
 def _matplotlib() -> tuple[Any, Any]:
@@ -72,15 +86,36 @@ def _pad(values: np.ndarray) -> np.ndarray:
     return np.concatenate([values, values[-1:]])
 
 
+def drawable(*arrays: np.ndarray) -> tuple[list[np.ndarray], float, bool]:
+    """``arrays`` as a picture can draw them: divided by a power of ten where their range overflows a float
+    (values near the largest float64), and ±inf at the edges of their finite range; that power, and whether
+    any value was infinite."""
+    values = [np.asarray(a, dtype=np.float64) for a in arrays]
+    finite = np.concatenate([v[np.isfinite(v)] for v in values])
+    infinite = any(bool(np.isinf(v).any()) for v in values)
+    if finite.size == 0:
+        return [np.where(np.isinf(v), np.sign(v), v) for v in values], 1.0, infinite  # only ±inf (and NaN): ±1
+    low, high = float(finite.min()), float(finite.max())
+    scale = 1.0
+    with np.errstate(over="ignore"):
+        if not np.isfinite((high - low) * 1.25):  # matplotlib cannot place ticks across it
+            scale = 10.0 ** np.floor(np.log10(max(abs(low), abs(high))))
+    low, high = low / scale, high / scale
+    margin = (high - low) * 0.05 or max(abs(high), 1.0) * 0.05
+    edges = (low - margin, high + margin)
+    return [np.clip(v / scale, *edges) if infinite else v / scale for v in values], scale, infinite
+
+
 def draw(ds: Any, var: str) -> Any:
     """The figure of output ``var`` of an :func:`streamacc.overview` Dataset (needs matplotlib)."""
     figure, canvas = _matplotlib()
     # numpy from here on: indexing xarray objects would import dask (0.4 s) to look for dask arrays
     meta = ds[f"{var}_mean"]
     low, high, mean = (_pad(ds[f"{var}_{stat}"].values) for stat in ("min", "max", "mean"))
+    (low, high, mean), scale, infinite = drawable(low, high, mean)
     window = int(ds.attrs["window"])
     steps = ds["step"].values
-    edges = np.append(steps, steps[-1] + window)
+    edges = np.append(steps, min(int(steps[-1]) + window, int(ds.attrs.get("stop_step", steps[-1] + window))))
     fig = figure(figsize=(10, 4.8), dpi=110, layout="constrained")
     canvas(fig)
     ax = fig.add_subplot()
@@ -92,19 +127,25 @@ def draw(ds: Any, var: str) -> Any:
         _ensemble(ax, edges, low, high, mean, trailing[0])
     elif len(trailing) == 1:
         image = ax.pcolormesh(edges, np.arange(mean.shape[1] + 1), mean[:-1].T, shading="flat", rasterized=True)
-        fig.colorbar(image, ax=ax, label=f"mean {_label(meta)}")
+        fig.colorbar(image, ax=ax, label=f"mean {_label(meta)}" + (f" (x {scale:.0e})" if scale != 1.0 else ""))
     else:
         axes = tuple(range(1, mean.ndim))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a window whose values were all NaN
             low, high, mean = np.nanmin(low, axis=axes), np.nanmax(high, axis=axes), np.nanmean(mean, axis=axes)
         _series(ax, edges, low, high, mean, f"over {' x '.join(trailing)}: ")
-    ax.set_ylabel(trailing[0] if len(trailing) == 1 and trailing[0] not in ENSEMBLE_DIMS else _label(meta))
+    ylabel = trailing[0] if len(trailing) == 1 and trailing[0] not in ENSEMBLE_DIMS else _label(meta)
+    if scale != 1.0 and ylabel == _label(meta):
+        ylabel += f" (x {scale:.0e})"
+    ax.set_ylabel(ylabel)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="best", fontsize="small" if len(ax.get_legend_handles_labels()[0]) < 6 else "x-small", ncol=2)
     ax.set_xlabel(f"step (windows of {window} steps)")
     ax.set_xlim(edges[0], edges[-1])
-    ax.set_title(_title(ds, var, meta.attrs.get("long_name")), fontsize="medium")
+    title = _title(ds, var, meta.attrs.get("long_name"))
+    if infinite:
+        title += " (values of ±inf drawn at the edges)"
+    ax.set_title(title, fontsize="medium")
     return fig
 
 
@@ -128,7 +169,15 @@ def plot_output(
     if var not in names:
         raise InputError(f"--var {var!r} is not an output of {out}; choose one of: {', '.join(names)}")
     fig = draw(ds, var)
-    target = path or default_path(out, var)
+    target = os.fspath(path) if path else default_path(out, var)
+    if not Path(target).suffix:
+        target += ".png"  # matplotlib would add it, and the path printed would not be the file written
+    inside = _inside_an_output(target)
+    if inside is not None:
+        raise InputError(
+            f"the picture {target} would be written inside the output {inside}, whose files are streamacc's; "
+            "pass -o FILE.png outside it"
+        )
     try:
         fig.savefig(target)
     except OSError as exc:

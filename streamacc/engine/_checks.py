@@ -13,8 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._callsite import warn
 from .._checks import as_count
-from ..errors import InputError, StepFunctionError, X64Error, arg
+from ..errors import InputError, StepFunctionError, StreamaccWarning, X64Error, arg
 
 __all__ = ["Carry", "Step", "check_x64", "resolve_length", "step_shapes", "x64_scope"]
 
@@ -97,6 +98,30 @@ def check_x64(**trees: Any) -> None:
                     'call jax.config.update("jax_enable_x64", True) (or set JAX_ENABLE_X64=1) first, '
                     "or cast the inputs to a 32-bit dtype"
                 )
+    _warn_weak(trees.get("init"))
+
+
+_NARROW = {float: "float32", int: "int32", complex: "complex64"}
+
+
+def _warn_weak(init: Any) -> None:
+    """Warn (once per calling line) that Python numbers in ``init`` make a 32-bit run while x64 is off.
+
+    ``init=1.0`` is weakly typed: JAX computes it as float32 then, so ``1 + 1e-8`` rounds to 1.0
+    and nothing says so; an explicit ``np.float32`` says that 32 bits are meant.
+    """
+    for path, leaf in jax.tree_util.tree_leaves_with_path(init):
+        if type(leaf) in _NARROW:
+            where = f"init{jax.tree_util.keystr(path)}"
+            narrow = _NARROW[type(leaf)]
+            warn(
+                f"{where} is a Python {type(leaf).__name__}, which JAX computes as {narrow} while jax_enable_x64 "
+                f"is off, so this run is {narrow}; call jax.config.update(\"jax_enable_x64\", True) (or set "
+                f"JAX_ENABLE_X64=1) first for 64 bits, or pass np.{narrow}(...) to say 32 bits are meant",
+                StreamaccWarning,
+            )
+            return
+
 
 
 def _x_struct(xs: Any) -> Any:

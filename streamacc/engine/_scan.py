@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any, Protocol, TypeVar
 
@@ -672,7 +673,8 @@ def scan(
     Raises
     ------
     streamacc.errors.InputError
-        A bad argument.
+        A bad argument, or ys larger than the machine's memory (stream them with
+        :func:`iter_blocks` or :func:`write`).
     streamacc.errors.StepFunctionError
         ``f`` breaks the scan contract.
     streamacc.errors.X64Error
@@ -698,7 +700,17 @@ def scan(
     def empty(s: jax.ShapeDtypeStruct) -> npt.NDArray[Any]:
         return np.empty((plan.rows, *s.shape), dtype=s.dtype)
 
-    ys = jax.tree_util.tree_map(empty, plan.y_struct)
+    needed = sum(
+        plan.rows * int(np.prod(s.shape, dtype=object)) * np.dtype(s.dtype).itemsize
+        for s in jax.tree_util.tree_leaves(plan.y_struct)
+    )
+    memory = _physical_memory()
+    if memory is not None and needed > memory:
+        raise _too_big(needed, memory, plan.rows)
+    try:
+        ys = jax.tree_util.tree_map(empty, plan.y_struct)
+    except (MemoryError, ValueError):  # numpy: "Unable to allocate ...", "array is too big"
+        raise _too_big(needed, memory, plan.rows) from None
     carry = plan.init
     for block in run_plan(plan):
         rows = slice(block.rows.start, block.rows.stop)
@@ -706,3 +718,31 @@ def scan(
         carry = block.carry
         block.release()
     return carry, ys
+
+
+def _physical_memory() -> int | None:
+    """This machine's memory in bytes, where the system says."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _bytes(n: int) -> str:
+    """``n`` bytes in binary units: ``8.0 TiB``."""
+    value, unit = float(n), "bytes"
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if value < 1024 or unit == "EiB":
+            break
+        value /= 1024
+    return f"{n} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
+
+
+def _too_big(needed: int, memory: int | None, rows: int) -> InputError:
+    """The error for ys that do not fit in memory: scan keeps them all there."""
+    have = f"more than this machine's {_bytes(memory)} of memory" if memory is not None else "more than memory holds"
+    return InputError(
+        f"scan keeps every row of ys in memory, and {rows} rows take {_bytes(needed)}, {have}; stream them "
+        f"instead with streamacc.iter_blocks (block by block) or streamacc.write (to Zarr on disk), or keep "
+        f"fewer rows with {arg('save_every')}"
+    )

@@ -112,6 +112,8 @@ class Recipe:
     params: tuple[Param, ...]
     build: Callable[..., Job]
     refused: tuple[tuple[str, str], ...] = ()
+    time_step: str | None = None
+    """The parameter that is the time one step takes (lorenz's ``dt``), which a time axis must agree with."""
 
     def make(
         self, size: Any, dtype: Any, params: Mapping[str, Any], storage_options: dict[str, Any] | None = None

@@ -84,4 +84,5 @@ LORENZ = Recipe(
     params=LORENZ_PARAMS,
     build=_build_lorenz,
     refused=LORENZ_REFUSED,
+    time_step="dt",
 )

@@ -51,8 +51,8 @@ def _blocks(manifest: Manifest, plan: Plan, steps: Any, label: str) -> list[int]
         b = stop if b is None else as_count("steps", b, minimum=0, example=2**20)
         if max(a, start) >= min(b, stop):
             raise InputError(
-                f"{arg('steps', [a, b])} hold no committed step of {label} (steps {start} to {stop} are committed); "
-                "choose a range in them"
+                f"no committed step of {label} is in {arg('steps', [a, b])} (the committed steps are {start} to "
+                f"{stop}); choose a range among them, e.g. {arg('steps', [start, stop])}"
             )
         start, stop = max(a, start), min(b, stop)
     chosen = []

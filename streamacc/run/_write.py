@@ -13,15 +13,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_BYTES
+from .._callsite import warn
+from .._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_SUMMARY_WINDOWS, DEFAULT_WRITE_BLOCK_BYTES
 from ..engine import Carry, Plan, check_length, from_host, make_plan, to_host
 from ..errors import InputError, StoreError, StreamaccWarning, arg
 from ..store import Target, describe_store_failure, is_store_failure, open_target
-from ..summaries import summarized_names
+from ..summaries import default_windows, summarized_names
 from .execute import CarryExecutor, Executor, LocalExecutor, Progress
 from .output import (
     Mode,
@@ -55,7 +57,28 @@ def _continued(request: Request, stored: dict[str, Any] | None) -> Request:
         changes["block_size"] = stored.get("block_size")
     if request.summaries_default and not request.reverse:
         changes["summaries"] = list(stored.get("summaries") or [])
+        changes["summaries_default"] = False  # the windows are the stored run's, whatever its length now
     return dataclasses.replace(request, **changes)
+
+
+def _warn_fine_summaries(store: Any, kept: Sequence[int], rows: int) -> None:
+    """Warn where an extension keeps summary levels far finer than the default for its new length.
+
+    The default levels of a short output are fine (one row per window below 1024 rows); they
+    stay the output's as it grows, and at 4 values per window the summaries of a long
+    extension would then outweigh its data.
+    """
+    wanted = default_windows(rows)
+    if not kept or kept[0] * 16 > wanted[0]:
+        return
+    label = os.fspath(store) if isinstance(store, (str, os.PathLike)) else "the output"
+    warn(
+        f"{label} keeps the summary levels it was begun with, windows of {list(kept)} rows, so its {rows} rows "
+        f"get {rows // kept[0]} windows at the finest level (the default for {rows} rows is {wanted}); to have "
+        f"those, rewrite it with {arg('mode', 'overwrite')}, or begin an output meant to grow with "
+        f"{arg('summaries', list(DEFAULT_SUMMARY_WINDOWS))}",
+        StreamaccWarning,
+    )
 
 
 def _plan(f: Callable[..., Any], init: Any, xs: Any, request: Request) -> Plan:
@@ -182,9 +205,11 @@ def write(
         ``time`` coordinate of :func:`streamacc.open`; units ``"<unit> since <date>"`` give dates.
     summaries : bool or sequence of int, default True
         Window summaries (min, max, mean per window) written with the data, for
-        :func:`streamacc.overview` and ``streamacc plot``: True for the default levels,
-        a list of window lengths in rows (each a multiple of the one before), or False.
-        A reverse scan writes none.
+        :func:`streamacc.overview` and ``streamacc plot``: True for the default levels
+        (chosen from the output's rows: at least 1024 windows at the finest, at most
+        2**12, 2**16 and 2**20 rows), a list of window lengths in rows (each a multiple of
+        the one before, none longer than the output), or False. A reverse scan writes
+        none; a resumed or extended output keeps the levels it was begun with.
     storage_options : dict, optional
         fsspec options for a URL ``store`` (endpoint, credentials).
     client : distributed.Client, optional
@@ -236,8 +261,11 @@ def write(
         chunks=chunks, codec=codec, time=time, summaries=summaries, attrs=attrs, inflight=inflight, virtual=virtual,
     )  # fmt: skip
     stored = stored_identity(store, storage_options) if request.mode in ("resume", "extend") else None
+    asked_default = request.summaries_default
     request = _continued(request, stored)
     plan = _plan(f, init, xs, request)
+    if request.mode == "extend" and asked_default:
+        _warn_fine_summaries(store, request.summaries, plan.rows)
     if stored is not None and request.chunks is None and plan.block_size == stored.get("block_size"):
         request = dataclasses.replace(request, chunks=stored_chunks(stored, plan.block_rows))
     spec = output_spec(plan, request, names=names, dims=dims, array_attrs=array_attrs)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import stat
 import threading
@@ -104,6 +105,10 @@ class Target:
     def exists(self) -> bool:
         """Whether anything at all is stored here."""
         raise NotImplementedError
+
+    def absence(self) -> str:
+        """What a reader finds here when nothing is stored (:meth:`exists` is False), in words."""
+        return "does not exist"
 
     def make_durable(self, keys: list[str], *, drop_cache: bool = False) -> None:
         """Make keys written through the zarr store durable (local disk only).
@@ -246,6 +251,9 @@ class LocalTarget(Target):
     def exists(self) -> bool:
         return self.root.exists() and (not self.root.is_dir() or any(self.root.iterdir()))
 
+    def absence(self) -> str:
+        return "is an empty folder, not a streamacc output" if self.root.is_dir() else "does not exist"
+
     def make_durable(self, keys: list[str], *, drop_cache: bool = False) -> None:
         dirs = set()
         for key in keys:
@@ -292,7 +300,7 @@ class LocalTarget(Target):
 
     @contextlib.contextmanager
     def lock(self, command: str) -> Iterator[None]:
-        created = not self.root.exists()
+        created = list(itertools.takewhile(lambda d: not d.exists(), (self.root, *self.root.parents)))
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -314,7 +322,8 @@ class LocalTarget(Target):
             lock.release()
             if created and holder is None:  # never remove the folder another writer holds
                 with contextlib.suppress(OSError):
-                    self.root.rmdir()  # a command that wrote nothing leaves nothing behind
+                    for directory in created:  # the output's folder, then the parents made for it
+                        directory.rmdir()  # a command that wrote nothing leaves nothing behind
 
 
 _memory_locks: dict[str, threading.Lock] = {}
@@ -381,7 +390,7 @@ class StoreTarget(Target):
         return sorted(sync(collect()))
 
     def size(self, key: str) -> int:
-        return sync(self.raw.getsize(key)) if sync(self.raw.exists(key)) else 0
+        return sync(self.store.getsize(key)) if sync(self.store.exists(key)) else 0
 
     def sizes(self, prefix: str = "") -> dict[str, int]:
         """One listing of an fsspec store (S3 returns sizes with its keys), not one request per key."""
@@ -474,5 +483,7 @@ def open_target(
         raise InputError(f"{arg('storage_options')} apply only to URLs such as s3://bucket/out.zarr, not to {text!r}")
     root = Path(text).expanduser().absolute()
     if root.exists() and not root.is_dir():
+        if read_only:  # a reader's: the path is wrong, not the output's place
+            raise NoOutputError(f"{text} is a file, not a streamacc output (an output is a folder); check the path")
         raise NoOutputError(f"{text} exists and is not a folder; choose another output path")
     return LocalTarget(root, text, read_only=read_only)

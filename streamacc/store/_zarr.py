@@ -130,6 +130,17 @@ def progress_attrs(
     }
 
 
+PROGRESS_ATTRS = (
+    "streamacc_complete",
+    "streamacc_committed_steps",
+    "streamacc_committed_start",
+    "streamacc_total_steps",
+    "streamacc_status",
+    "streamacc_virtual",
+)
+"""The root attributes :func:`progress_attrs` writes."""
+
+
 DECODING_ATTRIBUTES = ("scale_factor", "add_offset", "_FillValue", "missing_value", "_Unsigned", "dtype", "calendar")
 """Attributes with which xarray's decoding changes the values it returns (``units`` too, naming a time)."""
 
@@ -360,6 +371,22 @@ class ZarrSink:
         users = {k: v for k, v in stored.items() if not k.startswith("streamacc_")} if isinstance(stored, dict) else {}
         # the key order of a root zarr wrote, so that a repaired root is the bytes of one never damaged
         self._root = {"attributes": {**ours, **users, **ours}, "zarr_format": 3, "node_type": "group"}
+
+    def retract_root(self) -> None:
+        """Rewrite the root metadata so that it claims nothing the output's next steps could contradict, durably.
+
+        Without its progress attributes and its consolidated metadata, plain readers read each
+        array's own metadata: an extension writes it before it changes the arrays' shapes and
+        the manifest, and :meth:`publish` writes the root afresh once they are done.
+        """
+        try:
+            old = json.loads(self.target.read("zarr.json") or b"{}")
+        except ValueError:
+            old = {}
+        stored = old.get("attributes") if isinstance(old, dict) else None
+        attrs = {k: v for k, v in stored.items() if k not in PROGRESS_ATTRS} if isinstance(stored, dict) else {}
+        self._root = {"attributes": attrs, "zarr_format": 3, "node_type": "group"}
+        self.target.write("zarr.json", json.dumps(self._root, indent=1, allow_nan=False).encode())
 
     def publish(self, attrs: Mapping[str, Any]) -> None:
         """Rewrite the root group's metadata with ``attrs`` merged in, consolidating only the run's arrays.

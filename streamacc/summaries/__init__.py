@@ -26,7 +26,11 @@ if TYPE_CHECKING:
         output_rows as output_rows,
         summarized_names as summarized_names,
     )
-    from ._windows import check_windows as check_windows
+    from ._windows import (
+        check_windows as check_windows,
+        default_windows as default_windows,
+        too_long as too_long,
+    )
 
 _EXPORTS = {
     "._check": ["SummaryCheck"],
@@ -34,7 +38,7 @@ _EXPORTS = {
     "._pyramid": ["BlockPieces", "Rows"],
     "._store": ["SUMMARIES", "SummaryStore"],
     "._summaries": ["Summaries", "SummaryPlan", "output_rows", "summarized_names"],
-    "._windows": ["check_windows"],
+    "._windows": ["check_windows", "default_windows", "too_long"],
 }
 __all__ = sorted(name for names in _EXPORTS.values() for name in names)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

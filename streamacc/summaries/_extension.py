@@ -11,8 +11,8 @@ import numpy.typing as npt
 
 from ..store import ArraySpec, Target
 from ._pyramid import Acc, Piece, reduce_steps
-from ._store import SUMMARIES, decode_tail, encode_tail, level_path
-from ._summaries import Summaries, output_rows, summarized_names
+from ._store import SUMMARIES, decode_tail, encode_tail
+from ._summaries import Summaries
 
 __all__ = ["extension_tail", "rebuild_stale_arrays"]
 
@@ -73,14 +73,18 @@ def rebuild_stale_arrays(
     codec: str,
     dims: Mapping[str, Sequence[str | None]],
 ) -> None:
-    """Make the summary arrays those of ``identity`` where an extension left them the shorter run's.
+    """Make the summary arrays those of ``identity`` where an extension left them the shorter run's, or half made.
 
     Only a tail that holds every window (nothing durable: what :func:`extension_tail`
     makes) allows it, since the arrays are then created afresh and filled from the tail.
+    Every level's metadata is compared with what the run creates, so that an extension
+    interrupted anywhere in the rebuild (some arrays deleted, some levels made) is rebuilt
+    again: everything under the summaries is deleted, and then every document written.
     """
-    windows = identity.get("summaries") or []
-    names = summarized_names(identity["arrays"])
-    if not windows or not names or record is None:
+    if record is None:
+        return
+    expected = Summaries.expected_documents(identity, specs, codec, dims)
+    if not expected:
         return
     try:
         tail = decode_tail(record)
@@ -88,19 +92,19 @@ def rebuild_stale_arrays(
         return  # the resume's own load says what is wrong
     if any(durable for levels, _ in tail.values() for _, durable, _ in levels):
         return
-    rows = output_rows(identity)
-    for name in names:
-        raw = target.read(f"{level_path(windows[0])}/{name}_min/zarr.json")
-        try:
-            shape = json.loads(raw)["shape"] if raw else None
-        except (ValueError, KeyError, TypeError):
-            shape = None
-        if shape is None or shape[0] != -(-rows // windows[0]):
-            break
-    else:
+    if all(_same_document(target.read(key), doc) for key, doc in expected.items()):
         return
     for key in target.list_keys(f"{SUMMARIES}/"):
         target.delete(key)
     created = Summaries.create(target, identity, specs, codec, dims)
     if created is not None:
         created.close()
+
+
+def _same_document(raw: bytes | None, expected: bytes) -> bool:
+    if raw is None:
+        return False
+    try:
+        return bool(json.loads(raw) == json.loads(expected))
+    except ValueError:
+        return False

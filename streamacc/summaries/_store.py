@@ -4,8 +4,9 @@ One group per level, ``_streamacc/summaries/w<window>``, holding for each summar
 output ``x`` the arrays ``x_min``, ``x_max``, ``x_mean`` and ``x_count`` on dimension
 ``window`` (then the output's trailing dimensions). Window ``i`` covers steps
 ``[i * window, (i + 1) * window)``. Every level group carries consolidated metadata, so
-``xr.open_zarr(out, group="_streamacc/summaries/w1048576")`` reads it with one request;
-plain readers of the output itself never see it.
+``xr.open_zarr(f"{out}/_streamacc/summaries/w1048576")`` reads it with one request;
+plain readers of the output itself never see it (the root's consolidated metadata lists
+the data arrays only).
 
 Chunks are written once, whole (the last one of a level at the end of the array), by the
 same chunk writer as the data, so they are durable the same way. What is not yet in a
@@ -27,6 +28,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import StorePath
 
+from ..errors import one_line
 from ..store import BOOKKEEPING, ArraySpec, ChunkWriter, Target, compressors_for
 from ._pyramid import Acc, Piece, Rows
 
@@ -49,6 +51,29 @@ def _fill(dtype: np.dtype) -> object:
     return np.nan if dtype.kind == "f" else False if dtype.kind == "b" else 0
 
 
+def _consolidate(window: int, documents: dict[str, Any], members: list[tuple[str, int, str]]) -> None:
+    """List the level's arrays in its group's metadata (in ``documents``, zarr's buffers by key), as zarr's
+    consolidated metadata does (without its warning), so that xarray opens the level with one read."""
+    path = level_path(window)
+    group = json.loads(documents[f"{path}/zarr.json"].to_bytes())
+    listed = {
+        f"{name}_{stat}": json.loads(documents[f"{path}/{name}_{stat}/zarr.json"].to_bytes())
+        for (name, _, stat) in members
+    }
+    group["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": listed}
+    encoded = json.dumps(group, indent=1).encode()
+    documents[f"{path}/zarr.json"] = default_buffer_prototype().buffer.from_bytes(encoded)
+
+
+def _metadata_keys(windows: list[int], arrays: Mapping[tuple[str, int, str], Any]) -> list[str]:
+    """The metadata documents of the summaries of ``windows`` holding ``arrays`` (by output, window, statistic)."""
+    keys = [f"{SUMMARIES}/zarr.json"]
+    for window in windows:
+        keys.append(f"{level_path(window)}/zarr.json")
+        keys += [f"{level_path(w)}/{name}_{stat}/zarr.json" for (name, w, stat) in arrays if w == window]
+    return keys
+
+
 class SummaryStore:
     """The summary arrays of one output: create them, write whole chunks, read rows back."""
 
@@ -57,6 +82,66 @@ class SummaryStore:
         self.windows = list(windows)
         self._arrays: dict[tuple[str, int, str], zarr.Array[Any]] = {}
         self._writers: dict[tuple[str, int, str], ChunkWriter] = {}
+        self._listed: dict[str, set[str]] = {}
+
+    @staticmethod
+    def _build(
+        specs: Mapping[str, ArraySpec],
+        windows: list[int],
+        chunks: Mapping[str, int],
+        codec: str,
+        dims: Mapping[str, Sequence[str | None]],
+    ) -> tuple[dict[str, Any], dict[tuple[str, int, str], zarr.Array[Any]]]:
+        """Every level's group and arrays made in memory: their documents by key (zarr's buffers), and the arrays.
+
+        The hierarchy is made in memory and its documents stored in one write each: zarr's create_array
+        looks up every parent of every array first, some 15 requests per array on object storage.
+        """
+        compressors = [*compressors_for(codec), Crc32cCodec()]
+        documents: dict[str, Any] = {}
+        memory = zarr.storage.MemoryStore(documents)
+        zarr.open_group(
+            memory,
+            path=SUMMARIES,
+            mode="w",
+            attributes={"description": "window summaries of the output's arrays (min, max, mean, count); "
+                        "read them with streamacc.overview(path)"},
+        )  # fmt: skip
+        made: dict[tuple[str, int, str], zarr.Array[Any]] = {}
+        for window in windows:
+            group = zarr.open_group(memory, path=level_path(window), mode="w", attributes={"window": window})
+            for name, (shape, dtype) in specs.items():
+                n = -(-shape[0] // window)
+                for stat in STATS:
+                    dt = _stat_dtype(stat, dtype)
+                    made[name, window, stat] = group.create_array(
+                        f"{name}_{stat}",
+                        shape=(n, *shape[1:]),
+                        chunks=(max(1, min(chunks[name], n)), *shape[1:]),
+                        dtype=dt,
+                        fill_value=_fill(dt),
+                        compressors=compressors,
+                        dimension_names=["window", *dims[name][1:]],
+                        attributes={"window": window, "statistic": stat, "of": name},
+                        config={"write_empty_chunks": True},
+                    )
+        for window in windows:
+            _consolidate(window, documents, [key for key in made if key[1] == window])
+        return documents, made
+
+    @classmethod
+    def expected(
+        cls,
+        specs: Mapping[str, ArraySpec],
+        *,
+        windows: list[int],
+        chunks: Mapping[str, int],
+        codec: str,
+        dims: Mapping[str, Sequence[str | None]],
+    ) -> dict[str, bytes]:
+        """The metadata documents :meth:`create` stores, by key, made without storing anything."""
+        documents, made = cls._build(specs, windows, chunks, codec, dims)
+        return {key: documents[key].to_bytes() for key in _metadata_keys(windows, made)}
 
     @classmethod
     def create(
@@ -70,64 +155,17 @@ class SummaryStore:
         dims: Mapping[str, Sequence[str | None]],
     ) -> SummaryStore:
         """Create every level's group and arrays (for the outputs in ``specs``); returns the keys to make durable."""
-        compressors = [*compressors_for(codec), Crc32cCodec()]
-        # the hierarchy is made in memory and its documents stored in one write each: zarr's create_array
-        # looks up every parent of every array first, some 15 requests per array on object storage
-        documents: dict[str, Any] = {}
-        memory = zarr.storage.MemoryStore(documents)
-        zarr.open_group(
-            memory,
-            path=SUMMARIES,
-            mode="w",
-            attributes={"description": "window summaries of the output's arrays (min, max, mean, count); "
-                        "read them with streamacc.overview(path)"},
-        )  # fmt: skip
+        documents, made = cls._build(specs, windows, chunks, codec, dims)
         store = cls(target, windows)
-        for window in windows:
-            group = zarr.open_group(memory, path=level_path(window), mode="w", attributes={"window": window})
-            for name, (shape, dtype) in specs.items():
-                n = -(-shape[0] // window)
-                for stat in STATS:
-                    dt = _stat_dtype(stat, dtype)
-                    made = group.create_array(
-                        f"{name}_{stat}",
-                        shape=(n, *shape[1:]),
-                        chunks=(max(1, min(chunks[name], n)), *shape[1:]),
-                        dtype=dt,
-                        fill_value=_fill(dt),
-                        compressors=compressors,
-                        dimension_names=["window", *dims[name][1:]],
-                        attributes={"window": window, "statistic": stat, "of": name},
-                        config={"write_empty_chunks": True},
-                    )
-                    async_array = AsyncArray(made.metadata, StorePath(target.store, made.path), made.config)
-                    store._arrays[name, window, stat] = zarr.Array(async_array)
-        for window in windows:
-            store._consolidate(window, documents)
+        for place, array in made.items():
+            async_array = AsyncArray(array.metadata, StorePath(target.store, array.path), array.config)
+            store._arrays[place] = zarr.Array(async_array)
         for key in store.metadata_keys():
             sync(target.store.set(key, documents[key]))
         return store
 
-    def _consolidate(self, window: int, documents: dict[str, Any]) -> None:
-        """List the level's arrays in its group's metadata (in ``documents``, zarr's buffers by key), as zarr's
-        consolidated metadata does (without its warning), so that xarray opens the level with one read."""
-        path = level_path(window)
-        group = json.loads(documents[f"{path}/zarr.json"].to_bytes())
-        members = {
-            f"{name}_{stat}": json.loads(documents[f"{path}/{name}_{stat}/zarr.json"].to_bytes())
-            for (name, w, stat) in self._arrays
-            if w == window
-        }
-        group["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": members}
-        encoded = json.dumps(group, indent=1).encode()
-        documents[f"{path}/zarr.json"] = default_buffer_prototype().buffer.from_bytes(encoded)
-
     def metadata_keys(self) -> list[str]:
-        keys = [f"{SUMMARIES}/zarr.json"]
-        for window in self.windows:
-            keys.append(f"{level_path(window)}/zarr.json")
-            keys += [f"{level_path(w)}/{name}_{stat}/zarr.json" for (name, w, stat) in self._arrays if w == window]
-        return keys
+        return _metadata_keys(self.windows, self._arrays)
 
     def array(self, name: str, window: int, stat: str) -> zarr.Array[Any]:
         key = (name, window, stat)
@@ -162,6 +200,44 @@ class SummaryStore:
     def read(self, name: str, window: int, start: int, stop: int) -> Rows:
         """Stored windows ``[start, stop)`` of output ``name`` at level ``window``."""
         return Rows(*(np.asarray(self.array(name, window, stat)[start:stop]) for stat in STATS))
+
+    def _listing(self, path: str) -> set[str]:
+        """The keys under array ``path``: one listing, kept by a reader (a writer adds chunks as it goes)."""
+        if path in self._listed:
+            return self._listed[path]
+        keys = set(self.target.list_keys(f"{path}/"))
+        if self.target.read_only:
+            self._listed[path] = keys
+        return keys
+
+    def problem(self, name: str, window: int, start: int, stop: int, total: int, *, decode: bool = False) -> str | None:
+        """What keeps windows ``[start, stop)`` of ``name`` at level ``window`` from being read as they were
+        written, naming the file: an array missing or of another shape than ``total`` windows, a chunk missing
+        (zarr would return the fill value), or, with ``decode``, one that does not decode (its checksum).
+        None when nothing does."""
+        for stat in STATS:
+            path = f"{level_path(window)}/{name}_{stat}"
+            try:
+                array = self.array(name, window, stat)
+            except Exception as exc:
+                return f"{path} cannot be opened ({type(exc).__name__}: {one_line(exc)})"
+            if array.shape[0] != total:
+                return f"{path} has {array.shape[0]} windows where the run has {total}"
+            if start >= stop:
+                continue
+            writer = self._writers.get((name, window, stat)) or ChunkWriter(array)
+            stored = self._listing(path)
+            missing = [key for key in writer.keys(start, stop) if key not in stored]
+            if missing:
+                return f"chunk {missing[0]} is missing"
+            for first in range(start // writer.chunk * writer.chunk, stop, writer.chunk) if decode else ():
+                try:
+                    array[first : min(first + writer.chunk, array.shape[0])]
+                except Exception as exc:
+                    key = writer.key(first // writer.chunk)
+                    why = one_line(exc).split(". ")[0]
+                    return f"chunk {key} does not decode ({type(exc).__name__}: {why})"
+        return None
 
 
 def _pack(arrays: dict[str, np.ndarray]) -> dict[str, list[Any]]:

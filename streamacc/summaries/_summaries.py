@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import VerifyError, arg
+from ..errors import VerifyError, arg, one_line
 from ..store import ArraySpec, Target
 from ._pyramid import BlockPieces, Pyramid, Rows, block_pieces, fold_children, summarizable
 from ._store import SummaryStore, decode_tail, encode_tail
@@ -82,6 +82,19 @@ class Summaries:
         self._writer: ThreadPoolExecutor | None = None
         self._inflight: deque[tuple[Future[None], list[tuple[str, int, int]]]] = deque()
 
+    @staticmethod
+    def _layout(
+        identity: dict[str, Any], specs: Mapping[str, ArraySpec]
+    ) -> tuple[list[int], dict[str, Pyramid], dict[str, int]] | None:
+        """A new run's windows, its pyramids and each summarised output's chunk (None: the run has no summaries)."""
+        windows = identity.get("summaries") or []
+        names = summarized_names(identity["arrays"])
+        if not windows or not names:
+            return None
+        sizes = {n: int(np.prod(specs[n][0][1:], dtype=np.int64)) for n in names}
+        pyramids = {n: Pyramid.new(windows, output_rows(identity), sizes[n]) for n in names}
+        return windows, pyramids, {n: pyramids[n].levels[0].chunk for n in names}
+
     @classmethod
     def create(
         cls,
@@ -92,18 +105,31 @@ class Summaries:
         dims: Mapping[str, Sequence[str | None]],
     ) -> Summaries | None:
         """Create the summary arrays of a new run (None when it has no summaries)."""
-        windows = identity.get("summaries") or []
-        names = summarized_names(identity["arrays"])
-        if not windows or not names:
+        layout = cls._layout(identity, specs)
+        if layout is None:
             return None
-        sizes = {n: int(np.prod(specs[n][0][1:], dtype=np.int64)) for n in names}
-        pyramids = {n: Pyramid.new(windows, output_rows(identity), sizes[n]) for n in names}
-        chunks = {n: pyramids[n].levels[0].chunk for n in names}
+        windows, pyramids, chunks = layout
         store = SummaryStore.create(
-            target, {n: specs[n] for n in names}, windows=windows, chunks=chunks, codec=codec, dims=dims
+            target, {n: specs[n] for n in pyramids}, windows=windows, chunks=chunks, codec=codec, dims=dims
         )
         target.make_durable(store.metadata_keys())
         return cls(target, store, pyramids, output_rows(identity))
+
+    @classmethod
+    def expected_documents(
+        cls,
+        identity: dict[str, Any],
+        specs: Mapping[str, ArraySpec],
+        codec: str,
+        dims: Mapping[str, Sequence[str | None]],
+    ) -> dict[str, bytes]:
+        """The metadata documents :meth:`create` stores for a run, by key (none when it has no summaries)."""
+        layout = cls._layout(identity, specs)
+        if layout is None:
+            return {}
+        windows, pyramids, chunks = layout
+        return SummaryStore.expected({n: specs[n] for n in pyramids}, windows=windows, chunks=chunks, codec=codec,
+                                     dims=dims)  # fmt: skip
 
     @classmethod
     def load(
@@ -149,11 +175,25 @@ class Summaries:
         return summaries
 
     def rows(self, name: str, index: int, start: int, stop: int) -> Rows:
-        """Committed complete windows ``[start, stop)`` of level ``index``: durable chunks, then the tail."""
+        """Committed complete windows ``[start, stop)`` of level ``index``: durable chunks, then the tail.
+
+        A durable window that cannot be read as it was written (its array or chunk missing, a
+        chunk damaged) is a VerifyError naming the file, never the fill value.
+        """
         level = self.pyramids[name].levels[index]
         parts = []
         if start < min(stop, level.durable):
-            parts.append(self.store.read(name, level.window, start, min(stop, level.durable)))
+            end = min(stop, level.durable)
+            problem = self.store.problem(name, level.window, start, end, level.total)
+            if problem is None:
+                try:
+                    parts.append(self.store.read(name, level.window, start, end))
+                except Exception as exc:  # a damaged chunk fails in its codec or checksum: name it
+                    problem = self.store.problem(name, level.window, start, end, level.total, decode=True) or (
+                        f"windows {start} to {end} of {level.window} rows cannot be read ({one_line(exc)})"
+                    )
+            if problem is not None:
+                raise damaged(self.target, f"{name!r}: {problem}")
         if stop > level.durable and level.pending is not None:
             parts.append(level.pending[max(start, level.durable) - level.durable : stop - level.durable])
         if not parts:

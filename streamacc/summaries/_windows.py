@@ -8,17 +8,48 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
-from .._defaults import DEFAULT_SUMMARY_WINDOWS
+from .._defaults import DEFAULT_SUMMARY_WINDOWS, SUMMARY_WINDOWS_AT_LEAST
 from ..errors import InputError, arg
 
-__all__ = ["check_windows"]
+__all__ = ["check_windows", "default_windows", "too_long"]
+
+LEVEL_FACTOR = DEFAULT_SUMMARY_WINDOWS[1] // DEFAULT_SUMMARY_WINDOWS[0]
+
+
+def default_windows(rows: int) -> list[int]:
+    """The default levels of an output of ``rows`` rows (see ``_defaults.SUMMARY_WINDOWS_AT_LEAST``).
+
+    A long output gets ``DEFAULT_SUMMARY_WINDOWS``; a shorter one a finest window that
+    gives at least 1024 windows (one row each below 1024 rows), and coarser levels by 16
+    no longer than the output.
+    """
+    finest = 1
+    while finest * 2 <= DEFAULT_SUMMARY_WINDOWS[0] and rows // (finest * 2) >= SUMMARY_WINDOWS_AT_LEAST:
+        finest *= 2
+    windows = [finest * LEVEL_FACTOR**i for i in range(len(DEFAULT_SUMMARY_WINDOWS))]
+    return [w for w in windows if w == finest or w <= rows]
+
+
+def too_long(windows: Sequence[int], rows: int) -> InputError | None:
+    """The error for summary windows longer than an output of ``rows`` rows (None when they fit)."""
+    if not windows or windows[-1] <= rows:
+        return None
+    fitting = [w for w in windows if w <= rows]
+    return InputError(
+        f"{arg('summaries', list(windows))} asks for windows of {windows[-1]} rows, longer than the output's {rows} "
+        f"rows, which no window of it fills; pass windows of at most {rows} rows"
+        + (f", e.g. {arg('summaries', fitting)}" if fitting else "")
+        + f", or leave {arg('summaries')} out for levels chosen from its length"
+    )
 
 
 def check_windows(summaries: bool | Sequence[int] | None, reverse: bool) -> list[int]:
     """The summary windows of a write: ``summaries=True`` (the default levels), False/None, or window lengths.
 
-    A reverse scan gets none: its blocks commit from the end, and its summaries are not
-    written (``overview`` and ``plot`` say so); windows asked for explicitly are refused.
+    For ``True`` the levels of a long output: the write chooses them from the output's
+    length (:func:`default_windows`) once it is known. A reverse scan gets none: its
+    blocks commit from the end, and its summaries are not written (``overview`` and
+    ``plot`` say so); windows asked for explicitly are refused.
     """
     if summaries is None or summaries is False:
         return []

@@ -13,14 +13,20 @@ from ..._lazy import lazy_exports
 if TYPE_CHECKING:
     from ._carry import CarryExecutor as CarryExecutor
     from ._cluster import cluster_client as cluster_client
-    from ._dask import DaskExecutor as DaskExecutor
+    from ._dask import (
+        BLOCKS_PER_TASK as BLOCKS_PER_TASK,
+        BlockTask as BlockTask,
+        DaskExecutor as DaskExecutor,
+        SinkSpec as SinkSpec,
+        run_block_tasks as run_block_tasks,
+    )
     from ._local import Executor as Executor, LocalExecutor as LocalExecutor
     from ._progress import Progress as Progress, si as si
 
 _EXPORTS = {
     "._carry": ["CarryExecutor"],
     "._cluster": ["cluster_client"],
-    "._dask": ["DaskExecutor"],
+    "._dask": ["BLOCKS_PER_TASK", "BlockTask", "DaskExecutor", "SinkSpec", "run_block_tasks"],
     "._local": ["Executor", "LocalExecutor"],
     "._progress": ["Progress", "si"],
 }

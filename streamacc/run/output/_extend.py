@@ -7,11 +7,15 @@ keeps every block before it, and recomputes from it on, from the carry its recor
 Every committed chunk's trailer is checked first, as a resume checks it, so that a damaged
 output is refused as it stands rather than after its manifest became the longer run's.
 
-The new manifest (the longer run's identity, the kept blocks, that carry) is saved first
-and the arrays' metadata (their longer shape) after it, so an interruption anywhere leaves
-an output that ``resume`` continues: :func:`finish_extension` completes the arrays'
-metadata if the manifest got ahead of them. Window summaries are cut back to the kept
-rows the same way (see ``_summaries.extension_tail``). An extension that would change any byte
+The root metadata is first rewritten to claim nothing (no progress, no consolidated
+metadata), so that it agrees with the output at every step that follows. The new
+manifest (the longer run's identity, the kept blocks, that carry) is saved next and the
+arrays' metadata (their longer shape) after it, so an interruption anywhere leaves an
+output that ``resume`` continues and that readers read (its committed steps, through
+arrays whose shape may lag the manifest): :func:`finish_extension` completes the arrays'
+metadata and rebuilds the summary arrays (every document compared, so a rebuild
+interrupted half way is done again) if the manifest got ahead of them. Window summaries
+are cut back to the kept rows (see ``summaries.extension_tail``). An extension that would change any byte
 already written (another parameter, dtype, layout, ``save_every``) is refused before
 anything is touched.
 """
@@ -28,7 +32,7 @@ import numpy as np
 from ...errors import NoOutputError, ResumeError, arg
 from ...store import Target, ZarrSink, array_document, resize_arrays
 from ...summaries import extension_tail, rebuild_stale_arrays
-from ..record import Ledger, Manifest, identity_differences
+from ..record import Ledger, Manifest, identity_differences, same_function
 from ..trust import trailer_problem
 
 __all__ = ["extend_manifest", "finish_extension"]
@@ -73,7 +77,7 @@ def extend_manifest(
         raise _refuse(
             label,
             f"its run is not finished ({manifest.committed_steps} of {manifest.length} steps committed); finish it "
-            f"first with {arg('mode', 'resume')} and the length it was started with",
+            f"first with {arg('mode', 'resume')} and {arg('length', manifest.length)}, then extend it",
         )
     if new["length"] < old["length"]:
         raise _refuse(
@@ -121,6 +125,7 @@ def extend_manifest(
     read = read_rows if read_rows is not None else (lambda name, a, b: sink.arrays[name][a:b])
     extended.summaries = extension_tail(target, manifest, extended.committed_rows, block_rows, read)
     target.check_lock()
+    sink.retract_root()  # from here until the resume publishes it, readers read the arrays' own metadata
     if manifest.virtual:
         sink.declare_virtual()
     ledger.save(extended)
@@ -152,6 +157,37 @@ def _grow_arrays(target: Target, manifest: Manifest) -> None:
             grow[name] = tuple(want)
     if grow:
         resize_arrays(target, grow)
+
+
+def other_length(label: str, manifest: Manifest, identity: dict[str, Any]) -> ResumeError | None:
+    """The error for a resume asked for another length than the stored run's, where nothing else differs.
+
+    Each names the command that keeps the committed steps: an extension for a finished
+    run asked to go on, the stored length for a run still to finish (an extension that was
+    interrupted included). None where the length is the same, or more than it differs.
+    """
+    stored, asked = manifest.length, identity["length"]
+    if stored == asked:
+        return None
+    old = dict(manifest.identity)
+    if same_function(old.get("function"), identity["function"], label):
+        old["function"] = identity["function"]
+    if identity_differences(_without_length(old), _without_length(identity)):
+        return None
+    if manifest.complete and asked > stored:
+        return ResumeError(
+            f"cannot resume {label}: it holds a finished run of {stored} steps, and {arg('length', asked)} asks for "
+            f"more; lengthen it with {arg('mode', 'extend')}, which keeps its steps"
+        )
+    if manifest.complete:
+        return ResumeError(
+            f"cannot resume {label}: it holds a finished run of {stored} steps, not {asked}; it is complete as it is "
+            "(a shorter run is another output: choose another output path)"
+        )
+    return ResumeError(
+        f"cannot resume {label}: its run is {stored} steps long ({manifest.committed_steps} committed), not {asked}; "
+        f"continue it with {arg('length', stored)}"
+    )
 
 
 def nothing_to_extend(label: str) -> NoOutputError:

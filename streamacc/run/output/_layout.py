@@ -135,6 +135,14 @@ def divisor_at_most(n: int, limit: int) -> int:
     return max(divisors)
 
 
+def _divisors_near(block_rows: int, rows: int) -> str:
+    """The divisors of ``block_rows`` next to ``rows`` (one each side), as ``chunks=`` arguments."""
+    below = divisor_at_most(block_rows, rows)
+    above = block_rows // divisor_at_most(block_rows, block_rows // rows) if rows < block_rows else block_rows
+    near = sorted({above, below}, key=lambda d: (abs(d - rows), -d))
+    return " or ".join(arg("chunks", {STEP: d}) for d in near)
+
+
 def default_chunks(
     trailing: tuple[int, ...], itemsize: int, block_rows: int, target: int = CHUNK_BYTES
 ) -> tuple[int, ...]:
@@ -252,8 +260,7 @@ def resolve_chunks(
             raise InputError(
                 f"{arg('chunks')} puts {rows} rows along {STEP!r} in a chunk of {name!r}, which does not divide a "
                 f"block's {block_rows} rows, and every block must write whole chunks: pass a divisor such as "
-                f"{arg('chunks', {STEP: math.gcd(block_rows, rows)})}, or a {arg('block_size')} holding a "
-                "whole number of chunks"
+                f"{_divisors_near(block_rows, rows)}, or a {arg('block_size')} holding a whole number of chunks"
             )
         tile = [n if a is None else d if a == "auto" else min(a, n)
                 for a, d, n in zip(asked[1:], default[1:], trailing, strict=True)]  # fmt: skip

@@ -31,7 +31,7 @@ from ..record import (
 )
 from ..trust import root_problem
 from ._debris import only_leftovers, remove_partial_writes
-from ._extend import RowReader, extend_manifest, finish_extension, nothing_to_extend
+from ._extend import RowReader, extend_manifest, finish_extension, nothing_to_extend, other_length
 from ._output import BlockResult, Output
 from ._request import Mode
 from ._spec import OutputSpec
@@ -129,9 +129,27 @@ def _nothing_to_extend(o: Opening) -> Output:
 
 
 def _exists(o: Opening) -> Output:
+    """Refuse to create over a streamacc output, naming first what keeps its steps: resuming an unfinished run
+    (an interrupted write or extension) with its length, extending a finished one."""
+    label = o.target.label
+    try:
+        manifest = o.ledger.load()
+    except Exception:  # what is wrong with it is for the command that continues it to say
+        manifest = None
+    if manifest is not None and not manifest.complete:
+        raise OutputExistsError(
+            f"{label} already exists and holds an unfinished run ({manifest.committed_steps} of {manifest.length} "
+            f"steps committed); continue it with {arg('mode', 'resume')} and {arg('length', manifest.length)}, or "
+            f"pass {arg('mode', 'overwrite')} to replace it"
+        )
+    if manifest is not None:
+        raise OutputExistsError(
+            f"{label} already exists and holds a finished run of {manifest.length} steps; lengthen it with "
+            f"{arg('mode', 'extend')} and a longer {arg('length')}, or pass {arg('mode', 'overwrite')} to replace it"
+        )
     raise OutputExistsError(
-        f"{o.target.label} already exists; pass {arg('mode', 'overwrite')} to replace it or "
-        f"{arg('mode', 'resume')} to continue it"
+        f"{label} already exists; pass {arg('mode', 'overwrite')} to replace it or {arg('mode', 'resume')} to "
+        "continue it"
     )
 
 
@@ -175,6 +193,9 @@ def _continue(o: Opening) -> Output:
         if extended is None:
             return _create(o)  # the stored run was a single block: nothing to keep
         manifest = extended
+    elsewhere = other_length(target.label, manifest, spec.identity)
+    if elsewhere is not None:
+        raise elsewhere
     require_same_run(manifest, spec.identity, target.label)
     problem = manifest.inconsistency()
     if problem is not None:
@@ -198,7 +219,7 @@ def _continue(o: Opening) -> Output:
         output.sink.publish_arrays()
     problem = root_problem(target, manifest)
     if problem is not None:  # killed before the root caught up, or tampered with: it follows from the manifest
-        if not extending:  # an extension's root still describes the shorter run, as it should until now
+        if not extending:  # an extension's root claims nothing until now
             log.info("rewrote the root metadata of %s, which %s", target.label, problem)
         output.sink.reset_root(spec.attrs)
         output.publish(force=True)

@@ -18,10 +18,11 @@ from ..._version import __version__
 from ...engine import Plan
 from ...errors import InputError, arg
 from ...store import ArraySpec, open_target
+from ...summaries import default_windows, too_long
 from ..record import Ledger, run_identity
 from ._layout import RESERVED, array_dims, resolve_chunks
 from ._request import Request, check_json
-from ._time import time_attrs
+from ._time import check_span, time_attrs
 
 __all__ = ["OutputSpec", "output_names", "output_spec", "stored_identity"]
 
@@ -101,7 +102,22 @@ def output_spec(
     checked_array_attrs = _check_array_attrs(array_attrs, names)
     leaves = dict(zip(names, jax.tree_util.tree_leaves(plan.y_struct), strict=True))
     trailing = {n: tuple(s.shape) for n, s in leaves.items()}
+    for name, shape in trailing.items():
+        if 0 in shape:
+            raise InputError(
+                f"output {name!r} of f has shape {shape} each step, which holds no value, so there is nothing to "
+                "store: leave it out of what f returns"
+            )
     dimensions = array_dims(trailing, dims)
+    if plan.rows:
+        check_span(request.time, plan.rows * plan.save_every - 1)  # the last stored step's time, as readers label it
+    windows = request.summaries
+    if request.summaries_default and windows:
+        windows = default_windows(plan.rows)
+    elif request.mode in ("create", "overwrite"):  # a continued run's windows are the stored run's
+        error = too_long(windows, plan.rows)
+        if error is not None:
+            raise error
     itemsizes = {n: np.dtype(s.dtype).itemsize for n, s in leaves.items()}
     chunk_shapes = resolve_chunks(trailing, itemsizes, dimensions, request.chunks, plan.block_rows)
     specs = {n: ((plan.rows, *trailing[n]), np.dtype(s.dtype)) for n, s in leaves.items()}
@@ -115,7 +131,7 @@ def output_spec(
         attrs=attrs,
         dims=asked,
         time=request.time,
-        summaries=request.summaries,
+        summaries=windows,
         virtual=request.virtual,
     )
     return OutputSpec(

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import InputError
 from ...store import open_target, progress_attrs
-from ..record import load_manifest
-from ..trust import CheckedStore, check_structure
+from ..trust import CheckedStore, trusted_manifest
 
 if TYPE_CHECKING:
     import xarray
@@ -39,15 +38,16 @@ def open(
     A run still writing, or one that was killed, has chunks past its last commit that a
     plain Zarr reader shows as data; this reader reads the manifest first and returns
     exactly the steps it commits (a prefix, or the end of a reverse scan), lazily through
-    dask. Each chunk is checked as it is read: one whose CRC-32C trailer is not the one
-    its block record names is refused. Rows are labelled by a ``step`` coordinate (and a
-    ``time`` coordinate where the run has a time axis) that costs no memory at any length
-    and selects by label: ``ds.sel(step=100)``, slices (both ends included), lists,
-    ``method="nearest"``, ``.loc``, ``where(..., drop=True)``, ``xr.concat`` along
-    ``step``. Only the run's own arrays are included. Imports no JAX, but for a virtual
-    output (written with ``virtual=True``), whose chunks that are not stored are
-    recomputed, lazily, from the carries it records: bit for bit what a stored write holds,
-    blocks of different chunks in parallel (dask's threads, or a ``distributed`` client).
+    dask. Each chunk is checked as it is read: one whose CRC-32C trailer is not the one its
+    block record names is refused, and so is a committed chunk that is missing. Rows are
+    labelled by a ``step`` coordinate (and a ``time`` coordinate where the run has a time
+    axis) that costs no memory at any length and selects by label: ``ds.sel(step=100)``,
+    slices (both ends included), lists, ``method="nearest"``, ``.loc``, ``where(...,
+    drop=True)``, ``xr.concat`` along ``step``. Only the run's own arrays are included.
+    Imports no JAX, but for a virtual output (written with ``virtual=True``), whose chunks
+    that are not stored are recomputed, lazily, from the carries it records: bit for bit
+    what a stored write holds, blocks of different chunks in parallel (dask's threads, or a
+    ``distributed`` client).
 
     Parameters
     ----------
@@ -90,7 +90,8 @@ def open(
     streamacc.errors.VerifyError
         The output's structure cannot be trusted: a link or special file inside it, an
         array whose metadata changed since it was written, root metadata that
-        contradicts the manifest, or (when read) a chunk that is not the one committed; ``f``
+        contradicts the manifest, or (when read) a chunk that is not the one committed or is
+        missing; ``f``
         is not the step function the output records, or (when read) a recomputed block does
         not end with the carry recorded after it.
 
@@ -116,8 +117,7 @@ def open(
     except ImportError:
         raise InputError("streamacc.open needs xarray: pip install 'streamacc[xarray]'") from None
     target = open_target(store, storage_options=storage_options, read_only=True)
-    manifest = load_manifest(target)
-    check_structure(target, manifest)  # what verify refuses is not read either
+    manifest = trusted_manifest(target)  # what verify refuses is not read either
     ident = manifest.identity
     first, last = manifest.rows()
     names = list(ident["arrays"])

@@ -12,6 +12,7 @@ keeps its labels explicitly: only the rows selected.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
@@ -150,6 +151,23 @@ def _exact_int(value: Any, what: str) -> int:
     return int(number)
 
 
+def _indexer(name: str, values: np.ndarray, labels: np.ndarray, method: str | None, tolerance: Any) -> np.ndarray:
+    """pandas' positions of ``labels`` among ``values``; a KeyError saying so where rows share a label.
+
+    Times are float64: far from zero (a start of 2**60, or step 2**60 of a long run) the
+    times of neighbouring steps round to one number, which no selection by time can tell apart.
+    """
+    index = pd.Index(values)
+    if not index.is_unique:
+        shared = index[index.duplicated()][0]
+        raise KeyError(
+            f"{name} {shared} labels several rows: float64 times cannot tell neighbouring steps apart at this "
+            f"size; select by step instead (ds.sel(step=...))"
+        )
+    found: np.ndarray = index.get_indexer(labels, method=method, tolerance=tolerance)
+    return found
+
+
 class StepIndex(CoordinateTransformIndex):
     """The index of ``streamacc.open``'s ``step`` coordinate (and ``time``, with a time axis)."""
 
@@ -241,14 +259,22 @@ class StepIndex(CoordinateTransformIndex):
         flat = labels.reshape(-1)
         if name == TIME and is_calendar(_axis(t)["units"]):
             flat = pd.to_datetime(flat).values
+        if t.labels is None and flat.dtype.kind == "O":
+            with contextlib.suppress(TypeError, ValueError):
+                flat = flat.astype(np.float64)  # numbers held as objects
+        if t.labels is None and flat.dtype.kind not in "iufM":  # never a label: say so before building any
+            raise KeyError(
+                f"{name} {flat[0].item()!r} is not in the index: its labels are numbers (it holds {name}s "
+                f"{self._describe(name)}); pass a number"
+            )
         found: np.ndarray
         if t.labels is not None or flat.dtype.kind not in "iufM":
-            found = pd.Index(self._values(name, range(t.size))).get_indexer(flat, method=method, tolerance=tolerance)
+            found = _indexer(name, self._values(name, range(t.size)), flat, method, tolerance)
         else:
             found = np.empty(len(flat), dtype=np.int64)
             for i, value in enumerate(flat):  # the rows around each label, found by arithmetic, decide it
                 rows = self._around(name, value)
-                hit = pd.Index(self._values(name, rows)).get_indexer([value], method=method, tolerance=tolerance)[0]
+                hit = _indexer(name, self._values(name, rows), np.asarray([value]), method, tolerance)[0]
                 found[i] = -1 if hit < 0 else hit + rows.start
         if (found < 0).any():
             missing = flat[found < 0][0]

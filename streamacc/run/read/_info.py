@@ -11,8 +11,7 @@ from ..._defaults import DEFAULT_INFLIGHT
 from ...engine import pool_size  # arithmetic only: describing an output imports no JAX
 from ...store import ZarrSink, open_target
 from ...summaries import SUMMARIES, summarized_names
-from ..record import load_manifest
-from ..trust import check_structure
+from ..trust import trusted_manifest
 
 __all__ = ["ArrayInfo", "MemoryEstimate", "OutputInfo", "SummaryInfo", "info", "memory_estimate"]
 
@@ -128,7 +127,7 @@ class SummaryInfo:
     Examples
     --------
     >>> streamacc.info("gp.zarr").summaries.windows
-    (4096, 65536, 1048576)
+    (1024, 16384, 262144)
     """
 
     windows: tuple[int, ...]
@@ -255,8 +254,7 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
     from zarr.core.metadata.v3 import ArrayV3Metadata
 
     target = open_target(store, storage_options=storage_options, read_only=True)
-    manifest = load_manifest(target)
-    check_structure(target, manifest)
+    manifest = trusted_manifest(target)
     ident = manifest.identity
     every = ident.get("save_every", 1)
     sink = ZarrSink.open(target, list(ident["arrays"]))

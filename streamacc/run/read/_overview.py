@@ -10,6 +10,8 @@ committed when it opened).
 from __future__ import annotations
 
 import json
+import math
+import numbers
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,7 +21,8 @@ from ...engine import row_step, rows_in  # arithmetic only: overview imports no 
 from ...errors import InputError, NoOutputError, arg
 from ...store import open_target, progress_attrs
 from ...summaries import Rows, Summaries
-from ..record import Manifest, load_manifest
+from ..record import Manifest
+from ..trust import trusted_manifest
 
 if TYPE_CHECKING:
     import xarray
@@ -42,25 +45,44 @@ def _node(target: Any, key: str) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
+def _step_number(value: Any, steps: Any) -> int:
+    """One end of ``steps``: a whole step number (an int, or a float holding one)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        number = float(value)
+        if math.isfinite(number) and number == int(number):
+            return int(number)
+    raise InputError(
+        f"{arg('steps', steps)} must be a (start, stop) pair or a slice of whole step numbers (either end may be "
+        f"None), and {value!r} is not one; pass e.g. {arg('steps', (0, 2**20))}"
+    )
+
+
 def _range(steps: Any, start: int, stop: int) -> tuple[int, int]:
     """``steps`` (None, a slice or a pair) clipped to the committed ``[start, stop)``."""
     if steps is None:
         return start, stop
     if isinstance(steps, slice):
         if steps.step not in (None, 1):
-            raise InputError(f"steps={steps!r} must not have a stride; the level of summaries sets the resolution")
+            raise InputError(
+                f"{arg('steps', steps)} must not have a stride; the level of summaries sets the resolution"
+            )
         steps = (steps.start, steps.stop)
     try:
         a, b = steps
-        a = start if a is None else int(a)
-        b = stop if b is None else int(b)
     except (TypeError, ValueError):
-        raise InputError(f"steps must be a (start, stop) pair or a slice of steps, got {steps!r}") from None
+        raise InputError(
+            f"{arg('steps', steps)} must be a (start, stop) pair or a slice of steps; pass e.g. "
+            f"{arg('steps', (0, 2**20))}"
+        ) from None
+    a = start if a is None else _step_number(a, steps)
+    b = stop if b is None else _step_number(b, steps)
     a, b = max(a, start), min(b, stop)
     if a >= b:
         raise InputError(
-            f"{arg('steps', steps)} hold no committed step (steps {start} to {stop} are committed); choose a range "
-            "in them"
+            f"no committed step is in {arg('steps', steps)} (the committed steps are {start} to {stop}); choose a "
+            f"range among them, e.g. {arg('steps', [start, stop])}"
         )
     return a, b
 
@@ -118,6 +140,10 @@ def overview(
     streamacc.errors.NoOutputError
         Nothing is there, no streamacc output, an output without summaries (written
         with ``summaries=False``, or a reverse scan), or none of its steps committed yet.
+    streamacc.errors.StoreError
+        The output cannot be trusted, as :func:`streamacc.open` refuses it: a link or
+        special file inside it, or (a VerifyError) changed array metadata or a root that
+        lies.
 
     Examples
     --------
@@ -141,7 +167,7 @@ def overview(
         raise InputError("streamacc.overview needs xarray: pip install 'streamacc[xarray]'") from None
     points = as_count("points", points, minimum=1, example=4096)
     target = open_target(store, storage_options=storage_options, read_only=True)
-    manifest = load_manifest(target)
+    manifest = trusted_manifest(target)  # what open, info and verify refuse (a link, a named pipe) is not read
     ident = manifest.identity
     summaries = Summaries.load(target, ident, manifest.summaries, manifest.committed_rows)
     if summaries is None:

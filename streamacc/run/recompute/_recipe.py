@@ -13,7 +13,8 @@ import numpy as np
 from ...errors import InputError
 from ...recipes import Job, get_recipe
 from ...store import open_target
-from ..record import Manifest, load_manifest
+from ..record import Manifest
+from ..trust import trusted_manifest
 from ._verify import VerifyReport, plan_for, verify_plan
 
 __all__ = ["recorded_job", "verify_recipe_output"]
@@ -35,7 +36,7 @@ def verify_recipe_output(
 ) -> VerifyReport:
     """Verify an output written by ``streamacc write``, rebuilding its recipe from the manifest."""
     target = open_target(store, storage_options=storage_options, read_only=True)
-    manifest = load_manifest(target)
+    manifest = trusted_manifest(target)
     job = recorded_job(manifest, target.label, storage_options)
     plan = plan_for(manifest, job.f, job.init, job.xs)
     return verify_plan(target, plan, manifest, blocks=blocks)

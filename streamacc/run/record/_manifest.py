@@ -368,7 +368,7 @@ def load_manifest(target: Target) -> Manifest:
     manifest = Ledger(target).load()
     if manifest is None:
         if not target.exists():
-            raise NoOutputError(f"{target.label} does not exist; check the path")
+            raise NoOutputError(f"{target.label} {target.absence()}; check the path")
         raise NoOutputError(f"{target.label} has no streamacc manifest; it was not written by streamacc or is empty")
     return manifest
 

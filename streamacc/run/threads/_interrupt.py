@@ -31,6 +31,8 @@ from contextlib import AbstractContextManager, nullcontext
 from queue import Empty, SimpleQueue
 from typing import Any, ParamSpec, TypeVar
 
+from ..._callsite import outside, run_from
+
 __all__ = [
     "GRACE_SECONDS",
     "STOP",
@@ -193,10 +195,11 @@ def run_interruptibly(
     returned: list[T] = []
     raised: list[BaseException] = []
     enter = _scopes() if scopes else nullcontext
+    site = outside(sys._getframe(1))  # the caller's line, where warnings from the work point
 
     def work() -> None:
         try:
-            with enter():
+            with enter(), run_from(site):
                 returned.append(fn(*args))
         except BaseException as exc:
             raised.append(exc)

@@ -15,13 +15,17 @@ if TYPE_CHECKING:
     from ._checked import CheckedStore as CheckedStore
     from ._root import root_problem as root_problem
     from ._trailers import trailer_problem as trailer_problem
-    from ._trust import arrays_problem as arrays_problem, check_structure as check_structure
+    from ._trust import (
+        arrays_problem as arrays_problem,
+        check_structure as check_structure,
+        trusted_manifest as trusted_manifest,
+    )
 
 _EXPORTS = {
     "._checked": ["CheckedStore"],
     "._root": ["root_problem"],
     "._trailers": ["trailer_problem"],
-    "._trust": ["arrays_problem", "check_structure"],
+    "._trust": ["arrays_problem", "check_structure", "trusted_manifest"],
 }
 __all__ = sorted(name for names in _EXPORTS.values() for name in names)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -5,7 +5,8 @@ streamacc array), and the block records keep the value each chunk had when its b
 committed. Zarr checks that a chunk agrees with its own trailer; this store also checks
 that the trailer is the recorded one, as it hands each chunk to Zarr, so a chunk copied
 from another output, or written late by a writer that had lost its lease, is refused with
-an error instead of being returned as data. It costs a comparison per chunk read and one
+an error instead of being returned as data, and a committed chunk that is missing is an
+error too, never the fill value. It costs a comparison per chunk read and one
 read of a record segment per 64 blocks; nothing else. Only whole-chunk reads of the run's
 arrays within the committed blocks are checked (``open`` reads nothing else of them).
 """
@@ -21,7 +22,7 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import WrapperStore
 
 from ...engine import block_count
-from ...errors import VerifyError
+from ...errors import VerifyError, arg
 from ...store import ChunkWriter, plain_document
 from ..record import RECORDS_ATTR, SEGMENT, Ledger, Manifest, node_attribute
 
@@ -91,12 +92,17 @@ class CheckedStore(WrapperStore[Store]):
 
     async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
         buf = await self._store.get(key, prototype, byte_range)
-        if byte_range is not None or buf is None:
+        if byte_range is not None:
             return buf
         where = await self._where(key)
         if where is None:
             return buf
         name, k, tile, row_chunk = where
+        if buf is None:  # zarr would return the fill value (NaN, 0) as data
+            raise VerifyError(
+                f"chunk {key} of {self.label} is missing, though block {k} committed it, so its values cannot be "
+                f"read; rewrite the output with {arg('mode', 'overwrite')} (or restore the chunk from a copy)"
+            )
         rec = await self._record(k)
         writer = self._writers[name]
         assert writer is not None

@@ -9,10 +9,16 @@ follows from the manifest and the arrays' own metadata, so readers check it agai
 and a resume rewrites it.
 
 While a run writes, the root's count is refreshed every few seconds: it may lag the
-manifest, never lead it. So on an unfinished run the root may count fewer committed
-steps than the manifest, but never more, and never say complete; once the manifest says
-complete the root must say exactly what it says. A root without any of these attributes
-claims nothing and is no lie (appending a variable with xarray drops them).
+manifest, never lead it. So the root may count fewer committed steps than the manifest,
+but never more, and never say complete before the manifest does. A root without any of
+these attributes claims nothing and is no lie (appending a variable with xarray drops
+them), nor is one without consolidated metadata (a plain reader then reads each array's
+own metadata): an extension writes such a root before it changes the arrays' shapes.
+
+Readers ask whether the root *lies* (``reading=True``): a root that lags, as a writer
+alive or killed leaves it, is read. A writer asks whether it is *out of date*: it
+rewrites any root that is not what it would write, so that a finished output is the
+bytes of one never interrupted.
 """
 
 from __future__ import annotations
@@ -27,13 +33,14 @@ from ..record import Manifest
 __all__ = ["root_problem"]
 
 
-def _progress_problem(attrs: dict[str, Any], manifest: Manifest) -> str | None:
+def _progress_problem(attrs: dict[str, Any], manifest: Manifest, reading: bool) -> str | None:
     expected = netcdf_safe(
         progress_attrs(manifest.span(), manifest.length, manifest.complete, virtual=manifest.recomputes)
     )
     if not expected.keys() & attrs.keys():
         return None  # it claims nothing (xarray's to_zarr(mode="a") drops the root's attributes): no lie
-    if manifest.complete:
+    lagging = reading and attrs.get("streamacc_complete") == 0  # the writer saved the last commit, not yet the root
+    if manifest.complete and not lagging:
         differ = sorted(k for k, v in expected.items() if attrs.get(k) != v)
         return f"has out-of-date attributes ({', '.join(differ)}) though the run is complete" if differ else None
     if attrs.get("streamacc_complete") != 0:
@@ -47,9 +54,12 @@ def _progress_problem(attrs: dict[str, Any], manifest: Manifest) -> str | None:
     return None
 
 
-def _consolidated_problem(target: Target, doc: dict[str, Any], names: list[str]) -> str | None:
+def _consolidated_problem(target: Target, doc: dict[str, Any], manifest: Manifest, reading: bool) -> str | None:
+    names = list(manifest.identity["arrays"])
     consolidated = doc.get("consolidated_metadata")
     members = consolidated.get("metadata") if isinstance(consolidated, dict) else None
+    if consolidated is None and reading:
+        return None  # it lists nothing: plain readers read each array's own metadata
     if not isinstance(members, dict):
         return "has no consolidated metadata of the arrays"
     missing = [name for name in names if name not in members]
@@ -61,15 +71,20 @@ def _consolidated_problem(target: Target, doc: dict[str, Any], names: list[str])
         raw = target.read(f"{name}/zarr.json")
         listed = json.dumps(member).encode()
         stored = array_document(raw)
-        if stored is None or array_document(listed) != stored or is_virtual(listed) != is_virtual(raw):
+        declared = is_virtual(listed) != is_virtual(raw)
+        if reading:  # listed virtual: a plain reader refuses it; listed plain: it reads stored chunks, all but unstored
+            declared = not is_virtual(listed) and is_virtual(raw) and manifest.recomputes
+        if stored is None or array_document(listed) != stored or declared:
             return f"describes array {name!r} otherwise than {name}/zarr.json does (consolidated metadata)"
     return None
 
 
-def root_problem(target: Target, manifest: Manifest) -> str | None:
+def root_problem(target: Target, manifest: Manifest, *, reading: bool = False) -> str | None:
     """How the root ``zarr.json`` of ``target`` contradicts its manifest and arrays, or None when it does not.
 
-    The answer completes a sentence whose subject is the root metadata ("... is missing").
+    With ``reading``, only what misleads a reader (see the module's docstring): a root
+    that lags the manifest, or lists no arrays, is read. The answer completes a sentence
+    whose subject is the root metadata ("... is missing").
     """
     try:
         raw = target.read("zarr.json")
@@ -84,5 +99,5 @@ def root_problem(target: Target, manifest: Manifest) -> str | None:
     if not isinstance(doc, dict) or doc.get("zarr_format") != 3 or doc.get("node_type") != "group":
         return "is not the metadata of a Zarr v3 group"
     attrs = doc.get("attributes")
-    problem = _progress_problem(attrs if isinstance(attrs, dict) else {}, manifest)
-    return problem or _consolidated_problem(target, doc, list(manifest.identity["arrays"]))
+    problem = _progress_problem(attrs if isinstance(attrs, dict) else {}, manifest, reading)
+    return problem or _consolidated_problem(target, doc, manifest, reading)

@@ -6,16 +6,36 @@ pipe would hang a reader), the run's arrays still have the metadata they were cr
 with (attributes that change decoded values included, see ``array_document``), and the
 root metadata agrees with the manifest (``_root.py``). Knows no JAX, so that reading an
 output never imports it.
+
+A writer may be moving the output on while it is read: each of its steps leaves a state a
+reader reads (an array whose shape lags the manifest of an extension, a root that lags the
+manifest), and one that reads the manifest before a step and the rest after it reads the
+manifest again (:func:`trusted_manifest`).
 """
 
 from __future__ import annotations
 
-from ...errors import VerifyError, arg
+from typing import Any
+
+from ...errors import NoOutputError, VerifyError, arg
 from ...store import Target, array_document, is_virtual
-from ..record import Manifest
+from ..record import Manifest, load_manifest
 from ._root import root_problem
 
-__all__ = ["arrays_problem", "check_structure"]
+__all__ = ["arrays_problem", "check_structure", "trusted_manifest"]
+
+ATTEMPTS = 5
+"""Times a reader reads the manifest again when what it read disagrees with a newer manifest."""
+
+
+def _lagging(recorded: dict[str, Any], stored: dict[str, Any], manifest: Manifest) -> bool:
+    """Whether ``stored`` is ``recorded`` with fewer rows that still hold every committed one: an extension
+    saved the longer run's manifest and has not yet given the array its longer shape."""
+    want, shape = recorded.get("shape"), stored.get("shape")
+    if not (isinstance(want, list) and isinstance(shape, list) and want and shape):
+        return False
+    same_else = {**stored, "shape": want} == recorded and shape[1:] == want[1:]
+    return same_else and isinstance(shape[0], int) and manifest.rows()[1] <= shape[0] < want[0]
 
 
 def arrays_problem(target: Target, manifest: Manifest) -> str | None:
@@ -33,6 +53,8 @@ def arrays_problem(target: Target, manifest: Manifest) -> str | None:
             return f"the metadata of array {name!r} ({name}/zarr.json) is missing or unreadable"
         if name not in recorded:
             return f"the manifest records no metadata for array {name!r}"
+        if _lagging(recorded[name], stored, manifest):
+            continue
         changed = sorted(k for k in recorded[name].keys() | stored.keys() if recorded[name].get(k) != stored.get(k))
         if changed:
             return f"the metadata of array {name!r} changed since it was written ({', '.join(changed)})"
@@ -40,14 +62,47 @@ def arrays_problem(target: Target, manifest: Manifest) -> str | None:
 
 
 def check_structure(target: Target, manifest: Manifest) -> None:
-    """Raise (StoreError, VerifyError) unless ``target`` may be read: no links, unchanged arrays, a true root."""
+    """Raise (StoreError, VerifyError) unless ``target`` may be read: no links, unchanged arrays, a true root.
+
+    A run that has committed no block yet, whose arrays and root are still being made (or
+    were left half made by a writer stopped before its first block), has nothing to read:
+    NoOutputError says so.
+    """
     target.check_contents()
     problem = arrays_problem(target, manifest)
-    if problem is not None:
-        raise VerifyError(f"{target.label}: {problem}; rewrite the output with {arg('mode', 'overwrite')}")
-    problem = root_problem(target, manifest)
-    if problem is not None:
-        raise VerifyError(
-            f"{target.label}: its root metadata (zarr.json) {problem}; resume the run with {arg('mode', 'resume')} "
-            "to rewrite it from the manifest"
+    if problem is None:
+        root = root_problem(target, manifest, reading=True)
+        if root is not None:
+            problem = f"its root metadata (zarr.json) {root}"
+            fix = f"resume the run with {arg('mode', 'resume')} to rewrite it from the manifest"
+    else:
+        fix = f"rewrite the output with {arg('mode', 'overwrite')}"
+    if problem is None:
+        return
+    if manifest.committed_blocks == 0:
+        raise NoOutputError(
+            f"{target.label} holds no committed step yet (its run is making its arrays, or stopped before its first "
+            "block); read it once a block is committed"
         )
+    raise VerifyError(f"{target.label}: {problem}; {fix}")
+
+
+def trusted_manifest(target: Target) -> Manifest:
+    """The manifest of ``target``, once the output's structure agrees with it (:func:`check_structure`).
+
+    What disagrees with the manifest because a writer moved the output on after the manifest
+    was read is read again with the newer manifest; only what disagrees with the manifest
+    as it stands is refused.
+    """
+    manifest = load_manifest(target)
+    for _ in range(ATTEMPTS):
+        try:
+            check_structure(target, manifest)
+            return manifest
+        except (VerifyError, NoOutputError):
+            newer = load_manifest(target)
+            if newer == manifest:
+                raise
+            manifest = newer
+    check_structure(target, manifest)
+    return manifest

@@ -15,24 +15,38 @@ request's bytes leave, for each of the retries s3fs and botocore make after a fa
 store call that made the request in a context variable, which asyncio carries into every
 task that call runs, so one s3fs client shared by several outputs fences each request
 by its own writer's lease.
+
+A store that stops answering holds a request as long as it is down (the client's
+timeouts and retries add up to minutes), and the writer with it. So every request made
+through :class:`FencedStore`, reads too, is awaited a fraction of a second at a time, the
+fence asked between: once the lease cannot be renewed within its time the request is
+abandoned and the writer stops with the lease's own one-line error. A read whose store
+answers is never cut short, whatever the lease (a failed writer reads the manifest back
+to say what is kept).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import weakref
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
-from zarr.abc.store import Store
-from zarr.core.buffer import Buffer
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import WrapperStore
+
+_T = TypeVar("_T")
 
 __all__ = ["FencedStore", "unwrap"]
 
 Fence = Callable[[], None]
 """Raises LockedError when the writer may no longer write; returns quickly otherwise."""
+
+POLL_SECONDS = 0.25
+"""How often a request still waiting for its store asks the fence whether the writer may go on waiting."""
 
 _FENCE: contextvars.ContextVar[Fence | None] = contextvars.ContextVar("streamacc_fence", default=None)
 _HOOKED: weakref.WeakSet[Any] = weakref.WeakSet()  # botocore clients whose requests pass the hook
@@ -97,29 +111,75 @@ class FencedStore(WrapperStore[Store]):
         finally:
             _FENCE.reset(token)
 
-    async def set(self, key: str, value: Buffer) -> None:
+    async def _bounded(self, call: Awaitable[_T]) -> _T:
+        """``call`` awaited while the fence holds: abandoned (LockedError) once the store's silence cost the lease."""
+        task = asyncio.ensure_future(call)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=POLL_SECONDS)
+                if done:
+                    return task.result()
+                self._fence()
+        finally:
+            if not task.done():
+                task.cancel()
+
+    async def _write(self, call: Callable[[], Awaitable[_T]]) -> _T:
         with self._fenced():
-            await self._store.set(key, value)
+            return await self._bounded(call())  # the task made here carries the fence to its requests
+
+    async def set(self, key: str, value: Buffer) -> None:
+        await self._write(lambda: self._store.set(key, value))
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
-        with self._fenced():
-            await self._store.set_if_not_exists(key, value)
+        await self._write(lambda: self._store.set_if_not_exists(key, value))
 
     async def _set_many(self, values: Iterable[tuple[str, Buffer]]) -> None:
-        with self._fenced():
-            await self._store._set_many(values)
+        await self._write(lambda: self._store._set_many(values))
 
     async def delete(self, key: str) -> None:
-        with self._fenced():
-            await self._store.delete(key)
+        await self._write(lambda: self._store.delete(key))
 
     async def delete_dir(self, prefix: str) -> None:
-        with self._fenced():
-            await self._store.delete_dir(prefix)
+        await self._write(lambda: self._store.delete_dir(prefix))
 
     async def clear(self) -> None:
-        with self._fenced():
-            await self._store.clear()
+        await self._write(lambda: self._store.clear())
+
+    # reads: bounded by the lease too, never refused by it
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        return await self._bounded(self._store.get(key, prototype, byte_range))
+
+    async def get_partial_values(
+        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+    ) -> list[Buffer | None]:
+        return await self._bounded(self._store.get_partial_values(prototype, key_ranges))
+
+    async def exists(self, key: str) -> bool:
+        return await self._bounded(self._store.exists(key))
+
+    async def is_empty(self, prefix: str) -> bool:
+        return await self._bounded(self._store.is_empty(prefix))
+
+    async def _listed(self, listing: AsyncIterator[str]) -> list[str]:
+        async def collect() -> list[str]:
+            return [key async for key in listing]
+
+        return await self._bounded(collect())
+
+    async def list(self) -> AsyncIterator[str]:
+        for key in await self._listed(self._store.list()):
+            yield key
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        for key in await self._listed(self._store.list_prefix(prefix)):
+            yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        for key in await self._listed(self._store.list_dir(prefix)):
+            yield key
 
     async def connect(self) -> None:
         """Create the S3 client now and hook it, so that even the first request is fenced as it is sent."""
@@ -129,10 +189,10 @@ class FencedStore(WrapperStore[Store]):
 
     # forwarded, not inherited: Store's defaults would read whole objects to learn their size
     async def getsize(self, key: str) -> int:
-        return await self._store.getsize(key)
+        return await self._bounded(self._store.getsize(key))
 
     async def getsize_prefix(self, prefix: str) -> int:
-        return await self._store.getsize_prefix(prefix)
+        return await self._bounded(self._store.getsize_prefix(prefix))
 
     @property
     def supports_consolidated_metadata(self) -> bool:

@@ -261,18 +261,28 @@ class Lease:
         if self._lost:
             raise LockedError(self._lost)
         silent = time.monotonic() - self._valid_from
-        if silent > self.ttl * 3 / 4:
+        if self._unanswered():
             why = f" ({describe_store_failure(self._error)})" if self._error is not None else ""
             raise LockedError(
                 f"{self.what}: could not renew the writer lease for {silent:.0f} s{why}, so it stopped before "
                 f"committing more steps; rerun with {arg('mode', 'resume')} once the store is reachable"
             )
 
+    def _unanswered(self) -> bool:
+        """Whether the store has let the lease go unrenewed past the point where the writer stops."""
+        return time.monotonic() - self._valid_from > self.ttl * 3 / 4
+
     def release(self) -> None:
-        """Stop renewing and delete the lease if it is still this writer's; failures only log."""
+        """Stop renewing and delete the lease if it is still this writer's; failures only log.
+
+        A store that let the lease go unrenewed (it does not answer) is not asked again: the
+        writer stops at once, and the lease expires by itself.
+        """
         if self._stop.is_set():
             return
         self._stop.set()
+        if self._unanswered():
+            return  # the renewal in flight ends by its own timeout, on its own thread
         if self._thread is not None:
             self._thread.join()
         if self._lost:
