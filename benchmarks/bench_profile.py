@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _machine import machine
+from _machine import load, machine
 from _timing import time_command
 
 CATEGORIES = (
@@ -157,6 +157,7 @@ def main() -> None:
         "startup": profile([*base, "--size", args.startup_size], args.out),
     }
     shutil.rmtree(args.out, ignore_errors=True)
+    result["machine"]["load_end"] = load()
     run, start = result["run"], result["startup"]
     print(f"{run['command']}: wall {run['wall_s']:.1f} s, CPU {run['cpu_s']:.1f} s "
           f"(startup at {args.startup_size}: CPU {start['cpu_s']:.1f} s)")  # fmt: skip
