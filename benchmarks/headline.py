@@ -13,6 +13,16 @@ but keeps only the sampled ones. Extra arguments go to ``streamacc write``.
 
 Prints one JSON document on stdout (the command's own summary line goes to stderr, and into
 the JSON), so ``python benchmarks/headline.py | jq .wall_s`` works.
+
+With ``--floor``, the same run also measures this machine's floor for the job, right after
+the write: the disk's (as many bytes as the output stores, written into fresh fsynced files
+of the output's mean chunk size, :func:`_machine.disk_write`) and the compute's (the
+carry-only scan of as many steps, unrolled as the recipe runs it, in a process of its own,
+timed from its first block to its last); ``floor_ratio`` is the write's wall time over the
+larger of the two. ``--json FILE`` also writes the document there, with the machine's facts.
+
+    python benchmarks/headline.py --size '2**32' --out /tmp/headline.zarr --floor \
+        --json benchmarks/results/headline_2p32_floor.json
 """
 
 from __future__ import annotations
@@ -31,6 +41,9 @@ from pathlib import Path
 import numpy as np
 
 from streamacc.cli._expr import parse_int
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import load, machine
 
 RATIO = 1 + 1e-8
 REF_BLOCK = 2**22
@@ -59,6 +72,47 @@ def run_cli(out: Path, size: int, extra: list[str]) -> dict:
         "peak_rss_mib": after.ru_maxrss / 1024,
         "peak_rss_mb": after.ru_maxrss * 1024 / 1e6,
     }
+
+
+CARRY_ONLY = """
+import os, sys, time
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+import jax
+jax.config.update("jax_enable_x64", True)
+from streamacc.engine import carry_pass, make_plan
+from streamacc.recipes import get_recipe
+size = int(sys.argv[1])
+job = get_recipe("gp").make(size, "float64", {})
+plan = make_plan(job.f, job.init, None, length=size, block_size=2**22, unroll=job.unroll,
+                 reverse=False, save_every=1, block_bytes=2**25, rows_multiple=1)
+warm = make_plan(job.f, job.init, None, length=2**22, block_size=2**22, unroll=job.unroll,
+                 reverse=False, save_every=1, block_bytes=2**25, rows_multiple=1)
+for _ in carry_pass(warm):  # compiles the block function
+    pass
+t0, c0 = time.perf_counter(), time.process_time()
+for _ in carry_pass(plan):
+    pass
+print(time.perf_counter() - t0, time.process_time() - c0, job.unroll)
+"""
+
+
+def carry_only(size: int) -> dict:
+    """The carry-only scan of ``size`` steps of the recipe (its unroll), timed in a process of its own."""
+    out = subprocess.run([sys.executable, "-c", CARRY_ONLY, str(size)], check=True, stdout=subprocess.PIPE, text=True)
+    wall, cpu, unroll = out.stdout.split()
+    return {"wall_s": float(wall), "cpu_s": float(cpu), "unroll": int(unroll), "ns_per_step": float(wall) / size * 1e9}
+
+
+def floor(out: Path, size: int, stored: int) -> dict:
+    """This machine's floor for the job, now: the disk's for ``stored`` bytes, the carry-only scan's."""
+    from _machine import disk_write
+
+    chunks = [f for f in (out / "x").rglob("*") if f.is_file() and f.name != "zarr.json"]
+    file_bytes = max(2**20, stored // max(len(chunks), 1))
+    disk = disk_write(out.parent / "streamacc-floor", stored, file_bytes=file_bytes)
+    (out.parent / "streamacc-floor").rmdir()
+    carry = carry_only(size)
+    return {"disk": disk, "carry_only": carry, "floor_s": max(disk["seconds"], carry["wall_s"])}
 
 
 def verdicts(result: dict) -> dict:
@@ -115,11 +169,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="where to write (default: a new temporary folder)")
     parser.add_argument("--samples", type=int, default=16)
     parser.add_argument("--keep", action="store_true", help="keep the output afterwards")
+    parser.add_argument("--floor", action="store_true", help="also measure the disk's and the compute's floor")
+    parser.add_argument("--json", type=Path, default=None, help="also write the JSON document here")
     args, extra = parser.parse_known_args()
     size = parse_int(args.size, name="--size", minimum=1)
     if args.out is None:
         args.out = Path(tempfile.mkdtemp(prefix="streamacc-headline-")) / "out.zarr"
     shutil.rmtree(args.out, ignore_errors=True)
+    info = machine(args.out.parent)
     result = {"size": size, **run_cli(args.out, size, extra)}
     result["gib_per_s"] = size * 8 / result["wall_s"] / 2**30
     result["disk_bytes"] = disk_bytes(args.out)
@@ -129,7 +186,14 @@ def main() -> None:
     else:
         result.update(check_samples(args.out, size, args.samples))
     result["targets"] = verdicts(result)
+    if args.floor:
+        result["floor"] = floor(args.out, size, result["disk_bytes"])
+        result["floor_ratio"] = result["wall_s"] / result["floor"]["floor_s"]
+    result["machine"] = {**info, "load_end": load()}
     print(json.dumps(result, indent=1))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
     if not args.keep:
         shutil.rmtree(args.out)
         if args.out.parent.name.startswith("streamacc-headline-"):

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 
 from zarr.storage import LocalStore
 
+import streamacc.store._chunks
 import streamacc.store._files
 import streamacc.store._target
 from streamacc.cli import main
@@ -35,8 +36,12 @@ def _full_disk() -> OSError:
 
 
 def fail_chunk(at: int) -> None:
-    """The ``at``-th chunk (not metadata) written through LocalStore.set raises ENOSPC."""
-    real_set = LocalStore.set
+    """The ``at``-th chunk (not metadata) written to a local folder raises ENOSPC.
+
+    Data chunks are written to the file by the chunk writer itself (``write_new``), summary
+    chunks through LocalStore.set: both count, in the order they are written.
+    """
+    real_set, real_new = LocalStore.set, streamacc.store._chunks.write_new
     count = itertools.count(1)
 
     async def set(self, key, value):
@@ -44,7 +49,13 @@ def fail_chunk(at: int) -> None:
             raise _full_disk()
         return await real_set(self, key, value)
 
+    def write_new(path, data):
+        if next(count) == at:
+            raise _full_disk()
+        return real_new(path, data)
+
     LocalStore.set = set
+    streamacc.store._chunks.write_new = write_new
 
 
 class _HalfWrite:
@@ -78,12 +89,12 @@ def fail_manifest(at: int) -> None:
 @contextlib.contextmanager
 def full_disk(kind: str, at: int) -> Iterator[None]:
     """Within this block, write number ``at`` of ``kind`` ('chunk' or 'manifest') finds the disk full."""
-    saved = LocalStore.set, streamacc.store._target.atomic_write
+    saved = LocalStore.set, streamacc.store._target.atomic_write, streamacc.store._chunks.write_new
     {"chunk": fail_chunk, "manifest": fail_manifest}[kind](at)
     try:
         yield
     finally:
-        LocalStore.set, streamacc.store._target.atomic_write = saved
+        LocalStore.set, streamacc.store._target.atomic_write, streamacc.store._chunks.write_new = saved
 
 
 class Killed(Exception):

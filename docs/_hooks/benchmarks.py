@@ -371,6 +371,128 @@ def compensated_cost() -> str:
                "The table as `bench_compensated_cost.py` wrote it (its JSON was not kept).")  # fmt: skip
 
 
+def _machine_line(m: dict[str, Any]) -> str:
+    end = m.get("load_end") or "not recorded"
+    load = f"load {m.get('load_start')} at the start, {end} at the end (1, 5, 15 min)"
+    return f"{m.get('cores')} cores, {m.get('memory_gib')} GiB, {m.get('cpu')}; {load}"
+
+
+def _machine_versions(m: dict[str, Any]) -> str:
+    return _versions({"versions": m.get("versions", {}), "git": m.get("git"), "date": m.get("date")})
+
+
+def summaries_cost() -> str:
+    """``bench_summaries.py``: the same write with and without summaries, alternating, before and after."""
+    out = []
+    runs = (("summaries_2p30_before.json", "before"), ("summaries_2p30_run1.json", "the reductions in slices"),
+            ("summaries_2p30.json", "after"))  # fmt: skip
+    for name, label in runs:
+        d = _load(name)
+        m = d["machine"]
+        command = f"python benchmarks/bench_summaries.py --size '{d['size']}' --pairs {d['pairs']} --json FILE"
+        src = Source((name,), command, _machine_line(m), _machine_versions(m))
+        rows = []
+        for variant, runs in d["runs"].items():
+            for i, r in enumerate(runs):
+                rows.append([variant, i + 1, _num(r["wall_s"], 2), _num(r["user_s"], 2), _num(r["sys_s"], 2),
+                             _num(r["cpu_s"], 2), f"{r['minor_faults']:,}", _num(r["max_rss_kib"] / 1024, 0),
+                             r["load_before"][0]])  # fmt: skip
+        med = d["median"]
+        out.append(f"### {label}: `{name}`\n\n" + src.head())
+        if d.get("code"):
+            out.append(f"Code measured: {d['code']}.\n\n")
+        out.append(
+            f"Medians: {med['summaries']['cpu_s']:.2f} s of CPU (user + system) with summaries, "
+            f"{med['no-summaries']['cpu_s']:.2f} s without: **{100 * d['summaries_extra_cpu']:+.1f}%** CPU, "
+            f"{100 * d['summaries_extra_wall']:+.1f}% wall. The data chunks of the two outputs are "
+            f"{'byte for byte the same' if d['data_chunks_identical'] else 'DIFFERENT'}.\n\n"
+        )
+        if d.get("against"):
+            out.append(
+                f"In the same rotation, *against* is the write with summaries by the code of "
+                f"{d.get('against_code', '')} (`--against`): median {med['against']['cpu_s']:.2f} s of CPU, "
+                f"{100 * d['against_extra_cpu']:+.1f}% over this code's write without summaries.\n\n"
+            )
+        out.append(_table(["variant", "run", "wall s", "user s", "system s", "CPU s", "minor faults", "peak RSS MiB",
+                           "load"], rows, "lrrrrrrrr") + "\n\n")  # fmt: skip
+    return "".join(out)
+
+
+def headline_floor() -> str:
+    """``headline.py --floor``: the headline against this machine's floor, measured in the same run."""
+    out = []
+    for name, label in (("headline_2p32_floor_before.json", "before"), ("headline_2p32_floor.json", "after")):
+        d = _load(name)
+        m, fl = d["machine"], d["floor"]
+        command = "python benchmarks/headline.py --size '2**32' --out /tmp/headline.zarr --floor --json FILE"
+        src = Source((name,), command, _machine_line(m), _machine_versions(m))
+        disk, carry = fl["disk"], fl["carry_only"]
+        rows = [[_num(d["wall_s"], 1), _num(d["user_s"], 1), _num(d["sys_s"], 1), f"{d['minflt']:,}",
+                 _num(d["peak_rss_mb"], 0), f"{d['disk_bytes']:,}", _num(disk["seconds"], 1),
+                 _num(disk["gib_per_s"], 3), _num(carry["wall_s"], 2), f"**{d['floor_ratio']:.2f}**"]]  # fmt: skip
+        out.append(f"### {label}: `{name}`\n\n" + src.head())
+        if d.get("code"):
+            out.append(f"Code measured: {d['code']}.\n\n")
+        out.append(_table(["wall s", "user s", "system s", "minor faults", "peak RSS MB", "bytes stored",
+                           "disk floor s", "disk GiB/s", "carry-only s", "wall / floor"], rows) + "\n\n")  # fmt: skip
+    return "".join(out)
+
+
+PROFILE_NOTE = (
+    "Each CPU sample of `perf record -g` (499 Hz) is put in one category by its innermost frame; a category's "
+    "CPU-seconds are its share of the samples times the user + system CPU that `/usr/bin/time` measured. The "
+    "startup column is a run of 2**22 steps: imports and compilation, paid once."
+)
+
+
+def profile() -> str:
+    """``bench_profile.py``: where the headline's CPU-seconds go."""
+    d = _load("profile_2p32.json")
+    m, run, start = d["machine"], d["run"], d["startup"]
+    command = "python benchmarks/bench_profile.py --size '2**32' --out /tmp/profile.zarr --json FILE"
+    src = Source(("profile_2p32.json",), command, _machine_line(m), _machine_versions(m))
+    rows = [[c, _num(run["categories"].get(c, 0.0), 2), f"{100 * run['categories'].get(c, 0.0) / run['cpu_s']:.1f}%",
+             _num(start["categories"].get(c, 0.0), 2)]
+            for c in sorted(set(run["categories"]) | set(start["categories"]),
+                            key=lambda c: -run["categories"].get(c, 0.0))]  # fmt: skip
+    rows.append(["**all**", _num(run["cpu_s"], 2), "100%", _num(start["cpu_s"], 2)])
+    head = (f"`{run['command'].split('streamacc', 1)[-1].strip()}` under perf: wall {run['wall_s']:.1f} s, user "
+            f"{run['user_s']:.1f} s, system {run['sys_s']:.1f} s, {run['minor_faults']:,} minor faults, peak RSS "
+            f"{run['max_rss_kib'] / 1024:.0f} MiB.\n\n")  # fmt: skip
+    return (src.head() + PROFILE_NOTE + "\n\n" + head
+            + _table(["category", "CPU s", "share", "startup CPU s"], rows) + "\n")  # fmt: skip
+
+
+PEERS = ("streamacc-cli", "streamacc-api", "floor", "dask-cumprod", "numpy-loop", "zarr-precomputed")
+
+
+def peers() -> str:
+    """``bench_suite.py`` at 2**30: streamacc against its peers, ratios of their wall time to streamacc's."""
+    d = _load("peers_2p30.json")
+    meta = d["meta"]
+    src = Source(("peers_2p30.json",), meta["command"], meta.get("machine", NOT_RECORDED), _versions(meta))
+    runs = [r for r in d["runs"] if r.get("status") == "ok"]
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        by.setdefault(r["approach"], []).append(r)
+    base = _median([r["wall_s"] for r in by["streamacc-cli"]])
+    rows = []
+    for name in PEERS:
+        rs = by.get(name)
+        if not rs:
+            continue
+        walls = [r["wall_s"] for r in rs]
+        rows.append([f"`{name}`", len(rs), _range(walls, 2), _num(_median(walls), 2),
+                     _num(_median([r["peak_rss_kib"] / 1024 for r in rs]), 0),
+                     f"{_median(walls) / base:.2f}x"])  # fmt: skip
+    note = (f"Load on the machine: {_num(meta.get('load_start'))} at the start, {_num(meta.get('load_end'))} at the "
+            "end (1-minute average, 2 cores). The approaches run in turn within each repeat; the last column is "
+            "each one's median wall over the command line's (`streamacc-cli`, whose wall includes the interpreter's "
+            "start, imports and compilation).\n\n")  # fmt: skip
+    return src.head() + note + _table(["approach", "runs", "wall s", "median s", "peak RSS MiB",
+                                        "wall / streamacc-cli"], rows) + "\n"  # fmt: skip
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "headline": headline,
     "suite": suite,
@@ -385,6 +507,10 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "codecs": codecs,
     "chunks": chunks,
     "compensated-cost": compensated_cost,
+    "summaries-cost": summaries_cost,
+    "headline-floor": headline_floor,
+    "profile": profile,
+    "peers": peers,
 }
 
 

@@ -13,10 +13,12 @@ import fcntl
 import os
 import re
 import shutil
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 __all__ = [
+    "PAGE",
     "DirLock",
     "atomic_write",
     "find_link",
@@ -25,6 +27,7 @@ __all__ = [
     "remove_temp_files",
     "remove_tree_contents",
     "temp_file_of",
+    "write_new",
 ]
 
 _TEMP = ".streamacc-tmp"  # atomic_write's: NAME.streamacc-tmp
@@ -54,6 +57,56 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+PAGE = 4096
+"""What a buffer's address and a direct write's length are aligned to (a multiple of any disk's logical block)."""
+
+_DIRECT = getattr(os, "O_DIRECT", 0)
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_new(path: Path, data: memoryview) -> None:
+    """Store ``data`` at ``path`` as zarr's LocalStore does: into a temp file renamed over it (not made durable).
+
+    The temp file is named as zarr names its own (``STEM.<32 hex digits>.partial``), so the
+    debris of a killed writer is recognised and cleaned the same way. The file's whole
+    pages are written past the page cache (``O_DIRECT``) when ``data`` starts on a page
+    boundary and the file system allows it: streamed output is not read back soon, and
+    copying it into the cache cost the kernel more CPU than the disk's own transfer. The
+    last partial page, and everything on a file system that refuses direct writes (tmpfs),
+    goes through the page cache as before.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{uuid.uuid4().hex}.partial")
+    whole = len(data) // PAGE * PAGE if _DIRECT else 0
+    try:
+        fd = -1
+        if whole:
+            with contextlib.suppress(OSError):  # EINVAL: no direct I/O on this file system
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _DIRECT, 0o644)
+        if fd < 0:
+            whole = 0
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        try:
+            if whole:
+                try:
+                    _write_all(fd, data[:whole])
+                except OSError:  # refused after all (an unaligned buffer, a file system's own limits)
+                    os.lseek(fd, 0, os.SEEK_SET)
+                    whole = 0
+                fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~_DIRECT)
+            _write_all(fd, data[whole:])
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def atomic_write(path: Path, data: bytes) -> None:

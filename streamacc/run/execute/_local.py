@@ -44,16 +44,19 @@ def write_block(
     carry_out: list[HostLeaf],
     summary: SummaryPlan | None = None,
 ) -> BlockResult:
-    """Write one computed block durably, cut its summary pieces, give its buffer back, describe it for its commit.
+    """Cut a computed block's summary pieces, write it durably, give its buffer back, describe it for its commit.
 
-    Without a ``sink`` (a virtual run) nothing is written: the block is computed for its summaries.
+    The pieces come first, while the block is fresh from the computation (in the last-level
+    cache unless something evicted it), and the encoder follows on the block they just read.
+    Without a ``sink`` (a virtual run) nothing is written: the block is computed for its
+    summaries.
     """
     check_stop()  # after Ctrl-C or SIGTERM no new block is written
     leaves = jax.tree_util.tree_leaves(block.ys)
     nbytes = sum(y.nbytes for y in leaves)
     ys = dict(zip(names, leaves, strict=True))
-    crcs, stored = ({}, 0) if sink is None else sink.write(block.rows.start, block.rows.stop, ys)
     pieces = None if summary is None else summary.pieces(block.rows.start, ys)  # summaries count rows
+    crcs, stored = ({}, 0) if sink is None else sink.write(block.rows.start, block.rows.stop, ys)
     block.release()  # durable: its buffer may take a later block
     return BlockResult(index, block.start, block.stop, carry_in, carry_out, crcs, nbytes, stored, pieces)
 

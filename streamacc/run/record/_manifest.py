@@ -132,7 +132,8 @@ class Manifest:
     stop)`` ranges of block indices in scan order; None for an output that stores every committed block."""
 
     def to_json(self) -> bytes:
-        fields = dataclasses.asdict(self)
+        # its fields hold JSON values alone, so a shallow dict serializes as ``asdict``'s deep copy would
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         if fields["stored"] is None:
             del fields["stored"]  # an output that stores its data records what it did before virtual outputs
         doc = json.dumps({"format": FORMAT, **fields}, sort_keys=True)

@@ -1,0 +1,157 @@
+"""What the window summaries cost: the same write with and without ``--no-summaries``, alternating.
+
+Runs ``streamacc write OUT --size N`` and the same with ``--no-summaries`` in turn,
+``--pairs`` times each (alternating, so that a change in the machine's load falls on both
+alike), each under ``/usr/bin/time -v``, and reports the medians of wall time and of user +
+system CPU, and the summaries' extra CPU as a share of the run without them. Then checks
+that the outputs' data chunks are byte for byte the same files (their SHA-256), and, with
+``--reference DIR``, that they equal an output written before (another version's). With
+``--against CHECKOUT``, a third write joins the rotation: with summaries, by the code of
+another checkout (``PYTHONPATH=CHECKOUT``), so that two versions' costs are measured in the
+same run, under the same load.
+
+    python benchmarks/bench_summaries.py --size '2**30' --pairs 3 --json benchmarks/results/summaries_2p30.json
+
+``--slices`` instead times the reductions alone on one block of the headline (2**22 float64
+steps, 32 MiB) evicted from the caches before each run, for several slice sizes
+(``SLICE_BYTES``), in thread CPU time, best and median of ``--repeat``:
+
+    python benchmarks/bench_summaries.py --slices
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _machine import load, machine
+from _timing import time_command
+
+
+def chunk_hashes(root: Path, array: str = "x") -> dict[str, str]:
+    """SHA-256 of every data chunk file of ``array`` (path relative to the array)."""
+    folder = root / array
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.name != "zarr.json":
+            out[str(path.relative_to(folder))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def digest(hashes: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(hashes, sort_keys=True).encode()).hexdigest()
+
+
+def slices(repeat: int) -> dict:
+    """Thread CPU ms of ``block_pieces`` on a cold 32 MiB block, per slice size."""
+    import time
+
+    import numpy as np
+
+    from streamacc.summaries import _pyramid
+
+    block = np.multiply.accumulate(np.full(2**22, 1 + 1e-8))
+    evict = np.ones(2**26)  # 512 MiB, more than the caches hold
+    out = {}
+    for nbytes in (2**18, 2**19, 2**20, 2**21, 2**22, 2**25):
+        _pyramid.SLICE_BYTES = nbytes
+        times = []
+        for _ in range(repeat):
+            evict += 1.0
+            t0 = time.thread_time()
+            _pyramid.block_pieces(block, 0, 4096, 2**32)
+            times.append((time.thread_time() - t0) * 1e3)
+        out[str(nbytes)] = {"best_ms": min(times), "median_ms": statistics.median(times)}
+        print(f"slices of {nbytes:>9,} bytes: best {min(times):.2f} ms, median {statistics.median(times):.2f} ms")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--slices", action="store_true", help="time the reductions alone, per slice size")
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--size", default="2**30")
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("/tmp/streamacc-summaries"))
+    parser.add_argument("--reference", type=Path, default=None, help="an output written before, to compare chunks with")
+    parser.add_argument("--against", type=Path, default=None,
+                        help="a checkout of another version: its write with summaries joins the rotation")  # fmt: skip
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    if args.slices:
+        result = {"slices": slices(args.repeat), "machine": {**machine(), "load_end": load()}}
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1) + "\n")
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    variants = {"summaries": [], "no-summaries": ["--no-summaries"]}
+    if args.against is not None:
+        variants["against"] = []
+    runs: dict[str, list[dict]] = {name: [] for name in variants}
+    info = machine(args.out)
+    hashes: dict[str, str] = {}
+    for i in range(args.pairs):
+        order = list(variants.items())
+        for name, extra in order if i % 2 == 0 else reversed(order):
+            out = args.out / f"{name}.zarr"
+            shutil.rmtree(out, ignore_errors=True)
+            cmd = [sys.executable, "-m", "streamacc", "write", str(out), "--size", args.size, "--no-progress", *extra]
+            load_before = load()
+            env = {"PYTHONPATH": str(args.against.resolve())} if name == "against" else None
+            timed = time_command(cmd, env=env)
+            if timed["returncode"]:
+                raise SystemExit(f"{' '.join(cmd)} failed: {timed['stderr']}")
+            timed["cpu_s"] = timed["user_s"] + timed["sys_s"]
+            timed["load_before"] = load_before
+            timed["command"] = " ".join(cmd[1:]).replace(str(out), "OUT")
+            for key in ("stdout", "stderr", "returncode"):
+                timed.pop(key, None)
+            runs[name].append(timed)
+            print(f"{name:13s} wall {timed['wall_s']:6.2f} s  user {timed['user_s']:6.2f}  sys {timed['sys_s']:5.2f}  "
+                  f"load {load_before[0]}", file=sys.stderr)  # fmt: skip
+            if i == args.pairs - 1 or i == args.pairs - 2:
+                hashes[name] = digest(chunk_hashes(out))
+    same = len(set(hashes.values())) == 1
+    reference = None
+    if args.reference is not None:
+        reference = digest(chunk_hashes(args.reference)) == hashes["summaries"]
+    med = {name: {key: statistics.median(r[key] for r in rs) for key in ("wall_s", "user_s", "sys_s", "cpu_s",
+                                                                           "minor_faults", "max_rss_kib")}
+           for name, rs in runs.items()}  # fmt: skip
+    extra_cpu = med["summaries"]["cpu_s"] / med["no-summaries"]["cpu_s"] - 1
+    result = {
+        "size": args.size,
+        "pairs": args.pairs,
+        "machine": {**info, "load_end": load()},
+        "runs": runs,
+        "median": med,
+        "summaries_extra_cpu": extra_cpu,
+        "summaries_extra_wall": med["summaries"]["wall_s"] / med["no-summaries"]["wall_s"] - 1,
+        "against": None if args.against is None else str(args.against),
+        "against_extra_cpu": None
+        if args.against is None
+        else med["against"]["cpu_s"] / med["no-summaries"]["cpu_s"] - 1,
+        "data_chunks_identical": same,
+        "data_chunks_sha256": hashes,
+        "reference_identical": reference,
+    }
+    print(json.dumps({k: result[k] for k in ("median", "summaries_extra_cpu", "summaries_extra_wall",
+                                             "data_chunks_identical", "reference_identical")}, indent=1))  # fmt: skip
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    for name in variants:
+        shutil.rmtree(args.out / f"{name}.zarr", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    main()
