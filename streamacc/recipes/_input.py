@@ -185,7 +185,7 @@ def _decoder(array: Any) -> Any:
     """The numcodecs decoder of ``array``'s chunks when they can be decoded in place, else None."""
     import numpy as np
 
-    metadata = getattr(array, "metadata", None)
+    metadata: Any = getattr(array, "metadata", None)
     if getattr(metadata, "zarr_format", None) != 3 or len(array.shape) != 1 or getattr(array, "shards", None):
         return None
     try:

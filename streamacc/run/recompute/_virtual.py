@@ -179,10 +179,10 @@ class RecomputingStore(WrapperStore[Store]):
             ys, first_row = await loop.run_in_executor(self._pool, self._recomputed, k)
             values = ys[name][(slice(rows.start - first_row, rows.stop - first_row), *region[1:])]
         if values.shape == tuple(writer.shape) and values.flags.c_contiguous:
-            return memoryview(values.reshape(-1).view(np.uint8))  # served as it lies: zarr copies it once, into place
+            return values.reshape(-1).view(np.uint8).data  # served as it lies: zarr copies it once, into place
         full = np.full(writer.shape, writer.array.metadata.fill_value, dtype=writer.array.dtype)
         full[tuple(slice(0, n) for n in values.shape)] = values
-        return memoryview(full.reshape(-1).view(np.uint8))
+        return full.reshape(-1).view(np.uint8).data
 
     def _recomputed(self, k: int) -> tuple[dict[str, np.ndarray], int]:
         """Block ``k``'s ys by array (host), and its first row: from the cache, or computed once here."""
