@@ -73,6 +73,21 @@ def test_reading_an_output_imports_no_jax(tmp_path):
     assert "jax" not in imported_by(read + cli("info", "out.zarr"), tmp_path)  # open, then the info command
 
 
+def test_plotting_imports_neither_jax_nor_xarray(tmp_path):
+    import numpy as np
+
+    import streamacc
+
+    streamacc.write(tmp_path / "out.zarr", lambda c, _: (c + 1.0, c), np.float64(0), length=64, block_size=16,
+                    names=["x"], summaries=[4, 16], progress=False)  # fmt: skip
+    code = (
+        "import sys; " + cli("plot", "out.zarr", "-o", "x.png") + "; "
+        "found = {'jax', 'xarray', 'pandas', 'dask'} & set(sys.modules); assert not found, found"
+    )
+    assert imported_by(code, tmp_path) <= {"zarr", "numpy"}  # the picture needs only the summaries and matplotlib
+    assert (tmp_path / "x.png").stat().st_size > 0
+
+
 def test_the_check_sees_heavy_imports(tmp_path):
     # the same check notices JAX and Zarr once something needs them, so the tests above can fail
     code = f"""

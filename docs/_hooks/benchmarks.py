@@ -492,6 +492,48 @@ def peers() -> str:
     return src.head() + note + _table(["approach", "runs", "wall s", "median s", "peak RSS MiB",
                                         "wall / streamacc-cli"], rows) + "\n"  # fmt: skip
 
+def _machine(meta: dict[str, Any]) -> str:
+    m = meta.get("machine", {})
+    if not m:
+        return NOT_RECORDED
+    load = f"load average {meta.get('load_after', ['?'])[0]} at the end" if meta.get("load_after") else ""
+    return ", ".join(x for x in (f"{m.get('cpus')} cores", f"{m.get('mem_gib')} GiB RAM", f"Python {m.get('python')}",
+                                 load) if x)  # fmt: skip
+
+
+def _figure_value(v: Any) -> str:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return _num(v)
+    if isinstance(v, float):
+        return _num(v, 3)
+    if isinstance(v, list):
+        return ", ".join(_figure_value(x) for x in v)
+    if isinstance(v, dict):
+        return "; ".join(f"{k} {_figure_value(x)}" for k, x in v.items())
+    return str(v)
+
+
+def _measured(name: str, figures: tuple[str, ...]) -> str:
+    """A file written through ``benchmarks/_record.py``: its figures, then every run in the order it ran."""
+    d = _load(name)
+    m = d.get("machine", {})
+    versions = ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items())
+    versions += f", git {m['git']}, on {m['date']}" if m.get("git") else ""
+    src = Source((name,), d["command"], _machine(d), versions)
+    rows = []
+    for key in figures:
+        for k, v in (d.get(key) or {}).items():
+            rows.append([f"{key}: {k}" if key != "summary" else k, _figure_value(v)])
+    runs = [[r["label"] + (f" ({r['tree']})" if "tree" in r else "") + (f", {_pow2(r['size'])}" if "size" in r
+                                                                         else ""),
+             _num(r["wall_s"], 2), _num(r["user_s"], 2), _num(r["sys_s"], 2), f"{r['minor_faults']:,}",
+             _num(r["peak_rss_mb"], 0), _num(r.get("load_before", [None])[0], 1)] for r in d["records"]]  # fmt: skip
+    return (
+        src.head() + _table(["figure", "value"], rows, "ll") + "\n\nEvery run, in the order it ran (each a fresh "
+        "process under GNU time; *load* is the 1-minute load average as it started):\n\n"
+        + _table(["run", "wall s", "user s", "system s", "minor faults", "peak RSS MB", "load"], runs) + "\n"
+    )
+
 
 RENDERERS: dict[str, Callable[[], str]] = {
     "headline": headline,
@@ -511,6 +553,11 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "headline-floor": headline_floor,
     "profile": profile,
     "peers": peers,
+
+    "input-memory": lambda: _measured("input_memory.json", ("summary",)),
+    "plot-cold": lambda: _measured("plot_2p30.json", ("summary", "importtime_plot_s")),
+    "virtual": lambda: _measured("virtual.json", ("write", "slice", "read")),
+    "heat-2p17": lambda: _measured("heat_2p17.json", ("summary",)),
 }
 
 

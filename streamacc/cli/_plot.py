@@ -107,7 +107,7 @@ def drawable(*arrays: np.ndarray) -> tuple[list[np.ndarray], float, bool]:
 
 
 def draw(ds: Any, var: str) -> Any:
-    """The figure of output ``var`` of an :func:`streamacc.overview` Dataset (needs matplotlib)."""
+    """The figure of output ``var`` of an :func:`streamacc.overview` Dataset or Table (needs matplotlib)."""
     figure, canvas = _matplotlib()
     # numpy from here on: indexing xarray objects would import dask (0.4 s) to look for dask arrays
     meta = ds[f"{var}_mean"]
@@ -160,10 +160,10 @@ def plot_output(
 ) -> str:
     """Draw output ``out`` (array ``var``, default the first) into ``path`` (default :func:`default_path`)."""
     _matplotlib()  # before reading anything: without it, say how to install it
-    from ..run import overview
+    from ..run import overview_table
 
-    ds = overview(out, points=points, storage_options=storage_options, steps=steps)
-    names = [v[: -len("_mean")] for v in ds.data_vars if isinstance(v, str) and v.endswith("_mean")]
+    ds = overview_table(out, points=points, storage_options=storage_options, steps=steps)
+    names = [v[: -len("_mean")] for v in ds.data_vars if v.endswith("_mean")]
     if var is None:
         var = names[0]
     if var not in names:
@@ -192,7 +192,12 @@ def _log_scale_if_wide(ax: Any, low: np.ndarray, high: np.ndarray) -> None:
         warnings.simplefilter("ignore", RuntimeWarning)
         bottom, top = np.nanmin(low.astype(np.float64)), np.nanmax(high.astype(np.float64))
     if bottom > 0 and top / bottom > 1e3:
+        from matplotlib.ticker import LogFormatter
+
         ax.set_yscale("log")
+        # labels in plain text (1e+04): the default's mathtext parser takes half a second to set up
+        ax.yaxis.set_major_formatter(LogFormatter())
+        ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
 
 
 def _ensemble(ax: Any, edges: np.ndarray, low: np.ndarray, high: np.ndarray, mean: np.ndarray, dim: str) -> None:

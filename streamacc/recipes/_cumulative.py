@@ -8,71 +8,15 @@ with ``compensated=True``, on a compensated carry (see ``_compensated``).
 from __future__ import annotations
 
 import dataclasses
-import operator
 from typing import Any
 
 from ..errors import InputError, arg
 from ._base import COMPENSATED, Job, Param, Recipe, Step, check_dtype, check_size, recipe_attrs, resolve_params
+from ._input import Rows
 
 __all__ = ["CUMPROD", "CUMSUM", "Cumulative", "Rows", "open_input"]
 
 _NUMERIC_KINDS = frozenset("biuf")
-
-
-class Rows:
-    """A lazy view of the first ``n`` rows of an array: shape, dtype, and slices forwarded offset-free.
-
-    Nothing is read until it is sliced, and then only the rows asked for, so the engine can
-    scan a prefix of a large Zarr array without loading it.
-    """
-
-    __slots__ = ("array", "n")
-
-    def __init__(self, array: Any, n: int) -> None:
-        if not 0 <= n <= array.shape[0]:
-            raise ValueError(f"cannot view {n} rows of an array with {array.shape[0]}")
-        self.array = array
-        self.n = n
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return (self.n, *self.array.shape[1:])
-
-    @property
-    def dtype(self) -> Any:
-        import numpy as np
-
-        return np.dtype(self.array.dtype)
-
-    @property
-    def ndim(self) -> int:
-        return len(self.array.shape)
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __repr__(self) -> str:
-        return f"Rows({self.array!r}, n={self.n})"
-
-    def __getitem__(self, key: Any) -> Any:
-        rest: tuple[Any, ...] = ()
-        if isinstance(key, tuple):
-            key, rest = (key[0], key[1:]) if key else (slice(None), ())
-        if isinstance(key, slice):
-            start, stop, step = key.indices(self.n)
-            if step > 0:
-                return self.array[(slice(start, max(start, stop), step), *rest)]
-            rows = range(start, stop, step)
-            if not rows:
-                return self.array[(slice(0, 0), *rest)]
-            import numpy as np
-
-            low = rows[-1]
-            return np.asarray(self.array[(slice(low, rows[0] + 1), *rest)])[::step]
-        index = operator.index(key)
-        if not -self.n <= index < self.n:
-            raise IndexError(f"index {index} is out of bounds for {self.n} rows")
-        return self.array[(index % self.n, *rest)]
 
 
 def open_input(path: str, storage_options: dict[str, Any] | None = None) -> Any:
@@ -168,7 +112,7 @@ def _build(
             f"{arg('size', size)} exceeds the {n} values of {arg('input', p['input'])}; "
             f"pass {arg('size', n)} or less, or omit it"
         )
-    xs = array if size == n else Rows(array, size)
+    xs = Rows(array, size)
     units = array.attrs.get("units", "") if op == "add" else ""
     attrs = recipe_attrs(recipe, p, units if isinstance(units, str) else "")
     f: Step

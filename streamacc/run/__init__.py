@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         info as info,
         open as open,
         overview as overview,
+        overview_table as overview_table,
     )
     from .recompute import VerifyReport as VerifyReport, verify as verify, verify_recipe_output as verify_recipe_output
     from .record import load_manifest as load_manifest
@@ -47,7 +48,7 @@ _EXPORTS = {
     "._write": ["write"],
     ".execute": ["cluster_client", "si"],
     ".output": ["MODES", "check_request"],
-    ".read": ["ArrayInfo", "MemoryEstimate", "OutputInfo", "SummaryInfo", "info", "open", "overview"],
+    ".read": ["ArrayInfo", "MemoryEstimate", "OutputInfo", "SummaryInfo", "info", "open", "overview", "overview_table"],
     ".record": ["load_manifest"],
     ".threads": ["Terminated", "run_interruptibly", "still_running"],
     ".recompute": ["VerifyReport", "verify", "verify_recipe_output"],

@@ -20,12 +20,12 @@ if TYPE_CHECKING:
         info as info,
         memory_estimate as memory_estimate,
     )
-    from ._overview import overview as overview
+    from ._overview import overview as overview, overview_table as overview_table
 
 _EXPORTS = {
     "._dataset": ["open"],
     "._info": ["ArrayInfo", "MemoryEstimate", "OutputInfo", "SummaryInfo", "info", "memory_estimate"],
-    "._overview": ["overview"],
+    "._overview": ["overview", "overview_table"],
 }
 __all__ = sorted(name for names in _EXPORTS.values() for name in names)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -58,7 +58,8 @@ def open(
         fsspec options for a URL ``store`` (endpoint, credentials).
     chunks : "auto", int, tuple, dict or None, default "auto"
         dask chunks, as ``xarray.open_zarr`` takes them. ``"auto"`` gives whole stored
-        chunks near dask's preferred size; None gives lazy arrays without dask. Only the
+        chunks near dask's preferred size (for a virtual output, a block per dask chunk, each
+        computed once); None gives lazy arrays without dask. Only the
         committed steps are chunked, so any length opens at once.
     f : callable, optional
         The step function of a virtual output written from Python, which its data are
@@ -140,6 +141,10 @@ def open(
     ds: xarray.Dataset = xr.open_zarr(source, consolidated=False, zarr_format=3, chunks=None)[names].isel(
         step=slice(first, last)
     )
+    if manifest.recomputes and isinstance(chunks, str) and chunks == "auto":
+        # a block per dask chunk: each block is computed once, by one task, which holds one block's memory
+        rows = ident["block_size"] // ident.get("save_every", 1)
+        chunks = {dim: rows if dim == "step" else -1 for dim in ds.dims}
     if chunks is not None:
         ds = ds.chunk(_dask_chunks(ds, chunks))
     index = StepIndex.for_rows(first, last, ident.get("save_every", 1), ident.get("time"))

@@ -41,9 +41,9 @@ __all__ = ["CACHE_BYTES", "RecomputingStore", "recompute_plan", "recomputed_rows
 COMPUTE_THREADS = max(2, os.cpu_count() or 1)
 """Blocks recomputed at once by one reader (JAX releases the GIL while it computes)."""
 
-CACHE_BYTES = 96 * 2**20
-"""Bytes of recomputed blocks a reader keeps (at least one block): a block serves all of its
-chunks and arrays from one computation."""
+CACHE_BYTES = 32 * 2**20
+"""Bytes of recomputed blocks a reader keeps beyond the last ``COMPUTE_THREADS`` blocks (which it
+always keeps): a block serves all of its chunks and arrays from one computation."""
 
 
 def _served_document(doc: dict[str, Any]) -> dict[str, Any]:
@@ -131,6 +131,7 @@ class RecomputingStore(WrapperStore[Store]):
         name, _, rest = key.partition("/")
         if name not in self._names:
             return await self._store.get(key, prototype, byte_range)
+        raw: bytes | memoryview
         if rest == "zarr.json":
             raw = self._document(name)
         else:
@@ -157,7 +158,7 @@ class RecomputingStore(WrapperStore[Store]):
         position: int = min(row_chunk * self._writers[name].chunk // self._block_rows, self._blocks - 1)
         return self._blocks - 1 - position if self.plan.reverse else position
 
-    async def _chunk(self, name: str, row_chunk: int, tile: int) -> bytes | None:
+    async def _chunk(self, name: str, row_chunk: int, tile: int) -> memoryview | None:
         """The raw bytes of one chunk: read where its block is stored, recomputed elsewhere.
 
         A stored chunk is read on zarr's event loop (its reads need the loop's threads); a
@@ -177,9 +178,11 @@ class RecomputingStore(WrapperStore[Store]):
             loop = asyncio.get_running_loop()
             ys, first_row = await loop.run_in_executor(self._pool, self._recomputed, k)
             values = ys[name][(slice(rows.start - first_row, rows.stop - first_row), *region[1:])]
+        if values.shape == tuple(writer.shape) and values.flags.c_contiguous:
+            return values.reshape(-1).view(np.uint8).data  # served as it lies: zarr copies it once, into place
         full = np.full(writer.shape, writer.array.metadata.fill_value, dtype=writer.array.dtype)
         full[tuple(slice(0, n) for n in values.shape)] = values
-        return full.tobytes()
+        return full.reshape(-1).view(np.uint8).data
 
     def _recomputed(self, k: int) -> tuple[dict[str, np.ndarray], int]:
         """Block ``k``'s ys by array (host), and its first row: from the cache, or computed once here."""
@@ -205,7 +208,7 @@ class RecomputingStore(WrapperStore[Store]):
 
     def _evict(self) -> None:
         held = sum(sum(a.nbytes for a in ys.values()) for ys, _ in self._cache.values())
-        while len(self._cache) > 1 and held > self.cache_bytes:
+        while len(self._cache) > COMPUTE_THREADS and held > self.cache_bytes:
             _, (ys, _) = self._cache.popitem(last=False)
             held -= sum(a.nbytes for a in ys.values())
 
@@ -223,9 +226,9 @@ class RecomputingStore(WrapperStore[Store]):
         with x64_scope(self.x64):
             block = compute_block(self.plan, from_host(decode_leaves(record.carry_in), self.plan.init), record.start,
                                   record.stop)  # fmt: skip
-            ys = dict(zip(self._names, (np.array(y) for y in _leaves(block.ys)), strict=True))
+            # the block's own buffers (computed without a pool), not copies: they live as long as the cache holds them
+            ys = dict(zip(self._names, (np.asarray(y) for y in _leaves(block.ys)), strict=True))
             ended = to_host(block.carry)
-        block.release()
         if not same_leaves(ended, after):
             raise VerifyError(
                 f"block {k} (steps {record.start}-{record.stop}) of {self.label} recomputes to another carry than "

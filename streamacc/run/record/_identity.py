@@ -26,6 +26,8 @@ def _digest(leaves: list[tuple[np.ndarray, Any]]) -> str:
 
 def _describe_xs(xs: Any) -> list[str]:
     def one(leaf: Any) -> str:
+        whole = getattr(leaf, "whole", None)  # a view of all of a stored array's rows is named as the array
+        leaf = leaf if whole is None else whole
         where = getattr(leaf, "store_path", None) or getattr(leaf, "source", None)
         return f"{type(leaf).__name__}{list(leaf.shape)}:{np.dtype(leaf.dtype).str}" + (f"@{where}" if where else "")
 
