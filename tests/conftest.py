@@ -53,13 +53,40 @@ def pytest_configure(config):
         config.option.basetemp = config.stash[_BASETEMP] = tempfile.mkdtemp(prefix=prefix, dir=MEMORY)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    """One XLA compilation cache for the session's processes, kept in memory and removed at the end.
+
+    JAX caches a compiled executable by its computation (the HLO, the device, the compile
+    options and the versions), not by the Python function that traced it: a step defined in
+    each test, a block length that another test compiled already, the same block compiled by
+    each worker of the dask cluster and by each writer forked from the warm interpreter
+    compile once and are loaded from the cache after that. What runs is the executable XLA
+    compiled for that computation either way, and each compile request is still counted
+    (``/jax/core/compile/backend_compile_duration``), hit or miss, so the tests that count
+    what the engine compiles see every request it makes. Set in the environment too, so that
+    every process this session starts (they read it as they import JAX) shares the cache.
+    """
+    config = session.config
+    folder = tempfile.mkdtemp(prefix="streamacc-xla-cache-", dir=MEMORY if MEMORY.is_dir() else None)
+    config.stash[_XLA_CACHE] = folder
+    settings = {"jax_compilation_cache_dir": folder, "jax_persistent_cache_min_compile_time_secs": 0}
+    for name, value in settings.items():
+        jax.config.update(name, value)
+        os.environ[name.upper()] = str(value)
+
+
 def pytest_unconfigure(config):
     made = config.stash.get(_BASETEMP, None)
     if made is not None:
         shutil.rmtree(made, ignore_errors=True)  # memory, not disk: never left behind
+    cache = config.stash.get(_XLA_CACHE, None)
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 _BASETEMP = pytest.StashKey[str]()
+_XLA_CACHE = pytest.StashKey[str]()
 
 
 def pytest_collection_modifyitems(items):

@@ -32,7 +32,7 @@ from jax import lax
 
 import streamacc
 
-SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 """Few examples: each compiles scans of new lengths (a tenth of a second each), and the fixed cases cover the edges."""
 
 CASE_IDS = [c.name for c in CASES]
@@ -107,7 +107,7 @@ def test_exact_every_case(case, reverse, tmp):
         check_exact(case, 37, block_size, reverse, 1, tmp)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     case=st.sampled_from(UNROLL_CASES),
     length=st.integers(0, 120),
