@@ -93,41 +93,38 @@ def test_a_closure_with_a_dict_of_outputs(tmp_path, client):
 
 
 def die_writing_chunk(marker: str, chunk: str) -> None:
-    """Make this worker SIGKILL itself halfway through writing chunk ``chunk`` (zarr's temp file left), once.
+    """Make this worker SIGKILL itself halfway through writing chunk ``chunk`` (its temp file left), once.
 
-    The first worker to write it creates ``marker`` and dies; the block's retry, and every
-    other write, goes through zarr's own ``_atomic_write``. (Inside zarr's file write, on a worker: no store
-    wrapper reaches either.)
+    Data chunks in a local folder are written by the chunk writer's ``write_new`` (zarr's temp
+    file naming); the first worker to write ``chunk`` creates ``marker``, leaves half a chunk
+    in a temp file and dies; the block's retry, and every other write, goes through the real
+    one. (Inside the file write, on a worker: no store wrapper reaches it.)
     """
-    import contextlib
+    import uuid
 
-    import zarr.storage._local as local
+    import streamacc.store._chunks as chunks
 
-    real = getattr(local, "_streamacc_real_atomic_write", local._atomic_write)
+    real = getattr(chunks, "_streamacc_real_write_new", chunks.write_new)
 
-    @contextlib.contextmanager
-    def atomic_write(path, mode, exclusive=False):
+    def write_new(path, data):
         if path.parent.name == "c" and path.name == chunk:
             try:
                 os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
             except OSError:
                 pass  # another worker died there already (or the test is over)
             else:
-                with real(path, mode, exclusive) as file:
-                    file.write(b"half a chunk")
-                    file.flush()
-                    os.kill(os.getpid(), signal.SIGKILL)
-        with real(path, mode, exclusive) as file:
-            yield file
+                path.with_suffix(f".{uuid.uuid4().hex}.partial").write_bytes(b"half a chunk")
+                os.kill(os.getpid(), signal.SIGKILL)
+        real(path, data)
 
-    local._streamacc_real_atomic_write = real
-    local._atomic_write = atomic_write
+    chunks._streamacc_real_write_new = real
+    chunks.write_new = write_new
 
 
-def restore_atomic_write() -> None:
-    import zarr.storage._local as local
+def restore_write_new() -> None:
+    import streamacc.store._chunks as chunks
 
-    local._atomic_write = getattr(local, "_streamacc_real_atomic_write", local._atomic_write)
+    chunks.write_new = getattr(chunks, "_streamacc_real_write_new", chunks.write_new)
 
 
 @pytest.mark.kills_a_worker
@@ -142,7 +139,7 @@ def test_a_worker_killed_halfway_through_a_chunk_leaves_no_temp_file(tmp_path, c
         streamacc.write(remote, job.f, job.init, client=client, **kw)
     finally:
         client.wait_for_workers(2, timeout=60)  # the nanny restarted the one that died
-        client.run(restore_atomic_write, on_error="ignore")
+        client.run(restore_write_new, on_error="ignore")
     assert marker.exists()  # a worker did die halfway through block 5's chunk
     assert_same_output(remote, local)  # no temp file left, every file as the uninterrupted run's
 
