@@ -389,7 +389,8 @@ def summaries_cost() -> str:
     for name, label in runs:
         d = _load(name)
         m = d["machine"]
-        command = f"python benchmarks/bench_summaries.py --size '{d['size']}' --pairs {d['pairs']} --json FILE"
+        against = " --against OTHER_CHECKOUT" if d.get("against") else ""
+        command = f"python benchmarks/bench_summaries.py --size '{d['size']}' --pairs {d['pairs']}{against} --json FILE"
         src = Source((name,), command, _machine_line(m), _machine_versions(m))
         rows = []
         for variant, runs in d["runs"].items():
