@@ -226,7 +226,7 @@ def _aligned(count: int, dtype: Any) -> Any:
     """An uninitialised array of ``count`` values aligned to 64 bytes, so that JAX computes on it without a copy."""
     import numpy as np
 
+    from ..store import aligned_empty
+
     dtype = np.dtype(dtype)
-    raw = np.empty(count * dtype.itemsize + 64, np.uint8)
-    offset = -raw.ctypes.data % 64
-    return raw[offset : offset + count * dtype.itemsize].view(dtype)
+    return aligned_empty(count * dtype.itemsize, 64).view(dtype)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ._chunks import ChunkWriter as ChunkWriter
     from ._codecs import CODECS as CODECS, MAX_CHUNK_BYTES as MAX_CHUNK_BYTES, compressors_for as compressors_for
     from ._compare import compare_chunks as compare_chunks
+    from ._files import aligned_empty as aligned_empty
     from ._fingerprint import fingerprint_of as fingerprint_of
     from ._sessions import close_store_sessions as close_store_sessions
     from ._storeerrors import describe_store_failure as describe_store_failure, is_store_failure as is_store_failure
@@ -51,6 +52,7 @@ _EXPORTS = {
     "._chunks": ["ChunkWriter"],
     "._codecs": ["CODECS", "MAX_CHUNK_BYTES", "compressors_for"],
     "._compare": ["compare_chunks"],
+    "._files": ["aligned_empty"],
     "._fingerprint": ["fingerprint_of"],
     "._sessions": ["close_store_sessions"],
     "._storeerrors": ["describe_store_failure", "is_store_failure"],

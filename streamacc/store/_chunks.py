@@ -42,7 +42,7 @@ from zarr.core.chunk_grids import RegularChunkGrid
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
-from ._files import PAGE, write_new
+from ._files import PAGE, aligned_empty, write_new
 from .lease import unwrap
 
 __all__ = ["ChunkWriter", "EncodedChunk"]
@@ -79,9 +79,7 @@ def scratch(name: str, nbytes: int) -> np.ndarray:
     """
     buf = getattr(_SCRATCH, name, None)
     if buf is None or buf.nbytes < nbytes:
-        raw = np.empty(nbytes + PAGE, dtype=np.uint8)
-        skip = -raw.ctypes.data % PAGE
-        buf = raw[skip : skip + nbytes]
+        buf = aligned_empty(nbytes, PAGE)
         setattr(_SCRATCH, name, buf)
     return buf
 

@@ -16,10 +16,16 @@ import shutil
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = [
     "PAGE",
     "DirLock",
+    "aligned_empty",
     "atomic_write",
     "find_link",
     "fsync_dir",
@@ -63,6 +69,15 @@ PAGE = 4096
 """What a buffer's address and a direct write's length are aligned to (a multiple of any disk's logical block)."""
 
 _DIRECT = getattr(os, "O_DIRECT", 0)
+
+
+def aligned_empty(nbytes: int, alignment: int) -> npt.NDArray[np.uint8]:
+    """An uninitialised buffer of ``nbytes`` bytes whose first byte lies on a multiple of ``alignment``."""
+    import numpy as np
+
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)
+    skip = -raw.ctypes.data % alignment
+    return raw[skip : skip + nbytes]
 
 
 def _write_all(fd: int, view: memoryview) -> None:
@@ -120,9 +135,7 @@ def atomic_write(path: Path, data: bytes) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, memoryview(data))
             os.fsync(fd)
         finally:
             os.close(fd)
