@@ -422,7 +422,9 @@ def summaries_cost() -> str:
 def headline_floor() -> str:
     """``headline.py --floor``: the headline against this machine's floor, measured in the same run."""
     out = []
-    for name, label in (("headline_2p32_floor_before.json", "before"), ("headline_2p32_floor.json", "after")):
+    runs = (("headline_2p32_floor_before.json", "before"), ("headline_2p32_floor.json", "after"),
+            ("headline_2p32_floor_run2.json", "after, again"))  # fmt: skip
+    for name, label in runs:
         d = _load(name)
         m, fl = d["machine"], d["floor"]
         command = "python benchmarks/headline.py --size '2**32' --out /tmp/headline.zarr --floor --json FILE"
