@@ -385,7 +385,7 @@ def summaries_cost() -> str:
     """``bench_summaries.py``: the same write with and without summaries, alternating, before and after."""
     out = []
     runs = (("summaries_2p30_before.json", "before"), ("summaries_2p30_run1.json", "the reductions in slices"),
-            ("summaries_2p30.json", "after"))  # fmt: skip
+            ("summaries_2p30.json", "after"), ("summaries_2p30_run2.json", "after, again"))  # fmt: skip
     for name, label in runs:
         d = _load(name)
         m = d["machine"]
@@ -470,10 +470,14 @@ PEERS = ("streamacc-cli", "streamacc-api", "floor", "dask-cumprod", "numpy-loop"
 
 
 def peers() -> str:
-    """``bench_suite.py`` at 2**30: streamacc against its peers, ratios of their wall time to streamacc's."""
-    d = _load("peers_2p30.json")
+    """``bench_suite.py`` at 2**30, run twice: streamacc against its peers, their wall time over streamacc's."""
+    return "\n".join(_peers(name) for name in ("peers_2p30.json", "peers_2p30_run2.json"))
+
+
+def _peers(name: str) -> str:
+    d = _load(name)
     meta = d["meta"]
-    src = Source(("peers_2p30.json",), meta["command"], meta.get("machine", NOT_RECORDED), _versions(meta))
+    src = Source((name,), meta["command"], meta.get("machine", NOT_RECORDED), _versions(meta))
     runs = [r for r in d["runs"] if r.get("status") == "ok"]
     by: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
