@@ -242,6 +242,39 @@ def test_input_rows_read_as_zarr_reads_them(tmp_path, codec):
     assert run(job, block_size=64).tobytes() == np.cumsum(expected).tobytes()
 
 
+def test_a_blocks_input_rows_are_freed_before_the_next_blocks_are_read(tmp_path, monkeypatch):
+    """XLA lets go of the rows it computed on in place from a thread of its own, and jaxlib drops that reference
+    only at Python's next collection; the engine collects before reading a block, so at most one block's rows live."""
+    import gc
+    import weakref
+
+    from streamacc.engine import make_plan, run_plan
+    from streamacc.recipes._input import Rows
+
+    steps = 2**19  # 4 MiB of float64 rows per block, as large as the engine lets go of
+    data = np.random.default_rng(3).uniform(0.5, 1.0, 4 * steps)
+    job = get_recipe("cumsum").build(4 * steps, "float64", input=save(tmp_path / "i.zarr", data, chunk=steps))
+    read, alive_at_read = [], []
+    real = Rows._read
+
+    def recorded(self, start, stop):
+        alive_at_read.append(sum(r() is not None for r in read))
+        rows = real(self, start, stop)
+        read.append(weakref.ref(rows.base if rows.base is not None else rows))
+        return rows
+
+    monkeypatch.setattr(Rows, "_read", recorded)
+    plan = make_plan(job.f, job.init, job.xs, length=job.length, block_size=steps, unroll=job.unroll)
+    gc.collect()
+    gc.disable()  # no collection of its own may free them
+    try:
+        out = np.concatenate([np.array(block.ys) for block in run_plan(plan)])
+    finally:
+        gc.enable()
+    assert len(read) == 4 and alive_at_read == [0, 0, 0, 0]
+    assert out.tobytes() == np.cumsum(data).tobytes()
+
+
 # --- identity and metadata ----------------------------------------------------------------
 
 BUILDS = [
