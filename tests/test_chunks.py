@@ -158,3 +158,23 @@ def test_chunks_split_along_trailing_axes_match_zarr_bytes(tmp_path, codec, shap
         stored = (tmp_path / "ours.zarr" / w.key).read_bytes()
         assert stored == (tmp_path / "zarr.zarr" / w.key).read_bytes()
         assert w.crc32c == google_crc32c.value(stored[:-4])
+
+
+def test_encode_buffers_are_shared_by_threads_and_made_only_for_overlaps():
+    """A block's chunks take one buffer; a thread after it reuses it, and only blocks encoded at once need more."""
+    from streamacc.store._chunks import _EncodeBuffers
+
+    buffers = _EncodeBuffers()
+    with buffers.lease(1000) as first:
+        pass
+    held = buffers.lease(1000)  # kept: dropped, it would give its buffer back
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(held.__enter__()))
+    thread.start()
+    thread.join()
+    assert seen[0] is first  # another thread, no overlap: the same buffer
+    with buffers.lease(1000) as a, buffers.lease(1000) as b:
+        assert a is not b and first is not a and first is not b  # `first` is still the thread's (never given back)
+    with buffers.lease(5000) as large:  # two are free now, both too small: a larger one replaces one of them
+        assert large.nbytes >= 5000 and large.ctypes.data % 4096 == 0
+    assert len(buffers._free) == 2

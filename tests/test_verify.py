@@ -85,8 +85,8 @@ def test_chunks_another_encoder_wrote_are_compared_by_value(compressed, monkeypa
 
     real = ChunkWriter.encode
 
-    def other_encoder(self, chunk):  # as if another c-blosc had written the chunks: other bytes, same values
-        encoded, crc = real(self, chunk)
+    def other_encoder(self, chunk, out):  # as if another c-blosc had written the chunks: other bytes, same values
+        encoded, crc = real(self, chunk, out)
         return np.concatenate([encoded, np.zeros(1, np.uint8)]), crc
 
     monkeypatch.setattr(ChunkWriter, "encode", other_encoder)

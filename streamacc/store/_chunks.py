@@ -3,9 +3,9 @@
 zarr-python encodes each chunk into fresh memory: numcodecs' Blosc allocates a
 destination as large as the raw chunk (32 MiB at the default block), which glibc maps
 afresh and the kernel zero-fills page by page, and zarr's ``crc32c`` codec copies the
-compressed bytes once more to append four. Here each writer thread compresses into a
-buffer of its own that lives as long as the thread, so steady state allocates nothing,
-and the bytes go to the store in one ``set`` per chunk. A local folder's chunk files are
+compressed bytes once more to append four. Here chunks are compressed into a few reused
+buffers, one per chunk being encoded at that moment (see :class:`_EncodeBuffers`), so
+steady state allocates nothing, and the bytes go to the store in one ``set`` per chunk. A local folder's chunk files are
 written here instead, as zarr's LocalStore writes them (a temp file renamed over the
 chunk), their whole pages past the page cache (``_files.write_new``): copying gigabytes
 of output into a cache nobody reads it back from took 7% of the CPU of a 2**30-step
@@ -21,6 +21,7 @@ zarr would write. Anything else falls back to zarr's own write
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -68,7 +69,43 @@ def _load_blosc() -> Any:
 
 _BLOSC_COMPRESS = _load_blosc()
 _BLOSC_OVERHEAD = 16  # BLOSC_MAX_OVERHEAD: a destination of nbytes + 16 always fits
-_SCRATCH = threading.local()  # per thread: "out" (encoded bytes), "pad" (a partial last chunk), others' own
+_SCRATCH = threading.local()  # per thread: "pad" (a partial last chunk), others' own
+
+
+class _EncodeBuffers:
+    """The page-aligned buffers that chunks are compressed into, shared by the threads that encode.
+
+    A buffer is taken for one block's chunks and given back once they are stored; the one
+    given back last is taken first, and a new one is made only while every other is taken.
+    A compressed chunk touches as many of its buffer's pages as it has bytes, and those pages
+    stay resident while the buffer lives: a buffer per writer thread (three) held three
+    chunks' worth of an output that hardly compresses (a running sum's: 60 MB at 2**22
+    float64 rows a chunk) although the blocks' encodings rarely overlapped; now as many as
+    overlapped at once.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free: list[np.ndarray] = []
+
+    @contextlib.contextmanager
+    def lease(self, nbytes: int) -> Iterator[np.ndarray]:
+        """A buffer of at least ``nbytes`` starting on a page boundary, this thread's until the block ends."""
+        with self._lock:
+            fits = [i for i, b in enumerate(self._free) if b.nbytes >= nbytes]
+            buffer = self._free.pop(fits[-1]) if fits else None
+            if buffer is None and self._free:
+                self._free.pop()  # too small: replaced by a larger one, so no more buffers live than overlap
+        if buffer is None:
+            buffer = aligned_empty(nbytes, PAGE)
+        try:
+            yield buffer
+        finally:
+            with self._lock:
+                self._free.append(buffer)
+
+
+_ENCODE_BUFFERS = _EncodeBuffers()
 
 
 def scratch(name: str, nbytes: int) -> np.ndarray:
@@ -143,8 +180,8 @@ class ChunkWriter:
 
     Rows are split into chunks along the first axis, and each row chunk into the tiles of
     the trailing axes' chunk grid (one tile when the trailing axes are not split).
-    Thread-safe: each thread encodes into a buffer of its own, allocated once (as large
-    as one raw chunk plus a few bytes) and reused for every chunk it writes.
+    Thread-safe: a block's chunks are encoded into a buffer that no other thread uses
+    meanwhile (as large as one raw chunk plus a few bytes), reused from block to block.
     """
 
     def __init__(self, array: zarr.Array[Any]) -> None:
@@ -261,11 +298,11 @@ class ChunkWriter:
         padded[tuple(slice(0, n) for n in part.shape)] = part
         return padded
 
-    def encode(self, chunk: np.ndarray) -> tuple[np.ndarray, int | None]:
+    def encode(self, chunk: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, int | None]:
         """The stored bytes of one full chunk (uint8) and their CRC-32C (None without the crc32c codec).
 
-        The bytes are a view of the chunk itself or of this thread's buffer: valid until
-        the chunk changes or this thread's next ``encode``.
+        The bytes are a view of the chunk itself or of ``out`` (uint8, at least
+        :meth:`encoded_nbytes` long): valid until either changes.
         """
         if self._layout is None:
             raise ValueError("this array's codecs are not encoded here; use write(), which lets zarr encode them")
@@ -273,7 +310,6 @@ class ChunkWriter:
         raw = np.ascontiguousarray(chunk).reshape(-1).view(np.uint8)
         if blosc is None and not crc:
             return raw, None
-        out = scratch("out", raw.nbytes + _BLOSC_OVERHEAD + _CRC.size)
         if blosc is not None:
             size = blosc.compress(raw, out[: raw.nbytes + _BLOSC_OVERHEAD])
         else:
@@ -325,11 +361,18 @@ class ChunkWriter:
     def encoded(self, start: int, data: np.ndarray) -> Iterator[tuple[str, np.ndarray, int | None]]:
         """``(key, stored bytes, CRC-32C)`` of each chunk of rows starting at ``start``, as :meth:`write` stores them.
 
-        The bytes live in this thread's reused buffer: each is valid until the next is made.
+        The bytes live in a reused buffer taken for the whole iteration (see
+        :class:`_EncodeBuffers`): each is valid until the next is made.
         """
         keys = self.keys(start, start + len(data))
         chunks = (data[i : i + self.chunk] for i in range(0, len(data), self.chunk))
         tiles = ((rows, tile) for rows in chunks for tile in self.tiles)
-        for key, (rows, tile) in zip(keys, tiles, strict=True):
-            encoded, crc = self.encode(self._tile(rows, tile))
-            yield key, encoded, crc
+        with _ENCODE_BUFFERS.lease(self.encoded_nbytes) as out:
+            for key, (rows, tile) in zip(keys, tiles, strict=True):
+                encoded, crc = self.encode(self._tile(rows, tile), out)
+                yield key, encoded, crc
+
+    @property
+    def encoded_nbytes(self) -> int:
+        """The most bytes one encoded chunk takes (its raw bytes, blosc's header, a checksum)."""
+        return int(np.prod(self.shape)) * np.dtype(self.array.dtype).itemsize + _BLOSC_OVERHEAD + _CRC.size
