@@ -3,17 +3,18 @@
 A fresh output buffer per block costs more than the arithmetic: the kernel maps and
 zero-fills every page of it (glibc maps each 32 MiB buffer afresh and unmaps it on free).
 The engine instead donates a recycled buffer to the jitted block function, and XLA writes
-the block's ys into the same memory (``input_output_alias``). A slot gets its buffer
-from the first block computed in it (XLA allocates that one). On CPU the host arrays
-handed to the caller are views of the slot's memory.
+the block's ys into the same memory (``input_output_alias``). A slot's buffer is
+allocated (zero-filled) for the first block computed in it, so that every full block
+runs the one compiled function that writes into a donated buffer. On CPU the host
+arrays handed to the caller are views of the slot's memory.
 
 A slot of the pool is leased to one block from its computation until the block is
 *released*: explicitly with :meth:`Block.release` (the writer does it once the block is
 durable), or implicitly when the last view of the block's ys is garbage collected. A
 slot is donated again only once released, so a view can never see a later block's
-values unless its owner released it first. When every slot is leased, XLA allocates a
-buffer for the block as it did before there was a pool, so a caller who keeps every
-block stays correct, with the memory of what it keeps.
+values unless its owner released it first. When every slot is leased, the block gets a
+buffer of its own, so a caller who keeps every block stays correct, with the memory of
+what it keeps.
 
 The views hold no PJRT external reference (those would make XLA copy the donated
 buffer instead of reusing it); each view's base object keeps its slot, and so the
@@ -33,7 +34,7 @@ import numpy.typing as npt
 
 from ._layout import pool_size
 
-__all__ = ["BlockPool", "PoolStats", "pool_size"]
+__all__ = ["BlockPool", "PoolStats", "fresh_buffers", "pool_size"]
 
 
 @dataclasses.dataclass
@@ -120,16 +121,14 @@ class BlockPool:
                 self._free.append(slot)
 
     def buffers(self, lease: _Lease | None, structs: list[jax.ShapeDtypeStruct]) -> list[jax.Array] | None:
-        """The leased slot's buffers to donate to a block of ``structs``; None to let XLA allocate them."""
+        """Buffers to donate to a block of ``structs``: the leased slot's, or fresh ones (see :func:`fresh_buffers`)."""
         if lease is None:
-            return None
+            return fresh_buffers(structs)
         slot = lease.slot
-        if slot.arrays is None:
-            return None
-        if all(_fits(a, s) for a, s in zip(slot.arrays, structs, strict=True)):
+        if slot.arrays is not None and all(_fits(a, s) for a, s in zip(slot.arrays, structs, strict=True)):
             return slot.arrays
-        slot.arrays = slot.pointers = None  # shaped for another plan: refill it
-        return None
+        slot.arrays = slot.pointers = None  # empty, or shaped for another plan: filled by this block
+        return fresh_buffers(structs)
 
     def hand_over(self, lease: _Lease | None, out: list[jax.Array]) -> list[npt.NDArray[Any]]:
         """Host arrays of a block computed into ``out`` under ``lease``.
@@ -160,6 +159,17 @@ class BlockPool:
         if not shared:
             lease.release()
         return hosts
+
+
+def fresh_buffers(structs: list[jax.ShapeDtypeStruct]) -> list[jax.Array] | None:
+    """Zero-filled device buffers of ``structs``; None where a leaf's dtype has no zeros (a PRNG key's).
+
+    A block computed into these runs the same compiled function as one computed into a
+    recycled buffer, so a block length compiles once, not once to allocate and once to reuse.
+    """
+    if any(jax.numpy.issubdtype(s.dtype, jax.dtypes.extended) for s in structs):
+        return None
+    return [jax.device_put(np.zeros(s.shape, s.dtype)) for s in structs]  # jnp.zeros would compile per shape
 
 
 def _pointer(array: jax.Array) -> int | None:

@@ -37,7 +37,7 @@ from ._layout import (
     check_save_every,
     rows_in,
 )
-from ._pool import BlockPool, _Lease, pool_size
+from ._pool import BlockPool, _Lease, fresh_buffers, pool_size
 from ._scopes import jax_option
 
 __all__ = [
@@ -442,13 +442,21 @@ def _drop_spent_rows() -> None:
 def _dispatch(plan: Plan, pool: BlockPool, carry: Any, start: int, stop: int) -> _Computed:
     xs = _block_xs(plan, start, stop)
     lease = pool.acquire() if stop - start == plan.block_size else None  # only full blocks share buffers
-    out = pool.buffers(lease, plan.out_structs(stop - start))
-    shape = (plan.f, stop - start, plan.unroll, plan.reverse)
-    if out is None:
-        carry, out = _cached(_scan_fn, *shape, False, plan.save_every)(carry, xs)
-    else:
-        carry, out = _cached(_scan_fn, *shape, True, plan.save_every)(carry, xs, out)
+    carry, out = _run_block(plan, carry, xs, stop - start, pool.buffers(lease, plan.out_structs(stop - start)))
     return _Computed(start, stop, out, carry, lease)
+
+
+def _run_block(
+    plan: Plan, carry: Any, xs: Any, length: int, out: list[jax.Array] | None
+) -> tuple[Any, list[jax.Array]]:
+    """One block of ``length`` steps from ``carry``: its carry and ys, written into the donated ``out``.
+
+    ``out`` is None only for ys without zero buffers (a PRNG key's); XLA allocates those.
+    """
+    shape = (plan.f, length, plan.unroll, plan.reverse)
+    if out is None:
+        return _cached(_scan_fn, *shape, False, plan.save_every)(carry, xs)
+    return _cached(_scan_fn, *shape, True, plan.save_every)(carry, xs, out)
 
 
 def _hand_over(plan: Plan, pool: BlockPool, done: _Computed) -> Block:
@@ -483,14 +491,15 @@ def carry_pass(
     of the full block by construction, at the cost of one block's ys at a time.
     """
     carry = plan.init if carry is None else carry
+    spare: dict[int, list[jax.Array] | None] = {}  # per block length: ys buffers, donated from block to block
     for start, stop in plan.bounds(first_block):
         xs = _block_xs(plan, start, stop)
         if plan.save_every == 1 and not exact:
             carry = _cached(_carry_scan_fn, plan.f, stop - start, plan.unroll, plan.reverse)(carry, xs)
         else:  # the block function itself (its kept rows are few): the carry has its bits by construction
-            carry = _cached(_scan_fn, plan.f, stop - start, plan.unroll, plan.reverse, False, plan.save_every)(
-                carry, xs
-            )[0]
+            n = stop - start
+            out = spare[n] if n in spare else fresh_buffers(plan.out_structs(n))
+            carry, spare[n] = _run_block(plan, carry, xs, n, out)
         yield start, stop, carry
 
 
