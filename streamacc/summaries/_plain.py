@@ -92,8 +92,8 @@ class PlainArray:
 
     def read(self, target: Target, path: str, start: int, stop: int) -> np.ndarray:
         """Rows ``[start, stop)`` of the array at ``path``; KeyError for a missing chunk, ValueError for a bad one."""
-        out = np.empty((stop - start, *self.shape[1:]), dtype=self.dtype)
-        for i in range(start // self.chunk, -(-stop // self.chunk)):
+        out = np.empty((max(stop - start, 0), *self.shape[1:]), dtype=self.dtype)
+        for i in range(start // self.chunk, -(-stop // self.chunk)) if start < stop else ():
             raw = target.read(self.key(path, i))
             if raw is None:
                 raise KeyError(self.key(path, i))
