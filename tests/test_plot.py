@@ -257,3 +257,27 @@ def test_plot_from_inside_an_output_draws_beside_it_and_never_into_it(finished, 
     code, out, _ = run("plot", ".", "-o", finished.parent / "named", capsys=capsys)
     assert code == 0 and out.strip() == str(finished.parent / "named.png")  # the file written, as printed
     assert (finished.parent / "named.png").read_bytes().startswith(PNG)
+
+
+def test_every_label_is_inside_the_picture_and_the_colour_bar_beside_the_map(tmp_path, capsys, drawn):
+    # the margins are measured from the labels (no layout engine): nothing is cut off, whatever the labels are
+    streamacc.write(tmp_path / "vec.zarr", lambda c, _: (c + 1.0, c * np.arange(5.0)), np.float64(0.0), length=2000,
+                    block_size=300, names=["u"], progress=False, summaries=[16, 64])  # fmt: skip
+    streamacc.write(tmp_path / "off.zarr", lambda c, _: (c + 1.0, 1e-6 * c + 12345.0), np.float64(0.0), length=3000,
+                    names=["y"], progress=False, summaries=[4, 16])  # fmt: skip (an offset text above the axis)
+    streamacc.write(tmp_path / "gp.zarr", lambda c, _: (c * 1.01, c), np.float64(1.0), length=3000, names=["x"],
+                    progress=False, summaries=[4, 16])  # fmt: skip (a logarithmic axis)
+    for name in ("vec", "off", "gp"):
+        assert run("plot", tmp_path / f"{name}.zarr", capsys=capsys)[0] == 0
+    vec, off, gp = drawn
+    assert off.axes[0].yaxis.get_offset_text().get_text() and gp.axes[0].get_yscale() == "log"
+    for figure in drawn:
+        figure.canvas.draw()
+        drawn_on, picture = figure.get_tightbbox(), figure.bbox_inches  # in inches: what is drawn, the picture
+        assert picture.x0 - 0.01 <= drawn_on.x0 and drawn_on.x1 <= picture.x1 + 0.01
+        assert picture.y0 - 0.01 <= drawn_on.y0 and drawn_on.y1 <= picture.y1 + 0.01
+        assert drawn_on.width > 0.95 * picture.width and drawn_on.height > 0.95 * picture.height  # and fills it
+    renderer = vec.canvas.get_renderer()
+    heat, bar = (a.get_window_extent(renderer) for a in vec.axes)
+    assert heat.x1 < bar.x0 and bar.y0 == pytest.approx(heat.y0) and bar.y1 == pytest.approx(heat.y1)
+    assert bar.width < 0.05 * vec.bbox.width and vec.axes[1].get_ylabel() == "mean u"

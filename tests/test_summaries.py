@@ -157,6 +157,63 @@ def test_overview_needs_only_the_summaries(tmp_path, written):
     xr.testing.assert_identical(streamacc.overview(out, points=10), before)
 
 
+def test_summaries_as_streamacc_writes_them_are_read_without_zarr_as_zarr_reads_them(written):
+    from streamacc.store import open_target
+    from streamacc.summaries._plain import plain_array, plain_group
+
+    out = written[24]
+    target = open_target(out, read_only=True)
+    assert plain_group(json.loads((out / "_streamacc/summaries/zarr.json").read_text()))
+    arrays = 0
+    for window in WINDOWS:
+        level = out / f"_streamacc/summaries/w{window}"
+        assert plain_group(json.loads((level / "zarr.json").read_text()))  # with its consolidated metadata
+        for name in "bfgiv":
+            for stat in ("min", "max", "mean", "count"):
+                path = f"_streamacc/summaries/w{window}/{name}_{stat}"
+                plain = plain_array(json.loads((out / path / "zarr.json").read_text()))
+                assert plain is not None, path
+                stored = zarr.open_array(out / path, mode="r")
+                for start, stop in [(0, stored.shape[0]), (3, stored.shape[0] - 2), (5, 6)]:
+                    got, want = plain.read(target, path, start, stop), stored[start:stop]
+                    assert got.dtype == want.dtype and got.shape == want.shape
+                    np.testing.assert_array_equal(got, want)
+                arrays += 1
+    assert arrays == len(WINDOWS) * 5 * 4
+
+
+def test_summaries_of_any_other_form_are_read_by_zarr_which_names_what_is_wrong(tmp_path, written):
+    from streamacc.summaries._plain import plain_array, plain_group
+
+    before = streamacc.overview(written[64], points=20)  # the level of 32 steps
+    out = tmp_path / "edited.zarr"
+    shutil.copytree(written[64], out)
+    meta = out / "_streamacc/summaries/w32/f_min/zarr.json"
+    doc = json.loads(meta.read_text())
+    doc["attributes"]["note"] = ["a", "list"]  # zarr reads it; the plain reader leaves it to zarr
+    meta.write_text(json.dumps(doc, indent=2))
+    level = out / "_streamacc/summaries/w32/zarr.json"
+    group = json.loads(level.read_text())
+    group["consolidated_metadata"]["metadata"]["f_min"] = doc
+    level.write_text(json.dumps(group, indent=1))
+    assert plain_array(doc) is None and not plain_group(group)
+    xr.testing.assert_identical(streamacc.overview(out, points=20), before)
+    for wrong in ({**doc, "data_type": "complex128"}, {**doc, "fill_value": 0.5}, {**doc, "storage_transformers": [{}]},
+                  {**doc, "codecs": doc["codecs"][:-1]}, {**doc, "extra": 1}):  # fmt: skip
+        assert plain_array(wrong) is None
+    flipped = tmp_path / "flipped.zarr"
+    shutil.copytree(written[64], flipped)
+    chunk = flipped / "_streamacc/summaries/w32/i_min/c/0"
+    raw = bytearray(chunk.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(raw))
+    with pytest.raises(VerifyError, match=r"'i': chunk _streamacc/summaries/w32/i_min/c/0 does not decode"):
+        streamacc.overview(flipped, points=20)  # the level of 32 steps
+    chunk.unlink()
+    with pytest.raises(VerifyError, match=r"'i': chunk _streamacc/summaries/w32/i_min/c/0 is missing"):
+        streamacc.overview(flipped, points=20)
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     out = tmp_path_factory.mktemp("ref") / "out.zarr"

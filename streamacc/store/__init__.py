@@ -3,7 +3,8 @@
 Knows Zarr, fsspec and the operating system, and never JAX: it takes host arrays and
 makes them durable. ``_target`` is one output location (a local folder or any zarr
 store) with its lock, ``_probe`` the first question to an object store, ``_files`` the
-link-safe, fsynced file primitives, ``_zarr`` the sink that creates the group and writes blocks, ``_chunks``
+link-safe, fsynced file primitives, ``_zarr`` the sink that creates the group and writes blocks,
+``_documents`` the metadata documents as plain JSON (no Zarr: readers check them first), ``_chunks``
 the chunk encoder, ``_compare`` stored chunks against recomputed rows (for verify),
 ``_codecs`` the named compressors, ``_storeerrors`` and ``_sessions`` the failures and
 clients of fsspec backends, and the ``lease`` room the writer lease on object stores.
@@ -22,6 +23,17 @@ if TYPE_CHECKING:
     from ._chunks import ChunkWriter as ChunkWriter
     from ._codecs import CODECS as CODECS, MAX_CHUNK_BYTES as MAX_CHUNK_BYTES, compressors_for as compressors_for
     from ._compare import compare_chunks as compare_chunks
+    from ._documents import (
+        PROGRESS_ATTRS as PROGRESS_ATTRS,
+        VIRTUAL as VIRTUAL,
+        ArraySpec as ArraySpec,
+        array_document as array_document,
+        is_virtual as is_virtual,
+        netcdf_safe as netcdf_safe,
+        plain_document as plain_document,
+        progress_attrs as progress_attrs,
+        stored_crc32c as stored_crc32c,
+    )
     from ._files import aligned_empty as aligned_empty
     from ._fingerprint import fingerprint_of as fingerprint_of
     from ._sessions import close_store_sessions as close_store_sessions
@@ -34,19 +46,7 @@ if TYPE_CHECKING:
         Target as Target,
         open_target as open_target,
     )
-    from ._zarr import (
-        PROGRESS_ATTRS as PROGRESS_ATTRS,
-        VIRTUAL as VIRTUAL,
-        ArraySpec as ArraySpec,
-        ZarrSink as ZarrSink,
-        array_document as array_document,
-        is_virtual as is_virtual,
-        netcdf_safe as netcdf_safe,
-        plain_document as plain_document,
-        progress_attrs as progress_attrs,
-        resize_arrays as resize_arrays,
-        stored_crc32c as stored_crc32c,
-    )
+    from ._zarr import ZarrSink as ZarrSink, resize_arrays as resize_arrays
 
 _EXPORTS = {
     "._chunks": ["ChunkWriter"],
@@ -57,19 +57,18 @@ _EXPORTS = {
     "._sessions": ["close_store_sessions"],
     "._storeerrors": ["describe_store_failure", "is_store_failure"],
     "._target": ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"],
-    "._zarr": [
+    "._documents": [
         "PROGRESS_ATTRS",
         "VIRTUAL",
         "ArraySpec",
-        "ZarrSink",
         "array_document",
         "is_virtual",
         "plain_document",
         "netcdf_safe",
         "progress_attrs",
-        "resize_arrays",
         "stored_crc32c",
     ],
+    "._zarr": ["ZarrSink", "resize_arrays"],
 }
 __all__ = sorted(name for names in _EXPORTS.values() for name in names)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

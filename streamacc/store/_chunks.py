@@ -43,7 +43,7 @@ from zarr.core.chunk_grids import RegularChunkGrid
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
-from ._files import PAGE, aligned_empty, write_new
+from ._files import PAGE, aligned_empty, scratch, write_new
 from .lease import unwrap
 
 __all__ = ["ChunkWriter", "EncodedChunk"]
@@ -69,7 +69,6 @@ def _load_blosc() -> Any:
 
 _BLOSC_COMPRESS = _load_blosc()
 _BLOSC_OVERHEAD = 16  # BLOSC_MAX_OVERHEAD: a destination of nbytes + 16 always fits
-_SCRATCH = threading.local()  # per thread: "pad" (a partial last chunk), others' own
 
 
 class _EncodeBuffers:
@@ -106,19 +105,6 @@ class _EncodeBuffers:
 
 
 _ENCODE_BUFFERS = _EncodeBuffers()
-
-
-def scratch(name: str, nbytes: int) -> np.ndarray:
-    """This thread's reusable buffer ``name`` of at least ``nbytes``, starting on a page boundary.
-
-    Page-aligned so that the encoded chunks written from it may bypass the page cache
-    (see ``write_new``).
-    """
-    buf = getattr(_SCRATCH, name, None)
-    if buf is None or buf.nbytes < nbytes:
-        buf = aligned_empty(nbytes, PAGE)
-        setattr(_SCRATCH, name, buf)
-    return buf
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,9 +18,10 @@ import dataclasses
 import numpy as np
 import numpy.typing as npt
 
-from ._chunks import ChunkWriter, scratch
+from ._chunks import ChunkWriter
+from ._documents import stored_crc32c
+from ._files import scratch
 from ._target import Target
-from ._zarr import stored_crc32c
 
 __all__ = ["ChunkCheck", "compare_chunks", "same_bytes"]
 

@@ -13,6 +13,7 @@ import fcntl
 import os
 import re
 import shutil
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +33,7 @@ __all__ = [
     "fsync_file",
     "remove_temp_files",
     "remove_tree_contents",
+    "scratch",
     "temp_file_of",
     "write_new",
 ]
@@ -78,6 +80,22 @@ def aligned_empty(nbytes: int, alignment: int) -> npt.NDArray[np.uint8]:
     raw = np.empty(nbytes + alignment, dtype=np.uint8)
     skip = -raw.ctypes.data % alignment
     return raw[skip : skip + nbytes]
+
+
+_SCRATCH = threading.local()  # per thread: "out" (encoded bytes), "pad" (a partial last chunk), others' own
+
+
+def scratch(name: str, nbytes: int) -> npt.NDArray[np.uint8]:
+    """This thread's reusable buffer ``name`` of at least ``nbytes``, starting on a page boundary.
+
+    Page-aligned so that the encoded chunks written from it may bypass the page cache
+    (see ``write_new``).
+    """
+    buf = getattr(_SCRATCH, name, None)
+    if buf is None or buf.nbytes < nbytes:
+        buf = aligned_empty(nbytes, PAGE)
+        setattr(_SCRATCH, name, buf)
+    return buf
 
 
 def _write_all(fd: int, view: memoryview) -> None:

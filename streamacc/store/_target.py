@@ -1,7 +1,8 @@
 """Where an output lives: a zarr store plus the durability, locking and cleanup it allows.
 
 A local directory gets fsync, a ``flock`` on the directory itself and temp-file cleanup,
-and nothing inside it is ever followed through a symbolic link. Any other zarr store (an
+and nothing inside it is ever followed through a symbolic link; it is read without Zarr,
+which is imported only once its zarr store is asked for (``overview`` and ``plot`` need none). Any other zarr store (an
 fsspec URL such as ``s3://``, memory) counts a write as durable once the store call
 returns, since an object-store PUT is atomic, and is locked by a lease object where the
 store supports conditional writes (see ``_lease.py``).
@@ -14,21 +15,28 @@ import errno
 import itertools
 import os
 import stat
+import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any, Protocol, TypeGuard
-
-from zarr.abc.store import Store, SuffixByteRequest
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.sync import sync
-from zarr.storage import FsspecStore, LocalStore
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, TypeVar
 
 from ..errors import InputError, LockedError, NoOutputError, OutputExistsError, StoreError, arg, one_line
-from ._chunks import scratch
-from ._files import DirLock, atomic_write, find_link, fsync_dir, fsync_file, remove_temp_files, remove_tree_contents
+from ._files import (
+    DirLock,
+    atomic_write,
+    find_link,
+    fsync_dir,
+    fsync_file,
+    remove_temp_files,
+    remove_tree_contents,
+    scratch,
+)
 from ._probe import backend_missing, check_store
-from .lease import FencedStore
+
+if TYPE_CHECKING:
+    from zarr.abc.store import Store
+    from zarr.core.buffer import BufferPrototype
 
 __all__ = ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"]
 
@@ -40,6 +48,23 @@ LEASE_KEY = f"{BOOKKEEPING}/lease/zarr.json"
 
 TAIL_BATCH = 256
 """Keys whose last bytes are asked for at once (concurrent requests on an object store)."""
+
+
+T = TypeVar("T")
+
+
+def sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    """zarr's ``sync`` (run ``coroutine`` on zarr's event loop), importing Zarr on first use."""
+    from zarr.core.sync import sync as run
+
+    return run(coroutine)
+
+
+def default_buffer_prototype() -> BufferPrototype:
+    """zarr's default buffer prototype, importing Zarr on first use."""
+    from zarr.core.buffer import default_buffer_prototype as prototype
+
+    return prototype()
 
 
 class Target:
@@ -89,6 +114,8 @@ class Target:
 
     def tails(self, keys: list[str], size: int = 4) -> list[bytes | None]:
         """The last ``size`` bytes stored at each key (None where absent), read concurrently where the store can."""
+        from zarr.abc.store import SuffixByteRequest
+
         found: list[bytes | None] = []
         prototype = default_buffer_prototype()
         for i in range(0, len(keys), TAIL_BATCH):
@@ -154,9 +181,23 @@ class LocalTarget(Target):
     def __init__(self, root: Path, label: str, *, read_only: bool = False) -> None:
         self.root = root
         self.label = label
-        self.store = LocalStore(root, read_only=read_only)
+        self._read_only = read_only
+        self._store: Store | None = None
         self._real_dirs: set[Path] = set()
         self._durable_dirs: set[Path] = set()
+
+    @property
+    def store(self) -> Store:  # type: ignore[override]  # an attribute elsewhere, made on first use here
+        """The zarr store of the folder, made (importing Zarr) when first asked for."""
+        if self._store is None:
+            from zarr.storage import LocalStore
+
+            self._store = LocalStore(self.root, read_only=self._read_only)
+        return self._store
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
 
     def _path(self, key: str, *, create: bool = False) -> Path:
         """The path of ``key``, after checking that no folder on the way is a link."""
@@ -351,6 +392,8 @@ class StoreTarget(Target):
         self, store: Store, label: str, storage_options: dict[str, Any] | None = None, *, follow: str | None = None
     ) -> None:
         """``follow``: write for the writer holding that lease (a cluster worker), fenced by it."""
+        from .lease import FencedStore
+
         self.raw = store
         self.store = store if store.read_only else FencedStore(store, self.check_lock)
         self.label = label
@@ -428,6 +471,8 @@ class StoreTarget(Target):
 
     def _connect(self) -> None:
         """On S3, hook the client now, so that even the first write request is fenced as it is sent."""
+        from .lease import FencedStore
+
         if isinstance(self.store, FencedStore):
             sync(self.store.connect())
 
@@ -445,6 +490,12 @@ class StoreTarget(Target):
             lock.release()
 
 
+def _is_zarr_store(store: object) -> TypeGuard[Store]:
+    """Whether ``store`` is a zarr store object, without importing Zarr: no object is one until Zarr is imported."""
+    module = sys.modules.get("zarr.abc.store")
+    return module is not None and isinstance(store, module.Store)
+
+
 def open_target(
     store: Any, *, storage_options: dict[str, Any] | None = None, read_only: bool = False, follow: str | None = None
 ) -> Target:
@@ -453,7 +504,9 @@ def open_target(
     ``follow`` is a writer's lease token: the target writes for that writer (a cluster
     worker of a run on an object store), fenced by its lease.
     """
-    if isinstance(store, Store):
+    if _is_zarr_store(store):
+        from zarr.storage import LocalStore
+
         if isinstance(store, LocalStore):
             return LocalTarget(Path(store.root), str(store), read_only=read_only or store.read_only)
         return StoreTarget(store, str(store))
@@ -469,6 +522,8 @@ def open_target(
     if "://" in text:
         if storage_options is not None and not isinstance(storage_options, dict):
             raise InputError(f"{arg('storage_options')} must be a dict, got {type(storage_options).__name__}")
+        from zarr.storage import FsspecStore
+
         try:
             zstore = FsspecStore.from_url(text, storage_options=storage_options, read_only=read_only)
         except ImportError:

@@ -19,20 +19,19 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import zarr
-from zarr.codecs import Crc32cCodec
-from zarr.core.array import AsyncArray
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.group import GroupMetadata
-from zarr.core.sync import sync
-from zarr.storage import StorePath
 
 from ..errors import one_line
-from ..store import BOOKKEEPING, ArraySpec, ChunkWriter, Target, compressors_for
+from ..store import BOOKKEEPING, ArraySpec, Target, compressors_for
+from ._plain import PlainArray, plain_array, plain_group
 from ._pyramid import Acc, Piece, Rows
+
+if TYPE_CHECKING:
+    import zarr
+
+    from ..store import ChunkWriter
 
 __all__ = ["LISTED_GROUP", "STATS", "SUMMARIES", "SummaryStore", "decode_tail", "encode_tail", "level_path", "listing"]
 
@@ -65,7 +64,10 @@ def listing(target: Target, windows: Sequence[int]) -> dict[str, dict[str, Any]]
             doc = json.loads(target.read(f"{path}/zarr.json") or b"null")
             if not isinstance(doc, dict) or doc.get("zarr_format") != 3 or doc.get("node_type") != "group":
                 continue
-            GroupMetadata.from_dict(doc)
+            if not plain_group(doc):  # what streamacc writes zarr reads; anything else zarr is asked about
+                from zarr.core.group import GroupMetadata
+
+                GroupMetadata.from_dict(doc)
         except (ValueError, TypeError, KeyError):
             continue
         members = (doc.get("consolidated_metadata") or {}).get("metadata") or {}
@@ -94,6 +96,8 @@ def _consolidate(window: int, documents: dict[str, Any], members: list[tuple[str
     }
     group["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": listed}
     encoded = json.dumps(group, indent=1).encode()
+    from zarr.core.buffer import default_buffer_prototype
+
     documents[f"{path}/zarr.json"] = default_buffer_prototype().buffer.from_bytes(encoded)
 
 
@@ -115,6 +119,7 @@ class SummaryStore:
         self._arrays: dict[tuple[str, int, str], zarr.Array[Any]] = {}
         self._writers: dict[tuple[str, int, str], ChunkWriter] = {}
         self._listed: dict[str, set[str]] = {}
+        self._plain: dict[tuple[str, int, str], PlainArray | None] = {}
 
     @staticmethod
     def _build(
@@ -129,6 +134,8 @@ class SummaryStore:
         The hierarchy is made in memory and its documents stored in one write each: zarr's create_array
         looks up every parent of every array first, some 15 requests per array on object storage.
         """
+        import zarr
+        from zarr.codecs import Crc32cCodec
         compressors = [*compressors_for(codec), Crc32cCodec()]
         documents: dict[str, Any] = {}
         memory = zarr.storage.MemoryStore(documents)
@@ -187,6 +194,11 @@ class SummaryStore:
         dims: Mapping[str, Sequence[str | None]],
     ) -> SummaryStore:
         """Create every level's group and arrays (for the outputs in ``specs``); returns the keys to make durable."""
+        import zarr
+        from zarr.core.array import AsyncArray
+        from zarr.core.sync import sync
+        from zarr.storage import StorePath
+
         documents, made = cls._build(specs, windows, chunks, codec, dims)
         store = cls(target, windows)
         for place, array in made.items():
@@ -202,6 +214,8 @@ class SummaryStore:
     def array(self, name: str, window: int, stat: str) -> zarr.Array[Any]:
         key = (name, window, stat)
         if key not in self._arrays:
+            import zarr
+
             mode = "r" if self.target.read_only else "r+"
             self._arrays[key] = zarr.open_array(
                 self.target.store, path=f"{level_path(window)}/{name}_{stat}", mode=mode, zarr_format=3,
@@ -216,6 +230,8 @@ class SummaryStore:
         target's own atomic, durable write: a few KiB need no trip through zarr's event loop.
         Layouts the encoder does not cover go through zarr, and their keys are returned.
         """
+        from ..store import ChunkWriter
+
         keys = []
         for stat, values in rows.arrays().items():
             key = (name, window, stat)
@@ -229,8 +245,33 @@ class SummaryStore:
                 self.target.write(chunk_key, encoded.tobytes())
         return keys
 
+    def _plain_array(self, name: str, window: int, stat: str) -> PlainArray | None:
+        """A reader's summary array of exactly the form streamacc writes (see ``_plain``), read without zarr, else
+        None (a writer's arrays, and any other, go through zarr)."""
+        key = (name, window, stat)
+        if key not in self._plain:
+            doc = None
+            if self.target.read_only and key not in self._arrays:
+                try:
+                    doc = json.loads(self.target.read(f"{level_path(window)}/{name}_{stat}/zarr.json") or b"null")
+                except Exception:  # unreadable here: zarr opens it (or says why it cannot)
+                    doc = None
+            self._plain[key] = plain_array(doc)
+        return self._plain[key]
+
     def read(self, name: str, window: int, start: int, stop: int) -> Rows:
-        """Stored windows ``[start, stop)`` of output ``name`` at level ``window``."""
+        """Stored windows ``[start, stop)`` of output ``name`` at level ``window``.
+
+        Arrays of the form streamacc writes are read without zarr; where that fails (a chunk missing or damaged),
+        or for any other array, zarr reads them, and says what is wrong.
+        """
+        plain = [self._plain_array(name, window, stat) for stat in STATS]
+        if all(plain):
+            paths = [f"{level_path(window)}/{name}_{stat}" for stat in STATS]
+            try:
+                return Rows(*(a.read(self.target, p, start, stop) for a, p in zip(plain, paths, strict=True) if a))
+            except Exception:  # zarr reads them again below, and raises what it finds
+                pass
         return Rows(*(np.asarray(self.array(name, window, stat)[start:stop]) for stat in STATS))
 
     def _listing(self, path: str) -> set[str]:
@@ -249,6 +290,17 @@ class SummaryStore:
         None when nothing does."""
         for stat in STATS:
             path = f"{level_path(window)}/{name}_{stat}"
+            plain = self._plain_array(name, window, stat)
+            if plain is not None and not decode:  # as below, from the document zarr would read
+                if plain.shape[0] != total:
+                    return f"{path} has {plain.shape[0]} windows where the run has {total}"
+                if start >= stop:
+                    continue
+                stored = self._listing(path)
+                missing = [key for key in plain.keys(path, start, stop) if key not in stored]
+                if missing:
+                    return f"chunk {missing[0]} is missing"
+                continue
             try:
                 array = self.array(name, window, stat)
             except Exception as exc:
@@ -257,6 +309,8 @@ class SummaryStore:
                 return f"{path} has {array.shape[0]} windows where the run has {total}"
             if start >= stop:
                 continue
+            from ..store import ChunkWriter
+
             writer = self._writers.get((name, window, stat)) or ChunkWriter(array)
             stored = self._listing(path)
             missing = [key for key in writer.keys(start, stop) if key not in stored]

@@ -213,7 +213,8 @@ def overview(
 def overview_table(
     store: Any, points: int = 4096, storage_options: dict[str, Any] | None = None, *, steps: Any = None
 ) -> Table:
-    """:func:`overview` as a :class:`Table` of numpy arrays, importing neither xarray nor pandas (for ``plot``)."""
+    """:func:`overview` as a :class:`Table` of numpy arrays, importing neither xarray nor pandas (for ``plot``), nor
+    Zarr where the summaries have the form streamacc writes (see ``summaries/_plain.py``)."""
     points = as_count("points", points, minimum=1, example=4096)
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = trusted_manifest(target)  # what open, info and verify refuse (a link, a named pipe) is not read
