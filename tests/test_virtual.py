@@ -20,6 +20,9 @@ from helpers import run_warm
 
 import streamacc
 from streamacc.errors import InputError, StoreError, VerifyError
+from streamacc.run.recompute import RECYCLED_BLOCKS, recomputing_store
+from streamacc.run.trust import trusted_manifest
+from streamacc.store import open_target
 
 jax.config.update("jax_enable_x64", True)
 
@@ -137,6 +140,22 @@ def test_a_partly_materialized_output_reads_stored_and_recomputed_blocks_alike(t
     (virtual / "y" / "c" / "3").write_bytes((stored / "y" / "c" / "2").read_bytes())
     with pytest.raises(VerifyError, match="chunk y/c/3"):
         streamacc.open(virtual, f=gp).y.load()
+
+
+def test_a_full_read_recycles_the_buffers_it_recomputes_into_and_keeps_no_block_it_served(tmp_path):
+    """Read in full (each chunk once), blocks are computed into a few recycled buffers and let go once served."""
+    out = tmp_path / "v.zarr"
+    streamacc.write(out, gp, np.float64(1.0), length=24 * 256, block_size=256, names="x", virtual=True,
+                    chunks={"step": 64}, progress=False)  # fmt: skip
+    expected = np.cumprod(np.full(24 * 256, 1 + 1e-8))  # the same sequence of roundings as the scan's
+    store = recomputing_store(open_target(out, read_only=True), trusted_manifest(open_target(out, read_only=True)),
+                              f=gp, init=np.float64(1.0))  # fmt: skip
+    values = zarr.open_array(store, path="x", mode="r")[:]
+    assert np.array_equal(values, expected)
+    stats = store.buffer_stats
+    assert stats.filled + stats.reused + stats.overflow == 24  # one computation per block, four chunks each
+    assert stats.reused >= 24 - RECYCLED_BLOCKS and stats.copied == 0
+    assert store.cached_blocks == 0
 
 
 def test_extending_a_virtual_output_gives_the_longer_virtual_run(tmp_path):

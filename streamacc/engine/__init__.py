@@ -33,7 +33,7 @@ if TYPE_CHECKING:
         row_step as row_step,
         rows_in as rows_in,
     )
-    from ._pool import BlockPool as BlockPool
+    from ._pool import BlockPool as BlockPool, PoolStats as PoolStats
     from ._scan import (
         Block as Block,
         Plan as Plan,
@@ -64,7 +64,7 @@ _EXPORTS = {
         "row_step",
         "rows_in",
     ],
-    "._pool": ["BlockPool"],
+    "._pool": ["BlockPool", "PoolStats"],
     "._scopes": ["caller_scopes", "jax_option"],
     "._scan": [
         "Block",

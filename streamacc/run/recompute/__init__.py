@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         verify_plan as verify_plan,
     )
     from ._virtual import (
+        RECYCLED_BLOCKS as RECYCLED_BLOCKS,
         RecomputingStore as RecomputingStore,
         recompute_plan as recompute_plan,
         recomputed_rows as recomputed_rows,
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
-    "._virtual": ["RecomputingStore", "recompute_plan", "recomputed_rows", "recomputing_store"],
+    "._virtual": ["RECYCLED_BLOCKS", "RecomputingStore", "recompute_plan", "recomputed_rows", "recomputing_store"],
     "._recipe": ["recorded_job", "verify_recipe_output"],
     "._verify": ["check_function", "VerifyReport", "check_resumable", "plan_for", "verify", "verify_plan"],
 }

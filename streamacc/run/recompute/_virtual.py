@@ -30,13 +30,31 @@ from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import WrapperStore
 
-from ...engine import Plan, block_count, compute_block, from_host, rows_in, same_leaves, to_host, x64_scope
+from ...engine import (
+    BlockPool,
+    Plan,
+    PoolStats,
+    block_count,
+    compute_block,
+    from_host,
+    rows_in,
+    same_leaves,
+    to_host,
+    x64_scope,
+)
 from ...errors import InputError, VerifyError, arg
 from ...store import ChunkWriter, plain_document
 from ..record import Ledger, Manifest, decode_leaves
 from ..trust import CheckedStore
 
-__all__ = ["CACHE_BYTES", "RecomputingStore", "recompute_plan", "recomputed_rows", "recomputing_store"]
+__all__ = [
+    "CACHE_BYTES",
+    "RECYCLED_BLOCKS",
+    "RecomputingStore",
+    "recompute_plan",
+    "recomputed_rows",
+    "recomputing_store",
+]
 
 COMPUTE_THREADS = max(2, os.cpu_count() or 1)
 """Blocks recomputed at once by one reader (JAX releases the GIL while it computes)."""
@@ -44,6 +62,12 @@ COMPUTE_THREADS = max(2, os.cpu_count() or 1)
 CACHE_BYTES = 32 * 2**20
 """Bytes of recomputed blocks a reader keeps beyond the last ``COMPUTE_THREADS`` blocks (which it
 always keeps): a block serves all of its chunks and arrays from one computation."""
+
+RECYCLED_BLOCKS = COMPUTE_THREADS + 2
+"""Block buffers a reader recycles: those its threads compute into, those its cache holds, and
+those whose values zarr is still copying out. A block computed into a fresh buffer instead
+page-faults all of it (a 2**30-step read faulted in 8 GiB); once every buffer is held, a block
+gets a buffer of its own (see :class:`~streamacc.engine.BlockPool`)."""
 
 
 def _served_document(doc: dict[str, Any]) -> dict[str, Any]:
@@ -89,9 +113,11 @@ class RecomputingStore(WrapperStore[Store]):
     def _reset(self) -> None:
         self._cache: collections.OrderedDict[int, tuple[dict[str, np.ndarray], int]] = collections.OrderedDict()
         self._computing: dict[int, threading.Event] = {}
+        self._served_chunks: dict[int, int] = {}  # per cached block: how many of its chunks were served
         self._lock = threading.Lock()  # held around the cache only, never across I/O
         self._ledger_lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(COMPUTE_THREADS, "streamacc-recompute")
+        self._buffers = BlockPool(RECYCLED_BLOCKS)
         self._ledger = Ledger(self._target)
         self._served: dict[str, bytes] = {}
 
@@ -102,7 +128,8 @@ class RecomputingStore(WrapperStore[Store]):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for key in ("_cache", "_computing", "_lock", "_ledger_lock", "_pool", "_ledger", "_served", "_target_read"):
+        kept = ("_cache", "_computing", "_served_chunks", "_lock", "_ledger_lock", "_pool", "_buffers", "_ledger")
+        for key in (*kept, "_served", "_target_read"):
             state.pop(key, None)
         return state
 
@@ -112,6 +139,17 @@ class RecomputingStore(WrapperStore[Store]):
 
     def __repr__(self) -> str:
         return f"RecomputingStore({self._store!r})"
+
+    @property
+    def buffer_stats(self) -> PoolStats:
+        """What happened to the buffers this reader recomputed blocks into (recycled, filled, overflowed)."""
+        return self._buffers.stats
+
+    @property
+    def cached_blocks(self) -> int:
+        """How many recomputed blocks this reader holds for the chunks of them not served yet."""
+        with self._lock:
+            return len(self._cache)
 
     def __eq__(self, value: object) -> bool:
         return isinstance(value, RecomputingStore) and self._store == value._store
@@ -178,6 +216,7 @@ class RecomputingStore(WrapperStore[Store]):
             loop = asyncio.get_running_loop()
             ys, first_row = await loop.run_in_executor(self._pool, self._recomputed, k)
             values = ys[name][(slice(rows.start - first_row, rows.stop - first_row), *region[1:])]
+            self._served_one(k, ys, first_row)
         if values.shape == tuple(writer.shape) and values.flags.c_contiguous:
             return values.reshape(-1).view(np.uint8).data  # served as it lies: zarr copies it once, into place
         full = np.full(writer.shape, writer.array.metadata.fill_value, dtype=writer.array.dtype)
@@ -206,6 +245,26 @@ class RecomputingStore(WrapperStore[Store]):
             with self._lock:
                 self._computing.pop(k).set()
 
+    def _served_one(self, k: int, ys: dict[str, np.ndarray], first_row: int) -> None:
+        """Count one chunk of block ``k`` served; once all of its chunks were, the cache lets the block go.
+
+        A block is cached so that its other chunks and arrays need no computation of their
+        own; one read in full (a reduction over the whole output) asks for each chunk once,
+        and keeping its blocks would only hold their buffers.
+        """
+        total = sum(
+            (-(-(first_row + len(ys[name])) // w.chunk) - first_row // w.chunk) * len(w.tiles)
+            for name, w in self._writers.items()
+        )
+        with self._lock:
+            served = self._served_chunks.get(k, 0) + 1
+            if served < total:
+                self._served_chunks[k] = served
+                return
+            self._served_chunks.pop(k, None)
+            if k in self._cache and self._cache[k][0] is ys:
+                del self._cache[k]
+
     def _evict(self) -> None:
         held = sum(sum(a.nbytes for a in ys.values()) for ys, _ in self._cache.values())
         while len(self._cache) > COMPUTE_THREADS and held > self.cache_bytes:
@@ -225,8 +284,8 @@ class RecomputingStore(WrapperStore[Store]):
         after = self._carry_after(k)
         with x64_scope(self.x64):
             block = compute_block(self.plan, from_host(decode_leaves(record.carry_in), self.plan.init), record.start,
-                                  record.stop)  # fmt: skip
-            # the block's own buffers (computed without a pool), not copies: they live as long as the cache holds them
+                                  record.stop, pool=self._buffers)  # fmt: skip
+            # views of a recycled buffer, not copies: the buffer is taken until the last view of it is gone
             ys = dict(zip(self._names, (np.asarray(y) for y in _leaves(block.ys)), strict=True))
             ended = to_host(block.carry)
         if not same_leaves(ended, after):
