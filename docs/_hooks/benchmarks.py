@@ -423,7 +423,8 @@ def headline_floor() -> str:
     """``headline.py --floor``: the headline against this machine's floor, measured in the same run."""
     out = []
     runs = (("headline_2p32_floor_before.json", "before"), ("headline_2p32_floor.json", "after"),
-            ("headline_2p32_floor_run2.json", "after, again"))  # fmt: skip
+            ("headline_2p32_floor_run2.json", "after, again"),
+            ("headline_2p32_floor_run3.json", "this release's code, a third run"))  # fmt: skip
     for name, label in runs:
         d = _load(name)
         m, fl = d["machine"], d["floor"]

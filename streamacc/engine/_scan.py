@@ -339,7 +339,7 @@ def _scan_fn(
     With ``into``, the ys are written into the donated buffers ``out``: the update
     covers all of ``out``, so XLA drops it and lets the scan's own ys buffer be
     ``out``'s memory. Both forms are one ``lax.scan``'s bits by construction; without
-    ``into`` XLA allocates the ys, which is how a buffer first enters a pool.
+    ``into`` XLA allocates the ys (only for ys that have no zero buffers, a PRNG key's).
     """
 
     def run(carry: Any, xs: Any) -> tuple[Any, list[jax.Array]]:
