@@ -128,8 +128,8 @@ class RecomputingStore(WrapperStore[Store]):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        kept = ("_cache", "_computing", "_served_chunks", "_lock", "_ledger_lock", "_pool", "_buffers", "_ledger")
-        for key in (*kept, "_served", "_target_read"):
+        live = ("_cache", "_computing", "_served_chunks", "_lock", "_ledger_lock", "_pool", "_buffers", "_ledger")
+        for key in (*live, "_served", "_target_read"):  # this process's: remade by _reset
             state.pop(key, None)
         return state
 
@@ -268,7 +268,8 @@ class RecomputingStore(WrapperStore[Store]):
     def _evict(self) -> None:
         held = sum(sum(a.nbytes for a in ys.values()) for ys, _ in self._cache.values())
         while len(self._cache) > COMPUTE_THREADS and held > self.cache_bytes:
-            _, (ys, _) = self._cache.popitem(last=False)
+            k, (ys, _) = self._cache.popitem(last=False)
+            self._served_chunks.pop(k, None)  # computed again, it counts its chunks afresh
             held -= sum(a.nbytes for a in ys.values())
 
     def _carry_after(self, k: int) -> list[Any]:
