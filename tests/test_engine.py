@@ -127,6 +127,21 @@ def test_exact_unroll4(case, length, groups, reverse, tmp):
     check_exact(case, length, block_size, reverse, unroll, tmp)
 
 
+@pytest.mark.parametrize("unroll", [1, 4, 8])
+@pytest.mark.parametrize("recipe", ["lorenz", "randomwalk"])
+def test_blocks_computed_into_recycled_buffers_are_one_scans_bits(recipe, unroll):
+    """Full blocks run the scan's loop straight into a recycled buffer: RK4's fused arithmetic and a PRNG
+    key's draws come out as from one ``lax.scan``, block after block (the buffers hold the last block's ys)."""
+    from streamacc.recipes import get_recipe
+
+    job = get_recipe(recipe).build(8 * 64, "float64")
+    want_carry, want_ys = reference(job.f, job.init, job.xs, {"length": job.length}, unroll=unroll)
+    blocks = list(streamacc.iter_blocks(job.f, job.init, job.xs, length=job.length, block_size=64, unroll=unroll))
+    assert len(blocks) == 8
+    assert_bits_equal(join_blocks(blocks), want_ys)
+    assert_bits_equal(blocks[-1].carry, want_carry)
+
+
 def test_unroll_tail_joins_the_previous_block(tmp):
     """A tail of unroll..2*unroll-1 steps would run its unrolled loop once; it joins the block before."""
     blocks = list(streamacc.iter_blocks(product_step, np.float64(1.0), length=54, block_size=8, unroll=4))
