@@ -385,7 +385,8 @@ def summaries_cost() -> str:
     """``bench_summaries.py``: the same write with and without summaries, alternating, before and after."""
     out = []
     runs = (("summaries_2p30_before.json", "before"), ("summaries_2p30_run1.json", "the reductions in slices"),
-            ("summaries_2p30.json", "after"), ("summaries_2p30_run2.json", "after, again"))  # fmt: skip
+            ("summaries_2p30.json", "after"), ("summaries_2p30_run2.json", "after, again"),
+            ("summaries_2p30_run3.json", "blocks computed in place"))  # fmt: skip
     for name, label in runs:
         d = _load(name)
         m = d["machine"]
@@ -424,7 +425,8 @@ def headline_floor() -> str:
     out = []
     runs = (("headline_2p32_floor_before.json", "before"), ("headline_2p32_floor.json", "after"),
             ("headline_2p32_floor_run2.json", "after, again"),
-            ("headline_2p32_floor_run3.json", "this release's code, a third run"))  # fmt: skip
+            ("headline_2p32_floor_run3.json", "this release's code, a third run"),
+            ("headline_2p32_floor_run4.json", "blocks computed in place, a fourth run"))  # fmt: skip
     for name, label in runs:
         d = _load(name)
         m, fl = d["machine"], d["floor"]
@@ -472,7 +474,7 @@ PEERS = ("streamacc-cli", "streamacc-api", "floor", "dask-cumprod", "numpy-loop"
 
 def peers() -> str:
     """``bench_suite.py`` at 2**30, run twice: streamacc against its peers, their wall time over streamacc's."""
-    return "\n".join(_peers(name) for name in ("peers_2p30.json", "peers_2p30_run2.json"))
+    return "\n".join(_peers(name) for name in ("peers_2p30.json", "peers_2p30_run2.json", "peers_2p30_run3.json"))
 
 
 def _peers(name: str) -> str:
