@@ -375,10 +375,10 @@ def _scan_in_place(
     for step: ``length // unroll`` trips, each running ``unroll`` steps on its group of
     xs and storing their ys as one row of ``(trips, unroll, ...)`` buffers, the same
     arithmetic in the same order, so the same bits. Only the buffers differ: lax.scan
-    fills fresh ys buffers with zeros before the loop (a 32 MiB memset per 2**22-step block
-    of float64, on XLA's threads), where this loop
-    starts from the donated ``out``, whose every element it overwrites. The forward scans
-    of whole groups only (see :func:`_loops_in_place`); the rest run ``lax.scan`` itself.
+    fills fresh ys buffers with zeros before the loop (a 32 MiB memset per 2**22-step
+    block of float64, on XLA's threads), where this loop starts from the donated ``out``,
+    whose every element it overwrites. Forward scans of whole groups only (see
+    :func:`_loops_in_place`); the rest run ``lax.scan`` itself.
     """
     trips = length // unroll
     leaves, tree = jax.tree_util.tree_flatten(xs)
