@@ -19,7 +19,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._callsite import warn
-from .._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_SUMMARY_WINDOWS, DEFAULT_WRITE_BLOCK_BYTES
+from .._defaults import (
+    DEFAULT_CODEC,
+    DEFAULT_INFLIGHT,
+    DEFAULT_SUMMARY_WINDOWS,
+    DEFAULT_VIRTUAL_INFLIGHT,
+    DEFAULT_WRITE_BLOCK_BYTES,
+)
 from ..engine import Carry, Plan, check_length, from_host, make_plan, to_host
 from ..errors import InputError, StoreError, StreamaccWarning, arg
 from ..store import Target, describe_store_failure, is_store_failure, open_target
@@ -115,7 +121,8 @@ def _executor_for(client: Any, inflight: int | None, spec: OutputSpec) -> Execut
             )
         return CarryExecutor()
     if client is None:
-        return LocalExecutor(DEFAULT_INFLIGHT if inflight is None else inflight)
+        default = DEFAULT_VIRTUAL_INFLIGHT if spec.virtual else DEFAULT_INFLIGHT
+        return LocalExecutor(default if inflight is None else inflight)
     from .execute import DaskExecutor
 
     return DaskExecutor.for_client(client, inflight)
@@ -215,8 +222,9 @@ def write(
     client : distributed.Client, optional
         Run the blocks on this dask cluster; the bytes written are the same.
     inflight : int, optional
-        Blocks being encoded and written at once (default 3); with ``client``, block tasks
-        submitted and not yet committed (default twice the workers, plus one).
+        Blocks being encoded and written at once (default 3; 2 for a virtual write, which
+        only summarises them); with ``client``, block tasks submitted and not yet committed
+        (default twice the workers, plus one).
     progress : bool, default True
         Show a progress bar on a terminal.
     virtual : bool, default False
