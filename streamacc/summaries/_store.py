@@ -17,8 +17,9 @@ durable chunk travels in the commit's *tail*, in the manifest (see :func:`encode
 from __future__ import annotations
 
 import base64
+import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -290,30 +291,25 @@ class SummaryStore:
         None when nothing does."""
         for stat in STATS:
             path = f"{level_path(window)}/{name}_{stat}"
-            plain = self._plain_array(name, window, stat)
-            if plain is not None and not decode:  # as below, from the document zarr would read
-                if plain.shape[0] != total:
-                    return f"{path} has {plain.shape[0]} windows where the run has {total}"
-                if start >= stop:
-                    continue
-                stored = self._listing(path)
-                missing = [key for key in plain.keys(path, start, stop) if key not in stored]
-                if missing:
-                    return f"chunk {missing[0]} is missing"
-                continue
-            try:
-                array = self.array(name, window, stat)
-            except Exception as exc:
-                return f"{path} cannot be opened ({type(exc).__name__}: {one_line(exc)})"
-            if array.shape[0] != total:
-                return f"{path} has {array.shape[0]} windows where the run has {total}"
+            plain = None if decode else self._plain_array(name, window, stat)  # the document zarr would read
+            keys: Callable[[int, int], list[str]]
+            if plain is not None:
+                windows, keys = plain.shape[0], functools.partial(plain.keys, path)
+            else:
+                try:
+                    array = self.array(name, window, stat)
+                except Exception as exc:
+                    return f"{path} cannot be opened ({type(exc).__name__}: {one_line(exc)})"
+                from ..store import ChunkWriter
+
+                writer = self._writers.get((name, window, stat)) or ChunkWriter(array)
+                windows, keys = array.shape[0], writer.keys
+            if windows != total:
+                return f"{path} has {windows} windows where the run has {total}"
             if start >= stop:
                 continue
-            from ..store import ChunkWriter
-
-            writer = self._writers.get((name, window, stat)) or ChunkWriter(array)
             stored = self._listing(path)
-            missing = [key for key in writer.keys(start, stop) if key not in stored]
+            missing = [key for key in keys(start, stop) if key not in stored]
             if missing:
                 return f"chunk {missing[0]} is missing"
             for first in range(start // writer.chunk * writer.chunk, stop, writer.chunk) if decode else ():
