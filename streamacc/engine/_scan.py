@@ -407,13 +407,9 @@ def _scan_in_place(
     def more(state: tuple[Any, Any, list[jax.Array]]) -> Any:
         return state[0] < trips
 
-    _, carry, yss = lax.while_loop(more, body, (jnp.asarray(0, dtype=_index_dtype(trips)), carry, yss))
+    first = jnp.asarray(0, dtype=jnp.asarray(trips).dtype)  # lax.scan's counter: the trip count's type
+    _, carry, yss = lax.while_loop(more, body, (first, carry, yss))
     return carry, [lax.reshape(y, o.shape) for y, o in zip(yss, out, strict=True)]
-
-
-def _index_dtype(trips: int) -> Any:
-    """The loop counter's type, as ``lax.scan``'s (``lax._const(num_trips, 0)``: the trip count's type)."""
-    return jnp.asarray(trips).dtype
 
 
 _Built = TypeVar("_Built", covariant=True)

@@ -4,10 +4,11 @@ zarr-python encodes each chunk into fresh memory: numcodecs' Blosc allocates a
 destination as large as the raw chunk (32 MiB at the default block), which glibc maps
 afresh and the kernel zero-fills page by page, and zarr's ``crc32c`` codec copies the
 compressed bytes once more to append four. Here chunks are compressed into a few reused
-buffers, one per chunk being encoded at that moment (see :class:`_EncodeBuffers`), so
-steady state allocates nothing, and the bytes go to the store in one ``set`` per chunk. A local folder's chunk files are
-written here instead, as zarr's LocalStore writes them (a temp file renamed over the
-chunk), their whole pages past the page cache (``_files.write_new``): copying gigabytes
+buffers, one per block being encoded at that moment (see :class:`_EncodeBuffers`), so
+steady state allocates nothing, and the bytes go to the store in one ``set`` per chunk.
+A local folder's chunk files are written here instead, as zarr's LocalStore writes them
+(a temp file renamed over the chunk), their whole pages past the page cache
+(``_files.write_new``): copying gigabytes
 of output into a cache nobody reads it back from took 7% of the CPU of a 2**30-step
 write (``benchmarks/bench_profile.py``).
 

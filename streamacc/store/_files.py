@@ -82,7 +82,7 @@ def aligned_empty(nbytes: int, alignment: int) -> npt.NDArray[np.uint8]:
     return raw[skip : skip + nbytes]
 
 
-_SCRATCH = threading.local()  # per thread: "out" (encoded bytes), "pad" (a partial last chunk), others' own
+_SCRATCH = threading.local()  # per thread: "pad" (a partial last chunk), "read", "equal": each caller's own
 
 
 def scratch(name: str, nbytes: int) -> npt.NDArray[np.uint8]:

@@ -2,8 +2,8 @@
 
 A local directory gets fsync, a ``flock`` on the directory itself and temp-file cleanup,
 and nothing inside it is ever followed through a symbolic link; it is read without Zarr,
-which is imported only once its zarr store is asked for (``overview`` and ``plot`` need none). Any other zarr store (an
-fsspec URL such as ``s3://``, memory) counts a write as durable once the store call
+which is imported only once its zarr store is asked for (``overview`` and ``plot`` need
+none). Any other zarr store (an fsspec URL such as ``s3://``, memory) counts a write as durable once the store call
 returns, since an object-store PUT is atomic, and is locked by a lease object where the
 store supports conditional writes (see ``_lease.py``).
 """

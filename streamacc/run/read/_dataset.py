@@ -58,9 +58,9 @@ def open(
         fsspec options for a URL ``store`` (endpoint, credentials).
     chunks : "auto", int, tuple, dict or None, default "auto"
         dask chunks, as ``xarray.open_zarr`` takes them. ``"auto"`` gives whole stored
-        chunks near dask's preferred size (for a virtual output, a block per dask chunk, each
-        computed once); None gives lazy arrays without dask. Only the
-        committed steps are chunked, so any length opens at once.
+        chunks near dask's preferred size (for a virtual output, a block per dask chunk,
+        each computed once); None gives lazy arrays without dask. Only the committed steps
+        are chunked, so any length opens at once.
     f : callable, optional
         The step function of a virtual output written from Python, which its data are
         recomputed with; checked against the one the output records. A recipe's output
