@@ -426,7 +426,9 @@ def headline_floor() -> str:
     runs = (("headline_2p32_floor_before.json", "before"), ("headline_2p32_floor.json", "after"),
             ("headline_2p32_floor_run2.json", "after, again"),
             ("headline_2p32_floor_run3.json", "this release's code, a third run"),
-            ("headline_2p32_floor_run4.json", "blocks computed in place, a fourth run"))  # fmt: skip
+            ("headline_2p32_floor_run4.json", "blocks computed in place, a fourth run"),
+            ("headline_2p32_floor_run5.json", "the final code from a fresh clone"),
+            ("headline_2p32_floor_run6.json", "the final code from a fresh clone, again"))  # fmt: skip
     for name, label in runs:
         d = _load(name)
         m, fl = d["machine"], d["floor"]
