@@ -20,7 +20,7 @@ from helpers import run_warm
 
 import streamacc
 from streamacc.errors import InputError, StoreError, VerifyError
-from streamacc.run.recompute import RECYCLED_BLOCKS, recomputing_store
+from streamacc.run.recompute import RECYCLED_BLOCKS, recomputed_variables, recomputing_store
 from streamacc.run.trust import trusted_manifest
 from streamacc.store import open_target
 
@@ -302,3 +302,34 @@ def test_a_recipe_output_recomputes_in_a_fresh_interpreter_from_its_path_alone(t
     done = run_warm([sys.executable, "-c", code, str(out)], text=True, timeout=120)
     expected = np.multiply.accumulate(np.r_[1.0, np.full(1999, 1 + 1e-8)])[-1]  # the gp recipe starts at x0
     assert done.returncode == 0 and float(done.stdout) == float(expected)
+
+
+def test_a_read_through_open_takes_each_recomputed_block_as_it_lies(tmp_path):
+    """A dask chunk that is one block gets a read-only view of the block's buffer; other rows go through zarr."""
+    out = tmp_path / "v.zarr"
+    streamacc.write(out, gp, np.float64(1.0), length=24 * 256, block_size=256, names="x", virtual=True,
+                    chunks={"step": 64}, progress=False)  # fmt: skip
+    expected = np.cumprod(np.full(24 * 256, 1 + 1e-8))  # the same sequence of roundings as the scan's
+    ds = streamacc.open(out, f=gp)
+    assert ds.x.chunks == ((256,) * 24,)
+    taken = []  # what each dask task is handed: its block's rows, not a copy of them
+
+    def take(rows: np.ndarray) -> np.ndarray:
+        taken.append((rows.flags.writeable, rows.flags.owndata))
+        return rows
+
+    assert np.array_equal(ds.x.data.map_blocks(take, meta=np.array((), np.float64)).compute(scheduler="sync"), expected)
+    assert taken == [(False, False)] * 24
+    assert np.array_equal(ds.x.values, expected)
+    for chunks in ({"step": 100}, None):  # rows across blocks, and rows of no whole block
+        again = streamacc.open(out, f=gp, chunks=chunks).x
+        assert np.array_equal(again[100:700].values, expected[100:700])
+        assert np.array_equal(again[[3, 5000, 300]].values, expected[[3, 5000, 300]])
+
+    target = open_target(out, read_only=True)
+    store = recomputing_store(target, trusted_manifest(target), f=gp, init=np.float64(1.0))
+    lazy = xr.open_zarr(store, consolidated=False, zarr_format=3, chunks=None)[["x"]]
+    assert np.array_equal(recomputed_variables(lazy, store).chunk({"step": 256}).x.values, expected)
+    stats = store.buffer_stats
+    assert stats.filled + stats.reused + stats.overflow == 24 and stats.copied == 0  # one computation per block
+    assert store.cached_blocks == 0  # each block let go once all of its rows were served

@@ -47,7 +47,8 @@ def open(
     Imports no JAX, but for a virtual output (written with ``virtual=True``), whose chunks
     that are not stored are recomputed, lazily, from the carries it records: bit for bit
     what a stored write holds, blocks of different chunks in parallel (dask's threads, or a
-    ``distributed`` client).
+    ``distributed`` client); a dask task whose rows lie in one recomputed block is handed
+    them as a read-only view of the block, not a copy.
 
     Parameters
     ----------
@@ -138,9 +139,12 @@ def open(
             from ..recompute import check_function
 
             check_function(manifest, f, target.label)
-    ds: xarray.Dataset = xr.open_zarr(source, consolidated=False, zarr_format=3, chunks=None)[names].isel(
-        step=slice(first, last)
-    )
+    ds: xarray.Dataset = xr.open_zarr(source, consolidated=False, zarr_format=3, chunks=None)[names]
+    if manifest.recomputes:
+        from ..recompute import recomputed_variables
+
+        ds = recomputed_variables(ds, source)
+    ds = ds.isel(step=slice(first, last))
     if manifest.recomputes and isinstance(chunks, str) and chunks == "auto":
         # a block per dask chunk: each block is computed once, by one task, which holds one block's memory
         rows = ident["block_size"] // ident.get("save_every", 1)

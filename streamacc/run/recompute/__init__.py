@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from ..._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ._arrays import recomputed_variables as recomputed_variables
     from ._recipe import recorded_job as recorded_job, verify_recipe_output as verify_recipe_output
     from ._verify import (
         VerifyReport as VerifyReport,
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
+    "._arrays": ["recomputed_variables"],
     "._virtual": ["RECYCLED_BLOCKS", "RecomputingStore", "recompute_plan", "recomputed_rows", "recomputing_store"],
     "._recipe": ["recorded_job", "verify_recipe_output"],
     "._verify": ["check_function", "VerifyReport", "check_resumable", "plan_for", "verify", "verify_plan"],

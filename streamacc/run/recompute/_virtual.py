@@ -146,6 +146,11 @@ class RecomputingStore(WrapperStore[Store]):
         return self._buffers.stats
 
     @property
+    def names(self) -> list[str]:
+        """The output's arrays, in their recorded order."""
+        return list(self._names)
+
+    @property
     def cached_blocks(self) -> int:
         """How many recomputed blocks this reader holds for the chunks of them not served yet."""
         with self._lock:
@@ -222,6 +227,28 @@ class RecomputingStore(WrapperStore[Store]):
         full = np.full(writer.shape, writer.array.metadata.fill_value, dtype=writer.array.dtype)
         full[tuple(slice(0, n) for n in values.shape)] = values
         return full.reshape(-1).view(np.uint8).data
+
+    def block_rows(self, name: str, start: int, stop: int) -> np.ndarray | None:
+        """Rows ``[start, stop)`` of ``name`` as a read-only view of its recomputed block, copied nowhere.
+
+        None unless the rows lie in one committed block that is not stored: the caller then
+        reads them through zarr. Rows that are a whole block count as all of its chunks of
+        ``name`` served (see :meth:`_served_one`).
+        """
+        if not 0 <= start < stop <= self._block_rows * self._blocks:
+            return None
+        k = self._block_of(start // self._writers[name].chunk, name)
+        if k >= self.manifest.committed_blocks or self.manifest.stores(k):
+            return None
+        ys, first_row = self._recomputed(k)
+        rows = len(ys[name])
+        if not first_row <= start < stop <= first_row + rows:
+            return None
+        if (start, stop) == (first_row, first_row + rows):
+            writer = self._writers[name]
+            for _ in range((-(-(first_row + rows) // writer.chunk) - first_row // writer.chunk) * len(writer.tiles)):
+                self._served_one(k, ys, first_row)
+        return ys[name][start - first_row : stop - first_row]
 
     def _recomputed(self, k: int) -> tuple[dict[str, np.ndarray], int]:
         """Block ``k``'s ys by array (host), and its first row: from the cache, or computed once here."""
@@ -315,7 +342,6 @@ def _ranged(buf: Buffer, byte_range: ByteRequest, prototype: BufferPrototype) ->
     elif isinstance(byte_range, SuffixByteRequest):
         data = data[-byte_range.suffix :]
     return prototype.buffer.from_bytes(data)
-
 
 
 def _needs_x64(manifest: Manifest) -> bool:
