@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import jax
@@ -200,6 +201,30 @@ def test_a_virtual_write_killed_mid_run_resumes_to_the_same_output(monkeypatch):
     assert 0 < committed["committed_blocks"] < 10
     streamacc.write(zarr.storage.MemoryStore(stored), f, init, progress=False, virtual=True, mode="resume", **kw)
     assert {k: v.to_bytes() for k, v in stored.items()} == {k: v.to_bytes() for k, v in reference.items()}
+
+
+def test_a_virtual_batch_commits_a_tail_of_a_few_summary_chunks_whatever_its_blocks(monkeypatch):
+    """A batch's summary chunks are written as its blocks come, not all kept pending in the manifest it saves."""
+    from streamacc.run.output import _output
+
+    monkeypatch.setattr(_output, "VIRTUAL_COMMIT_SECONDS", 30.0)  # every block in one batch
+    sizes = []
+
+    class Recording(zarr.storage.MemoryStore):
+        """A store that takes a while for each summary chunk, as a disk's fsync does."""
+
+        async def set(self, key, value):
+            if key == MANIFEST:
+                sizes.append(len(value.to_bytes()))
+            elif key.startswith("_streamacc/summaries/") and "/c/" in key:
+                time.sleep(0.002)
+            await super().set(key, value)
+
+    length, window = 2**20, 4  # 262,144 windows of 4 steps, 1024 per block: 8 MiB of rows in all
+    streamacc.write(Recording({}), gp, np.float64(1.0), length=length, block_size=4096, names="x", virtual=True,
+                    summaries=[window], progress=False)  # fmt: skip
+    all_rows = length // window * 4 * 8  # min, max, mean and count, 8 bytes each
+    assert len(sizes) >= 3 and max(sizes) < all_rows / 6  # a few chunks of 4096 rows (128 KiB each) at most
 
 
 def test_reading_a_virtual_output_needs_its_own_step_function(tmp_path):

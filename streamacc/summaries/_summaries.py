@@ -246,8 +246,12 @@ class Summaries:
             for name, index, upto in marks:
                 self.pyramids[name].levels[index].made_durable(upto)
 
-    def commit(self, results: Sequence[Any]) -> dict[str, Any]:
-        """Fold the blocks of ``results`` in (scan order), start writing the chunks they complete; the tail."""
+    def fold(self, results: Sequence[Any]) -> None:
+        """Fold the blocks of ``results`` in (scan order) and start writing the chunks they complete.
+
+        Until :meth:`tail` is saved in a manifest, what was folded is not committed: a run
+        killed meanwhile continues from the tail saved before, and writes those chunks again.
+        """
         writes = []
         for result in results:
             for name, pyramid in self.pyramids.items():
@@ -255,6 +259,10 @@ class Summaries:
                     writes.append((name, index, first, rows))
         self._submit(writes)
         self._settle(INFLIGHT_WRITES)
+
+    def commit(self, results: Sequence[Any]) -> dict[str, Any]:
+        """Fold the blocks of ``results`` in (see :meth:`fold`); the tail that commits them."""
+        self.fold(results)
         return self.tail()
 
     def finish(self) -> dict[str, Any]:

@@ -132,12 +132,25 @@ class Output:
         (and at :meth:`finish`).
         """
         check_stop()  # after Ctrl-C or SIGTERM nothing more is committed
-        if self.spec.virtual:
-            self._waiting.extend(results)
-            if time.monotonic() - self._batch_started < VIRTUAL_COMMIT_SECONDS:
-                return
-            results, self._waiting = tuple(self._waiting), []
-            self._batch_started = time.monotonic()
+        if not self.spec.virtual:
+            self._commit(results)
+            return
+        if self.summaries is not None:
+            # folded as they come, so that the rows of a batch's summary chunks are durable long
+            # before it commits instead of all pending in its manifest's tail (a batch holds up
+            # to a second of blocks: hundreds for the headline's recurrence)
+            self.summaries.fold(results)
+        self._waiting.extend(results)
+        if time.monotonic() - self._batch_started >= VIRTUAL_COMMIT_SECONDS:
+            self._commit_waiting()
+
+    def _commit_waiting(self) -> None:
+        results, self._waiting = tuple(self._waiting), []
+        self._batch_started = time.monotonic()
+        self._commit(results)
+
+    def _commit(self, results: tuple[BlockResult, ...]) -> None:
+        """Commit ``results`` (folded into the summaries already where the run is virtual)."""
         if not results:
             return
         first = self.manifest.committed_blocks
@@ -146,7 +159,7 @@ class Output:
         recs = [BlockRecord(r.index, r.start, r.stop, encode_leaves(r.carry_in), r.crc32c) for r in results]
         changes = {}
         if self.summaries is not None:
-            changes["summaries"] = self.summaries.commit(results)
+            changes["summaries"] = self.summaries.tail() if self.spec.virtual else self.summaries.commit(results)
         self.ledger.record(*recs)
         self._save(
             committed_blocks=first + len(results),
@@ -170,9 +183,7 @@ class Output:
     def finish(self) -> None:
         """Mark the run complete, in the manifest and then in the root attributes."""
         if self._waiting:
-            waiting, self._waiting = self._waiting, []
-            self._batch_started = 0.0
-            self.commit(*waiting)
+            self._commit_waiting()
         if self.summaries is None:
             self._save(complete=True)
         else:
