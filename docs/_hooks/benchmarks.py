@@ -569,6 +569,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "input-memory": lambda: _measured("input_memory.json", ("summary",)),
     "plot-cold": lambda: _measured("plot_2p30.json", ("summary", "importtime_plot_s")),
     "virtual": lambda: _measured("virtual.json", ("write", "slice", "read")),
+    "virtual-write": lambda: _measured("virtual_write.json", ("write",)),
     "virtual-read": lambda: _measured("virtual_read.json", ("read",)),
     "heat-2p17": lambda: _measured("heat_2p17.json", ("summary",)),
 }
