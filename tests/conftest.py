@@ -72,11 +72,15 @@ def pytest_sessionstart(session):
     compiled for that computation either way, and each compile request is still counted
     (``/jax/core/compile/backend_compile_duration``), hit or miss, so the tests that count
     what the engine compiles see every request it makes. Set in the environment too, so that
-    every process this session starts (they read it as they import JAX) shares the cache.
+    every process this session starts (they read it as they import JAX), the workers of
+    ``pytest -n`` included, shares the cache; the process that made it removes it.
     """
     config = session.config
-    folder = tempfile.mkdtemp(prefix="streamacc-xla-cache-", dir=MEMORY if MEMORY.is_dir() else None)
-    config.stash[_XLA_CACHE] = folder
+    folder = os.environ.get(_SHARED_XLA_CACHE)  # a worker of pytest -n: the one its controller made
+    if folder is None:
+        folder = tempfile.mkdtemp(prefix="streamacc-xla-cache-", dir=MEMORY if MEMORY.is_dir() else None)
+        config.stash[_XLA_CACHE] = folder
+        os.environ[_SHARED_XLA_CACHE] = folder
     settings = {"jax_compilation_cache_dir": folder, "jax_persistent_cache_min_compile_time_secs": 0}
     for name, value in settings.items():
         jax.config.update(name, value)
@@ -105,6 +109,7 @@ def pytest_unconfigure(config):
 
 _BASETEMP = pytest.StashKey[str]()
 _XLA_CACHE = pytest.StashKey[str]()
+_SHARED_XLA_CACHE = "STREAMACC_TESTS_XLA_CACHE"
 
 
 def pytest_collection_modifyitems(items):
@@ -117,6 +122,7 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "dask_client" in item.fixturenames:
             item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.xdist_group("cluster"))  # with pytest -n: one worker, one cluster
 
     def order(item: pytest.Item) -> tuple[bool, bool]:
         # the test that kills a worker last: the one its nanny starts then imports nothing more for other tests
