@@ -14,7 +14,8 @@ same run, under the same load.
 
 ``--slices`` instead times the reductions alone on one block of the headline (2**22 float64
 steps, 32 MiB) evicted from the caches before each run, for several slice sizes
-(``SLICE_BYTES``), in thread CPU time, best and median of ``--repeat``:
+(``SLICE_BYTES``), and at the default size also right after the block was written, in thread
+CPU time, best and median of ``--repeat``:
 
     python benchmarks/bench_summaries.py --slices
 """
@@ -51,16 +52,30 @@ def digest(hashes: dict[str, str]) -> str:
 
 
 def slices(repeat: int) -> dict:
-    """Thread CPU ms of ``block_pieces`` on a cold 32 MiB block, per slice size."""
+    """Thread CPU ms of ``block_pieces`` on a cold 32 MiB block, per slice size; and at the default size on
+    the block just written (``just_written``), as the block of a write is when its writer takes it."""
     import time
 
     import numpy as np
 
     from streamacc.summaries import _pyramid
 
-    block = np.multiply.accumulate(np.full(2**22, 1 + 1e-8))
+    step = np.full(2**22, 1 + 1e-8)
+    block = np.multiply.accumulate(step)
     evict = np.ones(2**26)  # 512 MiB, more than the caches hold
     out = {}
+    cold, hot = [], []
+    for _ in range(repeat):
+        for times, fresh in ((cold, False), (hot, True)):
+            evict += 1.0
+            if fresh:
+                np.multiply.accumulate(step, out=block)
+            t0 = time.thread_time()
+            _pyramid.block_pieces(block, 0, 4096, 2**32)
+            times.append((time.thread_time() - t0) * 1e3)
+    for label, times in (("cold", cold), ("just_written", hot)):
+        out[label] = {"best_ms": min(times), "median_ms": statistics.median(times)}
+        print(f"{label:>12}, slices of {_pyramid.SLICE_BYTES:,} bytes: median {statistics.median(times):.2f} ms")
     for nbytes in (2**18, 2**19, 2**20, 2**21, 2**22, 2**25):
         _pyramid.SLICE_BYTES = nbytes
         times = []

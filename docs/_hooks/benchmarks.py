@@ -471,6 +471,29 @@ def profile() -> str:
             + _table(["category", "CPU s", "share", "startup CPU s"], rows) + "\n")  # fmt: skip
 
 
+def summaries_profile() -> str:
+    """``bench_profile.py`` at 2**30 with and without summaries: which categories the summaries add to."""
+    names = ("profile_2p30_summaries.json", "profile_2p30_no_summaries.json")
+    with_, without = (_load(n) for n in names)
+    m = with_["machine"]
+    command = "python benchmarks/bench_profile.py --size '2**30' --json FILE [-- --no-summaries]"
+    src = Source(names, command, _machine_line(m), _machine_versions(m))
+    a, b = with_["run"], without["run"]
+    cats = sorted(set(a["categories"]) | set(b["categories"]),
+                  key=lambda c: -(a["categories"].get(c, 0.0) - b["categories"].get(c, 0.0)))  # fmt: skip
+    rows = [[c, _num(a["categories"].get(c, 0.0), 2), _num(b["categories"].get(c, 0.0), 2),
+             f"{a['categories'].get(c, 0.0) - b['categories'].get(c, 0.0):+.2f}"] for c in cats]  # fmt: skip
+    rows.append(["**all**", _num(a["cpu_s"], 2), _num(b["cpu_s"], 2), f"{a['cpu_s'] - b['cpu_s']:+.2f}"])
+    head = (f"With summaries: wall {a['wall_s']:.1f} s, {a['minor_faults']:,} minor faults; without: wall "
+            f"{b['wall_s']:.1f} s, {b['minor_faults']:,} minor faults (one run each, under perf).\n\n")  # fmt: skip
+    slices = _load("summaries_slices.json")["slices"]
+    tail = (f"\n\nThe reductions alone, on one headline block of 32 MiB (`python benchmarks/bench_summaries.py "
+            f"--slices`, `summaries_slices.json`): a median of {slices['cold']['median_ms']:.2f} ms of CPU with the "
+            f"block evicted from the caches, {slices['just_written']['median_ms']:.2f} ms right after it was "
+            "written, as a writer finds it.\n")  # fmt: skip
+    return src.head() + head + _table(["category", "with, CPU s", "without, CPU s", "difference"], rows) + tail
+
+
 PEERS = ("streamacc-cli", "streamacc-api", "floor", "dask-cumprod", "numpy-loop", "zarr-precomputed")
 
 
@@ -562,6 +585,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "chunks": chunks,
     "compensated-cost": compensated_cost,
     "summaries-cost": summaries_cost,
+    "summaries-profile": summaries_profile,
     "headline-floor": headline_floor,
     "profile": profile,
     "peers": peers,
