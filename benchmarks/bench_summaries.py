@@ -14,8 +14,9 @@ same run, under the same load.
 
 ``--slices`` instead times the reductions alone on one block of the headline (2**22 float64
 steps, 32 MiB) evicted from the caches before each run, for several slice sizes
-(``SLICE_BYTES``), and at the default size also right after the block was written, in thread
-CPU time, best and median of ``--repeat``:
+(``SLICE_BYTES``), and at the default size also right after the block was written and on a
+block of a 4096-point state (4096 steps, 128 MiB, windows of 64 steps), in thread CPU time,
+best and median of ``--repeat``:
 
     python benchmarks/bench_summaries.py --slices
 """
@@ -73,9 +74,15 @@ def slices(repeat: int) -> dict:
             t0 = time.thread_time()
             _pyramid.block_pieces(block, 0, 4096, 2**32)
             times.append((time.thread_time() - t0) * 1e3)
-    for label, times in (("cold", cold), ("just_written", hot)):
+    state, on_state = np.random.default_rng(0).standard_normal((4096, 4096)), []  # 4096 steps of 4096 points
+    for _ in range(repeat):
+        evict += 1.0
+        t0 = time.thread_time()
+        _pyramid.block_pieces(state, 0, 64, 2**40)
+        on_state.append((time.thread_time() - t0) * 1e3)
+    for label, times in (("cold", cold), ("just_written", hot), ("state_4096_windows_of_64", on_state)):
         out[label] = {"best_ms": min(times), "median_ms": statistics.median(times)}
-        print(f"{label:>12}, slices of {_pyramid.SLICE_BYTES:,} bytes: median {statistics.median(times):.2f} ms")
+        print(f"{label:>24}, slices of {_pyramid.SLICE_BYTES:,} bytes: median {statistics.median(times):.2f} ms")
     for nbytes in (2**18, 2**19, 2**20, 2**21, 2**22, 2**25):
         _pyramid.SLICE_BYTES = nbytes
         times = []

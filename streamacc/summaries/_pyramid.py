@@ -108,8 +108,10 @@ slices of 1 MiB against 6.1 ms in slices of 4 MiB, 6.7 ms in one piece and 5.8 m
 of 256 KiB (call overhead): ``python benchmarks/bench_summaries.py --slices``."""
 
 
-def _sum(data: npt.NDArray[Any], axis: int) -> npt.NDArray[np.float64] | np.float64:
-    """The float64 sum along ``axis`` (0 or 1).
+def _sum(
+    data: npt.NDArray[Any], axis: int, out: npt.NDArray[np.float64] | None = None
+) -> npt.NDArray[np.float64] | np.float64:
+    """The float64 sum along ``axis`` (0 or 1), into ``out`` where given.
 
     Along contiguous steps (a series) einsum's loop, twice as fast here as ``np.add.reduce``;
     across the steps of a state (rows added element by element) ``np.add.reduce``, faster there.
@@ -117,9 +119,9 @@ def _sum(data: npt.NDArray[Any], axis: int) -> npt.NDArray[np.float64] | np.floa
     cast = None if data.dtype == np.float64 else np.float64  # None: numpy's default, no cast
     total: npt.NDArray[np.float64] | np.float64
     if data.ndim == axis + 1:
-        total = np.einsum("i->" if axis == 0 else "ij->i", data, dtype=cast)
+        total = np.einsum("i->" if axis == 0 else "ij->i", data, dtype=cast, out=out)
     else:
-        total = np.add.reduce(data, axis=axis, dtype=cast)
+        total = np.add.reduce(data, axis=axis, dtype=cast, out=out)
     return total
 
 
@@ -150,8 +152,21 @@ def reduce_steps(data: np.ndarray, axis: int) -> Acc:
     if axis == 0 or data.nbytes <= SLICE_BYTES:
         return _reduce(data, axis)
     rows = max(1, SLICE_BYTES * len(data) // data.nbytes)
-    parts = [_reduce(data[i : i + rows], axis) for i in range(0, len(data), rows)]
-    return Acc(*(np.concatenate(v) for v in zip(*(p.fields() for p in parts), strict=True)))
+    shape = (len(data), *data.shape[2:])
+    low, high, total = np.empty(shape, data.dtype), np.empty(shape, data.dtype), np.empty(shape, np.float64)
+    first, last = (np.logical_and, np.logical_or) if data.dtype.kind == "b" else (np.minimum, np.maximum)
+    for i in range(0, len(data), rows):  # three calls a slice, into place: no per-slice arrays to join
+        part = data[i : i + rows]
+        first.reduce(part, axis=1, out=low[i : i + rows])
+        last.reduce(part, axis=1, out=high[i : i + rows])
+        _sum(part, 1, out=total[i : i + rows])
+    count = np.full(shape, data.shape[1], dtype=np.int64)
+    if data.dtype.kind == "f" and np.isnan(total).any():  # the slices holding a NaN window again, NaN-aware
+        for i in range(0, len(data), rows):
+            if np.isnan(total[i : i + rows]).any():
+                redone = _reduce(data[i : i + rows], axis)
+                low[i : i + rows], high[i : i + rows], total[i : i + rows], count[i : i + rows] = redone.fields()
+    return Acc(low, high, total, count)
 
 
 @dataclasses.dataclass(frozen=True)
