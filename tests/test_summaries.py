@@ -121,6 +121,23 @@ def test_every_stored_row_matches_numpy(written, reference, block):
     assert verify.summary_windows == sum(-(-LENGTH // w) for w in WINDOWS) * len(reference)
 
 
+def test_rows_reduced_a_few_windows_at_a_time_match_numpy(tmp_path, reference, monkeypatch):
+    """Large blocks are reduced a slice of windows at a time, a slice holding a NaN window again: numpy's rows,
+    and every byte of the output the same as with each block reduced whole."""
+    from streamacc.summaries import _pyramid
+
+    whole, sliced = tmp_path / "whole.zarr", tmp_path / "sliced.zarr"
+    write(whole, block_size=300)
+    monkeypatch.setattr(_pyramid, "SLICE_BYTES", 200)  # here three windows of 8 float64 steps a slice
+    write(sliced, block_size=300)
+    for window in WINDOWS:
+        group = zarr.open_group(sliced / f"_streamacc/summaries/w{window}", mode="r")
+        for name, values in reference.items():
+            got = {stat: group[f"{name}_{stat}"][:] for stat in ("min", "max", "mean", "count")}
+            assert_rows(got, expected(values, window), f"{name} w{window} in slices")
+    assert_same_output(sliced, whole)
+
+
 def test_overview_reads_each_level_with_the_output_dims(written, reference):
     out = written[64]
     for points, window in [(1, 128), (8, 128), (9, 32), (32, 32), (33, 8), (10**6, 8)]:
