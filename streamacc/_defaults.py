@@ -47,4 +47,14 @@ SUMMARY_WINDOWS_AT_LEAST = 1024
 """Windows the finest default level gives at least (or one per row, for an output of fewer
 rows): its window is the largest power of two that many windows of which fit the output,
 at most the finest of ``DEFAULT_SUMMARY_WINDOWS``; the levels above it follow by 16, up to
-the output's length. A picture then has detail however short or thinned the output."""
+the output's length. A picture then has detail however short or thinned the output.
+
+Unless a state is large: the finest level then holds at most ``SUMMARY_VALUES_AT_MOST``
+values per statistic (windows times the state's values), with windows still no longer than
+the finest of ``DEFAULT_SUMMARY_WINDOWS``."""
+
+SUMMARY_VALUES_AT_MOST = 2**20
+"""Values per statistic the finest default level of a short output holds at most (8 MiB of
+float64): each window of a 4096-point state is a row of 4096 values, and the 1024 windows
+of ``SUMMARY_WINDOWS_AT_LEAST`` made 4096 summary files for a 2**17-step heat equation,
+written and fsynced one by one, which slowed its write by half: it gets 256 windows."""

@@ -374,6 +374,25 @@ def test_default_windows_follow_the_output_length_thinned_or_short(tmp_path):
     assert streamacc.info(out).summaries.windows == (1, 16, 256)  # an extended output keeps its levels
 
 
+def test_default_windows_of_a_large_state_hold_at_most_a_million_values_at_the_finest(tmp_path):
+    """A short output of a 4096-point state gets fewer, longer finest windows: 2**20 values per statistic at most,
+    never windows longer than a long output's finest (4096 rows)."""
+    from streamacc.summaries import default_windows
+
+    assert default_windows(2**17) == [128, 2048, 32768]
+    assert default_windows(2**17, 4096) == [512, 8192, 131072]  # 256 windows of 4096 values
+    assert default_windows(2**14, 256 * 256) == [1024, 16384]  # a 256x256 field: 16 windows
+    assert default_windows(2**40, 4096) == [2**12, 2**16, 2**20] and default_windows(2**12, 2**20) == [2**12]
+    for rows, size in itertools.product((100, 5000, 2**17 + 3, 2**22), (1, 3, 1000, 4096, 65536)):
+        windows = default_windows(rows, size)
+        finest = -(-rows // windows[0])
+        assert finest * size <= 2**20 or windows[0] == 4096
+        assert windows[0] == default_windows(rows)[0] or (-(-rows // (windows[0] // 2))) * size > 2**20
+    out = tmp_path / "state.zarr"
+    streamacc.write(out, lambda u, _: (u * 0.5, u), np.ones(4096), length=2**13, block_size=1024, progress=False)
+    assert streamacc.info(out).summaries.windows == (32, 512, 8192)  # 256 windows of 4096 values, not 1024 of 8
+
+
 def test_a_summary_window_longer_than_the_output_is_refused(tmp_path, capsys):
     def count(c, _):
         return c + 1.0, c

@@ -597,6 +597,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "virtual-write": lambda: _measured("virtual_write.json", ("write",)),
     "virtual-read": lambda: _measured("virtual_read.json", ("read",)),
     "heat-2p17": lambda: _measured("heat_2p17.json", ("summary",)),
+    "heat-2p17-run2": lambda: _measured("heat_2p17_run2.json", ("summary",)),
 }
 
 

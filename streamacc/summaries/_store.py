@@ -225,11 +225,12 @@ class SummaryStore:
         return self._arrays[key]
 
     def write(self, name: str, window: int, first: int, rows: Rows) -> list[str]:
-        """Write whole chunks of windows ``[first, first + len(rows))`` durably; the keys left to make durable.
+        """Write whole chunks of windows ``[first, first + len(rows))``; the keys left to make durable.
 
-        Each chunk is encoded as zarr would (the data's chunk encoder) and stored with the
-        target's own atomic, durable write: a few KiB need no trip through zarr's event loop.
-        Layouts the encoder does not cover go through zarr, and their keys are returned.
+        Each chunk is stored as the data's chunks are (see ``ChunkWriter.write``), and the
+        caller makes all of a commit's chunks durable at once: a file's fsync each, and one
+        for each folder, not one per file as an atomic write of each would take (thousands,
+        for the finest rows of a 4096-point state).
         """
         from ..store import ChunkWriter
 
@@ -239,11 +240,7 @@ class SummaryStore:
             if key not in self._writers:
                 self._writers[key] = ChunkWriter(self.array(name, window, stat))
             writer, data = self._writers[key], np.ascontiguousarray(values, dtype=self._arrays[key].dtype)
-            if not writer.direct:
-                keys += [c.key for c in writer.write(first, data)]
-                continue
-            for chunk_key, encoded, _ in writer.encoded(first, data):  # the last chunk padded
-                self.target.write(chunk_key, encoded.tobytes())
+            keys += [c.key for c in writer.write(first, data)]
         return keys
 
     def _plain_array(self, name: str, window: int, stat: str) -> PlainArray | None:

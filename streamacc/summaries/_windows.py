@@ -8,7 +8,7 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
-from .._defaults import DEFAULT_SUMMARY_WINDOWS, SUMMARY_WINDOWS_AT_LEAST
+from .._defaults import DEFAULT_SUMMARY_WINDOWS, SUMMARY_VALUES_AT_MOST, SUMMARY_WINDOWS_AT_LEAST
 from ..errors import InputError, arg
 
 __all__ = ["check_windows", "default_windows", "too_long"]
@@ -16,15 +16,18 @@ __all__ = ["check_windows", "default_windows", "too_long"]
 LEVEL_FACTOR = DEFAULT_SUMMARY_WINDOWS[1] // DEFAULT_SUMMARY_WINDOWS[0]
 
 
-def default_windows(rows: int) -> list[int]:
-    """The default levels of an output of ``rows`` rows (see ``_defaults.SUMMARY_WINDOWS_AT_LEAST``).
+def default_windows(rows: int, state_size: int = 1) -> list[int]:
+    """The default levels of an output of ``rows`` rows whose largest state holds ``state_size`` values.
 
     A long output gets ``DEFAULT_SUMMARY_WINDOWS``; a shorter one a finest window that
-    gives at least 1024 windows (one row each below 1024 rows), and coarser levels by 16
-    no longer than the output.
+    gives at least 1024 windows (one row each below 1024 rows), or fewer where its states
+    are large (``_defaults.SUMMARY_VALUES_AT_MOST``), and coarser levels by 16 no longer
+    than the output.
     """
     finest = 1
     while finest * 2 <= DEFAULT_SUMMARY_WINDOWS[0] and rows // (finest * 2) >= SUMMARY_WINDOWS_AT_LEAST:
+        finest *= 2
+    while finest * 2 <= DEFAULT_SUMMARY_WINDOWS[0] and -(-rows // finest) * state_size > SUMMARY_VALUES_AT_MOST:
         finest *= 2
     windows = [finest * LEVEL_FACTOR**i for i in range(len(DEFAULT_SUMMARY_WINDOWS))]
     return [w for w in windows if w == finest or w <= rows]

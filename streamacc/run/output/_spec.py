@@ -8,6 +8,7 @@ defaults never strands an output.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ from ..._version import __version__
 from ...engine import Plan
 from ...errors import InputError, arg
 from ...store import ArraySpec, open_target
-from ...summaries import default_windows, too_long
+from ...summaries import default_windows, summarized_names, too_long
 from ..record import Ledger, run_identity
 from ._layout import RESERVED, array_dims, resolve_chunks
 from ._request import Request, check_json
@@ -113,7 +114,8 @@ def output_spec(
         check_span(request.time, plan.rows * plan.save_every - 1)  # the last stored step's time, as readers label it
     windows = request.summaries
     if request.summaries_default and windows:
-        windows = default_windows(plan.rows)
+        summarized = summarized_names({n: (s.dtype, trailing[n]) for n, s in leaves.items()})
+        windows = default_windows(plan.rows, max((math.prod(trailing[n]) for n in summarized), default=1))
     elif request.mode in ("create", "overwrite"):  # a continued run's windows are the stored run's
         error = too_long(windows, plan.rows)
         if error is not None:
