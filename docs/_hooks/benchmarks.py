@@ -386,7 +386,8 @@ def summaries_cost() -> str:
     out = []
     runs = (("summaries_2p30_before.json", "before"), ("summaries_2p30_run1.json", "the reductions in slices"),
             ("summaries_2p30.json", "after"), ("summaries_2p30_run2.json", "after, again"),
-            ("summaries_2p30_run3.json", "blocks computed in place"))  # fmt: skip
+            ("summaries_2p30_run3.json", "blocks computed in place"),
+            ("summaries_2p30_run4.json", "windows reduced into arrays made once per block (1204a19)"))  # fmt: skip
     for name, label in runs:
         d = _load(name)
         m = d["machine"]
