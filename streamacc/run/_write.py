@@ -213,8 +213,9 @@ def write(
     summaries : bool or sequence of int, default True
         Window summaries (min, max, mean per window) written with the data, for
         :func:`streamacc.overview` and ``streamacc plot``: True for the default levels
-        (chosen from the output's rows: at least 1024 windows at the finest, at most
-        2**12, 2**16 and 2**20 rows), a list of window lengths in rows (each a multiple of
+        (chosen from the output's rows: at least 1024 windows at the finest, or at most
+        2**20 values per statistic for a large state, and windows of at most 2**12, 2**16
+        and 2**20 rows), a list of window lengths in rows (each a multiple of
         the one before, none longer than the output), or False. A reverse scan writes
         none; a resumed or extended output keeps the levels it was begun with.
     storage_options : dict, optional
