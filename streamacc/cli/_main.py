@@ -326,17 +326,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     The command runs on a thread of its own while this thread waits for it and takes
     Ctrl-C and SIGTERM, so that either ends the command within seconds even while XLA
-    computes a long block. Called without ``argv`` (as the program itself), a command
-    still computing when its exit code is known is left behind: the process exits at once.
+    computes a long block. Called without ``argv`` (as the program itself), a command that
+    failed or was interrupted while a block still computes leaves it behind: the process
+    exits at once.
     """
     own_process = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        return run_interruptibly(_main, argv, signals=(signal.SIGINT, signal.SIGTERM), scopes=False)
+        code = run_interruptibly(_main, argv, signals=(signal.SIGINT, signal.SIGTERM), scopes=False)
     except KeyboardInterrupt as exc:
         code = _interrupted(exc, argv, debug=False)
-    if own_process and still_running():
-        _exit_now(code)  # XLA cannot be interrupted: what it computes would be discarded anyway
+    if own_process and code != 0 and still_running():
+        # a command that failed or was interrupted while a block computes: XLA cannot be interrupted, and
+        # what it computes would be discarded anyway; left to run into the interpreter's exit, its thread
+        # would be ended inside XLA, which aborts the process (SIGABRT) after the one line was printed
+        _exit_now(code)
     return code
 
 
