@@ -221,7 +221,7 @@ class RecomputingStore(WrapperStore[Store]):
             loop = asyncio.get_running_loop()
             ys, first_row = await loop.run_in_executor(self._pool, self._recomputed, k)
             values = ys[name][(slice(rows.start - first_row, rows.stop - first_row), *region[1:])]
-            self._served_one(k, ys, first_row)
+            self._count_served(k, ys, first_row, 1)
         if values.shape == tuple(writer.shape) and values.flags.c_contiguous:
             return values.reshape(-1).view(np.uint8).data  # served as it lies: zarr copies it once, into place
         full = np.full(writer.shape, writer.array.metadata.fill_value, dtype=writer.array.dtype)
@@ -233,7 +233,7 @@ class RecomputingStore(WrapperStore[Store]):
 
         None unless the rows lie in one committed block that is not stored: the caller then
         reads them through zarr. Rows that are a whole block count as all of its chunks of
-        ``name`` served (see :meth:`_served_one`).
+        ``name`` served (see :meth:`_count_served`).
         """
         if not 0 <= start < stop <= self._block_rows * self._blocks:
             return None
@@ -245,9 +245,7 @@ class RecomputingStore(WrapperStore[Store]):
         if not first_row <= start < stop <= first_row + rows:
             return None
         if (start, stop) == (first_row, first_row + rows):
-            writer = self._writers[name]
-            for _ in range((-(-(first_row + rows) // writer.chunk) - first_row // writer.chunk) * len(writer.tiles)):
-                self._served_one(k, ys, first_row)
+            self._count_served(k, ys, first_row, self._chunks_in(name, first_row, rows))
         return ys[name][start - first_row : stop - first_row]
 
     def _recomputed(self, k: int) -> tuple[dict[str, np.ndarray], int]:
@@ -272,19 +270,21 @@ class RecomputingStore(WrapperStore[Store]):
             with self._lock:
                 self._computing.pop(k).set()
 
-    def _served_one(self, k: int, ys: dict[str, np.ndarray], first_row: int) -> None:
-        """Count one chunk of block ``k`` served; once all of its chunks were, the cache lets the block go.
+    def _chunks_in(self, name: str, first_row: int, rows: int) -> int:
+        """The chunks of array ``name`` holding rows ``[first_row, first_row + rows)`` (every tile of each)."""
+        writer = self._writers[name]
+        return (-(-(first_row + rows) // writer.chunk) - first_row // writer.chunk) * len(writer.tiles)
+
+    def _count_served(self, k: int, ys: dict[str, np.ndarray], first_row: int, chunks: int) -> None:
+        """Count ``chunks`` chunks of block ``k`` served; once all of them were, the cache lets the block go.
 
         A block is cached so that its other chunks and arrays need no computation of their
         own; one read in full (a reduction over the whole output) asks for each chunk once,
         and keeping its blocks would only hold their buffers.
         """
-        total = sum(
-            (-(-(first_row + len(ys[name])) // w.chunk) - first_row // w.chunk) * len(w.tiles)
-            for name, w in self._writers.items()
-        )
+        total = sum(self._chunks_in(name, first_row, len(ys[name])) for name in self._writers)
         with self._lock:
-            served = self._served_chunks.get(k, 0) + 1
+            served = self._served_chunks.get(k, 0) + chunks
             if served < total:
                 self._served_chunks[k] = served
                 return
