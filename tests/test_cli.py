@@ -266,7 +266,8 @@ def test_info_verify_and_resume_of_an_interrupted_output(tmp_path, capsys):
     assert run_cli("info", out) == 0
     assert "500 of 1000 steps committed, incomplete" in capsys.readouterr().out
     assert run_cli("verify", out) == 0
-    assert "4 of 4 committed blocks" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "4 of 4 committed blocks" in said and "incomplete: resume with --resume)" in said
     resume = ["--resume", "--no-summaries"]
     assert run_cli("write", out, "--recipe", "randomwalk", "--size", "1000", "--block-size", "125", *resume) == 0
     assert_bits_equal(zarr.open_group(out)["x"][:], full)

@@ -221,11 +221,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     report = verify_recipe_output(args.out, blocks=blocks, storage_options=storage_options(args.storage_option))
     summaries = f"; {report.summary_windows} summary windows match" if report.summary_windows else ""
-    _out(
+    _out(cli_terms(
         f"{args.out}: OK, {len(report.checked_blocks)} of {report.committed_blocks} committed blocks recomputed "
         f"bit for bit ({report.committed_steps} of {report.total_steps} steps committed"
-        f"{', complete' if report.complete else ', incomplete: resume with ' + arg('resume')}){summaries}"
-    )
+        f"{', complete' if report.complete else ', incomplete: resume with ' + arg('mode', 'resume')}){summaries}"
+    ))  # fmt: skip
     return 0
 
 
