@@ -387,7 +387,9 @@ def summaries_cost() -> str:
     runs = (("summaries_2p30_before.json", "before"), ("summaries_2p30_run1.json", "the reductions in slices"),
             ("summaries_2p30.json", "after"), ("summaries_2p30_run2.json", "after, again"),
             ("summaries_2p30_run3.json", "blocks computed in place"),
-            ("summaries_2p30_run4.json", "windows reduced into arrays made once per block (1204a19)"))  # fmt: skip
+            ("summaries_2p30_run4.json", "windows reduced into arrays made once per block (1204a19)"),
+            ("summaries_2p30_run5.json", "the final code from a fresh clone"),
+            ("summaries_2p30_run6.json", "the final code from a fresh clone, again, against 1204a19"))  # fmt: skip
     for name, label in runs:
         d = _load(name)
         m = d["machine"]
@@ -597,6 +599,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "virtual": lambda: _measured("virtual.json", ("write", "slice", "read")),
     "virtual-write": lambda: _measured("virtual_write.json", ("write",)),
     "virtual-read": lambda: _measured("virtual_read.json", ("read",)),
+    "virtual-read-run2": lambda: _measured("virtual_read_run2.json", ("read",)),
     "heat-2p17": lambda: _measured("heat_2p17.json", ("summary",)),
     "heat-2p17-run2": lambda: _measured("heat_2p17_run2.json", ("summary",)),
 }
