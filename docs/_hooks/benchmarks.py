@@ -389,7 +389,8 @@ def summaries_cost() -> str:
             ("summaries_2p30_run3.json", "blocks computed in place"),
             ("summaries_2p30_run4.json", "windows reduced into arrays made once per block (1204a19)"),
             ("summaries_2p30_run5.json", "the final code from a fresh clone"),
-            ("summaries_2p30_run6.json", "the final code from a fresh clone, again, against 1204a19"))  # fmt: skip
+            ("summaries_2p30_run6.json", "the final code from a fresh clone, again, against 1204a19"),
+            ("summaries_2p30_run7.json", "a2b6d28, on a slower day"))  # fmt: skip
     for name, label in runs:
         d = _load(name)
         m = d["machine"]
@@ -431,7 +432,9 @@ def headline_floor() -> str:
             ("headline_2p32_floor_run3.json", "this release's code, a third run"),
             ("headline_2p32_floor_run4.json", "blocks computed in place, a fourth run"),
             ("headline_2p32_floor_run5.json", "the final code from a fresh clone"),
-            ("headline_2p32_floor_run6.json", "the final code from a fresh clone, again"))  # fmt: skip
+            ("headline_2p32_floor_run6.json", "the final code from a fresh clone, again"),
+            ("headline_2p32_floor_run7.json", "a2b6d28, on a day the disk wrote 0.23 GiB/s"),
+            ("headline_2p32_floor_run8.json", "a2b6d28, again"))  # fmt: skip
     for name, label in runs:
         d = _load(name)
         m, fl = d["machine"], d["floor"]
@@ -501,8 +504,9 @@ PEERS = ("streamacc-cli", "streamacc-api", "floor", "dask-cumprod", "numpy-loop"
 
 
 def peers() -> str:
-    """``bench_suite.py`` at 2**30, run twice: streamacc against its peers, their wall time over streamacc's."""
-    return "\n".join(_peers(name) for name in ("peers_2p30.json", "peers_2p30_run2.json", "peers_2p30_run3.json"))
+    """``bench_suite.py`` at 2**30, in four runs: streamacc against its peers, their wall time over streamacc's."""
+    names = ("peers_2p30.json", "peers_2p30_run2.json", "peers_2p30_run3.json", "peers_2p30_run4.json")
+    return "\n".join(_peers(name) for name in names)
 
 
 def _peers(name: str) -> str:
