@@ -112,6 +112,13 @@ _XLA_CACHE = pytest.StashKey[str]()
 _SHARED_XLA_CACHE = "STREAMACC_TESTS_XLA_CACHE"
 
 
+SHARED_FIXTURES = {"dask_client": "cluster", "site": "site"}
+"""Fixtures made once for the tests that use them (the session's dask cluster, the documentation
+site built with every example run, about 34 s of CPU), by the group those tests form: with
+pytest -n, a group runs in one worker, so each is made once, not once per worker."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups into the test ids
 def pytest_collection_modifyitems(items):
     """A test that needs the session's dask cluster is slow: the first one starts its worker processes.
 
@@ -120,9 +127,11 @@ def pytest_collection_modifyitems(items):
     processes take about 2.5 s of CPU a minute doing nothing.
     """
     for item in items:
+        for fixture, group in SHARED_FIXTURES.items():
+            if fixture in item.fixturenames:
+                item.add_marker(pytest.mark.xdist_group(group))
         if "dask_client" in item.fixturenames:
             item.add_marker(pytest.mark.slow)
-            item.add_marker(pytest.mark.xdist_group("cluster"))  # with pytest -n: one worker, one cluster
 
     def order(item: pytest.Item) -> tuple[bool, bool]:
         # the test that kills a worker last: the one its nanny starts then imports nothing more for other tests

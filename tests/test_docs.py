@@ -48,7 +48,6 @@ def text_of(page: Path) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("site")  # with pytest -n: one worker builds the site once
 def test_every_page_is_built_with_its_examples_run(site):
     import yaml
 
@@ -71,7 +70,6 @@ def test_every_page_is_built_with_its_examples_run(site):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("site")
 def test_the_api_reference_shows_every_public_name_and_parameter(site):
     import inspect
 
@@ -91,7 +89,6 @@ def test_the_api_reference_shows_every_public_name_and_parameter(site):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("site")
 def test_the_cli_reference_lists_every_option_of_every_subcommand(site):
     from streamacc.cli._parser import build_parser
 
@@ -106,7 +103,6 @@ def test_the_cli_reference_lists_every_option_of_every_subcommand(site):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("site")
 def test_the_site_works_offline_and_has_search(site):
     for page in site.rglob("*.html"):
         html = page.read_text()
@@ -117,7 +113,6 @@ def test_the_site_works_offline_and_has_search(site):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("site")
 def test_benchmark_pages_say_how_each_figure_was_made(site):
     page = text_of(site / "benchmarks" / "writing" / "index.html")
     assert page.count("Reproduce:") >= 8 and page.count("Machine:") >= 8
