@@ -390,7 +390,8 @@ def summaries_cost() -> str:
             ("summaries_2p30_run4.json", "windows reduced into arrays made once per block (1204a19)"),
             ("summaries_2p30_run5.json", "the final code from a fresh clone"),
             ("summaries_2p30_run6.json", "the final code from a fresh clone, again, against 1204a19"),
-            ("summaries_2p30_run7.json", "a2b6d28, on a slower day"))  # fmt: skip
+            ("summaries_2p30_run7.json", "a2b6d28, on a slower day"),
+            ("summaries_2p30_run8.json", "4e5c093 (ml_dtypes 0.6.0) from a fresh clone"))  # fmt: skip
     for name, label in runs:
         d = _load(name)
         m = d["machine"]
@@ -434,7 +435,8 @@ def headline_floor() -> str:
             ("headline_2p32_floor_run5.json", "the final code from a fresh clone"),
             ("headline_2p32_floor_run6.json", "the final code from a fresh clone, again"),
             ("headline_2p32_floor_run7.json", "a2b6d28, on a day the disk wrote 0.23 GiB/s"),
-            ("headline_2p32_floor_run8.json", "a2b6d28, again"))  # fmt: skip
+            ("headline_2p32_floor_run8.json", "a2b6d28, again"),
+            ("headline_2p32_floor_run9.json", "4e5c093 (ml_dtypes 0.6.0) from a fresh clone"))  # fmt: skip
     for name, label in runs:
         d = _load(name)
         m, fl = d["machine"], d["floor"]
