@@ -5,7 +5,7 @@
 #
 #   bash benchmarks/reproduce.sh            # everything (about an hour on 2 cores, 30 GB of disk)
 #   bash benchmarks/reproduce.sh headline   # one section: headline before rss suite engine codecs chunks
-#                                           #   compensated dist cli overview simulations accuracy limits verify adversarial
+#                                           #   compensated dist cli overview simulations accuracy limits verify adversarial tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=benchmarks/out
@@ -116,9 +116,13 @@ adversarial() {  # kill chains, S3 pauses, stalls and data loss, tampering, sign
   run adversarial /usr/bin/time -v python tests/chaos.py --trials 10 --json benchmarks/results/adversarial.json
 }
 
+tests() {  # the test suite twice under GNU time, with the CPU of each test (about 10 minutes)
+  run tests python benchmarks/bench_tests.py --repeat 2 --json benchmarks/results/tests_cpu.json
+}
+
 sections=("$@")
 [ ${#sections[@]} -gt 0 ] || sections=(headline before rss suite engine codecs chunks compensated dist cli overview simulations
-  accuracy limits verify adversarial)
+  accuracy limits verify adversarial tests)
 for section in "${sections[@]}"; do
   "$section"
 done
