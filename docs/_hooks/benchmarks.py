@@ -580,6 +580,38 @@ def _measured(name: str, figures: tuple[str, ...]) -> str:
     )
 
 
+def tests_cpu() -> str:
+    """``bench_tests.py``: the test command under GNU time, and the CPU of each test file."""
+    d = _load("tests_cpu.json")
+    m = d["machine"]
+    versions = ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items())
+    src = Source(("tests_cpu.json",), d["command"], _machine(d), versions + f", git {m['git']}, on {m['date']}")
+    runs = d["runs"]
+    totals = [[i + 1, r["passed"], _num(r["wall_s"], 0), _num(r["user_s"], 0), _num(r["sys_s"], 0),
+               _num(r["cpu_s"], 0), _num(r["in_tests_cpu_s"], 0), _num(r["outside_tests_cpu_s"], 0),
+               _num(sum(r["compile_s"].values()), 0), f"{r['minor_faults']:,}", _num(r["peak_rss_mb"], 0),
+               _num(r["load_before"][0], 1)] for i, r in enumerate(runs)]  # fmt: skip
+    last = runs[-1]
+    files = [[f"`{f['file']}`", f["tests"], _num(f["cpu_s"], 1), _num(f["children_cpu_s"], 1)] for f in last["by_file"]]
+    buckets = [[k, v["tests"], _num(v["cpu_s"], 0)] for k, v in last["buckets"].items()]
+    return (
+        src.head()
+        + _table(["run", "passed", "wall s", "user s", "system s", "CPU s", "in tests", "outside tests",
+                  "compiling", "minor faults", "peak RSS MB", "load"], totals)
+        + "\n\n*In tests* is the CPU of the tests themselves (their process's and that of the processes they "
+        "waited for); *outside tests* the rest of the command: interpreters starting and importing, collection, "
+        "and the processes the session keeps (the dask cluster, the S3 server, the forked writers); *compiling* "
+        "is JAX tracing, lowering and compiling, part of both.\n\nThe last run's tests by their CPU:\n\n"
+        + _table(["tests taking", "tests", "CPU s"], buckets)
+        + "\n\nIts test files that took the most CPU (s; *of it in processes* is what the processes a test "
+        "waited for took). A process counts when it is waited for: the interpreter that forks the writers the "
+        "tests kill serves the tests of several files and counts, with every writer it forked, in the test "
+        "during which it ended, which may be a test that started no process.\n\n"
+        + _table(["file", "tests", "CPU s", "of it in processes"], files)
+        + "\n"
+    )
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "headline": headline,
     "suite": suite,
@@ -599,6 +631,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "headline-floor": headline_floor,
     "profile": profile,
     "peers": peers,
+    "tests-cpu": tests_cpu,
 
     "input-memory": lambda: _measured("input_memory.json", ("summary",)),
     "input-memory-run2": lambda: _measured("input_memory_run2.json", ("summary",)),
