@@ -57,4 +57,9 @@ SUMMARY_VALUES_AT_MOST = 2**20
 """Values per statistic the finest default level of a short output holds at most (8 MiB of
 float64): each window of a 4096-point state is a row of 4096 values, and the 1024 windows
 of ``SUMMARY_WINDOWS_AT_LEAST`` made 4096 summary files for a 2**17-step heat equation,
-written and fsynced one by one, which slowed its write by half: it gets 256 windows."""
+written and fsynced one by one, which slowed its write by half: it gets 256 windows.
+
+A virtual output's finest default level holds at most this many at any length, its windows
+growing past the finest of ``DEFAULT_SUMMARY_WINDOWS``: its summaries are most of what it
+stores, and 2**22 windows of 4096 steps made a 2**34-step virtual write store 0.75% of the
+bytes of the stored 2**32-step write, where the carries alone take 0.007%."""

@@ -639,6 +639,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "virtual": lambda: _measured("virtual.json", ("write", "slice", "read")),
     "virtual-write": lambda: _measured("virtual_write.json", ("write",)),
     "virtual-write-run2": lambda: _measured("virtual_write_run2.json", ("write",)),
+    "virtual-levels": lambda: _measured("virtual_levels.json", ("write", "slice")),
     "virtual-read": lambda: _measured("virtual_read.json", ("read",)),
     "virtual-read-run2": lambda: _measured("virtual_read_run2.json", ("read",)),
     "heat-2p17": lambda: _measured("heat_2p17.json", ("summary",)),

@@ -67,14 +67,14 @@ def _continued(request: Request, stored: dict[str, Any] | None) -> Request:
     return dataclasses.replace(request, **changes)
 
 
-def _warn_fine_summaries(store: Any, kept: Sequence[int], rows: int) -> None:
+def _warn_fine_summaries(store: Any, kept: Sequence[int], rows: int, virtual: bool) -> None:
     """Warn where an extension keeps summary levels far finer than the default for its new length.
 
     The default levels of a short output are fine (one row per window below 1024 rows); they
     stay the output's as it grows, and at 4 values per window the summaries of a long
     extension would then outweigh its data.
     """
-    wanted = default_windows(rows)
+    wanted = default_windows(rows, virtual=virtual)
     if not kept or kept[0] * 16 > wanted[0]:
         return
     label = os.fspath(store) if isinstance(store, (str, os.PathLike)) else "the output"
@@ -215,7 +215,8 @@ def write(
         :func:`streamacc.overview` and ``streamacc plot``: True for the default levels
         (chosen from the output's rows: at least 1024 windows at the finest, or at most
         2**20 values per statistic for a large state, and windows of at most 2**12, 2**16
-        and 2**20 rows), a list of window lengths in rows (each a multiple of
+        and 2**20 rows but for a virtual output, which keeps to 2**20 values per
+        statistic at any length), a list of window lengths in rows (each a multiple of
         the one before, none longer than the output), or False. A reverse scan writes
         none; a resumed or extended output keeps the levels it was begun with.
     storage_options : dict, optional
@@ -274,7 +275,7 @@ def write(
     request = _continued(request, stored)
     plan = _plan(f, init, xs, request)
     if request.mode == "extend" and asked_default:
-        _warn_fine_summaries(store, request.summaries, plan.rows)
+        _warn_fine_summaries(store, request.summaries, plan.rows, request.virtual)
     if stored is not None and request.chunks is None and plan.block_size == stored.get("block_size"):
         request = dataclasses.replace(request, chunks=stored_chunks(stored, plan.block_rows))
     spec = output_spec(plan, request, names=names, dims=dims, array_attrs=array_attrs)

@@ -16,18 +16,24 @@ __all__ = ["check_windows", "default_windows", "too_long"]
 LEVEL_FACTOR = DEFAULT_SUMMARY_WINDOWS[1] // DEFAULT_SUMMARY_WINDOWS[0]
 
 
-def default_windows(rows: int, state_size: int = 1) -> list[int]:
+def default_windows(rows: int, state_size: int = 1, virtual: bool = False) -> list[int]:
     """The default levels of an output of ``rows`` rows whose largest state holds ``state_size`` values.
 
     A long output gets ``DEFAULT_SUMMARY_WINDOWS``; a shorter one a finest window that
     gives at least 1024 windows (one row each below 1024 rows), or fewer where its states
     are large (``_defaults.SUMMARY_VALUES_AT_MOST``), and coarser levels by 16 no longer
-    than the output.
+    than the output. A ``virtual`` output, whose summaries are most of what it stores, holds
+    at most ``SUMMARY_VALUES_AT_MOST`` values per statistic at the finest level whatever
+    its length: its finest window grows past the default's with the output.
     """
     finest = 1
     while finest * 2 <= DEFAULT_SUMMARY_WINDOWS[0] and rows // (finest * 2) >= SUMMARY_WINDOWS_AT_LEAST:
         finest *= 2
-    while finest * 2 <= DEFAULT_SUMMARY_WINDOWS[0] and -(-rows // finest) * state_size > SUMMARY_VALUES_AT_MOST:
+    while (
+        (finest * 2 <= DEFAULT_SUMMARY_WINDOWS[0] or virtual)
+        and finest < rows
+        and -(-rows // finest) * state_size > SUMMARY_VALUES_AT_MOST
+    ):
         finest *= 2
     windows = [finest * LEVEL_FACTOR**i for i in range(len(DEFAULT_SUMMARY_WINDOWS))]
     return [w for w in windows if w == finest or w <= rows]

@@ -115,7 +115,8 @@ def output_spec(
     windows = request.summaries
     if request.summaries_default and windows:
         summarized = summarized_names({n: (s.dtype, trailing[n]) for n, s in leaves.items()})
-        windows = default_windows(plan.rows, max((math.prod(trailing[n]) for n in summarized), default=1))
+        largest = max((math.prod(trailing[n]) for n in summarized), default=1)
+        windows = default_windows(plan.rows, largest, virtual=request.virtual)
     elif request.mode in ("create", "overwrite"):  # a continued run's windows are the stored run's
         error = too_long(windows, plan.rows)
         if error is not None:
