@@ -214,8 +214,9 @@ def pause_before_check(at: int) -> None:
 
 if __name__ == "__main__":
     kind, at, *argv = sys.argv[1:]
+    sys.argv = ["streamacc", *argv]  # main() then runs as the program does, exits included
     if kind in ("chunk", "manifest"):
         with full_disk(kind, int(at)):
-            sys.exit(main(argv))
+            sys.exit(main())
     {"complete": kill_after_complete, "pause": pause_before_check}[kind](int(at))
-    sys.exit(main(argv))
+    sys.exit(main())
