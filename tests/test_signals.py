@@ -146,6 +146,47 @@ def test_ctrl_c_interrupts_write_called_from_python_in_the_middle_of_a_block(tmp
     assert read_manifest(out)["committed_blocks"] == 0
 
 
+LIBRARY_EXIT_MID_BLOCK = textwrap.dedent(
+    """
+    import os, signal, sys
+    from pathlib import Path
+    import jax, numpy as np
+    from jax import lax
+    jax.config.update("jax_enable_x64", True)
+    import streamacc
+
+    def at(i):
+        if i == 300:  # inside the second block: Ctrl-C, and the script ends with the KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGINT)
+        else:  # the second block's last step
+            Path(sys.argv[2]).write_text(str(int(i)))
+
+    def step(carry, _):  # a millisecond or so a step
+        c, i = carry
+        c = lax.fori_loop(0, 2**19, lambda k, v: v * (1 + 1e-12), c)
+        i = i + 1
+        lax.cond((i == 300) | (i == 512), lambda: jax.debug.callback(at, i), lambda: None)
+        return (c, i), c
+
+    streamacc.write(sys.argv[1], step, (np.float64(1.0), np.int64(0)), length=4096, block_size=256,
+                    progress=False, summaries=False)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_script_that_ends_while_a_block_computes_lets_the_block_finish_and_exits_cleanly(tmp_path):
+    """The interpreter used to end the computing thread inside XLA, which aborted the process (SIGABRT, "FATAL:
+    exception not rethrown") in three runs of four, with the block unfinished: the exit now waits for it."""
+    marker = tmp_path / "block-finished"
+    proc = start([sys.executable, "-c", LIBRARY_EXIT_MID_BLOCK, str(tmp_path / "out.zarr"), str(marker)])
+    _, err = proc.communicate(timeout=DEADLINE * 2)
+    assert proc.returncode == -signal.SIGINT, err  # Python's own exit for an uncaught KeyboardInterrupt
+    assert err.rstrip().endswith("KeyboardInterrupt") and "FATAL" not in err, err
+    assert marker.read_text() == "512"  # the block in hand when the script ended was computed to its end
+    assert read_manifest(tmp_path / "out.zarr")["committed_blocks"] <= 1
+
+
 def test_write_computes_in_the_callers_x64_scope(tmp_path, x64_off):
     """Blocks are computed on another thread; ``jax.enable_x64()`` is per thread, yet float64 stays float64."""
     ratio = 1 + 2.0**-40  # 1.0 in float32

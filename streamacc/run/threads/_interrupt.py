@@ -20,6 +20,7 @@ are per thread).
 
 from __future__ import annotations
 
+import atexit
 import functools
 import signal
 import sys
@@ -56,6 +57,10 @@ GRACE_SECONDS = 10.0
 is released) before it raises anyway; a block XLA is still computing is never waited for."""
 
 POLL_SECONDS = 0.1
+
+EXIT_WAIT_SECONDS = 5.0
+"""How long the interpreter's exit waits for blocks still computing (see :class:`_Computing`); a
+longer block is left to the exit, which then most likely ends the process while it computes."""
 
 
 class Interrupted(BaseException):
@@ -94,6 +99,50 @@ def _wait(replies: SimpleQueue[T]) -> T:
 _ITEM, _END, _ERROR = range(3)
 
 
+class _Computing:
+    """The threads of :class:`_OwnThread` advancing their source (inside XLA, for a block), for the exit to wait on.
+
+    The interpreter ends a daemon thread that is still inside XLA when it exits, and XLA
+    then aborts the process (SIGABRT, after the output was printed): a script whose write
+    failed or was stopped while a block computed would end that way. So the exit, before
+    JAX's own clean-up, lets the blocks being computed finish (up to ``EXIT_WAIT_SECONDS``),
+    and no thread begins another.
+    """
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.threads: set[threading.Thread] = set()
+        self.exiting = False
+        self.registered = False
+
+    def register(self) -> None:
+        """Wait at the exit, before JAX's clean-up: registered after JAX's, so run before it."""
+        with self.changed:
+            if not self.registered:
+                atexit.register(self.wait)
+                self.registered = True
+
+    def begin(self) -> bool:
+        """Count this thread in; False once the interpreter is exiting."""
+        with self.changed:
+            if not self.exiting:
+                self.threads.add(threading.current_thread())
+            return not self.exiting
+
+    def end(self) -> None:
+        with self.changed:
+            self.threads.discard(threading.current_thread())
+            self.changed.notify_all()
+
+    def wait(self, timeout: float = EXIT_WAIT_SECONDS) -> None:
+        with self.changed:
+            self.exiting = True
+            self.changed.wait_for(lambda: not self.threads, timeout)
+
+
+_computing = _Computing()
+
+
 class _OwnThread:
     """An iterator advanced on a daemon thread of its own, one item per ``next()``, on demand."""
 
@@ -102,11 +151,15 @@ class _OwnThread:
         self._replies: SimpleQueue[tuple[int, Any]] = SimpleQueue()
         thread = threading.Thread(target=self._produce, args=(source, _scopes()), name=name, daemon=True)
         _started.add(thread)
+        _computing.register()
         thread.start()
 
     def _produce(self, source: Iterator[Any], scopes: Callable[[], AbstractContextManager[Any]]) -> None:
         with scopes():
             while self._requests.get():
+                if not _computing.begin():  # the interpreter is exiting: the consumer stops as if asked to
+                    self._replies.put((_ERROR, Interrupted()))
+                    return
                 try:
                     item = next(source)
                 except StopIteration:
@@ -115,6 +168,8 @@ class _OwnThread:
                 except BaseException as exc:
                     self._replies.put((_ERROR, exc))
                     return
+                finally:
+                    _computing.end()
                 self._replies.put((_ITEM, item))
                 del item  # hold nothing while waiting: a block's buffer returns to its pool once released
 
