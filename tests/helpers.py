@@ -156,6 +156,22 @@ def assert_bits_equal(got: Any, want: Any) -> None:
 # --- failures injected through the store ----------------------------------------------------------
 
 
+class OnesUntil:
+    """An input of ``n`` values, all 1.0, that fails past row ``limit`` ("the input ends here"): a run of any
+    length, up to 2**63 - 1, stops after a few blocks, with no array of its length made."""
+
+    def __init__(self, n: int, limit: int) -> None:
+        self.shape, self.dtype, self.ndim, self.limit = (n,), np.dtype(np.float64), 1, limit
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: slice) -> np.ndarray:
+        if key.stop > self.limit:
+            raise RuntimeError("the input ends here")
+        return np.ones(key.stop - key.start)
+
+
 class FailingStore(WrapperStore):
     """A zarr store that raises ``exc`` whenever ``key`` is set, as a full disk or a lost connection would.
 

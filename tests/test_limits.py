@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
+from helpers import OnesUntil
 
 import streamacc
 from streamacc.engine import MAX_LENGTH, block_bounds, block_count, committed_span
@@ -85,29 +86,14 @@ def test_blocks_to_verify_are_spread_exactly_at_any_count():
 # --- a run of 2**62 steps ------------------------------------------------------------------
 
 
-class Ones:
-    """``n`` input values, all 1.0, that fail past row ``limit``: the run stops after a few blocks."""
-
-    def __init__(self, n: int, limit: int) -> None:
-        self.shape, self.dtype, self.ndim, self.limit = (n,), np.dtype(np.float64), 1, limit
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, key: slice) -> np.ndarray:
-        if key.stop > self.limit:
-            raise RuntimeError("the test's input ends here")
-        return np.ones(key.stop - key.start)
-
-
 def count(c, x):
     return c + x, c + x  # y[i] = i + 1 exactly: a reference needs only integers
 
 
 def write_until(out: Path, limit: int, **kw) -> None:
-    with pytest.raises(RuntimeError, match="the test's input ends here"):
+    with pytest.raises(RuntimeError, match="the input ends here"):
         streamacc.write(
-            out, count, np.float64(0), Ones(HUGE, limit), block_size=BLOCK, names=["x"], progress=False, **kw
+            out, count, np.float64(0), OnesUntil(HUGE, limit), block_size=BLOCK, names=["x"], progress=False, **kw
         )
 
 
@@ -130,7 +116,7 @@ def check_committed(out: Path, least: int, most: int) -> int:
         assert "streamacc_total_steps" not in head.attrs and head.x.values.tolist() == list(range(1, 11))
     np.testing.assert_array_equal(ds.x.values, np.arange(1, steps + 1, dtype=np.float64))
     np.testing.assert_array_equal(ds.step[-2:].values, [steps - 2, steps - 1])
-    report = finishes(lambda: streamacc.verify(out, count, np.float64(0), Ones(HUGE, steps)))
+    report = finishes(lambda: streamacc.verify(out, count, np.float64(0), OnesUntil(HUGE, steps)))
     assert report.total_steps == HUGE and report.committed_steps == steps
     assert report.checked_blocks == tuple(range(steps // BLOCK))
     return steps
@@ -161,24 +147,24 @@ def test_a_run_of_2_62_steps_on_a_cluster(tmp_path, dask_client, monkeypatch):
     out = tmp_path / "huge.zarr"
     with pytest.raises(Enough):
         streamacc.write(
-            out, count, np.float64(0), Ones(HUGE, HUGE), block_size=BLOCK, names=["x"], progress=False,
+            out, count, np.float64(0), OnesUntil(HUGE, HUGE), block_size=BLOCK, names=["x"], progress=False,
             client=dask_client,
         )  # fmt: skip
     check_committed(out, 6, 9)
 
 
-class FromTheEnd(Ones):
-    """As :class:`Ones`, failing before row ``limit`` instead: a reverse scan reads from the end."""
+class FromTheEnd(OnesUntil):
+    """As :class:`OnesUntil`, failing before row ``limit`` instead: a reverse scan reads from the end."""
 
     def __getitem__(self, key: slice) -> np.ndarray:
         if key.start < self.limit:
-            raise RuntimeError("the test's input ends here")
+            raise RuntimeError("the input ends here")
         return np.ones(key.stop - key.start)
 
 
 def test_a_reverse_run_of_2_62_steps_commits_its_end(tmp_path):
     out = tmp_path / "reverse.zarr"
-    with pytest.raises(RuntimeError, match="the test's input ends here"):
+    with pytest.raises(RuntimeError, match="the input ends here"):
         streamacc.write(
             out,
             count,

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from helpers import run_warm
+from helpers import OnesUntil, run_warm
 
 import streamacc
 from streamacc.errors import InputError, StoreError, VerifyError
@@ -172,21 +172,6 @@ def test_extending_a_virtual_output_gives_the_longer_virtual_run(tmp_path):
         xr.open_zarr(out)
     assert same_dataset(streamacc.open(out, f=f), streamacc.open(longer, f=f))
     assert streamacc.info(out).stored_blocks == 7  # the blocks before the stored run's last
-
-
-class OnesUntil:
-    """``n`` input values, all 1.0, that fail past row ``limit``: a run of any length stops after a few blocks."""
-
-    def __init__(self, n: int, limit: int) -> None:
-        self.shape, self.dtype, self.ndim, self.limit = (n,), np.dtype(np.float64), 1, limit
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, key: slice) -> np.ndarray:
-        if key.stop > self.limit:
-            raise RuntimeError("the input ends here")
-        return np.ones(key.stop - key.start)
 
 
 def test_a_long_virtual_output_keeps_its_default_summaries_to_a_million_windows(tmp_path):
