@@ -506,9 +506,9 @@ PEERS = ("streamacc-cli", "streamacc-api", "floor", "dask-cumprod", "numpy-loop"
 
 
 def peers() -> str:
-    """``bench_suite.py`` at 2**30, in five runs: streamacc against its peers, their wall time over streamacc's."""
+    """``bench_suite.py`` at 2**30, in six runs: streamacc against its peers, their wall time over streamacc's."""
     names = ("peers_2p30.json", "peers_2p30_run2.json", "peers_2p30_run3.json", "peers_2p30_run4.json",
-             "peers_2p30_run5.json")  # fmt: skip
+             "peers_2p30_run5.json", "peers_2p30_run6.json")  # fmt: skip
     return "\n".join(_peers(name) for name in names)
 
 
