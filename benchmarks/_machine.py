@@ -67,24 +67,10 @@ def machine(disk: Path | None = None) -> dict:
     return info
 
 
-def disk_write(folder: Path, nbytes: int, file_bytes: int = 64 * MiB) -> dict:
-    """Write ``nbytes`` into fresh files of ``file_bytes`` under ``folder``, each fsynced, then fsync the folder.
-
-    The disk's floor for an output of that many bytes: incompressible bytes (so no file
-    system compresses them), written with ``os.write`` from one buffer, files created
-    afresh as a writer creates its chunks. Returns seconds and GiB/s; the files are
-    deleted afterwards (not timed).
-    """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    buf = os.urandom(min(file_bytes, nbytes))
-    paths = []
-    t0 = time.perf_counter()
-    left, i = nbytes, 0
-    while left > 0:
-        n = min(left, len(buf))
-        path = folder / f"floor-{i:06d}"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+def _write_files(folder: Path, sizes: list[tuple[int, int]], buf: bytes) -> None:
+    """Files ``floor-<i>`` of ``n`` bytes each (``sizes``: ``(i, n)``), each written from ``buf`` and fsynced."""
+    for i, n in sizes:
+        fd = os.open(folder / f"floor-{i:06d}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             view = memoryview(buf)[:n]
             while view:
@@ -92,16 +78,36 @@ def disk_write(folder: Path, nbytes: int, file_bytes: int = 64 * MiB) -> dict:
             os.fsync(fd)
         finally:
             os.close(fd)
-        paths.append(path)
-        left -= n
-        i += 1
+
+
+def disk_write(folder: Path, nbytes: int, file_bytes: int = 64 * MiB, writers: int = 1) -> dict:
+    """Write ``nbytes`` into fresh files of ``file_bytes`` under ``folder``, each fsynced, then fsync the folder.
+
+    The disk's floor for an output of that many bytes: incompressible bytes (so no file
+    system compresses them), written with ``os.write`` from one buffer, files created
+    afresh as a writer creates its chunks, by ``writers`` threads at once (file ``i`` by
+    thread ``i % writers``): a virtual disk may write several streams faster than one.
+    Returns seconds and GiB/s; the files are deleted afterwards (not timed).
+    """
+    import threading
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    buf = os.urandom(min(file_bytes, nbytes))
+    sizes = [(i, min(len(buf), nbytes - start)) for i, start in enumerate(range(0, nbytes, len(buf)))]
+    threads = [threading.Thread(target=_write_files, args=(folder, sizes[k::writers], buf)) for k in range(writers)]
+    t0 = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
     seconds = time.perf_counter() - t0
-    for path in paths:
-        path.unlink()
-    return {"bytes": nbytes, "file_bytes": file_bytes, "files": len(paths), "seconds": seconds,
+    for i, _ in sizes:
+        (folder / f"floor-{i:06d}").unlink()
+    return {"bytes": nbytes, "file_bytes": file_bytes, "files": len(sizes), "writers": writers, "seconds": seconds,
             "gib_per_s": nbytes / seconds / 2**30}  # fmt: skip
