@@ -642,6 +642,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
 
     "input-memory": lambda: _measured("input_memory.json", ("summary",)),
     "input-memory-run2": lambda: _measured("input_memory_run2.json", ("summary",)),
+    "input-memory-run3": lambda: _measured("input_memory_run3.json", ("summary",)),
     "plot-cold": lambda: _measured("plot_2p30.json", ("summary", "importtime_plot_s")),
     "virtual": lambda: _measured("virtual.json", ("write", "slice", "read")),
     "virtual-write": lambda: _measured("virtual_write.json", ("write",)),
