@@ -29,10 +29,8 @@ def default_windows(rows: int, state_size: int = 1, virtual: bool = False) -> li
     finest = 1
     while finest * 2 <= DEFAULT_SUMMARY_WINDOWS[0] and rows // (finest * 2) >= SUMMARY_WINDOWS_AT_LEAST:
         finest *= 2
-    while (
-        (finest * 2 <= DEFAULT_SUMMARY_WINDOWS[0] or virtual)
-        and finest < rows
-        and -(-rows // finest) * state_size > SUMMARY_VALUES_AT_MOST
+    while (finest * 2 <= DEFAULT_SUMMARY_WINDOWS[0] or (virtual and finest < rows)) and (
+        -(-rows // finest) * state_size > SUMMARY_VALUES_AT_MOST
     ):
         finest *= 2
     windows = [finest * LEVEL_FACTOR**i for i in range(len(DEFAULT_SUMMARY_WINDOWS))]
