@@ -12,6 +12,7 @@ import datetime as dt
 import os
 import platform
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -89,8 +90,6 @@ def disk_write(folder: Path, nbytes: int, file_bytes: int = 64 * MiB, writers: i
     thread ``i % writers``): a virtual disk may write several streams faster than one.
     Returns seconds and GiB/s; the files are deleted afterwards (not timed).
     """
-    import threading
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     buf = os.urandom(min(file_bytes, nbytes))

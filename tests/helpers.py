@@ -153,9 +153,6 @@ def assert_bits_equal(got: Any, want: Any) -> None:
         assert g.tobytes() == w.tobytes()
 
 
-# --- failures injected through the store ----------------------------------------------------------
-
-
 class OnesUntil:
     """An input of ``n`` values, all 1.0, that fails past row ``limit`` ("the input ends here"): a run of any
     length, up to 2**63 - 1, stops after a few blocks, with no array of its length made."""
@@ -170,6 +167,9 @@ class OnesUntil:
         if key.stop > self.limit:
             raise RuntimeError("the input ends here")
         return np.ones(key.stop - key.start)
+
+
+# --- failures injected through the store ----------------------------------------------------------
 
 
 class FailingStore(WrapperStore):
