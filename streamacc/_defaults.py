@@ -59,7 +59,9 @@ float64): each window of a 4096-point state is a row of 4096 values, and the 102
 of ``SUMMARY_WINDOWS_AT_LEAST`` made 4096 summary files for a 2**17-step heat equation,
 written and fsynced one by one, which slowed its write by half: it gets 256 windows.
 
-A virtual output's finest default level holds at most this many at any length, its windows
-growing past the finest of ``DEFAULT_SUMMARY_WINDOWS``: its summaries are most of what it
-stores, and 2**22 windows of 4096 steps made a 2**34-step virtual write store 0.75% of the
-bytes of the stored 2**32-step write, where the carries alone take 0.007%."""
+A virtual output's finest default level holds at most this many, its windows growing past
+the finest of ``DEFAULT_SUMMARY_WINDOWS`` up to the next (2**16): its summaries are most of
+what it stores, and 2**22 windows of 4096 steps made a 2**34-step virtual write store 0.75%
+of the bytes of the stored 2**32-step write, where the carries alone take 0.007%. Windows
+of up to 2**16 steps, not longer, so that a run of 2**63 steps stopped after a few billion
+still has windows to draw."""

@@ -176,22 +176,25 @@ def test_extending_a_virtual_output_gives_the_longer_virtual_run(tmp_path):
 
 def test_a_long_virtual_output_keeps_its_default_summaries_to_a_million_windows(tmp_path):
     """Summaries are most of what a virtual output stores: its finest default level holds at most 2**20 values per
-    statistic whatever its length, where a stored output of 2**40 steps keeps windows of 4096 (2**28 of them)."""
+    statistic, in windows of up to 2**16 rows, where a stored output keeps windows of at most 4096 (2**28 of them at
+    2**40 steps); a run of 2**63 steps stopped early still has windows to draw."""
     from streamacc.summaries import default_windows
 
     for rows, size in [(2**34, 1), (2**40, 1), (2**63 - 1, 1), (2**30, 4096), (2**20, 2**21), (5, 2**22)]:
         windows = default_windows(rows, size, virtual=True)
-        assert -(-rows // windows[0]) * size <= 2**20 or windows[0] >= rows  # one window at most holds it all
-        assert windows[0] <= 4096 or -(-rows // (windows[0] // 2)) * size > 2**20  # no shorter window would do
-        assert windows == [w for w in (windows[0], 16 * windows[0], 256 * windows[0]) if w <= max(rows, windows[0])]
+        finest = windows[0]
+        assert finest <= 2**16 and (-(-rows // finest) * size <= 2**20 or finest == 2**16 or finest >= rows)
+        assert finest <= 4096 or -(-rows // (finest // 2)) * size > 2**20  # no shorter window would do
+        assert windows == [w for w in (finest, 16 * finest, 256 * finest) if w <= max(rows, finest)]
     for rows in (1, 1000, 2**22, 2**32):  # where the default keeps a million windows, a virtual output has the same
         assert default_windows(rows, virtual=True) == default_windows(rows)
     assert default_windows(2**34, virtual=True) == [2**14, 2**18, 2**22]
+    assert default_windows(2**63 - 1, virtual=True) == [2**16, 2**20, 2**24]
 
     def count(c, x):
         return c + x, c + x
 
-    for virtual, finest in ((True, 2**20), (False, 2**12)):  # 2**40 steps, stopped by the input after a few blocks
+    for virtual, finest in ((True, 2**16), (False, 2**12)):  # 2**40 steps, stopped by the input after a few blocks
         out = tmp_path / f"{virtual}.zarr"
         with pytest.raises(RuntimeError, match="the input ends here"):
             streamacc.write(out, count, np.float64(0), OnesUntil(2**40, 2**14), block_size=2**12, names="x",

@@ -215,8 +215,8 @@ def write(
         :func:`streamacc.overview` and ``streamacc plot``: True for the default levels
         (chosen from the output's rows: at least 1024 windows at the finest, or at most
         2**20 values per statistic for a large state, and windows of at most 2**12, 2**16
-        and 2**20 rows but for a virtual output, which keeps to 2**20 values per
-        statistic at any length), a list of window lengths in rows (each a multiple of
+        and 2**20 rows, or 2**16, 2**20 and 2**24 for a virtual output, which keeps to
+        2**20 values per statistic), a list of window lengths in rows (each a multiple of
         the one before, none longer than the output), or False. A reverse scan writes
         none; a resumed or extended output keeps the levels it was begun with.
     storage_options : dict, optional

@@ -22,14 +22,16 @@ def default_windows(rows: int, state_size: int = 1, virtual: bool = False) -> li
     A long output gets ``DEFAULT_SUMMARY_WINDOWS``; a shorter one a finest window that
     gives at least 1024 windows (one row each below 1024 rows), or fewer where its states
     are large (``_defaults.SUMMARY_VALUES_AT_MOST``), and coarser levels by 16 no longer
-    than the output. A ``virtual`` output, whose summaries are most of what it stores, holds
-    at most ``SUMMARY_VALUES_AT_MOST`` values per statistic at the finest level whatever
-    its length: its finest window grows past the default's with the output.
+    than the output. A ``virtual`` output, whose summaries are most of what it stores, keeps
+    to ``SUMMARY_VALUES_AT_MOST`` values per statistic at the finest level with windows of
+    up to ``DEFAULT_SUMMARY_WINDOWS[1]`` rows: longer ones would leave a run stopped long
+    before its length (one of 2**63 steps) with no complete window to draw.
     """
     finest = 1
     while finest * 2 <= DEFAULT_SUMMARY_WINDOWS[0] and rows // (finest * 2) >= SUMMARY_WINDOWS_AT_LEAST:
         finest *= 2
-    while (finest * 2 <= DEFAULT_SUMMARY_WINDOWS[0] or (virtual and finest < rows)) and (
+    longest = DEFAULT_SUMMARY_WINDOWS[1] if virtual else DEFAULT_SUMMARY_WINDOWS[0]
+    while (finest * 2 <= DEFAULT_SUMMARY_WINDOWS[0] or (finest * 2 <= longest and finest < rows)) and (
         -(-rows // finest) * state_size > SUMMARY_VALUES_AT_MOST
     ):
         finest *= 2
