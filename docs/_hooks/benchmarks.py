@@ -437,7 +437,8 @@ def headline_floor() -> str:
             ("headline_2p32_floor_run7.json", "a2b6d28, on a day the disk wrote 0.23 GiB/s"),
             ("headline_2p32_floor_run8.json", "a2b6d28, again"),
             ("headline_2p32_floor_run9.json", "4e5c093 (ml_dtypes 0.6.0) from a fresh clone"),
-            ("headline_2p32_floor_run10.json", "a quicker day, the disk by one writer and by three"))  # fmt: skip
+            ("headline_2p32_floor_run10.json", "a quicker day, the disk by one writer and by three"),
+            ("headline_2p32_floor_run11.json", "350427c from a fresh clone, the disk by one and by three"))  # fmt: skip
     for name, label in runs:
         d = _load(name)
         m, fl = d["machine"], d["floor"]
@@ -648,6 +649,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "virtual-write": lambda: _measured("virtual_write.json", ("write",)),
     "virtual-write-run2": lambda: _measured("virtual_write_run2.json", ("write",)),
     "virtual-levels": lambda: _measured("virtual_levels.json", ("write", "slice")),
+    "virtual-levels-run2": lambda: _measured("virtual_levels_run2.json", ("write", "slice")),
     "virtual-read": lambda: _measured("virtual_read.json", ("read",)),
     "virtual-read-run2": lambda: _measured("virtual_read_run2.json", ("read",)),
     "heat-2p17": lambda: _measured("heat_2p17.json", ("summary",)),
