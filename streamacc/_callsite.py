@@ -61,5 +61,4 @@ def warn(message: str, category: type[Warning]) -> None:
         lineno,
         module=module_globals.get("__name__"),
         registry=module_globals.setdefault("__warningregistry__", {}),
-        module_globals=module_globals,
     )

@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -300,7 +299,7 @@ def write(
             raise
         if output.complete:
             message = f"{target.label} is already complete ({plan.length} steps); nothing to do"
-            warnings.warn(message, StreamaccWarning, stacklevel=2)
+            warn(message, StreamaccWarning)
             done_already: Carry = from_host(output.carry, plan.init)
             return done_already
         done = output.manifest.committed_steps

@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import warnings
 from collections.abc import Callable
 
+from ..._callsite import warn
 from ...engine import HostLeaf
 from ...errors import OutputExistsError, ResumeError, StreamaccWarning, VerifyError, arg, one_line
 from ...store import LEASE_KEY, Target, ZarrSink
@@ -116,10 +116,9 @@ def _create(o: Opening) -> Output:
 
 
 def _nothing_to_resume(o: Opening) -> Output:
-    warnings.warn(
+    warn(
         f"nothing to resume at {o.target.label} (check the path if a run was expected there); starting a new run",
         StreamaccWarning,
-        stacklevel=4,
     )
     return _create(o)
 

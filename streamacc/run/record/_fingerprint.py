@@ -18,12 +18,12 @@ import dataclasses
 import dis
 import functools
 import types
-import warnings
 import zlib
 from typing import Any
 
 import numpy as np
 
+from ..._callsite import warn
 from ...errors import StreamaccWarning
 
 __all__ = ["describe_function"]
@@ -77,12 +77,11 @@ class _Digest:
         key = (self.owner, where)
         if key not in _WARNED:
             _WARNED.add(key)
-            warnings.warn(
+            warn(
                 f"{self.owner} uses {where}, a {type(value).__qualname__} that streamacc cannot fingerprint: a resume "
                 "after changing it is not refused up front, only caught if it changes the recomputed last block; "
                 "pass such values as numbers or arrays, or in a frozen dataclass",
                 StreamaccWarning,
-                stacklevel=5,
             )
 
     def _ours(self, value: Any) -> bool:

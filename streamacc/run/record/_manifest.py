@@ -17,11 +17,11 @@ import base64
 import contextlib
 import dataclasses
 import json
-import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..._callsite import warn
 from ...engine import block_count, committed_span, rows_in
 from ...errors import NoOutputError, ResumeError, StreamaccWarning, VerifyError, arg
 from ...store import BOOKKEEPING, Target
@@ -398,12 +398,11 @@ def same_function(stored: Any, current: str, label: str) -> bool:
     if stored == current or _same_but_run_as_a_script(stored, current):
         return True
     if isinstance(stored, str) and " values:" not in stored and current.startswith(f"{stored} values:"):
-        warnings.warn(
+        warn(
             f"{label} was written by streamacc 0.2.0, which recorded its step function {stored.split()[0]} by its "
             "code alone: the values the function uses cannot be compared, and a change to them is caught only by "
             "recomputing blocks",
             StreamaccWarning,
-            stacklevel=4,
         )
         return True
     return False
