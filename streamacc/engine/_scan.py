@@ -340,6 +340,9 @@ def _scan_fn(
     covers all of ``out``, so XLA drops it and lets the scan's own ys buffer be
     ``out``'s memory. Both forms are one ``lax.scan``'s bits by construction; without
     ``into`` XLA allocates the ys (only for ys that have no zero buffers, a PRNG key's).
+    The loop is ``lax.scan``'s own, never a rewrite of it: a loop that stores each group
+    of unrolled steps itself is fused differently by XLA and changes the last bits of
+    multiply-add steps.
     """
 
     def run(carry: Any, xs: Any) -> tuple[Any, list[jax.Array]]:
@@ -350,66 +353,10 @@ def _scan_fn(
         return carry, jax.tree_util.tree_leaves(ys)
 
     def run_into(carry: Any, xs: Any, out: list[jax.Array]) -> tuple[Any, list[jax.Array]]:
-        if every == 1 and not reverse and _loops_in_place(length, unroll):
-            return _scan_in_place(f, carry, xs, out, length, int(unroll))
         carry, ys = run(carry, xs)
         return carry, [lax.dynamic_update_slice_in_dim(o, y, 0, 0) for o, y in zip(out, ys, strict=True)]
 
     return jax.jit(run_into, donate_argnums=2) if into else jax.jit(run)
-
-
-def _loops_in_place(length: int, unroll: int | bool) -> bool:
-    """Whether :func:`_scan_in_place` runs a block of ``length`` steps: ``lax.scan``'s own loop, whole groups."""
-    if isinstance(unroll, bool) or unroll < 1:
-        return False
-    trips, rest = divmod(length, unroll)
-    return rest == 0 and (trips > 1 or unroll == 1) and trips > 0
-
-
-def _scan_in_place(
-    f: Step, carry: Any, xs: Any, out: list[jax.Array], length: int, unroll: int
-) -> tuple[Any, list[jax.Array]]:
-    """``lax.scan(f, carry, xs, length=length, unroll=unroll)`` writing its ys straight into ``out``.
-
-    The loop ``lax.scan`` lowers to (``jax._src.lax.control_flow.loops._scan_impl``), step
-    for step: ``length // unroll`` trips, each running ``unroll`` steps on its group of
-    xs and storing their ys as one row of ``(trips, unroll, ...)`` buffers, the same
-    arithmetic in the same order, so the same bits. Only the buffers differ: lax.scan
-    fills fresh ys buffers with zeros before the loop (a 32 MiB memset per 2**22-step
-    block of float64, on XLA's threads), where this loop starts from the donated ``out``,
-    whose every element it overwrites. Forward scans of whole groups only (see
-    :func:`_loops_in_place`); the rest run ``lax.scan`` itself.
-    """
-    trips = length // unroll
-    leaves, tree = jax.tree_util.tree_flatten(xs)
-    if unroll == 1:
-        xss, yss = leaves, list(out)
-    else:
-        xss = [lax.reshape(x, (trips, unroll, *x.shape[1:])) for x in leaves]
-        yss = [lax.reshape(o, (trips, unroll, *o.shape[1:])) for o in out]
-
-    def body(state: tuple[Any, Any, list[jax.Array]]) -> tuple[Any, Any, list[jax.Array]]:
-        i, c, ys = state
-        group = [lax.dynamic_index_in_dim(x, i, keepdims=False) for x in xss]
-        if unroll == 1:
-            c, y = f(c, jax.tree_util.tree_unflatten(tree, group))
-            rows = jax.tree_util.tree_leaves(y)
-        else:
-            steps = []
-            for j in range(unroll):
-                x = jax.tree_util.tree_unflatten(tree, [lax.index_in_dim(g, j, keepdims=False) for g in group])
-                c, y = f(c, x)
-                steps.append(jax.tree_util.tree_leaves(y))
-            rows = [lax.concatenate([lax.expand_dims(v, (0,)) for v in vs], 0) for vs in zip(*steps, strict=True)]
-        ys = [lax.dynamic_update_index_in_dim(o, r, i, 0) for o, r in zip(ys, rows, strict=True)]
-        return i + 1, c, ys
-
-    def more(state: tuple[Any, Any, list[jax.Array]]) -> Any:
-        return state[0] < trips
-
-    first = jnp.asarray(0, dtype=jnp.asarray(trips).dtype)  # lax.scan's counter: the trip count's type
-    _, carry, yss = lax.while_loop(more, body, (first, carry, yss))
-    return carry, [lax.reshape(y, o.shape) for y, o in zip(yss, out, strict=True)]
 
 
 _Built = TypeVar("_Built", covariant=True)
