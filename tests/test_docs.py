@@ -227,3 +227,45 @@ def test_the_cli_reference_is_generated_for_every_option():
     recipes = cli_reference.render_recipes()
     assert all(f"### `{name}`" in recipes for name in RECIPES)
     assert all(option(p.name) in recipes for r in RECIPES.values() for p in r.params)
+
+
+EXTRAS_HIDDEN = r"""
+import sys
+
+# What `pip install .` leaves out, the extras' packages, missing for import and for importlib.util.find_spec
+sys.modules.update(dict.fromkeys(["xarray", "dask", "distributed", "pandas", "matplotlib", "s3fs", "fsspec",
+                                  "h5netcdf", "h5py", "mpmath"]))
+sys.path.insert(0, sys.argv[1])
+import pathlib, examples
+
+page = pathlib.Path(sys.argv[2])
+examples.run_page(page.read_text(), page.name, pathlib.Path(sys.argv[3]), plain=sys.argv[4] == "plain")
+print("ran", page.name)
+"""
+
+
+def _run_without_extras(page: Path, folder: Path, how: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_ENABLE_X64": "0", "JAX_PLATFORMS": "cpu"}
+    return subprocess.run(
+        [sys.executable, "-c", EXTRAS_HIDDEN, str(HOOKS), str(page), str(folder), how],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md"])
+def test_the_front_doors_examples_run_after_a_plain_install(page, tmp_path):
+    """The examples of the README and of Getting started that need no extra (no ``<!-- needs: -->``) run
+    where only ``pip install .`` is installed: the extras' packages are missing from that process."""
+    done = _run_without_extras(ROOT / page, tmp_path, "plain")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"ran {Path(page).name}" in done.stdout
+
+
+def test_an_example_that_needs_an_extra_fails_without_it_so_the_plain_run_can_fail(tmp_path):
+    """The same run of every block of the README stops at the first that uses xarray, with streamacc's
+    error naming the extra: the blocks marked ``needs`` are the ones that need it."""
+    done = _run_without_extras(ROOT / "README.md", tmp_path, "all")
+    assert done.returncode != 0
+    assert "needs xarray: pip install 'streamacc[xarray]'" in done.stderr, done.stderr[-3000:]
+    blocks = examples.find_blocks((ROOT / "README.md").read_text(), "README.md")
+    assert [b.needs for b in blocks if b.lang == "python"].count(("xarray",)) == 2

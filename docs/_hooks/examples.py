@@ -12,6 +12,9 @@ as a reader who pastes the page into one session would. JAX starts each page wit
   build. A console block holds commands only: their output comes from the run.
 - A block preceded by ``<!-- not run: REASON -->`` is not run, and the page says so with
   the reason. Any other language (``text``, ``json``) is a display, not an example.
+- A block preceded by ``<!-- needs: EXTRA[, EXTRA] -->`` needs those extras of the
+  package; the others need a plain ``pip install .`` and are run so too by the tests
+  (``run_page(..., plain=True)`` runs those alone).
 
 A block that raises, or a command that exits with another status than announced, fails
 the build with the page, the line and the error. Images a page shows by a bare file
@@ -40,6 +43,7 @@ FENCE = re.compile(
     re.M | re.S,
 )
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>[^>]*?)\s*-->[ \t]*\n[ \t]*\Z")
+NEEDS = re.compile(r"<!--\s*needs:\s*(?P<extras>[\w, -]+?)\s*-->[ \t]*\n[ \t]*\Z")
 IMAGE = re.compile(r"!\[[^\]]*\]\((?P<name>[\w.-]+\.(?:png|svg))\)")
 EXITS = re.compile(r"#.*\bexits (?P<code>\d+)\s*$")
 RUN = ("python", "console")
@@ -63,6 +67,7 @@ class Block:
     rest: str
     body: str
     not_run: str | None = None
+    needs: tuple[str, ...] = ()
     output: str = ""
 
 
@@ -88,6 +93,9 @@ def find_blocks(text: str, where: str) -> list[Block]:
             if not marked["reason"]:
                 raise ExampleError(f"{where}:{block.line}: a block not run must say why: <!-- not run: REASON -->")
             block.not_run = marked["reason"]
+        needs = NEEDS.search(before)
+        if needs:
+            block.needs = tuple(extra.strip() for extra in needs["extras"].split(","))
         if lang in REFUSED and block.not_run is None:
             raise ExampleError(
                 f"{where}:{block.line}: a ```{lang} block is neither run nor marked; write Python as ```python, "
@@ -188,21 +196,22 @@ def _run_console(block: Block, where: str) -> str:
     return "".join(shown)
 
 
-def run_page(text: str, where: str, folder: Path) -> PageRun:
-    """Run every example of ``text`` (a page, named ``where`` in errors) in ``folder``."""
+def run_page(text: str, where: str, folder: Path, *, plain: bool = False) -> PageRun:
+    """Run every example of ``text`` (a page, named ``where`` in errors) in ``folder``; with ``plain``,
+    only those that need no extra (the images the others draw are then not looked for)."""
     blocks = find_blocks(text, where)
     namespace: dict = {"__name__": "__main__"}
     os.environ.setdefault("MPLBACKEND", "Agg")
     with fresh_jax(), _in_folder(folder):
         for block in blocks:
-            if block.not_run is not None or block.lang not in RUN:
+            if block.not_run is not None or block.lang not in RUN or (plain and block.needs):
                 continue
             if block.lang == "python":
                 block.output = _run_python(block, namespace, where)
             else:
                 block.output = _run_console(block, where)
-    images = {}
-    for m in IMAGE.finditer(text):
+    images: dict[str, Path] = {}
+    for m in [] if plain else IMAGE.finditer(text):
         path = folder / m["name"]
         if not path.is_file():
             raise ExampleError(f"{where}: the page shows {m['name']}, which none of its examples drew")
