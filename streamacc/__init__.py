@@ -15,60 +15,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import errors
+from . import errors as errors
 from ._lazy import lazy_exports
-from ._version import __version__
-from .errors import StreamaccError
+from ._version import __version__ as __version__
+from .errors import StreamaccError as StreamaccError
 
 if TYPE_CHECKING:
-    from .engine import Block, iter_blocks, scan
+    from .engine import Block as Block, iter_blocks as iter_blocks, scan as scan
     from .run import (
-        ArrayInfo,
-        OutputInfo,
-        SummaryInfo,
-        VerifyReport,
-        info,
-        materialize,
-        open,
-        overview,
-        verify,
-        write,
+        ArrayInfo as ArrayInfo,
+        OutputInfo as OutputInfo,
+        SummaryInfo as SummaryInfo,
+        VerifyReport as VerifyReport,
+        info as info,
+        materialize as materialize,
+        open as open,
+        overview as overview,
+        verify as verify,
+        write as write,
     )
 
-__all__ = [
-    "ArrayInfo",
-    "Block",
-    "OutputInfo",
-    "StreamaccError",
-    "SummaryInfo",
-    "VerifyReport",
-    "__version__",
-    "errors",
-    "info",
-    "iter_blocks",
-    "materialize",
-    "open",
-    "overview",
-    "scan",
-    "verify",
-    "write",
-]
-
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        ".engine": ["Block", "iter_blocks", "scan"],
-        ".run": [
-            "ArrayInfo",
-            "OutputInfo",
-            "SummaryInfo",
-            "VerifyReport",
-            "info",
-            "materialize",
-            "open",
-            "overview",
-            "verify",
-            "write",
-        ],
-    },
-)
+__getattr__, __dir__, _lazy = lazy_exports(__name__, __file__)
+__all__ = sorted(["StreamaccError", "__version__", "errors", *_lazy])

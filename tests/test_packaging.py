@@ -38,7 +38,12 @@ def test_metadata_names_urls_license_and_pythons():
     assert not any(c.startswith("License ::") for c in classifiers)
 
 
-@pytest.mark.parametrize("wing", ["streamacc", "streamacc.engine", "streamacc.store", "streamacc.run", "streamacc.cli"])
+WINGS = sorted(
+    ".".join(init.relative_to(ROOT).parts[:-1]) for init in (ROOT / "streamacc").rglob("__init__.py")
+)  # every package and room
+
+
+@pytest.mark.parametrize("wing", WINGS)
 def test_every_name_a_wing_exports_resolves(wing):
     """Each name in a wing's ``__all__`` (re-exported lazily) is defined, and ``dir()`` lists it."""
     module = importlib.import_module(wing)
@@ -47,3 +52,17 @@ def test_every_name_a_wing_exports_resolves(wing):
     assert set(module.__all__) <= set(dir(module))
     with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
         module.nonexistent  # noqa: B018
+
+
+def test_a_lazy_export_is_listed_once_as_an_import_type_checkers_read(tmp_path):
+    """A package's exports are the imports of its ``if TYPE_CHECKING:`` block, and nothing else: a name
+    listed there is exported (and resolves, above), and a plain import there is refused, not ignored."""
+    from streamacc._lazy import listed_exports
+
+    assert listed_exports(str(ROOT / "streamacc" / "engine" / "__init__.py"))["make_plan"] == "._scan"
+    for init in (ROOT / "streamacc").rglob("__init__.py"):
+        assert "_EXPORTS" not in init.read_text(), init  # no second list beside the imports
+    bad = tmp_path / "__init__.py"
+    bad.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import numpy\n")
+    with pytest.raises(ImportError, match=r"__init__.py:3: a lazy export is `from .module import N as N`"):
+        listed_exports(str(bad))

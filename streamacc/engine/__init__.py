@@ -47,36 +47,4 @@ if TYPE_CHECKING:
     )
     from ._scopes import caller_scopes as caller_scopes, jax_option as jax_option
 
-_EXPORTS = {
-    "._carry": ["HostLeaf", "from_host", "same_leaves", "to_host"],
-    "._checks": ["Carry", "Step", "x64_scope"],
-    "._layout": [
-        "MAX_BLOCK_STEPS",
-        "MAX_LENGTH",
-        "block_bounds",
-        "block_count",
-        "block_steps",
-        "check_grouping",
-        "check_save_every",
-        "check_length",
-        "committed_span",
-        "pool_size",
-        "row_step",
-        "rows_in",
-    ],
-    "._pool": ["BlockPool", "PoolStats"],
-    "._scopes": ["caller_scopes", "jax_option"],
-    "._scan": [
-        "Block",
-        "Plan",
-        "carry_pass",
-        "compute_block",
-        "computes_ahead",
-        "iter_blocks",
-        "make_plan",
-        "run_plan",
-        "scan",
-    ],
-}
-__all__ = sorted(name for names in _EXPORTS.values() for name in names)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

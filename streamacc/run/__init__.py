@@ -43,15 +43,4 @@ if TYPE_CHECKING:
         still_running as still_running,
     )
 
-_EXPORTS = {
-    "._materialize": ["materialize"],
-    "._write": ["write"],
-    ".execute": ["cluster_client", "si"],
-    ".output": ["MODES", "check_request"],
-    ".read": ["ArrayInfo", "MemoryEstimate", "OutputInfo", "SummaryInfo", "info", "open", "overview", "overview_table"],
-    ".record": ["load_manifest"],
-    ".threads": ["Terminated", "run_interruptibly", "still_running"],
-    ".recompute": ["VerifyReport", "verify", "verify_recipe_output"],
-}
-__all__ = sorted(name for names in _EXPORTS.values() for name in names)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -48,27 +48,4 @@ if TYPE_CHECKING:
     )
     from ._zarr import ZarrSink as ZarrSink, resize_arrays as resize_arrays
 
-_EXPORTS = {
-    "._chunks": ["ChunkWriter"],
-    "._codecs": ["CODECS", "MAX_CHUNK_BYTES", "compressors_for"],
-    "._compare": ["compare_chunks"],
-    "._files": ["aligned_empty"],
-    "._fingerprint": ["fingerprint_of"],
-    "._sessions": ["close_store_sessions"],
-    "._storeerrors": ["describe_store_failure", "is_store_failure"],
-    "._target": ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"],
-    "._documents": [
-        "PROGRESS_ATTRS",
-        "VIRTUAL",
-        "ArraySpec",
-        "array_document",
-        "is_virtual",
-        "plain_document",
-        "netcdf_safe",
-        "progress_attrs",
-        "stored_crc32c",
-    ],
-    "._zarr": ["ZarrSink", "resize_arrays"],
-}
-__all__ = sorted(name for names in _EXPORTS.values() for name in names)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -37,13 +37,4 @@ if TYPE_CHECKING:
         too_long as too_long,
     )
 
-_EXPORTS = {
-    "._check": ["SummaryCheck"],
-    "._extension": ["extension_tail", "rebuild_stale_arrays"],
-    "._pyramid": ["BlockPieces", "Rows"],
-    "._store": ["LISTED_GROUP", "SUMMARIES", "SummaryStore", "listing"],
-    "._summaries": ["Summaries", "SummaryPlan", "output_rows", "summarized_names"],
-    "._windows": ["check_windows", "default_windows", "too_long"],
-}
-__all__ = sorted(name for names in _EXPORTS.values() for name in names)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -23,12 +23,4 @@ if TYPE_CHECKING:
     from ._local import Executor as Executor, LocalExecutor as LocalExecutor
     from ._progress import Progress as Progress, si as si
 
-_EXPORTS = {
-    "._carry": ["CarryExecutor"],
-    "._cluster": ["cluster_client"],
-    "._dask": ["BLOCKS_PER_TASK", "BlockTask", "DaskExecutor", "SinkSpec", "run_block_tasks"],
-    "._local": ["Executor", "LocalExecutor"],
-    "._progress": ["Progress", "si"],
-}
-__all__ = sorted(name for names in _EXPORTS.values() for name in names)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

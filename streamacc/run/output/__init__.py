@@ -20,13 +20,4 @@ if TYPE_CHECKING:
     from ._spec import OutputSpec as OutputSpec, output_spec as output_spec, stored_identity as stored_identity
     from ._time import is_calendar as is_calendar, times as times
 
-_EXPORTS = {
-    "._layout": ["STEP", "chunk_rows", "stored_chunks"],
-    "._open": ["open_output"],
-    "._output": ["BlockResult", "Output"],
-    "._request": ["MODES", "Mode", "Request", "check_request"],
-    "._spec": ["OutputSpec", "output_spec", "stored_identity"],
-    "._time": ["is_calendar", "times"],
-}
-__all__ = sorted(name for names in _EXPORTS.values() for name in names)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

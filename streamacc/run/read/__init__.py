@@ -22,10 +22,4 @@ if TYPE_CHECKING:
     )
     from ._overview import overview as overview, overview_table as overview_table
 
-_EXPORTS = {
-    "._dataset": ["open"],
-    "._info": ["ArrayInfo", "MemoryEstimate", "OutputInfo", "SummaryInfo", "info", "memory_estimate"],
-    "._overview": ["overview", "overview_table"],
-}
-__all__ = sorted(name for names in _EXPORTS.values() for name in names)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

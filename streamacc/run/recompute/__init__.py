@@ -28,11 +28,4 @@ if TYPE_CHECKING:
         recomputing_store as recomputing_store,
     )
 
-_EXPORTS = {
-    "._arrays": ["recomputed_variables"],
-    "._virtual": ["RECYCLED_BLOCKS", "RecomputingStore", "recompute_plan", "recomputed_rows", "recomputing_store"],
-    "._recipe": ["recorded_job", "verify_recipe_output"],
-    "._verify": ["check_function", "VerifyReport", "check_resumable", "plan_for", "verify", "verify_plan"],
-}
-__all__ = sorted(name for names in _EXPORTS.values() for name in names)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

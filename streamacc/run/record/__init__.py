@@ -32,26 +32,4 @@ if TYPE_CHECKING:
         same_function as same_function,
     )
 
-_EXPORTS = {
-    "._identity": ["describe_function", "run_identity"],
-    "._manifest": [
-        "BlockRecord",
-        "LEGACY_MANIFEST_KEY",
-        "Ledger",
-        "MANIFEST_ATTR",
-        "MANIFEST_DESCRIPTION",
-        "MANIFEST_KEY",
-        "Manifest",
-        "RECORDS_ATTR",
-        "SEGMENT",
-        "decode_leaves",
-        "encode_leaves",
-        "identity_differences",
-        "load_manifest",
-        "node_attribute",
-        "require_same_run",
-        "same_function",
-    ],
-}
-__all__ = sorted(name for names in _EXPORTS.values() for name in names)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

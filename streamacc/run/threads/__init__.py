@@ -21,9 +21,4 @@ if TYPE_CHECKING:
     )
     from ._pipeline import run_ordered as run_ordered
 
-_EXPORTS = {
-    "._interrupt": ["Terminated", "check_stop", "interruptible", "on_own_thread", "run_interruptibly", "still_running"],
-    "._pipeline": ["run_ordered"],
-}
-__all__ = sorted(name for names in _EXPORTS.values() for name in names)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

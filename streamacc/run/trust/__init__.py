@@ -21,11 +21,4 @@ if TYPE_CHECKING:
         trusted_manifest as trusted_manifest,
     )
 
-_EXPORTS = {
-    "._checked": ["CheckedStore"],
-    "._root": ["bookkeeping_listing", "root_problem"],
-    "._trailers": ["trailer_problem"],
-    "._trust": ["arrays_problem", "check_structure", "trusted_manifest"],
-}
-__all__ = sorted(name for names in _EXPORTS.values() for name in names)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -16,9 +16,4 @@ if TYPE_CHECKING:
     from ._fence import FencedStore as FencedStore, unwrap as unwrap
     from ._lease import Lease as Lease, LeaseView as LeaseView
 
-_EXPORTS = {
-    "._fence": ["FencedStore", "unwrap"],
-    "._lease": ["Lease", "LeaseView"],
-}
-__all__ = sorted(name for names in _EXPORTS.values() for name in names)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)
