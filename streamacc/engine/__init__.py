@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from ._carry import HostLeaf as HostLeaf, from_host as from_host, same_leaves as same_leaves, to_host as to_host
     from ._checks import Carry as Carry, Step as Step, x64_scope as x64_scope
     from ._layout import (
-        MAX_BLOCK_STEPS as MAX_BLOCK_STEPS,
         MAX_LENGTH as MAX_LENGTH,
         block_bounds as block_bounds,
         block_count as block_count,

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ._materialize import materialize as materialize
     from ._write import write as write
     from .execute import cluster_client as cluster_client, si as si
-    from .output import MODES as MODES, check_request as check_request
+    from .output import check_request as check_request
     from .read import (
         ArrayInfo as ArrayInfo,
         MemoryEstimate as MemoryEstimate,

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from ._summaries import (
         Summaries as Summaries,
         SummaryPlan as SummaryPlan,
-        output_rows as output_rows,
         summarized_names as summarized_names,
     )
     from ._windows import (

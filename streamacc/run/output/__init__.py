@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ._layout import STEP as STEP, chunk_rows as chunk_rows, stored_chunks as stored_chunks
     from ._open import open_output as open_output
     from ._output import BlockResult as BlockResult, Output as Output
-    from ._request import MODES as MODES, Mode as Mode, Request as Request, check_request as check_request
+    from ._request import Mode as Mode, Request as Request, check_request as check_request
     from ._spec import OutputSpec as OutputSpec, output_spec as output_spec, stored_identity as stored_identity
     from ._time import is_calendar as is_calendar, times as times
 

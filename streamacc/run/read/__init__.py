@@ -18,8 +18,7 @@ if TYPE_CHECKING:
         OutputInfo as OutputInfo,
         SummaryInfo as SummaryInfo,
         info as info,
-        memory_estimate as memory_estimate,
-    )
+        )
     from ._overview import overview as overview, overview_table as overview_table
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -11,18 +11,15 @@ from ..._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._arrays import recomputed_variables as recomputed_variables
-    from ._recipe import recorded_job as recorded_job, verify_recipe_output as verify_recipe_output
+    from ._recipe import verify_recipe_output as verify_recipe_output
     from ._verify import (
         VerifyReport as VerifyReport,
         check_function as check_function,
         check_resumable as check_resumable,
-        plan_for as plan_for,
         verify as verify,
-        verify_plan as verify_plan,
-    )
+        )
     from ._virtual import (
         RECYCLED_BLOCKS as RECYCLED_BLOCKS,
-        RecomputingStore as RecomputingStore,
         recompute_plan as recompute_plan,
         recomputed_rows as recomputed_rows,
         recomputing_store as recomputing_store,
