@@ -156,3 +156,19 @@ def test_a_reach_into_a_private_module_is_found(tmp_path):
     path = tmp_path / "streamacc" / "run" / "read" / "_overview.py"
     path.write_text(path.read_text() + "\nfrom ...summaries._pyramid import Rows  # noqa\n")
     assert private_reaches(tmp_path / "streamacc") == ["streamacc/run/read/_overview.py: streamacc.summaries._pyramid"]
+
+
+PRIVATE_LIBRARY = re.compile(r"^\s*(?:from|import) (?:zarr|xarray)\.core\b", re.M)
+
+
+def test_zarr_and_xarray_internals_are_imported_in_few_places_each_with_its_reason():
+    """zarr's and xarray's private modules only where no public name serves: at most eight imports, each
+    under a comment that says why."""
+    found = []
+    for path in sorted((ROOT / "streamacc").rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines):
+            if PRIVATE_LIBRARY.match(line):
+                found.append(f"{path.relative_to(ROOT)}:{number + 1}")
+                assert lines[number - 1].lstrip().startswith("#"), f"{found[-1]}: say why no public name serves"
+    assert 0 < len(found) <= 8, found

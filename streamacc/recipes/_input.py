@@ -152,8 +152,9 @@ class Rows:
 
         store = self.array.store
         if not isinstance(store, LocalStore):
-            from zarr.core.buffer import default_buffer_prototype
-            from zarr.core.sync import sync
+            from zarr.buffer import default_buffer_prototype
+
+            from ..store import sync
 
             stored = sync(store.get(key, prototype=default_buffer_prototype()))
             return None if stored is None else stored.as_numpy_array()

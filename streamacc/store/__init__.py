@@ -47,5 +47,11 @@ if TYPE_CHECKING:
         open_target as open_target,
     )
     from ._zarr import ZarrSink as ZarrSink, resize_arrays as resize_arrays
+    from ._zarrapi import (
+        ArrayV3Metadata as ArrayV3Metadata,
+        GroupMetadata as GroupMetadata,
+        RegularChunkGrid as RegularChunkGrid,
+        sync as sync,
+    )
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

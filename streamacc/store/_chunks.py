@@ -38,13 +38,12 @@ import google_crc32c
 import numcodecs.blosc
 import numpy as np
 import zarr
+from zarr.buffer import default_buffer_prototype
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.chunk_grids import RegularChunkGrid
-from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
 from ._files import PAGE, aligned_empty, scratch, write_new
+from ._zarrapi import RegularChunkGrid, sync
 from .lease import unwrap
 
 __all__ = ["ChunkWriter", "EncodedChunk"]
@@ -221,9 +220,10 @@ class ChunkWriter:
 
         Raises ValueError, TypeError or KeyError when the document is not a Zarr v3 array's.
         """
-        from zarr.core.array import AsyncArray
-        from zarr.core.metadata.v3 import ArrayV3Metadata
+        from zarr import AsyncArray
         from zarr.storage import StorePath
+
+        from ._zarrapi import ArrayV3Metadata
 
         metadata = ArrayV3Metadata.from_dict(dict(document))
         return cls(zarr.Array(AsyncArray(metadata, StorePath(store, path))))

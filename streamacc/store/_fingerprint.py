@@ -23,10 +23,11 @@ from typing import Any
 import google_crc32c
 import zarr
 from zarr.abc.store import SuffixByteRequest
+from zarr.buffer import default_buffer_prototype
 from zarr.codecs import Crc32cCodec
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
+
+from ._zarrapi import sync
 
 __all__ = ["array_fingerprint", "fingerprint_of"]
 

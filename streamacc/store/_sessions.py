@@ -27,7 +27,7 @@ def close_store_sessions() -> int:
             continue
         with contextlib.suppress(Exception):
             if fs.asynchronous:  # zarr's instances: their session lives on zarr's event loop
-                from zarr.core.sync import sync
+                from ._zarrapi import sync
 
                 sync(creator.__aexit__(None, None, None))
             else:

@@ -35,8 +35,8 @@ from ._files import (
 from ._probe import backend_missing, check_store
 
 if TYPE_CHECKING:
+    from zarr.abc.buffer import BufferPrototype
     from zarr.abc.store import Store
-    from zarr.core.buffer import BufferPrototype
 
 __all__ = ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"]
 
@@ -55,14 +55,14 @@ T = TypeVar("T")
 
 def sync(coroutine: Coroutine[Any, Any, T]) -> T:
     """zarr's ``sync`` (run ``coroutine`` on zarr's event loop), importing Zarr on first use."""
-    from zarr.core.sync import sync as run
+    from ._zarrapi import sync as run
 
     return run(coroutine)
 
 
 def default_buffer_prototype() -> BufferPrototype:
     """zarr's default buffer prototype, importing Zarr on first use."""
-    from zarr.core.buffer import default_buffer_prototype as prototype
+    from zarr.buffer import default_buffer_prototype as prototype
 
     return prototype()
 

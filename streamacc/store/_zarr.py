@@ -17,13 +17,10 @@ from typing import Any
 
 import numpy as np
 import zarr
+from zarr import AsyncArray
 from zarr.abc.store import SuffixByteRequest
+from zarr.buffer import default_buffer_prototype
 from zarr.codecs import Crc32cCodec
-from zarr.core.array import AsyncArray
-from zarr.core.array_spec import ArrayConfig, ArrayConfigParams
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.metadata.v3 import ArrayV3Metadata
-from zarr.core.sync import sync
 from zarr.storage import StorePath
 
 from ..errors import NoOutputError, arg, one_line
@@ -40,6 +37,7 @@ from ._documents import (
     virtual_document,
 )
 from ._target import Target
+from ._zarrapi import ArrayConfig, ArrayConfigParams, ArrayV3Metadata, sync
 
 __all__ = ["ZarrSink", "resize_arrays"]
 

@@ -66,7 +66,7 @@ def listing(target: Target, windows: Sequence[int]) -> dict[str, dict[str, Any]]
             if not isinstance(doc, dict) or doc.get("zarr_format") != 3 or doc.get("node_type") != "group":
                 continue
             if not plain_group(doc):  # what streamacc writes zarr reads; anything else zarr is asked about
-                from zarr.core.group import GroupMetadata
+                from ..store import GroupMetadata
 
                 GroupMetadata.from_dict(doc)
         except (ValueError, TypeError, KeyError):
@@ -97,7 +97,7 @@ def _consolidate(window: int, documents: dict[str, Any], members: list[tuple[str
     }
     group["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": listed}
     encoded = json.dumps(group, indent=1).encode()
-    from zarr.core.buffer import default_buffer_prototype
+    from zarr.buffer import default_buffer_prototype
 
     documents[f"{path}/zarr.json"] = default_buffer_prototype().buffer.from_bytes(encoded)
 
@@ -196,9 +196,10 @@ class SummaryStore:
     ) -> SummaryStore:
         """Create every level's group and arrays (for the outputs in ``specs``); returns the keys to make durable."""
         import zarr
-        from zarr.core.array import AsyncArray
-        from zarr.core.sync import sync
+        from zarr import AsyncArray
         from zarr.storage import StorePath
+
+        from ..store import sync
 
         documents, made = cls._build(specs, windows, chunks, codec, dims)
         store = cls(target, windows)

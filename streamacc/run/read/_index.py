@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import xarray as xr
-from xarray.core.coordinate_transform import CoordinateTransform
-from xarray.core.indexes import CoordinateTransformIndex
+
+# What an index's sel returns, and the lazy coordinate of a transform index: xarray exports neither.
 from xarray.core.indexing import CoordinateTransformIndexingAdapter, IndexSelResult
+from xarray.indexes import CoordinateTransform, CoordinateTransformIndex
 
 from ...engine import row_step
 from ..output import is_calendar, times

@@ -251,7 +251,7 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
     >>> about.committed_steps, about.arrays["y"].dtype
     (2097152, 'float64')
     """
-    from zarr.core.metadata.v3 import ArrayV3Metadata
+    from ...store import ArrayV3Metadata
 
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = trusted_manifest(target)

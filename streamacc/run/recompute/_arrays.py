@@ -16,6 +16,9 @@ import numpy as np
 import xarray as xr
 import zarr
 from xarray.backends import BackendArray
+
+# A backend array's indexing (explicit_indexing_adapter, LazilyIndexedArray), as xarray's own backends
+# do: the backend API documents it but exports it from no public module.
 from xarray.core import indexing
 
 if TYPE_CHECKING:

@@ -26,8 +26,8 @@ import threading
 from typing import Any
 
 import numpy as np
+from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, Store
-from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import WrapperStore
 
 from ...engine import (

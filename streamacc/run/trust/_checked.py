@@ -17,8 +17,9 @@ import contextlib
 import json
 from typing import Any
 
+from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, Store
-from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+from zarr.buffer import default_buffer_prototype
 from zarr.storage import WrapperStore
 
 from ...engine import block_count
