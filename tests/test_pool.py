@@ -19,8 +19,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from streamacc.engine import BlockPool, computes_ahead, make_plan, pool_size, run_plan
-from streamacc.engine._scan import POOL_MIN_BYTES
+from streamacc.engine import POOL_MIN_BYTES, BlockPool, computes_ahead, make_plan, pool_size, run_plan
 
 DATA = np.random.default_rng(7).normal(size=(200, 3))
 

@@ -273,7 +273,8 @@ def test_the_readme_reading_example_runs_as_written(tmp_path, monkeypatch):
     import re
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    code = re.search(r"## Reading the result\s+(?:<!-- needs: xarray -->\s+)?```python\n(.+?)```", readme, re.S).group(1)
+    block = r"## Reading the result\s+(?:<!-- needs: xarray -->\s+)?```python\n(.+?)```"
+    code = re.search(block, readme, re.S).group(1)
     monkeypatch.chdir(tmp_path)
     from streamacc.cli import main
 

@@ -1,10 +1,14 @@
 """The blocked scan: a long ``lax.scan`` as a chain of cached, jitted block scans.
 
 Knows JAX and numpy, and nothing of Zarr, files, writer threads or progress: it yields
-finished blocks and lets the caller decide where they go. ``_scan`` plans and runs
-blocks, ``_layout`` cuts a length into blocks (pure arithmetic), ``_pool`` recycles the
-blocks' output buffers, ``_carry`` turns carries into host data and back, ``_checks``
-validates arguments, ``_scopes`` carries a thread's JAX configuration to another.
+finished blocks and lets the caller decide where they go. ``_plan`` validates and plans a
+blocked scan, ``_kernels`` holds the compiled block functions (``lax.scan`` itself),
+``_rows`` reads a block's rows of the inputs, ``_run`` runs a plan block by block (and
+the carry pass), ``_block`` is the block it yields, ``_api`` the in-memory entry points
+``iter_blocks`` and ``scan``; ``_layout`` cuts a length into blocks (pure arithmetic),
+``_pool`` recycles the blocks' output buffers, ``_carry`` turns carries into host data
+and back, ``_checks`` validates arguments, ``_scopes`` carries a thread's JAX
+configuration to another.
 
 These are the names the other wings use; each is imported on first use, so importing
 the wing costs nothing until then.
@@ -17,6 +21,8 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ._api import iter_blocks as iter_blocks, scan as scan
+    from ._block import Block as Block
     from ._carry import HostLeaf as HostLeaf, from_host as from_host, same_leaves as same_leaves, to_host as to_host
     from ._checks import Carry as Carry, Step as Step, x64_scope as x64_scope
     from ._layout import (
@@ -32,17 +38,13 @@ if TYPE_CHECKING:
         row_step as row_step,
         rows_in as rows_in,
     )
-    from ._pool import BlockPool as BlockPool, PoolStats as PoolStats
-    from ._scan import (
-        Block as Block,
-        Plan as Plan,
+    from ._plan import Plan as Plan, make_plan as make_plan
+    from ._pool import POOL_MIN_BYTES as POOL_MIN_BYTES, BlockPool as BlockPool, PoolStats as PoolStats
+    from ._run import (
         carry_pass as carry_pass,
         compute_block as compute_block,
         computes_ahead as computes_ahead,
-        iter_blocks as iter_blocks,
-        make_plan as make_plan,
         run_plan as run_plan,
-        scan as scan,
     )
     from ._scopes import caller_scopes as caller_scopes, jax_option as jax_option
 
