@@ -106,6 +106,11 @@ ROWS = [
     pytest.param(W("--size", "10", "--recipe", "randomwalk", "--seed", "-1"), 2, id="seed-negative"),
     pytest.param(W("--size", "2**33", "--recipe", "randomwalk"), 2, id="randomwalk-too-long"),
     pytest.param(W("--size", "5000", "--block-size", "1004"), 2, id="block-size-not-a-multiple-of-unroll"),
+    pytest.param(W("--size", "2**63-1", "--virtual", "--block-size", "2**40"), 2, id="block-larger-than-memory"),
+    pytest.param(W("--size", "2**40", "--block-size", "2**40"), 2, id="stored-block-larger-than-memory"),
+    pytest.param(
+        ["write", "out.zarr", "--size", "2**41", "--block-size", "2**40", "--overwrite"], 2, id="overwrite-huge-block"
+    ),
     # parameters that round to a degenerate value in the chosen dtype
     pytest.param(W("--size", "10", "--dtype", "float32"), 2, id="float32-ratio-rounds-to-1"),
     pytest.param(W("--size", "10", "--dtype", "float32", "--ratio", "2", "--x0", "1e39"), 2, id="float32-x0-inf"),

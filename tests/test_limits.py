@@ -182,3 +182,120 @@ def test_a_reverse_run_of_2_62_steps_commits_its_end(tmp_path):
     np.testing.assert_array_equal(ds.x.values, np.arange(steps, 0, -1, dtype=np.float64))  # y[i] = HUGE - i
     report = streamacc.verify(out, count, np.float64(0), FromTheEnd(HUGE, start))
     assert report.committed_steps == steps and len(report.checked_blocks) == steps // BLOCK
+
+
+# --- blocks that do not fit in memory -------------------------------------------------------
+
+
+def memory_is(monkeypatch, nbytes: int) -> None:
+    """This machine has ``nbytes`` of memory, as far as the engine's checks ask."""
+    from streamacc.engine import _scan
+
+    monkeypatch.setattr(_scan, "_physical_memory", lambda: nbytes)
+
+
+def grow(c, _):
+    return c + 1.0, c
+
+
+TIB8 = "8.0 TiB"  # 2**40 float64 rows
+
+
+@pytest.mark.parametrize("virtual", [False, True])
+def test_a_block_larger_than_memory_is_refused_before_anything_is_created(tmp_path, virtual):
+    """2**40 float64 steps per block are 8 TiB of ys, more than any machine has: numpy's MemoryError came from
+    the first block's buffer, after the output was created; now one line names block_size, and nothing is made."""
+    out = tmp_path / "out.zarr"
+    with pytest.raises(streamacc.errors.InputError) as refused:
+        streamacc.write(out, grow, np.float64(0), length=MAX_LENGTH, block_size=2**40, virtual=virtual, progress=False)
+    text = str(refused.value)
+    held = 3 if virtual else 4  # the pool: the blocks in flight (2 virtual, 3 stored) and the one computing
+    assert "\n" not in text
+    assert text.startswith(
+        f"block_size=1099511627776 makes blocks that do not fit in memory: a block's ys take {TIB8} and this write "
+        f"holds {held} of them at once ({8 * held}.0 TiB in all), more than this machine's "
+    )
+    assert text.endswith("of memory; pass a smaller block_size, or leave it out for blocks of about 32.0 MiB of ys")
+    assert [a.name for a in refused.value.arguments] == ["block_size", "block_size"]
+    assert not out.exists()
+    without = tmp_path / "carries.zarr"  # a virtual run without summaries computes its first block in full
+    with pytest.raises(streamacc.errors.InputError, match="this write holds one at a time"):
+        streamacc.write(without, grow, np.float64(0), length=MAX_LENGTH, block_size=2**40, virtual=True,
+                        summaries=False, progress=False)  # fmt: skip
+    assert not without.exists()
+
+
+def test_a_block_larger_than_memory_leaves_an_existing_output_untouched(tmp_path):
+    from helpers import listing
+
+    out = tmp_path / "out.zarr"
+    streamacc.write(out, grow, np.float64(0), length=64, block_size=16, progress=False)
+    before = listing(out)
+    with pytest.raises(streamacc.errors.InputError, match="makes blocks that do not fit in memory"):
+        streamacc.write(out, grow, np.float64(0), length=2**41, block_size=2**40, mode="overwrite", progress=False)
+    assert listing(out) == before
+
+
+def test_iter_blocks_and_scan_refuse_a_block_larger_than_memory_when_called():
+    with pytest.raises(streamacc.errors.InputError) as refused:
+        streamacc.iter_blocks(grow, np.float64(0), length=2**41, block_size=2**40)  # before any next()
+    assert str(refused.value).startswith(
+        f"block_size=1099511627776 makes blocks that do not fit in memory: a block's ys take {TIB8} and iter_blocks "
+        "holds 2 of them at once (16.0 TiB in all)"
+    )
+    assert str(refused.value).endswith("or leave it out for blocks of about 8.0 MiB of ys")
+
+
+def test_blocks_that_fit_are_not_refused_and_one_byte_more_is(tmp_path, monkeypatch):
+    """The bound is exact: a write holds 4 buffers of a block's ys (3 in flight, 1 computing) on a CPU, and
+    scan its whole ys besides 2 blocks; with memory for exactly that they run, one byte less is refused."""
+    block = 2**16 * 8  # 2**16 float64 rows
+    memory_is(monkeypatch, 4 * block)
+    streamacc.write(tmp_path / "fits.zarr", grow, np.float64(0), length=2**17, block_size=2**16, progress=False)
+    assert streamacc.info(tmp_path / "fits.zarr").complete
+    carry, ys = streamacc.scan(grow, np.float64(0), length=2**17, block_size=2**16)  # ys 2 blocks, and 2 buffers
+    assert float(carry) == 2**17
+    np.testing.assert_array_equal(ys, np.arange(2**17, dtype=np.float64))
+    assert len(list(streamacc.iter_blocks(grow, np.float64(0), length=2**17, block_size=2**16))) == 2
+    memory_is(monkeypatch, 4 * block - 1)
+    with pytest.raises(streamacc.errors.InputError, match="this write holds 4 of them at once"):
+        streamacc.write(tmp_path / "tight.zarr", grow, np.float64(0), length=2**17, block_size=2**16, progress=False)
+    assert not (tmp_path / "tight.zarr").exists()
+    with pytest.raises(streamacc.errors.InputError) as refused:
+        streamacc.scan(grow, np.float64(0), length=2**17, block_size=2**16)
+    assert "a block's ys take 512.0 KiB and scan holds 2 of them at once besides the 1.0 MiB of ys it returns" in str(
+        refused.value
+    )
+    memory_is(monkeypatch, 2 * block - 1)
+    with pytest.raises(streamacc.errors.InputError, match="iter_blocks holds 2 of them at once"):
+        streamacc.iter_blocks(grow, np.float64(0), length=2**17, block_size=2**16)
+    # a length shorter than the block size makes one block of that length, and only that is held
+    memory_is(monkeypatch, 4 * 8 * 1000)
+    streamacc.write(tmp_path / "short.zarr", grow, np.float64(0), length=1000, block_size=2**40, progress=False)
+    assert streamacc.info(tmp_path / "short.zarr").committed_steps == 1000
+
+
+def test_the_longest_length_with_the_default_blocks_is_not_refused(tmp_path):
+    """2**63 - 1 steps in blocks sized by bytes (32 MiB): the run starts, and stops where its input ends."""
+    for virtual in (False, True):
+        out = tmp_path / f"longest-{virtual}.zarr"
+        with pytest.raises(RuntimeError, match="the input ends here"):
+            streamacc.write(out, count, np.float64(0), OnesUntil(MAX_LENGTH, 2**23), names=["x"], virtual=virtual,
+                            progress=False)  # fmt: skip
+        about = streamacc.info(out)
+        assert about.total_steps == MAX_LENGTH and about.block_size == 2**22  # 32 MiB of x, 8 bytes a step
+        assert about.committed_steps <= 2**23
+
+
+def test_the_command_line_refuses_a_block_larger_than_memory_in_its_terms(tmp_path, monkeypatch, capfd):
+    from helpers import run
+
+    monkeypatch.chdir(tmp_path)
+    code, line = run("write", "o.zarr", "--size", "2**63-1", "--virtual", "--block-size", "2**40", capfd=capfd)
+    assert code == 2
+    assert line.startswith(
+        f"streamacc: error: --block-size 1099511627776 makes blocks that do not fit in memory: a block's ys take "
+        f"{TIB8} and this write holds 3 of them at once (24.0 TiB in all), more than this machine's "
+    )
+    assert line.endswith("pass a smaller --block-size, or leave it out for blocks of about 32.0 MiB of ys")
+    assert list(tmp_path.iterdir()) == []

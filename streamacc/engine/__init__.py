@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         row_step as row_step,
         rows_in as rows_in,
     )
+    from ._memory import check_memory as check_memory
     from ._plan import Plan as Plan, make_plan as make_plan
     from ._pool import POOL_MIN_BYTES as POOL_MIN_BYTES, BlockPool as BlockPool, PoolStats as PoolStats
     from ._run import (

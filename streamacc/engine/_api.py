@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -10,11 +9,12 @@ import jax
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InputError, arg
 from ._block import Block
 from ._checks import Carry, Step
+from ._memory import check_memory, physical_memory, too_big
 from ._plan import make_plan
-from ._run import run_plan
+from ._pool import pool_size
+from ._run import CALLER_HELD, computes_ahead, run_plan
 
 __all__ = ["iter_blocks", "scan"]
 
@@ -74,7 +74,8 @@ def iter_blocks(
     Raises
     ------
     streamacc.errors.InputError
-        A bad argument (a length, block size, unroll or ``save_every`` that does not fit).
+        A bad argument (a length, block size, unroll or ``save_every`` that does not fit),
+        or a ``block_size`` whose blocks do not fit in the machine's memory.
     streamacc.errors.StepFunctionError
         ``f`` breaks the scan contract, e.g. its carry changes shape or dtype.
     streamacc.errors.X64Error
@@ -96,6 +97,7 @@ def iter_blocks(
     plan = make_plan(
         f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every
     )
+    check_memory(plan, pool_size(CALLER_HELD, ahead=computes_ahead()), asked=block_size, who="iter_blocks")
     return run_plan(plan)
 
 
@@ -148,7 +150,8 @@ def scan(
     ------
     streamacc.errors.InputError
         A bad argument, or ys larger than the machine's memory (stream them with
-        :func:`iter_blocks` or :func:`write`).
+        :func:`iter_blocks` or :func:`write`), or a ``block_size`` whose blocks do not
+        fit in it besides the ys.
     streamacc.errors.StepFunctionError
         ``f`` breaks the scan contract.
     streamacc.errors.X64Error
@@ -178,13 +181,14 @@ def scan(
         plan.rows * int(np.prod(s.shape, dtype=object)) * np.dtype(s.dtype).itemsize
         for s in jax.tree_util.tree_leaves(plan.y_struct)
     )
-    memory = _physical_memory()
+    memory = physical_memory()
     if memory is not None and needed > memory:
-        raise _too_big(needed, memory, plan.rows)
+        raise too_big(needed, memory, plan.rows)
+    check_memory(plan, pool_size(CALLER_HELD, ahead=computes_ahead()), asked=block_size, who="scan", besides=needed)
     try:
         ys = jax.tree_util.tree_map(empty, plan.y_struct)
     except (MemoryError, ValueError):  # numpy: "Unable to allocate ...", "array is too big"
-        raise _too_big(needed, memory, plan.rows) from None
+        raise too_big(needed, memory, plan.rows) from None
     carry = plan.init
     for block in run_plan(plan):
         rows = slice(block.rows.start, block.rows.stop)
@@ -192,31 +196,3 @@ def scan(
         carry = block.carry
         block.release()
     return carry, ys
-
-
-def _physical_memory() -> int | None:
-    """This machine's memory in bytes, where the system says."""
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (AttributeError, OSError, ValueError):
-        return None
-
-
-def _bytes(n: int) -> str:
-    """``n`` bytes in binary units: ``8.0 TiB``."""
-    value, unit = float(n), "bytes"
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
-        if value < 1024 or unit == "EiB":
-            break
-        value /= 1024
-    return f"{n} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
-
-
-def _too_big(needed: int, memory: int | None, rows: int) -> InputError:
-    """The error for ys that do not fit in memory: scan keeps them all there."""
-    have = f"more than this machine's {_bytes(memory)} of memory" if memory is not None else "more than memory holds"
-    return InputError(
-        f"scan keeps every row of ys in memory, and {rows} rows take {_bytes(needed)}, {have}; stream them "
-        f"instead with streamacc.iter_blocks (block by block) or streamacc.write (to Zarr on disk), or keep "
-        f"fewer rows with {arg('save_every')}"
-    )

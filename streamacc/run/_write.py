@@ -25,7 +25,7 @@ from .._defaults import (
     DEFAULT_VIRTUAL_INFLIGHT,
     DEFAULT_WRITE_BLOCK_BYTES,
 )
-from ..engine import Carry, Plan, check_length, from_host, make_plan, to_host
+from ..engine import Carry, Plan, check_length, check_memory, from_host, make_plan, to_host
 from ..errors import InputError, StoreError, StreamaccWarning, arg
 from ..store import Target, describe_store_failure, is_store_failure, open_target
 from ..summaries import default_windows, summarized_names
@@ -243,7 +243,8 @@ def write(
     Raises
     ------
     streamacc.errors.InputError
-        A bad argument, before anything is written.
+        A bad argument, before anything is written; also a ``block_size`` whose blocks,
+        as many as the write holds at once, do not fit in the machine's memory.
     streamacc.errors.OutputExistsError
         The output exists and ``mode`` is ``"create"``, or it is not a streamacc output.
     streamacc.errors.ResumeError
@@ -279,6 +280,9 @@ def write(
         request = dataclasses.replace(request, chunks=stored_chunks(stored, plan.block_rows))
     spec = output_spec(plan, request, names=names, dims=dims, array_attrs=array_attrs)
     executor = _executor_for(client, request.inflight, spec)
+    check_memory(
+        plan, executor.blocks_held(), asked=block_size, who="this write", default_bytes=DEFAULT_WRITE_BLOCK_BYTES
+    )
     target = open_target(store, storage_options=storage_options)
     executor.check(target)
     command = arg("mode", request.mode) if request.mode != "create" else "another output path"

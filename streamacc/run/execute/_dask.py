@@ -183,6 +183,10 @@ class DaskExecutor:
     def check(self, target: Target) -> None:
         SinkSpec.location_of(target)
 
+    def blocks_held(self) -> int:
+        """One: the driver computes a block in full only to confirm a worker's carry (workers hold their own)."""
+        return 1
+
     def run(self, plan: Plan, output: Output) -> None:
         spec = SinkSpec.of(output)
         x64 = bool(jax_option("jax_enable_x64"))

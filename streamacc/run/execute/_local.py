@@ -32,6 +32,9 @@ class Executor(Protocol):
     def check(self, target: Target) -> None:
         """Refuse, before anything is written, a target this executor cannot write to."""
 
+    def blocks_held(self) -> int:
+        """Block buffers this executor holds on this machine at once, at most."""
+
     def run(self, plan: Plan, output: Output) -> None: ...
 
 
@@ -90,6 +93,10 @@ class LocalExecutor:
 
     def check(self, target: Target) -> None:
         """Any target will do."""
+
+    def blocks_held(self) -> int:
+        """The pool's buffers: the blocks in flight and the one computing (and one ahead, on an accelerator)."""
+        return pool_size(self.inflight, ahead=computes_ahead())
 
     def run(self, plan: Plan, output: Output) -> None:
         names = output.spec.names
