@@ -250,6 +250,8 @@ BAD_ARGUMENTS = {
     "attrs with an object": dict(attrs={"a": Unserialisable()}),
     "attrs with bytes": dict(attrs={"a": b"raw"}),
     "negative length": dict(f=const_step, xs=None, length=-1),
+    "zero length": dict(f=const_step, xs=None, length=0),
+    "xs of no rows": dict(xs=XS[:0]),
 }
 
 
@@ -259,6 +261,27 @@ def test_bad_arguments_raise_before_anything_is_created(tmp_path, kwargs):
     with pytest.raises(streamacc.errors.InputError):
         write(path, **kwargs)
     assert not path.exists()
+
+
+def test_a_write_of_no_step_is_refused_as_the_command_line_refuses_size_0(tmp_path, capfd):
+    """One rule, >= 1 step, in each caller's terms; scan and iter_blocks still take length 0, as lax.scan does."""
+    from streamacc.cli import main
+
+    with pytest.raises(streamacc.errors.InputError) as refused:
+        write(tmp_path / "none.zarr", const_step, xs=None, length=0)
+    assert str(refused.value) == "length must be >= 1, got 0; pass e.g. length=1048576"
+    with pytest.raises(streamacc.errors.InputError) as refused:
+        write(tmp_path / "none.zarr", xs=XS[:0])
+    assert str(refused.value) == (
+        "xs has no rows, which makes length=0, but an output holds at least one step (length must be >= 1); pass "
+        "xs of at least one row"
+    )
+    assert main(["write", str(tmp_path / "none.zarr"), "--size", "0"]) == 2
+    assert capfd.readouterr().err == "streamacc: error: --size must be >= 1, got 0; pass e.g. --size 1048576\n"
+    assert list(tmp_path.iterdir()) == []
+    carry, ys = streamacc.scan(const_step, INIT, length=0)
+    assert float(carry) == 0.5 and ys.shape == (0,)
+    assert list(streamacc.iter_blocks(const_step, INIT, length=0)) == []
 
 
 @pytest.mark.parametrize("keyword", ["overwrite", "resume", "extend", "chunk_size", "durable"])

@@ -152,7 +152,7 @@ def cmd_write(args: argparse.Namespace) -> int:
             f"OUT {args.out!r} is a store in this process's memory, which ends with the command, so nothing "
             "would be kept; write to a path or an object-store URL such as s3://bucket/out.zarr"
         )
-    size = None if args.size is None else parse_int(args.size, name=arg("length"), minimum=1)
+    size = None if args.size is None else parse_int(args.size, name=arg("length"))  # check_request says >= 1
     request: dict[str, Any] = {
         "mode": _mode(args),
         "block_size": None if args.block_size is None else parse_int(args.block_size, name=arg("block_size")),

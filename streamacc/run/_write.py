@@ -93,6 +93,11 @@ def _plan(f: Callable[..., Any], init: Any, xs: Any, request: Request) -> Plan:
         rows_multiple=chunk_rows(request.chunks),
     )  # fmt: skip
     check_length(plan.length)  # a length taken from xs, checked as one given
+    if plan.length == 0:
+        raise InputError(
+            f"xs has no rows, which makes {arg('length', 0)}, but an output holds at least one step ({arg('length')} "
+            "must be >= 1); pass xs of at least one row"
+        )
     return plan
 
 
@@ -174,7 +179,8 @@ def write(
         Inputs sliced along their first axis, one row per step (numpy, memmap, JAX or Zarr
         arrays); only one block's rows are read at a time.
     length : int, optional
-        The number of steps; required without ``xs``, and equal to its length with it.
+        The number of steps, at least 1; required without ``xs``, and equal to its length
+        with it (``xs`` of no rows are refused, as ``length=0`` is).
     mode : {"create", "overwrite", "resume", "extend"}, default "create"
         What to do with an output that is already there. ``"create"`` refuses it;
         ``"overwrite"`` starts afresh; ``"resume"`` continues an interrupted run with

@@ -89,12 +89,14 @@ def check_request(
 ) -> Request:
     """Check the arguments of a write that need no step function; raise :class:`InputError` on the first bad one.
 
-    ``length`` may be None (it then comes from ``xs``); the grouping of blocks under
-    ``unroll`` is checked here where the length and the block size are both given.
+    ``length`` may be None (it then comes from ``xs``), or at least 1: unlike ``lax.scan``
+    (and ``scan``), a write of no step is refused, as the command line refuses ``--size 0``.
+    The grouping of blocks under ``unroll`` is checked here where the length and the
+    block size are both given.
     """
     mode = as_choice("mode", mode, MODES)
     if length is not None:
-        length = as_count("length", length, minimum=0, example=2**20)
+        length = as_count("length", length, minimum=1, example=2**20)  # an output holds at least one step
         check_length(length)
     if block_size is not None:
         block_size = as_count("block_size", block_size, minimum=1, example=2**20)
