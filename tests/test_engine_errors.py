@@ -6,6 +6,9 @@ through ``scan``.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -219,3 +222,77 @@ def test_a_python_number_in_init_with_x64_off_warns_that_the_run_is_32_bit(x64_o
         streamacc.scan(grow, np.float32(1.0), length=4)
         jax.config.update("jax_enable_x64", True)
         assert streamacc.scan(grow, 1.0, length=4)[1].dtype == np.float64
+
+
+# --- a step JAX cannot trace ------------------------------------------------------------------
+
+
+def branches(c, _):
+    if c > 2:  # a Python branch on the traced carry
+        return c, c
+    return c + 1.0, c
+
+
+def indexes(c, _):
+    return c + [1.0, 2.0][c.astype(jnp.int32)], c  # a traced value as a Python list's index
+
+
+def concrete(c, _):
+    return c + float(c), c  # a traced value as a Python float
+
+
+def to_numpy(c, _):
+    return c + np.asarray(c), c  # numpy on a traced value
+
+
+@dataclasses.dataclass(frozen=True)
+class Branching:
+    limit: float
+
+    def __call__(self, c, _):
+        while c < self.limit:  # a Python loop on the traced carry
+            c = c + 1.0
+        return c, c
+
+
+BOOL_ERROR = jax.errors.TracerBoolConversionError
+
+
+def line_of(code, text: str) -> tuple[int, str]:
+    """The line of ``code``'s file holding ``text`` within the function (where tracing fails), and that line."""
+    lines, first = inspect.getsourcelines(code)
+    i = next(i for i, line in enumerate(lines) if text in line)
+    return first + i, " ".join(lines[i].split())
+
+
+@pytest.mark.parametrize(
+    ("f", "text", "what", "jax_error"),
+    [
+        (branches, "if c > 2:", "it uses a traced value as a Python bool", BOOL_ERROR),
+        (indexes, "[1.0, 2.0]", "it uses a traced value as a Python int", jax.errors.TracerIntegerConversionError),
+        (concrete, "float(c)", "it needs the concrete value of a traced one", jax.errors.ConcretizationTypeError),
+        (to_numpy, "np.asarray(c)", "it hands a traced value to numpy", jax.errors.TracerArrayConversionError),
+        (Branching(3.0), "while c < self", "it uses a traced value as a Python bool", BOOL_ERROR),
+    ],
+    ids=["if", "index", "float", "numpy", "callable-object"],
+)
+def test_a_step_jax_cannot_trace_names_its_line_in_one_line(f, text, what, jax_error, tmp_path):
+    """JAX's 34-line traceback through seven streamacc frames becomes one line naming the line of f that failed,
+    from every entry point; JAX's error stays chained beneath it, its traceback starting in f."""
+    code = type(f).__call__ if isinstance(f, Branching) else f
+    name = "Branching" if isinstance(f, Branching) else f.__name__
+    line, source = line_of(code, text)
+    message = raises(StepFunctionError, f=f, init=np.float64(1.0), length=8)
+    assert message.startswith(f"f ({name}) must be traceable by JAX, but at {__file__}:{line} (`{source}`) {what}")
+    out = tmp_path / "out.zarr"
+    with pytest.raises(StepFunctionError) as refused:
+        streamacc.write(out, f, np.float64(1.0), length=8, progress=False)
+    assert str(refused.value) == message
+    cause = refused.value.__cause__
+    assert isinstance(cause, jax_error)
+    assert message.endswith(f"(JAX: {str(cause).splitlines()[0]})")
+    assert cause.__traceback__.tb_frame.f_code.co_filename == __file__  # JAX's traceback begins in f
+    assert not out.exists()  # traced before the output is created
+    from streamacc.cli import cli_message
+
+    assert cli_message(refused.value) == message  # the command line's one line

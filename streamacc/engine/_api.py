@@ -77,7 +77,9 @@ def iter_blocks(
         A bad argument (a length, block size, unroll or ``save_every`` that does not fit),
         or a ``block_size`` whose blocks do not fit in the machine's memory.
     streamacc.errors.StepFunctionError
-        ``f`` breaks the scan contract, e.g. its carry changes shape or dtype.
+        ``f`` breaks the scan contract, e.g. its carry changes shape or dtype, or JAX
+        cannot trace it (Python control flow or numpy on traced values): the message
+        names the line of ``f`` that failed, and JAX's error is its ``__cause__``.
     streamacc.errors.X64Error
         ``init`` or ``xs`` hold 64-bit data while ``jax_enable_x64`` is off.
 
@@ -153,7 +155,7 @@ def scan(
         :func:`iter_blocks` or :func:`write`), or a ``block_size`` whose blocks do not
         fit in it besides the ys.
     streamacc.errors.StepFunctionError
-        ``f`` breaks the scan contract.
+        ``f`` breaks the scan contract, or JAX cannot trace it (see :func:`iter_blocks`).
     streamacc.errors.X64Error
         64-bit inputs while ``jax_enable_x64`` is off.
 

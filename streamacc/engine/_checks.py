@@ -6,7 +6,11 @@ argument and the fix, before any work starts, instead of a deep JAX traceback la
 
 from __future__ import annotations
 
+import functools
+import inspect
+import linecache
 from collections.abc import Callable
+from types import CodeType, TracebackType
 from typing import Any, TypeVar
 
 import jax
@@ -155,8 +159,85 @@ def _carry_struct(init: Any) -> Any:
         raise
 
 
+_UNTRACEABLE: dict[type[Exception], tuple[str, str]] = {
+    jax.errors.TracerBoolConversionError: (
+        "it uses a traced value as a Python bool (an if, a while, and, or)",
+        "branch with jnp.where, lax.cond or lax.while_loop instead",
+    ),
+    jax.errors.TracerIntegerConversionError: (
+        "it uses a traced value as a Python int (int(), an index, range())",
+        "index with lax.dynamic_slice or jnp.take instead",
+    ),
+    jax.errors.TracerArrayConversionError: (
+        "it hands a traced value to numpy (np.asarray, a numpy function)",
+        "compute with jax.numpy instead",
+    ),
+    jax.errors.NonConcreteBooleanIndexError: (
+        "it indexes with a boolean mask of traced values, whose size depends on the values",
+        "select with jnp.where instead",
+    ),
+    jax.errors.ConcretizationTypeError: (
+        "it needs the concrete value of a traced one (a Python bool, int or shape from the carry or x)",
+        "use jax.numpy and lax control flow (jnp.where, lax.cond) on traced values instead",
+    ),
+}
+"""What each of JAX's errors for a step that cannot be traced means, and the fix (the most specific first)."""
+
+
+def _code_of(f: Any) -> CodeType | None:
+    """The code object of a step function: a function's, a partial's, or a callable object's ``__call__``."""
+    while isinstance(f, functools.partial):
+        f = f.func
+    f = inspect.unwrap(f) if inspect.isfunction(f) else f
+    code = getattr(f, "__code__", None)
+    if code is None:
+        call = next((vars(k)["__call__"] for k in type(f).__mro__ if "__call__" in vars(k)), None)
+        code = getattr(call, "__code__", None)
+    return code if isinstance(code, CodeType) else None
+
+
+def _failed_in(f: Step, tb: TracebackType | None) -> TracebackType | None:
+    """The frame of JAX's traceback where ``f``'s own code failed: the deepest in the file that defines ``f``."""
+    code = _code_of(f)
+    found = None
+    while tb is not None:
+        if code is not None and tb.tb_frame.f_code.co_filename == code.co_filename:
+            found = tb
+        tb = tb.tb_next
+    return found
+
+
+def _describe_step(f: Any) -> str:
+    """``f``, and the step's own name where it has another: ``f (heat_step)``, ``f (Lorenz)``."""
+    name = getattr(f, "__qualname__", None)
+    name = name if isinstance(name, str) else type(f).__qualname__
+    return "f" if name == "f" else f"f ({name})"
+
+
+def _untraceable(f: Step, exc: Exception) -> StepFunctionError:
+    """The one-line error for a step that JAX cannot trace, naming the line of ``f`` where it failed."""
+    what, fix = next(v for k, v in _UNTRACEABLE.items() if isinstance(exc, k))
+    where = _failed_in(f, exc.__traceback__)
+    code = _code_of(f)
+    at, defined = "", ""
+    if where is not None:
+        filename, lineno = where.tb_frame.f_code.co_filename, where.tb_lineno
+        source = " ".join(linecache.getline(filename, lineno).split())
+        at = f" at {filename}:{lineno}" + (f" (`{source}`)" if source else "")
+        exc.with_traceback(where)  # its chained traceback starts in f: JAX's own frames say nothing more
+    elif code is not None:
+        defined = f", in f defined at {code.co_filename}:{code.co_firstlineno}"
+    jax_says = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return StepFunctionError(
+        f"{_describe_step(f)} must be traceable by JAX, but{at} {what}{defined}; {fix} (JAX: {jax_says})"
+    )
+
+
 def _trace_step(f: Step, carry: Any, x: Any) -> tuple[Any, Any]:
-    out = jax.eval_shape(f, carry, x)
+    try:
+        out = jax.eval_shape(f, carry, x)
+    except tuple(_UNTRACEABLE) as exc:
+        raise _untraceable(f, exc) from exc
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
         raise StepFunctionError(
             f"f must return a (carry, y) pair, got {_describe(out)}; end f with `return new_carry, y`"

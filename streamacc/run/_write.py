@@ -251,6 +251,9 @@ def write(
     streamacc.errors.InputError
         A bad argument, before anything is written; also a ``block_size`` whose blocks,
         as many as the write holds at once, do not fit in the machine's memory.
+    streamacc.errors.StepFunctionError
+        ``f`` breaks the scan contract or JAX cannot trace it (an ``InputError`` too), found
+        by tracing one step before anything is written.
     streamacc.errors.OutputExistsError
         The output exists and ``mode`` is ``"create"``, or it is not a streamacc output.
     streamacc.errors.ResumeError
