@@ -249,6 +249,37 @@ def test_verify_accepts_a_good_output(gp_out, capsys):
     assert "OK, 3 of 16" in capsys.readouterr().out
 
 
+def test_verify_of_more_blocks_than_the_output_has_says_so(gp_out, capsys):
+    assert run_cli("verify", gp_out, "--blocks", "20") == 0
+    line = capsys.readouterr().out
+    assert line.startswith(f"{gp_out}: OK, 16 of 16 committed blocks (the output has only 16) recomputed bit for bit")
+    assert run_cli("verify", gp_out, "--blocks", "16") == 0
+    assert capsys.readouterr().out.startswith(f"{gp_out}: OK, 16 of 16 committed blocks recomputed bit for bit")
+
+
+def test_the_readme_headline_recomputes_the_16_blocks_it_promises(tmp_path, monkeypatch, capsys):
+    """The README's first commands write, describe and verify 2**20 steps, "recompute 16 of its blocks": run as
+    written, verify says so; 2**20 steps in the default blocks of 2**22 make one block, and verify says that."""
+    import shlex
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    prose, block = re.search(r"\n\n([^\n]*(?:\n[^\n]+)*)\n\n```console\n(.*?)```", readme, re.S).groups()
+    assert "recompute 16 of its blocks" in prose
+    commands = [shlex.split(line.removeprefix("$ ")) for line in block.splitlines()]
+    assert [c[:2] for c in commands] == [["streamacc", "write"], ["streamacc", "info"], ["streamacc", "verify"]]
+    monkeypatch.chdir(tmp_path)
+    for command in commands:
+        assert run_cli(*command[1:], *(QUIET if command[1] == "write" else [])) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith(
+        "out.zarr: OK, 16 of 16 committed blocks recomputed bit for bit (1048576 of 1048576 steps committed, complete)"
+    )
+    assert run_cli("write", "one.zarr", "--size", "2**20", *QUIET) == 0
+    assert run_cli("verify", "one.zarr", "--blocks", "16") == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith(
+        "one.zarr: OK, 1 of 1 committed blocks (the output has only 1) recomputed bit for bit"
+    )
+
+
 def test_info_verify_and_resume_of_an_interrupted_output(tmp_path, capsys):
     out = tmp_path / "out.zarr"
     # no summaries: their committed tail would still describe all 8 blocks

@@ -221,8 +221,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     report = verify_recipe_output(args.out, blocks=blocks, storage_options=storage_options(args.storage_option))
     summaries = f"; {report.summary_windows} summary windows match" if report.summary_windows else ""
+    committed = report.committed_blocks
+    fewer = f" (the output has only {committed})" if isinstance(blocks, int) and blocks > committed else ""
     _out(cli_terms(
-        f"{args.out}: OK, {len(report.checked_blocks)} of {report.committed_blocks} committed blocks recomputed "
+        f"{args.out}: OK, {len(report.checked_blocks)} of {committed} committed blocks{fewer} recomputed "
         f"bit for bit ({report.committed_steps} of {report.total_steps} steps committed"
         f"{', complete' if report.complete else ', incomplete: resume with ' + arg('mode', 'resume')}){summaries}"
     ))  # fmt: skip

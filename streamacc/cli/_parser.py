@@ -233,7 +233,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(verify, top=False)
     verify.add_argument("out", metavar="OUT", help="path or fsspec URL of an output streamacc wrote")
     _add_storage(verify)
-    verify.add_argument("--blocks", default="all", help="'all' (default) or N, the number of blocks to check")
+    verify.add_argument(
+        "--blocks",
+        default="all",
+        help="'all' (default) or N, the number of blocks to recompute, spread evenly, first and last included "
+        "(all of them where the output has N or fewer)",
+    )
     plot = sub.add_parser("plot", help="draw an output (or a range of steps) from its summaries into a PNG")
     _add_common(plot, top=False)
     plot.add_argument("out", metavar="OUT", help="path or fsspec URL of an output streamacc wrote")
