@@ -189,9 +189,10 @@ def test_a_reverse_run_of_2_62_steps_commits_its_end(tmp_path):
 
 def memory_is(monkeypatch, nbytes: int) -> None:
     """This machine has ``nbytes`` of memory, as far as the engine's checks ask."""
-    from streamacc.engine import _scan
+    from streamacc.engine import _api, _memory
 
-    monkeypatch.setattr(_scan, "_physical_memory", lambda: nbytes)
+    for module in (_api, _memory):
+        monkeypatch.setattr(module, "physical_memory", lambda: nbytes)
 
 
 def grow(c, _):
