@@ -21,7 +21,7 @@ from ._version import __version__ as __version__
 from .errors import StreamaccError as StreamaccError
 
 if TYPE_CHECKING:
-    from .engine import Block as Block, iter_blocks as iter_blocks, scan as scan
+    from .engine import Block as Block, ScanSpec as ScanSpec, iter_blocks as iter_blocks, scan as scan
     from .run import (
         ArrayInfo as ArrayInfo,
         OutputInfo as OutputInfo,

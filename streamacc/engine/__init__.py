@@ -48,5 +48,6 @@ if TYPE_CHECKING:
         run_plan as run_plan,
     )
     from ._scopes import caller_scopes as caller_scopes, jax_option as jax_option
+    from ._spec import SCAN_DEFAULTS as SCAN_DEFAULTS, ScanSpec as ScanSpec, as_spec as as_spec, step_of as step_of
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

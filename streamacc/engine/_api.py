@@ -9,19 +9,21 @@ import jax
 import numpy as np
 import numpy.typing as npt
 
+from .._checks import as_count
+from ..errors import InputError, arg
 from ._block import Block
 from ._checks import Carry, Step
 from ._memory import check_memory, physical_memory, too_big
-from ._plan import make_plan
 from ._pool import pool_size
 from ._run import CALLER_HELD, computes_ahead, run_plan
+from ._spec import ScanSpec, as_spec, same_carry
 
 __all__ = ["iter_blocks", "scan"]
 
 
 def iter_blocks(
-    f: Step,
-    init: Any,
+    f: Step | ScanSpec,
+    init: Any = None,
     xs: Any = None,
     *,
     length: int | None = None,
@@ -29,6 +31,8 @@ def iter_blocks(
     unroll: int | bool = 1,
     reverse: bool = False,
     save_every: int = 1,
+    carry: Any = None,
+    first_block: int = 0,
 ) -> Iterator[Block]:
     """Run ``lax.scan(f, init, xs, length)`` block by block in bounded memory, yielding each block.
 
@@ -42,9 +46,11 @@ def iter_blocks(
 
     Parameters
     ----------
-    f : callable
+    f : callable or ScanSpec
         The step, ``f(carry, x) -> (carry, y)``, as ``lax.scan`` takes it. It must be
-        hashable (a function, or a frozen dataclass), as for ``jax.jit``.
+        hashable (a function, or a frozen dataclass), as for ``jax.jit``. Or a
+        :class:`ScanSpec`, which holds the step, ``init``, ``xs`` and the scan's
+        keywords, given alone.
     init : pytree of arrays
         The carry entering the first step.
     xs : pytree of arrays, optional
@@ -64,6 +70,13 @@ def iter_blocks(
     save_every : int, default 1
         Keep the ys of steps ``k-1, 2k-1, ...`` only (``k = save_every``), that is
         ``lax.scan(...)[1][k-1::k]``; every step still runs.
+    carry : pytree of arrays, optional
+        The carry entering block ``first_block`` (a block's ``carry``, kept from an
+        earlier run); by default ``init``. It must have ``init``'s structure, shapes and
+        dtypes.
+    first_block : int, default 0
+        The block to start from, in scan order: with the carry that entered it, the
+        blocks from there on are those of the whole run, bit for bit.
 
     Yields
     ------
@@ -96,16 +109,25 @@ def iter_blocks(
     4096 8192 (4096,) 1.0000819233...
     8192 10000 (1808,) 1.0001000049...
     """
-    plan = make_plan(
+    spec = as_spec(
         f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every
     )
-    check_memory(plan, pool_size(CALLER_HELD, ahead=computes_ahead()), asked=block_size, who="iter_blocks")
-    return run_plan(plan)
+    plan = spec.plan()
+    check_memory(plan, pool_size(CALLER_HELD, ahead=computes_ahead()), asked=spec.block_size, who="iter_blocks")
+    first = as_count("first_block", first_block, minimum=0)
+    if first and first >= plan.block_count:
+        raise InputError(
+            f"{arg('first_block', first_block)} is past the scan's last block ({plan.block_count} blocks of "
+            f"{plan.block_size} steps); pass 0 to {plan.block_count - 1}"
+        )
+    if carry is not None:
+        carry = same_carry(carry, plan.init)
+    return run_plan(plan, carry=carry, first_block=first)
 
 
 def scan(
-    f: Callable[[Carry, Any], tuple[Carry, Any]],
-    init: Carry,
+    f: Callable[[Carry, Any], tuple[Carry, Any]] | ScanSpec,
+    init: Carry | None = None,
     xs: Any = None,
     *,
     length: int | None = None,
@@ -123,8 +145,9 @@ def scan(
 
     Parameters
     ----------
-    f : callable
-        The step, ``f(carry, x) -> (carry, y)``, as ``lax.scan`` takes it; hashable.
+    f : callable or ScanSpec
+        The step, ``f(carry, x) -> (carry, y)``, as ``lax.scan`` takes it; hashable. Or
+        a :class:`ScanSpec`, given alone.
     init : pytree of arrays
         The carry entering the first step.
     xs : pytree of arrays, optional
@@ -172,9 +195,10 @@ def scan(
     >>> bool((ys == jax.lax.scan(step, np.float32(0), xs)[1]).all())
     True
     """
-    plan = make_plan(
+    spec = as_spec(
         f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every
     )
+    plan = spec.plan()
 
     def empty(s: jax.ShapeDtypeStruct) -> npt.NDArray[Any]:
         return np.empty((plan.rows, *s.shape), dtype=s.dtype)
@@ -186,7 +210,8 @@ def scan(
     memory = physical_memory()
     if memory is not None and needed > memory:
         raise too_big(needed, memory, plan.rows)
-    check_memory(plan, pool_size(CALLER_HELD, ahead=computes_ahead()), asked=block_size, who="scan", besides=needed)
+    buffers = pool_size(CALLER_HELD, ahead=computes_ahead())
+    check_memory(plan, buffers, asked=spec.block_size, who="scan", besides=needed)
     try:
         ys = jax.tree_util.tree_map(empty, plan.y_struct)
     except (MemoryError, ValueError):  # numpy: "Unable to allocate ...", "array is too big"

@@ -19,7 +19,18 @@ from typing import Any
 import jax
 
 from .._checks import as_count
-from ..engine import Block, BlockPool, Plan, compute_block, from_host, pool_size, same_leaves, to_host, x64_scope
+from ..engine import (
+    Block,
+    BlockPool,
+    Plan,
+    compute_block,
+    from_host,
+    pool_size,
+    same_leaves,
+    step_of,
+    to_host,
+    x64_scope,
+)
 from ..errors import InputError, VerifyError, arg
 from ..store import ZarrSink, open_target, progress_attrs
 from .execute import Progress
@@ -138,11 +149,11 @@ class _Materializer:
 @interruptible
 def materialize(
     store: Any,
-    *,
-    steps: Any = None,
     f: Any = None,
     init: Any = None,
     xs: Any = None,
+    *,
+    steps: Any = None,
     storage_options: dict[str, Any] | None = None,
     progress: bool = True,
 ) -> int:
@@ -152,12 +163,12 @@ def materialize(
     ----------
     store : str, os.PathLike or zarr store
         A virtual output (written with ``virtual=True``).
+    f, init, xs : optional
+        For an output written from Python: its step function (or a :class:`~streamacc.ScanSpec`
+        holding all three), a carry of its structure (where it has more than one leaf) and its
+        inputs, as for :func:`streamacc.open`. Recipe outputs need none.
     steps : (int, int) or slice, optional
         Store the blocks holding these steps (``(start, stop)``, either end None); all by default.
-    f, init, xs : optional
-        For an output written from Python: its step function, a carry of its structure (where it
-        has more than one leaf) and its inputs, as for :func:`streamacc.open`. Recipe outputs
-        need none.
     storage_options : dict, optional
         fsspec options for a URL ``store``.
     progress : bool, default True
@@ -192,6 +203,8 @@ def materialize(
     >>> streamacc.info("virtual.zarr").stored_blocks
     2
     """
+    if f is not None:
+        f, init, xs = step_of(f, init, xs)
     reader = open_target(store, storage_options=storage_options, read_only=True)
     manifest = load_manifest(reader)
     if not manifest.virtual:

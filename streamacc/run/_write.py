@@ -25,7 +25,7 @@ from .._defaults import (
     DEFAULT_VIRTUAL_INFLIGHT,
     DEFAULT_WRITE_BLOCK_BYTES,
 )
-from ..engine import Carry, Plan, check_length, check_memory, from_host, make_plan, to_host
+from ..engine import Carry, Plan, ScanSpec, as_spec, check_length, check_memory, from_host, make_plan, to_host
 from ..errors import InputError, StoreError, StreamaccWarning, arg
 from ..store import Target, describe_store_failure, is_store_failure, open_target
 from ..summaries import default_windows, summarized_names
@@ -135,8 +135,8 @@ def _executor_for(client: Any, inflight: int | None, spec: OutputSpec) -> Execut
 @interruptible
 def write(
     store: Any,
-    f: Callable[[Carry, Any], tuple[Carry, Any]],
-    init: Carry,
+    f: Callable[[Carry, Any], tuple[Carry, Any]] | ScanSpec,
+    init: Carry | None = None,
     xs: Any = None,
     *,
     length: int | None = None,
@@ -169,10 +169,13 @@ def write(
     store : str, os.PathLike or zarr store
         Where the output goes: a local path, an fsspec URL such as ``s3://bucket/out.zarr``
         (with ``storage_options``), or a zarr store object.
-    f : callable
+    f : callable or ScanSpec
         The step, ``f(carry, x) -> (carry, y)``, as ``lax.scan`` takes it. Each leaf of ``y``
         becomes one array of the output. It must be hashable (a function, or a frozen
-        dataclass); its code and the values it uses are part of the run's identity.
+        dataclass); its code and the values it uses are part of the run's identity. Or a
+        :class:`~streamacc.ScanSpec`, which holds the step, ``init``, ``xs`` and the scan's
+        keywords (``length``, ``block_size``, ``unroll``, ``reverse``, ``save_every``),
+        given alone; blocks it leaves unsized hold about 32 MiB of ys.
     init : pytree of arrays
         The carry entering the first step.
     xs : pytree of arrays, optional
@@ -275,6 +278,11 @@ def write(
     1.01054092...
     >>> carry = streamacc.write("gp.zarr", step, np.float64(1.0), length=2**21, mode="extend", progress=False)
     """
+    if isinstance(f, ScanSpec):
+        given = as_spec(f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse,
+                        save_every=save_every)  # fmt: skip
+        f, init, xs = given.f, given.init, given.xs
+        length, block_size, unroll, reverse, save_every = given.keywords().values()
     request = check_request(
         mode=mode, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every,
         chunks=chunks, codec=codec, time=time, summaries=summaries, attrs=attrs, inflight=inflight, virtual=virtual,

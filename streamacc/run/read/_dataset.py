@@ -26,12 +26,12 @@ __all__ = ["open"]
 
 def open(
     store: Any,
-    *,
-    storage_options: dict[str, Any] | None = None,
-    chunks: Any = "auto",
     f: Any = None,
     init: Any = None,
     xs: Any = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    chunks: Any = "auto",
 ) -> xarray.Dataset:
     """Open a streamacc output as an xarray Dataset of its committed steps only.
 
@@ -55,15 +55,9 @@ def open(
     store : str, os.PathLike or zarr store
         The output: a local path, an fsspec URL (with ``storage_options``) or a zarr
         store. Read-only stores work.
-    storage_options : dict, optional
-        fsspec options for a URL ``store`` (endpoint, credentials).
-    chunks : "auto", int, tuple, dict or None, default "auto"
-        dask chunks, as ``xarray.open_zarr`` takes them. ``"auto"`` gives whole stored
-        chunks near dask's preferred size (for a virtual output, a block per dask chunk,
-        each computed once); None gives lazy arrays without dask. Only the committed steps
-        are chunked, so any length opens at once.
-    f : callable, optional
-        The step function of a virtual output written from Python, which its data are
+    f : callable or ScanSpec, optional
+        The step function of a virtual output written from Python (or a
+        :class:`~streamacc.ScanSpec` holding it with ``init`` and ``xs``), which its data are
         recomputed with; checked against the one the output records. A recipe's output
         (``streamacc write``) recomputes from its recorded recipe and needs none. Given
         for a stored output, it is only checked.
@@ -72,6 +66,13 @@ def open(
         (its values are taken from the record).
     xs : pytree of arrays, optional
         With ``f``, the inputs the run was written with.
+    storage_options : dict, optional
+        fsspec options for a URL ``store`` (endpoint, credentials).
+    chunks : "auto", int, tuple, dict or None, default "auto"
+        dask chunks, as ``xarray.open_zarr`` takes them. ``"auto"`` gives whole stored
+        chunks near dask's preferred size (for a virtual output, a block per dask chunk,
+        each computed once); None gives lazy arrays without dask. Only the committed steps
+        are chunked, so any length opens at once.
 
     Returns
     -------
@@ -117,6 +118,10 @@ def open(
     >>> float(ds.time.sel(step=10)), ds.encoding["streamacc_committed_steps"], ds.encoding["streamacc_complete"]
     (5.0, 64, 1)
     """
+    if f is not None:  # JAX only for a step function: reading a stored output imports none
+        from ...engine import step_of
+
+        f, init, xs = step_of(f, init, xs)
     try:
         import xarray as xr
 

@@ -23,6 +23,7 @@ from ...engine import (
     BlockPool,
     HostLeaf,
     Plan,
+    ScanSpec,
     Step,
     compute_block,
     from_host,
@@ -30,6 +31,7 @@ from ...engine import (
     pool_size,
     rows_in,
     same_leaves,
+    step_of,
     to_host,
 )
 from ...errors import ResumeError, VerifyError, arg, one_line
@@ -381,8 +383,8 @@ def plan_for(manifest: Manifest, f: Step, init: Any, xs: Any) -> Plan:
 @interruptible
 def verify(
     store: Any,
-    f: Step,
-    init: Any,
+    f: Step | ScanSpec,
+    init: Any = None,
     xs: Any = None,
     *,
     blocks: str | int = "all",
@@ -406,8 +408,10 @@ def verify(
     ----------
     store : str, os.PathLike or zarr store
         The output: a local path, an fsspec URL (with ``storage_options``) or a zarr store.
-    f : callable
-        The step function that wrote the output (the same code and the same values it uses).
+    f : callable or ScanSpec
+        The step function that wrote the output (the same code and the same values it uses),
+        or a :class:`~streamacc.ScanSpec` holding it with ``init`` and ``xs`` (its other
+        settings are the output's own).
     init : pytree of arrays
         The initial carry the output was written with (its dtypes and shapes are checked;
         the blocks start from their recorded carry-ins).
@@ -459,6 +463,7 @@ def verify(
     streamacc.errors.VerifyError: checked.zarr was written by __main__.step code:... values:..., not __main__.other
     code:... values:...; pass the step function (and the values it uses) that wrote it
     """
+    f, init, xs = step_of(f, init, xs, needs_init=True)
     target = open_target(store, storage_options=storage_options, read_only=True)
     check_function(load_manifest(target), f, target.label)
     manifest = trusted_manifest(target)
