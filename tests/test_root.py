@@ -3,11 +3,12 @@ have the metadata they were written with, and nothing inside an output is a link
 
 Before: a writer killed between the manifest's "complete" and the root's refresh left
 ``streamacc_complete=0`` for good (``--resume`` said "already complete" and did not fix it;
-readers read such a root, which lags as a live writer's does, and ``--resume`` rewrites it);
-a deleted root, a root whose consolidated shape was shrunk (xarray then returned 12,288 of
-65,536 values marked complete), a root forged complete, or one linked outside the output
-all passed ``verify``, ``info`` and ``open``; and ``open`` returned another output's values
-through a linked array, and values rescaled by a ``scale_factor`` added to ``x/zarr.json``.
+readers read such a root, which lags as a live writer's does, ``verify`` refuses it, and
+``--resume`` rewrites it); a deleted root, a root whose consolidated shape was shrunk
+(xarray then returned 12,288 of 65,536 values marked complete), a root forged complete,
+or one linked outside the output all passed ``verify``, ``info`` and ``open``; and
+``open`` returned another output's values through a linked array, and values rescaled by
+a ``scale_factor`` added to ``x/zarr.json``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from helpers import (
     assert_same_output,
     faultrun_process,
     read_manifest,
+    root_says,
     run,
     store_files,
     tree,
@@ -34,6 +36,7 @@ from helpers import (
 
 import streamacc
 from streamacc.cli import main
+from streamacc.run import verify_recipe_output
 
 
 @pytest.fixture(scope="module")
@@ -65,12 +68,33 @@ def test_a_kill_between_the_complete_manifest_and_the_root_is_repaired_by_resume
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert read_manifest(out)["complete"]
     assert json.loads((out / "zarr.json").read_text())["attributes"]["streamacc_complete"] == 0
-    for args in (["verify", out], ["info", out]):  # a root that lags claims less than is true: readers read on
-        assert run(*args, capfd=capfd)[0] == 0
+    assert run("info", out, capfd=capfd)[0] == 0  # a root that lags claims less than is true: readers read on
     assert streamacc.open(out).sizes["step"] == 5000
+    code, line = run("verify", out, capfd=capfd)  # but it lags for good, which verify says
+    assert code == 1 and "has out-of-date attributes (streamacc_committed_steps, streamacc_complete" in line, line
+    assert line.endswith("resume the run with --resume to rewrite it from the manifest"), line
     assert main(["write", str(out), *SMALL, "--resume"]) == 0  # already complete: repairs the root, nothing else
     assert_same_output(out, ref)
     assert main(["verify", str(out)]) == 0
+
+
+def test_verify_refuses_a_root_that_still_lags_a_complete_manifest(tmp_path, ref, capfd):
+    out = copy(ref, tmp_path)
+    root_says(out, 0)  # streamacc_complete and streamacc_committed_steps 0 on a finished output
+    code, line = run("verify", out, capfd=capfd)
+    assert code == 1
+    assert line == (
+        f"streamacc: error: {out}: its root metadata (zarr.json) has out-of-date attributes "
+        "(streamacc_committed_steps, streamacc_complete) though the run is complete; resume the run with --resume "
+        "to rewrite it from the manifest"
+    )
+    with pytest.raises(streamacc.errors.VerifyError) as refused:
+        verify_recipe_output(out)
+    assert str(refused.value).endswith("; resume the run with mode='resume' to rewrite it from the manifest")
+    assert run("info", out, capfd=capfd)[0] == 0  # readers read a root that lags
+    assert main(["write", str(out), *SMALL, "--resume"]) == 0
+    assert_same_output(out, ref)
+    assert run("verify", out, capfd=capfd)[0] == 0
 
 
 def shrink_consolidated(out: Path) -> None:

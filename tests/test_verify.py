@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import zarr
+from helpers import root_says
 
 import streamacc
 
@@ -54,6 +55,20 @@ def test_another_function_is_refused(out):
 def test_other_inputs_give_different_bytes(out):
     with pytest.raises(streamacc.errors.VerifyError, match=r"block 0 .*does not recompute"):
         streamacc.verify(out, step, np.float64(0.0), XS * 2.0)
+
+
+def test_a_root_that_lags_the_complete_manifest_is_refused(out):
+    root_says(out, 0)
+    with pytest.raises(streamacc.errors.VerifyError) as refused:
+        streamacc.verify(out, step, np.float64(0.0), XS)
+    assert str(refused.value) == (
+        f"{out}: its root metadata (zarr.json) has out-of-date attributes (streamacc_committed_steps, "
+        "streamacc_complete) though the run is complete; resume the run with mode='resume' to rewrite it from the "
+        "manifest"
+    )
+    with pytest.warns(streamacc.errors.StreamaccWarning, match="is already complete"):  # and rewrites the root
+        streamacc.write(out, step, np.float64(0.0), XS, block_size=BLOCK, codec="none", mode="resume", progress=False)
+    assert streamacc.verify(out, step, np.float64(0.0), XS).complete
 
 
 def test_bad_blocks_argument(out):

@@ -40,7 +40,7 @@ from ...summaries import BlockPieces, Summaries, SummaryCheck, SummaryPlan
 from ..output import Output
 from ..record import BlockRecord, Ledger, Manifest, decode_leaves, describe_function, load_manifest, same_function
 from ..threads import interruptible, on_own_thread, run_ordered
-from ..trust import arrays_problem, check_structure, trailer_problem, trusted_manifest
+from ..trust import arrays_problem, check_settled_root, check_structure, trailer_problem, trusted_manifest
 
 __all__ = ["Checker", "VerifyReport", "check_resumable", "plan_for", "verify", "verify_plan"]
 
@@ -324,6 +324,7 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
     checker.blocks(chosen)
     if check is not None:
         check.finish()
+    check_settled_root(target, manifest)
     return VerifyReport(
         tuple(chosen),
         manifest.committed_blocks,
@@ -394,7 +395,8 @@ def verify(
 
     Checks that the manifest agrees with itself and with the layout, that nothing inside
     the output is a link or a special file, that the run's arrays have the metadata they
-    were created with, that the root metadata agrees with the manifest, and then, for
+    were created with, that the root metadata agrees with the manifest (it may lag the
+    manifest while a run writes, not once the run is complete), and then, for
     each checked block, that its chunks exist with the CRC-32Cs recorded at commit, that
     recomputing it from its recorded carry-in with ``f`` gives exactly the stored bytes,
     and that it ends with the carry recorded after it. Blocks not recomputed have their

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ._trailers import trailer_problem as trailer_problem
     from ._trust import (
         arrays_problem as arrays_problem,
+        check_settled_root as check_settled_root,
         check_structure as check_structure,
         trusted_manifest as trusted_manifest,
     )

@@ -16,9 +16,13 @@ them), nor is one without consolidated metadata (a plain reader then reads each 
 own metadata): an extension writes such a root before it changes the arrays' shapes.
 
 Readers ask whether the root *lies* (``reading=True``): a root that lags, as a writer
-alive or killed leaves it, is read. A writer asks whether it is *out of date*: it
-rewrites any root that is not what it would write, so that a finished output is the
-bytes of one never interrupted.
+alive or killed leaves it, is read. ``verify`` asks, once it has checked the blocks,
+whether the root has *settled* (``settled=True``): a writer refreshes the root right
+after it saves the manifest complete, so a root that still lags a complete manifest was
+left by a writer killed in between, or edited, and plain Zarr readers take the finished
+run for an unfinished one. A writer asks whether it is *out of date*: it rewrites any
+root that is not what it would write, so that a finished output is the bytes of one
+never interrupted.
 """
 
 from __future__ import annotations
@@ -49,13 +53,14 @@ def bookkeeping_listing(target: Target, manifest: Manifest) -> dict[str, dict[st
     return {BOOKKEEPING: {**root, "consolidated_metadata": LISTED_GROUP}, **summaries}
 
 
-def _progress_problem(attrs: dict[str, Any], manifest: Manifest, reading: bool) -> str | None:
+def _progress_problem(attrs: dict[str, Any], manifest: Manifest, reading: bool, settled: bool) -> str | None:
     expected = netcdf_safe(
         progress_attrs(manifest.span(), manifest.length, manifest.complete, virtual=manifest.recomputes)
     )
     if not expected.keys() & attrs.keys():
         return None  # it claims nothing (xarray's to_zarr(mode="a") drops the root's attributes): no lie
-    lagging = reading and attrs.get("streamacc_complete") == 0  # the writer saved the last commit, not yet the root
+    # the writer saved the last commit, not yet the root
+    lagging = reading and not settled and attrs.get("streamacc_complete") == 0
     if manifest.complete and not lagging:
         differ = sorted(k for k, v in expected.items() if attrs.get(k) != v)
         return f"has out-of-date attributes ({', '.join(differ)}) though the run is complete" if differ else None
@@ -103,12 +108,13 @@ def _consolidated_problem(target: Target, doc: dict[str, Any], manifest: Manifes
     return None
 
 
-def root_problem(target: Target, manifest: Manifest, *, reading: bool = False) -> str | None:
+def root_problem(target: Target, manifest: Manifest, *, reading: bool = False, settled: bool = False) -> str | None:
     """How the root ``zarr.json`` of ``target`` contradicts its manifest and arrays, or None when it does not.
 
     With ``reading``, only what misleads a reader (see the module's docstring): a root
-    that lags the manifest, or lists no arrays, is read. The answer completes a sentence
-    whose subject is the root metadata ("... is missing").
+    that lags the manifest, or lists no arrays, is read. With ``settled`` as well, a root
+    that lags a complete manifest is a problem too. The answer completes a sentence whose
+    subject is the root metadata ("... is missing").
     """
     try:
         raw = target.read("zarr.json")
@@ -123,5 +129,5 @@ def root_problem(target: Target, manifest: Manifest, *, reading: bool = False) -
     if not isinstance(doc, dict) or doc.get("zarr_format") != 3 or doc.get("node_type") != "group":
         return "is not the metadata of a Zarr v3 group"
     attrs = doc.get("attributes")
-    problem = _progress_problem(attrs if isinstance(attrs, dict) else {}, manifest, reading)
+    problem = _progress_problem(attrs if isinstance(attrs, dict) else {}, manifest, reading, settled)
     return problem or _consolidated_problem(target, doc, manifest, reading)

@@ -22,7 +22,7 @@ from ...store import Target, array_document, is_virtual
 from ..record import Manifest, load_manifest
 from ._root import root_problem
 
-__all__ = ["arrays_problem", "check_structure", "trusted_manifest"]
+__all__ = ["arrays_problem", "check_settled_root", "check_structure", "trusted_manifest"]
 
 ATTEMPTS = 5
 """Times a reader reads the manifest again when what it read disagrees with a newer manifest."""
@@ -85,6 +85,24 @@ def check_structure(target: Target, manifest: Manifest) -> None:
             "block); read it once a block is committed"
         )
     raise VerifyError(f"{target.label}: {problem}; {fix}")
+
+
+def check_settled_root(target: Target, manifest: Manifest) -> None:
+    """Raise VerifyError when the root of a complete run still lags its manifest (``_root.py``: settled).
+
+    Asked by ``verify`` once it has checked the blocks of ``manifest``, by then long after
+    a live writer's last refresh. A writer that moved the output on since (an extension)
+    leaves nothing to judge here: the root is judged against the manifest it follows.
+    """
+    if not manifest.complete:
+        return
+    problem = root_problem(target, manifest, reading=True, settled=True)
+    if problem is None or load_manifest(target) != manifest:
+        return
+    raise VerifyError(
+        f"{target.label}: its root metadata (zarr.json) {problem}; resume the run with {arg('mode', 'resume')} to "
+        "rewrite it from the manifest"
+    )
 
 
 def trusted_manifest(target: Target) -> Manifest:
