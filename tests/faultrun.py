@@ -4,13 +4,16 @@
     python tests/faultrun.py manifest N write OUT ...   # the N-th manifest write fails half way through
     python tests/faultrun.py complete 0 write OUT ...   # SIGKILLed once the manifest says complete
     python tests/faultrun.py pause N    write URL ...   # SIGSTOPs itself at the N-th lease check of its store writes
+    python tests/faultrun.py die N      write OUT ...   # SIGKILLed at its N-th store write, as dies_at counts them
 
 The first two raise ``OSError(ENOSPC, 'No space left on device')`` where a real full disk
 would; the process then exits with the command's own exit code. The third kills the
 process between the manifest's last save and the root metadata's refresh. The fourth
 stops the process (SIGSTOP, as a debugger, a frozen VM or a suspended laptop would) just
-before a write to an object store asks its lease whether it may write. Tests use
-:func:`full_disk` in-process, which undoes the fault afterwards.
+before a write to an object store asks its lease whether it may write. The fifth kills
+the process at a chosen store write (:func:`dies_at`'s count), before that write starts.
+Tests use :func:`full_disk` and :func:`dies_at` in-process, which undo the fault
+afterwards.
 """
 
 from __future__ import annotations
@@ -102,13 +105,14 @@ class Killed(Exception):
 
 
 @contextlib.contextmanager
-def dies_at(n: int, seen: list[str] | None = None) -> Iterator[None]:
+def dies_at(n: int, seen: list[str] | None = None, *, kill: bool = False) -> Iterator[None]:
     """Within this block, store write number ``n`` (1-based) fails, and so does every one after it: the writer
     died there (nothing more reaches a store from a dead process).
 
     Counts every write and delete that reaches a store: a local output's files (streamacc's
     atomic writes and deletes, zarr's) and an object store's requests (through the fence).
-    ``seen`` collects what each write was (``n=0``: none fails).
+    ``seen`` collects what each write was (``n=0``: none fails). With ``kill``, the process
+    is SIGKILLed at write ``n`` instead.
     """
     from streamacc.store.lease import FencedStore
 
@@ -121,6 +125,8 @@ def dies_at(n: int, seen: list[str] | None = None) -> Iterator[None]:
         if seen is not None:
             seen.append(what)
         if dead or next(count) == n:
+            if kill:
+                os.kill(os.getpid(), signal.SIGKILL)
             dead.append(what)
             raise Killed(what)
 
@@ -217,6 +223,9 @@ if __name__ == "__main__":
     sys.argv = ["streamacc", *argv]  # main() then runs as the program does, exits included
     if kind in ("chunk", "manifest"):
         with full_disk(kind, int(at)):
+            sys.exit(main())
+    if kind == "die":
+        with dies_at(int(at), kill=True):
             sys.exit(main())
     {"complete": kill_after_complete, "pause": pause_before_check}[kind](int(at))
     sys.exit(main())

@@ -17,6 +17,7 @@ import pytest
 from helpers import RECORDS, SMALL, node_attribute, read_manifest, run, tree, write_manifest
 
 from streamacc.cli import main
+from streamacc.store import open_target
 
 
 @pytest.fixture(scope="module")
@@ -93,3 +94,17 @@ def test_overwrite_never_goes_through_a_link_at_out(tmp_path, ours, capfd):
     assert main(["write", str(link), *SMALL, "--resume"]) == 0  # writing through it deletes nothing: allowed
     assert main(["write", str(real), *SMALL, "--overwrite"]) == 0
     assert not (real / "NOTES.txt").exists()
+
+
+def test_a_folder_removed_by_clearing_an_output_is_made_again_by_the_next_write(tmp_path):
+    (tmp_path / "out.zarr").mkdir()
+    target = open_target(tmp_path / "out.zarr")
+    target.write("_streamacc/zarr.json", b"manifest")
+    target.write("x/zarr.json", b"old")
+    target.make_durable(["x/zarr.json"])
+    target.clear({"_streamacc/zarr.json"})
+    assert tree(tmp_path / "out.zarr") == {"_streamacc": "", "_streamacc/zarr.json": b"manifest"}
+    target.write("x/zarr.json", b"new")
+    target.make_durable(["x/zarr.json"])
+    assert tree(tmp_path / "out.zarr") == {"_streamacc": "", "_streamacc/zarr.json": b"manifest", "x": "",
+                                           "x/zarr.json": b"new"}  # fmt: skip

@@ -27,7 +27,9 @@ from helpers import (
     RECORDS,
     assert_same_output,
     committed,
+    dies_at,
     faultrun,
+    faultrun_process,
     held_lock,
     kill_at,
     read_manifest,
@@ -116,6 +118,29 @@ def test_sigkill_then_resume_is_identical(tmp_path, refs, seed, args):
     assert temp_files(out) == []
     assert_same_output(out, refs(args))
     assert cli("verify", out)[0] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("virtual", [False, True], ids=["stored", "virtual"])
+def test_sigkill_before_the_first_commit_then_resume_starts_the_run(tmp_path, refs, capsys, virtual):
+    """SIGKILLed after its array documents, after the manifest that records them, and at the manifest that would
+    commit block 0: ``--resume`` starts the run and ends as one never interrupted."""
+    args = ["--size", "5000", *SMALL[2:], "--no-progress", *(["--virtual"] if virtual else [])]
+    writes: list[str] = []
+    with dies_at(0, writes):
+        assert cli("write", tmp_path / "dry" / "out.zarr", *args)[0] == 0
+    made = writes.index(f"{'write' if virtual else 'set'} x/zarr.json") + 2  # after the array's document
+    recorded = writes.index("write _streamacc/zarr.json", 1) + 2  # after the manifest with the arrays' metadata
+    first_commit = writes.index("write records_000000/zarr.json") + 2  # at the manifest counting block 0
+    for at in (made, recorded, first_commit):
+        out = tmp_path / str(at) / "out.zarr"
+        proc = faultrun_process("die", at, "write", out, *args)
+        assert proc.returncode == -signal.SIGKILL, proc.stderr
+        assert read_manifest(out)["committed_blocks"] == 0
+        code, err = cli("write", out, *args, "--resume", capsys=capsys)
+        assert (code, err) == (0, []), (at, writes[at - 1])
+        assert store_files(out) == store_files(refs(args)), (at, writes[at - 1])
+        assert temp_files(out) == []
 
 
 # --- the lock ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import itertools
 import logging
+import re
 import shutil
 import warnings
 
@@ -17,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import zarr
-from helpers import MANIFEST, assert_same_output, failing, read_manifest, store_files, temp_files
+from helpers import MANIFEST, assert_same_output, dies_at, failing, read_manifest, store_files, temp_files
 
 import streamacc
 import streamacc.store._target
@@ -124,6 +125,45 @@ def test_interrupted_while_creating_arrays_then_resume(tmp_path, monkeypatch, re
     assert read_manifest(out)["committed_blocks"] == 0
     run(out, mode="resume")
     assert_same_output(out, reference[0])
+
+
+@pytest.mark.parametrize("virtual", [False, True], ids=["stored", "virtual"])
+def test_a_run_killed_at_any_write_before_its_first_commit_resumes_as_a_fresh_run(tmp_path, virtual):
+    """Killed at each store write from its first manifest to the manifest that commits block 0: the group, the
+    array documents, the summaries' arrays, the manifest with the arrays' metadata, the root, block 0's record.
+    Nothing was committed, so ``mode="resume"`` starts the run; it ends as one never interrupted."""
+    kw = {"virtual": virtual, "summaries": [64]}
+    ref = tmp_path / "ref" / "out.zarr"
+    run(ref, **kw)
+    writes: list[str] = []
+    with dies_at(0, writes):
+        run(tmp_path / "dry" / "out.zarr", **kw)
+    first_commit = writes.index("write records_000000/zarr.json") + 2  # block 0's record, then the manifest
+    window = writes[:first_commit]
+    made = "write" if virtual else "set"  # a virtual array's document declares it so, written by streamacc
+    assert window[:4] == [
+        "write _streamacc/zarr.json",
+        "set zarr.json",
+        f"{made} level/zarr.json",
+        f"{made} pair/zarr.json",
+    ]
+    assert "set _streamacc/summaries/w64/level_min/zarr.json" in window
+    assert window[-4:] == ["write _streamacc/zarr.json", "write out.zarr/zarr.json", "write records_000000/zarr.json",
+                           "write _streamacc/zarr.json"]  # fmt: skip
+    for n, what in enumerate(window, 1):
+        out = tmp_path / str(n) / "out.zarr"
+        with dies_at(n), pytest.raises(Exception, match=f"^{re.escape(what)}$"):
+            run(out, **kw)
+        manifest = read_manifest(out)
+        assert (manifest is None) if n == 1 else manifest["committed_blocks"] == 0, what
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run(out, mode="resume", **kw)
+        said = [str(w.message).split(" (")[0] for w in caught]
+        assert said == ([f"nothing to resume at {out}"] if n == 1 else []), what  # killed before its first manifest
+        assert store_files(out) == store_files(ref), f"killed at write {n} ({what})"
+        assert temp_files(out) == [], what
+        shutil.rmtree(out)
 
 
 def test_killed_before_the_first_manifest_then_resume(tmp_path, reference):

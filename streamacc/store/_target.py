@@ -338,6 +338,8 @@ class LocalTarget(Target):
         self.delete("zarr.json")  # first: readers stop seeing the old group at once
         remove_tree_contents(self.root, {self.root / key for key in keep})
         fsync_dir(self.root)
+        self._real_dirs.clear()  # the folders removed are made again, and made durable, as keys are written
+        self._durable_dirs.clear()
 
     @contextlib.contextmanager
     def lock(self, command: str) -> Iterator[None]:

@@ -202,10 +202,10 @@ def _continue(o: Opening) -> Output:
             f"cannot resume {target.label}: its manifest contradicts itself ({problem}); its data cannot be trusted: "
             f"check it with `streamacc verify` or start afresh with {arg('mode', 'overwrite')}"
         )
+    if manifest.committed_blocks == 0:
+        return _create(o)  # killed before its first commit: the arrays may be half made, or not made at all
     finish_extension(target, manifest)
     remove_partial_writes(target, [*spec.names, *manifest.arrays])
-    if manifest.committed_blocks == 0:
-        return _create(o)  # killed before its first commit: the arrays may be half made
     try:
         summaries = Summaries.load(target, manifest.identity, manifest.summaries, manifest.committed_rows)
     except VerifyError as exc:
