@@ -5,14 +5,16 @@
     python tests/faultrun.py complete 0 write OUT ...   # SIGKILLed once the manifest says complete
     python tests/faultrun.py pause N    write URL ...   # SIGSTOPs itself at the N-th lease check of its store writes
     python tests/faultrun.py die N      write OUT ...   # SIGKILLed at its N-th store write, as dies_at counts them
+    python tests/faultrun.py die-in-chunk N materialize OUT ...  # SIGKILLed half way through its N-th data chunk
 
 The first two raise ``OSError(ENOSPC, 'No space left on device')`` where a real full disk
 would; the process then exits with the command's own exit code. The third kills the
 process between the manifest's last save and the root metadata's refresh. The fourth
 stops the process (SIGSTOP, as a debugger, a frozen VM or a suspended laptop would) just
 before a write to an object store asks its lease whether it may write. The fifth kills
-the process at a chosen store write (:func:`dies_at`'s count), before that write starts.
-Tests use :func:`full_disk` and :func:`dies_at` in-process, which undo the fault
+the process at a chosen store write (:func:`dies_at`'s count), before that write starts;
+the sixth while a data chunk of a local output is half written into its temp file, which
+stays. Tests use :func:`full_disk` and :func:`dies_at` in-process, which undo the fault
 afterwards.
 """
 
@@ -24,6 +26,7 @@ import itertools
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 
 from zarr.storage import LocalStore
@@ -169,6 +172,33 @@ def kill_after_complete(_: int) -> None:
     Output._save = _save
 
 
+def kill_in_chunk(at: int) -> None:
+    """SIGKILL this process half way through the ``at``-th data chunk it writes to a local folder (``write_new``).
+
+    The chunk's temp file (``STEM.<32 hex digits>.partial``) holds half its bytes and stays,
+    as a writer killed in the middle of a chunk leaves it; other writer threads are killed
+    wherever they are.
+    """
+    files, chunks = streamacc.store._files, streamacc.store._chunks
+    real_new, real_write_all = chunks.write_new, files._write_all
+    count, lock, dying = itertools.count(1), threading.Lock(), set()
+
+    def write_all(fd, view):
+        if threading.get_ident() in dying:
+            os.write(fd, bytes(view[: max(1, len(view) // 2)]))
+            os.kill(os.getpid(), signal.SIGKILL)
+            threading.Event().wait()  # never goes on: the signal ends the process
+        return real_write_all(fd, view)
+
+    def write_new(path, data):
+        with lock:
+            if next(count) == at:
+                dying.add(threading.get_ident())
+        return real_new(path, data)
+
+    files._write_all, chunks.write_new = write_all, write_new
+
+
 def pause_before_check(at: int) -> None:
     """SIGSTOP this process at the ``at``-th lease check made inside a write to the store.
 
@@ -227,5 +257,5 @@ if __name__ == "__main__":
     if kind == "die":
         with dies_at(int(at), kill=True):
             sys.exit(main())
-    {"complete": kill_after_complete, "pause": pause_before_check}[kind](int(at))
+    {"complete": kill_after_complete, "pause": pause_before_check, "die-in-chunk": kill_in_chunk}[kind](int(at))
     sys.exit(main())

@@ -7,6 +7,7 @@ elsewhere), compared value for value and, once materialized, file for file.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from helpers import OnesUntil, run_warm
+from helpers import OnesUntil, faultrun_process, run_warm, temp_files
 
 import streamacc
 from streamacc.errors import InputError, StoreError, VerifyError
@@ -314,6 +315,31 @@ def test_the_command_line_writes_reads_and_materializes_a_virtual_output(tmp_pat
     assert "it reads as a plain Zarr output now" in capsys.readouterr().out
     assert main(["materialize", str(ref)]) == 2
     assert "--virtual" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_materialize_killed_twice_then_run_to_the_end_leaves_no_temp_file(tmp_path):
+    """SIGKILLed half way through a data chunk in ``--steps 0:3000``, then again in a plain materialize: the run
+    that finishes leaves none of their temp files, and the output is file for file a stored write's."""
+    from streamacc.cli import main
+
+    out, ref = tmp_path / "v.zarr", tmp_path / "s.zarr"
+    args = ["--size", "5000", "--block-size", "512", "--codec", "none", "--no-progress"]
+    assert main(["write", str(out), *args, "--virtual"]) == 0
+    assert main(["write", str(ref), *args]) == 0
+    proc = faultrun_process("die-in-chunk", 3, "materialize", out, "--steps", "0:3000", "--no-progress")
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    first = temp_files(out)
+    assert first and all("/x/c/" in path for path in first), first  # the chunks being written when it died
+    proc = faultrun_process("die-in-chunk", 2, "materialize", out, "--no-progress")
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    second = temp_files(out)
+    assert second and not set(first) & set(second), (first, second)  # it cleared the first one's, then died
+    assert main(["materialize", str(out), "--no-progress"]) == 0
+    assert temp_files(out) == []
+    mine, theirs = files(out), files(ref)
+    assert sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k)) == [MANIFEST]
+    assert main(["verify", str(out)]) == 0
 
 
 @pytest.mark.slow

@@ -5,8 +5,9 @@ it from that carry and writes its chunks, the bytes a stored write of the same r
 The commit protocol is the write's: a block's chunks are durable before its record names
 their checksums, and its record before the manifest counts the block as stored, so an
 interrupted materialize leaves an output that reads exactly as before and that the next
-materialize continues. Once every block is stored, the arrays become plain Zarr arrays
-(see ``store.VIRTUAL``), which any reader opens.
+materialize continues; it first removes the temp files a killed one left (whatever steps
+that one stored), as a resumed write does. Once every block is stored, the arrays become
+plain Zarr arrays (see ``store.VIRTUAL``), which any reader opens.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ..engine import (
 from ..errors import InputError, VerifyError, arg
 from ..store import ZarrSink, open_target, progress_attrs
 from .execute import Progress
+from .output import remove_partial_writes
 from .recompute import recompute_plan
 from .record import BlockRecord, Ledger, Manifest, decode_leaves, load_manifest
 from .threads import check_stop, interruptible, on_own_thread, run_ordered
@@ -218,7 +220,9 @@ def materialize(
         check_structure(target, manifest)
         plan, x64 = recompute_plan(target, manifest, f=f, init=init, xs=xs, storage_options=storage_options)
         blocks = _blocks(manifest, plan, steps, target.label)
-        sink = ZarrSink.open(target, list(manifest.identity["arrays"]))
+        names = list(manifest.identity["arrays"])
+        remove_partial_writes(target, names)  # a killed materialize's (or write's) half-written chunks, any steps
+        sink = ZarrSink.open(target, names)
         total = sum(len(range(*next(plan.bounds(k)))) for k in blocks)
         with Progress(total, initial=0, enabled=progress, label=target.label) as bar:
             work = _Materializer(target, manifest, plan, sink, bar)
