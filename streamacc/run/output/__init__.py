@@ -21,18 +21,4 @@ if TYPE_CHECKING:
     from ._spec import OutputSpec as OutputSpec, output_spec as output_spec, stored_identity as stored_identity
     from ._time import is_calendar as is_calendar, times as times
 
-<<<<<<< HEAD
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)
-=======
-_EXPORTS = {
-    "._debris": ["remove_partial_writes"],
-    "._layout": ["STEP", "chunk_rows", "stored_chunks"],
-    "._open": ["open_output"],
-    "._output": ["BlockResult", "Output"],
-    "._request": ["MODES", "Mode", "Request", "check_request"],
-    "._spec": ["OutputSpec", "output_spec", "stored_identity"],
-    "._time": ["is_calendar", "times"],
-}
-__all__ = sorted(name for names in _EXPORTS.values() for name in names)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
->>>>>>> fb5595c (materialize removes the temp files a killed materialize or write left, whatever steps it stored, before it writes; faultrun's die-in-chunk kills a writer half way through a data chunk)
