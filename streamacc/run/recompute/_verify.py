@@ -40,7 +40,7 @@ from ...summaries import BlockPieces, Summaries, SummaryCheck, SummaryPlan
 from ..output import Output
 from ..record import BlockRecord, Ledger, Manifest, decode_leaves, describe_function, load_manifest, same_function
 from ..threads import interruptible, on_own_thread, run_ordered
-from ..trust import arrays_problem, check_settled_root, check_structure, trailer_problem, trusted_manifest
+from ..trust import arrays_problem, check_settled_root, trailer_problem, trusted_manifest
 
 __all__ = ["Checker", "VerifyReport", "check_resumable", "plan_for", "verify", "verify_plan"]
 
@@ -151,11 +151,6 @@ class Checker:
         problem = arrays_problem(self.target, self.manifest)
         if problem is not None:
             raise self.fail(problem)
-
-    def structure_trusted(self) -> None:
-        """What every reader checks first (``_trust.py``): no link or special file inside the output, the run's
-        arrays with the metadata they were created with, and root metadata that agrees with the manifest."""
-        check_structure(self.target, self.manifest)
 
     @property
     def sink(self) -> ZarrSink:
