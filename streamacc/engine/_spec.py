@@ -51,6 +51,21 @@ class ScanSpec:
     save_every : int, default 1
         Keep the ys of every ``save_every``-th step only.
 
+    Attributes
+    ----------
+    f, init, xs : callable, pytree, pytree or None
+        The step, the initial carry and the inputs, as given.
+    length : int
+        The number of steps (from ``xs`` where not given).
+    block_size : int or None
+        Steps per block as given, checked; None leaves the block size to the entry point.
+    unroll : int or bool
+        ``lax.scan``'s unroll, checked.
+    reverse : bool
+        Whether the scan runs from the last step to the first.
+    save_every : int
+        The thinning: every ``save_every``-th step's y is kept.
+
     Raises
     ------
     streamacc.errors.InputError
