@@ -7,6 +7,7 @@ the call starts, and :func:`warn` points there when it finds no frame of the cal
 
 from __future__ import annotations
 
+import concurrent.futures.thread
 import contextlib
 import os
 import sys
@@ -17,10 +18,11 @@ from contextvars import ContextVar
 from types import FrameType
 from typing import Any
 
-__all__ = ["outside", "run_from", "warn"]
+__all__ = ["origin", "outside", "run_from", "warn"]
 
 _PACKAGE = os.path.join(os.path.dirname(__file__), "")  # as code objects name it; not streamacc_x.py
-_THREADING = threading.__file__
+_THREAD_STARTS = frozenset({threading.__file__, concurrent.futures.thread.__file__})
+"""Where a thread's frames begin: a thread's start, or a pool's worker (streamacc's writers)."""
 
 Site = tuple[str, int, dict[str, Any]]
 """A line of the caller's code: its file, its line number and its module's globals."""
@@ -32,7 +34,7 @@ def outside(frame: FrameType | None) -> Site | None:
     """The first line above ``frame`` (itself included) that is not streamacc's, nor a thread's start."""
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
         frame = frame.f_back
-    if frame is None or frame.f_code.co_filename == _THREADING:
+    if frame is None or frame.f_code.co_filename in _THREAD_STARTS:
         return None
     return frame.f_code.co_filename, frame.f_lineno, frame.f_globals
 
@@ -45,6 +47,11 @@ def run_from(site: Site | None) -> Iterator[None]:
         yield
     finally:
         _ORIGIN.reset(token)
+
+
+def origin() -> Site | None:
+    """The caller's line as :func:`warn` would find it here: to point at from a thread started later (a writer's)."""
+    return outside(sys._getframe(1)) or _ORIGIN.get()
 
 
 def warn(message: str, category: type[Warning]) -> None:

@@ -163,6 +163,10 @@ def write(
 
     Memory stays at a few blocks whatever the length, each committed block survives a
     crash, and the stored ys are bit for bit those of one ``lax.scan`` over the whole length.
+    The first step whose y holds a NaN or an infinity is recorded, warned of once (a
+    :class:`~streamacc.errors.StreamaccWarning`) and reported by :func:`streamacc.info`;
+    a virtual run without summaries, which computes no ys, looks at the carry leaving
+    each block instead.
 
     Parameters
     ----------
@@ -329,6 +333,7 @@ def write(
         elif output.first_block:
             log.info("resuming %s at step %d of %d", target.label, done, plan.length)
         bar.begin(done)
+        output.warn_nonfinite(before=True)  # found by the run this one continues: said once, as it starts
         try:
             executor.run(plan, output)
             output.finish()

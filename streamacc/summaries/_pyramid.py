@@ -32,7 +32,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Acc", "BlockPieces", "Piece", "Rows", "block_pieces", "fold_children", "fold_pieces", "summarizable"]
+__all__ = [
+    "Acc",
+    "BlockPieces",
+    "Piece",
+    "Rows",
+    "block_pieces",
+    "fold_children",
+    "fold_pieces",
+    "nonfinite_pieces",
+    "summarizable",
+]
 
 
 def summarizable(dtype: np.dtype) -> bool:
@@ -213,6 +223,48 @@ def block_pieces(data: np.ndarray, start: int, window: int, length: int) -> Bloc
     if max(e, a) < stop:
         tail = Piece(max(e, a) // window, max(e, a), stop, reduce_steps(data[max(e, a) - start :], 0))
     return BlockPieces(head, a // window, rows, tail)
+
+
+def _all_finite(low: np.ndarray, high: np.ndarray, count: np.ndarray, values: Any, windows: int) -> np.ndarray:
+    """Per window (first axis, ``windows`` of them): whether every value is finite, from its statistics alone.
+
+    A NaN is not counted (the count falls short of the window's ``values``) and an
+    infinity is the window's min or max.
+    """
+    def each(a: Any) -> npt.NDArray[np.bool_]:
+        return np.asarray(np.asarray(a).reshape(windows, -1).all(axis=1))
+
+    counted = np.asarray(count).reshape(windows, -1) == np.reshape(values, (-1, 1))
+    return each(counted) & each(np.isfinite(low)) & each(np.isfinite(high))
+
+
+def nonfinite_pieces(pieces: BlockPieces, window: int, length: int) -> list[tuple[int, int]]:
+    """The rows ``[start, stop)`` of each of a block's pieces that holds a NaN or an infinity, in row order.
+
+    Read off the pieces' statistics, which every float value went into: what is left to
+    look at, row by row, to find the first such row is those pieces alone (none where the
+    block is finite). Integer and boolean outputs hold none.
+    """
+    parts = [p for p in (pieces.head, pieces.tail) if p is not None]
+    sample = parts[0].acc.min if parts else None if pieces.rows is None else pieces.rows.min
+    if sample is None or np.asarray(sample).dtype.kind != "f":
+        return []
+    found: list[tuple[int, int]] = []
+    head = pieces.head
+    if head is not None and not _all_finite(head.acc.min, head.acc.max, head.acc.count, head.stop - head.start, 1)[0]:
+        found.append((head.start, head.stop))
+    rows = pieces.rows
+    if rows is not None:
+        first = pieces.first * window
+        sizes = np.full(len(rows), window, dtype=np.int64)
+        sizes[-1] = min(window, length - (first + (len(rows) - 1) * window))  # the output's last window is short
+        for i in np.flatnonzero(~_all_finite(rows.min, rows.max, rows.count, sizes, len(rows))):
+            start = first + int(i) * window
+            found.append((start, start + int(sizes[i])))
+    tail = pieces.tail
+    if tail is not None and not _all_finite(tail.acc.min, tail.acc.max, tail.acc.count, tail.stop - tail.start, 1)[0]:
+        found.append((tail.start, tail.stop))
+    return found
 
 
 def _extend(open_: Piece | None, piece: Piece, window: int) -> Piece:

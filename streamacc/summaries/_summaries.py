@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import VerifyError, arg, one_line
 from ..store import ArraySpec, Target
-from ._pyramid import BlockPieces, Pyramid, Rows, block_pieces, fold_children, summarizable
+from ._pyramid import BlockPieces, Pyramid, Rows, block_pieces, fold_children, nonfinite_pieces, summarizable
 from ._store import SummaryStore, decode_tail, encode_tail
 
 __all__ = ["Summaries", "SummaryPlan", "damaged", "output_rows", "summarized_names"]
@@ -57,6 +57,10 @@ class SummaryPlan:
 
     def pieces(self, start: int, ys: Mapping[str, np.ndarray]) -> dict[str, BlockPieces]:
         return {name: block_pieces(np.asarray(ys[name]), start, self.window, self.length) for name in self.names}
+
+    def nonfinite(self, pieces: Mapping[str, BlockPieces]) -> dict[str, list[tuple[int, int]]]:
+        """Per summarised output, the rows of a block's pieces that hold a NaN or an infinity (see ``pieces``)."""
+        return {name: nonfinite_pieces(p, self.window, self.length) for name, p in pieces.items()}
 
 
 INFLIGHT_WRITES = 1

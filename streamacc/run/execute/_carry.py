@@ -7,12 +7,18 @@ them; a carry-only scan compiles the step as a full block does (see ``engine._ca
 and the first block is computed in full as well and its carry compared: where XLA compiled
 the two programs to other bits, the run goes on with the block function itself. Readers
 check every block they recompute against the carry recorded after it.
+
+With no ys computed, what is checked for NaNs and infinities is the carry leaving each
+block: a run records the end of the first block whose carry holds one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+
+import jax
+import numpy as np
 
 from ...engine import HostLeaf, Plan, carry_pass, compute_block, from_host, same_leaves, to_host
 from ...store import Target
@@ -49,13 +55,22 @@ class CarryExecutor:
             carries.close()
 
 
+def _finite(carry: list[HostLeaf]) -> bool:
+    """Whether every float leaf of a carry holds finite values (no NaN, no infinity)."""
+    return all(bool(np.isfinite(a).all()) for a, _ in carry if jax.numpy.issubdtype(a.dtype, jax.numpy.inexact))
+
+
 def _results(
     plan: Plan, carries: Iterator[tuple[int, int, object]], first: int, carry_in: list[HostLeaf]
 ) -> Iterator[BlockResult]:
+    """The blocks' results; no ys are computed, so the carry leaving each block is what is checked for NaNs."""
     for index, (start, stop, carry) in enumerate(carries, start=first):
         check_stop()
         carry_out = to_host(carry)
-        yield BlockResult(index, start, stop, carry_in, carry_out, {}, _block_bytes(plan, start, stop), 0)
+        last = start if plan.reverse else stop - 1  # the step after which the carry leaves the block
+        nonfinite = None if _finite(carry_out) else (last, None)
+        nbytes = _block_bytes(plan, start, stop)
+        yield BlockResult(index, start, stop, carry_in, carry_out, {}, nbytes, 0, None, nonfinite)
         carry_in = carry_out
 
 

@@ -140,7 +140,8 @@ def _results(plan: Plan, spec: SinkSpec, tasks: list[BlockTask]) -> list[BlockRe
 
     def write(item: tuple[BlockTask, Block]) -> BlockResult:
         task, block = item
-        return write_block(sink, names, task.index, block, task.carry_in, to_host(block.carry), spec.summary)
+        carry_out = to_host(block.carry)
+        return write_block(sink, names, task.index, block, task.carry_in, carry_out, spec.summary, reverse=plan.reverse)
 
     run_ordered(computed(), write, lambda item, result: results.append(result), depth=WRITE_AHEAD, workers=1)
     return results

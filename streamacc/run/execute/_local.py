@@ -15,15 +15,27 @@ from collections.abc import Iterator
 from typing import Protocol
 
 import jax
+import numpy as np
 
 from ..._defaults import DEFAULT_INFLIGHT
-from ...engine import Block, BlockPool, HostLeaf, Plan, computes_ahead, from_host, pool_size, run_plan, to_host
+from ...engine import (
+    Block,
+    BlockPool,
+    HostLeaf,
+    Plan,
+    computes_ahead,
+    from_host,
+    pool_size,
+    row_step,
+    run_plan,
+    to_host,
+)
 from ...store import Target, ZarrSink
 from ...summaries import SummaryPlan
 from ..output import BlockResult, Output
 from ..threads import check_stop, on_own_thread, run_ordered
 
-__all__ = ["Executor", "LocalExecutor", "write_block"]
+__all__ = ["Executor", "LocalExecutor", "first_nonfinite", "write_block"]
 
 
 class Executor(Protocol):
@@ -38,6 +50,34 @@ class Executor(Protocol):
     def run(self, plan: Plan, output: Output) -> None: ...
 
 
+def first_nonfinite(
+    ys: dict[str, np.ndarray], first_row: int, suspects: dict[str, list[tuple[int, int]]], reverse: bool
+) -> tuple[int, str] | None:
+    """The first row of a block in scan order whose y holds a NaN or an infinity, and its output; None if none.
+
+    ``suspects`` gives, per summarised output, the rows its summary pieces found holding
+    one (the only rows looked at); an output without summaries is looked at whole, one
+    vectorised ``np.isfinite`` over the block (2 ms for 2**22 float64 rows, against 38 ms to
+    encode them). In scan order: the lowest row, or the highest in a reverse scan; a tie
+    goes to the output named first.
+    """
+    found: tuple[int, str] | None = None
+    for name, data in ys.items():
+        if not jax.numpy.issubdtype(data.dtype, jax.numpy.inexact):
+            continue
+        ranges = suspects.get(name, [(first_row, first_row + len(data))])
+        for start, stop in reversed(ranges) if reverse else ranges:
+            finite = np.isfinite(data[start - first_row : stop - first_row])
+            if finite.all():
+                continue
+            bad = ~finite if finite.ndim == 1 else ~finite.reshape(len(finite), -1).all(axis=1)
+            row = start + (len(bad) - 1 - int(np.argmax(bad[::-1])) if reverse else int(np.argmax(bad)))
+            if found is None or (row > found[0] if reverse else row < found[0]):
+                found = (row, name)
+            break
+    return found
+
+
 def write_block(
     sink: ZarrSink | None,
     names: list[str],
@@ -46,22 +86,28 @@ def write_block(
     carry_in: list[HostLeaf],
     carry_out: list[HostLeaf],
     summary: SummaryPlan | None = None,
+    *,
+    reverse: bool = False,
 ) -> BlockResult:
     """Cut a computed block's summary pieces, write it durably, give its buffer back, describe it for its commit.
 
     The pieces come first, while the block is fresh from the computation (in the last-level
     cache unless something evicted it), and the encoder follows on the block they just read.
     Without a ``sink`` (a virtual run) nothing is written: the block is computed for its
-    summaries.
+    summaries. The block's first step (in scan order) whose y holds a NaN or an infinity,
+    if any, is found from the pieces where there are some (see :func:`first_nonfinite`).
     """
     check_stop()  # after Ctrl-C or SIGTERM no new block is written
     leaves = jax.tree_util.tree_leaves(block.ys)
     nbytes = sum(y.nbytes for y in leaves)
     ys = dict(zip(names, leaves, strict=True))
     pieces = None if summary is None else summary.pieces(block.rows.start, ys)  # summaries count rows
+    suspects = {} if summary is None or pieces is None else summary.nonfinite(pieces)
+    bad = first_nonfinite(ys, block.rows.start, suspects, reverse)
+    nonfinite = None if bad is None else (row_step(bad[0], block.save_every), bad[1])
     crcs, stored = ({}, 0) if sink is None else sink.write(block.rows.start, block.rows.stop, ys)
     block.release()  # durable: its buffer may take a later block
-    return BlockResult(index, block.start, block.stop, carry_in, carry_out, crcs, nbytes, stored, pieces)
+    return BlockResult(index, block.start, block.stop, carry_in, carry_out, crcs, nbytes, stored, pieces, nonfinite)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,8 +153,9 @@ class LocalExecutor:
 
         def work(item: _Item) -> BlockResult:
             return write_block(
-                output.data_sink, names, item.index, item.block, item.carry_in, item.carry_out, output.summary_plan
-            )
+                output.data_sink, names, item.index, item.block, item.carry_in, item.carry_out, output.summary_plan,
+                reverse=plan.reverse,
+            )  # fmt: skip
 
         def commit(item: _Item, result: BlockResult) -> None:
             output.commit(result)

@@ -121,6 +121,8 @@ def extend_manifest(
     )
     start, stop = extended.span()
     extended.committed_steps = stop - start
+    if extended.nonfinite is not None and not start <= extended.nonfinite["step"] < stop:
+        extended.nonfinite = None  # in the block computed again: found there again, as the first
     block_rows = new["block_size"] // every
     read = read_rows if read_rows is not None else (lambda name, a, b: sink.arrays[name][a:b])
     extended.summaries = extension_tail(target, manifest, extended.committed_rows, block_rows, read)

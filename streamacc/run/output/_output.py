@@ -14,11 +14,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..._callsite import origin, run_from, warn
 from ...engine import HostLeaf
-from ...errors import LockedError, StoreError, arg
+from ...errors import LockedError, StoreError, StreamaccWarning, arg
 from ...store import Target, ZarrSink, describe_store_failure, is_store_failure, progress_attrs
 from ...summaries import BlockPieces, Summaries, SummaryPlan
-from ..record import BlockRecord, Ledger, Manifest, decode_leaves, encode_leaves
+from ..record import BlockRecord, Ledger, Manifest, decode_leaves, describe_nonfinite, encode_leaves
 from ..threads import check_stop
 from ..trust import bookkeeping_listing
 from ._debris import remove_partial_writes
@@ -51,6 +52,8 @@ class BlockResult:
     stored: int
     # each summarised output's pieces of the finest windows (see _summaries)
     summary: dict[str, BlockPieces] | None = None
+    # the block's first step in scan order holding a NaN or an infinity, and its output (None: the carry after it)
+    nonfinite: tuple[int, str | None] | None = None
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -79,6 +82,7 @@ class Output:
         self._listing: dict[str, dict[str, Any]] | None = None
         self._waiting: list[BlockResult] = []  # a virtual run's blocks computed and not yet committed
         self._batch_started = time.monotonic()
+        self._site = origin()  # the caller's line, where the warning of a NaN points from the writer threads
 
     @property
     def data_sink(self) -> ZarrSink | None:
@@ -157,9 +161,12 @@ class Output:
         if [r.index for r in results] != list(range(first, first + len(results))):
             raise AssertionError(f"blocks {[r.index for r in results]} committed out of order after {first}")
         recs = [BlockRecord(r.index, r.start, r.stop, encode_leaves(r.carry_in), r.crc32c) for r in results]
-        changes = {}
+        changes: dict[str, Any] = {}
         if self.summaries is not None:
             changes["summaries"] = self.summaries.tail() if self.spec.virtual else self.summaries.commit(results)
+        found = next((r.nonfinite for r in results if r.nonfinite is not None), None)
+        if self.manifest.nonfinite is None and found is not None:
+            changes["nonfinite"] = {"step": found[0], "array": found[1]}
         self.ledger.record(*recs)
         self._save(
             committed_blocks=first + len(results),
@@ -167,10 +174,26 @@ class Output:
             carry=encode_leaves(results[-1].carry_out),
             **changes,
         )
+        if "nonfinite" in changes:
+            self.warn_nonfinite()
         self.publish()
         if self.on_commit is not None:
             for result in results:
                 self.on_commit(result)
+
+    def warn_nonfinite(self, before: bool = False) -> None:
+        """Warn that the output holds a NaN or an infinity (once a run: as it is committed, or as a continued run
+        starts with one committed ``before``), pointing at the caller's line."""
+        found = self.manifest.nonfinite
+        if found is None:
+            return
+        when = ", found by the run this one continues" if before else ""
+        with run_from(self._site):
+            warn(
+                f"{self.target.label}: {describe_nonfinite(found)}{when}; the run goes on, and info reports it: "
+                "check f and its parameters (a time step too large, an overflow, a division by zero)",
+                StreamaccWarning,
+            )
 
     def remove_lost_writes(self) -> list[str]:
         """Remove the temp files of writers that died mid-write (a killed cluster worker); return them.

@@ -11,6 +11,7 @@ from ..._defaults import DEFAULT_INFLIGHT
 from ...engine import pool_size  # arithmetic only: describing an output imports no JAX
 from ...store import ZarrSink, open_target
 from ...summaries import SUMMARIES, summarized_names
+from ..record import describe_nonfinite
 from ..trust import trusted_manifest
 
 __all__ = ["ArrayInfo", "MemoryEstimate", "OutputInfo", "SummaryInfo", "info", "memory_estimate"]
@@ -182,6 +183,15 @@ class OutputInfo:
         Committed blocks whose data are stored (all of them, unless ``virtual``).
     committed_blocks : int
         Blocks committed so far.
+    nonfinite_step : int or None
+        The first step, in scan order, found holding a NaN or an infinity, as each block
+        was written: the step whose y holds one, or, where ``nonfinite_array`` is None
+        (a virtual output without summaries, which computes no ys), the step after which
+        the carry leaving a block first holds one. None when none was found, and for an
+        output written before streamacc recorded it.
+    nonfinite_array : str or None
+        The output array whose y at ``nonfinite_step`` holds a NaN or an infinity (the
+        first such array in ``arrays`` order); None for the carry, or when none was found.
 
     Examples
     --------
@@ -215,6 +225,8 @@ class OutputInfo:
     virtual: bool = False
     stored_blocks: int = 0
     committed_blocks: int = 0
+    nonfinite_step: int | None = None
+    nonfinite_array: str | None = None
 
     def __str__(self) -> str:
         return format_description(self)
@@ -301,6 +313,8 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
         virtual=manifest.virtual,
         stored_blocks=sum(1 for k in range(manifest.committed_blocks) if manifest.stores(k)),
         committed_blocks=manifest.committed_blocks,
+        nonfinite_step=None if manifest.nonfinite is None else manifest.nonfinite["step"],
+        nonfinite_array=None if manifest.nonfinite is None else manifest.nonfinite["array"],
     )
 
 
@@ -341,6 +355,9 @@ def format_description(about: OutputInfo) -> str:
             + ("" if about.stored_blocks == about.committed_blocks else "; the others are recomputed when read "
                "(streamacc.open), or stored with `streamacc materialize`")
         )  # fmt: skip
+    if about.nonfinite_step is not None:
+        found = {"step": about.nonfinite_step, "array": about.nonfinite_array}
+        lines.append(f"  non-finite: {describe_nonfinite(found)}")
     if about.time:
         t = about.time
         lines.append(f"  time: step s at {t['start']!r} + s * {t['step']!r} {t['units']}".rstrip())

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         Ledger as Ledger,
         Manifest as Manifest,
         decode_leaves as decode_leaves,
+        describe_nonfinite as describe_nonfinite,
         encode_leaves as encode_leaves,
         identity_differences as identity_differences,
         load_manifest as load_manifest,

@@ -37,6 +37,7 @@ __all__ = [
     "BlockRecord",
     "Ledger",
     "Manifest",
+    "describe_nonfinite",
     "group_node",
     "identity_differences",
     "load_manifest",
@@ -130,12 +131,19 @@ class Manifest:
     stored: list[list[int]] | None = None
     """A virtual output's blocks whose data chunks are stored (materialized), as sorted, disjoint ``[first,
     stop)`` ranges of block indices in scan order; None for an output that stores every committed block."""
+    nonfinite: dict[str, Any] | None = None
+    """The first step, in scan order, found holding a NaN or an infinity among the committed blocks:
+    ``{"step": s, "array": name}``, the step whose y in output ``name`` holds one, or ``"array": None``
+    where no ys were computed (a virtual run without summaries): the carry after step ``s``, the end of
+    the first block whose carry holds one. None (and absent from the stored manifest, as in outputs
+    written before it was recorded) when none was found."""
 
     def to_json(self) -> bytes:
         # its fields hold JSON values alone, so a shallow dict serializes as ``asdict``'s deep copy would
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        if fields["stored"] is None:
-            del fields["stored"]  # an output that stores its data records what it did before virtual outputs
+        for optional in ("stored", "nonfinite"):
+            if fields[optional] is None:
+                del fields[optional]  # recorded as before the field existed: older readers read it
         doc = json.dumps({"format": FORMAT, **fields}, sort_keys=True)
         return group_node({MANIFEST_ATTR: doc, "description": MANIFEST_DESCRIPTION})
 
@@ -181,6 +189,8 @@ class Manifest:
                 raise ValueError("unknown format")
             manifest = cls(**doc)
             manifest.identity = upgrade_identity(manifest.identity)
+            if not _nonfinite_form(manifest.nonfinite):
+                raise ValueError("a malformed record of the first non-finite step")
             if manifest.carry is not None:
                 decode_leaves(manifest.carry)
         except (ValueError, KeyError, TypeError, AttributeError):
@@ -232,7 +242,34 @@ class Manifest:
             return "it holds no carry"
         if self.virtual != (self.stored is not None) or not _ranges_in(self.stored, self.committed_blocks):
             return "its record of the blocks whose data are stored does not fit its run"
+        if not _step_in(self.nonfinite, start, stop, list(ident.get("arrays", {}))):
+            return "its record of the first step holding a NaN or an infinity does not fit its run"
         return None
+
+
+def _nonfinite_form(found: Any) -> bool:
+    """Whether ``found`` has the form of a manifest's ``nonfinite``: None, or a step and an output name or None."""
+    if found is None:
+        return True
+    if not isinstance(found, dict) or set(found) != {"step", "array"}:
+        return False
+    step, array = found["step"], found["array"]
+    return isinstance(step, int) and not isinstance(step, bool) and (array is None or isinstance(array, str))
+
+
+def _step_in(found: dict[str, Any] | None, start: int, stop: int, names: list[str]) -> bool:
+    """Whether ``found`` (a manifest's ``nonfinite``) names a committed step, and an output of the run or the carry."""
+    return found is None or (start <= found["step"] < stop and (found["array"] is None or found["array"] in names))
+
+
+def describe_nonfinite(found: dict[str, Any]) -> str:
+    """A manifest's ``nonfinite`` in words: ``y holds a NaN or an infinity at step 12``."""
+    if found["array"] is None:
+        return (
+            f"the carry holds a NaN or an infinity after step {found['step']}, the end of the first block whose carry "
+            "does; a virtual run without summaries computes no ys, so only its carry is checked, at each block's end"
+        )
+    return f"{found['array']} holds a NaN or an infinity at step {found['step']}, the first such step in scan order"
 
 
 def _ranges_in(ranges: Any, blocks: int) -> bool:
