@@ -33,13 +33,14 @@ if TYPE_CHECKING:
         check_grouping as check_grouping,
         check_length as check_length,
         check_save_every as check_save_every,
+        check_scan_keywords as check_scan_keywords,
         committed_span as committed_span,
         pool_size as pool_size,
         row_step as row_step,
         rows_in as rows_in,
     )
     from ._memory import check_memory as check_memory
-    from ._plan import Plan as Plan, make_plan as make_plan
+    from ._plan import Plan as Plan, make_plan as make_plan, resize as resize
     from ._pool import POOL_MIN_BYTES as POOL_MIN_BYTES, BlockPool as BlockPool, PoolStats as PoolStats
     from ._run import (
         carry_pass as carry_pass,

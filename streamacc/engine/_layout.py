@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+from .._checks import as_count, as_unroll
 from ..errors import InputError, arg
 
 __all__ = [
@@ -20,9 +21,11 @@ __all__ = [
     "block_count",
     "block_size_near",
     "block_steps",
+    "check_block_size",
     "check_grouping",
     "check_length",
     "check_save_every",
+    "check_scan_keywords",
     "committed_span",
     "pool_size",
     "row_step",
@@ -167,6 +170,42 @@ def check_grouping(length: int, block_size: int, unroll: int | bool, reverse: bo
             f"({unroll}), as lax.scan runs its remainder steps first; pass {arg('unroll', 1)} or a length divisible "
             "by the unroll"
         )
+
+
+def check_block_size(given: Any, length: int, unroll: Any, save_every: int) -> int:
+    """``block_size`` as a positive int that holds whole rows of ``save_every`` steps, or an :class:`InputError`."""
+    block_size = as_count("block_size", given, minimum=1)
+    if block_size % save_every:
+        u = unroll if type(unroll) is int and unroll > 1 and block_size < length else 1  # blocks line up with groups
+        good = block_size_near(block_size, u, save_every)
+        also = f" and of the scan's unroll ({u})" if u > 1 else ""
+        raise InputError(
+            f"{arg('block_size', block_size)} must be a multiple of {arg('save_every', save_every)}{also}, so "
+            f"that every block keeps whole rows; pass e.g. {arg('block_size', good)}"
+        )
+    return block_size
+
+
+def check_scan_keywords(
+    length: Any, block_size: Any, unroll: Any, reverse: Any, save_every: Any
+) -> tuple[int, int | None, int | bool, bool, int]:
+    """A scan's keywords checked and normalised, with no step function and no JAX.
+
+    What :class:`~streamacc.ScanSpec` checks of its keywords before it traces the step;
+    the command line asks it of its options before JAX is imported.
+    """
+    n = as_count("length", length, minimum=0)
+    check_length(n)
+    every = as_count("save_every", save_every, minimum=1)
+    check_save_every(every, n)
+    size = None if block_size is None else check_block_size(block_size, n, unroll, every)
+    unrolled = as_unroll(unroll)
+    numpy_bool = getattr(reverse, "shape", None) == () and getattr(getattr(reverse, "dtype", None), "kind", "") == "b"
+    if not (isinstance(reverse, bool) or numpy_bool):
+        raise InputError(f"{arg('reverse')} must be True or False, got {reverse!r}")
+    if size is not None:
+        check_grouping(n, size, unrolled, bool(reverse), every)
+    return n, size, unrolled, bool(reverse), every
 
 
 def block_count(length: int, block_size: int, unroll: int | bool = 1) -> int:

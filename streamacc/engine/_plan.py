@@ -11,21 +11,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import as_count, as_unroll
+from .._checks import as_count
 from .._defaults import DEFAULT_BLOCK_BYTES
-from ..errors import InputError, arg
 from ._checks import Step, check_x64, resolve_length, step_shapes
 from ._kernels import unrolled
 from ._layout import (
     block_bounds,
     block_count,
-    block_size_near,
     block_steps,
+    check_block_size,
     check_grouping,
     check_save_every,
+    check_scan_keywords,
 )
 
-__all__ = ["Plan", "as_save_every", "make_plan"]
+__all__ = ["Plan", "as_save_every", "make_plan", "resize"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +95,17 @@ def as_save_every(save_every: Any, length: int) -> int:
     return k
 
 
+def _sized(
+    length: int, unroll: int | bool, save_every: int, y_struct: Any, xs: Any, block_bytes: int, rows_multiple: int
+) -> int:
+    """Steps per block holding about ``block_bytes`` of ys (or of xs, if larger), in whole ``rows_multiple`` rows."""
+    u = unroll if not isinstance(unroll, bool) else 1
+    row_bytes = _nbytes(y_struct) * (save_every if unrolled(unroll) else 1)  # see _thinned_scan
+    return block_steps(
+        row_bytes, block_bytes, save_every=save_every, xs_bytes=_nbytes(xs, 1), unroll=u, rows_multiple=rows_multiple
+    )
+
+
 def make_plan(
     f: Step,
     init: Any,
@@ -113,30 +124,26 @@ def make_plan(
     ``block_size`` counts steps; None sizes blocks by bytes: about ``block_bytes`` of ys
     (or of xs, if larger) per block, in a whole number of ``rows_multiple`` output rows.
     """
-    n = resolve_length(xs, length)
-    save_every = as_save_every(save_every, n)
-    if block_size is not None:
-        block_size = as_count("block_size", block_size, minimum=1)
-        if block_size % save_every:
-            u = unroll if type(unroll) is int and unroll > 1 and block_size < n else 1  # blocks line up with groups
-            good = block_size_near(block_size, u, save_every)
-            also = f" and of the scan's unroll ({u})" if u > 1 else ""
-            raise InputError(
-                f"{arg('block_size', block_size)} must be a multiple of {arg('save_every', save_every)}{also}, so "
-                f"that every block keeps whole rows; pass e.g. {arg('block_size', good)}"
-            )
-    unroll = as_unroll(unroll)
-    if not isinstance(reverse, (bool, np.bool_)):
-        raise InputError(f"{arg('reverse')} must be True or False, got {reverse!r}")
+    n, block_size, unroll, reverse, save_every = check_scan_keywords(
+        resolve_length(xs, length), block_size, unroll, reverse, save_every
+    )
     check_x64(init=init, xs=xs)
     carry_struct, y_struct = step_shapes(f, init, xs)
     if block_size is None:
-        u = unroll if not isinstance(unroll, bool) else 1
-        row_bytes = _nbytes(y_struct) * (save_every if unrolled(unroll) else 1)  # see _thinned_scan
-        block_size = block_steps(
-            row_bytes, block_bytes, save_every=save_every, xs_bytes=_nbytes(xs, 1), unroll=u,
-            rows_multiple=rows_multiple,
-        )  # fmt: skip
-    check_grouping(n, block_size, unroll, bool(reverse), save_every)
+        block_size = _sized(n, unroll, save_every, y_struct, xs, block_bytes, rows_multiple)
+        check_grouping(n, block_size, unroll, reverse, save_every)
     init = jax.tree_util.tree_map(lambda leaf, s: jnp.asarray(leaf, dtype=s.dtype), init, carry_struct)
-    return Plan(f, init, xs, n, block_size, unroll, bool(reverse), y_struct, save_every)
+    return Plan(f, init, xs, n, block_size, unroll, reverse, y_struct, save_every)
+
+
+def resize(plan: Plan, *, block_size: int | None = None, block_bytes: int = DEFAULT_BLOCK_BYTES,
+           rows_multiple: int = 1) -> Plan:  # fmt: skip
+    """``plan`` in blocks of ``block_size`` steps, or of about ``block_bytes`` of ys; its step is not traced again."""
+    if block_size is not None:
+        size = check_block_size(block_size, plan.length, plan.unroll, plan.save_every)
+    else:
+        size = _sized(plan.length, plan.unroll, plan.save_every, plan.y_struct, plan.xs, block_bytes, rows_multiple)
+    if size == plan.block_size:
+        return plan
+    check_grouping(plan.length, size, plan.unroll, plan.reverse, plan.save_every)
+    return dataclasses.replace(plan, block_size=size)

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from .._defaults import DEFAULT_BLOCK_BYTES
 from ..errors import InputError, arg
 from ._checks import Step
-from ._plan import Plan, make_plan
+from ._plan import Plan, make_plan, resize
 
 __all__ = ["SCAN_DEFAULTS", "ScanSpec", "as_spec", "same_carry", "step_of"]
 
@@ -123,13 +123,16 @@ class ScanSpec:
         """The scan's keywords (``length``, ``block_size``, ``unroll``, ``reverse``, ``save_every``) as given."""
         return {name: getattr(self, name) for name in SCAN_DEFAULTS}
 
-    def plan(self, *, block_bytes: int = DEFAULT_BLOCK_BYTES, rows_multiple: int = 1) -> Plan:
-        """The plan that runs it: blocks of ``block_size`` steps, or of about ``block_bytes`` of ys."""
-        if self.block_size is not None or (block_bytes == DEFAULT_BLOCK_BYTES and rows_multiple == 1):
+    def plan(self, *, block_bytes: int = DEFAULT_BLOCK_BYTES, rows_multiple: int = 1,
+             default_block_size: int | None = None) -> Plan:  # fmt: skip
+        """The plan that runs it, without tracing the step again.
+
+        Its blocks hold ``block_size`` steps, else ``default_block_size``, else about
+        ``block_bytes`` of ys in a whole number of ``rows_multiple`` rows.
+        """
+        if self.block_size is not None:
             return self._plan
-        return make_plan(
-            self.f, self.init, self.xs, **self.keywords(), block_bytes=block_bytes, rows_multiple=rows_multiple
-        )
+        return resize(self._plan, block_size=default_block_size, block_bytes=block_bytes, rows_multiple=rows_multiple)
 
 
 def as_spec(f: Any, init: Any, xs: Any, **keywords: Any) -> ScanSpec:
