@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from .engine import Block as Block, ScanSpec as ScanSpec, iter_blocks as iter_blocks, scan as scan
     from .run import (
         ArrayInfo as ArrayInfo,
+        Dask as Dask,
+        Layout as Layout,
+        Local as Local,
         OutputInfo as OutputInfo,
         SummaryInfo as SummaryInfo,
         VerifyReport as VerifyReport,

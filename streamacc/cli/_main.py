@@ -24,7 +24,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import (
     InputError,
@@ -36,7 +36,7 @@ from ..errors import (
     arg,
 )
 from ..recipes import Recipe, option
-from ..run import Terminated, check_request, run_interruptibly, si, still_running
+from ..run import Terminated, check_written_length, run_interruptibly, si, still_running
 from ._expr import parse_int
 from ._parser import (
     UsageError,
@@ -51,6 +51,9 @@ from ._parser import (
     summary_windows,
     time_options,
 )
+
+if TYPE_CHECKING:
+    from ..run import Mode
 from ._spelling import cli_message, cli_terms
 
 __all__ = ["build_parser", "main", "storage_options"]
@@ -125,7 +128,7 @@ def summary(about: Any, before: int, seconds: float, how: str = "resumed") -> st
     )
 
 
-def _mode(args: argparse.Namespace) -> str:
+def _mode(args: argparse.Namespace) -> Mode:
     return "overwrite" if args.overwrite else "resume" if args.resume else "extend" if args.extend else "create"
 
 
@@ -152,39 +155,44 @@ def cmd_write(args: argparse.Namespace) -> int:
             f"OUT {args.out!r} is a store in this process's memory, which ends with the command, so nothing "
             "would be kept; write to a path or an object-store URL such as s3://bucket/out.zarr"
         )
-    size = None if args.size is None else parse_int(args.size, name=arg("length"))  # check_request says >= 1
-    request: dict[str, Any] = {
-        "mode": _mode(args),
-        "block_size": None if args.block_size is None else parse_int(args.block_size, name=arg("block_size")),
-        "save_every": 1 if args.save_every is None else parse_int(args.save_every, name=arg("save_every")),
-        "chunks": chunks_option(args.chunks),
-        "time": time_options(args),
-        "summaries": summary_windows(args),
-        "codec": args.codec,
-        "virtual": args.virtual,
-    }
-    check_request(length=size, **request)  # the library's own checks, before JAX is imported
+    size = None if args.size is None else parse_int(args.size, name=arg("length"))
+    if size is not None:
+        check_written_length(size)  # write's own rule, before the recipe is asked for its steps
+    block_size = None if args.block_size is None else parse_int(args.block_size, name=arg("block_size"))
+    save_every = 1 if args.save_every is None else parse_int(args.save_every, name=arg("save_every"))
+    mode = _mode(args)
+    time_axis = time_options(args)
     workers = None if args.workers is None else parse_int(args.workers, name=arg("workers"), minimum=1)
     params = recipe_params(args, recipe)
-    _check_time_step(recipe, params, request["time"])
+    _check_time_step(recipe, params, time_axis)
     check_no_overlap(args.out, params, recipe)
     job = recipe.make(size, args.dtype, params, options)  # an --input URL takes the same storage options
     attrs = {**job.attrs, "dtype": check_dtype(args.dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
-    check_request(**{**request, "length": job.length, "unroll": job.unroll})  # with the recipe's length and unroll
-    _enable_x64()
-    from ..run import cluster_client, info, write
+    from ..engine import check_scan_keywords
+    from ..run import Layout
 
-    before = _committed_steps(args.out, options) if request["mode"] in ("resume", "extend") else 0
+    check_scan_keywords(job.length, block_size, job.unroll, False, save_every)  # ScanSpec's own, before JAX
+
+    layout = Layout(
+        names=job.names, dims=job.dims, chunks=chunks_option(args.chunks), codec=args.codec, attrs=attrs,
+        array_attrs=array_attrs, time=time_axis, summaries=summary_windows(args), virtual=args.virtual,
+    )  # fmt: skip
+    _enable_x64()
+    from ..engine import ScanSpec
+    from ..run import Dask, Local, cluster_client, info, write
+
+    spec = ScanSpec(
+        job.f, job.init, job.xs, length=job.length, block_size=block_size, unroll=job.unroll, save_every=save_every
+    )
+    before = _committed_steps(args.out, options) if mode in ("resume", "extend") else 0
     start = time.perf_counter()
     gc.freeze()  # the CLI owns its process: spare the collector the objects that live for the whole run
     with _warnings_as_messages(args.debug), cluster_client(workers, args.scheduler) as client:
-        write(
-            args.out, job.f, job.init, job.xs, **request, length=job.length, unroll=job.unroll, names=job.names,
-            dims=job.dims, attrs=attrs, array_attrs=array_attrs, storage_options=options, client=client,
-            progress=not args.no_progress,
-        )  # fmt: skip
-    how = "extended" if request["mode"] == "extend" else "resumed"
+        where = Local() if client is None else Dask(client)
+        write(args.out, spec, mode=mode, layout=layout, executor=where, storage_options=options,
+              progress=not args.no_progress)  # fmt: skip
+    how = "extended" if mode == "extend" else "resumed"
     _out(summary(info(args.out, storage_options=options), before, time.perf_counter() - start, how))
     return 0
 

@@ -23,8 +23,8 @@ from .._lazy import lazy_exports
 if TYPE_CHECKING:
     from ._materialize import materialize as materialize
     from ._write import write as write
-    from .execute import cluster_client as cluster_client, si as si
-    from .output import check_request as check_request
+    from .execute import Dask as Dask, Local as Local, cluster_client as cluster_client, si as si
+    from .output import Layout as Layout, Mode as Mode, check_written_length as check_written_length
     from .read import (
         ArrayInfo as ArrayInfo,
         MemoryEstimate as MemoryEstimate,

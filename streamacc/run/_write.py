@@ -1,8 +1,9 @@
 """``write``: run a blocked scan and stream its output into a Zarr store, resumably.
 
-``write`` reads as four steps: the arguments checked (``output.check_request``) and a
-validated plan with the output it must produce, the output opened under its writer lock
-(new, overwritten, resumed or extended), and an executor that computes and writes the
+``write`` reads as four steps: the arguments taken apart into the scan's spec, the
+output's layout and where the blocks run (``_keywords``), with a validated plan and the
+output it must produce; the output opened under its writer lock (new, overwritten,
+resumed or extended); and an executor that computes and writes the
 remaining blocks while the output commits them in scan order. A crash therefore costs at
 most the blocks in flight, and ``mode="resume"`` continues from the last committed block
 with the exact carry, giving the bytes of an uninterrupted run.
@@ -14,27 +15,23 @@ import contextlib
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Unpack
 
 from .._callsite import warn
-from .._defaults import (
-    DEFAULT_CODEC,
-    DEFAULT_INFLIGHT,
-    DEFAULT_SUMMARY_WINDOWS,
-    DEFAULT_VIRTUAL_INFLIGHT,
-    DEFAULT_WRITE_BLOCK_BYTES,
-)
-from ..engine import Carry, Plan, ScanSpec, as_spec, check_length, check_memory, from_host, make_plan, to_host
-from ..errors import InputError, StoreError, StreamaccWarning, arg
+from .._defaults import DEFAULT_SUMMARY_WINDOWS, DEFAULT_WRITE_BLOCK_BYTES
+from ..engine import Carry, Plan, ScanSpec, as_spec, check_memory, from_host, to_host
+from ..errors import StoreError, StreamaccWarning, arg
 from ..store import Target, describe_store_failure, is_store_failure, open_target
-from ..summaries import default_windows, summarized_names
-from .execute import CarryExecutor, Executor, LocalExecutor, Progress
+from ..summaries import default_windows
+from ._keywords import WriteKeywords, split_keywords
+from .execute import Dask, Local, Progress, executor_for
 from .output import (
+    Layout,
     Mode,
-    OutputSpec,
     Request,
     check_request,
+    check_written_length,
     chunk_rows,
     open_output,
     output_spec,
@@ -49,21 +46,21 @@ __all__ = ["write"]
 log = logging.getLogger("streamacc")
 
 
-def _continued(request: Request, stored: dict[str, Any] | None) -> Request:
-    """``request`` with what a continued run leaves to the default taken from the output it continues.
+def _continued(spec: ScanSpec, request: Request, stored: dict[str, Any] | None) -> tuple[int | None, Request]:
+    """What a continued run leaves to the default, taken from the output it continues: its block size and windows.
 
     A block size left to the default is the stored one (for the same ``save_every``), and
     so are the summaries' windows: a change of the defaults never strands an output.
     """
     if stored is None:
-        return request
-    changes: dict[str, Any] = {}
-    if request.block_size is None and stored.get("save_every", 1) == request.save_every:
-        changes["block_size"] = stored.get("block_size")
-    if request.summaries_default and not request.reverse:
-        changes["summaries"] = list(stored.get("summaries") or [])
-        changes["summaries_default"] = False  # the windows are the stored run's, whatever its length now
-    return dataclasses.replace(request, **changes)
+        return None, request
+    block_size = None
+    if spec.block_size is None and stored.get("save_every", 1) == spec.save_every:
+        block_size = stored.get("block_size")
+    if request.summaries_default and not spec.reverse:
+        # the windows are the stored run's, whatever its length now
+        request = dataclasses.replace(request, summaries=list(stored.get("summaries") or []), summaries_default=False)
+    return block_size, request
 
 
 def _warn_fine_summaries(store: Any, kept: Sequence[int], rows: int, virtual: bool) -> None:
@@ -86,19 +83,10 @@ def _warn_fine_summaries(store: Any, kept: Sequence[int], rows: int, virtual: bo
     )
 
 
-def _plan(f: Callable[..., Any], init: Any, xs: Any, request: Request) -> Plan:
-    plan = make_plan(
-        f, init, xs, length=request.length, block_size=request.block_size, unroll=request.unroll,
-        reverse=request.reverse, save_every=request.save_every, block_bytes=DEFAULT_WRITE_BLOCK_BYTES,
-        rows_multiple=chunk_rows(request.chunks),
-    )  # fmt: skip
-    check_length(plan.length)  # a length taken from xs, checked as one given
-    if plan.length == 0:
-        raise InputError(
-            f"xs has no rows, which makes {arg('length', 0)}, but an output holds at least one step ({arg('length')} "
-            "must be >= 1); pass xs of at least one row"
-        )
-    return plan
+def _plan(spec: ScanSpec, request: Request, block_size: int | None, given_xs: bool) -> Plan:
+    check_written_length(spec.length, from_xs=given_xs)
+    rows_multiple = chunk_rows(request.layout.chunks)
+    return spec.plan(block_bytes=DEFAULT_WRITE_BLOCK_BYTES, rows_multiple=rows_multiple, default_block_size=block_size)
 
 
 def _again(target: Target, mode: Mode) -> str:
@@ -111,27 +99,6 @@ def _again(target: Target, mode: Mode) -> str:
     return "rerun"
 
 
-def _executor_for(client: Any, inflight: int | None, spec: OutputSpec) -> Executor:
-    """Where the blocks run: this process, or the dask cluster behind ``client``.
-
-    A virtual run without summaries computes no block at all, only carries: the carry pass
-    runs here, whatever ``client`` is.
-    """
-    if spec.virtual and not (spec.identity["summaries"] and summarized_names(spec.identity["arrays"])):
-        if inflight is not None:
-            raise InputError(
-                f"{arg('inflight')} does not apply to a virtual write without summaries, which computes only the "
-                f"carries, one block after another; leave {arg('inflight')} out"
-            )
-        return CarryExecutor()
-    if client is None:
-        default = DEFAULT_VIRTUAL_INFLIGHT if spec.virtual else DEFAULT_INFLIGHT
-        return LocalExecutor(default if inflight is None else inflight)
-    from .execute import DaskExecutor
-
-    return DaskExecutor.for_client(client, inflight)
-
-
 @interruptible
 def write(
     store: Any,
@@ -141,23 +108,11 @@ def write(
     *,
     length: int | None = None,
     mode: Mode = "create",
-    block_size: int | None = None,
-    unroll: int | bool = 1,
-    reverse: bool = False,
-    save_every: int = 1,
-    names: Sequence[str] | str | None = None,
-    dims: Mapping[str, Sequence[str]] | None = None,
-    chunks: Any = None,
-    codec: str = DEFAULT_CODEC,
-    attrs: Mapping[str, Any] | None = None,
-    array_attrs: Mapping[str, Mapping[str, Any]] | None = None,
-    time: Mapping[str, Any] | None = None,
-    summaries: bool | Sequence[int] = True,
+    layout: Layout | None = None,
+    executor: Local | Dask | None = None,
     storage_options: dict[str, Any] | None = None,
-    client: Any = None,
-    inflight: int | None = None,
     progress: bool = True,
-    virtual: bool = False,
+    **keywords: Unpack[WriteKeywords],
 ) -> Carry:
     """Run ``jax.lax.scan(f, init, xs, length)`` block by block into a Zarr group; return the final carry.
 
@@ -194,58 +149,27 @@ def write(
         identical settings (on a finished run it does nothing and warns); ``"extend"``
         continues a finished run to a longer ``length``, as one run of that length would
         have written it.
-    block_size : int, optional
-        Steps per block. By default a block holds about 32 MiB of ys, whatever one step
-        outputs. A resumed or extended run keeps the block size it was begun with.
-    unroll : int or bool, default 1
-        ``lax.scan``'s unroll; part of the result's identity (it can change the last bits).
-    reverse : bool, default False
-        Scan from the last step to the first, as ``lax.scan(reverse=True)``.
-    save_every : int, default 1
-        Keep the ys of steps ``k-1, 2k-1, ...`` only (``k = save_every``); every step runs.
-    names : str or sequence of str, optional
-        One array name per leaf of ``y``; by default the dict keys of ``y``, or ``y``.
-    dims : dict, optional
-        Names of each array's axes after ``step``, e.g. ``{"u": ["x"]}``; by default
-        ``{name}_dim_1``, ...
-    chunks : int, tuple, dict or "auto", optional
-        Chunk shape, as dask takes it: an int for every axis, a tuple per axis, a dict by
-        dimension name (``{"step": 4096, "x": 512}``), -1 or None for a whole axis. Rows per
-        chunk must divide a block's rows. By default chunks are sized in bytes on every axis.
-    codec : str, default "blosc-lz4"
-        The compressor: ``"blosc-lz4"``, ``"blosc-zstd"``, ``"zstd"`` or ``"none"``
-        (see ``streamacc write --help``).
-    attrs : dict, optional
-        Attributes of the output group (JSON-serialisable; ``streamacc_*`` are reserved).
-    array_attrs : dict, optional
-        Attributes per output array, e.g. ``{"u": {"units": "m"}}``.
-    time : dict, optional
-        What a step means in time, ``{"step": dt, "start": t0, "units": "s"}``, for the
-        ``time`` coordinate of :func:`streamacc.open`; units ``"<unit> since <date>"`` give dates.
-    summaries : bool or sequence of int, default True
-        Window summaries (min, max, mean per window) written with the data, for
-        :func:`streamacc.overview` and ``streamacc plot``: True for the default levels
-        (chosen from the output's rows: at least 1024 windows at the finest, or at most
-        2**20 values per statistic for a large state, and windows of at most 2**12, 2**16
-        and 2**20 rows, or 2**16, 2**20 and 2**24 for a virtual output, which keeps to
-        2**20 values per statistic), a list of window lengths in rows (each a multiple of
-        the one before, none longer than the output), or False. A reverse scan writes
-        none; a resumed or extended output keeps the levels it was begun with.
+    layout : Layout, optional
+        How the output is laid out: array names and dimensions, chunks, codec, attributes,
+        the time axis, summaries, and whether it is virtual (see :class:`~streamacc.Layout`).
+        By default ``Layout()``, or the one its keywords give alone.
+    executor : Local or Dask, optional
+        Where the blocks run: in this process (:class:`~streamacc.Local`, the default) or
+        on a dask cluster (:class:`~streamacc.Dask`); the bytes written are the same.
     storage_options : dict, optional
         fsspec options for a URL ``store`` (endpoint, credentials).
-    client : distributed.Client, optional
-        Run the blocks on this dask cluster; the bytes written are the same.
-    inflight : int, optional
-        Blocks being encoded and written at once (default 3; 2 for a virtual write, which
-        only summarises them); with ``client``, block tasks submitted and not yet committed
-        (default twice the workers, plus one).
     progress : bool, default True
         Show a progress bar on a terminal.
-    virtual : bool, default False
-        Store no data chunks: only the carry entering every block, the manifest and the
-        summaries. :func:`streamacc.open` recomputes each chunk a reader touches from its
-        block's carry, bit for bit what a stored write holds; :func:`streamacc.materialize`
-        stores some or all of them later. Part of the run's identity.
+    **keywords
+        The keywords of :class:`~streamacc.ScanSpec` (``block_size``, ``unroll``,
+        ``reverse``, ``save_every``), of :class:`~streamacc.Layout` (``names``, ``dims``,
+        ``chunks``, ``codec``, ``attrs``, ``array_attrs``, ``time``, ``summaries``,
+        ``virtual``) and of where the blocks run (``client``, ``inflight``), given alone:
+        ``write(path, f, init, length=n, names="x", client=c)`` is ``write(path, f, init,
+        length=n, layout=Layout(names="x"), executor=Dask(c))``. A block left unsized
+        holds about 32 MiB of ys; a resumed or extended run keeps the block size it was
+        begun with. ``unroll`` is part of the result's identity (it can change the last
+        bits).
 
     Returns
     -------
@@ -282,30 +206,24 @@ def write(
     1.01054092...
     >>> carry = streamacc.write("gp.zarr", step, np.float64(1.0), length=2**21, mode="extend", progress=False)
     """
-    if isinstance(f, ScanSpec):
-        given = as_spec(f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse,
-                        save_every=save_every)  # fmt: skip
-        f, init, xs = given.f, given.init, given.xs
-        length, block_size, unroll, reverse, save_every = given.keywords().values()
-    request = check_request(
-        mode=mode, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every,
-        chunks=chunks, codec=codec, time=time, summaries=summaries, attrs=attrs, inflight=inflight, virtual=virtual,
-    )  # fmt: skip
+    scan_keywords, layout, where = split_keywords(layout, executor, keywords)
+    scan_spec = as_spec(f, init, xs, length=length, **scan_keywords)
+    request = check_request(mode=mode, layout=layout, reverse=scan_spec.reverse)
     stored = stored_identity(store, storage_options) if request.mode in ("resume", "extend") else None
     asked_default = request.summaries_default
-    request = _continued(request, stored)
-    plan = _plan(f, init, xs, request)
+    block_size, request = _continued(scan_spec, request, stored)
+    plan = _plan(scan_spec, request, block_size, given_xs=scan_spec.xs is not None)
     if request.mode == "extend" and asked_default:
         _warn_fine_summaries(store, request.summaries, plan.rows, request.virtual)
-    if stored is not None and request.chunks is None and plan.block_size == stored.get("block_size"):
-        request = dataclasses.replace(request, chunks=stored_chunks(stored, plan.block_rows))
-    spec = output_spec(plan, request, names=names, dims=dims, array_attrs=array_attrs)
-    executor = _executor_for(client, request.inflight, spec)
-    check_memory(
-        plan, executor.blocks_held(), asked=block_size, who="this write", default_bytes=DEFAULT_WRITE_BLOCK_BYTES
-    )
+    if stored is not None and request.layout.chunks is None and plan.block_size == stored.get("block_size"):
+        chunks = stored_chunks(stored, plan.block_rows)
+        request = dataclasses.replace(request, layout=dataclasses.replace(request.layout, chunks=chunks))
+    spec = output_spec(plan, request)
+    blocks = executor_for(where, spec)
+    held = blocks.blocks_held()
+    check_memory(plan, held, asked=scan_spec.block_size, who="this write", default_bytes=DEFAULT_WRITE_BLOCK_BYTES)
     target = open_target(store, storage_options=storage_options)
-    executor.check(target)
+    blocks.check(target)
     command = arg("mode", request.mode) if request.mode != "create" else "another output path"
     with target.lock(command), Progress(plan.length, enabled=progress, label=target.label) as bar:
         try:
@@ -335,7 +253,7 @@ def write(
         bar.begin(done)
         output.warn_nonfinite(before=True)  # found by the run this one continues: said once, as it starts
         try:
-            executor.run(plan, output)
+            blocks.run(plan, output)
             output.finish()
         except Exception as exc:
             error = output.failure(exc, plan.length)

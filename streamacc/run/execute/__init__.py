@@ -1,5 +1,6 @@
-"""Where blocks run: in this process (``_local``), on a dask cluster (``_dask``, ``_cluster``,
-``_workerinit``), and the progress bar (``_progress``).
+"""Where blocks run: as the caller says it (``_where``: ``Local``, ``Dask``), in this process
+(``_local``), on a dask cluster (``_dask``, ``_cluster``, ``_workerinit``), and the progress
+bar (``_progress``).
 
 These are the names the other rooms and wings use; each is imported on first use.
 """
@@ -22,5 +23,6 @@ if TYPE_CHECKING:
     )
     from ._local import Executor as Executor, LocalExecutor as LocalExecutor
     from ._progress import Progress as Progress, si as si
+    from ._where import EXECUTOR_FIELDS as EXECUTOR_FIELDS, Dask as Dask, Local as Local, executor_for as executor_for
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

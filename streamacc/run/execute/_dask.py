@@ -172,12 +172,7 @@ class DaskExecutor:
 
     @classmethod
     def for_client(cls, client: Any, inflight: int | None = None) -> DaskExecutor:
-        try:
-            from distributed import Client
-        except ImportError:
-            raise InputError("client= needs dask.distributed: pip install 'streamacc[dist]'") from None
-        if not isinstance(client, Client):
-            raise InputError(f"client must be a distributed.Client, got {type(client).__name__}")
+        """The executor on ``client``'s cluster (a ``distributed.Client``, checked by ``Dask``)."""
         workers = max(1, len(client.scheduler_info().get("workers", {})))
         return cls(client, inflight or 2 * workers + 1)
 

@@ -1,4 +1,5 @@
-"""An output opened for writing: what a write asks for (``_request``, checked without JAX),
+"""An output opened for writing: how it is laid out (``_options``: :class:`Layout`), what a write asks
+for (``_request``),
 its layout (``_layout``: dimensions and chunks; ``_time``: the time axis), the output it
 must produce (``_spec``), opening it new, overwritten, resumed or extended (``_open``,
 ``_extend``, ``_debris``), and its in-order commits (``_output``).
@@ -16,8 +17,14 @@ if TYPE_CHECKING:
     from ._debris import remove_partial_writes as remove_partial_writes
     from ._layout import STEP as STEP, chunk_rows as chunk_rows, stored_chunks as stored_chunks
     from ._open import open_output as open_output
+    from ._options import LAYOUT_FIELDS as LAYOUT_FIELDS, Layout as Layout
     from ._output import BlockResult as BlockResult, Output as Output
-    from ._request import Mode as Mode, Request as Request, check_request as check_request
+    from ._request import (
+        Mode as Mode,
+        Request as Request,
+        check_request as check_request,
+        check_written_length as check_written_length,
+    )
     from ._spec import OutputSpec as OutputSpec, output_spec as output_spec, stored_identity as stored_identity
     from ._time import is_calendar as is_calendar, times as times
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -22,7 +22,7 @@ from ...store import ArraySpec, open_target
 from ...summaries import default_windows, summarized_names, too_long
 from ..record import Ledger, run_identity
 from ._layout import RESERVED, array_dims, resolve_chunks
-from ._request import Request, check_json
+from ._request import Request
 from ._time import check_span, time_attrs
 
 __all__ = ["OutputSpec", "output_names", "output_spec", "stored_identity"]
@@ -75,32 +75,24 @@ def output_names(y_struct: Any, names: Sequence[str] | str | None) -> list[str]:
     return names
 
 
-def _check_array_attrs(array_attrs: Mapping[str, Any] | None, names: list[str]) -> dict[str, dict[str, Any]]:
-    array_attrs = dict(array_attrs or {})
+def _check_array_attrs(array_attrs: dict[str, dict[str, Any]], names: list[str]) -> dict[str, dict[str, Any]]:
     unknown = sorted(set(array_attrs) - set(names))
-    if unknown or not all(isinstance(v, Mapping) for v in array_attrs.values()):
+    if unknown:
         raise InputError(
             f"{arg('array_attrs')} must map output names ({', '.join(names)}) to dicts of attributes, "
             f"got keys {sorted(array_attrs)}; pass e.g. {arg('array_attrs', {names[0]: {'units': 'm'}})}"
         )
-    check_json("array_attrs", array_attrs)
-    return {name: dict(value) for name, value in array_attrs.items()}
+    return array_attrs
 
 
-def output_spec(
-    plan: Plan,
-    request: Request,
-    *,
-    names: Sequence[str] | str | None = None,
-    dims: Mapping[str, Sequence[str]] | None = None,
-    array_attrs: Mapping[str, Mapping[str, Any]] | None = None,
-) -> OutputSpec:
-    """The output a run of ``plan`` asked for by ``request`` must produce, checked."""
-    names = output_names(plan.y_struct, names)
-    attrs = {**request.attrs, "streamacc_version": __version__, **time_attrs(request.time)}
+def output_spec(plan: Plan, request: Request) -> OutputSpec:
+    """The output a run of ``plan`` asked for by ``request`` must produce, checked against the step's ``y``."""
+    layout = request.layout
+    names = output_names(plan.y_struct, layout.names)
+    attrs = {**layout.attrs, "streamacc_version": __version__, **time_attrs(layout.time)}
     if plan.save_every > 1:
         attrs["streamacc_save_every"] = plan.save_every  # row r holds step r * k + k - 1
-    checked_array_attrs = _check_array_attrs(array_attrs, names)
+    checked_array_attrs = _check_array_attrs(layout.array_attrs, names)
     leaves = dict(zip(names, jax.tree_util.tree_leaves(plan.y_struct), strict=True))
     trailing = {n: tuple(s.shape) for n, s in leaves.items()}
     for name, shape in trailing.items():
@@ -109,9 +101,9 @@ def output_spec(
                 f"output {name!r} of f has shape {shape} each step, which holds no value, so there is nothing to "
                 "store: leave it out of what f returns"
             )
-    dimensions = array_dims(trailing, dims)
+    dimensions = array_dims(trailing, layout.dims)
     if plan.rows:
-        check_span(request.time, plan.rows * plan.save_every - 1)  # the last stored step's time, as readers label it
+        check_span(layout.time, plan.rows * plan.save_every - 1)  # the last stored step's time, as readers label it
     windows = request.summaries
     if request.summaries_default and windows:
         summarized = summarized_names({n: (s.dtype, trailing[n]) for n, s in leaves.items()})
@@ -122,18 +114,18 @@ def output_spec(
         if error is not None:
             raise error
     itemsizes = {n: np.dtype(s.dtype).itemsize for n, s in leaves.items()}
-    chunk_shapes = resolve_chunks(trailing, itemsizes, dimensions, request.chunks, plan.block_rows)
+    chunk_shapes = resolve_chunks(trailing, itemsizes, dimensions, layout.chunks, plan.block_rows)
     specs = {n: ((plan.rows, *trailing[n]), np.dtype(s.dtype)) for n, s in leaves.items()}
     arrays = {n: [dt.str, list(shape)] for n, (shape, dt) in specs.items()}
-    asked = None if dims is None else {n: list(dimensions[n][1:]) for n in dims}
+    asked = None if layout.dims is None else {n: list(dimensions[n][1:]) for n in layout.dims}
     identity = run_identity(
         plan,
         arrays=arrays,
-        codec=request.codec,
+        codec=layout.codec,
         chunks=chunk_shapes,
         attrs=attrs,
         dims=asked,
-        time=request.time,
+        time=layout.time,
         summaries=windows,
         virtual=request.virtual,
     )
@@ -142,7 +134,7 @@ def output_spec(
         specs,
         chunk_shapes,
         dimensions,
-        request.codec,
+        layout.codec,
         attrs,
         checked_array_attrs,
         plan.block_count,

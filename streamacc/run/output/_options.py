@@ -1,0 +1,183 @@
+"""How a write's output is laid out: :class:`Layout`, checked where it is made, with nothing heavier than numpy."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..._defaults import DEFAULT_CODEC
+from ...errors import InputError, arg, one_line
+from ...store import CODECS
+from ...summaries import check_windows
+from ._layout import chunk_rows
+from ._time import check_time
+
+__all__ = ["Layout", "check_json"]
+
+
+def check_json(name: str, value: Any) -> None:
+    """Refuse a value that cannot be stored as JSON attributes."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InputError(
+            f"{arg(name)} must be JSON-serialisable ({one_line(exc)}); pass plain numbers, strings, lists and dicts"
+        ) from None
+
+
+def _attrs(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
+    if attrs is not None and not isinstance(attrs, Mapping):
+        raise InputError(f"{arg('attrs')} must be a dict of attributes, got {attrs!r}; pass e.g. "
+                         f"{arg('attrs', {'title': 'my run'})}")  # fmt: skip
+    checked = dict(attrs or {})
+    check_json("attrs", checked)
+    reserved = sorted(str(k) for k in checked if str(k).startswith("streamacc_"))
+    if reserved:
+        raise InputError(f"{arg('attrs')} must not set {', '.join(reserved)}: streamacc keeps those up to date")
+    return checked
+
+
+def _names(names: Sequence[str] | str | None) -> str | tuple[str, ...] | None:
+    if names is None or isinstance(names, str):
+        return names
+    try:
+        return tuple(names)
+    except TypeError:
+        raise InputError(f"{arg('names')} must be a name or a list of names, got {names!r}; pass e.g. "
+                         f"{arg('names', ['x', 'v'])}") from None  # fmt: skip
+
+
+def _array_attrs(array_attrs: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    if array_attrs is None:
+        return {}
+    if not isinstance(array_attrs, Mapping) or not all(isinstance(v, Mapping) for v in array_attrs.values()):
+        raise InputError(f"{arg('array_attrs')} must map output names to dicts of attributes, got {array_attrs!r}; "
+                         f"pass e.g. {arg('array_attrs', {'u': {'units': 'm'}})}")  # fmt: skip
+    check_json("array_attrs", array_attrs)
+    return {str(name): dict(value) for name, value in array_attrs.items()}
+
+
+def _summaries(summaries: bool | Sequence[int]) -> bool | tuple[int, ...]:
+    if summaries is True or summaries is False:
+        return summaries
+    if summaries is None:
+        return False
+    windows = check_windows(summaries, reverse=False)
+    return tuple(windows) if windows else False
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How a write lays its output out: array names and dimensions, chunks, codec, attributes, time, summaries.
+
+    ``write(path, f, init, length=n, layout=Layout(names="x", chunks=4096))`` is
+    ``write(path, f, init, length=n, names="x", chunks=4096)``: :func:`~streamacc.write`
+    takes these keywords alone too, for a short call, and builds the layout from them.
+    Every field is checked when the layout is made, before JAX is imported; what needs
+    the step function (one name per leaf of its ``y``, dimensions per axis) is checked
+    when the write traces it, before anything is written.
+
+    Parameters
+    ----------
+    names : str or sequence of str, optional
+        One array name per leaf of ``y``; by default the dict keys of ``y``, or ``y``.
+    dims : dict, optional
+        Names of each array's axes after ``step``, e.g. ``{"u": ["x"]}``; by default
+        ``{name}_dim_1``, ...
+    chunks : int, tuple, dict or "auto", optional
+        Chunk shape, as dask takes it: an int for every axis, a tuple per axis, a dict by
+        dimension name (``{"step": 4096, "x": 512}``), -1 or None for a whole axis. Rows per
+        chunk must divide a block's rows. By default chunks are sized in bytes on every axis.
+    codec : str, default "blosc-lz4"
+        The compressor: ``"blosc-lz4"``, ``"blosc-zstd"``, their bit-shuffling
+        ``"blosc-lz4-bitshuffle"`` and ``"blosc-zstd-bitshuffle"``, ``"zstd"`` or ``"none"``.
+    attrs : dict, optional
+        Attributes of the output group (JSON-serialisable; ``streamacc_*`` are reserved).
+    array_attrs : dict, optional
+        Attributes per output array, e.g. ``{"u": {"units": "m"}}``.
+    time : dict, optional
+        What a step means in time, ``{"step": dt, "start": t0, "units": "s"}``, for the
+        ``time`` coordinate of :func:`streamacc.open`; units ``"<unit> since <date>"`` give dates.
+    summaries : bool or sequence of int, default True
+        Window summaries (min, max, mean per window) written with the data, for
+        :func:`streamacc.overview` and ``streamacc plot``: True for the default levels
+        (chosen from the output's rows: at least 1024 windows at the finest, or at most
+        2**20 values per statistic for a large state, and windows of at most 2**12, 2**16
+        and 2**20 rows, or 2**16, 2**20 and 2**24 for a virtual output), a list of window
+        lengths in rows (each a multiple of the one before, none longer than the output),
+        or False. A reverse scan writes none; a resumed or extended output keeps the levels
+        it was begun with.
+    virtual : bool, default False
+        Store no data chunks: only the carry entering every block, the manifest and the
+        summaries. :func:`streamacc.open` recomputes each chunk a reader touches from its
+        block's carry, bit for bit what a stored write holds; :func:`streamacc.materialize`
+        stores some or all of them later. Part of the run's identity.
+
+    Attributes
+    ----------
+    names : str, tuple of str or None
+        The array names, as given.
+    dims : dict or None
+        The dimension names by array.
+    chunks : int, tuple, dict, str or None
+        The chunk shape, as given.
+    codec : str
+        The compressor.
+    attrs, array_attrs : dict
+        The attributes of the group, and of each array.
+    time : dict or None
+        The time axis, completed (``start`` 0, ``units`` '' where not given).
+    summaries : bool or tuple of int
+        True for the default levels, False for none, or the window lengths.
+    virtual : bool
+        Whether the data chunks are left to be recomputed.
+
+    Raises
+    ------
+    streamacc.errors.InputError
+        A malformed field, named as the keyword it was given by.
+
+    Examples
+    --------
+    >>> import streamacc
+    >>> layout = streamacc.Layout(names="x", chunks=4096, time={"step": 0.01, "units": "s"})
+    >>> layout.codec, layout.time
+    ('blosc-lz4', {'step': 0.01, 'start': 0, 'units': 's'})
+    >>> streamacc.Layout(codec="gzip")
+    Traceback (most recent call last):
+    ...
+    streamacc.errors.InputError: codec='gzip' is unknown; choose one of: none, zstd, blosc-lz4, ...
+    """
+
+    names: str | tuple[str, ...] | None = None
+    dims: Mapping[str, Sequence[str]] | None = None
+    chunks: Any = None
+    codec: str = DEFAULT_CODEC
+    attrs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    array_attrs: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    time: dict[str, Any] | None = None
+    summaries: bool | Sequence[int] = True
+    virtual: bool = False
+
+    def __post_init__(self) -> None:
+        chunk_rows(self.chunks)  # the form of chunks= (its entries per dimension are checked against the output later)
+        if not isinstance(self.codec, str) or self.codec not in CODECS:
+            raise InputError(f"{arg('codec', self.codec)} is unknown; choose one of: {', '.join(CODECS)}")
+        if not isinstance(self.virtual, bool):
+            raise InputError(f"{arg('virtual')} must be True or False, got {self.virtual!r}")
+        checked = {
+            "names": _names(self.names),
+            "dims": dict(self.dims) if isinstance(self.dims, Mapping) else self.dims,  # checked against f's y
+            "attrs": _attrs(self.attrs),
+            "array_attrs": _array_attrs(self.array_attrs),
+            "time": check_time(self.time),
+            "summaries": _summaries(self.summaries),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+
+LAYOUT_FIELDS: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(Layout))
+"""The keywords a :class:`Layout` takes, which :func:`streamacc.write` also takes alone."""
