@@ -144,11 +144,11 @@ class Layout:
     >>> import streamacc
     >>> layout = streamacc.Layout(names="x", chunks=4096, time={"step": 0.01, "units": "s"})
     >>> layout.codec, layout.time
-    ('blosc-lz4', {'step': 0.01, 'start': 0, 'units': 's'})
-    >>> streamacc.Layout(codec="gzip")
+    ('blosc-lz4', {'start': 0.0, 'step': 0.01, 'units': 's'})
+    >>> streamacc.Layout(virtual="yes")
     Traceback (most recent call last):
     ...
-    streamacc.errors.InputError: codec='gzip' is unknown; choose one of: none, zstd, blosc-lz4, ...
+    streamacc.errors.InputError: virtual must be True or False, got 'yes'
     """
 
     names: str | tuple[str, ...] | None = None
