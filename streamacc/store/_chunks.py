@@ -4,7 +4,7 @@ zarr-python encodes each chunk into fresh memory: numcodecs' Blosc allocates a
 destination as large as the raw chunk (32 MiB at the default block), which glibc maps
 afresh and the kernel zero-fills page by page, and zarr's ``crc32c`` codec copies the
 compressed bytes once more to append four. Here chunks are compressed into a few reused
-buffers, one per block being encoded at that moment (see :class:`_EncodeBuffers`), so
+buffers, one per block being encoded at that moment (see :class:`EncodeBuffers`), so
 steady state allocates nothing, and the bytes go to the store in one ``set`` per chunk.
 A local folder's chunk files are written here instead, as zarr's LocalStore writes them
 (a temp file renamed over the chunk), their whole pages past the page cache
@@ -46,7 +46,7 @@ from ._files import PAGE, aligned_empty, scratch, write_new
 from ._zarrapi import RegularChunkGrid, sync
 from .lease import unwrap
 
-__all__ = ["ChunkWriter", "EncodedChunk"]
+__all__ = ["ChunkWriter", "EncodeBuffers", "EncodedChunk"]
 
 _SHUFFLE = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
 _CRC = struct.Struct("<I")  # zarr's crc32c codec appends the checksum as little-endian uint32
@@ -71,7 +71,7 @@ _BLOSC_COMPRESS = _load_blosc()
 _BLOSC_OVERHEAD = 16  # BLOSC_MAX_OVERHEAD: a destination of nbytes + 16 always fits
 
 
-class _EncodeBuffers:
+class EncodeBuffers:
     """The page-aligned buffers that chunks are compressed into, shared by the threads that encode.
 
     A buffer is taken for one block's chunks and given back once they are stored; the one
@@ -104,7 +104,9 @@ class _EncodeBuffers:
                 self._free.append(buffer)
 
 
-_ENCODE_BUFFERS = _EncodeBuffers()
+_EncodeBuffers = EncodeBuffers  # its name before the store re-exported it, for code that imports that
+
+_ENCODE_BUFFERS = EncodeBuffers()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,7 +351,7 @@ class ChunkWriter:
         """``(key, stored bytes, CRC-32C)`` of each chunk of rows starting at ``start``, as :meth:`write` stores them.
 
         The bytes live in a reused buffer taken for the whole iteration (see
-        :class:`_EncodeBuffers`): each is valid until the next is made.
+        :class:`EncodeBuffers`): each is valid until the next is made.
         """
         keys = self.keys(start, start + len(data))
         chunks = (data[i : i + self.chunk] for i in range(0, len(data), self.chunk))
