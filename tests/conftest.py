@@ -36,6 +36,16 @@ def x64_off():
         jax.config.update("jax_enable_x64", True)
 
 
+@pytest.fixture
+def seam() -> Iterator[Any]:
+    """``seam(name, value)``: a ``streamacc.testing`` seam replaced by ``value`` until the test ends (as
+    ``monkeypatch.setattr`` replaces an attribute)."""
+    from streamacc import testing
+
+    with contextlib.ExitStack() as undo:
+        yield lambda name, value: undo.enter_context(testing.patched(name, value))
+
+
 MEMORY = Path("/dev/shm")
 MEMORY_NEEDED = 2**30
 """Free bytes the memory file system must have to take the test outputs (a session writes about 50 MB)."""

@@ -507,7 +507,7 @@ def test_a_storage_option_without_key_and_value_is_refused(tmp_path, capsys, pai
 
 
 def test_storage_options_are_parsed_as_json_where_they_parse():
-    from streamacc.cli._main import storage_options
+    from streamacc.cli import storage_options
 
     parsed = storage_options(["endpoint_url=http://127.0.0.1:9000", "anon=true", "n=3", 'kw={"a": [1]}', "s=a=b"])
     assert parsed == {"endpoint_url": "http://127.0.0.1:9000", "anon": True, "n": 3, "kw": {"a": [1]}, "s": "a=b"}
