@@ -8,9 +8,8 @@ buffers, one per block being encoded at that moment (see :class:`EncodeBuffers`)
 steady state allocates nothing, and the bytes go to the store in one ``set`` per chunk.
 A local folder's chunk files are written here instead, as zarr's LocalStore writes them
 (a temp file renamed over the chunk), their whole pages past the page cache
-(``_files.write_new``): copying gigabytes
-of output into a cache nobody reads it back from took 7% of the CPU of a 2**30-step
-write (``benchmarks/bench_profile.py``).
+(``_files.write_new``): copying gigabytes of output into a cache nobody reads it back
+from costs the kernel CPU that a long write would otherwise spend computing.
 
 The direct path covers the layouts streamacc writes: a regular chunk grid (along the
 first axis, and along the trailing axes where one step is large), the ``bytes`` codec in
@@ -77,10 +76,10 @@ class EncodeBuffers:
     A buffer is taken for one block's chunks and given back once they are stored; the one
     given back last is taken first, and a new one is made only while every other is taken.
     A compressed chunk touches as many of its buffer's pages as it has bytes, and those pages
-    stay resident while the buffer lives: a buffer per writer thread (three) held three
-    chunks' worth of an output that hardly compresses (a running sum's: 60 MB at 2**22
-    float64 rows a chunk) although the blocks' encodings rarely overlapped; now as many as
-    overlapped at once.
+    stay resident while the buffer lives, so buffers are made only for encodings that
+    overlap: one per writer thread would keep a chunk's worth of an output that hardly
+    compresses (a running sum's) resident per thread, although blocks' encodings rarely
+    overlap.
     """
 
     def __init__(self) -> None:
