@@ -201,8 +201,8 @@ TIB8 = "8.0 TiB"  # 2**40 float64 rows
 
 @pytest.mark.parametrize("virtual", [False, True])
 def test_a_block_larger_than_memory_is_refused_before_anything_is_created(tmp_path, virtual):
-    """2**40 float64 steps per block are 8 TiB of ys, more than any machine has: numpy's MemoryError came from
-    the first block's buffer, after the output was created; now one line names block_size, and nothing is made."""
+    """2**40 float64 steps per block are 8 TiB of ys, more than any machine has: one line names block_size before
+    anything is made, where numpy's MemoryError at the first block's buffer would leave an output behind."""
     out = tmp_path / "out.zarr"
     with pytest.raises(streamacc.errors.InputError) as refused:
         streamacc.write(out, grow, np.float64(0), length=MAX_LENGTH, block_size=2**40, virtual=virtual, progress=False)
