@@ -407,7 +407,7 @@ def imported_by(code: str, tmp_path: Path) -> set[str]:
 
 # --- processes forked from a warm interpreter ---------------------------------------------------
 # A writer that a test kills, stops or signals must be a process of its own, but a fresh interpreter
-# spends 2 s of CPU importing JAX (ml_dtypes alone takes 1.2 s) before it does anything. As
+# spends seconds of CPU importing JAX before it does anything, in every test that starts one. As
 # multiprocessing's forkserver does, one interpreter imports the libraries once and forks a child for
 # each command: a real process with its own pid, stdio, working folder and environment, which runs
 # ``python -m MODULE``, ``python SCRIPT`` or ``python -c CODE`` exactly as a fresh interpreter would

@@ -90,7 +90,7 @@ def test_the_api_reference_shows_every_public_name_and_parameter(site):
 
 @pytest.mark.slow
 def test_the_cli_reference_lists_every_option_of_every_subcommand(site):
-    from streamacc.cli._parser import build_parser
+    from streamacc.cli import build_parser
 
     page = (site / "reference" / "cli" / "index.html").read_text()
     parser = build_parser()
@@ -216,7 +216,7 @@ def test_every_public_docstring_has_its_sections():
 
 
 def test_the_cli_reference_is_generated_for_every_option():
-    from streamacc.cli._parser import build_parser
+    from streamacc.cli import build_parser
     from streamacc.recipes import RECIPES, option
 
     text = cli_reference.render_commands()

@@ -249,7 +249,7 @@ def test_a_blocks_input_rows_are_freed_before_the_next_blocks_are_read(tmp_path,
     import weakref
 
     from streamacc.engine import make_plan, run_plan
-    from streamacc.recipes._input import Rows
+    from streamacc.recipes import Rows
 
     steps = 2**19  # 4 MiB of float64 rows per block, as large as the engine lets go of
     data = np.random.default_rng(3).uniform(0.5, 1.0, 4 * steps)

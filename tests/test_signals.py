@@ -176,8 +176,8 @@ LIBRARY_EXIT_MID_BLOCK = textwrap.dedent(
 
 @pytest.mark.slow
 def test_a_script_that_ends_while_a_block_computes_lets_the_block_finish_and_exits_cleanly(tmp_path):
-    """The interpreter used to end the computing thread inside XLA, which aborted the process (SIGABRT, "FATAL:
-    exception not rethrown") in three runs of four, with the block unfinished: the exit now waits for it."""
+    """The exit waits for the block: the interpreter ending the computing thread inside XLA aborts the process
+    (SIGABRT, "FATAL: exception not rethrown") with the block unfinished."""
     marker = tmp_path / "block-finished"
     proc = start([sys.executable, "-c", LIBRARY_EXIT_MID_BLOCK, str(tmp_path / "out.zarr"), str(marker)])
     _, err = proc.communicate(timeout=DEADLINE * 2)

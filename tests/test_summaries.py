@@ -124,14 +124,12 @@ def test_every_stored_row_matches_numpy(written, reference, block):
     assert verify.summary_windows == sum(-(-LENGTH // w) for w in WINDOWS) * len(reference)
 
 
-def test_rows_reduced_a_few_windows_at_a_time_match_numpy(tmp_path, reference, monkeypatch):
+def test_rows_reduced_a_few_windows_at_a_time_match_numpy(tmp_path, reference, seam):
     """Large blocks are reduced a slice of windows at a time, a slice holding a NaN window again: numpy's rows,
     and every byte of the output the same as with each block reduced whole."""
-    from streamacc.summaries import _pyramid
-
     whole, sliced = tmp_path / "whole.zarr", tmp_path / "sliced.zarr"
     write(whole, block_size=300)
-    monkeypatch.setattr(_pyramid, "SLICE_BYTES", 200)  # here three windows of 8 float64 steps a slice
+    seam("summaries.SLICE_BYTES", 200)  # here three windows of 8 float64 steps a slice
     write(sliced, block_size=300)
     for window in WINDOWS:
         group = zarr.open_group(sliced / f"_streamacc/summaries/w{window}", mode="r")
@@ -179,7 +177,7 @@ def test_overview_needs_only_the_summaries(tmp_path, written):
 
 def test_summaries_as_streamacc_writes_them_are_read_without_zarr_as_zarr_reads_them(written):
     from streamacc.store import open_target
-    from streamacc.summaries._plain import plain_array, plain_group
+    from streamacc.summaries import plain_array, plain_group
 
     out = written[24]
     target = open_target(out, read_only=True)
@@ -203,7 +201,7 @@ def test_summaries_as_streamacc_writes_them_are_read_without_zarr_as_zarr_reads_
 
 
 def test_summaries_of_any_other_form_are_read_by_zarr_which_names_what_is_wrong(tmp_path, written):
-    from streamacc.summaries._plain import plain_array, plain_group
+    from streamacc.summaries import plain_array, plain_group
 
     before = streamacc.overview(written[64], points=20)  # the level of 32 steps
     out = tmp_path / "edited.zarr"

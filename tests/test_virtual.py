@@ -203,10 +203,8 @@ def test_a_long_virtual_output_keeps_its_default_summaries_to_a_million_windows(
         assert streamacc.info(out).summaries.windows == (finest, 16 * finest, 256 * finest)
 
 
-def test_a_virtual_write_killed_mid_run_resumes_to_the_same_output(monkeypatch):
-    from streamacc.run.output import _output
-
-    monkeypatch.setattr(_output, "VIRTUAL_COMMIT_SECONDS", 0.0)  # commit every block, as a long run does
+def test_a_virtual_write_killed_mid_run_resumes_to_the_same_output(seam):
+    seam("run.output.VIRTUAL_COMMIT_SECONDS", 0.0)  # commit every block, as a long run does
     f, init, _, kw = CASES["scalar"]
     reference: dict = {}
     streamacc.write(zarr.storage.MemoryStore(reference), f, init, progress=False, virtual=True, **kw)
@@ -232,11 +230,9 @@ def test_a_virtual_write_killed_mid_run_resumes_to_the_same_output(monkeypatch):
     assert {k: v.to_bytes() for k, v in stored.items()} == {k: v.to_bytes() for k, v in reference.items()}
 
 
-def test_a_virtual_batch_commits_a_tail_of_a_few_summary_chunks_whatever_its_blocks(monkeypatch):
+def test_a_virtual_batch_commits_a_tail_of_a_few_summary_chunks_whatever_its_blocks(seam):
     """A batch's summary chunks are written as its blocks come, not all kept pending in the manifest it saves."""
-    from streamacc.run.output import _output
-
-    monkeypatch.setattr(_output, "VIRTUAL_COMMIT_SECONDS", 30.0)  # every block in one batch
+    seam("run.output.VIRTUAL_COMMIT_SECONDS", 30.0)  # every block in one batch
     sizes = []
 
     class Recording(zarr.storage.MemoryStore):

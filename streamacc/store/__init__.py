@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._chunks import ChunkWriter as ChunkWriter
+    from ._chunks import ChunkWriter as ChunkWriter, EncodeBuffers as EncodeBuffers
     from ._codecs import CODECS as CODECS, MAX_CHUNK_BYTES as MAX_CHUNK_BYTES, compressors_for as compressors_for
     from ._compare import compare_chunks as compare_chunks
     from ._documents import (
@@ -34,8 +34,9 @@ if TYPE_CHECKING:
         progress_attrs as progress_attrs,
         stored_crc32c as stored_crc32c,
     )
-    from ._files import aligned_empty as aligned_empty
+    from ._files import aligned_empty as aligned_empty, atomic_write as atomic_write
     from ._fingerprint import fingerprint_of as fingerprint_of
+    from ._seams import SEAMS as SEAMS
     from ._sessions import close_store_sessions as close_store_sessions
     from ._storeerrors import describe_store_failure as describe_store_failure, is_store_failure as is_store_failure
     from ._target import (

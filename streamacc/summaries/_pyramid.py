@@ -113,9 +113,8 @@ class Acc:
 SLICE_BYTES = 2**20
 """Windows are reduced a slice of about this many bytes at a time, so that of the three passes
 (min, max, sum) over a slice only the first reads memory and the other two find the slice in
-the core's cache (2 MiB of L2 here). A cold 32 MiB block of a series took 5.0 ms of CPU in
-slices of 1 MiB against 6.1 ms in slices of 4 MiB, 6.7 ms in one piece and 5.8 ms in slices
-of 256 KiB (call overhead): ``python benchmarks/bench_summaries.py --slices``."""
+the core's cache; smaller slices would pay more in calls than the cache saves
+(``python benchmarks/bench_summaries.py --slices`` compares the sizes)."""
 
 
 def _sum(
