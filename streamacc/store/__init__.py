@@ -39,11 +39,11 @@ if TYPE_CHECKING:
     from ._seams import SEAMS as SEAMS
     from ._sessions import close_store_sessions as close_store_sessions
     from ._storeerrors import describe_store_failure as describe_store_failure, is_store_failure as is_store_failure
+    from ._storetarget import StoreTarget as StoreTarget
     from ._target import (
         BOOKKEEPING as BOOKKEEPING,
         LEASE_KEY as LEASE_KEY,
         LocalTarget as LocalTarget,
-        StoreTarget as StoreTarget,
         Target as Target,
         open_target as open_target,
     )
