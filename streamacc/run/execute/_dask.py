@@ -78,7 +78,7 @@ class SinkSpec:
         options = json.dumps(getattr(target, "storage_options", None), sort_keys=True)
         names = tuple(output.spec.names)
         location, token, lease = cls.location_of(target), secrets.token_hex(8), getattr(target, "lease_token", None)
-        return cls(location, options, names, token, lease, output.summary_plan, not output.spec.virtual)
+        return cls(location, options, names, token, lease, output.summary_plan, output.spec.storage.stores_data)
 
     @staticmethod
     def location_of(target: Target) -> str:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     )
     from ._seams import SEAMS as SEAMS
     from ._spec import OutputSpec as OutputSpec, output_spec as output_spec, stored_identity as stored_identity
+    from ._storage import STORED as STORED, VIRTUAL as VIRTUAL, Storage as Storage, storage_for as storage_for
     from ._time import is_calendar as is_calendar, times as times
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)
