@@ -293,8 +293,11 @@ def kill_at(proc: Popen, out: Path, blocks: int | None, delay: float, timeout: f
 
 
 def stopped(proc: Popen) -> bool:
-    """Whether ``proc`` is stopped (SIGSTOP), from its state in ``/proc``."""
-    return Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+    """Whether ``proc`` is stopped (SIGSTOP), from its state in ``/proc`` (False once it has ended)."""
+    try:
+        return Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+    except FileNotFoundError:
+        return False
 
 
 def gone(pid: int) -> bool:
