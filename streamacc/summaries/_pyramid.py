@@ -167,9 +167,10 @@ def _reduce_state(data: np.ndarray, axis: int) -> Acc:
     state along its steps value by value, in step order, so each value's statistics are the
     bits of one call over the whole window. The second and third passes over a tile then find
     it in the core's cache instead of memory: a block of a 256x256 field inside one longer
-    window (64 steps, 32 MiB) took 6.2 ms against 8.4 ms window by window, and a 4096-point
-    state's block (4096 steps, windows of 64) 25 ms against 28 ms
-    (``python benchmarks/bench_summaries.py --slices``).
+    window (64 steps, 32 MiB) took 6.2-6.3 ms of CPU against 8.1-8.3 ms reduced whole, and a
+    4096-point state's block (4096 steps, 128 MiB, windows of 64, one window 2 MiB) 28.8-30.3
+    ms against 30.7-31.7 ms (``python benchmarks/bench_summaries.py --slices``, run twice with
+    each code, alternating).
     """
     batch = data if axis == 1 else data[np.newaxis]
     windows, steps = batch.shape[:2]
