@@ -139,6 +139,78 @@ def test_rows_reduced_a_few_windows_at_a_time_match_numpy(tmp_path, reference, s
     assert_same_output(sliced, whole)
 
 
+# a scalar series, a 4096-point state and a 256x256 field, each with NaNs: at scattered steps and points, and at a
+# few points through a whole window (min, max and mean NaN there, count 0); shape -> (length, block, windows)
+STATES = {(): (10_000, 1000, [64, 1024]), (4096,): (512, 128, [64, 256]), (256, 256): (48, 16, [4, 16])}
+
+
+def state_step(shape, length):
+    points = int(np.prod(shape, dtype=np.int64))
+    index = jnp.arange(points).reshape(shape)
+    offset = index.astype(jnp.float64) * 1e-3
+
+    def f(c, i):
+        c = c * 0.999 + jnp.sin(i + offset)
+        scattered = (i.astype(jnp.int32) % 7 == 3) & (index % 5 == 0)
+        stretch = (i >= length // 4) & (i < length // 2) & (index < 10)
+        return c, jnp.where(scattered | stretch, jnp.nan, c)
+
+    return f, jnp.zeros(shape, jnp.float64)
+
+
+@pytest.mark.parametrize("shape", list(STATES), ids=["series", "state4096", "field256x256"])
+def test_summaries_of_a_series_a_large_state_and_a_field_with_nans_match_numpy(tmp_path, shape, monkeypatch):
+    """Against numpy over the same steps (NaNs skipped): min, max and count exactly, means to 1e-12. Windows larger
+    than a slice of a reduction are reduced a tile of the state's values at a time: every byte is that of reductions
+    over whole windows."""
+    from streamacc.summaries import _pyramid
+
+    length, block, windows = STATES[shape]
+    f, init = state_step(shape, length)
+    xs = np.arange(length, dtype=np.float64)
+    _, ys = jax.lax.scan(f, init, jnp.asarray(xs))
+    values = np.asarray(ys)
+    args = {"block_size": block, "progress": False, "summaries": windows, "names": "y"}
+    with warnings.catch_warnings():  # y holds NaNs on purpose
+        warnings.filterwarnings("ignore", ".*: y holds a NaN", streamacc.errors.StreamaccWarning)
+        streamacc.write(tmp_path / "tiled.zarr", f, init, xs, **args)
+        monkeypatch.setattr(_pyramid, "SLICE_BYTES", 2**40)  # each window in one call
+        streamacc.write(tmp_path / "whole.zarr", f, init, xs, **args)
+    assert_same_output(tmp_path / "tiled.zarr", tmp_path / "whole.zarr")
+    for window in windows:
+        group = zarr.open_group(tmp_path / f"tiled.zarr/_streamacc/summaries/w{window}", mode="r")
+        got = {stat: group[f"y_{stat}"][:] for stat in ("min", "max", "mean", "count")}
+        want = expected(values, window)
+        assert (want["count"] < window).any() and (window > windows[0] or (want["count"] == 0).any())  # NaNs
+        assert_rows(got, want, f"{shape} w{window}")
+    report = streamacc.verify(tmp_path / "tiled.zarr", f, init, xs)
+    assert report.summary_windows == sum(-(-length // w) for w in windows)
+
+
+def test_a_state_is_reduced_in_tiles_of_its_values_bit_for_bit_as_whole(monkeypatch):
+    """The tiles of a state's values (at least 64 of them, the last never narrower) give each value the bits of one
+    numpy reduction over its window's steps, whatever the dtype, NaNs and infinities included."""
+    from streamacc.summaries import _pyramid
+
+    rng = np.random.default_rng(5)
+    for dtype in ("float64", "float32", "int16", "bool"):
+        for values in (64, 200, 4096):
+            data = rng.standard_normal((96, values)) * 50
+            if dtype.startswith("float"):
+                data[rng.random(data.shape) < 0.02] = np.nan
+                data[:32, :70] = np.nan
+                data[40, :3] = np.inf
+            data = data > 0 if dtype == "bool" else data.astype(dtype)
+            for axis, batch in ((1, data.reshape(3, 32, values)), (0, data)):
+                monkeypatch.setattr(_pyramid, "SLICE_BYTES", 2**40)
+                with np.errstate(invalid="ignore"):
+                    whole = _pyramid.reduce_steps(batch, axis)
+                    monkeypatch.setattr(_pyramid, "SLICE_BYTES", 32 * 100 * batch.itemsize)  # tiles of 100 values
+                    tiled = _pyramid.reduce_steps(batch, axis)
+                for a, b in zip(whole.fields(), tiled.fields(), strict=True):
+                    assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), (dtype, values)
+
+
 def test_overview_reads_each_level_with_the_output_dims(written, reference):
     out = written[64]
     for points, window in [(1, 128), (8, 128), (9, 32), (32, 32), (33, 8), (10**6, 8)]:

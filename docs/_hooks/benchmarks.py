@@ -391,7 +391,9 @@ def summaries_cost() -> str:
             ("summaries_2p30_run5.json", "the final code from a fresh clone"),
             ("summaries_2p30_run6.json", "the final code from a fresh clone, again, against 1204a19"),
             ("summaries_2p30_run7.json", "a2b6d28, on a slower day"),
-            ("summaries_2p30_run8.json", "4e5c093 (ml_dtypes 0.6.0) from a fresh clone"))  # fmt: skip
+            ("summaries_2p30_run8.json", "4e5c093 (ml_dtypes 0.6.0) from a fresh clone"),
+            ("summaries_2p30_run9.json", "a state's values reduced in tiles, against the code before"),
+            ("summaries_2p30_run10.json", "the same again, minutes later under more load"))  # fmt: skip
     for name, label in runs:
         d = _load(name)
         m = d["machine"]
@@ -508,6 +510,20 @@ def summaries_profile() -> str:
             f"block evicted from the caches, {slices['just_written']['median_ms']:.2f} ms right after it was "
             "written, as a writer finds it.\n")  # fmt: skip
     return src.head() + head + _table(["category", "with, CPU s", "without, CPU s", "difference"], rows) + tail
+
+
+def summaries_xla() -> str:
+    """``bench_summaries.py --xla``: one block's window reductions by numpy's pieces and by XLA."""
+    d = _load("summaries_xla.json")
+    m = d["machine"]
+    command = f"python benchmarks/bench_summaries.py --xla --repeat {d['repeat']} --json FILE"
+    src = Source(("summaries_xla.json",), command, _machine_line(m), _machine_versions(m))
+    labels = {"series_2p22_windows_of_4096": "the headline's block: 2**22 steps, windows of 4096",
+              "state_4096_windows_of_64": "a 4096-point state's block: 4096 steps, windows of 64"}  # fmt: skip
+    keys = ("scan_median_ms", "numpy_pieces_median_ms", "xla_after_median_ms", "xla_fused_less_scan_median_ms")
+    rows = [[labels.get(k, k), *(_num(r[key]) for key in keys)] for k, r in d["xla"].items()]
+    header = ["block", "the scan, ms", "numpy's pieces, ms", "XLA after the scan, ms", "XLA in the scan's function, ms"]
+    return src.head() + _table(header, rows) + "\n"
 
 
 PEERS = ("streamacc-cli", "streamacc-api", "floor", "dask-cumprod", "numpy-loop", "zarr-precomputed")
@@ -636,6 +652,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "compensated-cost": compensated_cost,
     "summaries-cost": summaries_cost,
     "summaries-profile": summaries_profile,
+    "summaries-xla": summaries_xla,
     "headline-floor": headline_floor,
     "profile": profile,
     "peers": peers,
