@@ -159,12 +159,10 @@ def state_step(shape, length):
 
 
 @pytest.mark.parametrize("shape", list(STATES), ids=["series", "state4096", "field256x256"])
-def test_summaries_of_a_series_a_large_state_and_a_field_with_nans_match_numpy(tmp_path, shape, monkeypatch):
+def test_summaries_of_a_series_a_large_state_and_a_field_with_nans_match_numpy(tmp_path, shape, seam):
     """Against numpy over the same steps (NaNs skipped): min, max and count exactly, means to 1e-12. Windows larger
     than a slice of a reduction are reduced a tile of the state's values at a time: every byte is that of reductions
     over whole windows."""
-    from streamacc.summaries import _pyramid
-
     length, block, windows = STATES[shape]
     f, init = state_step(shape, length)
     xs = np.arange(length, dtype=np.float64)
@@ -174,7 +172,7 @@ def test_summaries_of_a_series_a_large_state_and_a_field_with_nans_match_numpy(t
     with warnings.catch_warnings():  # y holds NaNs on purpose
         warnings.filterwarnings("ignore", ".*: y holds a NaN", streamacc.errors.StreamaccWarning)
         streamacc.write(tmp_path / "tiled.zarr", f, init, xs, **args)
-        monkeypatch.setattr(_pyramid, "SLICE_BYTES", 2**40)  # each window in one call
+        seam("summaries.SLICE_BYTES", 2**40)  # each window in one call
         streamacc.write(tmp_path / "whole.zarr", f, init, xs, **args)
     assert_same_output(tmp_path / "tiled.zarr", tmp_path / "whole.zarr")
     for window in windows:
@@ -187,10 +185,11 @@ def test_summaries_of_a_series_a_large_state_and_a_field_with_nans_match_numpy(t
     assert report.summary_windows == sum(-(-length // w) for w in windows)
 
 
-def test_a_state_is_reduced_in_tiles_of_its_values_bit_for_bit_as_whole(monkeypatch):
+def test_a_state_is_reduced_in_tiles_of_its_values_bit_for_bit_as_whole():
     """The tiles of a state's values (at least 64 of them, the last never narrower) give each value the bits of one
     numpy reduction over its window's steps, whatever the dtype, NaNs and infinities included."""
-    from streamacc.summaries import _pyramid
+    from streamacc.summaries import reduce_steps
+    from streamacc.testing import patched
 
     rng = np.random.default_rng(5)
     for dtype in ("float64", "float32", "int16", "bool"):
@@ -202,11 +201,11 @@ def test_a_state_is_reduced_in_tiles_of_its_values_bit_for_bit_as_whole(monkeypa
                 data[40, :3] = np.inf
             data = data > 0 if dtype == "bool" else data.astype(dtype)
             for axis, batch in ((1, data.reshape(3, 32, values)), (0, data)):
-                monkeypatch.setattr(_pyramid, "SLICE_BYTES", 2**40)
                 with np.errstate(invalid="ignore"):
-                    whole = _pyramid.reduce_steps(batch, axis)
-                    monkeypatch.setattr(_pyramid, "SLICE_BYTES", 32 * 100 * batch.itemsize)  # tiles of 100 values
-                    tiled = _pyramid.reduce_steps(batch, axis)
+                    with patched("summaries.SLICE_BYTES", 2**40):
+                        whole = reduce_steps(batch, axis)
+                    with patched("summaries.SLICE_BYTES", 32 * 100 * batch.itemsize):  # tiles of 100 values
+                        tiled = reduce_steps(batch, axis)
                 for a, b in zip(whole.fields(), tiled.fields(), strict=True):
                     assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), (dtype, values)
 
