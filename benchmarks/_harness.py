@@ -118,9 +118,14 @@ def run(cmd: list[Any], side: str, *, root: Path = ROOT, env: dict[str, str] | N
         "peak RSS MB": round(r["max_rss_kib"] * 1024 / 1e6, 1),
         "load": before[0],
     }
-    printed = [line for line in r["stdout"].splitlines() if line.startswith("{")]
-    if printed:
-        row.update({k: v for k, v in json.loads(printed[-1]).items() if not isinstance(v, (dict, list))})
+    for line in reversed(r["stdout"].splitlines()):
+        try:
+            printed = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(printed, dict):
+            row.update({k: v for k, v in printed.items() if not isinstance(v, (dict, list))})
+            break
     print(f"{side:>28}: wall {r['wall_s']:7.2f} s, CPU {row['CPU s']:7.2f} s, {row['peak RSS MB']:7.1f} MB, "
           f"load {before[0]}", file=sys.stderr, flush=True)  # fmt: skip
     return row
