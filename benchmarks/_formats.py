@@ -49,7 +49,8 @@ def pow2(n: Any) -> str:
 
 def python(cmd: str) -> str:
     """A recorded command as a reader would type it: ``python``, not the interpreter's path."""
-    return re.sub(r"\S*/bin/python3?(\.\d+)?", "python", cmd or "").replace("/work/wt/simulations/", "").strip()
+    cmd = re.sub(r"\S*/bin/python3?(\.\d+)?", "python", cmd or "")
+    return re.sub(r"(?<=\s)/\S*?/(benchmarks|tests)/", r"\1/", cmd).strip()
 
 
 def timing(r: dict[str, Any], side: str, **extra: Any) -> dict[str, Any]:
@@ -412,7 +413,8 @@ def limits(d: dict[str, Any]) -> Run:
         if r.get("exit_after_sigint_s") is not None:
             row["exit after SIGINT s"] = r["exit_after_sigint_s"]
         rows.append(row)
-        rss += [{"run": key, "seconds": t, "RSS MiB": m} for t, m in r.get("rss_samples") or []]
+        if key.startswith("write"):
+            rss += [{"run": key, "seconds": t, "RSS MiB": m} for t, m in r.get("rss_samples") or []]
     plots = [{"name": "rss", "table": "resident memory", "x": "seconds", "y": "RSS MiB", "series": "run",
               "title": "resident memory of the two writes"}] if rss else []  # fmt: skip
     b = entry("limits", "test_limits", params=None, commands={k: python(r["command"]) for k, r in d.items()},

@@ -208,11 +208,13 @@ def test_scale_out(scenario, size):
 @pytest.mark.sizes("2**12")
 @pytest.mark.parametrize("section", ["heat", "ensemble", "lorenz", "chunks"])
 def test_simulations(scenario, size, section):
-    """States of many values: the heat equation, an ensemble, Lorenz-63 thinned, the chunk layouts."""
+    """States of many values: the heat equation, an ensemble, Lorenz-63 thinned, the chunk layouts
+    (``--size default``: each section's own length, as on the pages)."""
     out = scenario.folder / f"{section}.json"
     scenario.benchmark.group = f"simulations-{section}"
+    steps = [] if size == "default" else ["--steps", size]
     script(scenario, f"simulations-{section}", "bench_simulations.py", section, "--dir", scenario.folder / "s",
-           "--steps", size, "--json", out, output=out)  # fmt: skip
+           *steps, "--json", out, output=out)  # fmt: skip
 
 
 @pytest.mark.benchmark(group="heat-alternating")
