@@ -292,7 +292,7 @@ def _params(d: dict[str, Any], group: str) -> dict[str, Any] | None:
 def _reproduce(d: dict[str, Any], group: str) -> str:
     if group.startswith("virtual"):
         size = pow2(d["read_size"] if group == "virtual-read" else d["size"])
-        test = group.replace("-", "_").replace("virtual_slice", "virtual_slices")
+        test = group.replace("-", "_")
         return f"python -m pytest benchmarks/test_virtual.py::test_{test} --size '{size}' --benchmark-autosave"
     if group == "input-memory":
         sizes = " ".join(f"--size '{pow2(s)}'" for s in d["sizes"])
@@ -372,7 +372,8 @@ def profile(group: str = "profile") -> Callable[[dict[str, Any]], Run]:
 
     def read(d: dict[str, Any]) -> Run:
         run, start = d["run"], d.get("startup") or {"categories": {}, "cpu_s": 0.0}
-        cats = sorted(set(run["categories"]) | set(start["categories"]), key=lambda c: -run["categories"].get(c, 0.0))
+        cats = sorted(set(run["categories"]) | set(start["categories"]),
+                      key=lambda c: (-run["categories"].get(c, 0.0), c))  # fmt: skip
         rows = [{"category": c, "CPU s": round(run["categories"].get(c, 0.0), 2),
                  "share %": round(100 * run["categories"].get(c, 0.0) / run["cpu_s"], 1),
                  "startup CPU s": round(start["categories"].get(c, 0.0), 2)} for c in cats]  # fmt: skip
