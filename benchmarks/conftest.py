@@ -18,6 +18,7 @@ it, the machine, its load at the start and the end, and the versions.
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import sys
@@ -50,7 +51,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # pytest-benchmark reads its options in a pytest_configure that runs after this one
+    # pytest-benchmark reads its options in a pytest_configure that runs after this one; a harness started
+    # from a process of an xdist worker (a test) inherits the variable by which it would think itself one
+    if not hasattr(config, "workerinput"):
+        os.environ.pop("PYTEST_XDIST_WORKER", None)
     if config.getoption("benchmark_storage", DEFAULT_STORAGE) == DEFAULT_STORAGE:
         config.option.benchmark_storage = f"file://{_results.RESULTS}"
     _STATE["load_start"] = _harness.load()

@@ -107,13 +107,13 @@ def test_the_harness_records_a_scenario_in_the_schema(tmp_path):
     """One scenario of the harness at a tiny size: its result follows the schema and records the command,
     the machine, its load, the versions, each side's runs, and the harness command that measures it again."""
     out = tmp_path / "result.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "benchmarks/test_summaries.py::test_summaries_cost", "--size", "2**12",
          "--repeat", "1", "--scratch", str(tmp_path / "scratch"), f"--benchmark-json={out}", "--note", "a check"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0 and out.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert _results.errors(doc) == []
     (bench,) = doc["benchmarks"]
