@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, Store
@@ -37,9 +37,6 @@ from zarr.storage import WrapperStore
 from ..errors import InputError, LockedError, NoOutputError, StoreError, arg, one_line
 from ._files import DirLock
 from ._target import Target, default_buffer_prototype, sync
-
-if TYPE_CHECKING:
-    import icechunk
 
 __all__ = [
     "COMMIT_BYTES",
@@ -87,10 +84,15 @@ def _icechunk() -> Any:
     try:
         import icechunk
     except ImportError:
-        raise InputError(
-            "Icechunk repositories need the icechunk package: pip install 'streamacc[icechunk]'"
-        ) from None
+        raise InputError("Icechunk repositories need the icechunk package: pip install 'streamacc[icechunk]'") from None
     return icechunk
+
+
+def _quiet_local_warning(ic: Any) -> None:
+    """Drop Icechunk's warning that its local storage is unsafe for concurrent commits, unless ``ICECHUNK_LOG``
+    sets its logs: streamacc's ``flock`` refuses a second writer there."""
+    if "ICECHUNK_LOG" not in os.environ:
+        ic.set_logs_filter("warn,icechunk::storage::object_store=error")
 
 
 def is_icechunk_object(store: object) -> bool:
@@ -475,6 +477,7 @@ def icechunk_target(store: Any, *, storage_options: dict[str, Any] | None = None
             raise NoOutputError(f"{path} exists and is not a folder; choose another repository path")
         storage = None
         if root.is_dir() or not read_only:
+            _quiet_local_warning(ic)
             storage = ic.local_filesystem_storage(os.fspath(root))
         return IcechunkTarget(
             store,
@@ -492,7 +495,9 @@ def icechunk_target(store: Any, *, storage_options: dict[str, Any] | None = None
     try:
         storage = ic.s3_storage(bucket=bucket, prefix=prefix.strip("/") or None, **s3)
     except (TypeError, ValueError, ic.IcechunkError) as exc:
-        raise StoreError(f"cannot open {store!r}: {one_line(exc)}; check the URL and {arg('storage_options')}") from None
+        raise StoreError(
+            f"cannot open {store!r}: {one_line(exc)}; check the URL and {arg('storage_options')}"
+        ) from None
     return IcechunkTarget(
         store, storage=storage, branch=options.get("branch", "main"), ref=options.get("ref"), read_only=read_only
     )
