@@ -32,11 +32,10 @@ for where in (ROOT, ROOT / "benchmarks"):
 
 def main(argv: list[str] | None = None) -> int:
     import icechunk
-
     from _record import load, save
+
     from streamacc import testing
-    from streamacc.cli import main as cli
-    from streamacc.cli import parse_int
+    from streamacc.cli import main as cli, parse_int
     from streamacc.store import IcechunkTarget
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
