@@ -247,6 +247,24 @@ def summaries_xla(d: dict[str, Any]) -> Run:
     return Run([b], machine=machine, git=git, datetime=date, command="python benchmarks/bench_summaries.py --xla")
 
 
+def icechunk(d: dict[str, Any]) -> Run:
+    """``bench_icechunk.py``: a write into a plain folder and into an Icechunk repository, and its commits' cost."""
+    rows = []
+    for r in d["runs"]:
+        row = timing(r, r["label"], size=pow2(d["size"]), **{"block size": pow2(d["block_size"])})
+        for key, name in (("commits", "commits"), ("commit_ms_first_tenth", "commit ms, first tenth"),
+                          ("commit_ms_last_tenth", "commit ms, last tenth"), ("last_over_first", "last / first")):
+            if key in r:
+                row[name] = r[key]
+        row["wall / plain"] = d["wall_over_plain"].get(r["label"], 1.0)
+        rows.append(row)  # fmt: skip
+    b = entry("icechunk", "test_icechunk", params=None, commands={"write": python(d["command"])},
+              reproduce=python(d["command"]), tables={"writes": rows}, module="bench_icechunk.py")  # fmt: skip
+    machine, git, date = record_machine(d)
+    when = date or d["machine"].get("date", "")
+    return Run([b], machine=machine, git=git, datetime=when, command=python(d["command"]))
+
+
 def measured(group_of: Callable[[str], str]) -> Callable[[dict[str, Any]], Run]:
     """A file of ``_record.py`` (``bench_input``, ``bench_virtual``, ``bench_plot``, ``bench_heat``): its
     records, and its figures, split into benchmarks by ``group_of(figure section)``."""
@@ -635,6 +653,7 @@ READERS: dict[str, Callable[[Any], Run]] = {
     "summaries-cost": summaries_cost,
     "summaries-slices": summaries_slices,
     "summaries-xla": summaries_xla,
+    "icechunk": icechunk,
     "virtual": VIRTUAL,
     "input-memory": INPUT,
     "plot-cold": PLOT,

@@ -11,6 +11,7 @@ lease's clock, how often a run commits. Each wing names those it lets a test rep
 ``store.write_all``                       a local file's bytes written to its descriptor
 ``store.atomic_write``                    a key a local folder's target writes (a manifest)
 ``store.remove_tree_contents``            an overwritten local output's old files deleted
+``store.icechunk_commit_seconds``         the most seconds between two commits to Icechunk
 ``store.lease.time``                      the clock and sleep of the writer lease
 ``engine.physical_memory``                the machine's memory, as the block checks ask it
 ``summaries.SLICE_BYTES``                 the slice a block's windows are reduced in

@@ -1,4 +1,4 @@
-"""The store's seams: its own writes to local files, which no zarr store wrapper reaches.
+"""The store's seams: its own writes to local files, which no zarr store wrapper reaches; a commit's interval.
 
 A test replaces one through ``streamacc.testing`` to make a write fail (a full disk) or a
 writer die in the middle of one; each seam is replaced where it is called.
@@ -7,7 +7,7 @@ writer die in the middle of one; each seam is replaced where it is called.
 from __future__ import annotations
 
 from .._seams import Seam
-from . import _chunks, _files, _target
+from . import _chunks, _files, _icechunk, _target
 
 __all__ = ["SEAMS"]
 
@@ -27,6 +27,10 @@ SEAMS = {
     "remove_tree_contents": Seam(
         "remove_tree_contents(root, keep): an overwritten local output's old files deleted, walking the folder",
         (_target, "remove_tree_contents"),
+    ),
+    "icechunk_commit_seconds": Seam(
+        "COMMIT_SECONDS: the most seconds an Icechunk writer goes between two commits (0: a commit every block)",
+        (_icechunk, "COMMIT_SECONDS"),
     ),
 }
 """The store's seams by name (``streamacc.testing`` calls them ``store.NAME``)."""

@@ -142,6 +142,11 @@ class Target:
         reads back soon would otherwise crowd it and cost the kernel time to reclaim.
         """
 
+    def checkpoint(self, message: str, *, nbytes: int = 0, final: bool = False, tag: str | None = None) -> None:
+        """The writes so far are a consistent state (a manifest was just saved, ``nbytes`` more of data since the
+        last call): a transactional store commits them, at most every few seconds unless ``final``, and tags the
+        final commit ``tag``. Other stores made every write durable already."""
+
     def check_lock(self) -> None:
         """Raise LockedError if the writer lock may be lost (an object store's lease); called before each write."""
 
@@ -373,14 +378,25 @@ def _is_zarr_store(store: object) -> TypeGuard[Store]:
     return module is not None and isinstance(store, module.Store)
 
 
+def _is_icechunk(store: object) -> bool:
+    """Whether ``store`` names an Icechunk repository (``icechunk://``, ``icechunk+s3://``) or is one of its objects."""
+    if isinstance(store, str):
+        return store.startswith(("icechunk://", "icechunk+s3://"))
+    return type(store).__module__.split(".", 1)[0] == "icechunk"
+
+
 def open_target(
     store: Any, *, storage_options: dict[str, Any] | None = None, read_only: bool = False, follow: str | None = None
 ) -> Target:
-    """Resolve a local path, an fsspec URL or a zarr store object into a :class:`Target`.
+    """Resolve a local path, an fsspec URL, an Icechunk repository or a zarr store object into a :class:`Target`.
 
     ``follow`` is a writer's lease token: the target writes for that writer (a cluster
     worker of a run on an object store), fenced by its lease.
     """
+    if _is_icechunk(store):
+        from ._icechunk import icechunk_target
+
+        return icechunk_target(store, storage_options=storage_options, read_only=read_only)
     if _is_zarr_store(store):
         from zarr.storage import LocalStore
 

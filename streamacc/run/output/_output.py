@@ -178,6 +178,7 @@ class Output:
         if "nonfinite" in changes:
             self.warn_nonfinite()
         self.publish()
+        self.target.checkpoint(self._progress(), nbytes=sum(r.stored for r in results))
         if self.on_commit is not None:
             for result in results:
                 self.on_commit(result)
@@ -213,6 +214,13 @@ class Output:
         else:
             self._save(complete=True, summaries=self.summaries.finish())
         self.publish(force=True)
+        self.target.checkpoint(self._progress(), final=True, tag=f"{self.manifest.length}-steps")
+
+    def _progress(self) -> str:
+        """A commit's message in a transactional store: the steps it commits."""
+        m = self.manifest
+        done = "complete" if m.complete else "committed"
+        return f"streamacc: {m.committed_steps} of {m.length} steps {done}"
 
     def close(self) -> None:
         """Let background writes end (call before the writer lock is released, whatever happened)."""
