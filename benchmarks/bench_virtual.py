@@ -18,7 +18,8 @@ RSS), alternating, ``--repeat`` times:
    ``--folded`` also runs the recurrence written plainly, ``lax.scan(lambda c, _: (c * ratio, None),
    ...)`` unrolled 8: XLA folds the eight products of an unrolled group into one by ``ratio**8``
    (its final value is recorded beside the recurrence's, which it is not), so it is no floor of a
-   write that keeps the recurrence's bits.
+   write that keeps the recurrence's bits. ``--ref`` names another checkout whose ``streamacc`` runs
+   the virtual writes too, alternately with this one (its figures carry ``_ref``).
 2. **A slice**: ``--slices`` random 2**20-step slices of the virtual ``--size`` output through
    ``streamacc.open`` in one process, each timed (the first pays for compiling the block).
 3. **A full read**: all of a virtual ``--read-size`` output through dask
@@ -40,6 +41,7 @@ import sys
 import time
 from pathlib import Path
 
+import _record
 from _record import median, run, save
 from bench_overview import drop_cache
 from headline import disk_bytes
@@ -156,7 +158,8 @@ def write_ratios(records: list[dict]) -> dict:
     carry_run = median(records, "carry-only scan", "run_s")
     startup = statistics.median(r["wall_s"] - r["run_s"] for r in _runs(records, "carry-only scan"))
     out: dict = {"carry_run_s": round(carry_run, 3), "carry_startup_s": round(startup, 3)}
-    for label, key in (("virtual --no-summaries", "virtual_no_summaries"), ("virtual", "virtual")):
+    kinds = (("virtual --no-summaries", "virtual_no_summaries"), ("virtual", "virtual"))
+    for label, key in [*kinds, *((f"{label} (ref)", f"{key}_ref") for label, key in kinds)]:
         if not _runs(records, label):
             continue
         out[f"{key}_over_carry"] = round(median(records, label) / carry, 3)
@@ -227,6 +230,7 @@ def main() -> None:
                    help="the virtual writes timed against the carry-only scan")  # fmt: skip
     p.add_argument("--folded", action="store_true", help="also time the recurrence as XLA folds it (not its bits)")
     p.add_argument("--startup-size", default="2**22", help="steps of the one-block virtual write timed for start-up")
+    p.add_argument("--ref", type=Path, default=None, help="another checkout whose virtual writes run alternately")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--summarize", type=Path, default=None, help="recompute the ratios of this JSON from its records")
     p.add_argument("--steps", type=int)
@@ -256,9 +260,12 @@ def main() -> None:
         for _ in range(args.repeat):
             records.append(run(side("carry", steps=size), "carry-only scan"))
             for out, label, flags in writes:
-                shutil.rmtree(out, ignore_errors=True)
-                records.append(run(cli(out, size, "--virtual", *flags), label))
-                records[-1]["stored_bytes"] = disk_bytes(out)
+                for tree in [None, args.ref] if args.ref else [None]:
+                    shutil.rmtree(out, ignore_errors=True)
+                    _record.ENV["PYTHONPATH"] = str(_record.ROOT if tree is None else tree.resolve())
+                    records.append(run(cli(out, size, "--virtual", *flags), label + ("" if tree is None else " (ref)")))
+                    records[-1]["stored_bytes"] = disk_bytes(out)
+                _record.ENV["PYTHONPATH"] = str(_record.ROOT)
             if "no-summaries" in args.writes:
                 one = args.dir / "virtual-one-block.zarr"
                 shutil.rmtree(one, ignore_errors=True)
