@@ -178,7 +178,7 @@ def write_ratios(records: list[dict]) -> dict:
     if folded:
         out["folded_run_s"] = round(statistics.median(r["run_s"] for r in folded), 3)
         finals = {r["final"] for r in _runs(records, "carry-only scan")}
-        out["folded_final"], out["recurrence_final"] = folded[0]["final"], sorted(finals)[0]
+        out["folded_final"], out["recurrence_final"] = repr(folded[0]["final"]), repr(sorted(finals)[0])
         out["folded_same_bits"] = all(r["final"] in finals for r in folded)
     return out
 

@@ -241,17 +241,18 @@ def test_a_virtual_carry_pass_goes_on_while_a_commit_waits_for_the_disk(monkeypa
     monkeypatch.setattr(_output, "VIRTUAL_COMMIT_SECONDS", 0.0)  # a commit per block
     block, blocks = 256, 12
 
+    read: list[int] = []  # the blocks whose rows the run has read, in order
+
     class Rows:
         """An input of ones that records the blocks whose rows are read."""
 
         shape, dtype, ndim = (block * blocks,), np.dtype(np.float64), 1
-        read: list[int] = []
 
         def __len__(self) -> int:
             return self.shape[0]
 
         def __getitem__(self, key: slice) -> np.ndarray:
-            Rows.read.append(key.start // block)
+            read.append(key.start // block)
             return np.ones(key.stop - key.start)
 
     committed, read_before = [], []
@@ -266,9 +267,9 @@ def test_a_virtual_carry_pass_goes_on_while_a_commit_waits_for_the_disk(monkeypa
                 committed.append(manifest["committed_blocks"])
                 if committed[-1] == 4:
                     deadline = time.monotonic() + 10
-                    while max(Rows.read) < 4 and time.monotonic() < deadline:
+                    while max(read) < 4 and time.monotonic() < deadline:
                         time.sleep(0.001)
-                    read_before.append(max(Rows.read))
+                    read_before.append(max(read))
             await super().set(key, value)
 
     stored: dict = {}

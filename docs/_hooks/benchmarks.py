@@ -644,6 +644,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "input-memory": lambda: _measured("input_memory.json", ("summary",)),
     "input-memory-run2": lambda: _measured("input_memory_run2.json", ("summary",)),
     "input-memory-run3": lambda: _measured("input_memory_run3.json", ("summary",)),
+    "input-memory-run4": lambda: _measured("input_memory_run4.json", ("summary",)),
     "plot-cold": lambda: _measured("plot_2p30.json", ("summary", "importtime_plot_s")),
     "virtual": lambda: _measured("virtual.json", ("write", "slice", "read")),
     "virtual-write": lambda: _measured("virtual_write.json", ("write",)),
@@ -652,6 +653,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "virtual-levels-run2": lambda: _measured("virtual_levels_run2.json", ("write", "slice")),
     "virtual-read": lambda: _measured("virtual_read.json", ("read",)),
     "virtual-read-run2": lambda: _measured("virtual_read_run2.json", ("read",)),
+    "virtual-write-2p32-before": lambda: _measured("virtual_write_2p32_before.json", ("write",)),
+    "virtual-write-2p32": lambda: _measured("virtual_write_2p32.json", ("write",)),
     "heat-2p17": lambda: _measured("heat_2p17.json", ("summary",)),
     "heat-2p17-run2": lambda: _measured("heat_2p17_run2.json", ("summary",)),
 }
