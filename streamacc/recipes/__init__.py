@@ -34,7 +34,7 @@ if TYPE_CHECKING:
         two_prod as two_prod,
         two_sum as two_sum,
     )
-    from ._input import Rows as Rows
+    from ._input import Rows as Rows, zstd_margin as zstd_margin
 
 __getattr__, __dir__, _lazy = lazy_exports(__name__, __file__)  # numpy's import waits for their first use
 __all__ = ["DEGENERATE_RULE", "RECIPES", "Job", "Param", "Recipe", "check_dtype", "get_recipe", "option", "refusal"]
