@@ -36,7 +36,8 @@ from zarr.storage import WrapperStore
 
 from ..errors import InputError, LockedError, NoOutputError, StoreError, arg, one_line
 from ._files import DirLock
-from ._target import Target, default_buffer_prototype, sync
+from ._storetarget import KeysInStore
+from ._target import Target, being_written, sync
 
 __all__ = [
     "COMMIT_BYTES",
@@ -201,7 +202,7 @@ class SessionStore(WrapperStore[Store]):
             return await store.exists(key)
 
 
-class IcechunkTarget(Target):
+class IcechunkTarget(KeysInStore):
     """An output on one branch of an Icechunk repository (or, read-only, at a branch, tag or snapshot)."""
 
     def __init__(
@@ -296,28 +297,6 @@ class IcechunkTarget(Target):
         return None if self._session is None else str(self._session.snapshot_id)
 
     # --- keys -----------------------------------------------------------------------------
-
-    def read(self, key: str) -> bytes | None:
-        buf = sync(self.store.get(key, prototype=default_buffer_prototype()))
-        return None if buf is None else buf.to_bytes()
-
-    def write(self, key: str, data: bytes) -> None:
-        sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(data)))
-
-    def delete(self, key: str) -> None:
-        sync(self.store.delete(key))
-
-    def list_keys(self, prefix: str = "") -> list[str]:
-        async def collect() -> list[str]:
-            return [key async for key in self.store.list_prefix(prefix)]
-
-        return sorted(sync(collect()))
-
-    def list_dir(self, prefix: str = "") -> list[str]:
-        async def collect() -> list[str]:
-            return [key async for key in self.store.list_dir(prefix)]
-
-        return sorted(sync(collect()))
 
     def size(self, key: str) -> int:
         raw = self.read(key)
@@ -417,10 +396,7 @@ class IcechunkTarget(Target):
         holder = lock.acquire()
         try:
             if holder is not None:
-                raise LockedError(
-                    f"{self.label} is being written by {holder}; wait for it to finish or stop it, then rerun "
-                    f"with {command}"
-                )
+                raise being_written(self.label, holder, command)
             yield
         finally:
             lock.release()

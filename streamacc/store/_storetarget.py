@@ -18,7 +18,7 @@ from ._target import Target, default_buffer_prototype, sync
 if TYPE_CHECKING:
     from zarr.abc.store import Store
 
-__all__ = ["StoreTarget"]
+__all__ = ["KeysInStore", "StoreTarget"]
 
 _memory_locks: dict[str, threading.Lock] = {}
 
@@ -34,7 +34,33 @@ def _on_filesystem(store: object) -> TypeGuard[_OnFilesystem]:
     return getattr(store, "fs", None) is not None
 
 
-class StoreTarget(Target):
+class KeysInStore(Target):
+    """A target whose keys are read, written, deleted and listed through its zarr store (``self.store``)."""
+
+    def read(self, key: str) -> bytes | None:
+        buf = sync(self.store.get(key, prototype=default_buffer_prototype()))
+        return None if buf is None else buf.to_bytes()
+
+    def write(self, key: str, data: bytes) -> None:
+        sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(data)))
+
+    def delete(self, key: str) -> None:
+        sync(self.store.delete(key))
+
+    def list_keys(self, prefix: str = "") -> list[str]:
+        async def collect() -> list[str]:
+            return [key async for key in self.store.list_prefix(prefix)]
+
+        return sorted(sync(collect()))
+
+    def list_dir(self, prefix: str = "") -> list[str]:
+        async def collect() -> list[str]:
+            return [key async for key in self.store.list_dir(prefix)]
+
+        return sorted(sync(collect()))
+
+
+class StoreTarget(KeysInStore):
     """An output in any other zarr store: an fsspec URL (``s3://``, ``memory://``) or a store object.
 
     Every write and delete through :attr:`store` is fenced by the lease (``_fence.py``): once
@@ -62,28 +88,6 @@ class StoreTarget(Target):
     def lease_token(self) -> str | None:
         """The token of the lease this writer holds (None without one)."""
         return getattr(self._lease, "token", None)
-
-    def read(self, key: str) -> bytes | None:
-        buf = sync(self.store.get(key, prototype=default_buffer_prototype()))
-        return None if buf is None else buf.to_bytes()
-
-    def write(self, key: str, data: bytes) -> None:
-        sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(data)))
-
-    def delete(self, key: str) -> None:
-        sync(self.store.delete(key))
-
-    def list_keys(self, prefix: str = "") -> list[str]:
-        async def collect() -> list[str]:
-            return [key async for key in self.store.list_prefix(prefix)]
-
-        return sorted(sync(collect()))
-
-    def list_dir(self, prefix: str = "") -> list[str]:
-        async def collect() -> list[str]:
-            return [key async for key in self.store.list_dir(prefix)]
-
-        return sorted(sync(collect()))
 
     def size(self, key: str) -> int:
         return sync(self.store.getsize(key)) if sync(self.store.exists(key)) else 0

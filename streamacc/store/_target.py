@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from zarr.abc.buffer import BufferPrototype
     from zarr.abc.store import Store
 
-__all__ = ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "Target", "open_target"]
+__all__ = ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "Target", "being_written", "open_target"]
 
 BOOKKEEPING = "_streamacc"
 """The group streamacc keeps beside the arrays (manifest, block records, lease)."""
@@ -176,6 +176,13 @@ class Target:
 
 def _linked(path: Path) -> StoreError:
     return StoreError(f"{path} is a link; streamacc never reads through links inside an output: remove it")
+
+
+def being_written(label: str, holder: str, command: str) -> LockedError:
+    """The refusal of a second writer of ``label``, which ``holder`` (a process) is writing."""
+    return LockedError(
+        f"{label} is being written by {holder}; wait for it to finish or stop it, then rerun with {command}"
+    )
 
 
 class LocalTarget(Target):
@@ -359,10 +366,7 @@ class LocalTarget(Target):
             except OSError as exc:
                 raise StoreError(f"cannot lock {self.label} ({exc.strerror or exc}); check the path") from None
             if holder is not None:
-                raise LockedError(
-                    f"{self.label} is being written by {holder}; wait for it to finish or stop it, then rerun "
-                    f"with {command}"
-                )
+                raise being_written(self.label, holder, command)
             yield
         finally:
             lock.release()
