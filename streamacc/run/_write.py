@@ -11,92 +11,24 @@ with the exact carry, giving the bytes of an uninterrupted run.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import logging
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Unpack
 
 from .._callsite import warn
-from .._defaults import DEFAULT_SUMMARY_WINDOWS, DEFAULT_WRITE_BLOCK_BYTES
-from ..engine import Carry, Plan, ScanSpec, as_spec, check_memory, from_host, to_host
+from .._defaults import DEFAULT_WRITE_BLOCK_BYTES
+from ..engine import Carry, ScanSpec, as_spec, check_memory, from_host, to_host
 from ..errors import StoreError, StreamaccWarning, arg
-from ..store import Target, describe_store_failure, is_store_failure, open_target
+from ..store import describe_store_failure, is_store_failure, open_target
 from ._keywords import WriteKeywords, split_keywords
 from .execute import Dask, Local, Progress, executor_for
-from .output import (
-    Layout,
-    Mode,
-    Request,
-    Storage,
-    check_request,
-    check_written_length,
-    chunk_rows,
-    open_output,
-    output_spec,
-    stored_chunks,
-    stored_identity,
-)
+from .output import Layout, Mode, again, check_request, open_output, plan_output
 from .recompute import check_resumable, recomputed_rows
 from .threads import interruptible
 
 __all__ = ["write"]
 
 log = logging.getLogger("streamacc")
-
-
-def _continued(spec: ScanSpec, request: Request, stored: dict[str, Any] | None) -> tuple[int | None, Request]:
-    """What a continued run leaves to the default, taken from the output it continues: its block size and windows.
-
-    A block size left to the default is the stored one (for the same ``save_every``), and
-    so are the summaries' windows: a change of the defaults never strands an output.
-    """
-    if stored is None:
-        return None, request
-    block_size = None
-    if spec.block_size is None and stored.get("save_every", 1) == spec.save_every:
-        block_size = stored.get("block_size")
-    if request.summaries_default and not spec.reverse:
-        # the windows are the stored run's, whatever its length now
-        request = dataclasses.replace(request, summaries=list(stored.get("summaries") or []), summaries_default=False)
-    return block_size, request
-
-
-def _warn_fine_summaries(store: Any, kept: Sequence[int], rows: int, storage: Storage) -> None:
-    """Warn where an extension keeps summary levels far finer than the default for its new length.
-
-    The default levels of a short output are fine (one row per window below 1024 rows); they
-    stay the output's as it grows, and at 4 values per window the summaries of a long
-    extension would then outweigh its data.
-    """
-    wanted = storage.windows(rows, 1)
-    if not kept or kept[0] * 16 > wanted[0]:
-        return
-    label = os.fspath(store) if isinstance(store, (str, os.PathLike)) else "the output"
-    warn(
-        f"{label} keeps the summary levels it was begun with, windows of {list(kept)} rows, so its {rows} rows "
-        f"get {rows // kept[0]} windows at the finest level (the default for {rows} rows is {wanted}); to have "
-        f"those, rewrite it with {arg('mode', 'overwrite')}, or begin an output meant to grow with "
-        f"{arg('summaries', list(DEFAULT_SUMMARY_WINDOWS))}",
-        StreamaccWarning,
-    )
-
-
-def _plan(spec: ScanSpec, request: Request, block_size: int | None, given_xs: bool) -> Plan:
-    check_written_length(spec.length, from_xs=given_xs)
-    rows_multiple = chunk_rows(request.layout.chunks)
-    return spec.plan(block_bytes=DEFAULT_WRITE_BLOCK_BYTES, rows_multiple=rows_multiple, default_block_size=block_size)
-
-
-def _again(target: Target, mode: Mode) -> str:
-    """How to rerun a command whose output failed before any block: as it was, unless it left an output behind."""
-    if mode != "create":
-        return f"rerun with {arg('mode', mode)}"
-    with contextlib.suppress(Exception):  # the store just failed: it may fail to answer this too
-        if target.exists():
-            return f"rerun with {arg('mode', 'resume')}"  # a run that claims no block: resuming starts it afresh
-    return "rerun"
 
 
 @interruptible
@@ -208,17 +140,9 @@ def write(
     """
     scan_keywords, layout, where = split_keywords(layout, executor, keywords)
     scan_spec = as_spec(f, init, xs, length=length, **scan_keywords)
-    request = check_request(mode=mode, layout=layout, reverse=scan_spec.reverse)
-    stored = stored_identity(store, storage_options) if request.mode in ("resume", "extend") else None
-    asked_default = request.summaries_default
-    block_size, request = _continued(scan_spec, request, stored)
-    plan = _plan(scan_spec, request, block_size, given_xs=scan_spec.xs is not None)
-    if request.mode == "extend" and asked_default:
-        _warn_fine_summaries(store, request.summaries, plan.rows, request.storage)
-    if stored is not None and request.layout.chunks is None and plan.block_size == stored.get("block_size"):
-        chunks = stored_chunks(stored, plan.block_rows)
-        request = dataclasses.replace(request, layout=dataclasses.replace(request.layout, chunks=chunks))
-    spec = output_spec(plan, request)
+    planned = plan_output(scan_spec, check_request(mode=mode, layout=layout, reverse=scan_spec.reverse), store,
+                          storage_options)  # fmt: skip
+    plan, request, spec, stored = planned.plan, planned.request, planned.spec, planned.stored
     blocks = executor_for(where, spec)
     held = blocks.blocks_held()
     check_memory(plan, held, asked=scan_spec.block_size, who="this write", default_bytes=DEFAULT_WRITE_BLOCK_BYTES)
@@ -237,7 +161,7 @@ def write(
             if is_store_failure(exc):
                 raise StoreError(
                     f"preparing {target.label} failed ({describe_store_failure(exc)}); fix the cause and "
-                    f"{_again(target, request.mode)}"
+                    f"{again(target, request.mode)}"
                 ) from exc
             raise
         if output.complete:

@@ -1,8 +1,8 @@
 """An output opened for writing: how it is laid out (``_options``: :class:`Layout`), what a write asks
-for (``_request``),
-its layout (``_layout``: dimensions and chunks; ``_time``: the time axis), the output it
-must produce (``_spec``), opening it new, overwritten, resumed or extended (``_open``,
-``_extend``, ``_debris``), and its in-order commits (``_output``).
+for (``_request``), its layout (``_layout``: dimensions and chunks; ``_time``: the time axis), the
+output it must produce (``_spec``), a run's plan and output as every writer derives them
+(``_planning``), opening it new, overwritten, resumed or extended (``_open``, ``_extend``,
+``_debris``), and its in-order commits (``_output``).
 
 These are the names the other rooms and wings use; each is imported on first use.
 """
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ._open import open_output as open_output
     from ._options import LAYOUT_FIELDS as LAYOUT_FIELDS, Layout as Layout
     from ._output import BlockResult as BlockResult, Output as Output
+    from ._planning import Planned as Planned, again as again, plan_output as plan_output
     from ._request import (
         Mode as Mode,
         Request as Request,

@@ -1,0 +1,110 @@
+"""A run's plan and the output it must produce, from its scan spec and request, as every writer derives them.
+
+What a continued run (resumed or extended) leaves to the defaults is the stored run's: its
+block size (for the same ``save_every``), its summaries' windows and its chunks, so that a
+change of the defaults never strands an output. :func:`streamacc.write` and
+:class:`streamacc.Stream` both plan here, so that the same job gets the same blocks, chunks
+and identity whichever of them runs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ..._callsite import warn
+from ..._defaults import DEFAULT_SUMMARY_WINDOWS, DEFAULT_WRITE_BLOCK_BYTES
+from ...engine import Plan, ScanSpec
+from ...errors import StreamaccWarning, arg
+from ...store import Target
+from ._layout import chunk_rows, stored_chunks
+from ._request import Mode, Request, check_written_length
+from ._spec import OutputSpec, output_spec, stored_identity
+from ._storage import Storage
+
+__all__ = ["Planned", "again", "plan_output"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """A run's plan, its request as the stored run completes it, the output it must produce, and the stored
+    identity it continues (None for a new run)."""
+
+    plan: Plan
+    request: Request
+    spec: OutputSpec
+    stored: dict[str, Any] | None
+
+
+def _continued(spec: ScanSpec, request: Request, stored: dict[str, Any] | None) -> tuple[int | None, Request]:
+    """What a continued run leaves to the default, taken from the output it continues: its block size and windows.
+
+    A block size left to the default is the stored one (for the same ``save_every``), and
+    so are the summaries' windows: a change of the defaults never strands an output.
+    """
+    if stored is None:
+        return None, request
+    block_size = None
+    if spec.block_size is None and stored.get("save_every", 1) == spec.save_every:
+        block_size = stored.get("block_size")
+    if request.summaries_default and not spec.reverse:
+        # the windows are the stored run's, whatever its length now
+        request = dataclasses.replace(request, summaries=list(stored.get("summaries") or []), summaries_default=False)
+    return block_size, request
+
+
+def _warn_fine_summaries(store: Any, kept: Sequence[int], rows: int, storage: Storage) -> None:
+    """Warn where an extension keeps summary levels far finer than the default for its new length.
+
+    The default levels of a short output are fine (one row per window below 1024 rows); they
+    stay the output's as it grows, and at 4 values per window the summaries of a long
+    extension would then outweigh its data.
+    """
+    wanted = storage.windows(rows, 1)
+    if not kept or kept[0] * 16 > wanted[0]:
+        return
+    label = os.fspath(store) if isinstance(store, (str, os.PathLike)) else "the output"
+    warn(
+        f"{label} keeps the summary levels it was begun with, windows of {list(kept)} rows, so its {rows} rows "
+        f"get {rows // kept[0]} windows at the finest level (the default for {rows} rows is {wanted}); to have "
+        f"those, rewrite it with {arg('mode', 'overwrite')}, or begin an output meant to grow with "
+        f"{arg('summaries', list(DEFAULT_SUMMARY_WINDOWS))}",
+        StreamaccWarning,
+    )
+
+
+def _plan(spec: ScanSpec, request: Request, block_size: int | None, given_xs: bool) -> Plan:
+    check_written_length(spec.length, from_xs=given_xs)
+    rows_multiple = chunk_rows(request.layout.chunks)
+    return spec.plan(block_bytes=DEFAULT_WRITE_BLOCK_BYTES, rows_multiple=rows_multiple, default_block_size=block_size)
+
+
+def plan_output(scan_spec: ScanSpec, request: Request, store: Any, storage_options: dict[str, Any] | None) -> Planned:
+    """The plan of a run of ``scan_spec`` into ``store`` as ``request`` asks, and the output it must produce.
+
+    A resumed or extended run reads the stored run's identity (without its lock: what is
+    wrong with the output, opening it says) and takes what it leaves to the defaults from it.
+    """
+    stored = stored_identity(store, storage_options) if request.mode in ("resume", "extend") else None
+    asked_default = request.summaries_default
+    block_size, request = _continued(scan_spec, request, stored)
+    plan = _plan(scan_spec, request, block_size, given_xs=scan_spec.xs is not None)
+    if request.mode == "extend" and asked_default:
+        _warn_fine_summaries(store, request.summaries, plan.rows, request.storage)
+    if stored is not None and request.layout.chunks is None and plan.block_size == stored.get("block_size"):
+        chunks = stored_chunks(stored, plan.block_rows)
+        request = dataclasses.replace(request, layout=dataclasses.replace(request.layout, chunks=chunks))
+    return Planned(plan, request, output_spec(plan, request), stored)
+
+
+def again(target: Target, mode: Mode) -> str:
+    """How to rerun a command whose output failed before any block: as it was, unless it left an output behind."""
+    if mode != "create":
+        return f"rerun with {arg('mode', mode)}"
+    with contextlib.suppress(Exception):  # the store just failed: it may fail to answer this too
+        if target.exists():
+            return f"rerun with {arg('mode', 'resume')}"  # a run that claims no block: resuming starts it afresh
+    return "rerun"
