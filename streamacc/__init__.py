@@ -2,7 +2,8 @@
 
 Write a recurrence as ``f(carry, x) -> (carry, y)``, as for ``jax.lax.scan``, and
 :func:`write` runs it for any length in bounded memory, streaming every ``y`` to a Zarr
-store on disk or object storage, resumably; :func:`open` reads it back as an xarray
+store on disk or object storage, resumably (:class:`Stream` does the same from inside a
+jitted program); :func:`open` reads it back as an xarray
 Dataset, :func:`overview` at a glance, :func:`verify` recomputes it bit for bit, and
 :func:`info` describes it. :func:`iter_blocks` and :func:`scan` run the same blocked scan
 in memory. Errors are in :mod:`streamacc.errors`.
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
         Layout as Layout,
         Local as Local,
         OutputInfo as OutputInfo,
+        Stream as Stream,
         SummaryInfo as SummaryInfo,
         VerifyReport as VerifyReport,
         info as info,

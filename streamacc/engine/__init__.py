@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ._block import Block as Block
     from ._carry import HostLeaf as HostLeaf, from_host as from_host, same_leaves as same_leaves, to_host as to_host
     from ._checks import Carry as Carry, Step as Step, x64_scope as x64_scope
+    from ._kernels import block_function as block_function
     from ._layout import (
         MAX_LENGTH as MAX_LENGTH,
         block_bounds as block_bounds,

@@ -13,7 +13,7 @@ from jax import lax
 
 from ._checks import Step
 
-__all__ = ["cached", "carry_scan_fn", "scan_fn", "unrolled", "x0"]
+__all__ = ["block_function", "cached", "carry_scan_fn", "scan_fn", "unrolled", "x0"]
 
 
 def _carry_only(f: Step) -> Step:
@@ -142,6 +142,17 @@ def cached(build: _Memoized[_Built], f: Step, *args: Hashable) -> _Built:
         return build(f, *args)
     except TypeError:
         return build.__wrapped__(f, *args)
+
+
+def block_function(
+    f: Step, length: int, unroll: int | bool, reverse: bool, save_every: int = 1
+) -> Callable[[Any, Any], tuple[Any, list[jax.Array]]]:
+    """One block of ``length`` steps as every block of a plan runs: ``(carry, xs) -> (carry, ys leaves)``.
+
+    :func:`scan_fn`'s jitted function (``lax.scan`` itself, or its thinned form), from its
+    cache; called inside another jitted program (a Stream's), it is traced into it.
+    """
+    return cached(scan_fn, f, length, unroll, reverse, False, save_every)
 
 
 @functools.lru_cache(maxsize=256)

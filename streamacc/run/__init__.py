@@ -10,7 +10,8 @@ only from the rooms below it):
 - ``verify`` and ``read``: recomputing committed blocks; ``open``, ``overview``, ``info``;
 - ``execute``: where blocks run (this process, a dask cluster) and the progress bar;
 
-and ``_write``, which puts them together. These are the names the other wings and the
+and ``_write``, which puts them together, and ``stream``, which puts them together around a
+program jitted by its caller (:class:`Stream`). These are the names the other wings and the
 public face use; each is imported on first use.
 """
 
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     )
     from .recompute import VerifyReport as VerifyReport, verify as verify, verify_recipe_output as verify_recipe_output
     from .record import load_manifest as load_manifest
+    from .stream import Stream as Stream
     from .threads import (
         Terminated as Terminated,
         run_interruptibly as run_interruptibly,

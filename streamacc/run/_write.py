@@ -1,7 +1,7 @@
 """``write``: run a blocked scan and stream its output into a Zarr store, resumably.
 
 ``write`` reads as four steps: the arguments taken apart into the scan's spec, the
-output's layout and where the blocks run (``_keywords``), with a validated plan and the
+output's layout and where the blocks run (``execute.split_keywords``), with a validated plan and the
 output it must produce; the output opened under its writer lock (new, overwritten,
 resumed or extended); and an executor that computes and writes the
 remaining blocks while the output commits them in scan order. A crash therefore costs at
@@ -20,8 +20,7 @@ from .._defaults import DEFAULT_WRITE_BLOCK_BYTES
 from ..engine import Carry, ScanSpec, as_spec, check_memory, from_host, to_host
 from ..errors import StoreError, StreamaccWarning, arg
 from ..store import describe_store_failure, is_store_failure, open_target
-from ._keywords import WriteKeywords, split_keywords
-from .execute import Dask, Local, Progress, executor_for
+from .execute import Dask, Local, Progress, WriteKeywords, executor_for, split_keywords
 from .output import Layout, Mode, again, check_request, open_output, plan_output
 from .recompute import check_resumable, recomputed_rows
 from .threads import interruptible

@@ -1,4 +1,5 @@
-"""Where blocks run: as the caller says it (``_where``: ``Local``, ``Dask``), in this process
+"""Where blocks run: as the caller says it (``_where``: ``Local``, ``Dask``; ``_keywords``: the
+keywords ``write`` takes alone, routed to the scan, the layout and these), in this process
 (``_local``), on a dask cluster (``_dask``, ``_cluster``, ``_workerinit``), and the progress
 bar (``_progress``).
 
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
         SinkSpec as SinkSpec,
         run_block_tasks as run_block_tasks,
     )
-    from ._local import Executor as Executor, LocalExecutor as LocalExecutor
+    from ._keywords import WriteKeywords as WriteKeywords, split_keywords as split_keywords
+    from ._local import Executor as Executor, LocalExecutor as LocalExecutor, write_block as write_block
     from ._progress import MIN_BAR as MIN_BAR, Progress as Progress, Rates as Rates, clock as clock, si as si
     from ._seams import SEAMS as SEAMS
     from ._where import EXECUTOR_FIELDS as EXECUTOR_FIELDS, Dask as Dask, Local as Local, executor_for as executor_for

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ._verify import (
         VerifyReport as VerifyReport,
         check_function as check_function,
+        check_recomputed as check_recomputed,
         check_resumable as check_resumable,
         select_blocks as select_blocks,
         verify as verify,

@@ -42,7 +42,7 @@ from ..record import BlockRecord, Ledger, Manifest, decode_leaves, describe_func
 from ..threads import interruptible, on_own_thread, run_ordered
 from ..trust import arrays_problem, check_settled_root, trailer_problem, trusted_manifest
 
-__all__ = ["Checker", "VerifyReport", "check_resumable", "plan_for", "verify", "verify_plan"]
+__all__ = ["Checker", "VerifyReport", "check_recomputed", "check_resumable", "plan_for", "verify", "verify_plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,7 +248,7 @@ class Checker:
             for name, check in found.items():
                 for i in check.differing:
                     self._compare_values(item.index, rec, name, i, ys[name])
-            if not same_leaves(to_host(block.carry), item.after):
+            if not same_leaves(to_host(block.carry) if item.carry is None else item.carry, item.after):
                 what = "its final carry is not the carry recorded after it"
                 raise self.not_recomputed(item.index, rec.start, rec.stop, what)
             return None if self.summary is None else self.summary.pieces(rows[0], ys)
@@ -299,6 +299,7 @@ class _Recomputed:
     after: list[HostLeaf]
     block: Block | None
     error: VerifyError | None = None
+    carry: list[HostLeaf] | None = None  # the carry leaving the block as host leaves, where already known
 
 
 def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str | int = "all") -> VerifyReport:
@@ -331,7 +332,7 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
     )
 
 
-def check_resumable(output: Output, plan: Plan) -> None:
+def check_resumable(output: Output, plan: Plan, *, last_block: bool = True) -> None:
     """Refuse to continue an output whose committed part cannot be trusted.
 
     Before a resume writes anything: the run's arrays have their recorded metadata, every
@@ -339,6 +340,8 @@ def check_resumable(output: Output, plan: Plan) -> None:
     replaced in any committed block is found), and the last committed block recomputes from its recorded
     carry-in to its stored bytes and checksum and ends with the carry the manifest resumes
     from. A damaged carry, a foreign manifest or missing blocks stop the resume here.
+    Without ``last_block`` the caller recomputes that block itself (a Stream, whose inputs
+    only its program holds) and has it judged by :func:`check_recomputed`.
     """
     checker = Checker(output.target, output.manifest, plan, output.sink)
     try:
@@ -346,7 +349,24 @@ def check_resumable(output: Output, plan: Plan) -> None:
         checker.arrays_unchanged()
         checker.chunks_present()
         checker.trailers_match(range(output.manifest.committed_blocks))
-        checker.block(output.manifest.committed_blocks - 1)
+        if last_block:
+            checker.block(output.manifest.committed_blocks - 1)
+    except VerifyError as exc:
+        raise ResumeError(f"cannot resume: {one_line(exc)}") from None
+
+
+def check_recomputed(output: Output, plan: Plan, block: Block, carry: list[HostLeaf]) -> None:
+    """Refuse to continue ``output`` unless ``block``, its last committed block recomputed from its recorded
+    carry-in elsewhere, holds exactly the stored bytes and ends with the carry the manifest resumes from.
+
+    ``carry`` is the carry leaving the recomputed block, as host leaves. Host work only, no
+    JAX (the recomputation is the caller's: a Stream's program); ``block`` is released.
+    """
+    k = output.manifest.committed_blocks - 1
+    checker = Checker(output.target, output.manifest, plan, output.sink)
+    try:
+        rec, after = checker._record(k)
+        checker._compare(_Recomputed(k, rec, after, block, carry=carry))
     except VerifyError as exc:
         raise ResumeError(f"cannot resume: {one_line(exc)}") from None
 

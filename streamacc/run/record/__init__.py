@@ -12,7 +12,11 @@ from typing import TYPE_CHECKING
 from ..._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._identity import describe_function as describe_function, run_identity as run_identity
+    from ._identity import (
+        carry_digest as carry_digest,
+        describe_function as describe_function,
+        run_identity as run_identity,
+    )
     from ._manifest import (
         LEGACY_MANIFEST_KEY as LEGACY_MANIFEST_KEY,
         MANIFEST_ATTR as MANIFEST_ATTR,

@@ -14,10 +14,14 @@ from ...engine import Plan, to_host
 from ...store import fingerprint_of
 from ._fingerprint import describe_function
 
-__all__ = ["describe_function", "run_identity"]
+__all__ = ["carry_digest", "describe_function", "run_identity"]
+
+_JAX_ARRAY = "ArrayImpl"
+"""The type name of a concrete ``jax.Array``, as an input that is one is described."""
 
 
-def _digest(leaves: list[tuple[np.ndarray, Any]]) -> str:
+def carry_digest(leaves: list[tuple[np.ndarray, Any]]) -> str:
+    """The identity's digest of an initial carry, from its host leaves (see ``engine.to_host``)."""
     crc = 0
     for array, impl in leaves:
         crc = zlib.crc32(f"{array.dtype.str}{array.shape}{impl}".encode() + array.tobytes(), crc)
@@ -29,7 +33,9 @@ def _describe_xs(xs: Any) -> list[str]:
         whole = getattr(leaf, "whole", None)  # a view of all of a stored array's rows is named as the array
         leaf = leaf if whole is None else whole
         where = getattr(leaf, "store_path", None) or getattr(leaf, "source", None)
-        return f"{type(leaf).__name__}{list(leaf.shape)}:{np.dtype(leaf.dtype).str}" + (f"@{where}" if where else "")
+        # an input known by its shape alone is a jax.Array traced inside a program (a Stream's)
+        kind = _JAX_ARRAY if isinstance(leaf, jax.ShapeDtypeStruct) else type(leaf).__name__
+        return f"{kind}{list(leaf.shape)}:{np.dtype(leaf.dtype).str}" + (f"@{where}" if where else "")
 
     return [one(leaf) for leaf in jax.tree_util.tree_leaves(xs)]
 
@@ -69,7 +75,7 @@ def run_identity(
         "function": describe_function(plan.f),
         "recipe": attrs.get("recipe"),
         "params": attrs.get("params"),
-        "init": _digest(to_host(plan.init)),
+        "init": carry_digest(to_host(plan.init)),
         "xs": _describe_xs(plan.xs),
         "length": plan.length,
         "block_size": plan.block_size,

@@ -4,7 +4,8 @@
 length=n, layout=Layout(names="x"), executor=Dask(c))``: the scan's keywords go to its
 :class:`~streamacc.ScanSpec`, the layout's to a :class:`Layout`, ``client`` and
 ``inflight`` to where the blocks run. Which keyword goes where is read from those
-objects' fields, so a new option is declared once, where it belongs.
+objects' fields, so a new option is declared once, where it belongs. Every writer that takes
+``write``'s keywords (``write`` itself, :class:`~streamacc.Stream`) routes them here.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
-from ..engine import SCAN_DEFAULTS
-from ..errors import InputError, arg
-from .execute import EXECUTOR_FIELDS, Dask, Local
-from .output import LAYOUT_FIELDS, Layout
+from ...engine import SCAN_DEFAULTS
+from ...errors import InputError, arg
+from ..output import LAYOUT_FIELDS, Layout
+from ._where import EXECUTOR_FIELDS, Dask, Local
 
 __all__ = ["WriteKeywords", "split_keywords"]
 

@@ -1,0 +1,306 @@
+"""The host side of a Stream: the callbacks' ends, a bounded hand-over, and writer threads that commit in order.
+
+Each callback runs on a thread of XLA's while the program waits for it, and does host work
+only (numpy, the store), never a JAX computation. The block callback takes the block's ys as
+the callback hands them over (``jax.Array`` values on the CPU, which JAX copied out of the
+program's buffers for the callback), waits for one of ``inflight`` slots and queues the
+block; a writer thread runs the queue through :func:`~streamacc.run.threads.run_ordered` with
+``execute.write_block``, as :func:`streamacc.write` does, so blocks are encoded and written
+on ``inflight`` threads and committed in scan order. A slow store therefore slows the
+program, and memory holds ``inflight`` blocks whatever the length.
+
+A failure anywhere on the host (a full disk, a removed output, a lost lease, Ctrl-C) is
+recorded; the callback that finds it raises :class:`Stopped`, XLA ends the program with
+its own error, and the Stream raises the recorded one (see ``_stream``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, ParamSpec, TypeVar
+
+import numpy as np
+
+from ..._callsite import Site, run_from, warn
+from ...engine import Block, HostLeaf, Plan, block_bounds
+from ...errors import InputError, StreamaccWarning, one_line
+from ...store import Target
+from ..execute import Progress, write_block
+from ..output import BlockResult, Mode, Output, OutputSpec, open_output
+from ..recompute import check_recomputed
+from ..record import carry_digest, decode_leaves
+from ..threads import STOP, Interrupted, run_ordered
+from ._program import CarryLeaf
+
+__all__ = ["CALLBACK_LOGGER", "POLL_SECONDS", "Stopped", "StreamHost", "warn_complete"]
+
+log = logging.getLogger("streamacc")
+
+POLL_SECONDS = 0.1
+"""How often a callback waiting for a slot, or for the writers, looks for a failure or a stop."""
+
+CALLBACK_LOGGER = "jax._src.callback"
+"""The logger JAX reports a failed callback on (its traceback, before XLA's error says it again)."""
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Stopped(Exception):
+    """Raised in a callback once the stream has stopped: XLA then ends the program with its own error."""
+
+
+@dataclasses.dataclass
+class _Item:
+    """A block handed over by the program, as the writers take it."""
+
+    index: int
+    start: int
+    stop: int
+    ys: list[Any]
+    carry_in: list[HostLeaf]
+    carry_out: list[HostLeaf]
+    release: Callable[[], None]
+
+
+def _host_leaves(leaves: tuple[CarryLeaf, ...], values: tuple[Any, ...]) -> list[HostLeaf]:
+    """Carry leaves that crossed, as ``engine.to_host`` gives them: numpy copies tagged with their key's impl."""
+    return [(np.array(v, dtype=leaf.dtype, copy=True), leaf.impl) for leaf, v in zip(leaves, values, strict=True)]
+
+
+def _guarded(method: Callable[P, R]) -> Callable[P, R]:
+    """A callback's end: it raises :class:`Stopped` once anything failed, and records its own failure."""
+
+    @functools.wraps(method)
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        host: StreamHost = args[0]  # type: ignore[assignment]  # a method's self
+        with run_from(host.site):
+            host.check_running()
+            try:
+                return method(*args, **kwargs)
+            except Stopped:
+                raise
+            except BaseException as exc:
+                host.fail(exc)
+                raise host.stopped() from None
+
+    return call
+
+
+class StreamHost:
+    """One run of a Stream's program, as the host sees it: its output, its writers and its failure.
+
+    ``output`` is given where the run continues a stored one (opened before the program
+    runs, where its checks may compute); a new run's output is opened by :meth:`start`,
+    once the program's initial carry is known, since the run's identity holds its digest.
+
+    Attributes
+    ----------
+    output : Output or None
+        The output being written, once opened.
+    failure : BaseException or None
+        The first failure, on any thread.
+    started, finished : bool
+        Whether the program's start callback ran, and its finish callback returned.
+    """
+
+    def __init__(
+        self,
+        *,
+        target: Target,
+        spec: OutputSpec,
+        plan: Plan,
+        mode: Mode,
+        carry: tuple[CarryLeaf, ...],
+        index_dtype: np.dtype[Any],
+        inflight: int,
+        bar: Progress,
+        site: Site | None,
+        output: Output | None = None,
+        check: tuple[int, int] | None = None,
+    ) -> None:
+        self.target, self.spec, self.plan, self.mode = target, spec, plan, mode
+        self.carry, self.index_dtype = carry, index_dtype
+        self.inflight, self.bar, self.site = inflight, bar, site
+        self.output = output
+        self.check_bounds = check
+        self.failure: BaseException | None = None
+        self.started = False
+        self.finished = False
+        self.closed = False
+        self._lock = threading.Lock()
+        self._slots = threading.Semaphore(inflight)
+        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+
+    # --- state -------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """Whether the program is between its start and finish callbacks, and nothing failed."""
+        return self.started and not self.finished and self.failure is None
+
+    def fail(self, exc: BaseException) -> None:
+        """Record ``exc`` (the first failure wins) and let the writers and every waiting callback go."""
+        with self._lock:
+            if self.failure is None:
+                self.failure = exc
+        self._queue.put(None)
+
+    def stopped(self) -> Stopped:
+        failure = self.failure
+        why = "it was interrupted" if isinstance(failure, Interrupted) or failure is None else one_line(failure)
+        return Stopped(f"the stream to {self.target.label} stopped: {why}")
+
+    def check_running(self) -> None:
+        """Raise :class:`Stopped` once anything failed, or a stop was asked for."""
+        if self.failure is None and STOP.is_set():
+            self.fail(Interrupted())
+        if self.failure is None and self.closed:
+            self.fail(InputError("the program ran after its Stream was closed; run it inside the `with` block"))
+        if self.failure is not None:
+            raise self.stopped()
+
+    # --- the callbacks -----------------------------------------------------------------------
+
+    @_guarded
+    def start(self, *carry: Any) -> tuple[Any, ...]:
+        """The program begins: open a new output with its initial carry; return the first block and its carry."""
+        if self.started:
+            raise InputError(
+                "the program streamed once already: a Stream streams one run of its program; open a new Stream (with "
+                "mode='resume' or 'extend' to continue the output) for another"
+            )
+        self.started = True
+        output = self.output
+        if output is None:
+            init = _host_leaves(self.carry, carry)
+            spec = dataclasses.replace(self.spec, identity={**self.spec.identity, "init": carry_digest(init)})
+            output = self.output = open_output(
+                self.target, spec, mode=self.mode, init=init, check_resumable=_changed_meanwhile,
+                on_commit=self._committed,
+            )  # fmt: skip
+        output.warn_nonfinite(before=True)
+        first = self.plan.block_count if output.complete else output.first_block
+        self.bar.begin(output.manifest.committed_steps)
+        if output.first_block and not output.complete:
+            log.info("resuming %s at step %d of %d", self.target.label, output.manifest.committed_steps,
+                     self.plan.length)  # fmt: skip
+        if not output.complete:
+            self._writer = threading.Thread(target=self._write, name="streamacc-stream", daemon=True)
+            self._writer.start()
+        entering = [a for a, _ in output.carry]
+        before = entering
+        if self.check_bounds is not None:
+            before = [a for a, _ in decode_leaves(output.ledger.block(first - 1).carry_in)]
+        return (np.asarray(first, dtype=self.index_dtype), *entering, *before)
+
+    @_guarded
+    def check(self, *arrays: Any) -> None:
+        """The last committed block, recomputed by the program: judged against what is stored."""
+        assert self.output is not None and self.check_bounds is not None
+        names = len(self.spec.names)
+        ys, after = arrays[:names], arrays[names:]
+        start, stop = self.check_bounds
+        block = Block(start, stop, [np.asarray(y) for y in ys], None, save_every=self.plan.save_every)
+        check_recomputed(self.output, self.plan, block, _host_leaves(self.carry, tuple(after)))
+
+    @_guarded
+    def block(self, index: Any, *arrays: Any) -> None:
+        """Block ``index`` computed: queue it for the writers once a slot is free."""
+        n, names = len(self.carry), len(self.spec.names)
+        carry_in, ys, carry_out = arrays[:n], arrays[n : n + names], arrays[n + names :]
+        k = int(index)
+        start, stop = next(block_bounds(self.plan.length, self.plan.block_size, self.plan.reverse, k,
+                                        self.plan.unroll))  # fmt: skip
+        while not self._slots.acquire(timeout=POLL_SECONDS):
+            self.check_running()
+        released = threading.Event()
+
+        def release() -> None:
+            if not released.is_set():
+                released.set()
+                self._slots.release()
+
+        # the ys are kept as the callback hands them over: JAX copied them out of the program's buffers
+        item = _Item(k, start, stop, list(ys), _host_leaves(self.carry, carry_in),
+                     _host_leaves(self.carry, carry_out), release)  # fmt: skip
+        self._queue.put(item)
+
+    @_guarded
+    def finish(self, *carry: Any) -> tuple[Any, ...]:
+        """The last block is computed: once every block is committed, mark the run complete; return the carry."""
+        assert self.output is not None
+        self._end_writer()
+        self.check_running()
+        if not self.output.complete:
+            self.output.finish()
+        self.finished = True
+        return tuple(np.asarray(c) for c in carry)
+
+    # --- the writers ---------------------------------------------------------------------------
+
+    def _committed(self, result: BlockResult) -> None:
+        self.bar.update(len(result), result.nbytes, stored=result.stored)
+
+    def _items(self) -> Iterator[_Item]:
+        while True:
+            item = self._queue.get()
+            if item is None or self.failure is not None:
+                return
+            yield item
+
+    def _write(self) -> None:
+        output = self.output
+        assert output is not None
+        names = output.spec.names
+
+        def work(item: _Item) -> BlockResult:
+            ys = [np.asarray(y) for y in item.ys]  # views of the arrays' host memory
+            block = Block(item.start, item.stop, ys, None, item.release, save_every=self.plan.save_every)
+            return write_block(output.data_sink, names, item.index, block, item.carry_in, item.carry_out,
+                               output.summary_plan, reverse=self.plan.reverse)  # fmt: skip
+
+        def commit(item: _Item, result: BlockResult) -> None:
+            output.commit(result)
+
+        try:
+            with run_from(self.site):
+                run_ordered(self._items(), work, commit, depth=self.inflight, workers=self.inflight)
+        except BaseException as exc:
+            self.fail(exc)
+
+    def _end_writer(self) -> None:
+        """Let the writers write and commit every block queued, and wait for them."""
+        writer = self._writer
+        if writer is None:
+            return
+        self._queue.put(None)
+        while writer.is_alive():
+            writer.join(POLL_SECONDS)
+            if STOP.is_set() and self.failure is None:
+                self.fail(Interrupted())
+
+    def close(self) -> None:
+        """The Stream ends: no callback runs any more; wait for the writers; let the output's background writes
+        end (before the writer lock is released)."""
+        self.closed = True
+        self._end_writer()
+        if self.output is not None:
+            self.output.close()
+
+
+def _changed_meanwhile(output: Output) -> None:
+    raise InputError(
+        f"{output.target.label} was written by another run between the program's tracing and its start; open a "
+        "new Stream with mode='resume' to continue it"
+    )
+
+
+def warn_complete(label: str, length: int) -> None:
+    warn(f"{label} is already complete ({length} steps); nothing to do", StreamaccWarning)

@@ -1,0 +1,177 @@
+"""The traced side of a Stream: its blocks as a loop inside the caller's program, each handed to the host.
+
+The blocks are write's (``engine.block_bounds``): the full ones run in a ``lax.while_loop``
+over a block index that starts where the host says (0, or a resumed run's first uncommitted
+block), each running the engine's own block function (``lax.scan`` itself, or its thinned
+form) on its rows of ``xs``; the one block of another length (the last in index order, the
+first run when ``reverse``) runs under ``lax.cond``, skipped once committed. After each block
+an ordered ``io_callback`` hands its index, the carries around it and its ys to the host,
+which writes them on threads of its own. The carry enters the loop through the host too
+(the program's own initial carry as the host saw it, or a resumed run's recorded one), so
+that the loop never starts from a value XLA could fold into it.
+
+PRNG keys cannot cross a callback: carries travel as :func:`jax.random.key_data` and are
+wrapped again on arrival (see :class:`CarryLeaf`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import io_callback
+
+from ...engine import Step, block_count, block_function
+
+__all__ = ["CarryLeaf", "Host", "Loop", "streamed"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CarryLeaf:
+    """A carry leaf as it crosses to the host: its shape and dtype there, and its PRNG key implementation."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    impl: str | None = None
+
+    @property
+    def struct(self) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct(self.shape, self.dtype)
+
+    def plain(self, leaf: Any) -> Any:
+        """``leaf`` as it crosses: a key's data, any other leaf as it is."""
+        return jax.random.key_data(leaf) if self.impl is not None else leaf
+
+    def wrapped(self, value: Any) -> Any:
+        """A leaf that crossed, as the carry holds it."""
+        return jax.random.wrap_key_data(value, impl=self.impl) if self.impl is not None else value
+
+
+class Host(Protocol):
+    """The host's ends of the callbacks, in the order the program calls them."""
+
+    def start(self, *carry: Any) -> tuple[Any, ...]:
+        """Given the program's initial carry, return the first block to run, the carry entering it, and the
+        carry entering the block before it (for :meth:`check`; anything of its shape otherwise)."""
+
+    def check(self, *arrays: Any) -> None:
+        """The last committed block recomputed: its ys, then the carry leaving it."""
+
+    def block(self, index: Any, *arrays: Any) -> None:
+        """Block ``index`` (in scan order) computed: the carry entering it, its ys, the carry leaving it."""
+
+    def finish(self, *carry: Any) -> tuple[Any, ...]:
+        """The carry after the last block; returned once every block is committed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Loop:
+    """What the traced loop needs: the step, the block layout and the carry as it crosses to the host."""
+
+    f: Step
+    length: int
+    block_size: int
+    unroll: int | bool
+    reverse: bool
+    save_every: int
+    carry: tuple[CarryLeaf, ...]
+    index_dtype: np.dtype[Any]
+
+    @property
+    def count(self) -> int:
+        return block_count(self.length, self.block_size, self.unroll)
+
+    @property
+    def odd(self) -> int:
+        """The length of the last block in index order (the first run when ``reverse``)."""
+        return self.length - (self.count - 1) * self.block_size
+
+    def run(self, length: int) -> Callable[[Any, Any], tuple[Any, list[jax.Array]]]:
+        """The engine's block function for blocks of ``length`` steps: ``(carry, xs) -> (carry, ys leaves)``."""
+        return block_function(self.f, length, self.unroll, self.reverse, self.save_every)
+
+    def plain(self, carry: Any) -> list[Any]:
+        return [leaf.plain(x) for leaf, x in zip(self.carry, jax.tree_util.tree_leaves(carry), strict=True)]
+
+    def wrapped(self, treedef: Any, values: Sequence[Any]) -> Any:
+        leaves = [leaf.wrapped(v) for leaf, v in zip(self.carry, values, strict=True)]
+        return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def _rows(xs: Any, start: Any, length: int) -> Any:
+    """Rows ``[start, start + length)`` of every xs leaf; ``start`` traced or not."""
+    if xs is None:
+        return None
+    if isinstance(start, int):
+        return jax.tree_util.tree_map(lambda a: lax.slice_in_dim(a, start, start + length), xs)
+    return jax.tree_util.tree_map(lambda a: lax.dynamic_slice_in_dim(a, start, length), xs)
+
+
+def streamed(
+    loop: Loop,
+    host: Host,
+    init: Any,
+    xs: Any,
+    *,
+    begin: Callable[[list[Any]], Sequence[Any]],
+    check: Callable[[], tuple[int, int] | None],
+) -> Any:
+    """``lax.scan(loop.f, init, xs, length=loop.length, ...)[0]`` with every block handed to ``host``.
+
+    ``begin`` binds the start callback (where JAX refuses ``vmap`` and derivatives, before
+    the caller opens anything) and returns its results: the first block to run, the carry
+    entering it, and the carry entering the block before it. ``check()``, asked after
+    ``begin``, is the ``(start, stop)`` of a resumed run's last committed block where the
+    host cannot recompute it itself (its inputs live in the program): it is recomputed here,
+    from that carry, and judged by ``host.check`` before the first new block.
+    """
+    treedef = jax.tree_util.tree_structure(init)
+    n = len(loop.carry)
+    started = begin(loop.plain(init))
+    first, carry = started[0], loop.wrapped(treedef, started[1 : 1 + n])
+    judged = check()
+    if judged is not None:
+        start, stop = judged
+        before = loop.wrapped(treedef, started[1 + n :])
+        after, ys = loop.run(stop - start)(before, _rows(xs, start, stop - start))
+        io_callback(host.check, None, *ys, *loop.plain(after), ordered=True)
+
+    def one(index: Any, carry: Any, start: Any, length: int) -> Any:
+        after, ys = loop.run(length)(carry, _rows(xs, start, length))
+        io_callback(host.block, None, index, *loop.plain(carry), *ys, *loop.plain(after), ordered=True)
+        return after
+
+    count, size, odd = loop.count, loop.block_size, loop.odd
+    last = count - 1  # the block of index count - 1 may be of another length
+    full = count if odd == size else last  # the blocks of block_size steps
+
+    def body(state: tuple[Any, Any]) -> tuple[Any, Any]:
+        index, carry = state
+        k = last - index if loop.reverse else index  # the block's place in index order
+        return index + 1, one(index, carry, k * size, size)
+
+    def full_blocks(begin_at: Any, end: int, carry: Any) -> Any:
+        if end <= 0:
+            return carry
+        state = (jnp.asarray(begin_at, loop.index_dtype), carry)
+        return lax.while_loop(lambda s: s[0] < end, body, state)[1]
+
+    def odd_block(index: int, carry: Any) -> Any:
+        return one(jnp.asarray(index, loop.index_dtype), carry, last * size, odd)
+
+    if odd == size:
+        carry = full_blocks(first, count, carry)
+    elif loop.reverse:  # the odd block runs first
+        carry = lax.cond(first == 0, lambda c: odd_block(0, c), lambda c: c, carry)
+        carry = full_blocks(jnp.maximum(first, 1), count, carry)
+    else:
+        carry = full_blocks(first, full, carry)
+        carry = lax.cond(first <= last, lambda c: odd_block(last, c), lambda c: c, carry)
+    structs = tuple(leaf.struct for leaf in loop.carry)
+    final = io_callback(host.finish, structs, *loop.plain(carry), ordered=True)
+    return loop.wrapped(treedef, final)

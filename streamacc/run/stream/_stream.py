@@ -1,0 +1,546 @@
+"""``Stream``: a long scan streamed to a Zarr store from inside the caller's jitted program.
+
+The Stream is opened on the host, around the program: ``__enter__`` takes the output's
+writer lock, the progress bar and the signals. ``scan`` is traced into the program: there
+the scan is planned exactly as :func:`streamacc.write` plans it (``output.plan_output``) on
+a thread of its own, outside the trace, and a resumed or extended output is opened and
+checked there, before the program runs; the blocks themselves are a loop of the program
+(``_program``) whose callbacks hand each block to the host (``_host``). ``__exit__`` waits
+for the writers, releases the lock, and raises what failed on the host, in the terms
+:func:`streamacc.write` would have raised it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Any, TypeVar, Unpack
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import io_callback
+
+from ..._callsite import Site, outside
+from ..._defaults import DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_BYTES
+from ...engine import (
+    SCAN_DEFAULTS,
+    Carry,
+    HostLeaf,
+    ScanSpec,
+    Step,
+    block_bounds,
+    caller_scopes,
+    check_memory,
+    check_scan_keywords,
+    from_host,
+    to_host,
+)
+from ...errors import InputError, ResumeError, StoreError, StreamaccError, arg
+from ...store import Target, describe_store_failure, is_store_failure, open_target
+from ..execute import Progress, WriteKeywords, split_keywords
+from ..output import Layout, Mode, Planned, again, check_request, check_written_length, open_output, plan_output
+from ..recompute import check_resumable
+from ..record import Ledger, decode_leaves
+from ..threads import Interrupted, SignalWatch
+from ._host import CALLBACK_LOGGER, Stopped, StreamHost, warn_complete
+from ._program import CarryLeaf, Loop, streamed
+
+__all__ = ["Stream"]
+
+T = TypeVar("T")
+
+REFUSED = {
+    "virtual": "a virtual output recomputes its blocks on reading from f alone, and a Stream's program holds "
+    "what its blocks start from",
+    "client": "a Stream's blocks are computed by its program, in this process, not as tasks on a cluster",
+    "executor": "a Stream's blocks are computed by its program, in this process",
+}
+"""The keywords of :func:`streamacc.write` that cannot apply inside a jitted program, and why."""
+
+
+def _outside_trace(fn: Callable[[], T]) -> T:
+    """``fn()`` on a thread of its own, in this thread's JAX scopes but outside any trace of it.
+
+    A jitted program's trace belongs to the thread tracing it: what runs on another thread
+    computes eagerly (a block recomputed for a resume's check, a carry made concrete) and
+    adds nothing to the program.
+    """
+    scopes = caller_scopes()
+    box: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            with scopes():
+                box.append((True, fn()))
+        except BaseException as exc:
+            box.append((False, exc))
+
+    thread = threading.Thread(target=run, name="streamacc-stream-plan")
+    thread.start()
+    thread.join()
+    ok, value = box[0]
+    if not ok:
+        raise value
+    result: T = value
+    return result
+
+
+class _QuietStops(logging.Filter):
+    """JAX logs each failed callback with its traceback; a Stream's own stops it reports itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, Stopped)
+
+
+@contextlib.contextmanager
+def _quiet_stops() -> Iterator[None]:
+    logger, quiet = logging.getLogger(CALLBACK_LOGGER), _QuietStops()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+
+
+def _recorded_init(target: Target) -> list[HostLeaf] | None:
+    """The initial carry the stored run began with (its first block's carry-in); None where there is none to read."""
+    try:
+        ledger = Ledger(target)
+        manifest = ledger.load()
+        if manifest is None:
+            return None
+        encoded = ledger.block(0).carry_in if manifest.committed_blocks else manifest.carry
+        return None if encoded is None else decode_leaves(encoded)
+    except Exception:  # what is wrong with the output, opening it says
+        return None
+
+
+Leaf = tuple[tuple[int, ...], Any, str | None]
+"""A traced carry leaf as the host plans with it: its shape and dtype (a key's data's), its key implementation."""
+
+
+def _leaf_type(leaf: Any) -> Leaf:
+    """What of a traced carry leaf the planning needs, read from the trace without adding to it."""
+    if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        data = jax.eval_shape(jax.random.key_data, leaf)
+        return tuple(data.shape), data.dtype, str(jax.random.key_impl(leaf))
+    return tuple(leaf.shape), leaf.dtype, None
+
+
+def _placeholder(leaf: Leaf) -> Any:
+    """A concrete leaf standing in for a traced one where only its type matters (made outside the trace)."""
+    shape, dtype, impl = leaf
+    if impl is not None:
+        return jax.random.wrap_key_data(jnp.zeros(shape, dtype), impl=impl)
+    return np.zeros(shape, dtype)
+
+
+def _crossing(leaves: list[HostLeaf]) -> tuple[CarryLeaf, ...]:
+    return tuple(CarryLeaf(tuple(a.shape), a.dtype, impl) for a, impl in leaves)
+
+
+_TRACED = (
+    jax.errors.UnexpectedTracerError,
+    jax.errors.TracerArrayConversionError,
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerBoolConversionError,
+    jax.errors.TracerIntegerConversionError,
+)
+
+
+def _refused_transform(exc: ValueError) -> InputError | None:
+    """The error for JAX's refusal of an ordered callback under ``vmap`` or a derivative; None for another."""
+    text = str(exc)
+    if "vmap" in text:
+        return InputError(
+            "Stream.scan cannot run under jax.vmap: its blocks go to one output in scan order, and vmap would "
+            "need one stream per member. Batch inside the step instead: give the carry a leading member axis and "
+            "map the member's step in f, e.g. f = lambda c, x: jax.vmap(member_step)(c, x); the output then has a "
+            "member dimension"
+        )
+    if "JVP" in text or "transpose" in text:
+        return InputError(
+            "Stream.scan cannot be differentiated (jax.grad, jax.jvp, jax.vjp): its steps are handed to the host "
+            "as they run, and a derivative would need them kept or run backwards; differentiate a plain lax.scan, "
+            "or pass the initial carry through jax.lax.stop_gradient where the stream is a side product"
+        )
+    return None
+
+
+class Stream:
+    """A scan streamed to a Zarr store from inside a jitted program: ``lax.scan``'s final carry, its ys stored.
+
+    Opened on the host with ``with``, around the program; its :meth:`scan` is called inside
+    the program (under ``jax.jit``) with an initial carry that may be traced, computed on
+    the device by the code before it. The scan runs as a loop of blocks inside the
+    compiled program, write's blocks, each handed to the host by an ordered callback and
+    written there on streamacc's writer threads, so the program holds one block of ys at a
+    time and the host a few, whatever the length; a slow store slows the program. The
+    output is a :func:`~streamacc.write` output in every byte (the same job written by
+    ``write`` gives the same files), read by :func:`~streamacc.open`, :func:`~streamacc.info`
+    and :func:`~streamacc.verify` (given ``f``), committed block by block as it is written
+    and resumable after a crash: ``mode="resume"`` continues from the last committed block
+    with its recorded carry, which the program receives from the host (its initial carry
+    then only needs the stored one's structure, shapes and dtypes).
+
+    A host failure (a full disk, the output removed, a lost lease) ends the program: its
+    jitted call fails with XLA's error, and leaving the ``with`` block raises the
+    streamacc error that says what happened and what is committed. Ctrl-C and SIGTERM end
+    it at the next block with ``KeyboardInterrupt`` (:class:`~streamacc.Terminated` for
+    SIGTERM), the committed blocks safe. ``scan`` can be traced once per Stream, and its
+    program run once. It cannot run under ``jax.vmap`` (batch inside the step instead) nor
+    be differentiated; see the guide's page "Inside jit".
+
+    Parameters
+    ----------
+    store : str, os.PathLike or zarr store
+        Where the output goes, as for :func:`~streamacc.write`.
+    f : callable
+        The step, ``f(carry, x) -> (carry, y)``, as ``lax.scan`` takes it; hashable, and
+        using no value traced in the program (pass those in the carry): its code and the
+        values it uses are part of the run's identity. Each leaf of ``y`` becomes an array.
+    length : int
+        The number of steps, at least 1 (equal to the length of ``xs``, where given).
+    mode : {"create", "overwrite", "resume", "extend"}, default "create"
+        What to do with an output that is already there, as for :func:`~streamacc.write`.
+    layout : Layout, optional
+        How the output is laid out (see :class:`~streamacc.Layout`; not ``virtual``), or
+        its keywords alone.
+    storage_options : dict, optional
+        fsspec options for a URL ``store``.
+    progress : bool, default True
+        Show a progress bar on a terminal.
+    **keywords
+        The keywords of :func:`~streamacc.write` that apply: the scan's (``block_size``,
+        ``unroll``, ``reverse``, ``save_every``), the layout's (``names``, ``dims``,
+        ``chunks``, ``codec``, ``attrs``, ``array_attrs``, ``time``, ``summaries``) and
+        ``inflight`` (blocks being written at once, 3 by default). ``virtual``, ``client``
+        and ``executor`` are refused: they cannot apply inside a jitted program.
+
+    Attributes
+    ----------
+    store : str, os.PathLike or zarr store
+        Where the output goes, as given.
+    length : int
+        The number of steps.
+    mode : str
+        The mode, checked.
+    inflight : int
+        Blocks being written at once.
+
+    Raises
+    ------
+    streamacc.errors.InputError
+        A bad or refused argument, here; from :meth:`scan`, a call outside the ``with``
+        block, a second call, or a program under ``vmap`` or a derivative.
+    streamacc.errors.OutputExistsError, ResumeError, LockedError, StoreError
+        As for :func:`~streamacc.write`: entering takes the writer lock; the others are
+        raised by :meth:`scan` (a resumed or extended output is checked as it is traced)
+        or, where the program found them running, on leaving the ``with`` block.
+
+    Examples
+    --------
+    >>> import jax, jax.numpy as jnp, streamacc
+    >>> jax.config.update("jax_enable_x64", True)
+    >>> def step(x, _):
+    ...     x = x * (1 + 1e-8)
+    ...     return x, x
+    >>> with streamacc.Stream("inside.zarr", step, length=10_000, block_size=4096, names="x",
+    ...                       progress=False) as stream:
+    ...     @jax.jit
+    ...     def program(a):
+    ...         x0 = jnp.sqrt(a)          # computed in the program
+    ...         return stream.scan(x0)
+    ...     carry = program(4.0)
+    >>> float(carry)
+    2.0002000199...
+    >>> streamacc.open("inside.zarr")["x"].shape
+    (10000,)
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        f: Step,
+        *,
+        length: int,
+        mode: Mode = "create",
+        layout: Layout | None = None,
+        storage_options: dict[str, Any] | None = None,
+        progress: bool = True,
+        **keywords: Unpack[WriteKeywords],
+    ) -> None:
+        given: dict[str, Any] = dict(keywords)
+        refused = [name for name in REFUSED if name in given]
+        if isinstance(layout, Layout) and layout.virtual:
+            refused.append("virtual")
+        if refused:
+            name = refused[0]
+            raise InputError(f"Stream does not take {arg(name)}: {REFUSED[name]}; leave it out")
+        if isinstance(f, ScanSpec):
+            raise InputError(
+                "Stream takes the step function f, not a ScanSpec: a ScanSpec holds an initial carry, and a Stream's "
+                "comes from its program (pass the scan's keywords to the Stream)"
+            )
+        scan_keywords, checked_layout, where = split_keywords(layout, None, given, who="Stream")
+        scan = {**SCAN_DEFAULTS, **scan_keywords, "length": length}
+        n, _, _, reverse, _ = check_scan_keywords(
+            scan["length"], scan["block_size"], scan["unroll"], scan["reverse"], scan["save_every"]
+        )
+        check_written_length(n)
+        self.store = store
+        self.length = n
+        self._f = f
+        self._scan_keywords = scan_keywords
+        self._request = check_request(mode=mode, layout=checked_layout, reverse=reverse)
+        self.mode: Mode = self._request.mode
+        self.inflight: int = where.inflight or DEFAULT_INFLIGHT
+        self._storage_options = storage_options
+        self._progress = progress
+        self._state = "new"
+        self._scanned = False
+        self._host: StreamHost | None = None
+        self._stack = contextlib.ExitStack()
+        self._site: Site | None = None
+        self._target: Target | None = None
+        self._bar: Progress | None = None
+        self._watch = SignalWatch(busy=lambda: self._host is not None and self._host.running)
+
+    def __repr__(self) -> str:
+        return f"Stream({self.store!r}, length={self.length}, mode={self.mode!r}, {self._state})"
+
+    # --- the with block ------------------------------------------------------------------------
+
+    def __enter__(self) -> Stream:
+        if self._state != "new":
+            raise InputError("a Stream is entered once: open a new Stream for another run")
+        self._site = outside(sys._getframe(1))
+        stack = self._stack
+        try:
+            target = self._target = open_target(self.store, storage_options=self._storage_options)
+            command = arg("mode", self.mode) if self.mode != "create" else "another output path"
+            stack.enter_context(target.lock(command))
+            self._bar = stack.enter_context(Progress(self.length, enabled=self._progress, label=target.label))
+            stack.enter_context(self._watch)
+            stack.enter_context(_quiet_stops())
+        except BaseException:
+            stack.close()
+            raise
+        self._state = "open"
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            host = self._host
+            if host is not None:
+                if exc is None and host.running:
+                    jax.effects_barrier()  # type: ignore[no-untyped-call]  # a program dispatched asynchronously (an accelerator's) runs to its end
+                host.close()
+            error = self._error(exc)
+        finally:
+            self._state = "closed"
+            self._stack.close()
+        if error is not None:
+            raise error
+
+    def close(self) -> None:
+        """End the Stream as leaving its ``with`` block does: wait for the writers, release the lock."""
+        if self._state == "open":
+            self.__exit__(None, None, None)
+        self._state = "closed"
+
+    def _error(self, exc: BaseException | None) -> BaseException | None:
+        """What leaving the ``with`` block raises: what failed on the host, in write's terms; None for nothing
+        more than ``exc`` (if anything) itself."""
+        host = self._host
+        failure = None if host is None else host.failure
+        if self._watch.received or isinstance(failure, (Interrupted, KeyboardInterrupt)):
+            return self._watch.interrupt()
+        if host is None:
+            return None
+        if failure is None:
+            if exc is None and host.started and not host.finished:
+                return StreamaccError(
+                    f"the program's stream to {host.target.label} ended before its last block; its committed blocks "
+                    f"are safe: continue it with {arg('mode', 'resume')}"
+                )
+            return None
+        output = host.output
+        if isinstance(failure, Exception):
+            if output is not None:
+                mapped = output.failure(failure, self.length)
+                if mapped is not None:
+                    mapped.__cause__ = failure
+                    return mapped
+            elif is_store_failure(failure):
+                error = StoreError(
+                    f"preparing {host.target.label} failed ({describe_store_failure(failure)}); fix the cause and "
+                    f"{again(host.target, self.mode)}"
+                )
+                error.__cause__ = failure
+                return error
+        if failure.__cause__ is None and exc is not None:
+            failure.__cause__ = exc
+        return failure
+
+    # --- the scan ------------------------------------------------------------------------------
+
+    def scan(self, init: Carry, xs: Any = None) -> Carry:
+        """``lax.scan(f, init, xs, length=length)[0]``, with its ys streamed to the output; call it inside the program.
+
+        Parameters
+        ----------
+        init : pytree of arrays
+            The carry entering the first step; traced, as a rule, computed by the program.
+            When the run continues a stored one (``mode="resume"`` or ``"extend"``), only
+            its structure, shapes and dtypes matter: the program continues from the
+            recorded carry.
+        xs : pytree of arrays, optional
+            Inputs sliced along their first axis, one row per step, as ``lax.scan`` takes
+            them (traced arrays of the program, of ``length`` rows).
+
+        Returns
+        -------
+        pytree of jax.Array
+            The carry after the last step, once every block is committed.
+
+        Raises
+        ------
+        streamacc.errors.InputError
+            Outside the ``with`` block, after it, a second time, under ``vmap`` or a
+            derivative, or ``f`` using a value traced in the program.
+        streamacc.errors.StepFunctionError
+            ``f`` breaks the scan contract for this carry (an ``InputError`` too).
+        streamacc.errors.ResumeError
+            A resumed or extended output whose run differs (its step, its carry's
+            structure) or whose committed part cannot be trusted.
+        """
+        if self._state == "new":
+            raise InputError("Stream.scan runs inside `with streamacc.Stream(...) as stream:`; call it there")
+        if self._state == "closed":
+            raise InputError("this Stream is closed: open a new Stream (with mode='resume' or 'extend' to continue "
+                             "its output)")  # fmt: skip
+        if self._scanned:
+            raise InputError(
+                "Stream.scan was called on this Stream already: a Stream streams one scan; open another Stream for "
+                "another output, or call the jitted program that holds the scan once"
+            )
+        self._scanned = True
+        try:
+            carry: Carry = jax.jit(self._program)(init, xs)
+        except BaseException:
+            if self._host is None:
+                self._scanned = False  # nothing was opened: the scan may be traced again
+            raise
+        return carry
+
+    def _prepare(self, treedef: Any, leaves: list[Leaf], xs: Any) -> tuple[Planned, list[HostLeaf] | None]:
+        """The scan planned as write plans it, outside the trace; the recorded initial carry of a stored run."""
+        target = self._target
+        assert target is not None
+        recorded = _recorded_init(target) if self.mode in ("resume", "extend") else None
+        if recorded is not None:
+            want = [(tuple(a.shape), a.dtype, impl) for a, impl in recorded]
+            got = [(shape, np.dtype(dtype), impl) for shape, dtype, impl in leaves]
+            if want != got:
+                raise ResumeError(
+                    f"cannot {self.mode} {target.label}: its run began with a carry of leaves {_leaves(want)}, and the "
+                    f"program's initial carry has {_leaves(got)}; pass a carry of the stored run's structure"
+                )
+            init = from_host(recorded, jax.tree_util.tree_unflatten(treedef, [0] * len(leaves)))
+        else:
+            init = jax.tree_util.tree_unflatten(treedef, [_placeholder(leaf) for leaf in leaves])
+        try:
+            scan_spec = ScanSpec(self._f, init, xs, length=self.length, **self._scan_keywords)
+            planned = plan_output(scan_spec, self._request, self.store, self._storage_options)
+        except _TRACED as exc:
+            raise InputError(
+                "f uses a value traced in the jitted program (a variable of the program that f closes over), which "
+                "the run's identity cannot record; pass it in the carry instead, where every block records it "
+                f"(JAX: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})"
+            ) from exc
+        held = self.inflight + 2  # the blocks queued or being written, the program's, and the one crossing
+        check_memory(planned.plan, held, asked=scan_spec.block_size, who="this stream",
+                     default_bytes=DEFAULT_WRITE_BLOCK_BYTES)  # fmt: skip
+        return planned, recorded
+
+    def _open_stored(self, planned: Planned, recorded: list[HostLeaf], xs_given: bool) -> StreamHost:
+        """Open and check the stored run this one continues, outside the trace; the host that continues it."""
+        target, host = self._target, self._host
+        assert target is not None and host is not None
+        plan = planned.plan
+        try:
+            output = open_output(
+                target, host.spec, mode=self.mode, init=recorded,
+                check_resumable=lambda o: check_resumable(o, plan, last_block=not xs_given),
+                on_commit=host._committed,
+            )  # fmt: skip
+        except Exception as exc:
+            if is_store_failure(exc):
+                raise StoreError(
+                    f"preparing {target.label} failed ({describe_store_failure(exc)}); fix the cause and "
+                    f"{again(target, self.mode)}"
+                ) from exc
+            raise
+        if output.complete:
+            with contextlib.suppress(Exception):
+                warn_complete(target.label, plan.length)
+        elif xs_given and output.first_block:
+            host.check_bounds = next(block_bounds(plan.length, plan.block_size, plan.reverse, output.first_block - 1,
+                                                  plan.unroll))  # fmt: skip
+        host.output = output
+        return host
+
+    def _program(self, init: Carry, xs: Any) -> Carry:
+        """The traced scan: planned outside the trace, then the blocks' loop with its callbacks."""
+        leaves, treedef = jax.tree_util.tree_flatten(init)
+        leaves = [jnp.asarray(leaf) for leaf in leaves]
+        shapes = [_leaf_type(leaf) for leaf in leaves]
+        structs = None if xs is None else jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), xs)
+        planned, recorded = _outside_trace(lambda: self._prepare(treedef, shapes, structs))
+        plan = planned.plan
+        crossing = _crossing(_outside_trace(lambda: to_host(plan.init)))
+        x64 = bool(jax.config.read("jax_enable_x64"))
+        index_dtype = np.dtype(np.int64 if x64 else np.int32)
+        if plan.block_count > np.iinfo(np.int64 if x64 else np.int32).max:
+            raise InputError(f"{plan.block_count} blocks need 64-bit block indices: turn jax_enable_x64 on")
+        assert self._target is not None and self._bar is not None
+        self._host = host = StreamHost(
+            target=self._target, spec=planned.spec, plan=plan, mode=self.mode, carry=crossing,
+            index_dtype=index_dtype, inflight=self.inflight, bar=self._bar, site=self._site,
+        )  # fmt: skip
+        init = jax.tree_util.tree_unflatten(treedef, [
+            leaf if c.impl is not None else jnp.asarray(leaf, dtype=c.dtype) for leaf, c in zip(
+                leaves, crossing, strict=True)])  # fmt: skip
+        check: list[tuple[int, int] | None] = [None]
+
+        def begin(plain: list[Any]) -> tuple[Any, ...]:
+            results = (jax.ShapeDtypeStruct((), index_dtype), *[c.struct for c in crossing] * 2)
+            started = io_callback(host.start, results, *plain, ordered=True)
+            if recorded is not None:  # after the callback is bound: vmap and grad are refused before any write
+                _outside_trace(lambda: self._open_stored(planned, recorded, xs is not None))
+                check[0] = host.check_bounds
+            return tuple(started)
+
+        loop = Loop(plan.f, plan.length, plan.block_size, plan.unroll, plan.reverse, plan.save_every, crossing,
+                    index_dtype)  # fmt: skip
+        try:
+            final: Carry = streamed(loop, host, init, xs, begin=begin, check=lambda: check[0])
+        except ValueError as exc:
+            refused = _refused_transform(exc)
+            if refused is None:
+                raise
+            raise refused from None
+        return final
+
+
+def _leaves(leaves: list[tuple[tuple[int, ...], Any, str | None]]) -> str:
+    return "[" + ", ".join(f"{impl or np.dtype(dtype).name}{list(shape)}" for shape, dtype, impl in leaves) + "]"
