@@ -436,6 +436,11 @@ class Stream:
         self._scanned = True
         try:
             carry: Carry = jax.jit(self._program)(init, xs)
+        except ValueError as exc:  # vmap and derivatives are applied to the traced program, past _program
+            refused = _refused_transform(exc)
+            if refused is None:
+                raise
+            raise refused from None
         except BaseException:
             if self._host is None:
                 self._scanned = False  # nothing was opened: the scan may be traced again
@@ -525,20 +530,14 @@ class Stream:
         def begin(plain: list[Any]) -> tuple[Any, ...]:
             results = (jax.ShapeDtypeStruct((), index_dtype), *[c.struct for c in crossing] * 2)
             started = io_callback(host.start, results, *plain, ordered=True)
-            if recorded is not None:  # after the callback is bound: vmap and grad are refused before any write
+            if recorded is not None:
                 _outside_trace(lambda: self._open_stored(planned, recorded, xs is not None))
                 check[0] = host.check_bounds
             return tuple(started)
 
         loop = Loop(plan.f, plan.length, plan.block_size, plan.unroll, plan.reverse, plan.save_every, crossing,
                     index_dtype)  # fmt: skip
-        try:
-            final: Carry = streamed(loop, host, init, xs, begin=begin, check=lambda: check[0])
-        except ValueError as exc:
-            refused = _refused_transform(exc)
-            if refused is None:
-                raise
-            raise refused from None
+        final: Carry = streamed(loop, host, init, xs, begin=begin, check=lambda: check[0])
         return final
 
 
