@@ -342,7 +342,7 @@ class Stream:
             host = self._host
             if host is not None:
                 if exc is None and host.running:
-                    jax.effects_barrier()  # type: ignore[no-untyped-call]  # a program dispatched asynchronously (an accelerator's) runs to its end
+                    jax.effects_barrier()  # type: ignore[no-untyped-call]  # an asynchronous program runs to its end
                 host.close()
             error = self._error(exc)
         finally:
