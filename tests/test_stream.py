@@ -148,6 +148,16 @@ def test_a_program_computes_the_initial_carry_streams_and_works_on_after(tmp_pat
     assert streamacc.open(out)["c"].values.tobytes() == ys["c"].tobytes()
 
 
+def test_a_stream_with_x64_off_runs_in_32_bits_with_32_bit_block_indices(tmp_path, x64_off):
+    length = 300
+    init, xs = np.float32(0.5), jnp.asarray(np.random.default_rng(1).normal(size=length).astype(np.float32))
+    got = stream(tmp_path / "out.zarr", affine, init, xs, length, block_size=63, unroll=3)
+    carry, ys = reference(affine, init, xs, length, 3, False, 1)
+    assert_bits_equal(got, carry)
+    assert stored(tmp_path / "out.zarr")["y"].dtype == np.float32
+    assert stored(tmp_path / "out.zarr")["y"].tobytes() == ys.tobytes()
+
+
 def test_scan_called_outside_jit_runs_as_its_own_program(tmp_path):
     length = 300
     xs = inputs(length)

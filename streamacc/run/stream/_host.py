@@ -262,6 +262,7 @@ class StreamHost:
 
         def work(item: _Item) -> BlockResult:
             ys = [np.asarray(y) for y in item.ys]  # views of the arrays' host memory
+            item.ys = []  # held by this write alone: gone once it returns, before the block commits
             block = Block(item.start, item.stop, ys, None, item.release, save_every=self.plan.save_every)
             return write_block(output.data_sink, names, item.index, block, item.carry_in, item.carry_out,
                                output.summary_plan, reverse=self.plan.reverse)  # fmt: skip

@@ -192,7 +192,7 @@ class Stream:
     A host failure (a full disk, the output removed, a lost lease) ends the program: its
     jitted call fails with XLA's error, and leaving the ``with`` block raises the
     streamacc error that says what happened and what is committed. Ctrl-C and SIGTERM end
-    it at the next block with ``KeyboardInterrupt`` (:class:`~streamacc.Terminated` for
+    it at the next block with ``KeyboardInterrupt`` (``streamacc.run.Terminated`` for
     SIGTERM), the committed blocks safe. ``scan`` can be traced once per Stream, and its
     program run once. It cannot run under ``jax.vmap`` (batch inside the step instead) nor
     be differentiated; see the guide's page "Inside jit".
@@ -259,7 +259,7 @@ class Stream:
     ...         return stream.scan(x0)
     ...     carry = program(4.0)
     >>> float(carry)
-    2.0002000199...
+    2.0002000099...
     >>> streamacc.open("inside.zarr")["x"].shape
     (10000,)
     """
