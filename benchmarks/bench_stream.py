@@ -1,53 +1,47 @@
-"""A Stream inside jit against ``streamacc write`` of the same job: wall, CPU, faults, memory, the callbacks' share.
+"""The sides of the harness's scenario ``stream`` (``test_stream.py``): a Stream inside jit, and its loop alone.
 
-    python benchmarks/bench_stream.py --dir /tmp/bench_stream --size '2**30' --small '2**24' --repeat 2 \
-        --json benchmarks/results/stream_2p30.json
+    python benchmarks/bench_stream.py NAME '{"keyword": value, ...}'
 
-The job is the headline's: the geometric progression ``x * (1 + 1e-8)`` in float64 (the
-``gp`` recipe: its step, unroll and attributes), default blocks (32 MiB), chunks, codec
-and summaries. Each side runs in a fresh process under GNU time (wall, user and system CPU,
-minor faults, peak RSS), alternating, ``--repeat`` times:
+prints one JSON object, what the side timed of its own work, which the harness adds to the
+side's row beside what GNU time measured of the whole process. The job is the headline's:
+the geometric progression ``x * (1 + 1e-8)`` in float64, the ``gp`` recipe's step, unroll
+and attributes, as ``streamacc write OUT --size N`` runs it (default blocks of 32 MiB,
+chunks, codec and summaries).
 
-1. ``write``: ``streamacc write OUT --size N``;
-2. ``stream``: the same job through :class:`streamacc.Stream` in a jitted program whose
-   initial carry is computed in the program (``program(x0) = stream.scan(x0 * 1)``);
-3. ``stream-small``: the Stream at ``--small`` steps, for memory against length;
-4. ``loop``: the Stream's loop alone, each block handing one row of its ys to a callback
-   that does nothing (the floor of the program: the blocks' compute);
-5. ``callbacks``: that loop handing every block's ys to a callback that does nothing
-   (what JAX's callbacks cost: the ys copied out of the program, twice in jax 0.10).
-
-The callbacks' share of the Stream's CPU is ``(callbacks - loop) / stream`` (user plus
-system); the Stream's own host work in its callbacks (the hand-over to the writers) is
-timed in the ``stream`` side itself (``time.thread_time`` inside them), and the writers'
-work is the rest. Both outputs are checked to hold the same run (manifests equal).
+- ``stream``: the job through :class:`streamacc.Stream` in a jitted program whose initial
+  carry is computed in the program; it also reports the CPU its block callbacks spent in
+  the Stream's own host work (``time.thread_time`` inside them: the hand-over to the
+  writers), and the output's manifest digest, to compare with the write's.
+- ``loop``: the Stream's loop alone, the same block function in a ``lax.fori_loop``, each
+  block handing one row of its ys to a callback that does nothing: the program's floor.
+- ``callbacks``: that loop handing every block's ys to a callback that does nothing: what
+  JAX's callbacks cost (jax 0.10 copies the ys out of the program twice: into a numpy
+  array, then into a ``jax.Array`` on the CPU).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
-import statistics
 import sys
 import time
+import zlib
 from pathlib import Path
-
-from _record import median, run, save
-from headline import disk_bytes
-
-from streamacc.cli._expr import parse_int
-
-HERE = Path(__file__).resolve()
+from typing import Any
 
 
-def _job(size: int):  # type: ignore[no-untyped-def]
+def _job(steps: int) -> Any:
     from streamacc.recipes import get_recipe
 
-    return get_recipe("gp").build(size, "float64")
+    return get_recipe("gp").build(steps, "float64")
 
 
-def side_stream(out: str, size: int) -> dict:
+def manifest_digest(out: str) -> str:
+    """A CRC-32 of the output's manifest: two runs of one job that wrote the same output give the same."""
+    doc = json.loads((Path(out) / "_streamacc" / "zarr.json").read_text())
+    return f"{zlib.crc32(doc['attributes']['streamacc_manifest'].encode()):08x}"
+
+
+def stream(out: str, steps: int) -> dict[str, Any]:
     import jax
     import jax.numpy as jnp
 
@@ -55,35 +49,35 @@ def side_stream(out: str, size: int) -> dict:
     from streamacc.run.stream import _host
 
     jax.config.update("jax_enable_x64", True)
-    job = _job(size)
+    job = _job(steps)
     attrs = {**job.attrs, "dtype": "float64"}  # as the command line records them
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
     layout = streamacc.Layout(names=job.names, attrs=attrs, array_attrs=array_attrs)
     spent = [0.0, 0]
-    real = _host.StreamHost.block.__wrapped__  # type: ignore[attr-defined]
+    real = _host.StreamHost.block
 
-    def block(self, *args):  # type: ignore[no-untyped-def]
+    def block(self: Any, *args: Any) -> None:
         t = time.thread_time()
         try:
-            return real(self, *args)
+            real(self, *args)
         finally:
             spent[0] += time.thread_time() - t
             spent[1] += 1
 
-    _host.StreamHost.block = _host._guarded(block)  # type: ignore[method-assign]
+    _host.StreamHost.block = block  # type: ignore[method-assign]  # timed, as the program calls it
     t0 = time.perf_counter()
-    with streamacc.Stream(out, job.f, length=size, unroll=job.unroll, layout=layout, progress=False) as stream:
+    with streamacc.Stream(out, job.f, length=steps, unroll=job.unroll, layout=layout, progress=False) as s:
 
         @jax.jit
-        def program(x0):
-            return stream.scan(x0 * jnp.ones((), x0.dtype))
+        def program(x0):  # type: ignore[no-untyped-def]
+            return s.scan(x0 * jnp.ones((), x0.dtype))  # the initial carry computed in the program
 
-        carry = float(program(jnp.asarray(job.init)))
-    return {"run_s": time.perf_counter() - t0, "final": carry, "callback_cpu_s": spent[0], "blocks": spent[1]}
+        final = float(program(jnp.asarray(job.init)))
+    return {"run_s": time.perf_counter() - t0, "final": final, "callback_cpu_s": round(spent[0], 3),
+            "blocks": spent[1], "manifest": manifest_digest(out)}  # fmt: skip
 
 
-def side_loop(size: int, full: bool) -> dict:
-    """The Stream's loop of blocks (its block function, its block size) with a callback that does nothing."""
+def _loop(steps: int, full: bool) -> dict[str, Any]:
     import jax
     import jax.numpy as jnp
     from jax import lax
@@ -92,17 +86,17 @@ def side_loop(size: int, full: bool) -> dict:
     from streamacc.engine import block_function, make_plan, resize
 
     jax.config.update("jax_enable_x64", True)
-    job = _job(size)
-    plan = resize(make_plan(job.f, job.init, length=size, unroll=job.unroll), block_bytes=32 * 2**20)
+    job = _job(steps)
+    plan = resize(make_plan(job.f, job.init, length=steps, unroll=job.unroll), block_bytes=32 * 2**20)
     run_block = block_function(plan.f, plan.block_size, plan.unroll, False)
-    blocks = size // plan.block_size
+    blocks = steps // plan.block_size
 
-    def nothing(*_):  # type: ignore[no-untyped-def]
+    def nothing(*_: Any) -> None:
         return None
 
     @jax.jit
-    def program(x0):
-        def body(k, c):
+    def program(x0):  # type: ignore[no-untyped-def]
+        def body(k, c):  # type: ignore[no-untyped-def]
             c, ys = run_block(c, None)
             io_callback(nothing, None, k, *(ys if full else [y[-1:] for y in ys]), ordered=True)
             return c
@@ -110,94 +104,20 @@ def side_loop(size: int, full: bool) -> dict:
         return lax.fori_loop(0, blocks, body, x0 * jnp.ones((), x0.dtype))
 
     t0 = time.perf_counter()
-    carry = float(program(jnp.asarray(job.init)))
-    return {"run_s": time.perf_counter() - t0, "final": carry, "blocks": blocks}
+    final = float(program(jnp.asarray(job.init)))
+    return {"run_s": time.perf_counter() - t0, "final": final, "blocks": blocks}
 
 
-def side(name: str, **kw: object) -> list[str]:
-    cmd = [sys.executable, str(HERE), "side", name]
-    for key, value in kw.items():
-        cmd += [f"--{key}", str(value)]
-    return cmd
+def loop(steps: int) -> dict[str, Any]:
+    return _loop(steps, full=False)
 
 
-def cpu(r: dict) -> float:
-    return float(r["user_s"] + r["sys_s"])
+def callbacks(steps: int) -> dict[str, Any]:
+    return _loop(steps, full=True)
 
 
-def manifest(out: Path) -> dict:
-    doc = json.loads((out / "_streamacc" / "zarr.json").read_text())
-    return json.loads(doc["attributes"]["streamacc_manifest"])
-
-
-def summarize(records: list[dict]) -> dict:
-    def med(label: str, key: str) -> float:
-        return median(records, label, key)
-
-    def cpu_of(label: str) -> float:
-        return float(statistics.median(cpu(r) for r in records if r["label"] == label))
-
-    streams = [r for r in records if r["label"] == "stream"]
-    writes = [r for r in records if r["label"] == "write"]
-    stream_cpu = cpu_of("stream")
-    ratios = [round(s["wall_s"] / w["wall_s"], 3) for s, w in zip(streams, writes, strict=True)]
-    return {
-        "wall_ratio_stream_to_write": ratios,
-        "median_wall_ratio": round(med("stream", "wall_s") / med("write", "wall_s"), 3),
-        "cpu_ratio_stream_to_write": round(stream_cpu / cpu_of("write"), 3),
-        "callbacks_cpu_share_of_stream": round((cpu_of("callbacks") - cpu_of("loop")) / stream_cpu, 3),
-        "stream_callback_host_cpu_share": round(med("stream", "callback_cpu_s") / stream_cpu, 3),
-        "peak_rss_mb": {label: med(label, "peak_rss_mb") for label in LABELS},
-        "minor_faults": {label: med(label, "minor_faults") for label in LABELS},
-        "cpu_s": {label: round(cpu_of(label), 2) for label in LABELS},
-    }
-
-
-LABELS = ("write", "stream", "stream-small", "loop", "callbacks")
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("mode", nargs="?", default="all", choices=["all", "side"])
-    p.add_argument("name", nargs="?", choices=["stream", "loop", "callbacks"])
-    p.add_argument("--dir", type=Path, default=Path("/tmp/bench_stream"))
-    p.add_argument("--size", default="2**30")
-    p.add_argument("--small", default="2**24")
-    p.add_argument("--repeat", type=int, default=2)
-    p.add_argument("--json", type=Path, default=None)
-    p.add_argument("--out")
-    p.add_argument("--steps", type=int)
-    args = p.parse_args()
-    if args.mode == "side":
-        if args.name == "stream":
-            result = side_stream(args.out, args.steps)
-        else:
-            result = side_loop(args.steps, full=args.name == "callbacks")
-        print(json.dumps(result))
-        return
-    size, small = parse_int(args.size, name="--size"), parse_int(args.small, name="--small")
-    args.dir.mkdir(parents=True, exist_ok=True)
-    written, streamed, little = args.dir / "write.zarr", args.dir / "stream.zarr", args.dir / "small.zarr"
-    records: list[dict] = []
-    for _ in range(args.repeat):
-        for out in (written, streamed, little):
-            shutil.rmtree(out, ignore_errors=True)
-        cmd = [sys.executable, "-m", "streamacc", "write", str(written), "--size", str(size), "--no-progress"]
-        records.append(run(cmd, "write"))
-        records.append(run(side("stream", out=streamed, steps=size), "stream"))
-        records.append(run(side("stream", out=little, steps=small), "stream-small"))
-        records.append(run(side("loop", steps=size), "loop"))
-        records.append(run(side("callbacks", steps=size), "callbacks"))
-        for r, out in ((records[-5], written), (records[-4], streamed)):
-            r["stored_bytes"] = disk_bytes(out)
-    same = manifest(written) == manifest(streamed)
-    body = {"size": size, "small": small, "same_output": same, "records": records, **summarize(records)}
-    print(json.dumps({k: v for k, v in body.items() if k != "records"}, indent=1))
-    if args.json is not None:
-        save(args.json, " ".join(sys.argv), body)
-    for out in (written, streamed, little):
-        shutil.rmtree(out, ignore_errors=True)
-
+SIDES = {"stream": stream, "loop": loop, "callbacks": callbacks, "manifest": lambda out: {"manifest":
+                                                                                        manifest_digest(out)}}
 
 if __name__ == "__main__":
-    main()
+    print(json.dumps(SIDES[sys.argv[1]](**json.loads(sys.argv[2]))))
