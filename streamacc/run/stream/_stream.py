@@ -26,7 +26,7 @@ import numpy as np
 from jax.experimental import io_callback
 
 from ..._callsite import Site, outside
-from ..._defaults import DEFAULT_INFLIGHT, DEFAULT_WRITE_BLOCK_BYTES
+from ..._defaults import DEFAULT_STREAM_INFLIGHT, DEFAULT_WRITE_BLOCK_BYTES
 from ...engine import (
     SCAN_DEFAULTS,
     Carry,
@@ -220,7 +220,8 @@ class Stream:
         The keywords of :func:`~streamacc.write` that apply: the scan's (``block_size``,
         ``unroll``, ``reverse``, ``save_every``), the layout's (``names``, ``dims``,
         ``chunks``, ``codec``, ``attrs``, ``array_attrs``, ``time``, ``summaries``) and
-        ``inflight`` (blocks being written at once, 3 by default). ``virtual``, ``client``
+        ``inflight`` (blocks held on the host at once, queued or being written: 2 by
+        default). ``virtual``, ``client``
         and ``executor`` are refused: they cannot apply inside a jitted program.
 
     Attributes
@@ -300,7 +301,7 @@ class Stream:
         self._scan_keywords = scan_keywords
         self._request = check_request(mode=mode, layout=checked_layout, reverse=reverse)
         self.mode: Mode = self._request.mode
-        self.inflight: int = where.inflight or DEFAULT_INFLIGHT
+        self.inflight: int = where.inflight or DEFAULT_STREAM_INFLIGHT
         self._storage_options = storage_options
         self._progress = progress
         self._state = "new"
