@@ -433,17 +433,16 @@ def test_resuming_a_finished_stream_does_nothing_and_returns_its_carry(tmp_path)
 CHILD = textwrap.dedent(
     """
     import sys, time
-    import jax, jax.numpy as jnp, numpy as np, streamacc
-    from streamacc.store import ZarrSink
+    import jax, jax.numpy as jnp, numpy as np, streamacc, streamacc.testing
 
     jax.config.update("jax_enable_x64", True)
-    real = ZarrSink.write
+    real = streamacc.testing.original("store.write_new")
 
-    def slow(self, *args):  # a slow disk: the run lasts long enough to be stopped in the middle
+    def slow(path, data):  # a slow disk: the run lasts long enough to be stopped in the middle
         time.sleep(float(sys.argv[3]))
-        return real(self, *args)
+        return real(path, data)
 
-    ZarrSink.write = slow
+    streamacc.testing.replace("store.write_new", slow)
 
     def step(c, x):
         c = 0.999 * c + 0.01 * jnp.sin(x) + x * c * 1e-3
