@@ -13,10 +13,7 @@ for the writers, releases the lock, and raises what failed on the host, in the t
 from __future__ import annotations
 
 import contextlib
-import logging
 import sys
-import threading
-from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
@@ -34,7 +31,6 @@ from ...engine import (
     ScanSpec,
     Step,
     block_bounds,
-    caller_scopes,
     check_memory,
     check_scan_keywords,
     from_host,
@@ -45,10 +41,21 @@ from ...store import Target, describe_store_failure, is_store_failure, open_targ
 from ..execute import Progress, WriteKeywords, split_keywords
 from ..output import Layout, Mode, Planned, again, check_request, check_written_length, open_output, plan_output
 from ..recompute import check_resumable
-from ..record import Ledger, decode_leaves
 from ..threads import Interrupted, SignalWatch
-from ._host import CALLBACK_LOGGER, Stopped, StreamHost, warn_complete
-from ._program import CarryLeaf, Loop, streamed
+from ._host import StreamHost, warn_complete
+from ._program import Loop, streamed
+from ._trace import (
+    TRACED,
+    Leaf,
+    crossing_leaves,
+    describe_leaves,
+    leaf_type,
+    outside_trace,
+    placeholder,
+    quiet_stops,
+    recorded_init,
+    refused_transform,
+)
 
 __all__ = ["Stream"]
 
@@ -61,116 +68,6 @@ REFUSED = {
     "executor": "a Stream's blocks are computed by its program, in this process",
 }
 """The keywords of :func:`streamacc.write` that cannot apply inside a jitted program, and why."""
-
-
-def _outside_trace(fn: Callable[[], T]) -> T:
-    """``fn()`` on a thread of its own, in this thread's JAX scopes but outside any trace of it.
-
-    A jitted program's trace belongs to the thread tracing it: what runs on another thread
-    computes eagerly (a block recomputed for a resume's check, a carry made concrete) and
-    adds nothing to the program.
-    """
-    scopes = caller_scopes()
-    box: list[tuple[bool, Any]] = []
-
-    def run() -> None:
-        try:
-            with scopes():
-                box.append((True, fn()))
-        except BaseException as exc:
-            box.append((False, exc))
-
-    thread = threading.Thread(target=run, name="streamacc-stream-plan")
-    thread.start()
-    thread.join()
-    ok, value = box[0]
-    if not ok:
-        raise value
-    result: T = value
-    return result
-
-
-class _QuietStops(logging.Filter):
-    """JAX logs each failed callback with its traceback; a Stream's own stops it reports itself."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        return not isinstance(exc, Stopped)
-
-
-@contextlib.contextmanager
-def _quiet_stops() -> Iterator[None]:
-    logger, quiet = logging.getLogger(CALLBACK_LOGGER), _QuietStops()
-    logger.addFilter(quiet)
-    try:
-        yield
-    finally:
-        logger.removeFilter(quiet)
-
-
-def _recorded_init(target: Target) -> list[HostLeaf] | None:
-    """The initial carry the stored run began with (its first block's carry-in); None where there is none to read."""
-    try:
-        ledger = Ledger(target)
-        manifest = ledger.load()
-        if manifest is None:
-            return None
-        encoded = ledger.block(0).carry_in if manifest.committed_blocks else manifest.carry
-        return None if encoded is None else decode_leaves(encoded)
-    except Exception:  # what is wrong with the output, opening it says
-        return None
-
-
-Leaf = tuple[tuple[int, ...], Any, str | None]
-"""A traced carry leaf as the host plans with it: its shape and dtype (a key's data's), its key implementation."""
-
-
-def _leaf_type(leaf: Any) -> Leaf:
-    """What of a traced carry leaf the planning needs, read from the trace without adding to it."""
-    if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-        data = jax.eval_shape(jax.random.key_data, leaf)
-        return tuple(data.shape), data.dtype, str(jax.random.key_impl(leaf))
-    return tuple(leaf.shape), leaf.dtype, None
-
-
-def _placeholder(leaf: Leaf) -> Any:
-    """A concrete leaf standing in for a traced one where only its type matters (made outside the trace)."""
-    shape, dtype, impl = leaf
-    if impl is not None:
-        return jax.random.wrap_key_data(jnp.zeros(shape, dtype), impl=impl)
-    return np.zeros(shape, dtype)
-
-
-def _crossing(leaves: list[HostLeaf]) -> tuple[CarryLeaf, ...]:
-    return tuple(CarryLeaf(tuple(a.shape), a.dtype, impl) for a, impl in leaves)
-
-
-_TRACED = (
-    jax.errors.UnexpectedTracerError,
-    jax.errors.TracerArrayConversionError,
-    jax.errors.ConcretizationTypeError,
-    jax.errors.TracerBoolConversionError,
-    jax.errors.TracerIntegerConversionError,
-)
-
-
-def _refused_transform(exc: ValueError) -> InputError | None:
-    """The error for JAX's refusal of an ordered callback under ``vmap`` or a derivative; None for another."""
-    text = str(exc)
-    if "vmap" in text:
-        return InputError(
-            "Stream.scan cannot run under jax.vmap: its blocks go to one output in scan order, and vmap would "
-            "need one stream per member. Batch inside the step instead: give the carry a leading member axis and "
-            "map the member's step in f, e.g. f = lambda c, x: jax.vmap(member_step)(c, x); the output then has a "
-            "member dimension"
-        )
-    if "JVP" in text or "transpose" in text:
-        return InputError(
-            "Stream.scan cannot be differentiated (jax.grad, jax.jvp, jax.vjp): its steps are handed to the host "
-            "as they run, and a derivative would need them kept or run backwards; differentiate a plain lax.scan, "
-            "or pass the initial carry through jax.lax.stop_gradient where the stream is a side product"
-        )
-    return None
 
 
 class Stream:
@@ -329,7 +226,7 @@ class Stream:
             stack.enter_context(target.lock(command))
             self._bar = stack.enter_context(Progress(self.length, enabled=self._progress, label=target.label))
             stack.enter_context(self._watch)
-            stack.enter_context(_quiet_stops())
+            stack.enter_context(quiet_stops())
         except BaseException:
             stack.close()
             raise
@@ -438,7 +335,7 @@ class Stream:
         try:
             carry: Carry = jax.jit(self._program)(init, xs)
         except ValueError as exc:  # vmap and derivatives are applied to the traced program, past _program
-            refused = _refused_transform(exc)
+            refused = refused_transform(exc)
             if refused is None:
                 raise
             raise refused from None
@@ -452,22 +349,23 @@ class Stream:
         """The scan planned as write plans it, outside the trace; the recorded initial carry of a stored run."""
         target = self._target
         assert target is not None
-        recorded = _recorded_init(target) if self.mode in ("resume", "extend") else None
+        recorded = recorded_init(target) if self.mode in ("resume", "extend") else None
         if recorded is not None:
             want = [(tuple(a.shape), a.dtype, impl) for a, impl in recorded]
             got = [(shape, np.dtype(dtype), impl) for shape, dtype, impl in leaves]
             if want != got:
                 raise ResumeError(
-                    f"cannot {self.mode} {target.label}: its run began with a carry of leaves {_leaves(want)}, and the "
-                    f"program's initial carry has {_leaves(got)}; pass a carry of the stored run's structure"
+                    f"cannot {self.mode} {target.label}: its run began with a carry of leaves "
+                    f"{describe_leaves(want)}, and the program's initial carry has {describe_leaves(got)}; pass a "
+                    "carry of the stored run's structure"
                 )
             init = from_host(recorded, jax.tree_util.tree_unflatten(treedef, [0] * len(leaves)))
         else:
-            init = jax.tree_util.tree_unflatten(treedef, [_placeholder(leaf) for leaf in leaves])
+            init = jax.tree_util.tree_unflatten(treedef, [placeholder(leaf) for leaf in leaves])
         try:
             scan_spec = ScanSpec(self._f, init, xs, length=self.length, **self._scan_keywords)
             planned = plan_output(scan_spec, self._request, self.store, self._storage_options)
-        except _TRACED as exc:
+        except TRACED as exc:
             raise InputError(
                 "f uses a value traced in the jitted program (a variable of the program that f closes over), which "
                 "the run's identity cannot record; pass it in the carry instead, where every block records it "
@@ -509,11 +407,11 @@ class Stream:
         """The traced scan: planned outside the trace, then the blocks' loop with its callbacks."""
         leaves, treedef = jax.tree_util.tree_flatten(init)
         leaves = [jnp.asarray(leaf) for leaf in leaves]
-        shapes = [_leaf_type(leaf) for leaf in leaves]
+        shapes = [leaf_type(leaf) for leaf in leaves]
         structs = None if xs is None else jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), xs)
-        planned, recorded = _outside_trace(lambda: self._prepare(treedef, shapes, structs))
+        planned, recorded = outside_trace(lambda: self._prepare(treedef, shapes, structs))
         plan = planned.plan
-        crossing = _crossing(_outside_trace(lambda: to_host(plan.init)))
+        crossing = crossing_leaves(outside_trace(lambda: to_host(plan.init)))
         x64 = bool(jax.config.read("jax_enable_x64"))
         index_dtype = np.dtype(np.int64 if x64 else np.int32)
         if plan.block_count > np.iinfo(np.int64 if x64 else np.int32).max:
@@ -532,7 +430,7 @@ class Stream:
             results = (jax.ShapeDtypeStruct((), index_dtype), *[c.struct for c in crossing] * 2)
             started = io_callback(host.start, results, *plain, ordered=True)
             if recorded is not None:
-                _outside_trace(lambda: self._open_stored(planned, recorded, xs is not None))
+                outside_trace(lambda: self._open_stored(planned, recorded, xs is not None))
                 check[0] = host.check_bounds
             return tuple(started)
 
@@ -540,7 +438,3 @@ class Stream:
                     index_dtype)  # fmt: skip
         final: Carry = streamed(loop, host, init, xs, begin=begin, check=lambda: check[0])
         return final
-
-
-def _leaves(leaves: list[tuple[tuple[int, ...], Any, str | None]]) -> str:
-    return "[" + ", ".join(f"{impl or np.dtype(dtype).name}{list(shape)}" for shape, dtype, impl in leaves) + "]"
