@@ -70,7 +70,7 @@ def slices(repeat: int) -> dict:
 
     import numpy as np
 
-    from streamacc.summaries import _pyramid
+    from streamacc.summaries import _pyramid, _reduce
 
     step = np.full(2**22, 1 + 1e-8)
     block = np.multiply.accumulate(step)
@@ -101,9 +101,9 @@ def slices(repeat: int) -> dict:
                 ("field_256x256_in_a_window_of_256", on_field))  # fmt: skip
     for label, times in labelled:
         out[label] = {"best_ms": min(times), "median_ms": statistics.median(times)}
-        print(f"{label:>32}, slices of {_pyramid.SLICE_BYTES:,} bytes: median {statistics.median(times):.2f} ms")
+        print(f"{label:>32}, slices of {_reduce.SLICE_BYTES:,} bytes: median {statistics.median(times):.2f} ms")
     for nbytes in (2**18, 2**19, 2**20, 2**21, 2**22, 2**25):
-        _pyramid.SLICE_BYTES = nbytes
+        _reduce.SLICE_BYTES = nbytes
         times = []
         for _ in range(repeat):
             evict += 1.0

@@ -65,9 +65,9 @@ def test_summaries_slices(benchmark, request, block, slice_bytes, monkeypatch):
     writer finds it (*just-written*)."""
     import numpy as np
 
-    from streamacc.summaries import _pyramid
+    from streamacc.summaries import _pyramid, _reduce
 
-    monkeypatch.setattr(_pyramid, "SLICE_BYTES", slice_bytes)
+    monkeypatch.setattr(_reduce, "SLICE_BYTES", slice_bytes)
     step = np.full(2**22, 1 + 1e-8)
     values = np.multiply.accumulate(step)
     evict = np.ones(2**26)  # 512 MiB, more than the caches hold

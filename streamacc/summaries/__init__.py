@@ -1,7 +1,8 @@
 """Window summaries (min, max, mean, count) of an output: a wing of its own.
 
-``_pyramid`` is the arithmetic (numpy only), ``_store`` their Zarr arrays under
-``_streamacc/summaries/`` and the commit's tail, ``_summaries`` the summaries of a run
+``_reduce`` the reductions of a batch of windows and ``_pyramid`` their arithmetic across
+blocks and levels (numpy only), ``_store`` their Zarr arrays under ``_streamacc/summaries/``
+and the commit's tail, ``_summaries`` the summaries of a run
 being written or resumed, ``_check`` verify's check of them, ``_extension`` their cut for an
 extension, ``_windows`` the windows a write asks for.
 Knows numpy and the store, never JAX.
@@ -19,7 +20,8 @@ if TYPE_CHECKING:
     from ._check import SummaryCheck as SummaryCheck
     from ._extension import extension_tail as extension_tail, rebuild_stale_arrays as rebuild_stale_arrays
     from ._plain import plain_array as plain_array, plain_group as plain_group
-    from ._pyramid import BlockPieces as BlockPieces, Rows as Rows, reduce_steps as reduce_steps
+    from ._pyramid import BlockPieces as BlockPieces
+    from ._reduce import Rows as Rows, reduce_steps as reduce_steps
     from ._seams import SEAMS as SEAMS
     from ._store import (
         LISTED_GROUP as LISTED_GROUP,

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import one_line
-from ._pyramid import BlockPieces, Piece, Pyramid, Rows, fold_children
+from ._pyramid import BlockPieces, Piece, Pyramid, fold_children
+from ._reduce import Rows
 from ._summaries import Summaries
 
 __all__ = ["SummaryCheck"]

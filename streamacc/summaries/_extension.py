@@ -10,7 +10,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ..store import ArraySpec, Target
-from ._pyramid import Acc, Piece, reduce_steps
+from ._pyramid import Piece
+from ._reduce import Acc, reduce_steps
 from ._store import SUMMARIES, decode_tail, encode_tail
 from ._summaries import Summaries
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from .._seams import Seam
-from . import _pyramid
+from . import _reduce
 
 __all__ = ["SEAMS"]
 
 SEAMS = {
     "SLICE_BYTES": Seam(
-        "SLICE_BYTES: the bytes of rows a block's windows are reduced in at a time", (_pyramid, "SLICE_BYTES")
+        "SLICE_BYTES: the bytes of rows a block's windows are reduced in at a time", (_reduce, "SLICE_BYTES")
     ),
 }
 """The summaries' seams by name (``streamacc.testing`` calls them ``summaries.NAME``)."""

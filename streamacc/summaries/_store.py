@@ -27,7 +27,8 @@ import numpy as np
 from ..errors import one_line
 from ..store import BOOKKEEPING, ArraySpec, Target, compressors_for
 from ._plain import PlainArray, plain_array, plain_group
-from ._pyramid import Acc, Piece, Rows
+from ._pyramid import Piece
+from ._reduce import Acc, Rows
 
 if TYPE_CHECKING:
     import zarr

@@ -31,7 +31,8 @@ import numpy as np
 
 from ..errors import VerifyError, arg, one_line
 from ..store import ArraySpec, Target
-from ._pyramid import BlockPieces, Pyramid, Rows, block_pieces, fold_children, nonfinite_pieces, summarizable
+from ._pyramid import BlockPieces, Pyramid, block_pieces, fold_children, nonfinite_pieces, summarizable
+from ._reduce import Rows
 from ._store import SummaryStore, decode_tail, encode_tail
 
 __all__ = ["Summaries", "SummaryPlan", "damaged", "output_rows", "summarized_names"]
