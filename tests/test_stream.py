@@ -98,7 +98,7 @@ CASES = [
     ("vector", 1, 63, 7, False, 300),
     ("vector", 8, None, 1, False, 256),
     ("keyed", 1, 50, 1, False, 333),
-    ("keyed", 8, 56, 7, False, 500),
+    ("keyed", 4, 56, 7, False, 500),
     ("keyed", 1, 49, 7, True, 350),
 ]
 SAME_AS_WRITE = {1, 4, 6, 8, 11, 12}
