@@ -60,8 +60,9 @@ def to_arviz(
     store : str, os.PathLike, zarr store or xarray.Dataset
         The output: a local path, an fsspec URL (with ``storage_options``) or a zarr
         store; or a Dataset :func:`streamacc.open` returned, to take a selection of its
-        steps (``streamacc.open(path).sel(step=slice(10**5, None))`` leaves out the first
-        10**5 steps) or a virtual output opened with its step function.
+        steps (``streamacc.open(path, chunks=None).sel(step=slice(10**5, None))`` leaves
+        out the first 10**5 steps) or a virtual output opened with its step function
+        (``chunks=None`` gives the lazy arrays ArviZ takes).
     chain_dim : str, optional
         The dimension of the output that holds the chains. By default ``"chain"`` where
         the output has a dimension of that name, else none: one chain.
@@ -127,8 +128,7 @@ def to_arviz(
     {'chain': 4, 'draw': 2000}
     """
     xr = _xarray()
-    opened = isinstance(store, xr.Dataset)
-    ds = store if opened else open_output(store, storage_options=storage_options, chunks=chunks)
+    ds = store if isinstance(store, xr.Dataset) else open_output(store, storage_options=storage_options, chunks=chunks)
     if "step" not in ds.dims:
         raise InputError(f"{arg('store')} must be an output of streamacc (a Dataset with dimension step), got "
                          f"one of dimensions {list(ds.dims)}; pass the path of the output")  # fmt: skip
