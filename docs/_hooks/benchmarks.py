@@ -654,6 +654,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "virtual-read-run2": lambda: _measured("virtual_read_run2.json", ("read",)),
     "heat-2p17": lambda: _measured("heat_2p17.json", ("summary",)),
     "heat-2p17-run2": lambda: _measured("heat_2p17_run2.json", ("summary",)),
+    "mcmc": lambda: _measured("mcmc_2p18.json", ("summary",)),
+    "mcmc-2p22": lambda: _measured("mcmc_2p22.json", ("summary",)),
 }
 
 
