@@ -244,15 +244,16 @@ def _one_chain(xr: Any, da: Any) -> Any:
     ``expand_dims`` reads an array that is not dask's."""
     if da.chunks is not None:
         return da.variable.expand_dims(CHAIN)
-    from xarray.core import indexing
-
-    return xr.Variable((CHAIN, *da.dims), indexing.LazilyIndexedArray(_leading_axis()(da)), da.attrs)
+    return xr.Variable((CHAIN, *da.dims), _leading_axis()(da), da.attrs)
 
 
 @functools.cache
 def _leading_axis() -> Any:
-    """The class of a lazy array that is another with a leading axis of length 1 (xarray's backend API)."""
+    """A function that gives a lazy DataArray a leading axis of length 1, as a lazy array (xarray's backend API)."""
     from xarray.backends import BackendArray
+
+    # A backend array's indexing (explicit_indexing_adapter, LazilyIndexedArray), as xarray's own backends
+    # and its documentation's example backend use it: no public module holds them
     from xarray.core import indexing
 
     class LeadingAxis(BackendArray):
@@ -270,4 +271,7 @@ def _leading_axis() -> Any:
             values = np.asarray(self.da[key[1:]].values)  # the rows asked for, read
             return values if isinstance(key[0], (int, np.integer)) else values[np.newaxis][key[0]]
 
-    return LeadingAxis
+    def lazy(da: Any) -> Any:
+        return indexing.LazilyIndexedArray(LeadingAxis(da))
+
+    return lazy
