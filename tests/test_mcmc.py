@@ -145,7 +145,7 @@ def test_a_sampler_step_fingerprints_alike_in_another_process_without_a_warning(
 # --- killed with SIGKILL -----------------------------------------------------------------------------
 
 SCRIPT = TESTS / "samplers.py"
-KILLED = (2**13, 2**9)  # 16 blocks of the Metropolis chains, 256 kept draws each
+KILLED = (2**14, 2**9)  # 32 blocks of the Metropolis chains, 256 kept draws each
 
 
 def chain_writer(out, *mode: str) -> Popen:
@@ -155,23 +155,23 @@ def chain_writer(out, *mode: str) -> Popen:
 
 @pytest.mark.slow
 def test_metropolis_chains_killed_and_resumed_are_the_uninterrupted_chains(tmp_path):
-    """SIGKILLed after 2 and then after 9 committed blocks, and resumed each time in a new process: the same PRNG
+    """SIGKILLed after 2 and then after 12 committed blocks, and resumed each time in a new process: the same PRNG
     stream continues, and the output is, file for file, the run that was never interrupted."""
     ref = tmp_path / "ref.zarr"
     with chain_writer(ref) as proc:
         pass
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "out.zarr"
-    for blocks, mode in ((2, ()), (9, ("resume",))):
+    for blocks, mode in ((2, ()), (12, ("resume",))):
         proc = chain_writer(out, *mode)
         assert kill_at(proc, out, blocks, delay=0.0), "the writer finished before it was killed"
-        assert blocks <= read_manifest(out)["committed_blocks"] < 16
+        assert blocks <= read_manifest(out)["committed_blocks"] < 32
     with chain_writer(out, "resume") as proc:
         pass
     assert proc.returncode == 0, proc.stderr
     assert_same_output(out, ref)
-    report = streamacc.verify(out, samplers.metropolis, samplers.metropolis_init(), blocks=16)
-    assert report.complete and len(report.checked_blocks) == 16
+    report = streamacc.verify(out, samplers.metropolis, samplers.metropolis_init(), blocks=32)
+    assert report.complete and len(report.checked_blocks) == 32
 
 
 RANDOMWALK = ["--recipe", "randomwalk", "--paths", "4", "--seed", "11", "--size", "2**17", "--block-size", "2**11",
