@@ -7,13 +7,16 @@ Makes one input of the largest size (float64 uniform in [0.5, 1), chunks of 2**2
 default codec) and writes, alternating, ``--repeat`` times per size, each in its own process under
 GNU time: ``cumsum --input``, ``cumprod --input``, then ``gp`` (no input, compressible output) and
 ``logistic`` (no input, an output that hardly compresses, as a running sum's): wall, user and
-system CPU, page faults, peak RSS. ``--ref`` names another checkout whose ``streamacc`` runs the
-same commands alternately with this one (``--ref /work/main``: before and after a change).
+system CPU, page faults, peak RSS, and what each stores: its bytes on disk and a SHA-256 of its
+data chunks (the output array's chunk files in key order), the same from every checkout when
+a change keeps the bytes. ``--ref`` names another checkout whose ``streamacc`` runs the same
+commands alternately with this one (``--ref /work/main``: before and after a change).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shlex
@@ -25,6 +28,7 @@ from pathlib import Path
 
 import _record
 from _record import run, save
+from headline import disk_bytes
 
 from streamacc.cli._expr import parse_int
 
@@ -39,6 +43,16 @@ def make_input(path: Path, n: int) -> None:
         "for i in range(0, n, 2**24): a[i:i + 2**24] = rng.uniform(0.5, 1.0, min(2**24, n - i))"
     )
     subprocess.run([sys.executable, "-c", code, str(path), str(n)], check=True)
+
+
+def data_digest(out: Path) -> str:
+    """SHA-256 of the chunk files of the output's data array (``x`` or ``y``), in key order."""
+    digest = hashlib.sha256()
+    for name in ("x", "y"):
+        for chunk in sorted((out / name / "c").rglob("*")) if (out / name / "c").is_dir() else ():
+            if chunk.is_file():
+                digest.update(chunk.relative_to(out).as_posix().encode() + b"\0" + chunk.read_bytes())
+    return digest.hexdigest()
 
 
 def main() -> None:
@@ -68,6 +82,7 @@ def main() -> None:
                            str(size), "--no-progress", *extra]  # fmt: skip
                     _record.ENV["PYTHONPATH"] = str(root)
                     records.append(run(cmd, recipe, size=size, tree=tree))
+                    records[-1].update(stored_bytes=disk_bytes(out), data_sha256=data_digest(out))
     shutil.rmtree(out, ignore_errors=True)
     _record.ENV["PYTHONPATH"] = str(_record.ROOT)
     summary = {}
@@ -81,6 +96,8 @@ def main() -> None:
                     "median_wall_s": statistics.median(r["wall_s"] for r in rs),
                     "median_cpu_s": statistics.median(r["user_s"] + r["sys_s"] for r in rs),
                     "median_minor_faults": statistics.median(r["minor_faults"] for r in rs),
+                    "stored_bytes": sorted({r["stored_bytes"] for r in rs}),
+                    "data_sha256": sorted({r["data_sha256"][:16] for r in rs}),
                 }
     body = {"sizes": sizes, "trees": {k: str(v) for k, v in trees.items()}, "summary": summary, "records": records}
     if args.json:

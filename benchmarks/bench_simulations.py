@@ -428,6 +428,7 @@ def run_chunks(args: argparse.Namespace) -> list[dict]:
     for state, (steps, point) in CHUNK_STATES.items():
         if args.states and state not in args.states:
             continue
+        steps = min(steps, args.steps) if args.steps else steps  # --steps: at most that many (a quick run)
         for label, layout in LAYOUTS[state].items():
             out = args.dir / f"chunks-{state}.zarr"
             remove(out)

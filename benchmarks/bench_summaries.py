@@ -15,10 +15,20 @@ same run, under the same load.
 ``--slices`` instead times the reductions alone on one block of the headline (2**22 float64
 steps, 32 MiB) evicted from the caches before each run, for several slice sizes
 (``SLICE_BYTES``), and at the default size also right after the block was written and on a
-block of a 4096-point state (4096 steps, 128 MiB, windows of 64 steps), in thread CPU time,
+block of a 4096-point state (4096 steps, 128 MiB, windows of 64 steps) and on a block of a
+256x256 field inside one longer window (64 steps, 32 MiB, one piece), in thread CPU time,
 best and median of ``--repeat``:
 
     python benchmarks/bench_summaries.py --slices
+
+``--xla`` times the same reductions done by XLA instead, on the block as the scan makes it:
+a separate jitted function of the block (min, max and sum per window, without the NaN
+handling that numpy's pieces include: the least XLA would do), and the scan's own jitted
+function returning them beside the block (its time less the scan's alone), against numpy's
+pieces of that block, for the headline's block and for a block of a 4096-point state, in
+process CPU time (XLA computes on threads of its own), medians of ``--repeat``:
+
+    python benchmarks/bench_summaries.py --xla --json benchmarks/results/summaries_xla.json
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ import shutil
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -80,9 +91,17 @@ def slices(repeat: int) -> dict:
         t0 = time.thread_time()
         _pyramid.block_pieces(state, 0, 64, 2**40)
         on_state.append((time.thread_time() - t0) * 1e3)
-    for label, times in (("cold", cold), ("just_written", hot), ("state_4096_windows_of_64", on_state)):
+    field, on_field = np.random.default_rng(0).standard_normal((64, 256, 256)), []  # 64 steps of a 256x256 field
+    for _ in range(repeat):
+        evict += 1.0
+        t0 = time.thread_time()
+        _pyramid.block_pieces(field, 64, 256, 2**40)  # steps 64-127 of a window of 256: one piece
+        on_field.append((time.thread_time() - t0) * 1e3)
+    labelled = (("cold", cold), ("just_written", hot), ("state_4096_windows_of_64", on_state),
+                ("field_256x256_in_a_window_of_256", on_field))  # fmt: skip
+    for label, times in labelled:
         out[label] = {"best_ms": min(times), "median_ms": statistics.median(times)}
-        print(f"{label:>24}, slices of {_pyramid.SLICE_BYTES:,} bytes: median {statistics.median(times):.2f} ms")
+        print(f"{label:>32}, slices of {_pyramid.SLICE_BYTES:,} bytes: median {statistics.median(times):.2f} ms")
     for nbytes in (2**18, 2**19, 2**20, 2**21, 2**22, 2**25):
         _pyramid.SLICE_BYTES = nbytes
         times = []
@@ -96,9 +115,68 @@ def slices(repeat: int) -> dict:
     return out
 
 
+def xla(repeat: int) -> dict:
+    """Process CPU ms of the window reductions of one block by numpy (the writer's pieces) and by XLA."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import lax
+
+    from streamacc.summaries import _pyramid
+
+    jax.config.update("jax_enable_x64", True)
+    cases = {
+        # the headline: 2**22 steps of x -> x * (1 + 1e-8) at unroll 8, windows of 4096 steps
+        "series_2p22_windows_of_4096": (lambda c, _: (c * (1 + 1e-8), c * (1 + 1e-8)), jnp.float64(1.0), 2**22,
+                                        4096, 8),
+        # a 4096-point state, 4096 steps (128 MiB), windows of 64 steps
+        "state_4096_windows_of_64": (lambda c, _: (c * 0.999 + 1e-3, c * 0.999 + 1e-3),
+                                     jnp.linspace(0.0, 1.0, 4096), 4096, 64, 1),
+    }  # fmt: skip
+    out = {}
+    for label, (f, init, length, window, unroll) in cases.items():
+
+        def reductions(ys: Any, window: int = window) -> Any:
+            tiles = ys.reshape(-1, window, *ys.shape[1:])
+            return tiles.min(1), tiles.max(1), tiles.sum(1)
+
+        def scan(c: Any, f: Any = f, length: int = length, unroll: int = unroll) -> Any:
+            return lax.scan(f, c, None, length=length, unroll=unroll)
+
+        plain = jax.jit(scan)
+        after = jax.jit(reductions)
+        fused = jax.jit(lambda c, scan=scan, reductions=reductions: (lambda r: (*r, reductions(r[1])))(scan(c)))
+        carry, ys = plain(init)
+        jax.block_until_ready((after(ys), fused(init)))
+        times: dict[str, list[float]] = {"scan": [], "numpy_pieces": [], "xla_after": [], "xla_fused": []}
+        for _ in range(repeat):
+            t0 = time.process_time()
+            carry, ys = jax.block_until_ready(plain(carry))
+            times["scan"].append(time.process_time() - t0)
+            t0 = time.process_time()
+            jax.block_until_ready(after(ys))
+            times["xla_after"].append(time.process_time() - t0)
+            carry, ys = jax.block_until_ready(plain(carry))
+            host = np.asarray(ys)
+            t0 = time.process_time()
+            _pyramid.block_pieces(host, 0, window, 2**62)
+            times["numpy_pieces"].append(time.process_time() - t0)
+            t0 = time.process_time()
+            jax.block_until_ready(fused(carry))
+            times["xla_fused"].append(time.process_time() - t0)
+        med = {k: 1e3 * statistics.median(v) for k, v in times.items()}
+        med["xla_fused_less_scan"] = med.pop("xla_fused") - med["scan"]
+        out[label] = {f"{k}_median_ms": round(v, 3) for k, v in med.items()}
+        print(label, ", ".join(f"{k} {v:.2f} ms" for k, v in med.items()))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slices", action="store_true", help="time the reductions alone, per slice size")
+    parser.add_argument("--xla", action="store_true", help="time the reductions by XLA against numpy's, per block")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--size", default="2**30")
     parser.add_argument("--pairs", type=int, default=3)
@@ -108,8 +186,11 @@ def main() -> None:
                         help="a checkout of another version: its write with summaries joins the rotation")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    if args.slices:
-        result = {"slices": slices(args.repeat), "machine": {**machine(), "load_end": load()}}
+    if args.slices or args.xla:
+        info = machine()
+        found = slices(args.repeat) if args.slices else xla(args.repeat)
+        kind = "slices" if args.slices else "xla"
+        result = {kind: found, "repeat": args.repeat, "machine": {**info, "load_end": load()}}
         if args.json:
             args.json.write_text(json.dumps(result, indent=1) + "\n")
         return

@@ -8,9 +8,18 @@ RSS), alternating, ``--repeat`` times:
 
 1. **Write**: the headline recurrence (``gp``) of ``--size`` steps as a jitted scan of its carry
    alone, in pieces of 2**26 steps, unrolled as the recipe runs it (the floor of any write);
-   ``streamacc write --virtual --no-summaries``; ``streamacc write --virtual`` (default summaries).
-   The bytes each virtual output stores, against those of the stored write of ``--stored-size``
-   (written once, measured, deleted; or given with ``--stored-bytes``).
+   ``streamacc write --virtual --no-summaries``; ``streamacc write --virtual`` (default summaries);
+   ``--writes`` leaves either out. The bytes each virtual output stores, against those of the
+   stored write of ``--stored-size`` (written once, measured, deleted; or given with
+   ``--stored-bytes``). The target of a virtual write without summaries is at most 1.2 times the
+   carry-only scan's run (``run_s``, compiled first: ``compile_s``) plus 2 s of start-up (import and
+   compile): ``virtual_no_summaries_budget_s``. Start-up is measured too, as the process's wall time
+   less its run for the scan, and as a virtual write of one block (``--startup-size``) for the write.
+   ``--folded`` also runs the recurrence written plainly, ``lax.scan(lambda c, _: (c * ratio, None),
+   ...)`` unrolled 8: XLA folds the eight products of an unrolled group into one by ``ratio**8``
+   (its final value is recorded beside the recurrence's, which it is not), so it is no floor of a
+   write that keeps the recurrence's bits. ``--ref`` names another checkout whose ``streamacc`` runs
+   the virtual writes too, alternately with this one (its figures carry ``_ref``).
 2. **A slice**: ``--slices`` random 2**20-step slices of the virtual ``--size`` output through
    ``streamacc.open`` in one process, each timed (the first pays for compiling the block).
 3. **A full read**: all of a virtual ``--read-size`` output through dask
@@ -32,6 +41,7 @@ import sys
 import time
 from pathlib import Path
 
+import _record
 from _record import median, run, save
 from bench_overview import drop_cache
 from headline import disk_bytes
@@ -53,16 +63,42 @@ def side_carry(steps: int) -> dict:
     job = get_recipe("gp").build(steps, "float64")
     piece = min(steps, 2**26)
 
-    @jax.jit
     def run_piece(c):
         return lax.scan(lambda c, x: (job.f(c, x)[0], None), c, None, length=piece, unroll=job.unroll)[0]
 
+    return _timed(run_piece, job.init, steps // piece)
+
+
+def _timed(run_piece, init, pieces: int) -> dict:
+    """``run_piece`` jitted, compiled (``compile_s``), then run ``pieces`` times from ``init`` (``run_s``)."""
+    import jax
+    import jax.numpy as jnp
+
     t0 = time.perf_counter()
-    carry = job.init
-    for _ in range(steps // piece):
-        carry = run_piece(carry)
+    carry = jnp.asarray(init)
+    compiled = jax.jit(run_piece).lower(carry).compile()
+    t1 = time.perf_counter()
+    for _ in range(pieces):
+        carry = compiled(carry)
     final = float(carry)
-    return {"run_s": time.perf_counter() - t0, "final": final}
+    return {"compile_s": t1 - t0, "run_s": time.perf_counter() - t1, "final": final}
+
+
+def side_folded(steps: int) -> dict:
+    """The recurrence written plainly, without the recipe's optimization barrier: XLA reassociates its products."""
+    import jax
+    from jax import lax
+
+    from streamacc.recipes import get_recipe
+
+    jax.config.update("jax_enable_x64", True)
+    job = get_recipe("gp").build(steps, "float64")
+    ratio, piece = job.f.ratio, min(steps, 2**26)
+
+    def run_piece(c):
+        return lax.scan(lambda c, _: (c * ratio, None), c, None, length=piece, unroll=job.unroll)[0]
+
+    return _timed(run_piece, job.init, steps // piece)
 
 
 def side_slices(out: str, count: int, seed: int) -> dict:
@@ -93,7 +129,7 @@ def side_read(out: str) -> dict:
     return {"run_s": time.perf_counter() - t0, "max": top}
 
 
-SIDES = {"carry": side_carry, "slices": side_slices, "read": side_read}
+SIDES = {"carry": side_carry, "folded": side_folded, "slices": side_slices, "read": side_read}
 
 
 def cli(out: Path, size: int, *flags: str) -> list[str]:
@@ -113,16 +149,37 @@ def cpu(r: dict) -> float:
 
 def write_ratios(records: list[dict]) -> dict:
     """The virtual writes over the carry-only scan: medians of wall time, and of CPU (user + system),
-    which depends less on what else the machine runs."""
+    which depends less on what else the machine runs; the budget of a virtual write without summaries
+    (1.2 times the scan's run plus 2 s of start-up) and whether its median wall time kept to it."""
     carry, carry_cpu = (
         median(records, "carry-only scan"),
         statistics.median(map(cpu, _runs(records, "carry-only scan"))),
     )
-    out = {}
-    for label, key in (("virtual --no-summaries", "virtual_no_summaries"), ("virtual", "virtual")):
+    carry_run = median(records, "carry-only scan", "run_s")
+    startup = statistics.median(r["wall_s"] - r["run_s"] for r in _runs(records, "carry-only scan"))
+    out: dict = {"carry_run_s": round(carry_run, 3), "carry_startup_s": round(startup, 3)}
+    kinds = (("virtual --no-summaries", "virtual_no_summaries"), ("virtual", "virtual"))
+    for label, key in [*kinds, *((f"{label} (ref)", f"{key}_ref") for label, key in kinds)]:
+        if not _runs(records, label):
+            continue
         out[f"{key}_over_carry"] = round(median(records, label) / carry, 3)
+        out[f"{key}_over_carry_run"] = round(median(records, label) / carry_run, 3)
         out[f"{key}_over_carry_cpu"] = round(statistics.median(map(cpu, _runs(records, label))) / carry_cpu, 3)
         out[f"{key}_peak_rss_mb"] = max(r["peak_rss_mb"] for r in _runs(records, label))
+    if _runs(records, "virtual --no-summaries"):
+        budget = 1.2 * carry_run + 2.0
+        wall = median(records, "virtual --no-summaries")
+        out["virtual_no_summaries_wall_s"] = round(wall, 3)
+        out["virtual_no_summaries_budget_s"] = round(budget, 3)
+        out["virtual_no_summaries_within_budget"] = wall <= budget
+    if _runs(records, "virtual --no-summaries, one block"):
+        out["virtual_startup_s"] = round(median(records, "virtual --no-summaries, one block"), 3)
+    folded = _runs(records, "folded scan")
+    if folded:
+        out["folded_run_s"] = round(statistics.median(r["run_s"] for r in folded), 3)
+        finals = {r["final"] for r in _runs(records, "carry-only scan")}
+        out["folded_final"], out["recurrence_final"] = repr(folded[0]["final"]), repr(sorted(finals)[0])
+        out["folded_same_bits"] = all(r["final"] in finals for r in folded)
     return out
 
 
@@ -169,6 +226,11 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--slices", type=int, default=8)
     p.add_argument("--skip", nargs="*", default=[], choices=["write", "slice", "read"])
+    p.add_argument("--writes", nargs="+", default=["no-summaries", "summaries"], choices=["no-summaries", "summaries"],
+                   help="the virtual writes timed against the carry-only scan")  # fmt: skip
+    p.add_argument("--folded", action="store_true", help="also time the recurrence as XLA folds it (not its bits)")
+    p.add_argument("--startup-size", default="2**22", help="steps of the one-block virtual write timed for start-up")
+    p.add_argument("--ref", type=Path, default=None, help="another checkout whose virtual writes run alternately")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--summarize", type=Path, default=None, help="recompute the ratios of this JSON from its records")
     p.add_argument("--steps", type=int)
@@ -180,7 +242,8 @@ def main() -> None:
         summarize(args.summarize)
         return
     if args.mode == "side":
-        kw = {"carry": {"steps": args.steps}, "slices": {"out": args.out, "count": args.count, "seed": args.seed},
+        kw = {"carry": {"steps": args.steps}, "folded": {"steps": args.steps},
+              "slices": {"out": args.out, "count": args.count, "seed": args.seed},
               "read": {"out": args.out}}[args.name]  # fmt: skip
         print(json.dumps(SIDES[args.name](**kw)))
         return
@@ -190,13 +253,27 @@ def main() -> None:
     virtual, nosum = args.dir / "virtual.zarr", args.dir / "virtual-nosummaries.zarr"
     records: list[dict] = []
     body: dict = {"size": size, "read_size": read_size, "stored_size": stored_size, "records": records}
+    writes = [(nosum, "virtual --no-summaries", ["--no-summaries"])] if "no-summaries" in args.writes else []
+    writes += [(virtual, "virtual", [])] if "summaries" in args.writes else []
+    startup = parse_int(args.startup_size, name="--startup-size")
     if "write" not in args.skip:
         for _ in range(args.repeat):
             records.append(run(side("carry", steps=size), "carry-only scan"))
-            for out, label, flags in ((nosum, "virtual --no-summaries", ["--no-summaries"]), (virtual, "virtual", [])):
-                shutil.rmtree(out, ignore_errors=True)
-                records.append(run(cli(out, size, "--virtual", *flags), label))
-                records[-1]["stored_bytes"] = disk_bytes(out)
+            for out, label, flags in writes:
+                for tree in [None, args.ref] if args.ref else [None]:
+                    shutil.rmtree(out, ignore_errors=True)
+                    _record.ENV["PYTHONPATH"] = str(_record.ROOT if tree is None else tree.resolve())
+                    records.append(run(cli(out, size, "--virtual", *flags), label + ("" if tree is None else " (ref)")))
+                    records[-1]["stored_bytes"] = disk_bytes(out)
+                _record.ENV["PYTHONPATH"] = str(_record.ROOT)
+            if "no-summaries" in args.writes:
+                one = args.dir / "virtual-one-block.zarr"
+                shutil.rmtree(one, ignore_errors=True)
+                label = "virtual --no-summaries, one block"
+                records.append(run(cli(one, startup, "--virtual", "--no-summaries"), label))
+                shutil.rmtree(one)
+            if args.folded:
+                records.append(run(side("folded", steps=size), "folded scan"))
         stored_bytes = args.stored_bytes
         if stored_bytes is None:
             stored = args.dir / "stored.zarr"
@@ -204,12 +281,10 @@ def main() -> None:
             records.append(run(cli(stored, stored_size), f"stored write of {stored_size}"))
             stored_bytes = records[-1]["stored_bytes"] = disk_bytes(stored)
             shutil.rmtree(stored)
-        body["write"] = {
-            **write_ratios(records),
-            "stored_bytes_of_stored_write": stored_bytes,
-            "virtual_no_summaries_percent_of_stored": round(100 * disk_bytes(nosum) / stored_bytes, 4),
-            "virtual_percent_of_stored": round(100 * disk_bytes(virtual) / stored_bytes, 4),
-        }
+        body["write"] = {**write_ratios(records), "stored_bytes_of_stored_write": stored_bytes}
+        for out, key in ((nosum, "virtual_no_summaries"), (virtual, "virtual")):
+            if out.exists():
+                body["write"][f"{key}_percent_of_stored"] = round(100 * disk_bytes(out) / stored_bytes, 4)
         shutil.rmtree(nosum, ignore_errors=True)
     if "slice" not in args.skip:
         if not virtual.exists():

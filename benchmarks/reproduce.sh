@@ -1,128 +1,66 @@
 #!/usr/bin/env bash
-# Every measurement behind benchmarks/RESULTS.md and the README, in the order they were run
-# (one after another, on a machine doing nothing else). Outputs go to benchmarks/out/ and the
-# commands' logs to benchmarks/out/logs/; results worth keeping are copied to benchmarks/results/.
+# Every measurement on the benchmark pages, at the sizes they show, through the harness
+# (python -m pytest benchmarks): each section saves its run to benchmarks/results/ (pytest-benchmark's
+# storage, one file per run, in the schema of benchmarks/schema.json), and the site's pages show
+# it the next time they are built. Run it on a machine doing nothing else; the commands' output
+# goes to benchmarks/out/logs/.
 #
-#   bash benchmarks/reproduce.sh            # everything (about an hour on 2 cores, 30 GB of disk)
-#   bash benchmarks/reproduce.sh headline   # one section: headline before rss suite engine codecs chunks
-#                                           #   compensated dist cli overview simulations accuracy limits verify adversarial tests
+#   bash benchmarks/reproduce.sh            # everything (hours on 2 cores, 30 GB of disk)
+#   bash benchmarks/reproduce.sh headline   # one section: headline floor profile suite peers summaries overview
+#                                           #   plot input virtual limits verify codecs chunks compensated accuracy
+#                                           #   dist simulations heat mcmc adversarial tests
+#   NOTE='what changed' bash benchmarks/reproduce.sh summaries   # a note saved with the run
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=benchmarks/out
-LOGS=$OUT/logs
+LOGS=benchmarks/out/logs
 mkdir -p "$LOGS"
-run() {  # run NAME COMMAND...: log the command, its output and its GNU time report
+bench() {  # bench NAME PYTEST-ARGS...: one run of the harness, saved to its storage
   local name=$1
   shift
-  echo "== $name: $*" | tee -a "$LOGS/commands.txt"
-  "$@" 2>&1 | tee "$LOGS/$name.log"
+  local note=()
+  [ -z "${NOTE:-}" ] || note=(--note "$NOTE")
+  echo "== $name: python -m pytest $* --benchmark-autosave" | tee -a "$LOGS/commands.txt"
+  python -m pytest "$@" --benchmark-autosave "${note[@]}" 2>&1 | tee "$LOGS/$name.log"
 }
+T=benchmarks/test_scripts.py
 
-headline() {
-  for i in 1 2; do
-    run "headline-$i" python benchmarks/headline.py --size '2**32' --out /tmp/streamacc-headline.zarr
-  done
+headline() { bench headline "$T::test_headline" --size '2**32'; }
+floor() { bench floor "$T::test_headline_floor" --size '2**32'; }
+profile() { bench profile "$T::test_profile" --size '2**32' && bench summaries-profile "$T::test_summaries_profile" --size '2**30'; }
+suite() { bench suite "$T::test_suite" --size '2**20' --size '2**22' --size '2**24' --size '2**26' --size '2**28' --size '2**30'; }
+peers() { bench peers "$T::test_peers" --size '2**30' --repeat 2; }
+summaries() {
+  bench summaries benchmarks/test_summaries.py::test_summaries_cost --size '2**30' --repeat 3
+  bench summaries-slices benchmarks/test_summaries.py::test_summaries_slices
 }
-
-before() {  # the same runs on the release before the buffer pool and ChunkWriter (commit fa2e11d)
-  git worktree add -f /tmp/streamacc-before fa2e11d
-  for n in 28 30; do
-    PYTHONPATH=/tmp/streamacc-before run "before-2p$n" /usr/bin/time -v python -m streamacc write \
-      /tmp/streamacc-before.zarr --size "2**$n" --no-progress --overwrite
-  done
-  rm -rf /tmp/streamacc-before.zarr
-  git worktree remove --force /tmp/streamacc-before
+overview() { bench overview "$T::test_overview" --size '2**32' --repeat 2; }
+plot() { bench plot "$T::test_plot_cold" --size '2**30' --repeat 4; }  # --ref OTHER_CHECKOUT: the code before
+input() { bench input benchmarks/test_input.py --size '2**26' --size '2**28' --repeat 3; }
+virtual() {
+  bench virtual benchmarks/test_virtual.py -k 'write or slices' --size '2**34' --repeat 2
+  bench virtual-read benchmarks/test_virtual.py::test_virtual_read --size '2**30' --repeat 2
 }
-
-rss() {  # peak RSS and page faults against the length, the default CLI run
-  for n in 24 26 28 30; do
-    run "rss-2p$n" /usr/bin/time -v python -m streamacc write /tmp/streamacc-rss.zarr --size "2**$n" \
-      --no-progress --overwrite
-  done
-  rm -rf /tmp/streamacc-rss.zarr
-}
-
-suite() {
-  run suite python benchmarks/bench_suite.py --size 2**20 2**22 2**24 2**26 2**28 2**30 --repeat 1 --out $OUT/suite
-  run suite30 python benchmarks/bench_suite.py --size 2**30 --repeat 3 \
-    --approaches streamacc-api streamacc-cli numpy-loop dask-cumprod floor --out $OUT/suite30
-}
-
-engine() {
-  run engine-throughput python benchmarks/bench_engine.py --mode throughput --compare-recycling
-  run engine-memory python benchmarks/bench_engine.py --mode memory --lengths 2**24,2**26,2**28,2**30
-}
-
-codecs() {  # the write-path settings behind the defaults
-  run codecs python benchmarks/bench_codecs.py --size '2**28' --repeat 3 --block '2**22' \
-    --sections codec durable inflight --out $OUT/codecs28
-}
-
-chunks() {
-  run chunks python benchmarks/bench_chunks.py --size '2**28' --read --repeat 3 --out $OUT/chunks
-  run checksum python benchmarks/bench_checksum.py --repeat 30
-}
-
-compensated() {
-  run compensated-2p32 python benchmarks/headline.py --size '2**32' --compensated --out /tmp/streamacc-compensated.zarr
-  run compensated-28 python benchmarks/bench_compensated_cost.py --sizes 2**28 --repeat 3 --out $OUT/compensated28
-  run compensated-30 python benchmarks/bench_compensated_cost.py --sizes 2**30 --recipes gp --repeat 3 \
-    --out $OUT/compensated30
-}
-
-dist() {
-  run dist-parts python benchmarks/bench_dist.py parts --size 2**27 --block 2**22
-  run dist-runs python benchmarks/bench_dist.py runs --size 2**28 --block 2**22
-  run dist-pinned python benchmarks/bench_dist.py pinned --size 2**28 --block 2**22
-  run dist-s3 python benchmarks/bench_dist.py runs --size 2**26 --block 2**22 --s3
-  run dist-model python benchmarks/bench_dist.py model
-}
-
-cli() {
-  run cli-startup python benchmarks/bench_cli.py startup --repeat 20
-  run cli-recipes python benchmarks/bench_cli.py recipes --size '2**22' --repeat 3
-}
-
-overview() {  # what summaries cost on the headline, and a picture of it from them against one from the data
-  run overview python benchmarks/bench_overview.py --size '2**32' --dir /tmp/streamacc-overview --pairs 2 \
-    --png benchmarks/results/overview_2p32.png --json benchmarks/results/overview_2p32.json
-}
-
+limits() { bench limits "$T::test_limits" --size '2**30'; }
+verify() { bench verify "$T::test_verify" --size '2**28' --repeat 3 && bench verify-31 "$T::test_verify" --size '2**31' --repeat 2; }
+codecs() { bench codecs "$T::test_codecs" --size '2**28' --repeat 3; }
+chunks() { bench chunks "$T::test_chunks" --size '2**28' --repeat 3; }
+compensated() { bench compensated "$T::test_compensated_cost" --size '2**28' --repeat 3; }
 accuracy() {  # deterministic: the same numbers on any machine with the same versions
-  run accuracy python benchmarks/bench_accuracy.py
+  bench accuracy "$T::test_accuracy" --size '2**20' --size '2**22' --size '2**24' --size '2**26' --size '2**28' --size '2**30'
 }
-
-simulations() {  # states of many values: the chunk layouts, the heat equation (twice), an ensemble, Lorenz-63
-  run sim-chunks python benchmarks/bench_simulations.py chunks --dir /tmp/streamacc-sim
-  for i in 1 2; do
-    run "sim-heat-$i" python benchmarks/bench_simulations.py heat --dir /tmp/streamacc-sim
-  done
-  run sim-ensemble python benchmarks/bench_simulations.py ensemble --dir /tmp/streamacc-sim
-  run sim-lorenz python benchmarks/bench_simulations.py lorenz --dir /tmp/streamacc-sim
+dist() { bench dist "$T::test_scale_out" --size '2**28'; }
+simulations() { bench simulations "$T::test_simulations" --size default; }
+heat() { bench heat "$T::test_heat_alternating" --size '2**17' --repeat 2; }
+mcmc() {
+  bench mcmc benchmarks/test_mcmc.py::test_mcmc_memory --size '2**22' --repeat 1
+  bench mcmc-arviz benchmarks/test_mcmc.py::test_mcmc_arviz --size '2**20' --repeat 2
 }
-
-limits() {  # a write of 2**62 steps against one of 2**30: memory, Ctrl-C, info/open/verify (about 2 min, 15 GB)
-  run limits python benchmarks/bench_limits.py --seconds 30 --dir /tmp/streamacc-limits --json $OUT/limits_2p62.json
-}
-
-verify() {  # verify of a whole output against its write, each 3 times (2**31: 2 times); about 25 minutes, 6 GB
-  run verify-2p28 python benchmarks/bench_verify.py --sizes 2**28 --repeat 3 --dir /tmp/streamacc-verify \
-    --json $OUT/verify_2p28.json
-  run verify-2p31 python benchmarks/bench_verify.py --sizes 2**31 --repeat 2 --dir /tmp/streamacc-verify \
-    --json $OUT/verify_2p31.json
-}
-
-adversarial() {  # kill chains, S3 pauses, stalls and data loss, tampering, signals, deletions: counts
-  run adversarial /usr/bin/time -v python tests/chaos.py --trials 10 --json benchmarks/results/adversarial.json
-}
-
-tests() {  # the test suite twice under GNU time, with the CPU of each test (about 10 minutes)
-  run tests python benchmarks/bench_tests.py --repeat 2 --json benchmarks/results/tests_cpu.json
-}
+adversarial() { bench adversarial "$T::test_adversarial" -m long --repeat 10; }
+tests() { bench tests "$T::test_tests_cpu" -m long --repeat 2; }
 
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(headline before rss suite engine codecs chunks compensated dist cli overview simulations
-  accuracy limits verify adversarial tests)
+[ ${#sections[@]} -gt 0 ] || sections=(headline floor profile suite peers summaries overview plot input virtual limits
+  verify codecs chunks compensated accuracy dist simulations heat mcmc adversarial tests)
 for section in "${sections[@]}"; do
   "$section"
 done

@@ -1,13 +1,14 @@
-"""Defaults chosen by measurement on a 2-core machine with a slow disk.
+"""Defaults chosen by benchmark, each with the reason it holds.
 
-The figures behind each choice, and the commands that produced them, are in
-benchmarks/RESULTS.md. Kept free of heavy imports so the command line starts fast.
+The figures behind each choice, and the commands that produce them, are on the
+documentation's benchmark pages (and benchmarks/RESULTS.md). Kept free of heavy imports so
+the command line starts fast.
 """
 
 DEFAULT_BLOCK_BYTES = 8 * 2**20
-"""Bytes of ys per block for compute (iter_blocks, scan), whatever one step outputs:
-2**18..2**20 float64 steps ran fastest; beyond about 8 MiB of ys per block, fresh output
-buffers page-fault and throughput drops."""
+"""Bytes of ys per block for compute (iter_blocks, scan), whatever one step outputs: large
+enough to amortise a block's dispatch, small enough that its output buffers are reused
+rather than mapped afresh, which page-faults."""
 
 DEFAULT_WRITE_BLOCK_BYTES = 32 * 2**20
 """Bytes of ys per block when writing, whatever one step outputs: each block pays fixed
@@ -27,13 +28,12 @@ enough that peak memory stays a few blocks."""
 
 DEFAULT_VIRTUAL_INFLIGHT = 2
 """Blocks being summarised at once in a virtual write, which encodes and writes nothing:
-two threads keep up with the computation. A virtual write of 2**32 steps with summaries
-peaked at 477-479 MB with two against 584-610 MB with three, in the same time (two runs
-each, alternated, on the 2-core machine)."""
+two threads keep up with the computation, and a third would only hold another block's
+memory."""
 
 DEFAULT_CODEC = "blosc-lz4"
-"""Blosc LZ4 with byte shuffle compressed the geometric progression 3.4x and encoded
-faster than the disk writes; zarr's default (zstd level 0) was about 3x slower."""
+"""Blosc LZ4 with byte shuffle: it compresses smooth series well and encodes faster than
+a disk writes, where zarr's default (zstd) costs more CPU than the write it saves."""
 
 DEFAULT_SUMMARY_WINDOWS = (2**12, 2**16, 2**20)
 """Rows per window of the summaries' levels (min, max, mean) of a long output, finest first.
@@ -55,13 +55,13 @@ the finest of ``DEFAULT_SUMMARY_WINDOWS``."""
 
 SUMMARY_VALUES_AT_MOST = 2**20
 """Values per statistic the finest default level of a short output holds at most (8 MiB of
-float64): each window of a 4096-point state is a row of 4096 values, and the 1024 windows
-of ``SUMMARY_WINDOWS_AT_LEAST`` made 4096 summary files for a 2**17-step heat equation,
-written and fsynced one by one, which slowed its write by half: it gets 256 windows.
+float64): each window of a 4096-point state is a row of 4096 values, and a level of many
+such rows is many summary files, each written and fsynced on its own, which slows a short
+write of a large state more than its picture gains (a 2**17-step heat equation gets 256
+windows, not 1024).
 
 A virtual output's finest default level holds at most this many, its windows growing past
 the finest of ``DEFAULT_SUMMARY_WINDOWS`` up to the next (2**16): its summaries are most of
-what it stores, and 2**22 windows of 4096 steps made a 2**34-step virtual write store 0.75%
-of the bytes of the stored 2**32-step write, where the carries alone take 0.007%. Windows
-of up to 2**16 steps, not longer, so that a run of 2**63 steps stopped after a few billion
-still has windows to draw."""
+what it stores, so fewer, longer windows keep a virtual output a small fraction of the
+stored one. Windows of up to 2**16 steps, not longer, so that a run of 2**63 steps stopped
+after a few billion still has windows to draw."""

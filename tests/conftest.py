@@ -8,8 +8,8 @@ import gc
 import os
 
 # XLA's CPU thread pool for the operations inside one computation: the tests' computations
-# are small, and on two cores its threads spent more CPU waking and spinning than they saved
-# (about a tenth of the suite's CPU). Set before JAX starts its backend, here and in every
+# are small, and on two cores its threads spend more CPU waking and spinning than they save.
+# Set before JAX starts its backend, here and in every
 # process the session starts. What a computation returns does not depend on it.
 os.environ["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), "--xla_cpu_multi_thread_eigen=false"]))
 import shutil
@@ -34,6 +34,16 @@ def x64_off():
         yield
     finally:
         jax.config.update("jax_enable_x64", True)
+
+
+@pytest.fixture
+def seam() -> Iterator[Any]:
+    """``seam(name, value)``: a ``streamacc.testing`` seam replaced by ``value`` until the test ends (as
+    ``monkeypatch.setattr`` replaces an attribute)."""
+    from streamacc import testing
+
+    with contextlib.ExitStack() as undo:
+        yield lambda name, value: undo.enter_context(testing.patched(name, value))
 
 
 MEMORY = Path("/dev/shm")
@@ -91,8 +101,8 @@ def pytest_collection_finish(session):
     """Move what importing the tests made (JAX, zarr, xarray, dask: most of the heap) out of the collector's way.
 
     Python's cyclic collector walks every object it tracks at each full collection; these
-    live for the whole session and never form garbage, and walking them took about a
-    twentieth of the suite's CPU.
+    live for the whole session and never form garbage, so walking them is CPU spent for
+    nothing.
     """
     gc.collect()
     gc.freeze()
@@ -114,7 +124,7 @@ _SHARED_XLA_CACHE = "STREAMACC_TESTS_XLA_CACHE"
 
 SHARED_FIXTURES = {"dask_client": "cluster", "site": "site"}
 """Fixtures made once for the tests that use them (the session's dask cluster, the documentation
-site built with every example run, about 34 s of CPU), by the group those tests form: with
+site built with every example run: each costly to make), by the group those tests form: with
 pytest -n, a group runs in one worker, so each is made once, not once per worker."""
 
 
@@ -124,7 +134,7 @@ def pytest_collection_modifyitems(items):
 
     Those tests run last, one after the other, so that the cluster (started by the first of
     them, closed at the session's end) does not idle through the rest of the suite: its four
-    processes take about 2.5 s of CPU a minute doing nothing.
+    processes take CPU even while they do nothing.
     """
     for item in items:
         for fixture, group in SHARED_FIXTURES.items():

@@ -31,9 +31,7 @@ from collections.abc import Iterator
 
 from zarr.storage import LocalStore
 
-import streamacc.store._chunks
-import streamacc.store._files
-import streamacc.store._target
+from streamacc import testing
 from streamacc.cli import main
 
 
@@ -47,7 +45,7 @@ def fail_chunk(at: int) -> None:
     Data chunks are written to the file by the chunk writer itself (``write_new``), summary
     chunks through LocalStore.set: both count, in the order they are written.
     """
-    real_set, real_new = LocalStore.set, streamacc.store._chunks.write_new
+    real_set, real_new = LocalStore.set, testing.current("store.write_new")
     count = itertools.count(1)
 
     async def set(self, key, value):
@@ -61,46 +59,48 @@ def fail_chunk(at: int) -> None:
         return real_new(path, data)
 
     LocalStore.set = set
-    streamacc.store._chunks.write_new = write_new
-
-
-class _HalfWrite:
-    """``os`` as seen by one atomic_write call: the disk fills half way through the data."""
-
-    def __getattr__(self, name: str):
-        return getattr(os, name)
-
-    def write(self, fd: int, data) -> int:
-        os.write(fd, bytes(data[: len(data) // 2]))
-        raise _full_disk()
+    testing.replace("store.write_new", write_new)
 
 
 def fail_manifest(at: int) -> None:
-    """The ``at``-th manifest write raises ENOSPC (writes 1 and 2 create the run, k + 3 commits block k)."""
-    real_write = streamacc.store._files.atomic_write
-    count = itertools.count(1)
+    """The ``at``-th manifest write raises ENOSPC half way through its data (writes 1 and 2 create the run,
+    k + 3 commits block k)."""
+    real_write, real_write_all = testing.current("store.atomic_write"), testing.current("store.write_all")
+    count, filling = itertools.count(1), set()
+
+    def write_all(fd, view):
+        if threading.get_ident() not in filling:
+            return real_write_all(fd, view)
+        os.write(fd, bytes(view[: len(view) // 2]))
+        raise _full_disk()
 
     def atomic_write(path, data):
         if path.parent.name == "_streamacc" and path.name == "zarr.json" and next(count) == at:
-            streamacc.store._files.os = _HalfWrite()  # only the committing thread writes manifests
+            filling.add(threading.get_ident())  # this write only: the disk fills as it writes the manifest
             try:
                 return real_write(path, data)
             finally:
-                streamacc.store._files.os = os
+                filling.discard(threading.get_ident())
         return real_write(path, data)
 
-    streamacc.store._target.atomic_write = atomic_write
+    testing.replace("store.write_all", write_all)
+    testing.replace("store.atomic_write", atomic_write)
+
+
+FULL_DISK_SEAMS = ("store.write_new", "store.write_all", "store.atomic_write")
 
 
 @contextlib.contextmanager
 def full_disk(kind: str, at: int) -> Iterator[None]:
     """Within this block, write number ``at`` of ``kind`` ('chunk' or 'manifest') finds the disk full."""
-    saved = LocalStore.set, streamacc.store._target.atomic_write, streamacc.store._chunks.write_new
+    saved = LocalStore.set, [testing.current(name) for name in FULL_DISK_SEAMS]
     {"chunk": fail_chunk, "manifest": fail_manifest}[kind](at)
     try:
         yield
     finally:
-        LocalStore.set, streamacc.store._target.atomic_write, streamacc.store._chunks.write_new = saved
+        LocalStore.set = saved[0]
+        for name, value in zip(FULL_DISK_SEAMS, saved[1], strict=True):
+            testing.replace(name, value)
 
 
 class Killed(Exception):
@@ -117,11 +117,11 @@ def dies_at(n: int, seen: list[str] | None = None, *, kill: bool = False) -> Ite
     ``seen`` collects what each write was (``n=0``: none fails). With ``kill``, the process
     is SIGKILLed at write ``n`` instead.
     """
+    from streamacc.store import LocalTarget
     from streamacc.store.lease import FencedStore
 
-    target = streamacc.store._target
-    saved = (target.atomic_write, target.LocalTarget.delete, LocalStore.set, LocalStore.delete, FencedStore.set,
-             FencedStore.delete)  # fmt: skip
+    saved = (testing.current("store.atomic_write"), LocalTarget.delete, LocalStore.set, LocalStore.delete,
+             FencedStore.set, FencedStore.delete)  # fmt: skip
     count, dead = itertools.count(1), []
 
     def gate(what: str) -> None:
@@ -148,14 +148,15 @@ def dies_at(n: int, seen: list[str] | None = None, *, kill: bool = False) -> Ite
 
         return call
 
-    target.atomic_write, target.LocalTarget.delete = atomic_write, delete
+    testing.replace("store.atomic_write", atomic_write)
+    LocalTarget.delete = delete
     LocalStore.set, LocalStore.delete = wrap(saved[2], "set"), wrap(saved[3], "delete")
     FencedStore.set, FencedStore.delete = wrap(saved[4], "set"), wrap(saved[5], "delete")
     try:
         yield
     finally:
-        (target.atomic_write, target.LocalTarget.delete, LocalStore.set, LocalStore.delete, FencedStore.set,
-         FencedStore.delete) = saved  # fmt: skip
+        testing.replace("store.atomic_write", saved[0])
+        LocalTarget.delete, LocalStore.set, LocalStore.delete, FencedStore.set, FencedStore.delete = saved[1:]
 
 
 def kill_after_complete(_: int) -> None:
@@ -179,8 +180,7 @@ def kill_in_chunk(at: int) -> None:
     as a writer killed in the middle of a chunk leaves it; other writer threads are killed
     wherever they are.
     """
-    files, chunks = streamacc.store._files, streamacc.store._chunks
-    real_new, real_write_all = chunks.write_new, files._write_all
+    real_new, real_write_all = testing.current("store.write_new"), testing.current("store.write_all")
     count, lock, dying = itertools.count(1), threading.Lock(), set()
 
     def write_all(fd, view):
@@ -196,7 +196,8 @@ def kill_in_chunk(at: int) -> None:
                 dying.add(threading.get_ident())
         return real_new(path, data)
 
-    files._write_all, chunks.write_new = write_all, write_new
+    testing.replace("store.write_all", write_all)
+    testing.replace("store.write_new", write_new)
 
 
 def pause_before_check(at: int) -> None:

@@ -293,8 +293,11 @@ def kill_at(proc: Popen, out: Path, blocks: int | None, delay: float, timeout: f
 
 
 def stopped(proc: Popen) -> bool:
-    """Whether ``proc`` is stopped (SIGSTOP), from its state in ``/proc``."""
-    return Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+    """Whether ``proc`` is stopped (SIGSTOP), from its state in ``/proc`` (False once it has ended)."""
+    try:
+        return Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+    except FileNotFoundError:
+        return False
 
 
 def gone(pid: int) -> bool:
@@ -407,7 +410,7 @@ def imported_by(code: str, tmp_path: Path) -> set[str]:
 
 # --- processes forked from a warm interpreter ---------------------------------------------------
 # A writer that a test kills, stops or signals must be a process of its own, but a fresh interpreter
-# spends 2 s of CPU importing JAX (ml_dtypes alone takes 1.2 s) before it does anything. As
+# spends seconds of CPU importing JAX before it does anything, in every test that starts one. As
 # multiprocessing's forkserver does, one interpreter imports the libraries once and forks a child for
 # each command: a real process with its own pid, stdio, working folder and environment, which runs
 # ``python -m MODULE``, ``python SCRIPT`` or ``python -c CODE`` exactly as a fresh interpreter would

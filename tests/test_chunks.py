@@ -162,9 +162,9 @@ def test_chunks_split_along_trailing_axes_match_zarr_bytes(tmp_path, codec, shap
 
 def test_encode_buffers_are_shared_by_threads_and_made_only_for_overlaps():
     """A block's chunks take one buffer; a thread after it reuses it, and only blocks encoded at once need more."""
-    from streamacc.store._chunks import _EncodeBuffers
+    from streamacc.store import EncodeBuffers
 
-    buffers = _EncodeBuffers()
+    buffers = EncodeBuffers()
     with buffers.lease(1000) as first:
         pass
     held = buffers.lease(1000)  # kept: dropped, it would give its buffer back

@@ -163,7 +163,7 @@ def test_cumsum_of_an_int_input_in_float32(tmp_path):
 
 
 def test_cumsum_with_a_relative_input_verifies_from_another_directory(tmp_path, monkeypatch):
-    # regression: the input path used to be recorded as given, so verify only worked from the writing directory
+    # the input path is recorded resolved, so that verify works from any directory, not only the writing one
     make_input(tmp_path / "in.zarr", INPUT)
     monkeypatch.chdir(tmp_path)
     assert run_cli("write", "out.zarr", "--recipe", "cumsum", "--input", "in.zarr", "--block-size", "64", *QUIET) == 0
@@ -175,7 +175,7 @@ def test_cumsum_with_a_relative_input_verifies_from_another_directory(tmp_path, 
 
 
 def test_negative_arithmetic_values_are_values_not_options(tmp_path):
-    # regression: argparse took '-2**3' and '-1e-3' for options ("expected one argument")
+    # negative numbers are values, which argparse would take for options ("expected one argument")
     y = write_ok(tmp_path / "a.zarr", "--recipe", "affine", "--size", "5", "--x0", "-2**3", "--b", "-1e-3", "--a", "1")
     np.testing.assert_allclose(y, -8 - 1e-3 * np.arange(5), rtol=1e-12)
 
@@ -335,8 +335,8 @@ def prefix_step(c, _):
 
 
 def test_info_counts_only_chunk_bytes_of_each_array(tmp_path, capsys):
-    # regression: stored bytes included the array's zarr.json (getsize_prefix of a file key is 0 on a
-    # LocalStore, so nothing was subtracted), and in a MemoryStore array "a" also counted "ab"'s chunks
+    # stored bytes count an array's chunks alone: not its zarr.json (getsize_prefix of a file key is 0 on a
+    # LocalStore, so subtracting it would subtract nothing), nor, in a MemoryStore, array "ab"'s chunks as "a"'s
     store_path = tmp_path / "out.zarr"
     memory = zarr.storage.MemoryStore()
     for store in (store_path, memory):
@@ -360,7 +360,7 @@ def test_recipes_lists_every_recipe_and_parameter(capsys):
 
 
 def test_version_and_help_return_zero_in_process(capsys):
-    # regression: argparse's sys.exit escaped main() for --help and --version
+    # main() returns the exit code of --help and --version: argparse's sys.exit does not escape it
     assert run_cli("--version") == 0
     assert capsys.readouterr().out.strip() == f"streamacc {streamacc.__version__}"
     assert run_cli("write", "--help") == 0
@@ -449,7 +449,7 @@ def test_debug_and_version_are_accepted_after_the_command(tmp_path, capsys, monk
 
 
 def test_a_usage_error_with_debug_is_one_line_without_traceback(capsys):
-    # regression: --debug after the command printed the UsageError's traceback, then rejected --debug
+    # --debug after the command is an option like any other: a usage error says one line, not its traceback
     assert run_cli("write", "out.zarr", "--size", "2**22", "--bogus", "--debug") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err and "--bogus" in err
@@ -507,7 +507,7 @@ def test_a_storage_option_without_key_and_value_is_refused(tmp_path, capsys, pai
 
 
 def test_storage_options_are_parsed_as_json_where_they_parse():
-    from streamacc.cli._main import storage_options
+    from streamacc.cli import storage_options
 
     parsed = storage_options(["endpoint_url=http://127.0.0.1:9000", "anon=true", "n=3", 'kw={"a": [1]}', "s=a=b"])
     assert parsed == {"endpoint_url": "http://127.0.0.1:9000", "anon": True, "n": 3, "kw": {"a": [1]}, "s": "a=b"}

@@ -22,8 +22,7 @@ from helpers import faultrun
 import streamacc
 from streamacc.cli import main
 from streamacc.errors import InputError
-from streamacc.recipes import get_recipe
-from streamacc.recipes._compensated import fast_two_sum, split, split_constant, two_prod, two_sum
+from streamacc.recipes import fast_two_sum, get_recipe, split, split_constant, two_prod, two_sum
 
 PRECISION = {"float64": 53, "float32": 24}
 DTYPES = ["float64", "float32"]

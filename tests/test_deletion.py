@@ -1,10 +1,11 @@
 """Nothing is deleted that is not streamacc's: temp-file names license nothing, and no run deletes
 the folder the command runs in or goes through a link at OUT.
 
-Before: a folder holding only files named ``*.partial`` or ``*.streamacc-tmp``, at any depth,
-counted as empty and was wiped by a plain ``write``; ``cd out.zarr && streamacc write .
---overwrite`` emptied the current directory, user files included; and with ``l.zarr ->
-real.zarr``, ``write l.zarr --overwrite`` rewrote ``real.zarr``.
+A deletion cannot be undone, so each case errs towards keeping: a folder holding only
+files named ``*.partial`` or ``*.streamacc-tmp``, at any depth, is someone else's, not
+empty; ``cd out.zarr && streamacc write . --overwrite`` never empties the current
+directory; and with ``l.zarr -> real.zarr``, ``write l.zarr --overwrite`` never rewrites
+``real.zarr``.
 """
 
 from __future__ import annotations

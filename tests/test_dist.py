@@ -102,9 +102,9 @@ def die_writing_chunk(marker: str, chunk: str) -> None:
     """
     import uuid
 
-    import streamacc.store._chunks as chunks
+    from streamacc import testing
 
-    real = getattr(chunks, "_streamacc_real_write_new", chunks.write_new)
+    real = testing.original("store.write_new")
 
     def write_new(path, data):
         if path.parent.name == "c" and path.name == chunk:
@@ -117,14 +117,13 @@ def die_writing_chunk(marker: str, chunk: str) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
         real(path, data)
 
-    chunks._streamacc_real_write_new = real
-    chunks.write_new = write_new
+    testing.replace("store.write_new", write_new)
 
 
 def restore_write_new() -> None:
-    import streamacc.store._chunks as chunks
+    from streamacc import testing
 
-    chunks.write_new = getattr(chunks, "_streamacc_real_write_new", chunks.write_new)
+    testing.restore("store.write_new")
 
 
 @pytest.mark.kills_a_worker
@@ -191,7 +190,7 @@ def test_a_store_object_cannot_travel_to_workers(client):
 
 def test_a_worker_that_never_takes_the_plan_ends_the_run_with_the_fix(tmp_path, client, monkeypatch):
     """A broadcast that meets a worker dying waits for ever in dask; the run gives up after its timeout."""
-    from streamacc.run.execute import _dask
+    from streamacc.run.execute import SCATTER_TIMEOUT
 
     asked = {}
 
@@ -204,5 +203,5 @@ def test_a_worker_that_never_takes_the_plan_ends_the_run_with_the_fix(tmp_path, 
     with pytest.raises(streamacc.StreamaccError, match=r"did not all take the run's plan .* rerun with mode='resume'"):
         streamacc.write(out, lambda c, _: (c * 2.0, c), np.float64(1.0), length=64, block_size=16, client=client,
                         progress=False)  # fmt: skip
-    assert asked["timeout"] == _dask.SCATTER_TIMEOUT and asked["broadcast"]
+    assert asked["timeout"] == SCATTER_TIMEOUT and asked["broadcast"]
     assert read_manifest(out)["committed_blocks"] == 0

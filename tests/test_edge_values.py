@@ -3,9 +3,9 @@
 An output of no values per step, a summary window of 2**64 rows, ``overview(steps=(inf,
 None))``, a summary chunk with a flipped byte, missing, or whose array was shrunk, a picture
 of values near the largest float64 or of some infinite ones, and times that float64 cannot
-tell apart. Before: ZeroDivisionError, OverflowError, zarr's checksum ValueError naming no
-file, xarray's "conflicting sizes", fill values, matplotlib's "arange: cannot compute
-length", a blank picture, pandas' InvalidIndexError.
+tell apart. Each would otherwise reach the user as another library's exception (a
+ZeroDivisionError, a checksum error naming no file, pandas' InvalidIndexError), as fill
+values read as data, or as a blank picture, none of which says what to do.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Tests for the safe command-line arithmetic in streamacc.cli._expr."""
+"""Tests for the safe arithmetic of the command line's numbers (parse_int, parse_number: never eval)."""
 
 import math
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from streamacc.cli._expr import parse_int, parse_number
+from streamacc.cli import parse_int, parse_number
 from streamacc.errors import InputError
 
 GOOD_INT = [

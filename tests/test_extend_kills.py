@@ -7,11 +7,10 @@ metadata, each summary level's arrays and chunks, block chunks and records. At e
 or rewrite), and ``--resume`` (or ``--extend`` again) with the longer length finishes an
 output that is, file for file, one uninterrupted run of the longer length. Killed before
 its manifest is saved, the output is still the shorter run, and ``--resume`` with the
-longer length names ``--extend``.
-
-Before: a kill between the finest summary level's metadata and the coarser levels' left an
-output that no command could finish (``No array found ... _streamacc/summaries``), readers
-told the user to rewrite the output with ``--overwrite``, or to resume a live writer's run.
+longer length names ``--extend``. Every write is a place to die, the summary levels'
+metadata between one another included, so every one is tried: an output that no command
+can finish, or a reader that asks for ``--overwrite`` or a resume of a live writer's run,
+would cost the user the steps already committed.
 """
 
 from __future__ import annotations

@@ -233,8 +233,8 @@ def test_full_disk_at_the_manifest_then_resume(tmp_path, refs, at):
 
 
 def test_atomic_write_that_fails_keeps_the_old_file_and_no_temp(tmp_path, monkeypatch):
-    """A local folder's fsync is the system's: no store wrapper reaches it, so it fails in the module that calls it."""
-    from streamacc.store import _files
+    """A local folder's fsync is the system's: no store wrapper reaches it, so the system call itself fails."""
+    from streamacc.store import atomic_write
 
     path = tmp_path / "manifest.json"
     path.write_bytes(b"old")
@@ -243,9 +243,9 @@ def test_atomic_write_that_fails_keeps_the_old_file_and_no_temp(tmp_path, monkey
         raise OSError(errno.ENOSPC, "No space left on device")
 
     with monkeypatch.context() as m:
-        m.setattr(_files.os, "fsync", fsync)
+        m.setattr(os, "fsync", fsync)
         with pytest.raises(OSError, match="No space left"):
-            _files.atomic_write(path, b"new")
+            atomic_write(path, b"new")
     assert path.read_bytes() == b"old" and list(tmp_path.iterdir()) == [path]
 
 

@@ -31,8 +31,7 @@ from streamacc.errors import LockedError
 from streamacc.recipes import get_recipe
 from streamacc.run.execute import BlockTask, SinkSpec, run_block_tasks
 from streamacc.store import LEASE_KEY
-from streamacc.store.lease import FencedStore, Lease
-from streamacc.store.lease._leasestore import open_lease_store
+from streamacc.store.lease import FencedStore, Lease, open_lease_store
 
 pytest.importorskip("moto.server")
 

@@ -1,10 +1,11 @@
 """Nothing a user can point streamacc at makes it hang: special files inside an output, an address
 no dask transport knows, the root of the file system.
 
-Before: a named pipe in place of ``x/zarr.json`` hung ``info`` and ``open`` for good (even
-SIGTERM left the process alive); ``--scheduler garbage://x`` printed its error and then
-hung 60 s in dask's client shutdown; ``write /`` walked the whole file system before it
-refused. Hangs are run in a subprocess with a deadline, so that one cannot hang the suite.
+A command that hangs tells the user nothing, so each of these is refused at once: a named
+pipe in place of ``x/zarr.json`` (opening it would wait for a writer for good), a
+``--scheduler`` address no transport knows (dask's client would wait out its shutdown),
+``write /`` (refused before walking the file system). Each runs in a subprocess with a
+deadline, so that a hang fails its test rather than the suite.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from helpers import failing
 
 import streamacc
 from streamacc.cli import main
-from streamacc.run.read._index import StepIndex
+from streamacc.run.read import StepIndex
 
 K = 3
 

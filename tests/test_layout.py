@@ -18,10 +18,9 @@ import xarray as xr
 import zarr
 
 import streamacc
-from streamacc import _defaults
-from streamacc.engine import block_steps, make_plan
-from streamacc.run.output import check_request, output_spec
-from streamacc.run.output._layout import default_chunks, divisor_at_most, resolve_chunks
+from streamacc.engine import DEFAULT_BLOCK_SIZE, block_steps, make_plan
+from streamacc.run import DEFAULT_WRITE_BLOCK_SIZE
+from streamacc.run.output import check_request, default_chunks, divisor_at_most, output_spec, resolve_chunks
 
 MIB = 2**20
 
@@ -44,9 +43,9 @@ def plan_of(f, init, length=2**30, **kw):
 
 def test_the_scalar_defaults_are_unchanged():
     """2**22 float64 steps per written block, 2**20 per computed one: the byte budgets of the defaults."""
-    assert plan_of(scalar_step, np.float64(1.0)).block_size == 2**22 == _defaults.DEFAULT_WRITE_BLOCK_SIZE
+    assert plan_of(scalar_step, np.float64(1.0)).block_size == 2**22 == DEFAULT_WRITE_BLOCK_SIZE
     plan = make_plan(scalar_step, np.float64(1.0), length=2**30)
-    assert plan.block_size == 2**20 == _defaults.DEFAULT_BLOCK_SIZE
+    assert plan.block_size == 2**20 == DEFAULT_BLOCK_SIZE
     assert plan_of(scalar_step, np.float32(1.0)).block_size == 2**23  # same bytes, twice the steps
     spec = output_spec(plan_of(scalar_step, np.float64(1.0)), check_request())
     assert spec.chunks == {"y": (2**22,)}  # one chunk per block, as always

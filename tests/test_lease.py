@@ -27,9 +27,7 @@ from helpers import Bucket, Popen, start_server, stripping_proxy
 
 from streamacc.errors import InputError, LockedError
 from streamacc.store import LEASE_KEY
-from streamacc.store.lease import Lease
-from streamacc.store.lease._lease import LEASE_ENV, lease_seconds
-from streamacc.store.lease._leasestore import Holder, open_lease_store
+from streamacc.store.lease import LEASE_ENV, Holder, Lease, lease_seconds, open_lease_store
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -171,11 +169,9 @@ class FrozenClock:
         return self.now
 
 
-def test_check_detects_a_store_unreachable_for_longer_than_the_lease(aws_credentials, monkeypatch):
-    import streamacc.store.lease._lease as lease_module
-
+def test_check_detects_a_store_unreachable_for_longer_than_the_lease(aws_credentials, seam):
     clock = FrozenClock()
-    monkeypatch.setattr(lease_module, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=time.sleep))
+    seam("store.lease.time", SimpleNamespace(monotonic=clock.monotonic, sleep=time.sleep))
     server, described = start_server()
     try:
         described.fs().mkdir("lost")

@@ -22,7 +22,7 @@ from helpers import OnesUntil
 import streamacc
 from streamacc.engine import MAX_LENGTH, block_bounds, block_count, committed_span
 from streamacc.run.output import Output
-from streamacc.run.recompute._verify import select_blocks
+from streamacc.run.recompute import select_blocks
 
 HUGE = 2**62
 BLOCK = 64
@@ -187,12 +187,9 @@ def test_a_reverse_run_of_2_62_steps_commits_its_end(tmp_path):
 # --- blocks that do not fit in memory -------------------------------------------------------
 
 
-def memory_is(monkeypatch, nbytes: int) -> None:
+def memory_is(seam, nbytes: int) -> None:
     """This machine has ``nbytes`` of memory, as far as the engine's checks ask."""
-    from streamacc.engine import _api, _memory
-
-    for module in (_api, _memory):
-        monkeypatch.setattr(module, "physical_memory", lambda: nbytes)
+    seam("engine.physical_memory", lambda: nbytes)
 
 
 def grow(c, _):
@@ -204,8 +201,8 @@ TIB8 = "8.0 TiB"  # 2**40 float64 rows
 
 @pytest.mark.parametrize("virtual", [False, True])
 def test_a_block_larger_than_memory_is_refused_before_anything_is_created(tmp_path, virtual):
-    """2**40 float64 steps per block are 8 TiB of ys, more than any machine has: numpy's MemoryError came from
-    the first block's buffer, after the output was created; now one line names block_size, and nothing is made."""
+    """2**40 float64 steps per block are 8 TiB of ys, more than any machine has: one line names block_size before
+    anything is made, where numpy's MemoryError at the first block's buffer would leave an output behind."""
     out = tmp_path / "out.zarr"
     with pytest.raises(streamacc.errors.InputError) as refused:
         streamacc.write(out, grow, np.float64(0), length=MAX_LENGTH, block_size=2**40, virtual=virtual, progress=False)
@@ -247,18 +244,18 @@ def test_iter_blocks_and_scan_refuse_a_block_larger_than_memory_when_called():
     assert str(refused.value).endswith("or leave it out for blocks of about 8.0 MiB of ys")
 
 
-def test_blocks_that_fit_are_not_refused_and_one_byte_more_is(tmp_path, monkeypatch):
+def test_blocks_that_fit_are_not_refused_and_one_byte_more_is(tmp_path, seam):
     """The bound is exact: a write holds 4 buffers of a block's ys (3 in flight, 1 computing) on a CPU, and
     scan its whole ys besides 2 blocks; with memory for exactly that they run, one byte less is refused."""
     block = 2**16 * 8  # 2**16 float64 rows
-    memory_is(monkeypatch, 4 * block)
+    memory_is(seam, 4 * block)
     streamacc.write(tmp_path / "fits.zarr", grow, np.float64(0), length=2**17, block_size=2**16, progress=False)
     assert streamacc.info(tmp_path / "fits.zarr").complete
     carry, ys = streamacc.scan(grow, np.float64(0), length=2**17, block_size=2**16)  # ys 2 blocks, and 2 buffers
     assert float(carry) == 2**17
     np.testing.assert_array_equal(ys, np.arange(2**17, dtype=np.float64))
     assert len(list(streamacc.iter_blocks(grow, np.float64(0), length=2**17, block_size=2**16))) == 2
-    memory_is(monkeypatch, 4 * block - 1)
+    memory_is(seam, 4 * block - 1)
     with pytest.raises(streamacc.errors.InputError, match="this write holds 4 of them at once"):
         streamacc.write(tmp_path / "tight.zarr", grow, np.float64(0), length=2**17, block_size=2**16, progress=False)
     assert not (tmp_path / "tight.zarr").exists()
@@ -267,11 +264,11 @@ def test_blocks_that_fit_are_not_refused_and_one_byte_more_is(tmp_path, monkeypa
     assert "a block's ys take 512.0 KiB and scan holds 2 of them at once besides the 1.0 MiB of ys it returns" in str(
         refused.value
     )
-    memory_is(monkeypatch, 2 * block - 1)
+    memory_is(seam, 2 * block - 1)
     with pytest.raises(streamacc.errors.InputError, match="iter_blocks holds 2 of them at once"):
         streamacc.iter_blocks(grow, np.float64(0), length=2**17, block_size=2**16)
     # a length shorter than the block size makes one block of that length, and only that is held
-    memory_is(monkeypatch, 4 * 8 * 1000)
+    memory_is(seam, 4 * 8 * 1000)
     streamacc.write(tmp_path / "short.zarr", grow, np.float64(0), length=1000, block_size=2**40, progress=False)
     assert streamacc.info(tmp_path / "short.zarr").committed_steps == 1000
 

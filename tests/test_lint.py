@@ -158,6 +158,104 @@ def test_a_reach_into_a_private_module_is_found(tmp_path):
     assert private_reaches(tmp_path / "streamacc") == ["streamacc/run/read/_overview.py: streamacc.summaries._pyramid"]
 
 
+def private_module(dotted: str, package_root: Path) -> str | None:
+    """The private module (``_name``) of streamacc that the dotted name ``dotted`` reaches, or None."""
+    parts = dotted.split(".")
+    if parts[0] != "streamacc":
+        return None
+    folder = package_root
+    for depth, part in enumerate(parts[1:], 2):
+        is_module = (folder / f"{part}.py").is_file() or (folder / part / "__init__.py").is_file()
+        if not is_module:
+            return None
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:depth])
+        folder = folder / part
+    return None
+
+
+DOTTED = re.compile(r"streamacc(?:\.\w+)+")
+
+
+def reaches_from_tests(folder: Path, package_root: Path) -> list[str]:
+    """Each reach of a file under ``folder`` into a private streamacc module, as 'file:line: module'.
+
+    An import of one (``import streamacc.store._chunks``, ``from streamacc.store import _files``), a
+    dotted name given to a call (``import_module("streamacc.engine._api")``, ``monkeypatch.setattr(
+    "streamacc.store._chunks.write_new", ...)``), and an attribute of a streamacc module the file
+    imported (``streamacc.store._target``, ``store._chunks`` after ``import streamacc.store as store``).
+    """
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        bound: dict[str, str] = {}  # a name this file binds to a streamacc module -> the module
+        reaches: list[tuple[int, str]] = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    reaches.append((node.lineno, alias.name))
+                    if alias.name.split(".")[0] == "streamacc":
+                        bound[alias.asname or "streamacc"] = alias.name if alias.asname else "streamacc"
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                reaches.append((node.lineno, node.module))
+                for alias in node.names:
+                    reaches.append((node.lineno, f"{node.module}.{alias.name}"))
+                    if node.module.split(".")[0] == "streamacc":
+                        bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            elif isinstance(node, ast.Call) and node.args:
+                first = node.args[0]
+                if isinstance(first, ast.Constant) and isinstance(first.value, str) and DOTTED.fullmatch(first.value):
+                    reaches.append((node.lineno, first.value))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute):
+                chain, inner = [node.attr], node.value
+                while isinstance(inner, ast.Attribute):
+                    chain.append(inner.attr)
+                    inner = inner.value
+                if isinstance(inner, ast.Name) and inner.id in bound:
+                    reaches.append((node.lineno, ".".join([bound[inner.id], *reversed(chain)])))
+        for line, dotted in reaches:
+            module = private_module(dotted, package_root)
+            if module is not None:
+                found.append(f"{path.relative_to(folder.parent)}:{line}: {module}")
+    return sorted(set(found), key=lambda entry: (entry.split(":")[0], int(entry.split(":")[1]), entry))
+
+
+def test_no_test_imports_a_private_streamacc_module():
+    """Tests reach streamacc through the wings' re-exports and ``streamacc.testing``'s seams, never a
+    ``_module``: a private module may change at any time, and its re-exports say what may be used."""
+    assert reaches_from_tests(ROOT / "tests", ROOT / "streamacc") == []
+
+
+def test_a_test_reaching_into_a_private_module_is_found(tmp_path):
+    probe = tmp_path / "tests" / "test_probe.py"
+    probe.parent.mkdir()
+    probe.write_text(
+        "import importlib\n"
+        "import streamacc.store\n"
+        "import streamacc.store._chunks\n"
+        "import streamacc.run.output as output\n"
+        "from streamacc.store import _files, open_target\n"
+        "from streamacc.cli._expr import parse_int\n"
+        "from streamacc.engine import make_plan\n"
+        "from streamacc import __version__, errors\n"
+        "importlib.import_module('streamacc.engine._api')\n"
+        "monkeypatch.setattr('streamacc.store._target.atomic_write', None)\n"
+        "streamacc.store._target.atomic_write = None\n"
+        "output._output.PUBLISH_SECONDS = 0.0\n"
+        "self._store, errors.InputError, streamacc.store.open_target\n"
+    )
+    assert reaches_from_tests(tmp_path / "tests", ROOT / "streamacc") == [
+        "tests/test_probe.py:3: streamacc.store._chunks",
+        "tests/test_probe.py:5: streamacc.store._files",
+        "tests/test_probe.py:6: streamacc.cli._expr",
+        "tests/test_probe.py:9: streamacc.engine._api",
+        "tests/test_probe.py:10: streamacc.store._target",
+        "tests/test_probe.py:11: streamacc.store._target",
+        "tests/test_probe.py:12: streamacc.run.output._output",
+    ]
+
+
 PRIVATE_LIBRARY = re.compile(r"^\s*(?:from|import) (?:zarr|xarray)\.core\b", re.M)
 
 

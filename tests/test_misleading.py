@@ -1,10 +1,12 @@
 """No misleading success and no misleading failure: what a command says is what happened.
 
-Before: ``streamacc write memory://o.zarr`` printed "wrote 1000 steps" and exited 0 with
-nothing kept; after an S3 server lost its data the writer said its committed steps "are
-safely committed"; ``STREAMACC_LEASE_SECONDS=0.01`` gave a message about reachability; a
-full stdout turned a complete run into ``OSError``; an unhashable step function raised
-``lax.scan``'s raw ``TypeError`` after creating the output; ``--workers`` took any number.
+A user acts on what a command says, so each case here is one where the easy answer would
+mislead: ``streamacc write memory://o.zarr`` keeps nothing, so it is refused rather than
+reporting steps written; a writer whose S3 server lost its data does not call its steps
+safely committed; a lease too short to renew is named as such, not as a store out of
+reach; a full stdout does not turn a complete run into a failure; an unhashable step
+function is refused in one line before anything is written; ``--workers`` is bounded by
+the machine.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """NaNs and infinities in a run's values: the first step holding one is found as each block is written,
 recorded in the manifest, warned of once per run, and reported by ``info``.
 
-Before, a Lorenz run with ``--dt 1e10`` exited 0 with every value but the first two inf or NaN, and
-nothing said so. References here come from one in-memory ``lax.scan`` and numpy.
+A run that overflows can otherwise finish with exit 0 and values all inf or NaN (a Lorenz run with
+``--dt 1e10``), which nothing else would point out. References here come from one in-memory
+``lax.scan`` and numpy.
 """
 
 from __future__ import annotations

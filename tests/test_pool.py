@@ -219,10 +219,9 @@ def test_block_nbytes_is_the_pool_buffer_size():
 
 
 @pytest.mark.parametrize("inflight", [1, 3])
-def test_a_local_write_needs_one_buffer_beyond_its_blocks_in_flight(tmp_path, monkeypatch, inflight):
+def test_a_local_write_needs_one_buffer_beyond_its_blocks_in_flight(tmp_path, seam, inflight):
     """On a CPU a write's pool holds its ``inflight`` blocks and the one being computed, and never overflows."""
     import streamacc
-    from streamacc.run.execute import _local
 
     pools = []
 
@@ -231,7 +230,7 @@ def test_a_local_write_needs_one_buffer_beyond_its_blocks_in_flight(tmp_path, mo
             super().__init__(size)
             pools.append(self)
 
-    monkeypatch.setattr(_local, "BlockPool", Recorded)
+    seam("run.execute.BlockPool", Recorded)
     streamacc.write(
         tmp_path / "o.zarr", count_step, np.int64(0), length=40 * 8, block_size=8, inflight=inflight, progress=False
     )

@@ -4,9 +4,10 @@ agree with each other, and that it fits 80 columns with a bar still worth the na
 from __future__ import annotations
 
 import io
+import sys
+import time
 
-from streamacc.run.execute import Progress, _progress, si
-from streamacc.run.execute._progress import Rates, clock
+from streamacc.run.execute import MIN_BAR, Progress, Rates, clock, si
 
 LONG = "/data/experiments/2026/geometric-progressions/runs/very-long-directory-name/out.zarr"
 
@@ -23,8 +24,8 @@ def fake_terminal(monkeypatch) -> tuple[Terminal, list[float]]:
     """
     now = [1000.0]
     stream = Terminal()
-    monkeypatch.setattr(_progress.sys, "stderr", stream)
-    monkeypatch.setattr(_progress.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(sys, "stderr", stream)
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
     return stream, now
 
 
@@ -57,7 +58,7 @@ def test_si_and_clock():
 def test_at_80_columns_a_long_label_leaves_the_bar_its_room(monkeypatch):
     line = run_bar(monkeypatch, 80)
     assert len(line) <= 80
-    assert len(the_bar(line)) >= _progress.MIN_BAR
+    assert len(the_bar(line)) >= MIN_BAR
     assert line.startswith("...") and "out.zarr" in line  # the end of the path, where its name is
     assert "1.26G/4.29G steps" in line  # counted in steps, not "1.26G" that reads as bytes
     assert "8.39M steps/s" in line
@@ -65,7 +66,7 @@ def test_at_80_columns_a_long_label_leaves_the_bar_its_room(monkeypatch):
 
 def test_a_wide_terminal_shows_every_rate(monkeypatch):
     line = run_bar(monkeypatch, 140)
-    assert len(line) <= 140 and len(the_bar(line)) >= _progress.MIN_BAR
+    assert len(line) <= 140 and len(the_bar(line)) >= MIN_BAR
     assert "1.26G/4.29G steps [02:30<06:02, 8.39M steps/s, 67.1MB/s, 16.8MB/s stored]" in line
 
 
@@ -86,7 +87,7 @@ def test_update_keeps_its_two_argument_form(monkeypatch):
 
 def test_silent_when_stderr_is_not_a_terminal(monkeypatch):
     stream = io.StringIO()
-    monkeypatch.setattr(_progress.sys, "stderr", stream)
+    monkeypatch.setattr(sys, "stderr", stream)
     with Progress(100, initial=0, label="out.zarr") as bar:
         bar.update(10, 80, stored=40)
     assert not bar.enabled and stream.getvalue() == ""

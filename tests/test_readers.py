@@ -98,13 +98,11 @@ def test_an_interrupted_output_says_so_and_open_returns_only_committed_steps(tmp
     assert xr.open_zarr(out).attrs["streamacc_committed_steps"] == LENGTH
 
 
-def test_attributes_and_open_stay_true_while_the_run_goes(tmp_path, monkeypatch):
+def test_attributes_and_open_stay_true_while_the_run_goes(tmp_path, monkeypatch, seam):
     """Readers look after each commit (hooked where the run commits: a store wrapper's calls run on zarr's
     event loop, where a reader's own zarr calls would wait for ever)."""
-    from streamacc.run.output import _output
-
     out = tmp_path / "out.zarr"
-    monkeypatch.setattr(_output, "PUBLISH_SECONDS", 0.0)  # the root is refreshed at every commit
+    seam("run.output.PUBLISH_SECONDS", 0.0)  # the root is refreshed at every commit
     seen = []
     real = Output.commit
 

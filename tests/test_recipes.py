@@ -249,7 +249,7 @@ def test_a_blocks_input_rows_are_freed_before_the_next_blocks_are_read(tmp_path,
     import weakref
 
     from streamacc.engine import make_plan, run_plan
-    from streamacc.recipes._input import Rows
+    from streamacc.recipes import Rows
 
     steps = 2**19  # 4 MiB of float64 rows per block, as large as the engine lets go of
     data = np.random.default_rng(3).uniform(0.5, 1.0, 4 * steps)
@@ -273,6 +273,115 @@ def test_a_blocks_input_rows_are_freed_before_the_next_blocks_are_read(tmp_path,
         gc.enable()
     assert len(read) == 4 and alive_at_read == [0, 0, 0, 0]
     assert out.tobytes() == np.cumsum(data).tobytes()
+
+
+@pytest.mark.parametrize("codec", ["zstd", "none"])
+def test_whole_zstd_and_plain_chunks_are_read_into_their_rows_alone(tmp_path, monkeypatch, codec):
+    """A block of whole chunks reads each chunk's stored bytes into its own rows (zstd's at their end,
+    decompressed in place), so no buffer of stored bytes exists besides the rows: the only large
+    allocations of a read are its rows, one per read."""
+    import mmap
+
+    steps = 2**16
+    data = np.random.default_rng(8).uniform(0.5, 1.0, 4 * steps)
+    array = zarr.create_array(
+        tmp_path / "in.zarr", shape=data.shape, chunks=(steps,), dtype="f8", compressors=CODECS[codec]
+    )
+    array[...] = data
+    job = get_recipe("cumsum").build(4 * steps, "float64", input=str(tmp_path / "in.zarr"))
+    from streamacc import store
+
+    maps, rows = [], []
+    real_mmap, real_empty = mmap.mmap, store.aligned_empty
+    monkeypatch.setattr(mmap, "mmap", lambda *a, **k: maps.append(a) or real_mmap(*a, **k))
+    monkeypatch.setattr(store, "aligned_empty", lambda n, align: rows.append(n) or real_empty(n, align))
+    for start in range(0, 4 * steps, 2 * steps):  # blocks of two whole chunks
+        got = job.xs[start : start + 2 * steps]
+        assert got.tobytes() == data[start : start + 2 * steps].tobytes() and got.ctypes.data % 64 == 0
+    # the rows, and for zstd the room past them that the last chunk's frame is read into (256 KiB)
+    assert maps == [] and len(rows) == 2 and all(2 * steps * 8 <= n <= 2 * steps * 8 + 2**18 for n in rows)
+    assert run(job, block_size=steps).tobytes() == np.cumsum(data).tobytes()
+
+
+def zstd_frames(data: bytes, level: int = 0, checksum: bool = False) -> bytes:
+    import numcodecs
+
+    return bytes(numcodecs.Zstd(level=level, checksum=checksum).encode(data))
+
+
+def test_zstd_margin_of_incompressible_data_is_its_overhead_and_one_block():
+    """Random bytes compress to raw blocks: the frame is its header, 3 bytes per block, the bytes themselves
+    (and a checksum), so zstd's in-place margin is the frame's size less the data, plus one block of 128 KiB."""
+    from streamacc.recipes import zstd_margin
+
+    data = np.random.default_rng(2).integers(0, 256, 2**21 + 5, dtype=np.uint8).tobytes()
+    for checksum in (False, True):
+        frame = zstd_frames(data, checksum=checksum)
+        assert len(frame) > len(data)  # stored raw
+        assert zstd_margin(frame, len(data)) == len(frame) - len(data) + 128 * 2**10
+
+
+def test_zstd_margin_refuses_what_it_cannot_vouch_for():
+    from streamacc.recipes import zstd_margin
+
+    data = np.arange(50_000, dtype=np.float64).tobytes()
+    frame = zstd_frames(data, level=3)
+    margin = zstd_margin(frame, len(data))
+    assert margin is not None and 128 * 2**10 < margin < 128 * 2**10 + 1000
+    assert zstd_margin(frame, len(data) + 1) is None  # not what the chunk holds
+    assert zstd_margin(frame[:-1], len(data)) is None  # cut short
+    assert zstd_margin(frame + b"\0", len(data)) is None  # trailing bytes
+    assert zstd_margin(b"\x00" * 16, len(data)) is None  # not zstd
+    dictionary = bytearray(frame)
+    dictionary[4] |= 1  # a frame that needs a dictionary
+    assert zstd_margin(bytes(dictionary), len(data)) is None
+    # frames one after the other: their overheads add up, and the larger block counts once
+    small = np.random.default_rng(3).integers(0, 256, 800, dtype=np.uint8).tobytes()
+    second = zstd_frames(small)  # stored raw: its overhead is its size less the 800 bytes, its block at most 800
+    assert zstd_margin(frame + second, len(data) + 800) == margin + len(second) - 800
+    skippable = (0x184D2A53).to_bytes(4, "little") + (5).to_bytes(4, "little") + b"12345"
+    assert zstd_margin(skippable + frame, len(data)) == margin + 13
+
+
+@pytest.mark.parametrize("kind", ["uniform", "walk", "zeros", "small integers", "random bits"])
+@pytest.mark.parametrize("level", [0, 1, 9, 19])
+def test_zstd_chunks_decompressed_in_place_are_zarrs_values(tmp_path, kind, level):
+    """Chunks of every kind of zstd block (compressed, RLE, raw) decompressed in place, in a block of
+    several chunks and in one smaller than a chunk, are the bytes zarr reads."""
+    rng = np.random.default_rng(level)
+    n = 3 * 2**15
+    data = {
+        "uniform": rng.uniform(0.5, 1.0, n),
+        "walk": np.cumsum(rng.uniform(0.5, 1.0, n)),
+        "zeros": np.zeros(n),
+        "small integers": rng.integers(0, 10, n).astype(np.float64),
+        "random bits": rng.integers(0, 2**63, n).view(np.float64),
+    }[kind]
+    array = zarr.create_array(
+        tmp_path / "in.zarr", shape=(n,), chunks=(2**15,), dtype="f8", fill_value=1.5,
+        compressors=[zarr.codecs.ZstdCodec(level=level, checksum=level == 9)],
+    )  # fmt: skip
+    array[...] = data
+    job = get_recipe("cumsum").build(n, "float64", input=str(tmp_path / "in.zarr"))
+    for key in (slice(0, n), slice(2**15, n), slice(0, 2**14), slice(2**14, 2**15)):
+        assert job.xs[key].tobytes() == np.asarray(array[key]).tobytes()
+
+
+def test_a_damaged_zstd_chunk_fails_as_zarr_fails(tmp_path):
+    """A chunk zstd cannot decompress in place is read again into a buffer of its own and decoded there, so a
+    damaged chunk raises the error of a plain decode."""
+    data = np.random.default_rng(4).uniform(0.5, 1.0, 2**16)
+    save(tmp_path / "in.zarr", data, chunk=2**15)
+    chunk = tmp_path / "in.zarr" / "c" / "1"
+    stored = bytearray(chunk.read_bytes())
+    stored[len(stored) // 2 : len(stored) // 2 + 64] = bytes(64)
+    chunk.write_bytes(bytes(stored))
+    job = get_recipe("cumsum").build(2**16, "float64", input=str(tmp_path / "in.zarr"))
+    assert job.xs[: 2**15].tobytes() == data[: 2**15].tobytes()
+    with pytest.raises(RuntimeError, match="Zstd"):
+        zarr.open_array(tmp_path / "in.zarr", mode="r")[2**15 :]
+    with pytest.raises(RuntimeError, match="Zstd"):
+        job.xs[2**15 :]
 
 
 # --- identity and metadata ----------------------------------------------------------------

@@ -21,7 +21,7 @@ import zarr
 from helpers import MANIFEST, assert_same_output, dies_at, failing, read_manifest, store_files, temp_files
 
 import streamacc
-import streamacc.store._target
+from streamacc import testing
 from streamacc.errors import ResumeError, StoreError, StreamaccWarning
 from streamacc.run.record import Ledger
 from streamacc.store import ZarrSink
@@ -274,7 +274,7 @@ def test_resume_of_a_foreign_directory_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("where", ["root", "arrays"])
-def test_overwrite_interrupted_while_deleting_leaves_a_recognised_output(tmp_path, monkeypatch, reference, where):
+def test_overwrite_interrupted_while_deleting_leaves_a_recognised_output(tmp_path, reference, where):
     """--overwrite saves the new run's manifest first: an interruption while deleting the old run, whatever
     the listing order, leaves an output that claims no block and that --overwrite and --resume recognise.
 
@@ -288,10 +288,8 @@ def test_overwrite_interrupted_while_deleting_leaves_a_recognised_output(tmp_pat
             shutil.rmtree(root / "level")
         raise KeyboardInterrupt
 
-    with monkeypatch.context() as m:
-        m.setattr(streamacc.store._target, "remove_tree_contents", interrupted)
-        with pytest.raises(KeyboardInterrupt):
-            run(out, mode="overwrite", **new)
+    with testing.patched("store.remove_tree_contents", interrupted), pytest.raises(KeyboardInterrupt):
+        run(out, mode="overwrite", **new)
     manifest = read_manifest(out)
     assert manifest["committed_blocks"] == 0 and manifest["identity"]["codec"] == "none"
     assert not (out / "zarr.json").exists()  # readers no longer see the old group

@@ -1,9 +1,9 @@
 """A resume trusts no committed block blindly: every committed chunk must end with the CRC-32C its
 block record names, and an input read from Zarr must be the one the run started on.
 
-Before: a resume recomputed only the last committed block, so a chunk copied from another
-run into an earlier block, or an ``--input`` row edited in the committed part, passed
-``--resume`` with exit 0 and ended in the finished output.
+Recomputing only the last committed block would let a chunk copied from another run into
+an earlier block, or an ``--input`` row edited in the committed part, pass ``--resume``
+and end in the finished output; both are refused.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """Readers trust only what ``verify`` would: the root metadata agrees with the manifest, the arrays
 have the metadata they were written with, and nothing inside an output is a link.
 
-Before: a writer killed between the manifest's "complete" and the root's refresh left
-``streamacc_complete=0`` for good (``--resume`` said "already complete" and did not fix it;
-readers read such a root, which lags as a live writer's does, ``verify`` refuses it, and
-``--resume`` rewrites it); a deleted root, a root whose consolidated shape was shrunk
-(xarray then returned 12,288 of 65,536 values marked complete), a root forged complete,
-or one linked outside the output all passed ``verify``, ``info`` and ``open``; and
-``open`` returned another output's values through a linked array, and values rescaled by
-a ``scale_factor`` added to ``x/zarr.json``.
+The root metadata is what plain Zarr readers see, so it must never claim more than the
+manifest: a writer killed between the manifest's "complete" and the root's refresh leaves
+a root that lags, as a live writer's does, which readers read, ``verify`` refuses and
+``--resume`` rewrites; a deleted root, a root whose consolidated shape was shrunk (xarray
+would return part of the values marked complete), a root forged complete, or one linked
+outside the output, is refused by ``verify``, ``info`` and ``open``; and ``open`` returns
+no values through a linked array, nor values rescaled by a ``scale_factor`` added to
+``x/zarr.json``.
 """
 
 from __future__ import annotations

@@ -176,8 +176,8 @@ LIBRARY_EXIT_MID_BLOCK = textwrap.dedent(
 
 @pytest.mark.slow
 def test_a_script_that_ends_while_a_block_computes_lets_the_block_finish_and_exits_cleanly(tmp_path):
-    """The interpreter used to end the computing thread inside XLA, which aborted the process (SIGABRT, "FATAL:
-    exception not rethrown") in three runs of four, with the block unfinished: the exit now waits for it."""
+    """The exit waits for the block: the interpreter ending the computing thread inside XLA aborts the process
+    (SIGABRT, "FATAL: exception not rethrown") with the block unfinished."""
     marker = tmp_path / "block-finished"
     proc = start([sys.executable, "-c", LIBRARY_EXIT_MID_BLOCK, str(tmp_path / "out.zarr"), str(marker)])
     _, err = proc.communicate(timeout=DEADLINE * 2)
@@ -185,6 +185,34 @@ def test_a_script_that_ends_while_a_block_computes_lets_the_block_finish_and_exi
     assert err.rstrip().endswith("KeyboardInterrupt") and "FATAL" not in err, err
     assert marker.read_text() == "512"  # the block in hand when the script ended was computed to its end
     assert read_manifest(tmp_path / "out.zarr")["committed_blocks"] <= 1
+
+
+def test_a_thread_computing_ahead_begins_no_item_once_closed():
+    """A source advanced on its own thread ``ahead`` items before they are asked for (a virtual run's carry pass)
+    ends after the item in hand once the caller stops, as one that computes on demand does."""
+    import threading
+
+    from streamacc.run.threads import on_own_thread
+
+    begun, hold = [], threading.Event()
+
+    def source():
+        for i in range(100):
+            begun.append(i)
+            if i == 2:
+                hold.wait(10)  # the item in hand when the caller stops
+            yield i
+
+    items = on_own_thread(source(), ahead=5)
+    assert next(items) == 0
+    while len(begun) < 3:
+        time.sleep(0.001)
+    items.close()  # the caller stops with items 1 and 2 computed ahead
+    hold.set()
+    deadline = time.monotonic() + 0.5  # time for a thread that went on to begin another
+    while time.monotonic() < deadline and len(begun) == 3:
+        time.sleep(0.01)
+    assert begun == [0, 1, 2]
 
 
 def test_write_computes_in_the_callers_x64_scope(tmp_path, x64_off):

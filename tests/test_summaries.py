@@ -124,14 +124,12 @@ def test_every_stored_row_matches_numpy(written, reference, block):
     assert verify.summary_windows == sum(-(-LENGTH // w) for w in WINDOWS) * len(reference)
 
 
-def test_rows_reduced_a_few_windows_at_a_time_match_numpy(tmp_path, reference, monkeypatch):
+def test_rows_reduced_a_few_windows_at_a_time_match_numpy(tmp_path, reference, seam):
     """Large blocks are reduced a slice of windows at a time, a slice holding a NaN window again: numpy's rows,
     and every byte of the output the same as with each block reduced whole."""
-    from streamacc.summaries import _pyramid
-
     whole, sliced = tmp_path / "whole.zarr", tmp_path / "sliced.zarr"
     write(whole, block_size=300)
-    monkeypatch.setattr(_pyramid, "SLICE_BYTES", 200)  # here three windows of 8 float64 steps a slice
+    seam("summaries.SLICE_BYTES", 200)  # here three windows of 8 float64 steps a slice
     write(sliced, block_size=300)
     for window in WINDOWS:
         group = zarr.open_group(sliced / f"_streamacc/summaries/w{window}", mode="r")
@@ -139,6 +137,77 @@ def test_rows_reduced_a_few_windows_at_a_time_match_numpy(tmp_path, reference, m
             got = {stat: group[f"{name}_{stat}"][:] for stat in ("min", "max", "mean", "count")}
             assert_rows(got, expected(values, window), f"{name} w{window} in slices")
     assert_same_output(sliced, whole)
+
+
+# a scalar series, a 4096-point state and a 256x256 field, each with NaNs: at scattered steps and points, and at a
+# few points through a whole window (min, max and mean NaN there, count 0); shape -> (length, block, windows)
+STATES = {(): (10_000, 1000, [64, 1024]), (4096,): (512, 128, [64, 256]), (256, 256): (48, 16, [4, 16])}
+
+
+def state_step(shape, length):
+    points = int(np.prod(shape, dtype=np.int64))
+    index = jnp.arange(points).reshape(shape)
+    offset = index.astype(jnp.float64) * 1e-3
+
+    def f(c, i):
+        c = c * 0.999 + jnp.sin(i + offset)
+        scattered = (i.astype(jnp.int32) % 7 == 3) & (index % 5 == 0)
+        stretch = (i >= length // 4) & (i < length // 2) & (index < 10)
+        return c, jnp.where(scattered | stretch, jnp.nan, c)
+
+    return f, jnp.zeros(shape, jnp.float64)
+
+
+@pytest.mark.parametrize("shape", list(STATES), ids=["series", "state4096", "field256x256"])
+def test_summaries_of_a_series_a_large_state_and_a_field_with_nans_match_numpy(tmp_path, shape, seam):
+    """Against numpy over the same steps (NaNs skipped): min, max and count exactly, means to 1e-12. Windows larger
+    than a slice of a reduction are reduced a tile of the state's values at a time: every byte is that of reductions
+    over whole windows."""
+    length, block, windows = STATES[shape]
+    f, init = state_step(shape, length)
+    xs = np.arange(length, dtype=np.float64)
+    _, ys = jax.lax.scan(f, init, jnp.asarray(xs))
+    values = np.asarray(ys)
+    args = {"block_size": block, "progress": False, "summaries": windows, "names": "y"}
+    with warnings.catch_warnings():  # y holds NaNs on purpose
+        warnings.filterwarnings("ignore", ".*: y holds a NaN", streamacc.errors.StreamaccWarning)
+        streamacc.write(tmp_path / "tiled.zarr", f, init, xs, **args)
+        seam("summaries.SLICE_BYTES", 2**40)  # each window in one call
+        streamacc.write(tmp_path / "whole.zarr", f, init, xs, **args)
+    assert_same_output(tmp_path / "tiled.zarr", tmp_path / "whole.zarr")
+    for window in windows:
+        group = zarr.open_group(tmp_path / f"tiled.zarr/_streamacc/summaries/w{window}", mode="r")
+        got = {stat: group[f"y_{stat}"][:] for stat in ("min", "max", "mean", "count")}
+        want = expected(values, window)
+        assert (want["count"] < window).any() and (window > windows[0] or (want["count"] == 0).any())  # NaNs
+        assert_rows(got, want, f"{shape} w{window}")
+    report = streamacc.verify(tmp_path / "tiled.zarr", f, init, xs)
+    assert report.summary_windows == sum(-(-length // w) for w in windows)
+
+
+def test_a_state_is_reduced_in_tiles_of_its_values_bit_for_bit_as_whole():
+    """The tiles of a state's values (at least 64 of them, the last never narrower) give each value the bits of one
+    numpy reduction over its window's steps, whatever the dtype, NaNs and infinities included."""
+    from streamacc.summaries import reduce_steps
+    from streamacc.testing import patched
+
+    rng = np.random.default_rng(5)
+    for dtype in ("float64", "float32", "int16", "bool"):
+        for values in (64, 200, 4096):
+            data = rng.standard_normal((96, values)) * 50
+            if dtype.startswith("float"):
+                data[rng.random(data.shape) < 0.02] = np.nan
+                data[:32, :70] = np.nan
+                data[40, :3] = np.inf
+            data = data > 0 if dtype == "bool" else data.astype(dtype)
+            for axis, batch in ((1, data.reshape(3, 32, values)), (0, data)):
+                with np.errstate(invalid="ignore"):
+                    with patched("summaries.SLICE_BYTES", 2**40):
+                        whole = reduce_steps(batch, axis)
+                    with patched("summaries.SLICE_BYTES", 32 * 100 * batch.itemsize):  # tiles of 100 values
+                        tiled = reduce_steps(batch, axis)
+                for a, b in zip(whole.fields(), tiled.fields(), strict=True):
+                    assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), (dtype, values)
 
 
 def test_overview_reads_each_level_with_the_output_dims(written, reference):
@@ -179,7 +248,7 @@ def test_overview_needs_only_the_summaries(tmp_path, written):
 
 def test_summaries_as_streamacc_writes_them_are_read_without_zarr_as_zarr_reads_them(written):
     from streamacc.store import open_target
-    from streamacc.summaries._plain import plain_array, plain_group
+    from streamacc.summaries import plain_array, plain_group
 
     out = written[24]
     target = open_target(out, read_only=True)
@@ -203,7 +272,7 @@ def test_summaries_as_streamacc_writes_them_are_read_without_zarr_as_zarr_reads_
 
 
 def test_summaries_of_any_other_form_are_read_by_zarr_which_names_what_is_wrong(tmp_path, written):
-    from streamacc.summaries._plain import plain_array, plain_group
+    from streamacc.summaries import plain_array, plain_group
 
     before = streamacc.overview(written[64], points=20)  # the level of 32 steps
     out = tmp_path / "edited.zarr"

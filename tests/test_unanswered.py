@@ -6,10 +6,8 @@ writer then waits on requests that never end and on renewals that time out; once
 lease has gone unrenewed for three quarters of its time, it stops with the one line the
 object-storage guide promises (``could not renew the writer lease for N s``), instead of
 waiting as long as the store is down. Once the store answers again, ``--resume``
-finishes the output, object for object the run never interrupted.
-
-Before: the writer stayed blocked as long as the store was down (400 s with a 6 s lease,
-ending only when the store came back).
+finishes the output, object for object the run never interrupted. A writer that waited
+for the store instead would hold its command for as long as the store is down.
 """
 
 from __future__ import annotations

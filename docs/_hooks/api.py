@@ -40,7 +40,8 @@ def resolve(identifier: str) -> object:
 
 
 def public_names() -> list[str]:
-    """Every name a user may import: the top level's and the errors module's."""
+    """Every name a user may import: the top level's and the errors module's (``streamacc.testing``, for tests,
+    is not among them)."""
     import streamacc
     import streamacc.errors
 

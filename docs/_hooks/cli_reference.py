@@ -106,7 +106,7 @@ def _parser_section(name: str, parser: argparse.ArgumentParser, summary: str) ->
 
 def render_commands() -> str:
     """Markdown for the command and each of its subcommands."""
-    from streamacc.cli._parser import build_parser
+    from streamacc.cli import build_parser
 
     with _columns():
         parser = build_parser()

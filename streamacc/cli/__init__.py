@@ -7,7 +7,9 @@ Importing it loads neither JAX nor Zarr; commands import them once they need the
 
 from __future__ import annotations
 
+from ._expr import parse_int, parse_number
 from ._main import main
+from ._parser import build_parser, storage_options
 from ._spelling import cli_message
 
-__all__ = ["cli_message", "main"]
+__all__ = ["build_parser", "cli_message", "main", "parse_int", "parse_number", "storage_options"]

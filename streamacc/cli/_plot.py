@@ -118,7 +118,7 @@ def drawable(*arrays: np.ndarray) -> tuple[list[np.ndarray], float, bool]:
 def draw(ds: Any, var: str) -> Any:
     """The figure of output ``var`` of an :func:`streamacc.overview` Dataset or Table (needs matplotlib)."""
     figure, canvas = _matplotlib()
-    # numpy from here on: indexing xarray objects would import dask (0.4 s) to look for dask arrays
+    # numpy from here on: indexing xarray objects would import dask to look for dask arrays
     meta = ds[f"{var}_mean"]
     low, high, mean = (_pad(ds[f"{var}_{stat}"].values) for stat in ("min", "max", "mean"))
     (low, high, mean), scale, infinite = drawable(low, high, mean)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from .._defaults import DEFAULT_BLOCK_SIZE as DEFAULT_BLOCK_SIZE
     from ._api import iter_blocks as iter_blocks, scan as scan
     from ._block import Block as Block
     from ._carry import HostLeaf as HostLeaf, from_host as from_host, same_leaves as same_leaves, to_host as to_host
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
         run_plan as run_plan,
     )
     from ._scopes import caller_scopes as caller_scopes, jax_option as jax_option
+    from ._seams import SEAMS as SEAMS
     from ._spec import SCAN_DEFAULTS as SCAN_DEFAULTS, ScanSpec as ScanSpec, as_spec as as_spec, step_of as step_of
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -43,7 +43,7 @@ def _thinned_scan(
     then, XLA compiling the two programs differently).
 
     Unrolled (``unroll`` > 1), XLA fuses the arithmetic of the steps of one unrolled group
-    differently when their ys are not all stored (measured: a kept y 1 ulp off), so the
+    differently when their ys are not all stored (a kept y can be an ulp off), so the
     block runs as one plain scan, storing every y, and keeps every ``every``-th: exact, at
     the cost of a block's full ys in memory (blocks sized by bytes count them).
     """

@@ -38,9 +38,8 @@ __all__ = ["POOL_MIN_BYTES", "BlockPool", "PoolStats", "fresh_buffers", "pool_si
 
 POOL_MIN_BYTES = 4 * 2**20
 """Smallest block (bytes of ys) that the default pool recycles. glibc's heap already
-reuses freed buffers of up to a few MiB without page faults (measured: 2**16 to 2**18
-float64 steps per block), and there the pool's own cost, about 10 us per block, would
-exceed what it saves; from 8 MiB on, fresh buffers page-fault."""
+reuses freed buffers of up to a few MiB without page faults, so below this the pool's own
+bookkeeping per block would cost more than it saves; larger fresh buffers page-fault."""
 
 
 @dataclasses.dataclass

@@ -62,8 +62,8 @@ def _drop_spent_rows() -> None:
     XLA computes on an aligned numpy array in place and holds it meanwhile; once done, it
     lets go of it from a thread of its own, where jaxlib, without the GIL, only queues the
     reference for its garbage list, which a gc callback empties at each collection. Until
-    then a block's rows outlive it, and a block of 32 MiB input rows was read while the rows
-    of the block before (or more) still took their 32 MiB. A young-generation collection
-    runs that callback (0.1-0.2 ms, against a block read in tens of milliseconds).
+    then a block's rows outlive it, and the next block's rows are read while the rows of
+    the block before (or more) still take their memory. A young-generation collection runs
+    that callback, and costs little against a block's read.
     """
     gc.collect(0)

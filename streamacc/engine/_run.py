@@ -104,12 +104,11 @@ def computes_ahead() -> bool:
     before block k is handed over. On an accelerator JAX's dispatch returns at once, so
     the device computes k+1 while block k is copied to the host and taken by the caller;
     that overlap is worth the pool's one extra buffer. XLA's CPU client returns only once
-    the block is computed (measured for a 2**22-step float64 block: the dispatch takes
-    the block's whole 21 ms, the hand-over 0.1 ms), so on a CPU computing ahead overlaps
-    nothing: each ``next()`` still waits for one block's computation, the caller merely
-    gets the block before the one just computed, and the pool needs a buffer more (32 MiB
-    for the write's blocks, the difference for the headline's peak memory). On a CPU the
-    overlap comes from the caller's own threads instead, as in :func:`streamacc.write`.
+    the block is computed (the dispatch takes the block's whole computation, the hand-over
+    a sliver of it), so on a CPU computing ahead overlaps nothing: each ``next()`` still
+    waits for one block's computation, the caller merely gets the block before the one
+    just computed, and the pool needs a buffer more (a whole block of the write's ys). On a
+    CPU the overlap comes from the caller's own threads instead, as in :func:`streamacc.write`.
     """
     return _platform() != "cpu"
 

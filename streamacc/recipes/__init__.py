@@ -16,6 +16,9 @@ descriptions cost the command line nothing.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 from ..errors import InputError
 from ._base import DEGENERATE_RULE, Job, Param, Recipe, check_dtype, option, refusal
 from ._cumulative import CUMPROD, CUMSUM
@@ -23,7 +26,19 @@ from ._lorenz import LORENZ
 from ._progressions import AFFINE, GP, LOGISTIC
 from ._random import RANDOMWALK
 
+if TYPE_CHECKING:
+    from ._compensated import (
+        fast_two_sum as fast_two_sum,
+        split as split,
+        split_constant as split_constant,
+        two_prod as two_prod,
+        two_sum as two_sum,
+    )
+    from ._input import Rows as Rows, zstd_margin as zstd_margin
+
+__getattr__, __dir__, _lazy = lazy_exports(__name__, __file__)  # numpy's import waits for their first use
 __all__ = ["DEGENERATE_RULE", "RECIPES", "Job", "Param", "Recipe", "check_dtype", "get_recipe", "option", "refusal"]
+__all__ += _lazy
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (GP, AFFINE, LOGISTIC, RANDOMWALK, LORENZ, CUMSUM, CUMPROD)}
 """Every recipe by name, in the order ``streamacc recipes`` lists them."""

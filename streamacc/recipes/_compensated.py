@@ -158,19 +158,18 @@ def to_pair(value: float, dtype: str) -> tuple[float, float]:
 """The parameter of every recipe with a compensated mode."""
 
 UNROLL = 2
-"""The ``lax.scan`` unroll of every compensated recipe: on CPU, 2 ran fastest (1.3x
-unroll 1), while at 8 XLA no longer compiled the float32 loop into one kernel."""
+"""The ``lax.scan`` unroll of every compensated recipe: on CPU, 2 runs fastest, while at 8
+XLA no longer compiles the float32 loop into one kernel."""
 
 TERMS = {"float64": 2, "float32": 3}
 """How many numbers of the dtype a compensated carry holds.
 
 A pair keeps about ``2 * 24 + 1`` bits in float32 and rounds each step's result to them,
 an error of up to ``2**-49`` relative per step. A smooth recurrence's rounding errors are
-correlated from step to step and add up: for the geometric progression with ratio
-``1 + 2**-23``, a float32 pair was correctly rounded at 97.2% of the sampled steps of
-2**28 and 88.9% of 2**30 (``benchmarks/bench_accuracy.py``, method ``pair``). A third
-number carries the pair's own rounding error (``2**-72`` per step) and was correctly
-rounded at every sampled step. In float64 a pair errs by ``2**-106`` per step, which
+correlated from step to step and add up, so that a float32 pair is no longer correctly
+rounded at every step of a long geometric progression (the accuracy benchmark's method
+``pair``). A third number carries the pair's own rounding error (``2**-72`` per step),
+and keeps every sampled step correctly rounded. In float64 a pair errs by ``2**-106`` per step, which
 stays far below half an ulp over any feasible length.
 """
 

@@ -7,11 +7,18 @@ threshold so that later buffers stay on the heap; JAX then copies the rows into 
 buffer of its own, since a numpy array not aligned to 64 bytes cannot be shared.
 Where the array's codecs allow it (a Zarr v3 array of little-endian or one-byte values,
 stored as plain bytes, optionally compressed with zstd, blosc or gzip, not sharded)
-:class:`Rows` instead reads a local chunk's stored bytes into one reused anonymous
-mapping and decodes them straight into the rows handed to the scan, which are aligned so
-that JAX uses them in place; a chunk larger than a block is decoded once and kept for the
-blocks that follow. Other arrays are sliced by Zarr. The values are those Zarr reads, bit
-for bit: the same numcodecs decoders decode the same bytes.
+:class:`Rows` instead decodes a local chunk's stored bytes straight into the rows handed to
+the scan, which are aligned so that JAX uses them in place; a chunk larger than a block is
+decoded once and kept for the blocks that follow. Other arrays are sliced by Zarr. The
+values are those Zarr reads, bit for bit: the same numcodecs decoders decode the same bytes.
+
+A whole chunk of plain bytes is read straight into its rows, and a whole zstd chunk is
+read into the end of its rows and decompressed in place there (zstd's in-place
+decompression: the compressed frame at the end of the output, ``ZSTD_decompressionMargin``
+bytes past it, which zstd itself refuses to overrun); so the rows are the only buffer a
+block reads into, where a chunk's stored bytes took a second one nearly as large (31 of
+the 32 MiB of a block of random float64). Blosc and gzip chunks, and any chunk the zstd
+margin does not fit, are read into one reused anonymous mapping and decoded from there.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import operator
 import os
 import sys
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = ["Rows"]
 
@@ -103,48 +110,87 @@ class Rows:
         if self._decoder is None:
             return np.asarray(self.array[start:stop])
         with self._lock:
-            return self._read_chunks(start, stop)
+            return self._read_chunks(self._decoder, start, stop)
 
-    def _read_chunks(self, start: int, stop: int) -> Any:
-        import numpy as np
-
-        out = _aligned(stop - start, self.dtype)
+    def _read_chunks(self, decoder: _Decoder, start: int, stop: int) -> Any:
+        size = self.dtype.itemsize
         chunk = self.array.chunks[0]
+        rows, room = _rows(stop - start, self.dtype, decoder.tail)
         for index in range(start // chunk, (stop - 1) // chunk + 1):
             low, high = index * chunk, min((index + 1) * chunk, self.array.shape[0])
             a, b = max(low, start), min(high, stop)
             if (a, b) == (low, high):  # a whole chunk (or the array's last, partial one): decoded in place
-                self._decode(index, out[a - start : b - start], high - low)
+                # its room runs on over the next chunk's rows, which are read after it
+                at = (a - start) * size
+                self._decode(decoder, index, rows[a - start : b - start], high - low, room[at:])
                 continue
             if self._cached is None or self._cached[0] != index:
                 self._cached = None  # the chunk before it is not needed any more
-                values = np.empty(chunk, self.dtype)
-                self._decode(index, values, chunk)
+                values, whole_room = _rows(chunk, self.dtype, decoder.tail)
+                self._decode(decoder, index, values, chunk, whole_room)
                 self._cached = (index, values)
-            out[a - start : b - start] = self._cached[1][a - low : b - low]
+            rows[a - start : b - start] = self._cached[1][a - low : b - low]
             if b == high:
                 self._cached = None  # its last rows are read: scans read forward
-        return out
+        return rows
 
-    def _decode(self, index: int, out: Any, rows: int) -> None:
-        """Chunk ``index`` decoded into ``out`` (its first ``rows`` values; a stored chunk holds a whole chunk)."""
+    def _decode(self, decoder: _Decoder, index: int, out: Any, rows: int, room: Any) -> None:
+        """Chunk ``index`` decoded into ``out`` (its first ``rows`` values; a stored chunk holds a whole chunk).
+
+        ``room``, bytes from ``out``'s first on and ``decoder.tail`` past its last (or more),
+        lets a whole chunk be read and decoded there, without a buffer of its stored bytes.
+        """
         import numpy as np
 
         key = self.array.metadata.encode_chunk_key((index,))
+        whole = rows == out.shape[0] == self.array.chunks[0]
+        if whole and self._decode_in_place(decoder, key, room[: out.nbytes + max(decoder.tail, 0)], out.nbytes):
+            return
         raw = self._stored(key)
         if raw is None:  # never written: the fill value, as Zarr reads it
             out[:] = self.array.fill_value
             return
         try:
-            if rows == out.shape[0] == self.array.chunks[0]:
-                self._decoder.decode(raw, out=out)
+            if whole:
+                decoder.decode(raw, out=out)
             else:  # the last chunk of an array whose length the chunks do not divide
                 full = np.empty(self.array.chunks[0], self.dtype)
-                self._decoder.decode(raw, out=full)
+                decoder.decode(raw, out=full)
                 out[:] = full[: out.shape[0]]
         finally:
             if isinstance(raw, memoryview):
                 raw.release()
+
+    def _local_path(self, key: str) -> str | None:
+        """The file of ``key`` where the array is on a local store, else None."""
+        from zarr.storage import LocalStore
+
+        store = self.array.store
+        return os.path.join(str(store.root), key) if isinstance(store, LocalStore) else None
+
+    def _decode_in_place(self, decoder: _Decoder, key: str, room: Any, nbytes: int) -> bool:
+        """Whether local chunk ``key`` was read into the end of ``room`` and decoded into its first ``nbytes``.
+
+        False (nothing decoded) where it is not stored in a local file, does not fit, or its
+        decoder cannot decode it in place: the caller reads it into a buffer of its own then.
+        """
+        path = self._local_path(key)
+        if path is None or decoder.tail < 0:
+            return False
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            size = os.fstat(fd).st_size
+            if size > len(room):
+                return False
+            stored = room[len(room) - size :]
+            with memoryview(stored) as view:
+                _read_into(fd, view, path)
+        finally:
+            os.close(fd)
+        return decoder.decode_in_place(stored, room, nbytes)
 
     def _stored(self, key: str) -> Any:
         """The stored bytes of ``key`` (None if absent): a local file read into the reused buffer, else as stored."""
@@ -170,20 +216,41 @@ class Rows:
                     self._buffer.close()
                 self._buffer = mmap.mmap(-1, max(size, mmap.PAGESIZE))  # never on the heap, unmapped when dropped
             view = memoryview(self._buffer)[:size]
-            done = 0
-            while done < size:
-                got = os.readv(fd, [view[done:]])
-                if got == 0:
-                    view.release()
-                    raise OSError(f"{path} ended after {done} of {size} bytes")
-                done += got
+            try:
+                _read_into(fd, view, path)
+            except BaseException:
+                view.release()
+                raise
             return view
         finally:
             os.close(fd)
 
 
-def _decoder(array: Any) -> Any:
-    """The numcodecs decoder of ``array``'s chunks when they can be decoded in place, else None."""
+def _read_into(fd: int, view: memoryview, path: str) -> None:
+    """Fill ``view`` from ``fd``'s current position, or raise ``OSError`` where the file ends first."""
+    done = 0
+    while done < len(view):
+        got = os.readv(fd, [view[done:]])
+        if got == 0:
+            raise OSError(f"{path} ended after {done} of {len(view)} bytes")
+        done += got
+
+
+class _Decoder(Protocol):
+    """How a chunk's stored bytes become its values."""
+
+    tail: int
+    """Bytes past a whole chunk's rows that decoding it in place needs (-1: it cannot be)."""
+
+    def decode(self, raw: Any, out: Any) -> None:
+        """Decode the stored bytes ``raw`` into ``out``."""
+
+    def decode_in_place(self, stored: Any, room: Any, nbytes: int) -> bool:
+        """Decode ``stored``, read into the end of ``room``, into its first ``nbytes``; False if it cannot."""
+
+
+def _decoder(array: Any) -> _Decoder | None:
+    """The decoder of ``array``'s chunks when they can be decoded into the rows, else None (zarr reads them)."""
     import numpy as np
 
     metadata: Any = getattr(array, "metadata", None)
@@ -206,28 +273,147 @@ def _decoder(array: Any) -> Any:
         return _Plain()
     codec = codecs[1]
     if isinstance(codec, ZstdCodec):
-        return numcodecs.Zstd()
+        return _Zstd()
     if isinstance(codec, BloscCodec):
-        return numcodecs.Blosc()
+        return _Buffered(numcodecs.Blosc())
     if isinstance(codec, GzipCodec):
-        return numcodecs.GZip()
+        return _Buffered(numcodecs.GZip())
     return None
 
 
+class _Buffered:
+    """A numcodecs decoder that decodes from a buffer of the stored bytes (never in place)."""
+
+    tail = -1
+    """No room for decoding in place."""
+
+    def __init__(self, codec: Any) -> None:
+        self.codec = codec
+
+    def decode(self, raw: Any, out: Any) -> None:
+        self.codec.decode(raw, out=out)
+
+    def decode_in_place(self, stored: Any, room: Any, nbytes: int) -> bool:
+        return False
+
+
 class _Plain:
-    """The decoder of uncompressed chunks: a copy."""
+    """The decoder of uncompressed chunks: a copy, or nothing where they were read into place."""
+
+    tail = 0
+    """Read into its rows, a whole chunk needs no room past them."""
 
     def decode(self, raw: Any, out: Any) -> None:
         import numpy as np
 
         out[:] = np.frombuffer(raw, dtype=out.dtype, count=out.shape[0])
 
+    def decode_in_place(self, stored: Any, room: Any, nbytes: int) -> bool:
+        """Its rows were read where they go (``stored`` is all of ``room``) if the file holds exactly a chunk."""
+        return len(stored) == nbytes
 
-def _aligned(count: int, dtype: Any) -> Any:
-    """An uninitialised array of ``count`` values aligned to 64 bytes, so that JAX computes on it without a copy."""
-    import numpy as np
 
+ZSTD_IN_PLACE = 10505
+"""The zstd version (1.5.5) whose API documents in-place decompression (``ZSTD_decompressionMargin``)."""
+
+ZSTD_TAIL = 256 * 2**10
+"""Room past a block's rows for a zstd chunk decompressed in place: its margin is its frame's header
+and block headers (3 bytes per block of at most 128 KiB, 768 bytes for 32 MiB) and one block."""
+
+_ZSTD_MAGIC = 0xFD2FB528
+_ZSTD_SKIPPABLE = 0x184D2A50  # the 16 magic numbers of skippable frames, less their last 4 bits
+_ZSTD_BLOCK_MAX = 128 * 2**10
+
+
+class _Zstd:
+    """The decoder of zstd chunks: in place where zstd documents it (see :func:`zstd_margin`), else from a buffer."""
+
+    def __init__(self) -> None:
+        import numcodecs
+        from numcodecs import zstd
+
+        self.codec = numcodecs.Zstd()
+        self._decompress = zstd.decompress
+        self.tail = ZSTD_TAIL if zstd.VERSION_NUMBER >= ZSTD_IN_PLACE else -1
+
+    def decode(self, raw: Any, out: Any) -> None:
+        self.codec.decode(raw, out=out)
+
+    def decode_in_place(self, stored: Any, room: Any, nbytes: int) -> bool:
+        """Decompress ``stored``, the end of ``room``, into ``room``'s first ``nbytes``; False if it cannot be.
+
+        zstd decompresses in place when the compressed frames lie at the end of an output
+        buffer ``ZSTD_decompressionMargin`` bytes longer than what they hold, in one call of
+        ``ZSTD_decompress`` (which numcodecs makes); it checks the spacing itself as it goes
+        and fails rather than overwrite input it has not read. A failure may have
+        overwritten what it read, so the caller reads the chunk again.
+        """
+        margin = zstd_margin(stored, nbytes)
+        if margin is None or nbytes + margin > len(room):
+            return False
+        try:
+            self._decompress(stored, room[:nbytes])
+        except (RuntimeError, ValueError):
+            return False
+        return True
+
+
+def zstd_margin(data: Any, content: int) -> int | None:
+    """``ZSTD_decompressionMargin`` of the zstd frames ``data`` (bytes-like), or None.
+
+    None unless ``data`` is a sequence of well-formed frames (and skippable frames) that
+    declare their content sizes, adding up to ``content`` bytes, with no dictionary. The
+    margin: each frame's header, checksum and 3 bytes per block, each skippable frame whole,
+    and the largest block size of any frame.
+    """
+    buf = memoryview(data).cast("B")
+    size, pos, margin, block_max, total = len(buf), 0, 0, 0, 0
+    while pos < size:
+        if size - pos < 6:
+            return None
+        magic = int.from_bytes(buf[pos : pos + 4], "little")
+        if magic & ~0xF == _ZSTD_SKIPPABLE:
+            if size - pos < 8:
+                return None
+            skipped = 8 + int.from_bytes(buf[pos + 4 : pos + 8], "little")
+            margin, pos = margin + skipped, pos + skipped
+            continue
+        descriptor = buf[pos + 4]
+        if magic != _ZSTD_MAGIC or descriptor & 0b1011:  # another format, a reserved bit, a dictionary
+            return None
+        single, checksum = descriptor >> 5 & 1, descriptor >> 2 & 1
+        fcs = (single, 2, 4, 8)[descriptor >> 6]
+        header = 5 + (1 - single) + fcs
+        if not fcs or size - pos < header:
+            return None  # a frame that does not say what it holds
+        frame_content = int.from_bytes(buf[pos + header - fcs : pos + header], "little") + (256 if fcs == 2 else 0)
+        if single:
+            window = frame_content
+        else:
+            exponent, mantissa = buf[pos + 5] >> 3, buf[pos + 5] & 7
+            window = (1 << (10 + exponent)) + ((1 << (10 + exponent)) >> 3) * mantissa
+        block_max = max(block_max, min(window, _ZSTD_BLOCK_MAX))
+        pos += header
+        blocks, last = 0, False
+        while not last:
+            if size - pos < 3:
+                return None
+            block = int.from_bytes(buf[pos : pos + 3], "little")
+            last, kind, length = bool(block & 1), block >> 1 & 3, block >> 3
+            if kind == 3:  # reserved
+                return None
+            pos += 3 + (1 if kind == 1 else length)  # an RLE block stores one byte
+            blocks += 1
+        pos += 4 * checksum
+        margin += header + 4 * checksum + 3 * blocks
+        total += frame_content
+    return margin + block_max if pos == size and total == content else None
+
+
+def _rows(count: int, dtype: Any, tail: int) -> tuple[Any, Any]:
+    """Uninitialised rows of ``count`` values aligned to 64 bytes (so that JAX computes on them without a copy),
+    and their bytes with ``tail`` bytes more past them: the room a chunk is decoded in place in."""
     from ..store import aligned_empty
 
-    dtype = np.dtype(dtype)
-    return aligned_empty(count * dtype.itemsize, 64).view(dtype)
+    room = aligned_empty(count * dtype.itemsize + max(tail, 0), 64)
+    return room[: count * dtype.itemsize].view(dtype), room

@@ -8,10 +8,9 @@ draws ``z_p[k] = normal(fold_in(fold_in(key(seed), p), k))``, and the output has
 ``(size, M)`` on dimensions ``("step", "path")``.
 
 The draws depend on the index alone, not on the walk, so they are made for a whole block
-at once, vectorised (:class:`Increments`, the job's ``xs``), and the scan only adds. Drawn
-one step at a time inside the scan, the same walk ran more than 10x slower on CPU, where
-XLA executes a loop body's dozens of small operations one by one for every step
-(``python benchmarks/bench_cli.py walk``).
+at once, vectorised (:class:`Increments`, the job's ``xs``), and the scan only adds: drawn
+one step at a time inside the scan, the same walk runs many times slower on CPU, where XLA
+executes a loop body's dozens of small operations one by one for every step.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from .._defaults import DEFAULT_WRITE_BLOCK_SIZE as DEFAULT_WRITE_BLOCK_SIZE
     from ._materialize import materialize as materialize
     from ._write import write as write
     from .execute import Dask as Dask, Local as Local, cluster_client as cluster_client, si as si

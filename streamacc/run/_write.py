@@ -23,13 +23,13 @@ from .._defaults import DEFAULT_SUMMARY_WINDOWS, DEFAULT_WRITE_BLOCK_BYTES
 from ..engine import Carry, Plan, ScanSpec, as_spec, check_memory, from_host, to_host
 from ..errors import StoreError, StreamaccWarning, arg
 from ..store import Target, describe_store_failure, is_store_failure, open_target
-from ..summaries import default_windows
 from ._keywords import WriteKeywords, split_keywords
 from .execute import Dask, Local, Progress, executor_for
 from .output import (
     Layout,
     Mode,
     Request,
+    Storage,
     check_request,
     check_written_length,
     chunk_rows,
@@ -63,14 +63,14 @@ def _continued(spec: ScanSpec, request: Request, stored: dict[str, Any] | None) 
     return block_size, request
 
 
-def _warn_fine_summaries(store: Any, kept: Sequence[int], rows: int, virtual: bool) -> None:
+def _warn_fine_summaries(store: Any, kept: Sequence[int], rows: int, storage: Storage) -> None:
     """Warn where an extension keeps summary levels far finer than the default for its new length.
 
     The default levels of a short output are fine (one row per window below 1024 rows); they
     stay the output's as it grows, and at 4 values per window the summaries of a long
     extension would then outweigh its data.
     """
-    wanted = default_windows(rows, virtual=virtual)
+    wanted = storage.windows(rows, 1)
     if not kept or kept[0] * 16 > wanted[0]:
         return
     label = os.fspath(store) if isinstance(store, (str, os.PathLike)) else "the output"
@@ -214,7 +214,7 @@ def write(
     block_size, request = _continued(scan_spec, request, stored)
     plan = _plan(scan_spec, request, block_size, given_xs=scan_spec.xs is not None)
     if request.mode == "extend" and asked_default:
-        _warn_fine_summaries(store, request.summaries, plan.rows, request.virtual)
+        _warn_fine_summaries(store, request.summaries, plan.rows, request.storage)
     if stored is not None and request.layout.chunks is None and plan.block_size == stored.get("block_size"):
         chunks = stored_chunks(stored, plan.block_rows)
         request = dataclasses.replace(request, layout=dataclasses.replace(request.layout, chunks=chunks))

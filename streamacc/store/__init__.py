@@ -6,7 +6,8 @@ store) with its lock, ``_probe`` the first question to an object store, ``_files
 link-safe, fsynced file primitives, ``_zarr`` the sink that creates the group and writes blocks,
 ``_documents`` the metadata documents as plain JSON (no Zarr: readers check them first), ``_chunks``
 the chunk encoder, ``_compare`` stored chunks against recomputed rows (for verify),
-``_codecs`` the named compressors, ``_storeerrors`` and ``_sessions`` the failures and
+``_codecs`` the named compressors, ``_icechunk`` an output in an Icechunk repository (its
+commits the writer's durable points), ``_storeerrors`` and ``_sessions`` the failures and
 clients of fsspec backends, and the ``lease`` room the writer lease on object stores.
 
 These are the names the other wings use; each is imported on first use, so that
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._chunks import ChunkWriter as ChunkWriter
+    from ._chunks import ChunkWriter as ChunkWriter, EncodeBuffers as EncodeBuffers
     from ._codecs import CODECS as CODECS, MAX_CHUNK_BYTES as MAX_CHUNK_BYTES, compressors_for as compressors_for
     from ._compare import compare_chunks as compare_chunks
     from ._documents import (
@@ -34,15 +35,17 @@ if TYPE_CHECKING:
         progress_attrs as progress_attrs,
         stored_crc32c as stored_crc32c,
     )
-    from ._files import aligned_empty as aligned_empty
+    from ._files import aligned_empty as aligned_empty, atomic_write as atomic_write
     from ._fingerprint import fingerprint_of as fingerprint_of
+    from ._icechunk import IcechunkTarget as IcechunkTarget
+    from ._seams import SEAMS as SEAMS
     from ._sessions import close_store_sessions as close_store_sessions
     from ._storeerrors import describe_store_failure as describe_store_failure, is_store_failure as is_store_failure
+    from ._storetarget import StoreTarget as StoreTarget
     from ._target import (
         BOOKKEEPING as BOOKKEEPING,
         LEASE_KEY as LEASE_KEY,
         LocalTarget as LocalTarget,
-        StoreTarget as StoreTarget,
         Target as Target,
         open_target as open_target,
     )

@@ -4,13 +4,12 @@ zarr-python encodes each chunk into fresh memory: numcodecs' Blosc allocates a
 destination as large as the raw chunk (32 MiB at the default block), which glibc maps
 afresh and the kernel zero-fills page by page, and zarr's ``crc32c`` codec copies the
 compressed bytes once more to append four. Here chunks are compressed into a few reused
-buffers, one per block being encoded at that moment (see :class:`_EncodeBuffers`), so
+buffers, one per block being encoded at that moment (see :class:`EncodeBuffers`), so
 steady state allocates nothing, and the bytes go to the store in one ``set`` per chunk.
 A local folder's chunk files are written here instead, as zarr's LocalStore writes them
 (a temp file renamed over the chunk), their whole pages past the page cache
-(``_files.write_new``): copying gigabytes
-of output into a cache nobody reads it back from took 7% of the CPU of a 2**30-step
-write (``benchmarks/bench_profile.py``).
+(``_files.write_new``): copying gigabytes of output into a cache nobody reads it back
+from costs the kernel CPU that a long write would otherwise spend computing.
 
 The direct path covers the layouts streamacc writes: a regular chunk grid (along the
 first axis, and along the trailing axes where one step is large), the ``bytes`` codec in
@@ -46,7 +45,7 @@ from ._files import PAGE, aligned_empty, scratch, write_new
 from ._zarrapi import RegularChunkGrid, sync
 from .lease import unwrap
 
-__all__ = ["ChunkWriter", "EncodedChunk"]
+__all__ = ["ChunkWriter", "EncodeBuffers", "EncodedChunk"]
 
 _SHUFFLE = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
 _CRC = struct.Struct("<I")  # zarr's crc32c codec appends the checksum as little-endian uint32
@@ -71,16 +70,16 @@ _BLOSC_COMPRESS = _load_blosc()
 _BLOSC_OVERHEAD = 16  # BLOSC_MAX_OVERHEAD: a destination of nbytes + 16 always fits
 
 
-class _EncodeBuffers:
+class EncodeBuffers:
     """The page-aligned buffers that chunks are compressed into, shared by the threads that encode.
 
     A buffer is taken for one block's chunks and given back once they are stored; the one
     given back last is taken first, and a new one is made only while every other is taken.
     A compressed chunk touches as many of its buffer's pages as it has bytes, and those pages
-    stay resident while the buffer lives: a buffer per writer thread (three) held three
-    chunks' worth of an output that hardly compresses (a running sum's: 60 MB at 2**22
-    float64 rows a chunk) although the blocks' encodings rarely overlapped; now as many as
-    overlapped at once.
+    stay resident while the buffer lives, so buffers are made only for encodings that
+    overlap: one per writer thread would keep a chunk's worth of an output that hardly
+    compresses (a running sum's) resident per thread, although blocks' encodings rarely
+    overlap.
     """
 
     def __init__(self) -> None:
@@ -104,7 +103,9 @@ class _EncodeBuffers:
                 self._free.append(buffer)
 
 
-_ENCODE_BUFFERS = _EncodeBuffers()
+_EncodeBuffers = EncodeBuffers  # its name before the store re-exported it, for code that imports that
+
+_ENCODE_BUFFERS = EncodeBuffers()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,7 +350,7 @@ class ChunkWriter:
         """``(key, stored bytes, CRC-32C)`` of each chunk of rows starting at ``start``, as :meth:`write` stores them.
 
         The bytes live in a reused buffer taken for the whole iteration (see
-        :class:`_EncodeBuffers`): each is valid until the next is made.
+        :class:`EncodeBuffers`): each is valid until the next is made.
         """
         keys = self.keys(start, start + len(data))
         chunks = (data[i : i + self.chunk] for i in range(0, len(data), self.chunk))

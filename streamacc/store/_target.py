@@ -3,9 +3,8 @@
 A local directory gets fsync, a ``flock`` on the directory itself and temp-file cleanup,
 and nothing inside it is ever followed through a symbolic link; it is read without Zarr,
 which is imported only once its zarr store is asked for (``overview`` and ``plot`` need
-none). Any other zarr store (an fsspec URL such as ``s3://``, memory) counts a write as durable once the store call
-returns, since an object-store PUT is atomic, and is locked by a lease object where the
-store supports conditional writes (see ``_lease.py``).
+none). Any other zarr store (an fsspec URL such as ``s3://``, memory) is a
+``_storetarget.StoreTarget``.
 """
 
 from __future__ import annotations
@@ -16,10 +15,9 @@ import itertools
 import os
 import stat
 import sys
-import threading
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from ..errors import InputError, LockedError, NoOutputError, OutputExistsError, StoreError, arg, one_line
 from ._files import (
@@ -38,7 +36,7 @@ if TYPE_CHECKING:
     from zarr.abc.buffer import BufferPrototype
     from zarr.abc.store import Store
 
-__all__ = ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "StoreTarget", "Target", "open_target"]
+__all__ = ["BOOKKEEPING", "LEASE_KEY", "LocalTarget", "Target", "being_written", "open_target"]
 
 BOOKKEEPING = "_streamacc"
 """The group streamacc keeps beside the arrays (manifest, block records, lease)."""
@@ -144,6 +142,11 @@ class Target:
         reads back soon would otherwise crowd it and cost the kernel time to reclaim.
         """
 
+    def checkpoint(self, message: str, *, nbytes: int = 0, final: bool = False, tag: str | None = None) -> None:
+        """The writes so far are a consistent state (a manifest was just saved, ``nbytes`` more of data since the
+        last call): a transactional store commits them, at most every few seconds unless ``final``, and tags the
+        final commit ``tag``. Other stores made every write durable already."""
+
     def check_lock(self) -> None:
         """Raise LockedError if the writer lock may be lost (an object store's lease); called before each write."""
 
@@ -173,6 +176,13 @@ class Target:
 
 def _linked(path: Path) -> StoreError:
     return StoreError(f"{path} is a link; streamacc never reads through links inside an output: remove it")
+
+
+def being_written(label: str, holder: str, command: str) -> LockedError:
+    """The refusal of a second writer of ``label``, which ``holder`` (a process) is writing."""
+    return LockedError(
+        f"{label} is being written by {holder}; wait for it to finish or stop it, then rerun with {command}"
+    )
 
 
 class LocalTarget(Target):
@@ -356,10 +366,7 @@ class LocalTarget(Target):
             except OSError as exc:
                 raise StoreError(f"cannot lock {self.label} ({exc.strerror or exc}); check the path") from None
             if holder is not None:
-                raise LockedError(
-                    f"{self.label} is being written by {holder}; wait for it to finish or stop it, then rerun "
-                    f"with {command}"
-                )
+                raise being_written(self.label, holder, command)
             yield
         finally:
             lock.release()
@@ -369,148 +376,38 @@ class LocalTarget(Target):
                         directory.rmdir()  # a command that wrote nothing leaves nothing behind
 
 
-_memory_locks: dict[str, threading.Lock] = {}
-
-
-class _OnFilesystem(Protocol):
-    """A store on an fsspec filesystem: a zarr ``FsspecStore``, or a wrapper that passes its attributes on."""
-
-    fs: Any
-    path: str
-
-
-def _on_filesystem(store: object) -> TypeGuard[_OnFilesystem]:
-    return getattr(store, "fs", None) is not None
-
-
-class StoreTarget(Target):
-    """An output in any other zarr store: an fsspec URL (``s3://``, ``memory://``) or a store object.
-
-    Every write and delete through :attr:`store` is fenced by the lease (``_fence.py``): once
-    the lease may be lost, nothing more reaches the store.
-    """
-
-    def __init__(
-        self, store: Store, label: str, storage_options: dict[str, Any] | None = None, *, follow: str | None = None
-    ) -> None:
-        """``follow``: write for the writer holding that lease (a cluster worker), fenced by it."""
-        from .lease import FencedStore
-
-        self.raw = store
-        self.store = store if store.read_only else FencedStore(store, self.check_lock)
-        self.label = label
-        self.storage_options = storage_options
-        self._lease: Any = None
-        if follow is not None and _on_filesystem(store):
-            from .lease import LeaseView
-
-            self._lease = LeaseView.follow(store.fs, store.path, label, follow)
-            self._connect()
-
-    @property
-    def lease_token(self) -> str | None:
-        """The token of the lease this writer holds (None without one)."""
-        return getattr(self._lease, "token", None)
-
-    def read(self, key: str) -> bytes | None:
-        buf = sync(self.store.get(key, prototype=default_buffer_prototype()))
-        return None if buf is None else buf.to_bytes()
-
-    def write(self, key: str, data: bytes) -> None:
-        sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(data)))
-
-    def delete(self, key: str) -> None:
-        sync(self.store.delete(key))
-
-    def list_keys(self, prefix: str = "") -> list[str]:
-        async def collect() -> list[str]:
-            return [key async for key in self.store.list_prefix(prefix)]
-
-        return sorted(sync(collect()))
-
-    def list_dir(self, prefix: str = "") -> list[str]:
-        async def collect() -> list[str]:
-            return [key async for key in self.store.list_dir(prefix)]
-
-        return sorted(sync(collect()))
-
-    def size(self, key: str) -> int:
-        return sync(self.store.getsize(key)) if sync(self.store.exists(key)) else 0
-
-    def sizes(self, prefix: str = "") -> dict[str, int]:
-        """One listing of an fsspec store (S3 returns sizes with its keys), not one request per key."""
-        fs, root = getattr(self.raw, "fs", None), getattr(self.raw, "path", "")
-        if fs is None or not getattr(fs, "async_impl", False):
-            return super().sizes(prefix)
-        base = f"{root.rstrip('/')}/{prefix}".rstrip("/") if root else prefix.rstrip("/")
-        found = sync(fs._find(base, detail=True))
-        cut = len(root.rstrip("/")) + 1 if root else 0
-        return {path[cut:]: int(info.get("size") or 0) for path, info in found.items() if info.get("type") == "file"}
-
-    def exists(self) -> bool:
-        return not sync(self.store.is_empty(""))
-
-    def check_lock(self) -> None:
-        if self._lease is not None:
-            self._lease.check()
-
-    @contextlib.contextmanager
-    def lock(self, command: str) -> Iterator[None]:
-        """A lease object for fsspec stores (conditional writes where the store has them), else a process lock."""
-        if not _on_filesystem(self.raw):
-            with self._process_lock(command):
-                yield
-            return
-        from .lease import Lease
-
-        self._lease = Lease.acquire(self.raw.fs, self.raw.path, self.label, command=command)
-        try:
-            self._connect()
-            yield
-        finally:
-            lease, self._lease = self._lease, None
-            lease.release()
-
-    def _connect(self) -> None:
-        """On S3, hook the client now, so that even the first write request is fenced as it is sent."""
-        from .lease import FencedStore
-
-        if isinstance(self.store, FencedStore):
-            sync(self.store.connect())
-
-    @contextlib.contextmanager
-    def _process_lock(self, command: str) -> Iterator[None]:
-        """A store object that lives in this process only: a lock of this process suffices."""
-        lock = _memory_locks.setdefault(self.label, threading.Lock())
-        if not lock.acquire(blocking=False):
-            raise LockedError(
-                f"{self.label} is being written by this process; wait for it to finish, then rerun with {command}"
-            )
-        try:
-            yield
-        finally:
-            lock.release()
-
-
 def _is_zarr_store(store: object) -> TypeGuard[Store]:
     """Whether ``store`` is a zarr store object, without importing Zarr: no object is one until Zarr is imported."""
     module = sys.modules.get("zarr.abc.store")
     return module is not None and isinstance(store, module.Store)
 
 
+def _is_icechunk(store: object) -> bool:
+    """Whether ``store`` names an Icechunk repository (``icechunk://``, ``icechunk+s3://``) or is one of its objects."""
+    if isinstance(store, str):
+        return store.startswith(("icechunk://", "icechunk+s3://"))
+    return type(store).__module__.split(".", 1)[0] == "icechunk"
+
+
 def open_target(
     store: Any, *, storage_options: dict[str, Any] | None = None, read_only: bool = False, follow: str | None = None
 ) -> Target:
-    """Resolve a local path, an fsspec URL or a zarr store object into a :class:`Target`.
+    """Resolve a local path, an fsspec URL, an Icechunk repository or a zarr store object into a :class:`Target`.
 
     ``follow`` is a writer's lease token: the target writes for that writer (a cluster
     worker of a run on an object store), fenced by its lease.
     """
+    if _is_icechunk(store):
+        from ._icechunk import icechunk_target
+
+        return icechunk_target(store, storage_options=storage_options, read_only=read_only)
     if _is_zarr_store(store):
         from zarr.storage import LocalStore
 
         if isinstance(store, LocalStore):
             return LocalTarget(Path(store.root), str(store), read_only=read_only or store.read_only)
+        from ._storetarget import StoreTarget
+
         return StoreTarget(store, str(store))
     if not isinstance(store, (str, os.PathLike)):
         raise InputError(f"store must be a path, a URL or a zarr store, got {type(store).__name__}")
@@ -535,6 +432,8 @@ def open_target(
                 f"cannot open {text!r}: {one_line(exc)}; check the URL and {arg('storage_options')}"
             ) from None
         check_store(zstore, text, storage_options)
+        from ._storetarget import StoreTarget
+
         return StoreTarget(zstore, text, storage_options, follow=follow)
     if storage_options:
         raise InputError(f"{arg('storage_options')} apply only to URLs such as s3://bucket/out.zarr, not to {text!r}")

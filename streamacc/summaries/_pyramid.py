@@ -113,9 +113,8 @@ class Acc:
 SLICE_BYTES = 2**20
 """Windows are reduced a slice of about this many bytes at a time, so that of the three passes
 (min, max, sum) over a slice only the first reads memory and the other two find the slice in
-the core's cache (2 MiB of L2 here). A cold 32 MiB block of a series took 5.0 ms of CPU in
-slices of 1 MiB against 6.1 ms in slices of 4 MiB, 6.7 ms in one piece and 5.8 ms in slices
-of 256 KiB (call overhead): ``python benchmarks/bench_summaries.py --slices``."""
+the core's cache; smaller slices would pay more in calls than the cache saves
+(``python benchmarks/bench_summaries.py --slices`` compares the sizes)."""
 
 
 def _sum(
@@ -153,13 +152,69 @@ def _reduce(data: np.ndarray, axis: int) -> Acc:
     return Acc(np.asarray(low), np.asarray(high), total, np.asarray(count))
 
 
+STATE_TILE_VALUES = 64
+"""The fewest values of a state a tile of :func:`reduce_steps` spans (see ``_reduce_state``): each
+step's part of a tile is then at least 512 bytes of float64 in a row, and a tile never spans a
+single value, which numpy would reduce along its steps in another order."""
+
+
+def _reduce_state(data: np.ndarray, axis: int) -> Acc:
+    """:func:`reduce_steps` of a state (``data`` has axes after the steps), in tiles of about ``SLICE_BYTES``.
+
+    A tile is a few whole windows where a window fits in ``SLICE_BYTES``, else a range of the
+    state's values (at least ``STATE_TILE_VALUES``) over one window's steps: numpy reduces a
+    state along its steps value by value, in step order, so each value's statistics are the
+    bits of one call over the whole window. The second and third passes over a tile then find
+    it in the core's cache instead of memory: a block of a 256x256 field inside one longer
+    window (64 steps, 32 MiB) took 6.2-6.3 ms of CPU against 8.1-8.3 ms reduced whole, and a
+    4096-point state's block (4096 steps, 128 MiB, windows of 64, one window 2 MiB) 28.8-30.3
+    ms against 30.7-31.7 ms (``python benchmarks/bench_summaries.py --slices``, run twice with
+    each code, alternating).
+    """
+    batch = data if axis == 1 else data[np.newaxis]
+    windows, steps = batch.shape[:2]
+    state = batch.shape[2:]
+    flat = batch.reshape(windows, steps, -1)
+    values = flat.shape[2]
+    window_bytes = steps * values * flat.itemsize
+    if window_bytes <= SLICE_BYTES:
+        rows, width = max(1, SLICE_BYTES // window_bytes), values
+    else:
+        rows, width = 1, max(STATE_TILE_VALUES, SLICE_BYTES // (steps * flat.itemsize))
+        if values - width < STATE_TILE_VALUES:
+            width = values  # no narrow last tile
+    low, high = np.empty((windows, values), flat.dtype), np.empty((windows, values), flat.dtype)
+    total = np.empty((windows, values), np.float64)
+    count = np.full((windows, values), steps, dtype=np.int64)
+    first, last = (np.logical_and, np.logical_or) if flat.dtype.kind == "b" else (np.minimum, np.maximum)
+    for i in range(0, windows, rows):
+        for j in range(0, values, width):
+            at = (slice(i, i + rows), slice(j, j + width if values - (j + width) >= STATE_TILE_VALUES else values))
+            part = flat[at[0], :, at[1]]
+            first.reduce(part, axis=1, out=low[at])
+            last.reduce(part, axis=1, out=high[at])
+            _sum(part, 1, out=total[at])
+            if flat.dtype.kind == "f" and np.isnan(total[at]).any():  # a NaN in the tile: NaN-aware again
+                low[at], high[at], total[at], count[at] = _reduce(part, 1).fields()
+            if at[1].stop == values:
+                break
+    shape = (windows, *state)
+    acc = Acc(low.reshape(shape), high.reshape(shape), total.reshape(shape), count.reshape(shape))
+    return acc if axis == 1 else acc[0]
+
+
 def reduce_steps(data: np.ndarray, axis: int) -> Acc:
     """Statistics of ``data`` along ``axis`` (a window's steps: 0 for one window, 1 for a batch), NaNs skipped.
 
     Only windows holding a NaN (or an inf - inf) pay for a second, NaN-aware pass. A
-    large batch goes a slice of windows at a time.
+    large batch of a series goes a slice of windows at a time, a large state a tile at a
+    time (see ``_reduce_state``); one window of a series is reduced in one call.
     """
-    if axis == 0 or data.nbytes <= SLICE_BYTES:
+    if data.nbytes <= SLICE_BYTES:
+        return _reduce(data, axis)
+    if data.ndim > axis + 1:
+        return _reduce_state(data, axis)
+    if axis == 0:
         return _reduce(data, axis)
     rows = max(1, SLICE_BYTES * len(data) // data.nbytes)
     shape = (len(data), *data.shape[2:])

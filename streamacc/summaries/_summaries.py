@@ -66,8 +66,7 @@ class SummaryPlan:
 INFLIGHT_WRITES = 1
 """Commits whose summary chunks may still be on their way to the disk; the next commit waits
 for the oldest beyond these. Their rows stay in the tail meanwhile, so one: its chunks,
-a few small files, are durable long before the next block is (a block of 2**22 steps
-takes about 20 ms)."""
+a few small files, are durable long before the next block is computed."""
 
 
 class Summaries:

@@ -16,13 +16,15 @@ if TYPE_CHECKING:
     from ._cluster import cluster_client as cluster_client
     from ._dask import (
         BLOCKS_PER_TASK as BLOCKS_PER_TASK,
+        SCATTER_TIMEOUT as SCATTER_TIMEOUT,
         BlockTask as BlockTask,
         DaskExecutor as DaskExecutor,
         SinkSpec as SinkSpec,
         run_block_tasks as run_block_tasks,
     )
     from ._local import Executor as Executor, LocalExecutor as LocalExecutor
-    from ._progress import Progress as Progress, si as si
+    from ._progress import MIN_BAR as MIN_BAR, Progress as Progress, Rates as Rates, clock as clock, si as si
+    from ._seams import SEAMS as SEAMS
     from ._where import EXECUTOR_FIELDS as EXECUTOR_FIELDS, Dask as Dask, Local as Local, executor_for as executor_for
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -10,6 +10,12 @@ check every block they recompute against the carry recorded after it.
 
 With no ys computed, what is checked for NaNs and infinities is the carry leaving each
 block: a run records the end of the first block whose carry holds one.
+
+The carry pass runs ahead of the commits, by up to ``CARRIES_AHEAD_BYTES`` of carries (at
+most ``CARRIES_AHEAD`` blocks), on a thread of its own: a commit waits for the disk (its
+block records and manifest fsynced) while the next blocks' carries are computed, where the
+pass used to stand still until each commit was done. Nothing is committed earlier for it:
+a block is committed, in order, only once the commit before it is durable.
 """
 
 from __future__ import annotations
@@ -25,7 +31,14 @@ from ...store import Target
 from ..output import BlockResult, Output
 from ..threads import check_stop, on_own_thread
 
-__all__ = ["CarryExecutor"]
+__all__ = ["CARRIES_AHEAD", "CARRIES_AHEAD_BYTES", "CarryExecutor"]
+
+CARRIES_AHEAD = 256
+"""Blocks whose carries the carry pass computes at most ahead of the commits: a second and more of
+the headline recurrence's (blocks of 2**22 steps, about 5 ms each), longer than a commit takes."""
+
+CARRIES_AHEAD_BYTES = 8 * 2**20
+"""Bytes of carries computed ahead at most (a large state computes fewer blocks ahead)."""
 
 
 def _block_bytes(plan: Plan, start: int, stop: int) -> int:
@@ -47,12 +60,21 @@ class CarryExecutor:
     def run(self, plan: Plan, output: Output) -> None:
         exact = not _carry_pass_agrees(plan, output)
         carry = from_host(output.carry, plan.init)
-        carries = on_own_thread(carry_pass(plan, carry=carry, first_block=output.first_block, exact=exact))
+        carries = on_own_thread(
+            carry_pass(plan, carry=carry, first_block=output.first_block, exact=exact), ahead=_ahead(plan)
+        )
         try:
             for result in _results(plan, carries, output.first_block, output.carry):
                 output.commit(result)
         finally:
             carries.close()
+
+
+def _ahead(plan: Plan) -> int:
+    """Blocks the carry pass may compute ahead of the commits: ``CARRIES_AHEAD``, fewer for a large carry."""
+    leaves = jax.tree_util.tree_leaves(plan.init)
+    nbytes = sum(int(leaf.nbytes) for leaf in leaves if not jax.numpy.issubdtype(leaf.dtype, jax.dtypes.extended))
+    return max(1, min(CARRIES_AHEAD, CARRIES_AHEAD_BYTES // max(nbytes, 1)))
 
 
 def _finite(carry: list[HostLeaf]) -> bool:

@@ -3,7 +3,7 @@
 ``LocalCluster(processes=True)`` runs the scheduler and the nannies inside the driver and
 each worker in a child process. A worker process watches a pipe from its parent and exits
 at once when the parent dies, so even a driver killed with SIGKILL leaves no worker behind
-(measured: gone within 0.5 s). Normal exits, errors and Ctrl-C close the cluster through
+for long. Normal exits, errors and Ctrl-C close the cluster through
 the context manager, after each worker has closed its store sessions. Workers ignore
 Ctrl-C, which a terminal sends to them too: the driver alone reacts, closing them in order
 (a worker the nanny restarts later does not inherit that).

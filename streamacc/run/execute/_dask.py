@@ -54,9 +54,9 @@ from ._local import write_block
 __all__ = ["BLOCKS_PER_TASK", "BlockTask", "DaskExecutor", "SinkSpec", "run_block_tasks"]
 
 BLOCKS_PER_TASK = 4
-"""Consecutive blocks per task: enough to share the scheduler's round trip (measured: about
-3.5 ms per task on 2 cores, against 4.8 ms of carry pass for a gp block of 2**22), few
-enough that a failed task costs little to redo. A worker holds at most two blocks at a
+"""Consecutive blocks per task: enough to share the scheduler's round trip, which costs
+about what the carry pass of a cheap block does (the scale-out benchmark), few enough that
+a failed task costs little to redo. A worker holds at most two blocks at a
 time whatever this is: the one it computes and the one it writes."""
 
 
@@ -78,7 +78,7 @@ class SinkSpec:
         options = json.dumps(getattr(target, "storage_options", None), sort_keys=True)
         names = tuple(output.spec.names)
         location, token, lease = cls.location_of(target), secrets.token_hex(8), getattr(target, "lease_token", None)
-        return cls(location, options, names, token, lease, output.summary_plan, not output.spec.virtual)
+        return cls(location, options, names, token, lease, output.summary_plan, output.spec.storage.stores_data)
 
     @staticmethod
     def location_of(target: Target) -> str:

@@ -57,8 +57,8 @@ def first_nonfinite(
 
     ``suspects`` gives, per summarised output, the rows its summary pieces found holding
     one (the only rows looked at); an output without summaries is looked at whole, one
-    vectorised ``np.isfinite`` over the block (2 ms for 2**22 float64 rows, against 38 ms to
-    encode them). In scan order: the lowest row, or the highest in a reverse scan; a tie
+    vectorised ``np.isfinite`` over the block, a small cost beside encoding the same rows.
+    In scan order: the lowest row, or the highest in a reverse scan; a tie
     goes to the output named first.
     """
     found: tuple[int, str] | None = None

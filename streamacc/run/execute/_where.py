@@ -6,7 +6,6 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from ..._checks import as_count
-from ..._defaults import DEFAULT_INFLIGHT, DEFAULT_VIRTUAL_INFLIGHT
 from ...errors import InputError, arg
 
 if TYPE_CHECKING:
@@ -117,7 +116,8 @@ def executor_for(where: Local | Dask, spec: OutputSpec) -> Executor:
     """
     from ...summaries import summarized_names
 
-    if spec.virtual and not (spec.identity["summaries"] and summarized_names(spec.identity["arrays"])):
+    summarised = bool(spec.identity["summaries"] and summarized_names(spec.identity["arrays"]))
+    if not spec.storage.computes_blocks(summarised):
         if where.inflight is not None:
             raise InputError(
                 f"{arg('inflight')} does not apply to a virtual write without summaries, which computes only the "
@@ -129,8 +129,7 @@ def executor_for(where: Local | Dask, spec: OutputSpec) -> Executor:
     if isinstance(where, Local):
         from ._local import LocalExecutor
 
-        default = DEFAULT_VIRTUAL_INFLIGHT if spec.virtual else DEFAULT_INFLIGHT
-        return LocalExecutor(default if where.inflight is None else where.inflight)
+        return LocalExecutor(spec.storage.inflight if where.inflight is None else where.inflight)
     from ._dask import DaskExecutor
 
     return DaskExecutor.for_client(where.client, where.inflight)

@@ -15,7 +15,14 @@ from ..._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._debris import remove_partial_writes as remove_partial_writes
-    from ._layout import STEP as STEP, chunk_rows as chunk_rows, stored_chunks as stored_chunks
+    from ._layout import (
+        STEP as STEP,
+        chunk_rows as chunk_rows,
+        default_chunks as default_chunks,
+        divisor_at_most as divisor_at_most,
+        resolve_chunks as resolve_chunks,
+        stored_chunks as stored_chunks,
+    )
     from ._open import open_output as open_output
     from ._options import LAYOUT_FIELDS as LAYOUT_FIELDS, Layout as Layout
     from ._output import BlockResult as BlockResult, Output as Output
@@ -25,7 +32,9 @@ if TYPE_CHECKING:
         check_request as check_request,
         check_written_length as check_written_length,
     )
+    from ._seams import SEAMS as SEAMS
     from ._spec import OutputSpec as OutputSpec, output_spec as output_spec, stored_identity as stored_identity
+    from ._storage import STORED as STORED, VIRTUAL as VIRTUAL, Storage as Storage, storage_for as storage_for
     from ._time import is_calendar as is_calendar, times as times
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -87,7 +87,7 @@ def _create(o: Opening) -> Output:
     recognisably streamacc's that claims no block; then clear the rest; then create."""
     target, spec, ledger = o.target, o.spec, o.ledger
     manifest = Manifest(
-        spec.identity, total_blocks=spec.total_blocks, carry=encode_leaves(o.init), stored=[] if spec.virtual else None
+        spec.identity, total_blocks=spec.total_blocks, carry=encode_leaves(o.init), stored=spec.storage.stored_blocks()
     )
     keep = {MANIFEST_KEY, LEASE_KEY}
     clear = not set(target.list_keys()) <= keep
@@ -104,7 +104,7 @@ def _create(o: Opening) -> Output:
         codec=spec.codec,
         attrs=spec.attrs,
         array_attrs=spec.array_attrs,
-        virtual=spec.virtual,
+        virtual=spec.storage.virtual,
     )
     summaries = Summaries.create(target, spec.identity, spec.arrays, spec.codec, spec.dims)
     target.make_durable([f"{name}/zarr.json" for name in spec.arrays])

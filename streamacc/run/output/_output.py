@@ -87,7 +87,7 @@ class Output:
     @property
     def data_sink(self) -> ZarrSink | None:
         """Where a block's data go: the sink, or None for a virtual run, which stores none."""
-        return None if self.spec.virtual else self.sink
+        return self.spec.storage.data_sink(self.sink)
 
     @property
     def first_block(self) -> int:
@@ -136,7 +136,7 @@ class Output:
         (and at :meth:`finish`).
         """
         check_stop()  # after Ctrl-C or SIGTERM nothing more is committed
-        if not self.spec.virtual:
+        if not self.spec.storage.batched:
             self._commit(results)
             return
         if self.summaries is not None:
@@ -163,7 +163,8 @@ class Output:
         recs = [BlockRecord(r.index, r.start, r.stop, encode_leaves(r.carry_in), r.crc32c) for r in results]
         changes: dict[str, Any] = {}
         if self.summaries is not None:
-            changes["summaries"] = self.summaries.tail() if self.spec.virtual else self.summaries.commit(results)
+            folded = self.spec.storage.batched  # folded as they came, see commit
+            changes["summaries"] = self.summaries.tail() if folded else self.summaries.commit(results)
         found = next((r.nonfinite for r in results if r.nonfinite is not None), None)
         if self.manifest.nonfinite is None and found is not None:
             changes["nonfinite"] = {"step": found[0], "array": found[1]}
@@ -177,6 +178,7 @@ class Output:
         if "nonfinite" in changes:
             self.warn_nonfinite()
         self.publish()
+        self.target.checkpoint(self._progress(), nbytes=sum(r.stored for r in results))
         if self.on_commit is not None:
             for result in results:
                 self.on_commit(result)
@@ -212,6 +214,13 @@ class Output:
         else:
             self._save(complete=True, summaries=self.summaries.finish())
         self.publish(force=True)
+        self.target.checkpoint(self._progress(), final=True, tag=f"{self.manifest.length}-steps")
+
+    def _progress(self) -> str:
+        """A commit's message in a transactional store: the steps it commits."""
+        m = self.manifest
+        done = "complete" if m.complete else "committed"
+        return f"streamacc: {m.committed_steps} of {m.length} steps {done}"
 
     def close(self) -> None:
         """Let background writes end (call before the writer lock is released, whatever happened)."""

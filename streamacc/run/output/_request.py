@@ -10,6 +10,7 @@ from ...engine import check_length
 from ...errors import InputError, arg
 from ...summaries import check_windows
 from ._options import Layout
+from ._storage import Storage, storage_for
 
 __all__ = ["MODES", "Mode", "Request", "check_request", "check_written_length"]
 
@@ -26,10 +27,7 @@ class Request:
     layout: Layout
     summaries: list[int]
     summaries_default: bool  # summaries=True: an output continued keeps the windows it was begun with
-
-    @property
-    def virtual(self) -> bool:
-        return self.layout.virtual
+    storage: Storage  # chosen once, from the layout
 
 
 def check_request(*, mode: object = "create", layout: Layout | None = None, reverse: bool = False) -> Request:
@@ -46,6 +44,7 @@ def check_request(*, mode: object = "create", layout: Layout | None = None, reve
         layout=layout,
         summaries=check_windows(list(summaries) if isinstance(summaries, tuple) else summaries, reverse),
         summaries_default=summaries is True,
+        storage=storage_for(layout.virtual),
     )
 
 

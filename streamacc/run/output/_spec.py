@@ -19,10 +19,11 @@ from ..._version import __version__
 from ...engine import Plan
 from ...errors import InputError, arg
 from ...store import ArraySpec, open_target
-from ...summaries import default_windows, summarized_names, too_long
+from ...summaries import summarized_names, too_long
 from ..record import Ledger, run_identity
 from ._layout import RESERVED, array_dims, resolve_chunks
 from ._request import Request
+from ._storage import STORED, Storage
 from ._time import check_span, time_attrs
 
 __all__ = ["OutputSpec", "output_names", "output_spec", "stored_identity"]
@@ -40,12 +41,17 @@ class OutputSpec:
     attrs: dict[str, Any]
     array_attrs: dict[str, dict[str, Any]]
     total_blocks: int
-    virtual: bool = False
-    """The run stores no data chunks (they are recomputed on reading), only its carries and summaries."""
+    storage: Storage = STORED
+    """What the run keeps of its blocks: their data, or (virtual) only their carries and summaries."""
 
     @property
     def names(self) -> list[str]:
         return list(self.arrays)
+
+    @property
+    def virtual(self) -> bool:
+        """The run stores no data chunks (they are recomputed on reading), only its carries and summaries."""
+        return self.storage.virtual
 
 
 def output_names(y_struct: Any, names: Sequence[str] | str | None) -> list[str]:
@@ -108,7 +114,7 @@ def output_spec(plan: Plan, request: Request) -> OutputSpec:
     if request.summaries_default and windows:
         summarized = summarized_names({n: (s.dtype, trailing[n]) for n, s in leaves.items()})
         largest = max((math.prod(trailing[n]) for n in summarized), default=1)
-        windows = default_windows(plan.rows, largest, virtual=request.virtual)
+        windows = request.storage.windows(plan.rows, largest)
     elif request.mode in ("create", "overwrite"):  # a continued run's windows are the stored run's
         error = too_long(windows, plan.rows)
         if error is not None:
@@ -127,7 +133,7 @@ def output_spec(plan: Plan, request: Request) -> OutputSpec:
         dims=asked,
         time=layout.time,
         summaries=windows,
-        virtual=request.virtual,
+        virtual=request.storage.virtual,
     )
     return OutputSpec(
         identity,
@@ -138,7 +144,7 @@ def output_spec(plan: Plan, request: Request) -> OutputSpec:
         attrs,
         checked_array_attrs,
         plan.block_count,
-        request.virtual,
+        request.storage,
     )
 
 

@@ -14,13 +14,14 @@ from ..._lazy import lazy_exports
 if TYPE_CHECKING:
     from ._arviz import to_arviz as to_arviz
     from ._dataset import open as open
+    from ._index import StepIndex as StepIndex
     from ._info import (
         ArrayInfo as ArrayInfo,
         MemoryEstimate as MemoryEstimate,
         OutputInfo as OutputInfo,
         SummaryInfo as SummaryInfo,
         info as info,
-        )
+    )
     from ._overview import overview as overview, overview_table as overview_table
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -100,7 +100,7 @@ class Column:
 
 @dataclasses.dataclass(frozen=True)
 class Table:
-    """What :func:`overview` returns, in numpy alone: a picture needs neither xarray nor pandas (0.5 s to import).
+    """What :func:`overview` returns, in numpy alone: a picture needs neither xarray nor pandas, slow to import.
 
     Indexed by name like the Dataset (``table["x_mean"].values``, ``table["step"].values``).
     """
@@ -124,7 +124,7 @@ class Table:
         import pandas as pd
         import xarray as xr
 
-        # variables of host numpy data, built without xarray probing for dask (0.4 s of imports)
+        # variables of host numpy data, built without xarray probing for dask, which imports it
         data = {n: xr.Variable(c.dims, np.asarray(c.values), c.attrs, fastpath=True) for n, c in self.data_vars.items()}
         ds = xr.Dataset(data, coords=xr.Coordinates({"step": pd.Index(self.step, name="step")}))
         ds.attrs.update(self.attrs)

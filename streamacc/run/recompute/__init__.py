@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         VerifyReport as VerifyReport,
         check_function as check_function,
         check_resumable as check_resumable,
+        select_blocks as select_blocks,
         verify as verify,
         )
     from ._virtual import (

@@ -66,8 +66,8 @@ always keeps): a block serves all of its chunks and arrays from one computation.
 RECYCLED_BLOCKS = COMPUTE_THREADS + 2
 """Block buffers a reader recycles: those its threads compute into, those its cache holds, and
 those whose values zarr is still copying out. A block computed into a fresh buffer instead
-page-faults all of it (a 2**30-step read faulted in 8 GiB); once every buffer is held, a block
-gets a buffer of its own (see :class:`~streamacc.engine.BlockPool`)."""
+page-faults all of it, which over a whole read costs more than the computation; once every
+buffer is held, a block gets a buffer of its own (see :class:`~streamacc.engine.BlockPool`)."""
 
 
 def _served_document(doc: dict[str, Any]) -> dict[str, Any]:

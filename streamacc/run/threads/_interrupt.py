@@ -144,11 +144,14 @@ _computing = _Computing()
 
 
 class _OwnThread:
-    """An iterator advanced on a daemon thread of its own, one item per ``next()``, on demand."""
+    """An iterator advanced on a daemon thread of its own, one item per ``next()``, on demand (and ``ahead`` more)."""
 
-    def __init__(self, source: Iterator[Any], name: str) -> None:
+    def __init__(self, source: Iterator[Any], name: str, ahead: int = 0) -> None:
         self._requests: SimpleQueue[bool] = SimpleQueue()
         self._replies: SimpleQueue[tuple[int, Any]] = SimpleQueue()
+        self._closed = threading.Event()  # no item is begun once set, whatever was asked for ahead
+        for _ in range(ahead):
+            self._requests.put(True)
         thread = threading.Thread(target=self._produce, args=(source, _scopes()), name=name, daemon=True)
         _started.add(thread)
         _computing.register()
@@ -156,7 +159,7 @@ class _OwnThread:
 
     def _produce(self, source: Iterator[Any], scopes: Callable[[], AbstractContextManager[Any]]) -> None:
         with scopes():
-            while self._requests.get():
+            while self._requests.get() and not self._closed.is_set():
                 if not _computing.begin():  # the interpreter is exiting: the consumer stops as if asked to
                     self._replies.put((_ERROR, Interrupted()))
                     return
@@ -186,16 +189,20 @@ class _OwnThread:
         return value
 
     def close(self) -> None:
+        self._closed.set()
         self._requests.put(False)
 
 
-def on_own_thread(source: Iterator[T], name: str = "streamacc-compute") -> Generator[T, None, None]:
+def on_own_thread(source: Iterator[T], name: str = "streamacc-compute", *, ahead: int = 0) -> Generator[T, None, None]:
     """``source`` advanced on a thread of its own, exactly when and as often as the caller asks.
 
-    The caller waits interruptibly: once :data:`STOP` is set, ``next()`` raises
-    :class:`Interrupted` and the thread, after the item in hand, ends.
+    With ``ahead``, the thread also computes up to that many items before the caller asks for
+    them, so that it goes on while the caller does something else with the items before (a
+    commit waiting for the disk); they are held until taken. The caller waits interruptibly:
+    once :data:`STOP` is set, ``next()`` raises :class:`Interrupted` and the thread, after
+    the item in hand, ends; closed, it begins no other, whatever it was ahead by.
     """
-    producer = _OwnThread(iter(source), name)
+    producer = _OwnThread(iter(source), name, ahead)
     try:
         yield from producer
     finally:

@@ -14,6 +14,8 @@ from ..._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._fence import FencedStore as FencedStore, unwrap as unwrap
-    from ._lease import Lease as Lease, LeaseView as LeaseView
+    from ._lease import LEASE_ENV as LEASE_ENV, Lease as Lease, LeaseView as LeaseView, lease_seconds as lease_seconds
+    from ._leasestore import Holder as Holder, open_lease_store as open_lease_store
+    from ._seams import SEAMS as SEAMS
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -1,0 +1,90 @@
+"""The sides of the harness's scenarios that are not a ``streamacc`` command, each run as a child process.
+
+    python benchmarks/_sides.py NAME '{"keyword": value, ...}'
+
+prints one JSON object: what the side timed of its own work (``run_s`` and the like), which
+the harness adds to the side's row beside what GNU time measured of the whole process.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import sys
+import time
+from typing import Any
+
+SLICE = 2**20
+
+
+def carry(steps: int, recipe: str = "gp") -> dict[str, Any]:
+    """The recipe's step in a jitted scan that keeps only its carry, unrolled as the recipe is: the floor of a write."""
+    import jax
+    from jax import lax
+
+    from streamacc.recipes import get_recipe
+
+    jax.config.update("jax_enable_x64", True)
+    job = get_recipe(recipe).build(steps, "float64")
+    piece = min(steps, 2**26)
+
+    @jax.jit
+    def run_piece(c):
+        return lax.scan(lambda c, x: (job.f(c, x)[0], None), c, None, length=piece, unroll=job.unroll)[0]
+
+    t0 = time.perf_counter()
+    c = job.init
+    for _ in range(steps // piece):
+        c = run_piece(c)
+    final = float(c)
+    return {"run_s": time.perf_counter() - t0, "final": final}
+
+
+def slices(out: str, count: int, seed: int) -> dict[str, Any]:
+    """``count`` random 2**20-step slices of an output through ``streamacc.open``, each timed."""
+    import numpy as np
+
+    import streamacc
+
+    t0 = time.perf_counter()
+    x = streamacc.open(out).x
+    opened = time.perf_counter() - t0
+    rng = random.Random(seed)
+    times = []
+    for _ in range(count):
+        start = rng.randrange(0, max(1, x.sizes["step"] - SLICE))
+        t = time.perf_counter()
+        values = np.asarray(x[start : start + SLICE].values)
+        times.append(time.perf_counter() - t)
+        assert values.size == min(SLICE, x.sizes["step"])
+    return {"open_s": opened, "first_s": times[0], "median_after_first_s": statistics.median(times[1:] or times),
+            "max_after_first_s": max(times[1:] or times)}  # fmt: skip
+
+
+def read(out: str) -> dict[str, Any]:
+    """All of an output through dask: ``streamacc.open(OUT).x.data.max().compute()``."""
+    import streamacc
+
+    t0 = time.perf_counter()
+    top = float(streamacc.open(out).x.data.max().compute())
+    return {"run_s": time.perf_counter() - t0, "max": top}
+
+
+def make_input(path: str, n: int) -> dict[str, Any]:
+    """An input for ``cumsum``/``cumprod --input``: float64 uniform in [0.5, 1), chunks of 2**22, zarr's codec."""
+    import numpy as np
+    import zarr
+
+    a = zarr.create_array(path, shape=(n,), chunks=(min(n, 2**22),), dtype="f8", fill_value=0.0)
+    rng = np.random.default_rng(0)
+    for i in range(0, n, 2**24):
+        a[i : i + 2**24] = rng.uniform(0.5, 1.0, min(2**24, n - i))
+    return {"n": n}
+
+
+SIDES = {"carry": carry, "slices": slices, "read": read, "make_input": make_input}
+
+if __name__ == "__main__":
+    print(json.dumps(SIDES[sys.argv[1]](**json.loads(sys.argv[2]))))
+    sys.stdout.flush()

@@ -1,0 +1,15 @@
+"""The summaries' seam: the slice a large block is reduced in, which a test makes small."""
+
+from __future__ import annotations
+
+from .._seams import Seam
+from . import _pyramid
+
+__all__ = ["SEAMS"]
+
+SEAMS = {
+    "SLICE_BYTES": Seam(
+        "SLICE_BYTES: the bytes of rows a block's windows are reduced in at a time", (_pyramid, "SLICE_BYTES")
+    ),
+}
+"""The summaries' seams by name (``streamacc.testing`` calls them ``summaries.NAME``)."""

@@ -1,0 +1,246 @@
+"""Icechunk repositories as outputs: the same bytes as a plain folder, commits as the durable points, refs.
+
+A run written into a local repository holds, key for key, the bytes of the same run in a
+plain folder; a writer SIGKILLed between commits resumes from the branch head to the
+uninterrupted result; a second writer is refused by the lock, and a foreign commit on the
+branch stops the writer without losing what the branch holds; readers open a branch, a
+tag or a snapshot, and an extension keeps the shorter output readable at its tag.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import MANIFEST, Popen
+
+import streamacc
+from streamacc.cli import main
+from streamacc.errors import InputError, NoOutputError
+
+icechunk = pytest.importorskip("icechunk")
+
+SMALL = ["--size", "5000", "--block-size", "512", "--codec", "blosc-lz4"]  # 10 blocks, the last one short
+BIG = ["--size", "2**21", "--block-size", "2**14", "--codec", "none"]  # 128 blocks, about a second of writing
+
+# a writer that commits after every block, so that a kill lands between two commits
+FREQUENT = (
+    "import sys\nfrom streamacc import testing\nfrom streamacc.cli import main\n"
+    "testing.replace('store.icechunk_commit_seconds', 0.0)\nsys.exit(main(sys.argv[1:]))\n"
+)
+
+
+def repository(path: Path):
+    return icechunk.Repository.open(icechunk.local_filesystem_storage(str(path)))
+
+
+def keys_of(store) -> dict[str, bytes]:
+    """Every key of a zarr store with its bytes."""
+    from zarr.buffer import default_buffer_prototype
+
+    from streamacc.store import sync
+
+    async def collect() -> list[str]:
+        return [key async for key in store.list_prefix("")]
+
+    return {key: sync(store.get(key, default_buffer_prototype())).to_bytes() for key in sync(collect())}
+
+
+def folder_keys(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def head_steps(path: Path) -> int:
+    """Steps the manifest at the branch head of the repository at ``path`` commits (-1 before its first commit)."""
+    if not (path / "refs").exists():
+        return -1
+    try:
+        store = repository(path).readonly_session(branch="main").store
+    except Exception:  # the repository being created
+        return -1
+    from zarr.buffer import default_buffer_prototype
+
+    from streamacc.store import sync
+
+    raw = sync(store.get(MANIFEST, default_buffer_prototype()))
+    if raw is None:
+        return -1
+    return int(json.loads(json.loads(raw.to_bytes())["attributes"]["streamacc_manifest"])["committed_steps"])
+
+
+def commits(path: Path) -> list[str]:
+    return [c.message for c in repository(path).ancestry(branch="main")]
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    """Uninterrupted runs into plain folders, one per argument list."""
+    made: dict[tuple[str, ...], Path] = {}
+
+    def get(args: list[str]) -> Path:
+        if tuple(args) not in made:
+            out = tmp_path_factory.mktemp("plain") / "out.zarr"
+            assert main(["write", str(out), *args, "--no-progress"]) == 0
+            made[tuple(args)] = out
+        return made[tuple(args)]
+
+    return get
+
+
+def test_a_repository_holds_the_plain_folders_bytes_and_verifies(tmp_path, plain):
+    repo_path = tmp_path / "repo"
+    url = f"icechunk://{repo_path}"
+    assert main(["write", url, *SMALL, "--no-progress"]) == 0
+    session = repository(repo_path).readonly_session(branch="main")
+    assert keys_of(session.store) == folder_keys(plain(SMALL))  # data, summaries, bookkeeping: key for key
+    assert main(["verify", url]) == 0
+    assert commits(repo_path)[0] == "streamacc: 5000 of 5000 steps complete"
+    assert repository(repo_path).list_tags() == {"main-5000-steps"}
+
+    import xarray as xr
+
+    with xr.open_zarr(session.store) as ds:  # plain Icechunk data to xarray
+        np.testing.assert_array_equal(ds["x"].values, streamacc.open(plain(SMALL))["x"].values)
+    opened = streamacc.open(url)
+    assert opened.sizes["step"] == 5000
+    assert streamacc.info(url).complete
+    assert streamacc.overview(url) is not None
+
+
+def test_python_api_with_a_repository_object_and_a_session_to_read(tmp_path):
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
+
+    def f(c, x):
+        return c * 0.5 + x, c
+
+    xs = np.arange(3000, dtype=np.float64)
+    streamacc.write(repo, f, np.float64(1.0), xs, block_size=1024, progress=False, storage_options={"branch": "try"})
+    assert "try" in repo.list_branches()
+    ds = streamacc.open(repo.readonly_session(branch="try"))
+    import jax
+
+    want = jax.lax.scan(f, np.float64(1.0), xs)[1]
+    np.testing.assert_array_equal(ds["y"].values, np.asarray(want))
+    with pytest.raises(InputError, match=r"pass the icechunk\.Repository"):
+        streamacc.write(repo.writable_session("main"), f, np.float64(1.0), xs, progress=False)
+    with pytest.raises(InputError, match="a session's store is written outside any commit"):
+        streamacc.write(repo.writable_session("main").store, f, np.float64(1.0), xs, progress=False)
+
+
+def test_extend_is_a_new_commit_and_the_shorter_output_stays_readable(tmp_path, plain):
+    repo_path = tmp_path / "repo"
+    url = f"icechunk://{repo_path}"
+    args = [*SMALL[2:], "--no-progress"]
+    assert main(["write", url, "--size", "3000", *args]) == 0
+    first = repository(repo_path).lookup_branch("main")
+    assert main(["write", url, "--size", "5000", *args, "--extend"]) == 0
+    assert repository(repo_path).list_tags() == {"main-3000-steps", "main-5000-steps"}
+    longer = streamacc.open(url)
+    np.testing.assert_array_equal(longer["x"].values, streamacc.open(plain(SMALL))["x"].values)
+    for ref in ("main-3000-steps", first):  # a tag and a snapshot id
+        shorter = streamacc.open(url, storage_options={"ref": ref})
+        assert shorter.sizes["step"] == 3000
+        np.testing.assert_array_equal(shorter["x"].values, longer["x"].values[:3000])
+    assert streamacc.info(url, storage_options={"ref": "main-3000-steps"}).committed_steps == 3000
+    with pytest.raises(NoOutputError, match="no branch, tag or snapshot 'nope'"):
+        streamacc.open(url, storage_options={"ref": "nope"})
+
+
+def test_refusals_are_one_line(tmp_path, capsys, monkeypatch):
+    assert main(["info", f"icechunk://{tmp_path / 'none'}"]) == 2  # no output there
+    assert "is not an Icechunk repository" in capsys.readouterr().err
+    with pytest.raises(InputError, match="do not take 'key'"):
+        streamacc.open(f"icechunk://{tmp_path}", storage_options={"key": "x"})
+    monkeypatch.setitem(sys.modules, "icechunk", None)  # not installed
+    with pytest.raises(InputError, match=r"pip install 'streamacc\[icechunk\]'"):
+        streamacc.open(f"icechunk://{tmp_path}")
+
+
+def frequent_writer(url: str, args: list[str], *, resume: bool = False) -> Popen:
+    flags = ["--resume"] if resume else []
+    return Popen(
+        [sys.executable, "-c", FREQUENT, "write", url, *args, "--no-progress", *flags],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def wait_for_steps(proc: Popen, path: Path, steps: int, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while head_steps(path) < steps:
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline, f"{path} never committed {steps} steps"
+        time.sleep(0.005)
+
+
+@pytest.mark.slow
+def test_sigkill_between_commits_then_resume_is_the_uninterrupted_run(tmp_path, plain):
+    repo_path = tmp_path / "repo"
+    url = f"icechunk://{repo_path}"
+    proc = frequent_writer(url, BIG)
+    try:
+        wait_for_steps(proc, repo_path, 2**17)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    kept = head_steps(repo_path)
+    assert 2**17 <= kept < 2**21
+    assert main(["write", url, *BIG, "--no-progress", "--resume"]) == 0
+    session = repository(repo_path).readonly_session(branch="main")
+    assert keys_of(session.store) == folder_keys(plain(BIG))
+    assert main(["verify", url]) == 0
+
+
+@pytest.mark.slow
+def test_a_second_writer_is_refused_and_a_foreign_commit_stops_the_writer(tmp_path, capsys):
+    repo_path = tmp_path / "repo"
+    url = f"icechunk://{repo_path}"
+    proc = frequent_writer(url, BIG)
+    try:
+        wait_for_steps(proc, repo_path, 2**16)
+        proc.send_signal(signal.SIGSTOP)  # alive, holding the lock, between two commits
+        seen = head_steps(repo_path)
+        assert main(["write", url, *BIG, "--no-progress", "--resume"]) == 1
+        assert f"being written by pid {proc.pid}" in capsys.readouterr().err
+        reader = streamacc.info(url)  # a reader meanwhile sees the last whole commit
+        assert reader.committed_steps == seen and not reader.complete
+        session = repository(repo_path).writable_session("main")  # another tool commits to the branch
+        import zarr
+
+        zarr.open_group(session.store, mode="r+").attrs["note"] = "someone else"
+        session.commit("a foreign commit")
+        proc.send_signal(signal.SIGCONT)
+        assert proc.wait(timeout=120) == 1
+        err = proc.stderr.read().decode()
+        assert "another writer committed to branch 'main'" in err, err
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+            proc.wait(timeout=60)
+    assert commits(repo_path)[0] == "a foreign commit"
+
+
+def test_writes_and_reads_on_s3(s3_bucket, tmp_path, plain):
+    url = f"icechunk+s3://{s3_bucket.name}/repo"
+    options = {
+        "endpoint_url": s3_bucket.server.endpoint,
+        "allow_http": True,
+        "force_path_style": True,
+        "region": "us-east-1",
+        "access_key_id": "testing",
+        "secret_access_key": "testing",
+    }
+    spelled = [f"--storage-option={k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in options.items()]
+    assert main(["write", url, *SMALL, "--no-progress", *spelled]) == 0
+    assert main(["verify", url, *spelled]) == 0
+    ds = streamacc.open(url, storage_options=options)
+    np.testing.assert_array_equal(ds["x"].values, streamacc.open(plain(SMALL))["x"].values)
