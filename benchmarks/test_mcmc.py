@@ -57,7 +57,7 @@ def test_mcmc_memory(scenario, size):
         scenario.figures[f"streamacc / blackjax: {key.split()[0]}"] = round(ratio, 2)
     for name in ("streamacc", "blackjax"):
         rows = [r for r in scenario.rows if r["side"] == f"{name}, {draws} draws"]
-        scenario.figures[f"{name}: mean position"] = [rows[0]["mean x0"], rows[0]["mean x1"]]
+        scenario.figures[f"{name}: mean position"] = f"{rows[0]['mean x0']}, {rows[0]['mean x1']}"
         scenario.figures[f"{name}: acceptance"] = rows[0]["acceptance"]
 
 
