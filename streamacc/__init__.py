@@ -3,10 +3,10 @@
 Write a recurrence as ``f(carry, x) -> (carry, y)``, as for ``jax.lax.scan``, and
 :func:`write` runs it for any length in bounded memory, streaming every ``y`` to a Zarr
 store on disk or object storage, resumably (:class:`Stream` does the same from inside a
-jitted program); :func:`open` reads it back as an xarray
-Dataset, :func:`overview` at a glance, :func:`verify` recomputes it bit for bit, and
-:func:`info` describes it. :func:`iter_blocks` and :func:`scan` run the same blocked scan
-in memory. Errors are in :mod:`streamacc.errors`.
+jitted program); :func:`open` reads it back as an xarray Dataset, :func:`overview` at a
+glance, :func:`verify` recomputes it bit for bit, :func:`info` describes it, and
+:func:`to_arviz` gives a sampler's chains as ArviZ reads them. :func:`iter_blocks` and
+:func:`scan` run the same blocked scan in memory. Errors are in :mod:`streamacc.errors`.
 
 The names that need JAX or Zarr are imported on first use (PEP 562), so that
 ``import streamacc`` and the command line start without them.
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         materialize as materialize,
         open as open,
         overview as overview,
+        to_arviz as to_arviz,
         verify as verify,
         write as write,
     )

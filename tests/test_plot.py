@@ -3,6 +3,7 @@ a range of steps, and the one-line answers when matplotlib or the output is miss
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import sys
 import uuid
@@ -289,3 +290,74 @@ def test_every_label_is_inside_the_picture_and_the_colour_bar_beside_the_map(tmp
     heat, bar = (a.get_window_extent(renderer) for a in vec.axes)
     assert heat.x1 < bar.x0 and bar.y0 == pytest.approx(heat.y0) and bar.y1 == pytest.approx(heat.y1)
     assert bar.width < 0.05 * vec.bbox.width and vec.axes[1].get_ylabel() == "mean u"
+
+
+def chain_step(shift, flat):
+    """Chains of a wobble per chain (and component), chain ``flat`` stuck at 0.5, every chain offset by ``shift``."""
+
+    def step(c, _):
+        rates = 1.0 + 0.1 * jnp.arange(shift.shape[0], dtype=c.dtype)
+        wobble = jnp.sin(c * rates[:, None] + jnp.arange(12.0)) + shift[:, None]
+        x = wobble.at[flat].set(0.5)
+        return c + 1.0, {"x": x, "lp": -0.5 * jnp.sum(x * x, axis=1)}
+
+    return step
+
+
+def write_chains(out, chains, *, flat=2, apart=None, components=3):
+    shift = np.zeros(chains)
+    if apart is not None:
+        shift[apart] = 50.0
+
+    def step(c, x):
+        c, y = chain_step(jnp.asarray(shift), flat)(c, x)
+        return c, {"x": y["x"][:, :components], "lp": y["lp"]}
+
+    streamacc.write(out, step, np.float64(0.0), length=4096, block_size=1024, summaries=[64], progress=False,
+                    dims={"x": ["chain", "dim"], "lp": ["chain"]})  # fmt: skip
+
+
+def test_the_chains_of_a_sampler_are_a_trace_each_in_a_panel_per_component(tmp_path, capsys, drawn):
+    out = tmp_path / "chains.zarr"
+    write_chains(out, 4)
+    ds = streamacc.overview(out, points=64)
+    assert ds["x_mean"].dims == ("step", "chain", "dim") and ds.sizes["step"] == 64  # each chain's own windows
+    for var, panels in (("x", 3), ("lp", 1)):
+        assert run("plot", out, "--var", var, capsys=capsys)[0] == 0
+        figure = drawn[-1]
+        assert len(figure.axes) == panels
+        labels = figure.axes[0].get_legend_handles_labels()[1]
+        assert labels == [f"chain {c}" for c in range(4)]
+        assert "4 chains (band: min-max, line: mean, per window)" in figure.axes[0].get_title()
+        for ax in figure.axes:
+            lines = ax.get_lines()
+            assert len(lines) == 4 and len(ax.collections) == 4  # a line and a band per chain
+            stuck = lines[2].get_ydata()
+            assert np.all(stuck == (0.5 if var == "x" else stuck[0]))  # the stuck chain is a flat line
+        assert [ax.get_ylabel() for ax in figure.axes] == (["x[0]", "x[1]", "x[2]"] if var == "x" else ["lp"])
+        assert figure.axes[-1].get_xlabel() == "step (windows of 64 steps)"
+        assert not any(ax.get_xlabel() or any(t.get_text() for t in ax.get_xticklabels()) for ax in figure.axes[:-1])
+        figure.canvas.draw()
+        drawn_on, picture = figure.get_tightbbox(), figure.bbox_inches
+        assert picture.x0 - 0.01 <= drawn_on.x0 and drawn_on.x1 <= picture.x1 + 0.01
+        assert picture.y0 - 0.01 <= drawn_on.y0 and drawn_on.y1 <= picture.y1 + 0.01
+        renderer = figure.canvas.get_renderer()
+        boxes = [ax.get_tightbbox(renderer) for ax in figure.axes]
+        assert all(upper.y0 >= lower.y1 - 1 for upper, lower in itertools.pairwise(boxes))  # no overlap
+
+
+def test_many_chains_are_a_line_each_then_a_fan_with_the_chains_apart_or_stuck(tmp_path, capsys, drawn):
+    write_chains(tmp_path / "twenty.zarr", 20, components=1)
+    write_chains(tmp_path / "forty.zarr", 40, flat=7, apart=30, components=12)
+    assert run("plot", tmp_path / "twenty.zarr", "--var", "x", capsys=capsys)[0] == 0
+    assert run("plot", tmp_path / "forty.zarr", "--var", "x", capsys=capsys)[0] == 0
+    twenty, forty = drawn
+    ax = twenty.axes[0]
+    assert len(ax.get_lines()) == 20 and ax.get_legend_handles_labels()[1] == ["min-max over all 20 chains"]
+    assert "20 chains (a line per chain: its mean per window)" in ax.get_title()
+    assert len(forty.axes) == 8 and "8 of its 12 components (dim) shown" in forty.axes[0].get_title()
+    assert forty.axes[0].get_legend_handles_labels()[1] == [
+        "min-max over all 40 chains", "5-95% of means", "25-75% of means", "median of means", "chain 7 (stuck)",
+        "chain 30 (apart)",
+    ]  # fmt: skip
+    assert forty.axes[1].get_legend() is None

@@ -3,8 +3,12 @@
 A series is a min/max band per window with the mean as a line; a vector output is a heat
 map of the mean (step x state); an ensemble (a trailing dimension named ``path``) is a
 band per path, or a fan of the paths' means for many paths; a field (two or more
-trailing dimensions) is the band of its spatial min, max and mean. matplotlib (the
-``plot`` extra) is imported only here, and only when the command runs.
+trailing dimensions) is the band of its spatial min, max and mean. The chains of a
+sampler (a trailing dimension named ``chain``) are a trace per chain, in a panel per
+component of the other trailing dimensions: a band and a line per chain for a few, a line
+per chain up to a few dozen, a fan beyond, so that a chain stuck (its band a line) or
+apart from the others shows at a glance. matplotlib (the ``plot`` extra) is imported only
+here, and only when the command runs.
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ __all__ = ["default_path", "draw", "plot_output"]
 ENSEMBLE_DIMS = ("path", "member", "ensemble")
 BANDS_UP_TO = 8
 """Ensembles of at most this many paths get a band each; larger ones a fan."""
+CHAIN_DIM = "chain"
+CHAIN_LINES_UP_TO = 32
+"""Chains up to this many get a line each (and a band each up to ``BANDS_UP_TO``); more, a fan."""
+PANELS_UP_TO = 8
+"""The components of a chained output drawn, a panel each; the title says how many there are."""
 
 
 def default_path(out: str, name: str) -> str:
@@ -116,10 +125,12 @@ def draw(ds: Any, var: str) -> Any:
     window = int(ds.attrs["window"])
     steps = ds["step"].values
     edges = np.append(steps, min(int(steps[-1]) + window, int(ds.attrs.get("stop_step", steps[-1] + window))))
+    trailing = meta.dims[1:]
+    if CHAIN_DIM in trailing:
+        return _draw_chains(ds, var, figure, canvas, (low, high, mean), scale, infinite, edges)
     fig = figure(figsize=(10, 4.8), dpi=110)
     canvas(fig)
     ax = fig.add_subplot()
-    trailing = meta.dims[1:]
     bar = None
     if not trailing:
         _series(ax, edges, low, high, mean)
@@ -165,12 +176,16 @@ def _fit(fig: Any, ax: Any, bar: Any = None) -> None:
     a second, a tenth of the command); this measures only what sits outside the axes: the title,
     the axis labels, the tick labels in view and the offset texts (``1e9``). Then again: the axes
     the margins leave may get other ticks, whose labels may be wider (most of it is cached by then).
+    ``ax`` may be a list of axes stacked top to bottom, sharing the step axis (the panels of a
+    sampler's chains): the title is the first's, the step labels the last's, and each gap between
+    two holds the lower one's offset text.
     """
+    axes = ax if isinstance(ax, list) else [ax]
     for _ in range(2):
-        _fit_once(fig, ax, bar)
+        _fit_once(fig, axes, bar)
 
 
-def _fit_once(fig: Any, ax: Any, bar: Any) -> None:
+def _fit_once(fig: Any, axes: list[Any], bar: Any) -> None:
     from matplotlib import rcParams
 
     renderer = fig.canvas.get_renderer()
@@ -200,20 +215,26 @@ def _fit_once(fig: Any, ax: Any, bar: Any) -> None:
         """The room the label of ``axis`` takes across it (0: its width, 1: its height)."""
         return size(axis.label)[across] + axis.labelpad * px if axis.label.get_text() else 0.0
 
-    y_wide, _, _ = ticks(ax.yaxis)
-    _, x_tall, x_last = ticks(ax.xaxis)
+    first, last_ax = axes[0], axes[-1]
+    y_wide = max(ticks(a.yaxis)[0] + label(a.yaxis, 0) for a in axes)
+    _, x_tall, x_last = ticks(last_ax.xaxis)
     overhang = size(x_last)[0] / 2 if x_last is not None else 0.0  # the last step label, centred on the end
-    left = pad + label(ax.yaxis, 0) + y_wide
-    bottom = pad + x_tall + max(label(ax.xaxis, 1), size(ax.xaxis.get_offset_text())[1])
-    title = size(ax.title)[1] + float(rcParams["axes.titlepad"]) * px
-    top = pad + title + size(ax.yaxis.get_offset_text())[1]
+    left = pad + y_wide
+    bottom = pad + x_tall + max(label(last_ax.xaxis, 1), size(last_ax.xaxis.get_offset_text())[1])
+    title = size(first.title)[1] + float(rcParams["axes.titlepad"]) * px
+    top = pad + title + size(first.yaxis.get_offset_text())[1]
     right = pad + overhang
     if bar is not None:
         bar_wide, _, _ = ticks(bar.yaxis)
         gap = overhang + 2 * pad
         right = pad + label(bar.yaxis, 0) + bar_wide + BAR_IN * fig.dpi + gap
     box = (left / width, bottom / height, 1 - right / width, 1 - top / height)
-    fig.subplots_adjust(left=box[0], bottom=box[1], right=box[2], top=box[3])
+    between = {}
+    if len(axes) > 1:
+        gap_px = 2 * pad + max(size(a.yaxis.get_offset_text())[1] for a in axes[1:])
+        panel = (height * (box[3] - box[1]) - (len(axes) - 1) * gap_px) / len(axes)
+        between = {"hspace": gap_px / panel}
+    fig.subplots_adjust(left=box[0], bottom=box[1], right=box[2], top=box[3], **between)
     if bar is not None:
         x0 = box[2] + gap / width
         bar.set_position((x0, box[1], BAR_IN * fig.dpi / width, box[3] - box[1]))
@@ -284,3 +305,94 @@ def _ensemble(ax: Any, edges: np.ndarray, low: np.ndarray, high: np.ndarray, mea
     ax.fill_between(edges, q[0], q[4], step="post", alpha=0.35, color="C0", linewidth=0, label="5-95% of means")
     ax.fill_between(edges, q[1], q[3], step="post", alpha=0.5, color="C0", linewidth=0, label="25-75% of means")
     ax.step(edges, q[2], where="post", color="C1", linewidth=0.8, label="median of means")
+
+
+def _draw_chains(
+    ds: Any, var: str, figure: Any, canvas: Any, stats: tuple[np.ndarray, np.ndarray, np.ndarray], scale: float,
+    infinite: bool, edges: np.ndarray,
+) -> Any:
+    """A sampler's chains: a panel per component of the dimensions beside ``chain``, a trace per chain in each."""
+    meta = ds[f"{var}_mean"]
+    trailing = meta.dims[1:]
+    at = trailing.index(CHAIN_DIM)
+    low, high, mean = (np.moveaxis(v, 1 + at, -1) for v in stats)  # (window, component..., chain)
+    others = [d for d in trailing if d != CHAIN_DIM]
+    shape = mean.shape[1:-1]
+    components = int(np.prod(shape, dtype=np.int64))
+    chains = mean.shape[-1]
+    low, high, mean = (v.reshape(v.shape[0], components, chains) for v in (low, high, mean))
+    panels = min(components, PANELS_UP_TO)
+    fig = figure(figsize=(10, 4.8 if panels == 1 else 1.6 + 2.2 * panels), dpi=110)
+    canvas(fig)
+    axes = [fig.add_subplot(panels, 1, 1)]
+    axes += [fig.add_subplot(panels, 1, k + 1, sharex=axes[0]) for k in range(1, panels)]
+    for k, ax in enumerate(axes):
+        _chain_traces(ax, edges, low[:, k], high[:, k], mean[:, k], legend=k == 0)
+        _log_scale_if_wide(ax, low[:, k], high[:, k])
+        index = ", ".join(str(i) for i in np.unravel_index(k, shape)) if shape else ""
+        where = f"{var}[{index}]" if index else var
+        units = meta.attrs.get("units")
+        ylabel = f"{where} [{units}]" if units else where
+        ax.set_ylabel(ylabel + (f" (x {scale:.0e})" if scale != 1.0 else ""))
+        if ax is not axes[-1]:
+            ax.tick_params(labelbottom=False)
+    window = int(ds.attrs["window"])
+    axes[-1].set_xlabel(f"step (windows of {window} steps)")
+    axes[0].set_xlim(edges[0], edges[-1])
+    how = "band: min-max, line: mean, per window" if chains <= BANDS_UP_TO else "a line per chain: its mean per window"
+    if chains > CHAIN_LINES_UP_TO:
+        how = "the chains' means per window"
+    shown = f"; {panels} of its {components} components ({' x '.join(others)}) shown" if panels < components else ""
+    title = _title(ds, var, meta.attrs.get("long_name")) + f"\n{chains} chains ({how}){shown}"
+    if infinite:
+        title += " (values of ±inf drawn at the edges)"
+    axes[0].set_title(title, fontsize="medium")
+    _fit(fig, axes)
+    return fig
+
+
+OUTLYING_UP_TO = 5
+"""Chains apart from the others (or stuck) drawn as lines over the fan of many chains."""
+
+
+def _outlying(low: np.ndarray, high: np.ndarray, mean: np.ndarray) -> list[tuple[int, str]]:
+    """The chains (at most ``OUTLYING_UP_TO``) whose windows' means sit apart from the other chains' (their median
+    more than 5 median absolute deviations and half a window's typical range from the chains' median) or which
+    barely move (their windows' typical range under a tenth of the chains'): what a fan of many chains hides."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # chains or windows all NaN
+        centre = np.nanmedian(mean, axis=0)
+        spread = np.nanmedian(high - low, axis=0)
+        typical, typical_spread = np.nanmedian(centre), np.nanmedian(spread)
+        deviation = np.nanmedian(np.abs(centre - typical))
+    scores: list[tuple[float, int, str]] = []
+    for c in range(mean.shape[1]):
+        off = abs(centre[c] - typical)
+        apart = off / deviation if deviation > 0 else 0.0
+        if apart > 5 and off > 0.5 * typical_spread:
+            scores.append((float(apart), c, "apart"))
+        elif typical_spread > 0 and spread[c] < 0.1 * typical_spread:
+            scores.append((float(typical_spread / max(spread[c], 1e-300)), c, "stuck"))
+    return [(c, why) for _, c, why in sorted(scores, reverse=True)[:OUTLYING_UP_TO]]
+
+
+def _chain_traces(ax: Any, edges: np.ndarray, low: np.ndarray, high: np.ndarray, mean: np.ndarray, *,
+                  legend: bool) -> None:  # fmt: skip
+    """Each chain's trace from its windows: a band and a line for a few chains, a line up to a few dozen, and
+    beyond, the fan an ensemble gets (the chains' extremes, their means' percentiles)."""
+    chains = mean.shape[1]
+    if chains > CHAIN_LINES_UP_TO:
+        _ensemble(ax, edges, low, high, mean, CHAIN_DIM)
+        for n, (c, why) in enumerate(_outlying(low, high, mean)):
+            ax.step(edges, mean[:, c], where="post", linewidth=0.9, color=f"C{3 + n}", label=f"chain {c} ({why})")
+    elif chains > BANDS_UP_TO:
+        ax.fill_between(edges, np.nanmin(low, axis=1), np.nanmax(high, axis=1), step="post", color="0.88",
+                        linewidth=0, label=f"min-max over all {chains} chains")  # fmt: skip
+    colors = [f"C{c % 10}" for c in range(chains)]
+    for c in range(chains if chains <= CHAIN_LINES_UP_TO else 0):
+        if chains <= BANDS_UP_TO:
+            ax.fill_between(edges, low[:, c], high[:, c], step="post", alpha=0.18, color=colors[c], linewidth=0)
+        ax.step(edges, mean[:, c], where="post", linewidth=0.9, color=colors[c],
+                label=f"chain {c}" if legend and chains <= BANDS_UP_TO else None)  # fmt: skip
+    if legend and ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper right", fontsize="x-small", ncol=chains if chains <= BANDS_UP_TO else 2)

@@ -7,7 +7,7 @@ only from the rooms below it):
 - ``record``: what an output records about its run (manifest, block records, identity);
 - ``trust``: what every reader checks before it trusts an output;
 - ``output``: an output opened for writing, its layout and its in-order commits;
-- ``verify`` and ``read``: recomputing committed blocks; ``open``, ``overview``, ``info``;
+- ``verify`` and ``read``: recomputing committed blocks; ``open``, ``overview``, ``info``, ``to_arviz``;
 - ``execute``: where blocks run (this process, a dask cluster) and the progress bar;
 
 and ``_write``, which puts them together, and ``stream``, which puts them together around a
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         open as open,
         overview as overview,
         overview_table as overview_table,
+        to_arviz as to_arviz,
     )
     from .recompute import VerifyReport as VerifyReport, verify as verify, verify_recipe_output as verify_recipe_output
     from .record import load_manifest as load_manifest

@@ -1,5 +1,6 @@
 """Reading an output: ``open`` (``_dataset``, with the ``step``/``time`` index of ``_index``),
-``overview`` from the summaries (``_overview``) and ``info`` (``_info``).
+``overview`` from the summaries (``_overview``), ``info`` (``_info``) and ``to_arviz``, a sampler's
+chains as ArviZ reads them (``_arviz``).
 
 These are the names the other rooms and wings use; each is imported on first use.
 """
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 from ..._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ._arviz import to_arviz as to_arviz
     from ._dataset import open as open
     from ._index import StepIndex as StepIndex
     from ._info import (
