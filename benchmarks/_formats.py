@@ -217,18 +217,26 @@ def summaries_cost(d: dict[str, Any]) -> Run:
                        f"{' --against OTHER_CHECKOUT' if d.get('against') else ''} --json FILE")  # fmt: skip
 
 
+def one_table(d: dict[str, Any], group: str, test: str, tables: dict[str, list[dict[str, Any]]], *,
+              commands: dict[str, str], reproduce: str, module: str, command: str) -> Run:  # fmt: skip
+    """A run of one benchmark whose figures are ``tables``, on the machine (and date) file ``d`` records."""
+    b = entry(group, test, params=None, commands=commands, reproduce=reproduce, tables=tables, module=module)
+    machine, git, date = record_machine(d)
+    return Run([b], machine=machine, git=git, datetime=date, command=command)
+
+
 def summaries_slices(d: dict[str, Any]) -> Run:
     """``bench_summaries.py --slices``: the reductions alone, per slice size, in thread CPU ms."""
     rows = []
     for key, v in d["slices"].items():
         label = f"{int(key) // 1024} KiB slices, cold" if key.isdigit() else f"{key.replace('_', ' ')} (1 MiB slices)"
         rows.append({"block": label, "best ms": round(v["best_ms"], 2), "median ms": round(v["median_ms"], 2)})
-    b = entry("summaries-slices", "test_summaries_slices", params=None,
-              commands={"reductions": "streamacc.summaries._pyramid.block_pieces(block, 0, 4096, 2**32), thread CPU"},
-              reproduce="python -m pytest benchmarks/test_summaries.py::test_summaries_slices --benchmark-autosave",
-              tables={"reductions": rows}, module="test_summaries.py")  # fmt: skip
-    machine, git, date = record_machine(d)
-    return Run([b], machine=machine, git=git, datetime=date, command="python benchmarks/bench_summaries.py --slices")
+    return one_table(d, "summaries-slices", "test_summaries_slices", {"reductions": rows},
+                     commands={"reductions": "streamacc.summaries._pyramid.block_pieces(block, 0, 4096, 2**32), "
+                                             "thread CPU"},
+                     reproduce="python -m pytest benchmarks/test_summaries.py::test_summaries_slices "
+                               "--benchmark-autosave",
+                     module="test_summaries.py", command="python benchmarks/bench_summaries.py --slices")  # fmt: skip
 
 
 def summaries_xla(d: dict[str, Any]) -> Run:
@@ -239,12 +247,11 @@ def summaries_xla(d: dict[str, Any]) -> Run:
          "XLA inside the scan, more ms": v["xla_fused_less_scan_median_ms"]}
         for key, v in d["xla"].items()
     ]  # fmt: skip
-    b = entry("summaries-xla", "test_summaries_xla", params=None,
-              commands={"reductions": "numpy's pieces, a jitted function of the block, the scan's own returning them"},
-              reproduce="python benchmarks/bench_summaries.py --xla",
-              tables={"reductions (medians)": rows}, module="bench_summaries.py")  # fmt: skip
-    machine, git, date = record_machine(d)
-    return Run([b], machine=machine, git=git, datetime=date, command="python benchmarks/bench_summaries.py --xla")
+    command = "python benchmarks/bench_summaries.py --xla"
+    return one_table(d, "summaries-xla", "test_summaries_xla", {"reductions (medians)": rows},
+                     commands={"reductions": "numpy's pieces, a jitted function of the block, the scan's own "
+                                             "returning them"},
+                     reproduce=command, module="bench_summaries.py", command=command)  # fmt: skip
 
 
 def icechunk(d: dict[str, Any]) -> Run:
@@ -258,11 +265,9 @@ def icechunk(d: dict[str, Any]) -> Run:
                 row[name] = r[key]
         row["wall / plain"] = d["wall_over_plain"].get(r["label"], 1.0)
         rows.append(row)  # fmt: skip
-    b = entry("icechunk", "test_icechunk", params=None, commands={"write": python(d["command"])},
-              reproduce=python(d["command"]), tables={"writes": rows}, module="bench_icechunk.py")  # fmt: skip
-    machine, git, date = record_machine(d)
-    when = date or d["machine"].get("date", "")
-    return Run([b], machine=machine, git=git, datetime=when, command=python(d["command"]))
+    command = python(d["command"])
+    return one_table(d, "icechunk", "test_icechunk", {"writes": rows}, commands={"write": command},
+                     reproduce=command, module="bench_icechunk.py", command=command)  # fmt: skip
 
 
 def measured(group_of: Callable[[str], str]) -> Callable[[dict[str, Any]], Run]:
