@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import MANIFEST, Popen
+from helpers import MANIFEST, Popen, stopped
 
 import streamacc
 from streamacc.cli import main
@@ -34,6 +34,17 @@ BIG = ["--size", "2**21", "--block-size", "2**14", "--codec", "none"]  # 128 blo
 FREQUENT = (
     "import sys\nfrom streamacc import testing\nfrom streamacc.cli import main\n"
     "testing.replace('store.icechunk_commit_seconds', 0.0)\nsys.exit(main(sys.argv[1:]))\n"
+)
+
+# the same writer, which stops itself (SIGSTOP) once a commit holds 2**16 steps: between two commits,
+# holding its lock, wherever the machine's load would have let it run to by then
+PAUSING = FREQUENT.replace(
+    "sys.exit(",
+    "import os, signal\nfrom streamacc.run.output import Output\nreal = Output.commit\n"
+    "def commit(self, *results):\n    real(self, *results)\n"
+    "    if self.manifest.committed_steps >= 2**16 and not hasattr(commit, 'paused'):\n"
+    "        commit.paused = True\n        os.kill(os.getpid(), signal.SIGSTOP)\n"
+    "Output.commit = commit\nsys.exit(",
 )
 
 
@@ -163,10 +174,10 @@ def test_refusals_are_one_line(tmp_path, capsys, monkeypatch):
         streamacc.open(f"icechunk://{tmp_path}")
 
 
-def frequent_writer(url: str, args: list[str], *, resume: bool = False) -> Popen:
+def frequent_writer(url: str, args: list[str], *, resume: bool = False, script: str = FREQUENT) -> Popen:
     flags = ["--resume"] if resume else []
     return Popen(
-        [sys.executable, "-c", FREQUENT, "write", url, *args, "--no-progress", *flags],
+        [sys.executable, "-c", script, "write", url, *args, "--no-progress", *flags],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -203,11 +214,14 @@ def test_sigkill_between_commits_then_resume_is_the_uninterrupted_run(tmp_path, 
 def test_a_second_writer_is_refused_and_a_foreign_commit_stops_the_writer(tmp_path, capsys):
     repo_path = tmp_path / "repo"
     url = f"icechunk://{repo_path}"
-    proc = frequent_writer(url, BIG)
+    proc = frequent_writer(url, BIG, script=PAUSING)
     try:
-        wait_for_steps(proc, repo_path, 2**16)
-        proc.send_signal(signal.SIGSTOP)  # alive, holding the lock, between two commits
+        deadline = time.monotonic() + 120
+        while not stopped(proc):  # alive, holding the lock, between two commits
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()
+            time.sleep(0.005)
         seen = head_steps(repo_path)
+        assert seen >= 2**16
         assert main(["write", url, *BIG, "--no-progress", "--resume"]) == 1
         assert f"being written by pid {proc.pid}" in capsys.readouterr().err
         reader = streamacc.info(url)  # a reader meanwhile sees the last whole commit
