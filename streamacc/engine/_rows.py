@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import gc
-from collections.abc import Callable
+import time
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -14,7 +16,7 @@ from jax import lax
 from ._plan import Plan
 from ._pool import POOL_MIN_BYTES
 
-__all__ = ["block_xs"]
+__all__ = ["block_xs", "let_go", "spent_rows"]
 
 
 @functools.lru_cache(maxsize=64)
@@ -67,3 +69,29 @@ def _drop_spent_rows() -> None:
     that callback, and costs little against a block's read.
     """
     gc.collect(0)
+
+
+SPENT_ROWS_WAIT_S = 1.0
+"""Longest :func:`let_go` waits for XLA's thread to let go of a computed block's rows."""
+
+
+def spent_rows(plan: Plan, xs: Any, length: int) -> tuple[weakref.ref[Any], ...]:
+    """Weak references to a block's host rows, where they are large enough to be let go of (see :func:`let_go`)."""
+    if xs is None or _host_rows_nbytes(plan.xs) * length < HOST_ROWS_MIN_BYTES:
+        return ()
+    return tuple(weakref.ref(leaf) for leaf in jax.tree_util.tree_leaves(xs) if isinstance(leaf, np.ndarray))
+
+
+def let_go(rows: Sequence[weakref.ref[Any]]) -> None:
+    """Wait, briefly, until the rows of a block whose values are ready are freed.
+
+    XLA lets go of them from its own thread once the block is done (see
+    :func:`_drop_spent_rows`), a moment after its values are ready; a busy machine can
+    stretch that moment, and the next block's rows would be read beside them. The wait is
+    bounded by :data:`SPENT_ROWS_WAIT_S`: rows someone else holds only cost that once.
+    """
+    deadline = time.monotonic() + SPENT_ROWS_WAIT_S
+    while any(r() is not None for r in rows) and time.monotonic() < deadline:
+        gc.collect(0)  # runs jaxlib's queue of references let go of without the GIL
+        if any(r() is not None for r in rows):
+            time.sleep(0.0005)

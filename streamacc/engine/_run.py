@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,7 +13,7 @@ from ._block import Block
 from ._kernels import cached, carry_scan_fn, scan_fn
 from ._plan import Plan
 from ._pool import POOL_MIN_BYTES, BlockPool, _Lease, fresh_buffers, pool_size
-from ._rows import block_xs
+from ._rows import block_xs, let_go, spent_rows
 from ._scopes import jax_option
 
 __all__ = ["carry_pass", "compute_block", "computes_ahead", "run_block", "run_plan"]
@@ -31,13 +32,14 @@ class _Computed:
     out: list[jax.Array]
     carry: Any
     lease: _Lease | None  # its pool slot's lease (dropped unseen, it gives the slot back); None when XLA allocated out
+    rows: tuple[weakref.ref[Any], ...]  # its host rows, let go of once its values are ready
 
 
 def _dispatch(plan: Plan, pool: BlockPool, carry: Any, start: int, stop: int) -> _Computed:
     xs = block_xs(plan, start, stop)
     lease = pool.acquire() if stop - start == plan.block_size else None  # only full blocks share buffers
     carry, out = run_block(plan, carry, xs, stop - start, pool.buffers(lease, plan.out_structs(stop - start)))
-    return _Computed(start, stop, out, carry, lease)
+    return _Computed(start, stop, out, carry, lease, spent_rows(plan, xs, stop - start))
 
 
 def run_block(
@@ -55,6 +57,7 @@ def run_block(
 
 def _hand_over(plan: Plan, pool: BlockPool, done: _Computed) -> Block:
     hosts = pool.hand_over(done.lease, done.out)
+    let_go(done.rows)
     ys = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(plan.y_struct), hosts)
     release = None if done.lease is None else done.lease.release
     return Block(done.start, done.stop, ys, done.carry, release, save_every=plan.save_every)
