@@ -164,6 +164,27 @@ def test_extend_is_a_new_commit_and_the_shorter_output_stays_readable(tmp_path, 
         streamacc.open(url, storage_options={"ref": "nope"})
 
 
+def test_a_virtual_output_in_a_repository_reads_recomputed_and_materializes_as_a_new_commit(tmp_path, plain):
+    repo_path = tmp_path / "repo"
+    url = f"icechunk://{repo_path}"
+    virtual = tmp_path / "virtual.zarr"
+    assert main(["write", str(virtual), *SMALL, "--virtual", "--no-progress"]) == 0
+    assert main(["write", url, *SMALL, "--virtual", "--no-progress"]) == 0
+    assert keys_of(repository(repo_path).readonly_session(branch="main").store) == folder_keys(virtual)
+    stored = streamacc.open(plain(SMALL))["x"].values
+    np.testing.assert_array_equal(streamacc.open(url)["x"].values, stored)  # recomputed on reading
+    before = repository(repo_path).lookup_branch("main")
+    assert main(["materialize", url, "--no-progress"]) == 0
+    assert main(["verify", url]) == 0
+    session = repository(repo_path).readonly_session(branch="main")
+    assert session.snapshot_id != before
+    plain_keys, now = folder_keys(plain(SMALL)), keys_of(session.store)
+    data = [key for key in plain_keys if key.startswith("x/c/")]
+    assert data and {key: now[key] for key in data} == {key: plain_keys[key] for key in data}
+    then = repository(repo_path).readonly_session(snapshot_id=before).store
+    assert not any(key.startswith("x/c/") for key in keys_of(then))  # the virtual snapshot stays as it was
+
+
 def test_refusals_are_one_line(tmp_path, capsys, monkeypatch):
     assert main(["info", f"icechunk://{tmp_path / 'none'}"]) == 2  # no output there
     assert "is not an Icechunk repository" in capsys.readouterr().err
