@@ -18,6 +18,7 @@ lease's clock, how often a run commits. Each wing names those it lets a test rep
 ``run.output.PUBLISH_SECONDS``            how often the root's progress is refreshed
 ``run.output.VIRTUAL_COMMIT_SECONDS``     how often a virtual run commits
 ``run.execute.BlockPool``                 the pool of block buffers a local run makes
+``run.stream.buffers_on_host``            whether a Stream's blocks cross in place (the CPU)
 ========================================  ===================================================
 
 :func:`seams` lists them with what each is called with. A replacement is in place for
@@ -47,7 +48,7 @@ __all__ = ["current", "listed_exports", "original", "patched", "replace", "resto
 def _wings() -> dict[str, dict[str, Seam]]:
     """Each wing's (or room's) seams by its dotted name under ``streamacc``: imports the wings, JAX among them."""
     from . import engine, store, summaries
-    from .run import execute, output
+    from .run import execute, output, stream
     from .store import lease
 
     return {
@@ -57,6 +58,7 @@ def _wings() -> dict[str, dict[str, Seam]]:
         "summaries": summaries.SEAMS,
         "run.output": output.SEAMS,
         "run.execute": execute.SEAMS,
+        "run.stream": stream.SEAMS,
     }
 
 

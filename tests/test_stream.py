@@ -25,9 +25,9 @@ import pytest
 import zarr
 from helpers import Popen, assert_bits_equal, assert_same_output, committed, failing, kill_at, read_manifest
 from jax import lax
-from jax.experimental import io_callback
 
 import streamacc
+from streamacc import testing
 from streamacc.errors import InputError, ResumeError, StepFunctionError, StoreError, StreamaccError, StreamaccWarning
 from streamacc.store import ZarrSink
 
@@ -166,25 +166,46 @@ def test_scan_called_outside_jit_runs_as_its_own_program(tmp_path):
     assert_bits_equal(got, reference(affine, np.float64(0.5), xs, length, 1, False, 1)[0])
 
 
-def test_jax_hands_a_callback_arrays_of_its_own():
-    """A Stream keeps the arrays a callback is given until they are written: they must not be views of the
-    program's buffers, which the next loop trip overwrites (a guard for JAX upgrades)."""
-    kept = []
+@pytest.mark.parametrize("case", [6, 12], ids=[str(CASES[6]), str(CASES[12])])
+def test_blocks_cross_by_an_ordered_io_callback_to_the_same_bytes(tmp_path, case):
+    """Off the CPU a block crosses to the host by an ordered ``io_callback`` instead of in place: the same
+    bytes, reversed and odd or thinned, and a typed key in the carry."""
+    name, unroll, block, every, reverse, length = CASES[case]
+    f, make = INITS[name]
+    init, xs = make(), inputs(length)
+    keywords = {"unroll": unroll, "block_size": block, "save_every": every, "reverse": reverse}
+    carry, ys = reference(f, init, xs, length, unroll, reverse, every)
+    with testing.patched("run.stream.buffers_on_host", lambda: False):
+        got = stream(tmp_path / "io.zarr", f, init, xs, length, **keywords)
+    assert_bits_equal(got, carry)
+    data = stored(tmp_path / "io.zarr")
+    for key, want in ys_by_name(ys).items():
+        assert data[key].tobytes() == want.tobytes(), key
+    assert_bits_equal(stream(tmp_path / "in-place.zarr", f, init, xs, length, **keywords), carry)
+    assert_same_output(tmp_path / "io.zarr", tmp_path / "in-place.zarr")
 
-    def host(k, ys):
-        kept.append(ys)
 
-    def program(c):
-        def body(k, c):
-            c, ys = lax.scan(lambda c, _: (c + 1.0, c), c, length=1024)
-            io_callback(host, None, k, ys, ordered=True)
-            return c
+@pytest.mark.parametrize("buffers_on_host", [True, False], ids=["in-place", "io_callback"])
+def test_blocks_queued_behind_a_slow_disk_keep_their_values(tmp_path, buffers_on_host):
+    """The program runs on while the blocks it handed over wait for a slow disk: each crossed into host
+    memory of its own, which the program's next blocks cannot overwrite, and the host holds ``inflight``."""
+    length, block = 2048, 64
+    real = testing.current("store.write_new")
+    writing = threading.Semaphore(0)
 
-        return lax.fori_loop(0, 4, body, c)
+    def slow(path, data):
+        time.sleep(0.01)
+        writing.release()
+        return real(path, data)
 
-    jax.jit(program)(jnp.float64(0.0)).block_until_ready()
-    for k, ys in enumerate(kept):
-        np.testing.assert_array_equal(np.asarray(ys), np.arange(k * 1024, (k + 1) * 1024, dtype=np.float64))
+    xs = inputs(length)
+    with testing.patched("store.write_new", slow), testing.patched("run.stream.buffers_on_host",
+                                                                     lambda: buffers_on_host):
+        got = stream(tmp_path / "out.zarr", affine, np.float64(0.5), xs, length, block_size=block, inflight=2)
+    carry, ys = reference(affine, np.float64(0.5), xs, length, 1, False, 1)
+    assert_bits_equal(got, carry)
+    assert stored(tmp_path / "out.zarr")["y"].tobytes() == ys.tobytes()
+    assert writing.acquire(timeout=0)  # the slow writer ran
 
 
 # --- what a Stream refuses ----------------------------------------------------------------------------

@@ -1,10 +1,11 @@
 """The host side of a Stream: the callbacks' ends, a bounded hand-over, and writer threads that commit in order.
 
 Each callback runs on a thread of XLA's while the program waits for it, and does host work
-only (numpy, the store), never a JAX computation. The block callback takes the block's ys as
-the callback hands them over (``jax.Array`` values on the CPU, which JAX copied out of the
-program's buffers for the callback), waits for one of ``inflight`` slots and queues the
-block; a writer thread runs the queue through :func:`~streamacc.run.threads.run_ordered` with
+only (numpy, the store), never a JAX computation. The block callback waits for one of
+``inflight`` slots, copies the block's ys into that slot's buffers (the arrays it is handed
+may be views of the program's own buffers, valid only during the call; the slots' buffers
+are reused block after block, so their pages are faulted in once) and queues the block; a
+writer thread runs the queue through :func:`~streamacc.run.threads.run_ordered` with
 ``execute.write_block``, as :func:`streamacc.write` does, so blocks are encoded and written
 on ``inflight`` threads and committed in scan order. A slow store therefore slows the
 program, and memory holds ``inflight`` blocks whatever the length.
@@ -53,6 +54,30 @@ R = TypeVar("R")
 
 class Stopped(Exception):
     """Raised in a callback once the stream has stopped: XLA then ends the program with its own error."""
+
+
+class _Rows:
+    """Host buffers for the ys of ``inflight`` blocks, reused: a set per block being written, by the ys' shapes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free: dict[tuple[tuple[tuple[int, ...], np.dtype[Any]], ...], list[list[np.ndarray]]] = {}
+
+    def copy(self, ys: tuple[Any, ...]) -> tuple[list[np.ndarray], Callable[[], None]]:
+        """Copies of ``ys`` in a free set of buffers, and the function that frees the set again."""
+        arrays = [np.asarray(y) for y in ys]
+        key = tuple((a.shape, a.dtype) for a in arrays)
+        with self._lock:
+            free = self._free.setdefault(key, [])
+            rows = free.pop() if free else [np.empty(a.shape, a.dtype) for a in arrays]
+        for row, a in zip(rows, arrays, strict=True):
+            np.copyto(row, a)
+
+        def give_back() -> None:
+            with self._lock:
+                self._free[key].append(rows)
+
+        return rows, give_back
 
 
 @dataclasses.dataclass
@@ -135,6 +160,7 @@ class StreamHost:
         self.closed = False
         self._lock = threading.Lock()
         self._slots = threading.Semaphore(inflight)
+        self._rows = _Rows()
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
 
@@ -201,14 +227,15 @@ class StreamHost:
         return (np.asarray(first, dtype=self.index_dtype), *entering, *before)
 
     @_guarded
-    def check(self, *arrays: Any) -> None:
-        """The last committed block, recomputed by the program: judged against what is stored."""
+    def check(self, *arrays: Any) -> Any:
+        """The last committed block, recomputed by the program: judged against what is stored; a token."""
         assert self.output is not None and self.check_bounds is not None
         names = len(self.spec.names)
         ys, after = arrays[:names], arrays[names:]
         start, stop = self.check_bounds
         block = Block(start, stop, [np.asarray(y) for y in ys], None, save_every=self.plan.save_every)
         check_recomputed(self.output, self.plan, block, _host_leaves(self.carry, tuple(after)))
+        return np.asarray(0, dtype=self.index_dtype)
 
     @_guarded
     def block(self, index: Any, *arrays: Any) -> None:
@@ -220,20 +247,21 @@ class StreamHost:
                                         self.plan.unroll))  # fmt: skip
         while not self._slots.acquire(timeout=POLL_SECONDS):
             self.check_running()
+        rows, give_back = self._rows.copy(ys)
         released = threading.Event()
 
         def release() -> None:
             if not released.is_set():
                 released.set()
+                give_back()
                 self._slots.release()
 
-        # the ys are kept as the callback hands them over: JAX copied them out of the program's buffers
-        item = _Item(k, start, stop, list(ys), _host_leaves(self.carry, carry_in),
-                     _host_leaves(self.carry, carry_out), release)  # fmt: skip
+        item = _Item(k, start, stop, rows, _host_leaves(self.carry, carry_in), _host_leaves(self.carry, carry_out),
+                     release)  # fmt: skip
         self._queue.put(item)
 
     @_guarded
-    def finish(self, *carry: Any) -> tuple[Any, ...]:
+    def finish(self, token: Any, *carry: Any) -> tuple[Any, ...]:
         """The last block is computed: once every block is committed, mark the run complete; return the carry."""
         assert self.output is not None
         self._end_writer()
@@ -261,8 +289,7 @@ class StreamHost:
         names = output.spec.names
 
         def work(item: _Item) -> BlockResult:
-            ys = [np.asarray(y) for y in item.ys]  # views of the arrays' host memory
-            item.ys = []  # held by this write alone: gone once it returns, before the block commits
+            ys, item.ys = item.ys, []  # held by this write alone until its block is durable and released
             block = Block(item.start, item.stop, ys, None, item.release, save_every=self.plan.save_every)
             return write_block(output.data_sink, names, item.index, block, item.carry_in, item.carry_out,
                                output.summary_plan, reverse=self.plan.reverse)  # fmt: skip

@@ -5,10 +5,19 @@ over a block index that starts where the host says (0, or a resumed run's first 
 block), each running the engine's own block function (``lax.scan`` itself, or its thinned
 form) on its rows of ``xs``; the one block of another length (the last in index order, the
 first run when ``reverse``) runs under ``lax.cond``, skipped once committed. After each block
-an ordered ``io_callback`` hands its index, the carries around it and its ys to the host,
-which writes them on threads of its own. The carry enters the loop through the host too
-(the program's own initial carry as the host saw it, or a resumed run's recorded one), so
-that the loop never starts from a value XLA could fold into it.
+a callback hands its index, the carries around it and its ys to the host, which copies
+them into buffers of its own and writes them on threads of its own. The carry enters the
+loop through the host too (the program's own initial carry as the host saw it, or a
+resumed run's recorded one), so that the loop never starts from a value XLA could fold
+into it.
+
+On the CPU the block's callback is a ``buffer_callback``: the host reads the block straight
+from the program's buffers, where ``io_callback`` would first copy it into freshly allocated
+memory, a block's worth of new pages for the kernel to fault in each time. A buffer callback
+is not an ordered effect, so each returns a token that the next block's callback and the
+final one take: the host sees the blocks in scan order, after the start (and the check) and
+before the finish. On other platforms the callback is an ordered ``io_callback``, which
+brings the block to the host.
 
 PRNG keys cannot cross a callback: carries travel as :func:`jax.random.key_data` and are
 wrapped again on arrival (see :class:`CarryLeaf`).
@@ -27,6 +36,11 @@ from jax import lax
 from jax.experimental import io_callback
 
 from ...engine import Step, block_count, block_function
+
+try:
+    from jax.experimental.buffer_callback import buffer_callback
+except ImportError:  # an older JAX: every block crosses by io_callback
+    buffer_callback = None  # type: ignore[assignment]
 
 __all__ = ["CarryLeaf", "Host", "Loop", "streamed"]
 
@@ -59,13 +73,14 @@ class Host(Protocol):
         """Given the program's initial carry, return the first block to run, the carry entering it, and the
         carry entering the block before it (for :meth:`check`; anything of its shape otherwise)."""
 
-    def check(self, *arrays: Any) -> None:
-        """The last committed block recomputed: its ys, then the carry leaving it."""
+    def check(self, *arrays: Any) -> Any:
+        """The last committed block recomputed: its ys, then the carry leaving it; returns a token (any index)."""
 
     def block(self, index: Any, *arrays: Any) -> None:
-        """Block ``index`` (in scan order) computed: the carry entering it, its ys, the carry leaving it."""
+        """Block ``index`` (in scan order) computed: the carry entering it, its ys, the carry leaving it. The
+        arrays may be views of the program's buffers, valid only during the call."""
 
-    def finish(self, *carry: Any) -> tuple[Any, ...]:
+    def finish(self, token: Any, *carry: Any) -> tuple[Any, ...]:
         """The carry after the last block; returned once every block is committed."""
 
 
@@ -103,6 +118,29 @@ class Loop:
         return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
+def _buffers_on_host() -> bool:
+    """Whether the program runs on the CPU, where a callback can read the program's buffers in place."""
+    return buffer_callback is not None and jax.default_backend() == "cpu"
+
+
+def _handing_over(host: Host, index_dtype: np.dtype[Any]) -> Callable[..., Any]:
+    """``hand(token, index, *arrays) -> token``: the block callback, called after the callback that made ``token``."""
+    if not _buffers_on_host():
+
+        def ordered(token: Any, index: Any, *arrays: Any) -> Any:
+            io_callback(host.block, None, index, *arrays, ordered=True)
+            return token
+
+        return ordered
+
+    def in_place(ctx: Any, out: Any, token: Any, index: Any, *arrays: Any) -> None:
+        host.block(np.asarray(index), *(np.asarray(a) for a in arrays))
+        np.asarray(out)[...] = np.asarray(token)
+
+    assert buffer_callback is not None
+    return buffer_callback(in_place, jax.ShapeDtypeStruct((), index_dtype), has_side_effect=True)  # type: ignore[no-any-return]
+
+
 def _rows(xs: Any, start: Any, length: int) -> Any:
     """Rows ``[start, start + length)`` of every xs leaf; ``start`` traced or not."""
     if xs is None:
@@ -134,44 +172,49 @@ def streamed(
     n = len(loop.carry)
     started = begin(loop.plain(init))
     first, carry = started[0], loop.wrapped(treedef, started[1 : 1 + n])
+    token = first  # what each callback takes from the one before it
     judged = check()
     if judged is not None:
         start, stop = judged
         before = loop.wrapped(treedef, started[1 + n :])
         after, ys = loop.run(stop - start)(before, _rows(xs, start, stop - start))
-        io_callback(host.check, None, *ys, *loop.plain(after), ordered=True)
+        index = jax.ShapeDtypeStruct((), loop.index_dtype)
+        token = io_callback(host.check, index, *ys, *loop.plain(after), ordered=True)
+    hand = _handing_over(host, loop.index_dtype)
 
-    def one(index: Any, carry: Any, start: Any, length: int) -> Any:
+    def one(index: Any, state: tuple[Any, Any], start: Any, length: int) -> tuple[Any, Any]:
+        carry, token = state
         after, ys = loop.run(length)(carry, _rows(xs, start, length))
-        io_callback(host.block, None, index, *loop.plain(carry), *ys, *loop.plain(after), ordered=True)
-        return after
+        return after, hand(token, index, *loop.plain(carry), *ys, *loop.plain(after))
 
     count, size, odd = loop.count, loop.block_size, loop.odd
     last = count - 1  # the block of index count - 1 may be of another length
     full = count if odd == size else last  # the blocks of block_size steps
 
-    def body(state: tuple[Any, Any]) -> tuple[Any, Any]:
-        index, carry = state
+    def body(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+        index, carry, token = state
         k = last - index if loop.reverse else index  # the block's place in index order
-        return index + 1, one(index, carry, k * size, size)
+        return index + 1, *one(index, (carry, token), k * size, size)
 
-    def full_blocks(begin_at: Any, end: int, carry: Any) -> Any:
+    def full_blocks(begin_at: Any, end: int, state: tuple[Any, Any]) -> tuple[Any, Any]:
         if end <= 0:
-            return carry
-        state = (jnp.asarray(begin_at, loop.index_dtype), carry)
-        return lax.while_loop(lambda s: s[0] < end, body, state)[1]
+            return state
+        looped = lax.while_loop(lambda s: s[0] < end, body, (jnp.asarray(begin_at, loop.index_dtype), *state))
+        return looped[1], looped[2]
 
-    def odd_block(index: int, carry: Any) -> Any:
-        return one(jnp.asarray(index, loop.index_dtype), carry, last * size, odd)
+    def odd_block(index: int, state: tuple[Any, Any]) -> tuple[Any, Any]:
+        return one(jnp.asarray(index, loop.index_dtype), state, last * size, odd)
 
+    state = (carry, token)
     if odd == size:
-        carry = full_blocks(first, count, carry)
+        state = full_blocks(first, count, state)
     elif loop.reverse:  # the odd block runs first
-        carry = lax.cond(first == 0, lambda c: odd_block(0, c), lambda c: c, carry)
-        carry = full_blocks(jnp.maximum(first, 1), count, carry)
+        state = lax.cond(first == 0, lambda s: odd_block(0, s), lambda s: s, state)
+        state = full_blocks(jnp.maximum(first, 1), count, state)
     else:
-        carry = full_blocks(first, full, carry)
-        carry = lax.cond(first <= last, lambda c: odd_block(last, c), lambda c: c, carry)
+        state = full_blocks(first, full, state)
+        state = lax.cond(first <= last, lambda s: odd_block(last, s), lambda s: s, state)
+    carry, token = state
     structs = tuple(leaf.struct for leaf in loop.carry)
-    final = io_callback(host.finish, structs, *loop.plain(carry), ordered=True)
+    final = io_callback(host.finish, structs, token, *loop.plain(carry), ordered=True)
     return loop.wrapped(treedef, final)

@@ -76,7 +76,7 @@ class Stream:
     Opened on the host with ``with``, around the program; its :meth:`scan` is called inside
     the program (under ``jax.jit``) with an initial carry that may be traced, computed on
     the device by the code before it. The scan runs as a loop of blocks inside the
-    compiled program, write's blocks, each handed to the host by an ordered callback and
+    compiled program, write's blocks, each handed to the host by a callback and
     written there on streamacc's writer threads, so the program holds one block of ys at a
     time and the host a few, whatever the length; a slow store slows the program. The
     output is a :func:`~streamacc.write` output in every byte (the same job written by
