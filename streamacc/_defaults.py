@@ -26,14 +26,11 @@ DEFAULT_INFLIGHT = 3
 """Blocks being encoded and written at once: enough to keep both cores busy, few
 enough that peak memory stays a few blocks."""
 
-DEFAULT_STREAM_INFLIGHT = 2
+DEFAULT_STREAM_INFLIGHT = DEFAULT_INFLIGHT
 """Blocks a Stream holds on the host at once, queued or being written (``streamacc.Stream``'s
-``inflight``): JAX's callbacks copy each block twice on its way out of the program (a numpy
-array, then the ``jax.Array`` the Stream keeps until the block is written), so the Stream
-holds two blocks more than a write. Two writers keep up with the program on two cores: at
-2**26 steps of the headline's job, three alternated runs each, the same wall time (1.78-1.83 s
-against 1.77-1.91 s with three) and a lower peak RSS (451-456 MB against 456-500 MB; the write
-of the same job 396-400 MB)."""
+``inflight``): as many as a write's, since each is a copy of the program's block in a
+buffer the host reuses, as a write's block is a buffer of its pool; fewer would leave the
+program waiting for a free one while a block is encoded."""
 
 DEFAULT_VIRTUAL_INFLIGHT = 2
 """Blocks being summarised at once in a virtual write, which encodes and writes nothing:

@@ -117,7 +117,7 @@ class Stream:
         The keywords of :func:`~streamacc.write` that apply: the scan's (``block_size``,
         ``unroll``, ``reverse``, ``save_every``), the layout's (``names``, ``dims``,
         ``chunks``, ``codec``, ``attrs``, ``array_attrs``, ``time``, ``summaries``) and
-        ``inflight`` (blocks held on the host at once, queued or being written: 2 by
+        ``inflight`` (blocks held on the host at once, queued or being written: 3 by
         default). ``virtual``, ``client``
         and ``executor`` are refused: they cannot apply inside a jitted program.
 
@@ -371,7 +371,7 @@ class Stream:
                 "the run's identity cannot record; pass it in the carry instead, where every block records it "
                 f"(JAX: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})"
             ) from exc
-        held = self.inflight + 2  # the blocks queued or being written, the program's, and the one crossing
+        held = self.inflight + 2  # the host's copies, the program's ys and the scan's buffer they are made in
         check_memory(planned.plan, held, asked=scan_spec.block_size, who="this stream",
                      default_bytes=DEFAULT_WRITE_BLOCK_BYTES)  # fmt: skip
         return planned, recorded
