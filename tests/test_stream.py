@@ -378,6 +378,24 @@ def test_a_full_disk_ends_the_program_with_write_s_error_and_a_resume_finishes_i
     assert_same_output(out, written)
 
 
+def test_a_disk_that_stays_full_ends_the_program(tmp_path, written):
+    """Every block from the fifth on fails: their slots are given back and the failure is known at once, so the
+    program, waiting for a slot, ends instead of waiting for blocks that will never be written."""
+    out = tmp_path / "out.zarr"
+    real = testing.current("store.write_new")
+
+    def full(path, data):
+        if "/c/" in str(path) and int(Path(path).parent.name) >= 4:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, data)
+
+    with testing.patched("store.write_new", full), pytest.raises(StoreError, match="No space left on device"):
+        within(DEADLINE, lambda: run_job(out, inflight=2))
+    assert read_manifest(out)["committed_blocks"] == 4
+    within(DEADLINE, lambda: run_job(out, mode="resume"))
+    assert_same_output(out, written)
+
+
 def test_a_resume_whose_inputs_changed_is_refused_by_the_block_it_recomputes_first(tmp_path, written):
     """The inputs live in the program: the last committed block is recomputed there and judged on the host."""
     out = tmp_path / "out.zarr"

@@ -291,11 +291,23 @@ class StreamHost:
         def work(item: _Item) -> BlockResult:
             ys, item.ys = item.ys, []  # held by this write alone until its block is durable and released
             block = Block(item.start, item.stop, ys, None, item.release, save_every=self.plan.save_every)
-            return write_block(output.data_sink, names, item.index, block, item.carry_in, item.carry_out,
-                               output.summary_plan, reverse=self.plan.reverse)  # fmt: skip
+            try:
+                return write_block(output.data_sink, names, item.index, block, item.carry_in, item.carry_out,
+                                   output.summary_plan, reverse=self.plan.reverse)  # fmt: skip
+            except BaseException as exc:
+                # known at once, not when the pipeline next looks at this block: the program may be waiting
+                # for the slots of blocks that failed, and the pipeline for the program's next block
+                self.fail(exc)
+                raise
+            finally:
+                item.release()  # a failed block's slot too: nothing will write it
 
         def commit(item: _Item, result: BlockResult) -> None:
-            output.commit(result)
+            try:
+                output.commit(result)
+            except BaseException as exc:
+                self.fail(exc)
+                raise
 
         try:
             with run_from(self.site):
