@@ -37,7 +37,7 @@ from zarr.storage import WrapperStore
 from ..errors import InputError, LockedError, NoOutputError, StoreError, arg, one_line
 from ._files import DirLock
 from ._storetarget import KeysInStore
-from ._target import Target, being_written, sync
+from ._target import TAIL_BATCH, Target, being_written, sync
 
 __all__ = [
     "COMMIT_BYTES",
@@ -201,6 +201,10 @@ class SessionStore(WrapperStore[Store]):
         async with self._entered() as store:
             return await store.exists(key)
 
+    async def getsize(self, key: str) -> int:
+        async with self._entered() as store:
+            return await store.getsize(key)
+
 
 class IcechunkTarget(KeysInStore):
     """An output on one branch of an Icechunk repository (or, read-only, at a branch, tag or snapshot)."""
@@ -299,8 +303,23 @@ class IcechunkTarget(KeysInStore):
     # --- keys -----------------------------------------------------------------------------
 
     def size(self, key: str) -> int:
-        raw = self.read(key)
-        return 0 if raw is None else len(raw)
+        """From the session's manifest (Icechunk's ``getsize``: 0 for a chunk never written), not by reading the key."""
+        try:
+            return int(sync(self.store.getsize(key)))
+        except KeyError:  # no such node
+            return 0
+
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        """Every key under ``prefix`` with its size from the manifest, asked for concurrently."""
+        keys = self.list_keys(prefix)
+
+        async def collect() -> list[int]:
+            found: list[int] = []
+            for i in range(0, len(keys), TAIL_BATCH):
+                found += await asyncio.gather(*(self.store.getsize(key) for key in keys[i : i + TAIL_BATCH]))
+            return found
+
+        return dict(zip(keys, map(int, sync(collect())), strict=True))
 
     def exists(self) -> bool:
         if self._session is None and self.repository() is None:
