@@ -34,19 +34,21 @@ def main(argv: list[str] | None = None) -> int:
     import icechunk
     from _record import load, save
 
+    import streamacc
     from streamacc import testing
     from streamacc.cli import main as cli, parse_int
     from streamacc.store import IcechunkTarget
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", default="2**26", help="steps")
-    p.add_argument("--block-size", default="2**16", help="steps per block (one commit each in the per-block runs)")
+    p.add_argument("--block-size", default=None, help="steps per block (one commit each in the per-block runs); "
+                   "streamacc's own when omitted")  # fmt: skip
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     size = parse_int(args.size, name="--size", minimum=1)
-    block = parse_int(args.block_size, name="--block-size", minimum=1)
-    common = ["--size", str(size), "--block-size", str(block), "--no-progress"]
+    block = None if args.block_size is None else parse_int(args.block_size, name="--block-size", minimum=1)
+    common = ["--size", str(size), *(["--block-size", str(block)] if block else []), "--no-progress"]
 
     timings: list[float] = []
     real_commit = IcechunkTarget.commit
@@ -88,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                     }
                 rows.append(row)
                 print(row, file=sys.stderr, flush=True)
+                if block is None:  # the size streamacc chose, the same for every side
+                    block = streamacc.info(url).block_size
                 shutil.rmtree(where, ignore_errors=True)
     finally:
         IcechunkTarget.commit = real_commit  # type: ignore[method-assign]

@@ -121,8 +121,39 @@ def test_a_repository_holds_the_plain_folders_bytes_and_verifies(tmp_path, plain
         np.testing.assert_array_equal(ds["x"].values, streamacc.open(plain(SMALL))["x"].values)
     opened = streamacc.open(url)
     assert opened.sizes["step"] == 5000
-    assert streamacc.info(url).complete
+    info, folder = streamacc.info(url), streamacc.info(plain(SMALL))
+    assert info.complete
+    assert info.arrays["x"].stored_bytes == folder.arrays["x"].stored_bytes  # sizes from the manifest
+    assert info.summaries.stored_bytes == folder.summaries.stored_bytes
     assert streamacc.overview(url) is not None
+
+
+def test_between_commits_the_writer_reads_its_group_documents_and_the_commit_holds_the_last(tmp_path):
+    from zarr.buffer import default_buffer_prototype
+
+    from streamacc.store import open_target, sync
+
+    repo_path = tmp_path / "repo"
+    target = open_target(f"icechunk://{repo_path}")
+    docs = [json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {"n": n}}).encode() for n in (1, 2)]
+    array = b'{"zarr_format": 3, "node_type": "array"}'  # not a group: set in the session at once (and refused)
+
+    def head(key: str) -> bytes | None:
+        got = sync(repository(repo_path).readonly_session(branch="main").store.get(key, default_buffer_prototype()))
+        return None if got is None else got.to_bytes()
+
+    with target.lock("--resume"):
+        for doc in docs:
+            target.write("meta/zarr.json", doc)
+        assert target.read("meta/zarr.json") == docs[1]
+        assert target.size("meta/zarr.json") == len(docs[1])
+        assert sync(target.store.exists("meta/zarr.json"))
+        assert target.list_keys() == ["meta/zarr.json"]  # listed once passed on to the session
+        with pytest.raises(icechunk.IcechunkError, match="bad metadata"):
+            target.write("bad/zarr.json", array)
+        assert head("meta/zarr.json") is None  # nothing reaches the branch before a commit
+    assert head("meta/zarr.json") == docs[1]
+    assert commits(repo_path)[0] == "streamacc: the writer stopped"
 
 
 def test_python_api_with_a_repository_object_and_a_session_to_read(tmp_path):

@@ -7,8 +7,9 @@ link-safe, fsynced file primitives, ``_zarr`` the sink that creates the group an
 ``_documents`` the metadata documents as plain JSON (no Zarr: readers check them first), ``_chunks``
 the chunk encoder, ``_compare`` stored chunks against recomputed rows (for verify),
 ``_codecs`` the named compressors, ``_icechunk`` an output in an Icechunk repository (its
-commits the writer's durable points), ``_storeerrors`` and ``_sessions`` the failures and
-clients of fsspec backends, and the ``lease`` room the writer lease on object stores.
+commits the writer's durable points) and ``_sessionstore`` its writer's zarr store,
+``_storeerrors`` and ``_sessions`` the failures and clients of fsspec backends, and the
+``lease`` room the writer lease on object stores.
 
 These are the names the other wings use; each is imported on first use, so that
 ``streamacc.store.CODECS`` costs no Zarr import.

@@ -37,7 +37,7 @@ import google_crc32c
 import numcodecs.blosc
 import numpy as np
 import zarr
-from zarr.buffer import default_buffer_prototype
+from zarr.buffer import cpu, default_buffer_prototype
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec
 from zarr.storage import FsspecStore, LocalStore
 
@@ -123,6 +123,22 @@ class _Blosc:
         if size <= 0:
             raise RuntimeError(f"blosc compression failed ({size})")
         return size
+
+
+class _OwnBytes(cpu.Buffer):
+    """A chunk's stored bytes copied once out of the reused encode buffer, into a ``bytes`` of its own.
+
+    For stores that may keep the buffer they are given (memory) or copy it into ``bytes``
+    themselves (Icechunk's store passes ``to_bytes()`` on): ``to_bytes`` returns that same
+    object, so the bytes are copied once whatever the store does with them.
+    """
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(np.frombuffer(data, dtype=np.uint8))
+        self._bytes = data
+
+    def to_bytes(self) -> bytes:
+        return self._bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,16 +338,18 @@ class ChunkWriter:
         store = self.array.store_path.store
         # a local directory itself (not wrapped): its files are written here, as zarr would write them
         local = Path(store.root) if type(store) is LocalStore else None
-        # LocalStore writes the bytes out and FsspecStore copies them before returning; other stores (memory)
-        # may keep the buffer itself, which this thread's next chunk overwrites
+        # LocalStore writes the bytes out and FsspecStore copies them before returning; other stores (memory,
+        # Icechunk) may keep the buffer itself, which this thread's next chunk overwrites
         keeps_buffer = not isinstance(unwrap(store), (LocalStore, FsspecStore))
         prototype = default_buffer_prototype()
         written = []
         for key, encoded, crc in self.encoded(start, data):
             if local is not None:
                 write_new(local / key, encoded.data)
+            elif keeps_buffer:
+                sync(store.set(key, _OwnBytes(encoded.tobytes())))
             else:
-                sync(store.set(key, prototype.buffer.from_array_like(encoded.copy() if keeps_buffer else encoded)))
+                sync(store.set(key, prototype.buffer.from_array_like(encoded)))
             written.append(EncodedChunk(key, encoded.nbytes, crc))
         return written
 

@@ -6,9 +6,10 @@ at the checkpoints the output asks for, at most every ``COMMIT_SECONDS`` or
 ``COMMIT_BYTES`` unless forced; a crash loses only the uncommitted session, and the
 branch head is always a state a plain folder could have been left in by a crash, so a
 resumed run continues from it. A committed session is read-only, so each commit opens the
-next session on the same branch, and :class:`SessionStore` (the zarr store every array
-holds) passes each request to the session of the moment; a commit waits until the
-requests in flight are done.
+next session on the same branch, and :class:`SessionStore` (``_sessionstore``: the zarr
+store every array holds) passes each request to the session of the moment; a commit
+waits until the requests in flight are done, and the group documents it holds meanwhile
+are set in the session just before.
 
 A second writer is refused by a ``flock`` on a local repository's folder (Icechunk's
 local storage is not safe for concurrent commits) and, on object storage, by Icechunk's
@@ -24,27 +25,24 @@ import asyncio
 import contextlib
 import itertools
 import os
-import threading
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from zarr.abc.buffer import Buffer, BufferPrototype
-from zarr.abc.store import ByteRequest, Store
-from zarr.storage import WrapperStore
+from zarr.abc.store import Store
 
 from ..errors import InputError, LockedError, NoOutputError, StoreError, arg, one_line
 from ._files import DirLock
+from ._sessionstore import SessionStore
 from ._storetarget import KeysInStore
-from ._target import Target, being_written, sync
+from ._target import TAIL_BATCH, Target, being_written, sync
 
 __all__ = [
     "COMMIT_BYTES",
     "COMMIT_SECONDS",
     "MANIFEST_SPLIT",
     "IcechunkTarget",
-    "SessionStore",
     "icechunk_target",
     "is_icechunk_object",
 ]
@@ -108,98 +106,6 @@ def repository_config() -> Any:
         {ic.ManifestSplitCondition.AnyArray(): {ic.ManifestSplitDimCondition.Axis(0): MANIFEST_SPLIT}}
     )
     return ic.RepositoryConfig(manifest=ic.ManifestConfig(splitting=splitting))
-
-
-class SessionStore(WrapperStore[Store]):
-    """The store of the writable session of the moment, which a commit replaces.
-
-    Each request goes to the session current when it starts; :meth:`swap` waits until
-    none is in flight, so that a commit never races a chunk being written. Requests wait
-    on the event loop (never blocking it) while a commit is under way.
-    """
-
-    def __init__(self, store: Store) -> None:
-        super().__init__(store)
-        self._state = threading.Condition()
-        self._active = 0
-        self._committing = False
-
-    def _with_store(self, store: Store) -> SessionStore:
-        return type(self)(store)
-
-    def __eq__(self, value: object) -> bool:
-        return value is self
-
-    def __hash__(self) -> int:
-        return hash(id(self))
-
-    def __str__(self) -> str:
-        return str(self._store)
-
-    @contextlib.asynccontextmanager
-    async def _entered(self) -> AsyncIterator[Store]:
-        while True:
-            with self._state:
-                if not self._committing:
-                    self._active += 1
-                    break
-            await asyncio.sleep(0.001)
-        try:
-            yield self._store
-        finally:
-            with self._state:
-                self._active -= 1
-                self._state.notify_all()
-
-    @contextlib.contextmanager
-    def quiet(self) -> Iterator[None]:
-        """Hold new requests back and wait for those in flight (from any thread but zarr's event loop)."""
-        with self._state:
-            self._committing = True
-            self._state.wait_for(lambda: self._active == 0)
-        try:
-            yield
-        finally:
-            with self._state:
-                self._committing = False
-
-    def swap(self, store: Store) -> None:
-        """Send the next requests to ``store`` (called inside :meth:`quiet`)."""
-        self._store = store
-
-    async def set(self, key: str, value: Buffer) -> None:
-        async with self._entered() as store:
-            await store.set(key, value)
-
-    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
-        async with self._entered() as store:
-            await store.set_if_not_exists(key, value)
-
-    async def _set_many(self, values: Iterable[tuple[str, Buffer]]) -> None:
-        async with self._entered() as store:
-            await store._set_many(values)
-
-    async def delete(self, key: str) -> None:
-        async with self._entered() as store:
-            await store.delete(key)
-
-    async def delete_dir(self, prefix: str) -> None:
-        async with self._entered() as store:
-            await store.delete_dir(prefix)
-
-    async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
-        async with self._entered() as store:
-            return await store.get(key, prototype, byte_range)
-
-    async def get_partial_values(
-        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
-    ) -> list[Buffer | None]:
-        async with self._entered() as store:
-            return await store.get_partial_values(prototype, key_ranges)
-
-    async def exists(self, key: str) -> bool:
-        async with self._entered() as store:
-            return await store.exists(key)
 
 
 class IcechunkTarget(KeysInStore):
@@ -298,9 +204,36 @@ class IcechunkTarget(KeysInStore):
 
     # --- keys -----------------------------------------------------------------------------
 
+    def read(self, key: str) -> bytes | None:
+        held = self._store.held(key) if isinstance(self._store, SessionStore) else None
+        return held if held is not None else super().read(key)
+
+    def write(self, key: str, data: bytes) -> None:
+        """A group document is held by the writer's store until the next commit (see ``SessionStore``)."""
+        if not (isinstance(self._store, SessionStore) and self._store.hold(key, data)):
+            super().write(key, data)
+
     def size(self, key: str) -> int:
-        raw = self.read(key)
-        return 0 if raw is None else len(raw)
+        """From the session's manifest (Icechunk's ``getsize``: 0 for a chunk never written), not by reading the key."""
+        held = self._store.held(key) if isinstance(self._store, SessionStore) else None
+        if held is not None:
+            return len(held)
+        try:
+            return int(sync(self.store.getsize(key)))
+        except KeyError:  # no such node
+            return 0
+
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        """Every key under ``prefix`` with its size from the manifest, asked for concurrently."""
+        keys = self.list_keys(prefix)
+
+        async def collect() -> list[int]:
+            found: list[int] = []
+            for i in range(0, len(keys), TAIL_BATCH):
+                found += await asyncio.gather(*(self.store.getsize(key) for key in keys[i : i + TAIL_BATCH]))
+            return found
+
+        return dict(zip(keys, map(int, sync(collect())), strict=True))
 
     def exists(self) -> bool:
         if self._session is None and self.repository() is None:
