@@ -338,6 +338,41 @@ def test_fsspec_memory_url(tmp_path):
             fs.rm(url, recursive=True)
 
 
+class RecordingStore(zarr.storage.WrapperStore):
+    """A zarr store that keeps every bookkeeping document set in it, in order."""
+
+    def __init__(self, store) -> None:
+        super().__init__(store)
+        self.documents: list[tuple[str, bytes]] = []
+
+    async def set(self, key, value) -> None:
+        if key.startswith("_streamacc/") and key.endswith("zarr.json"):
+            self.documents.append((key, value.to_bytes()))
+        await super().set(key, value)
+
+
+def test_every_manifest_and_block_record_is_the_json_that_json_dumps_writes(tmp_path):
+    """Each manifest a run saves (its summaries' tail included) and each segment of block records: the node as
+    ``json.dumps(..., indent=1)`` writes it, its payload as ``json.dumps`` writes it, with quotes, a backslash and
+    a character beyond ASCII in the run's identity."""
+    store = RecordingStore(zarr.storage.MemoryStore())
+    write(store, single_step, time={"step": 0.5, "units": 's "quoted" \\ \u00e9'}, summaries=[2, 8])
+    seen = {"streamacc_manifest": 0, "streamacc_records": 0}
+    for _key, raw in store.documents:
+        node = json.loads(raw)
+        for name, sort_keys in (("streamacc_manifest", True), ("streamacc_records", False)):
+            if name in node["attributes"]:
+                assert raw == json.dumps(node, indent=1).encode()
+                text = node["attributes"][name]
+                assert text == json.dumps(json.loads(text), sort_keys=sort_keys)
+                seen[name] += 1
+    manifests = [json.loads(json.loads(raw)["attributes"]["streamacc_manifest"]) for key, raw in store.documents
+                 if key == "_streamacc/zarr.json"]  # fmt: skip
+    assert any(m["summaries"] and m["summaries"]["y"]["arrays"] for m in manifests)  # tails holding rows
+    assert seen["streamacc_manifest"] > N // BLOCK and seen["streamacc_records"] >= N // BLOCK
+    assert '\\"quoted\\"' in json.loads(store.documents[-1][1])["attributes"]["streamacc_manifest"]
+
+
 # --- progress ------------------------------------------------------------------------------
 
 

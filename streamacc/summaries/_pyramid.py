@@ -26,7 +26,6 @@ Arrays here carry the window axis first and the output's trailing (state) axes a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -166,17 +165,6 @@ def fold_pieces(open_: Piece | None, pieces: BlockPieces, window: int, length: i
     return open_, done
 
 
-def _groups(first: int, count: int, factor: int, children: int) -> Iterator[tuple[int, int]]:
-    """Runs ``[i, j)`` of ``count`` consecutive children (from child ``first``) that share a parent."""
-    i = 0
-    while i < count:
-        c = first + i
-        end = min((c // factor + 1) * factor, children)
-        j = min(i + end - c, count)
-        yield i, j
-        i = j
-
-
 def fold_children(
     acc: Acc | None, first: int, rows: Rows, factor: int, children: int
 ) -> tuple[Acc | None, Rows | None]:
@@ -184,36 +172,39 @@ def fold_children(
 
     Returns the parent left open and the parent rows completed (a parent is complete with
     its last child: every ``factor``-th, or the level's last child ``children - 1``).
-    Whole groups are folded together, one numpy call per child position, in the same
-    order as one at a time.
+    Children that begin or end a parent only in part are folded one at a time; the whole
+    parents between them together, one numpy call per field and child position over all of
+    them. That cut is part of the stored bits: numpy's ``fmin`` and ``fmax`` settle a tie
+    between 0.0 and -0.0 differently in the vector and the scalar parts of an array, so
+    another cut could store another zero.
     """
     part = Acc.of_rows(rows)
     done: list[Rows] = []
-    groups = list(_groups(first, len(rows), factor, children))
-    k = 0
-    while k < len(groups):
-        i, j = groups[k]
-        ends = min(((first + i) // factor + 1) * factor, children) == first + j
-        if acc is None and ends and j - i == factor:
-            run = k  # consecutive whole groups: fold them together
-            while run + 1 < len(groups) and groups[run + 1][1] - groups[run + 1][0] == factor:
-                run += 1
-            stop = groups[run][1]
-            shaped = Acc(*(v[i:stop].reshape(-1, factor, *v.shape[1:]) for v in part.fields()))
-            total = shaped[:, 0]
-            for t in range(1, factor):
-                total = total.fold(shaped[:, t])
-            done.append(total.rows())
-            k = run + 1
-            continue
+    count = len(rows)
+
+    def one_at_a_time(acc: Acc | None, i: int, j: int) -> Acc | None:
         for t in range(i, j):
             child = part[t]
             acc = child if acc is None else acc.fold(child)
-        if ends:
-            assert acc is not None  # a group holds one child at least
-            done.append(acc.one().rows())
-            acc = None
-        k += 1
+            if (first + t + 1) % factor == 0 or first + t + 1 == children:
+                done.append(acc.one().rows())
+                acc = None
+        return acc
+
+    i = 0
+    if acc is not None or first % factor:  # the open parent's remaining children
+        i = min(count, factor - first % factor)
+        acc = one_at_a_time(acc, 0, i)
+    whole = (count - i) // factor
+    if whole:
+        stop = i + whole * factor
+        shaped = Acc(*(v[i:stop].reshape(whole, factor, *v.shape[1:]) for v in part.fields()))
+        total = shaped[:, 0]
+        for t in range(1, factor):
+            total = total.fold(shaped[:, t])
+        done.append(total.rows())
+        i = stop
+    acc = one_at_a_time(acc, i, count)
     return acc, (Rows.concat(done) if len(done) > 1 else done[0] if done else None)
 
 

@@ -264,11 +264,6 @@ class Summaries:
         self._submit(writes)
         self._settle(INFLIGHT_WRITES)
 
-    def commit(self, results: Sequence[Any]) -> dict[str, Any]:
-        """Fold the blocks of ``results`` in (see :meth:`fold`); the tail that commits them."""
-        self.fold(results)
-        return self.tail()
-
     def finish(self) -> dict[str, Any]:
         """Wait for every chunk write; the finished run's tail (every window in a durable chunk)."""
         self._settle(0)
@@ -282,6 +277,12 @@ class Summaries:
             self._writer = None
 
     def tail(self) -> dict[str, Any]:
+        """What a manifest records of the summaries: the rows in no durable chunk yet, and the open window.
+
+        Chunk writes that are done by now are taken in first (without waiting), so that their
+        rows are left out.
+        """
+        self._settle(INFLIGHT_WRITES)
         state = {
             name: ([(lv.emitted, lv.durable, lv.pending) for lv in p.levels], p.open)
             for name, p in self.pyramids.items()

@@ -162,13 +162,16 @@ class Output:
             raise AssertionError(f"blocks {[r.index for r in results]} committed out of order after {first}")
         recs = [BlockRecord(r.index, r.start, r.stop, encode_leaves(r.carry_in), r.crc32c) for r in results]
         changes: dict[str, Any] = {}
-        if self.summaries is not None:
-            folded = self.spec.storage.batched  # folded as they came, see commit
-            changes["summaries"] = self.summaries.tail() if folded else self.summaries.commit(results)
+        if self.summaries is not None and not self.spec.storage.batched:  # a batch was folded as it came
+            self.summaries.fold(results)  # starts writing the summary chunks these blocks complete
         found = next((r.nonfinite for r in results if r.nonfinite is not None), None)
         if self.manifest.nonfinite is None and found is not None:
             changes["nonfinite"] = {"step": found[0], "array": found[1]}
         self.ledger.record(*recs)
+        if self.summaries is not None:
+            # taken after the records are durable, so that the chunks begun above have had that
+            # long to become durable too: their rows then leave the tail this manifest records
+            changes["summaries"] = self.summaries.tail()
         self._save(
             committed_blocks=first + len(results),
             committed_steps=self.manifest.committed_steps + sum(len(r) for r in results),

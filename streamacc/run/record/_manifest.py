@@ -80,6 +80,18 @@ def group_node(attributes: dict[str, Any]) -> bytes:
     return json.dumps({"zarr_format": 3, "node_type": "group", "attributes": attributes}, indent=1).encode()
 
 
+def text_node(name: str, text: str, **attributes: str) -> bytes:
+    """``group_node({name: text, **attributes})`` for a ``text`` that ``json.dumps`` wrote, the same bytes.
+
+    Such a text is ASCII with its control characters escaped, so its JSON string is the
+    text with its backslashes and quotes escaped: two ``str.replace`` instead of the
+    encoder's look at every character of the manifest and the block records that each
+    commit writes (the summaries' tail makes a manifest tens of KiB).
+    """
+    quoted = b'"' + text.replace("\\", "\\\\").replace('"', '\\"').encode() + b'"'
+    return group_node({name: "\0", **attributes}).replace(b'"\\u0000"', quoted, 1)  # no other part holds a NUL
+
+
 def node_attribute(raw: bytes, name: str) -> Any:
     """Attribute ``name`` of a stored ``zarr.json``; ValueError when the document is not one."""
     doc = json.loads(raw)
@@ -145,7 +157,7 @@ class Manifest:
             if fields[optional] is None:
                 del fields[optional]  # recorded as before the field existed: older readers read it
         doc = json.dumps({"format": FORMAT, **fields}, sort_keys=True)
-        return group_node({MANIFEST_ATTR: doc, "description": MANIFEST_DESCRIPTION})
+        return text_node(MANIFEST_ATTR, doc, description=MANIFEST_DESCRIPTION)
 
     @property
     def virtual(self) -> bool:
@@ -370,7 +382,7 @@ class Ledger:
                     raise self._damaged(f"they end at block {seg * SEGMENT + len(records)}, before block {rec.index}")
                 records = [*records[:pos], dataclasses.asdict(rec)]  # drops records written past an interrupted commit
             self._segment = (seg, records)
-            self.target.write(self.segment_key(seg), group_node({RECORDS_ATTR: json.dumps(records)}))
+            self.target.write(self.segment_key(seg), text_node(RECORDS_ATTR, json.dumps(records)))
 
     def update(self, *recs: BlockRecord) -> None:
         """Durably replace the records of committed blocks (their stored chunks' checksums), one write per segment."""
@@ -383,7 +395,7 @@ class Ledger:
                         raise self._damaged(f"block {rec.index} has no record to update")
                     records[pos] = dataclasses.asdict(rec)
             self._segment = (seg, records)
-            self.target.write(self.segment_key(seg), group_node({RECORDS_ATTR: json.dumps(records)}))
+            self.target.write(self.segment_key(seg), text_node(RECORDS_ATTR, json.dumps(records)))
 
     def block(self, index: int) -> BlockRecord:
         """The record of committed block ``index`` (in scan order)."""
