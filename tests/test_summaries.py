@@ -210,6 +210,33 @@ def test_a_state_is_reduced_in_tiles_of_its_values_bit_for_bit_as_whole():
                     assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), (dtype, values)
 
 
+def test_a_window_of_zeros_of_both_signs_has_minimum_minus_zero_and_maximum_zero():
+    """Whatever numpy's loops give for a tie, a window's minimum is -0.0 if it holds a -0.0 and its maximum 0.0 if it
+    holds a 0.0, for one window, a batch, a state and its tiles, NaNs beside: the reference is the signs counted."""
+    from streamacc.summaries import reduce_steps
+    from streamacc.testing import patched
+
+    rng = np.random.default_rng(9)
+    for dtype in ("float64", "float32"):
+        data = rng.choice(np.array([0.0, -0.0, 1.0, -1.0, np.nan], dtype), p=[0.4, 0.4, 0.08, 0.08, 0.04],
+                          size=(64, 32, 130))  # fmt: skip
+        data[:, :, :60] = np.abs(data[:, :, :60])  # no negatives there: minimums of zero
+        data[:, :, 60:120] = -np.abs(data[:, :, 60:120])  # no positives there: maximums of zero
+        zero, nan = data == 0, np.isnan(data)
+        for slice_bytes in (2**40, 32 * 64 * data.itemsize):  # whole, and in tiles of 64 values
+            with np.errstate(invalid="ignore"), patched("summaries.SLICE_BYTES", slice_bytes):
+                got = reduce_steps(data, 1)
+                one = reduce_steps(data[3, :, 5], 0)
+            low, high = np.fmin.reduce(data, axis=1), np.fmax.reduce(data, axis=1)
+            want_low = np.where(low == 0, np.where((zero & np.signbit(data)).any(axis=1), -0.0, 0.0), low)
+            want_high = np.where(high == 0, np.where((zero & ~np.signbit(data)).any(axis=1), 0.0, -0.0), high)
+            assert (low == 0).any() and (high == 0).any() and nan.any()
+            assert got.min.tobytes() == want_low.astype(dtype).tobytes(), (dtype, slice_bytes)
+            assert got.max.tobytes() == want_high.astype(dtype).tobytes(), (dtype, slice_bytes)
+            assert one.min.tobytes() == want_low[3, 5].astype(dtype).tobytes()
+            assert one.max.tobytes() == want_high[3, 5].astype(dtype).tobytes()
+
+
 def test_overview_reads_each_level_with_the_output_dims(written, reference):
     out = written[64]
     for points, window in [(1, 128), (8, 128), (9, 32), (32, 32), (33, 8), (10**6, 8)]:
@@ -503,3 +530,50 @@ def test_an_extension_far_beyond_a_short_outputs_levels_warns_that_it_keeps_them
            "windows at the finest level (the default for 65536 rows is [64, 1024, 16384])" in text  # fmt: skip
     assert "rewrite it with mode='overwrite', or begin an output meant to grow with summaries=[4096, 65536, " in text
     assert streamacc.info(out).summaries.windows == (1, 16, 256)
+
+
+def zeros_step(k, _):
+    """Window minimums and maximums that tie between 0.0 and -0.0: steps of each zero in turn, and positives."""
+    plus, minus = jnp.float64(0.0), jnp.float64(-0.0)
+    y = jnp.where(k % 4 == 0, minus, jnp.where(k % 4 == 1, plus, jnp.where(k % 4 == 2, plus, minus)))
+    return k + 1, jnp.where(k % 3 == 2, 1.0 + k.astype(jnp.float64), y)
+
+
+ZEROS = {"length": 4608, "summaries": [2, 32, 512], "progress": False}
+
+
+def test_signed_zero_ties_are_settled_one_way_whatever_the_cut(tmp_path):
+    """A window of zeros of both signs has -0.0 for its minimum and 0.0 for its maximum at every level (by numpy
+    over the signs), so a partial verify, which folds the coarse levels in other cuts than the writer's commits,
+    passes, and an interrupted run resumes to the uninterrupted run's bytes."""
+    whole, cut = tmp_path / "whole.zarr", tmp_path / "cut.zarr"
+    streamacc.write(whole, zeros_step, np.int64(0), block_size=288, **ZEROS)
+    report = streamacc.verify(whole, zeros_step, np.int64(0), blocks=3)
+    assert report.checked_blocks == (0, 8, 15)
+    _, ys = jax.lax.scan(zeros_step, jnp.int64(0), length=4608)
+    ys = np.asarray(ys)
+    ds = streamacc.overview(whole, points=4608 // 32)
+    windows = ys.reshape(-1, 32)
+    negative = np.signbit(windows) & (windows == 0)
+    assert np.array_equal(np.signbit(ds["y_min"].values), negative.any(axis=1))
+    assert not np.signbit(ds["y_max"].values).any()
+    with pytest.raises(StoreError):
+        streamacc.write(failing(cut, "y/c/5"), zeros_step, np.int64(0), block_size=288, **ZEROS)
+    streamacc.write(cut, zeros_step, np.int64(0), block_size=288, mode="resume", **ZEROS)
+    assert_same_output(cut, whole)
+
+
+def test_verify_takes_a_summary_zero_of_either_sign_from_an_earlier_release(tmp_path):
+    """Outputs written before zero ties were settled hold whichever zero numpy's loops gave: verify accepts a
+    minimum or maximum of 0.0 where it computes -0.0, and still refuses any other difference."""
+    out = tmp_path / "out.zarr"
+    streamacc.write(out, zeros_step, np.int64(0), block_size=288, **ZEROS)
+    group = zarr.open_group(str(out / "_streamacc" / "summaries" / "w32"), mode="r+", use_consolidated=False)
+    low = group["y_min"]
+    stored = np.asarray(low[...])
+    assert (np.signbit(stored) & (stored == 0)).any()
+    low[...] = np.where(stored == 0, 0.0, stored)  # every zero positive, as an earlier release could store it
+    streamacc.verify(out, zeros_step, np.int64(0))
+    low[...] = np.where(stored == 0, 1e-300, stored)
+    with pytest.raises(VerifyError, match="do not match its data"):
+        streamacc.verify(out, zeros_step, np.int64(0))

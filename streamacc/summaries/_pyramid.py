@@ -174,9 +174,8 @@ def fold_children(
     its last child: every ``factor``-th, or the level's last child ``children - 1``).
     Children that begin or end a parent only in part are folded one at a time; the whole
     parents between them together, one numpy call per field and child position over all of
-    them. That cut is part of the stored bits: numpy's ``fmin`` and ``fmax`` settle a tie
-    between 0.0 and -0.0 differently in the vector and the scalar parts of an array, so
-    another cut could store another zero.
+    them. Any cut stores the same bits (see ``Acc.fold``, which settles a tie between 0.0
+    and -0.0 the same way wherever it falls).
     """
     part = Acc.of_rows(rows)
     done: list[Rows] = []

@@ -40,6 +40,28 @@ class Rows:
         return {"min": self.min, "max": self.max, "mean": self.mean, "count": self.count}
 
 
+def _zero_ties(folded: np.ndarray, a: np.ndarray, b: np.ndarray, negative: np.ndarray) -> np.ndarray:
+    """``folded``, where ``a`` and ``b`` are both zeros: -0.0 where ``negative``, else 0.0."""
+    if folded.dtype.kind != "f":
+        return folded
+    tie = (a == 0) & (b == 0)
+    if not tie.any():
+        return folded
+    zero = np.zeros((), folded.dtype)
+    return np.where(tie, np.where(negative, -zero, zero), folded)
+
+
+def _fmin(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.fmin``, with -0.0 the smaller of two zeros: numpy's vector and scalar loops settle that tie each
+    their own way, so a window's minimum would depend on where its parts fell in the arrays folded."""
+    return _zero_ties(np.fmin(a, b), a, b, np.signbit(a) | np.signbit(b))
+
+
+def _fmax(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.fmax``, with 0.0 the larger of two zeros (see :func:`_fmin`)."""
+    return _zero_ties(np.fmax(a, b), a, b, np.signbit(a) & np.signbit(b))
+
+
 @dataclasses.dataclass
 class Acc:
     """Running statistics of one window (or of a batch of windows, window axis first)."""
@@ -52,7 +74,7 @@ class Acc:
     def fold(self, other: Acc) -> Acc:
         """``self`` then ``other``: the one way any two parts of a window are combined."""
         return Acc(
-            np.fmin(self.min, other.min), np.fmax(self.max, other.max), self.sum + other.sum, self.count + other.count
+            _fmin(self.min, other.min), _fmax(self.max, other.max), self.sum + other.sum, self.count + other.count
         )
 
     def rows(self) -> Rows:
@@ -175,8 +197,34 @@ def reduce_steps(data: np.ndarray, axis: int) -> Acc:
 
     Only windows holding a NaN (or an inf - inf) pay for a second, NaN-aware pass. A
     large batch of a series goes a slice of windows at a time, a large state a tile at a
-    time (see ``_reduce_state``); one window of a series is reduced in one call.
+    time (see ``_reduce_state``); one window of a series is reduced in one call. A minimum
+    of zero is -0.0 where the window holds a -0.0, a maximum of zero 0.0 where it holds a
+    0.0, as :meth:`Acc.fold` settles the tie, whichever zero numpy's loops gave.
     """
+    acc = _reduce_any(data, axis)
+    if data.dtype.kind == "f":
+        _settle_zeros(data, axis, acc.min, smallest=True)
+        _settle_zeros(data, axis, acc.max, smallest=False)
+    return acc
+
+
+def _settle_zeros(data: np.ndarray, axis: int, extreme: np.ndarray, *, smallest: bool) -> None:
+    """Where ``extreme`` (the minimum if ``smallest``, else the maximum along ``axis``) is a zero, make it the
+    zero of the window's that comes first in the order -0.0 < 0.0 from that end."""
+    moved = np.moveaxis(data, axis, -1)  # steps last
+    if extreme.ndim == 0:  # one window of a series
+        extreme, moved = extreme.reshape(1), moved[np.newaxis]
+    at = np.nonzero(extreme == 0)
+    if not at[0].size:
+        return
+    series = moved[at]  # the windows (and values of a state) concerned
+    zeros = series == 0
+    found = (zeros & np.signbit(series)) if smallest else (zeros & ~np.signbit(series))
+    zero = np.zeros((), extreme.dtype)
+    extreme[at] = np.where(found.any(axis=-1), -zero if smallest else zero, zero if smallest else -zero)
+
+
+def _reduce_any(data: np.ndarray, axis: int) -> Acc:
     if data.nbytes <= SLICE_BYTES:
         return _reduce(data, axis)
     if data.ndim > axis + 1:
