@@ -371,7 +371,7 @@ class Stream:
                 "the run's identity cannot record; pass it in the carry instead, where every block records it "
                 f"(JAX: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})"
             ) from exc
-        held = self.inflight + 2  # the host's copies, the program's ys and the scan's buffer they are made in
+        held = self.inflight + 2  # the host's copies, the program's ys, and a block to spare for XLA's own
         check_memory(planned.plan, held, asked=scan_spec.block_size, who="this stream",
                      default_bytes=DEFAULT_WRITE_BLOCK_BYTES)  # fmt: skip
         return planned, recorded
