@@ -22,6 +22,18 @@ DEFAULT_BLOCK_SIZE = DEFAULT_BLOCK_BYTES // 8
 DEFAULT_WRITE_BLOCK_SIZE = DEFAULT_WRITE_BLOCK_BYTES // 8
 """Steps per block (and per chunk) when writing a float64 scalar series (2**22)."""
 
+CARRY_SHARE_AT_MOST = 0.05
+"""The carries a run keeps, as a share of the bytes its data hold at most: a block's carry is kept
+after every block, or after every few where the carry is large beside a block's output (a
+2**20-member float32 ensemble in blocks of 32 MiB keeps one every 3 blocks). A resume, an
+extension or ``verify`` recomputes the blocks since the last kept carry, so this costs them up to
+that many blocks of compute (see ``CARRIES_EVERY_AT_MOST``)."""
+
+CARRIES_EVERY_AT_MOST = 8
+"""Blocks between two kept carries at most, whatever the carry's size: a thin output of a wide
+state (a scalar diagnostic of a large field) has blocks of many steps, and a resume recomputes
+up to this many of them."""
+
 DEFAULT_INFLIGHT = 3
 """Blocks being encoded and written at once: enough to keep both cores busy, few
 enough that peak memory stays a few blocks."""

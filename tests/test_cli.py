@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from helpers import RECORDS, assert_bits_equal, node_attribute, read_manifest, root_says, write_manifest
+from helpers import assert_bits_equal, read_manifest, rewind, root_says
 
 import streamacc
 from streamacc.cli import main
@@ -285,10 +285,7 @@ def test_info_verify_and_resume_of_an_interrupted_output(tmp_path, capsys):
     # no summaries: their committed tail would still describe all 8 blocks
     full = write_ok(out, "--recipe", "randomwalk", "--size", "1000", "--block-size", "125", "--no-summaries")
     # make it look killed after 4 of its 8 blocks: the manifest counts 4, later chunks were never written
-    manifest = read_manifest(out)
-    records = node_attribute(out / RECORDS, "streamacc_records")
-    manifest.update(committed_blocks=4, committed_steps=500, carry=records[4]["carry_in"], complete=False)
-    write_manifest(out, manifest)
+    rewind(out, 4, 500)
     root_says(out, 500)
     for k in range(4, 8):
         (out / "x" / "c" / str(k)).unlink()
@@ -405,10 +402,7 @@ def test_summary_of_a_resumed_and_of_a_finished_run(tmp_path, capsys):
     out = tmp_path / "out.zarr"
     args = ["--recipe", "lorenz", "--size", "300", "--block-size", "64", "--codec", "none", "--no-summaries", *QUIET]
     assert run_cli("write", out, *args) == 0
-    manifest = read_manifest(out)  # made to look killed after 2 of its 5 blocks
-    carry = node_attribute(out / RECORDS, "streamacc_records")[2]["carry_in"]
-    manifest.update(committed_blocks=2, committed_steps=128, carry=carry, complete=False)
-    write_manifest(out, manifest)
+    rewind(out, 2, 128)  # made to look killed after 2 of its 5 blocks
     root_says(out, 128)
     for name in "xyz":
         for k in range(2, 5):

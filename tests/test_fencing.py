@@ -47,10 +47,10 @@ def lease_expired(bucket: Bucket, key: str) -> bool:
 @pytest.mark.slow
 @pytest.mark.parametrize("takeover", [["--overwrite", "--ratio", "1+2e-8"], ["--resume"]], ids=["overwrite", "resume"])
 def test_a_writer_paused_past_its_lease_writes_nothing_after_another_took_over(s3_bucket, monkeypatch, takeover):
-    """Writer A stops itself (SIGSTOP) just before a write asks its lease (its 60th check: blocks in)."""
+    """Writer A stops itself (SIGSTOP) just before a write asks its lease (its 80th check: blocks in)."""
     monkeypatch.setenv("STREAMACC_LEASE_SECONDS", TTL)
     url = s3_bucket.url("out.zarr")
-    a = paused_writer(60, "write", url, *S3_SMALL, *s3_args(s3_bucket))
+    a = paused_writer(80, "write", url, *S3_SMALL, *s3_args(s3_bucket))
     try:
         assert 1 <= remote_committed(s3_bucket, "out.zarr") < 12
         deadline = time.monotonic() + 60

@@ -9,9 +9,9 @@ and verifying refuse with one line and leave every file, inside and outside, as 
 
 from __future__ import annotations
 
-import base64
 import errno
 import fcntl
+import json
 import os
 import shutil
 import signal
@@ -19,6 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import google_crc32c
 import numpy as np
 import pytest
 import zarr
@@ -30,8 +31,8 @@ from helpers import (
     assert_same_output,
     cli,
     committed,
-    node_attribute,
     read_manifest,
+    rewind,
     root_says,
     run,
     store_files,
@@ -59,10 +60,7 @@ def interrupted(tmp_path, ref) -> Path:
     """A copy of ``ref`` made to look killed after 3 of its 10 blocks (a legitimate state)."""
     out = tmp_path / "out.zarr"
     shutil.copytree(ref, out)
-    manifest = read_manifest(out)
-    records = node_attribute(out / RECORDS, "streamacc_records")
-    manifest.update(committed_blocks=3, committed_steps=3 * 512, carry=records[3]["carry_in"], complete=False)
-    write_manifest(out, manifest)
+    rewind(out, 3, 3 * 512)
     root_says(out, 3 * 512)
     for k in range(3, 10):
         (out / "x" / "c" / str(k)).unlink()
@@ -161,11 +159,29 @@ def test_a_self_contradictory_manifest_is_refused(interrupted, capfd, change, pr
 
 
 def test_resume_refuses_a_flipped_bit_in_the_carry(interrupted, capfd):
-    manifest = read_manifest(interrupted)
-    raw = bytearray(base64.b64decode(manifest["carry"][0]["data"]))
+    chunk = interrupted / "_streamacc/carries/leaf_0/c/3"  # the carry kept after block 2, which a resume starts from
+    raw = bytearray(chunk.read_bytes())
     raw[0] ^= 0x01  # the last bit of the mantissa
-    manifest["carry"][0]["data"] = base64.b64encode(bytes(raw)).decode()
-    write_manifest(interrupted, manifest)
+    chunk.write_bytes(bytes(raw))
+    before = store_files(interrupted)
+    code, line = run("write", interrupted, *SMALL, "--resume", capfd=capfd)
+    assert code == 2 and "cannot resume" in line and "carry kept after block 2" in line and "damaged" in line
+    assert store_files(interrupted) == before
+
+
+def test_resume_refuses_a_carry_replaced_with_its_checksum(interrupted, capfd):
+    """A carry chunk changed and its trailer and record made to match: the recomputed block ends elsewhere."""
+    chunk = interrupted / "_streamacc/carries/leaf_0/c/3"
+    value = np.frombuffer(chunk.read_bytes()[:-4], dtype="<f8")[0]
+    body = np.float64(np.nextafter(value, np.inf)).tobytes()
+    crc = google_crc32c.value(body)
+    chunk.write_bytes(body + crc.to_bytes(4, "little"))
+    path = interrupted / RECORDS
+    doc = json.loads(path.read_text())
+    records = json.loads(doc["attributes"]["streamacc_records"])
+    records[2]["carry"] = [crc]
+    doc["attributes"]["streamacc_records"] = json.dumps(records)
+    path.write_text(json.dumps(doc))
     before = store_files(interrupted)
     code, line = run("write", interrupted, *SMALL, "--resume", capfd=capfd)
     assert code == 2 and "cannot resume" in line and "block 2 " in line and "final carry" in line
@@ -176,10 +192,7 @@ def test_resume_refuses_another_runs_bookkeeping_with_the_same_settings(tmp_path
     """The bookkeeping of the same run killed later (6 blocks) copied onto one killed after 3."""
     later = tmp_path / "later.zarr"
     shutil.copytree(ref, later)
-    manifest = read_manifest(later)
-    records = node_attribute(later / RECORDS, "streamacc_records")
-    manifest.update(committed_blocks=6, committed_steps=6 * 512, carry=records[6]["carry_in"], complete=False)
-    write_manifest(later, manifest)
+    rewind(later, 6, 6 * 512)
     shutil.copyfile(later / MANIFEST, interrupted / MANIFEST)
     before = store_files(interrupted)
     code, line = run("write", interrupted, *SMALL, "--resume", capfd=capfd)

@@ -15,11 +15,10 @@ import numpy as np
 import pytest
 import zarr
 from helpers import (
-    RECORDS,
     SMALL,
     assert_same_output,
-    node_attribute,
     read_manifest,
+    rewind,
     root_says,
     run,
     write_manifest,
@@ -30,10 +29,7 @@ from streamacc.cli import main
 
 def interrupt(out: Path, blocks: int, block: int) -> dict:
     """Make a finished output look killed after ``blocks`` committed blocks; return its manifest."""
-    manifest = read_manifest(out)
-    carry = node_attribute(out / RECORDS, "streamacc_records")[blocks]["carry_in"]
-    manifest.update(committed_blocks=blocks, committed_steps=blocks * block, carry=carry, complete=False)
-    write_manifest(out, manifest)
+    manifest = rewind(out, blocks, blocks * block)
     root_says(out, blocks * block)
     return manifest
 

@@ -27,11 +27,11 @@ from helpers import (
     assert_same_output,
     faultrun_process,
     read_manifest,
+    rewind,
     root_says,
     run,
     store_files,
     tree,
-    write_manifest,
 )
 
 import streamacc
@@ -104,12 +104,7 @@ def shrink_consolidated(out: Path) -> None:
 
 
 def forge_complete(out: Path) -> None:
-    manifest = read_manifest(out)
-    manifest.update(committed_blocks=3, committed_steps=3 * 512, complete=False, carry=None)
-    records = json.loads(json.loads((out / "_streamacc/records_000000/zarr.json").read_text())["attributes"]
-                         ["streamacc_records"])  # fmt: skip
-    manifest["carry"] = records[3]["carry_in"]
-    write_manifest(out, manifest)  # a run killed after 3 blocks, whose root says it finished
+    rewind(out, 3, 3 * 512)  # a run killed after 3 blocks, whose root says it finished
 
 
 @pytest.mark.parametrize(

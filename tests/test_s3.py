@@ -98,9 +98,9 @@ def test_sigkill_then_resume_on_s3_is_identical(s3_bucket, local_ref, monkeypatc
 
 @pytest.mark.slow
 def test_a_second_writer_is_refused_while_the_first_lives(s3_bucket, capsys):
-    """The first writer stops itself a few blocks in (its 60th lease check) while a second one tries."""
+    """The first writer stops itself a few blocks in (its 80th lease check) while a second one tries."""
     url = s3_bucket.url("out.zarr")
-    writer = paused_writer(60, "write", url, *SMALL, *s3_args(s3_bucket))
+    writer = paused_writer(80, "write", url, *SMALL, *s3_args(s3_bucket))
     try:
         assert remote_committed(s3_bucket, "out.zarr") >= 1
         for flag in ("--resume", "--overwrite"):

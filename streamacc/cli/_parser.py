@@ -229,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(info, top=False)
     info.add_argument("out", metavar="OUT", help="path or fsspec URL of an output streamacc wrote")
     _add_storage(info)
-    verify = sub.add_parser("verify", help="recompute stored blocks from their carry-ins and compare bytes")
+    verify = sub.add_parser("verify", help="recompute stored blocks from their kept carries and compare bytes")
     _add_common(verify, top=False)
     verify.add_argument("out", metavar="OUT", help="path or fsspec URL of an output streamacc wrote")
     _add_storage(verify)

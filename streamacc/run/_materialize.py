@@ -37,7 +37,7 @@ from ..store import ZarrSink, open_target, progress_attrs
 from .execute import Progress
 from .output import remove_partial_writes
 from .recompute import recompute_plan
-from .record import BlockRecord, Ledger, Manifest, decode_leaves, load_manifest
+from .record import BlockRecord, Ledger, Manifest, load_manifest
 from .threads import check_stop, interruptible, on_own_thread, run_ordered
 from .trust import bookkeeping_listing, check_structure
 
@@ -95,12 +95,12 @@ class _Materializer:
 
     def items(self, blocks: list[int], pool: BlockPool) -> Iterator[_Item]:
         for k in blocks:
-            record = self.ledger.block(k)
             m = self.manifest
-            after = m.carry if k + 1 == m.committed_blocks else self.ledger.block(k + 1).carry_in
-            carry = from_host(decode_leaves(record.carry_in), self.plan.init)
+            record = self.ledger.block(k, m)
+            after = self.ledger.kept_carry(m, k + 1)
+            carry = from_host(self.ledger.kept_carry(m, k), self.plan.init)
             block = compute_block(self.plan, carry, record.start, record.stop, pool=pool)
-            yield _Item(record, decode_leaves(after or []), block)
+            yield _Item(record, after, block)
 
     def write(self, item: _Item) -> BlockRecord:
         check_stop()

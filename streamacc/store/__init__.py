@@ -6,8 +6,9 @@ store) with its lock, ``_probe`` the first question to an object store, ``_files
 link-safe, fsynced file primitives, ``_zarr`` the sink that creates the group and writes blocks,
 ``_documents`` the metadata documents as plain JSON (no Zarr: readers check them first), ``_chunks``
 the chunk encoder, ``_compare`` stored chunks against recomputed rows (for verify),
-``_codecs`` the named compressors, ``_icechunk`` an output in an Icechunk repository (its
-commits the writer's durable points) and ``_sessionstore`` its writer's zarr store,
+``_carries`` the carries kept at block boundaries, ``_codecs`` the named compressors,
+``_icechunk`` an output in an Icechunk repository (its commits the writer's durable points) and
+``_sessionstore`` its writer's zarr store,
 ``_storeerrors`` and ``_sessions`` the failures and clients of fsspec backends, and the
 ``lease`` room the writer lease on object stores.
 
@@ -22,6 +23,14 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ._carries import (
+        CARRIES as CARRIES,
+        CarryDamaged as CarryDamaged,
+        CarryLeaf as CarryLeaf,
+        CarryStore as CarryStore,
+        dtype_from_text as dtype_from_text,
+        dtype_text as dtype_text,
+    )
     from ._chunks import ChunkWriter as ChunkWriter, EncodeBuffers as EncodeBuffers
     from ._codecs import CODECS as CODECS, MAX_CHUNK_BYTES as MAX_CHUNK_BYTES, compressors_for as compressors_for
     from ._compare import compare_chunks as compare_chunks

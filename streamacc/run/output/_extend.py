@@ -99,13 +99,13 @@ def extend_manifest(
     every = old.get("save_every", 1)
     sink = ZarrSink.open(target, list(new["arrays"]))
     stored_blocks = [k for k in range(manifest.committed_blocks) if manifest.stores(k)]
-    bad = trailer_problem(target, ledger, sink, stored_blocks, every)
+    bad = trailer_problem(target, ledger, sink, stored_blocks, every, manifest)
     if bad is not None:  # checked before anything changes: a resume would find it after the extension
         k, start, stop, what = bad
         raise _refuse(
             label, f"block {k} (steps {start}-{stop}) is bad: {what}; rewrite it with {arg('mode', 'overwrite')}"
         )
-    carry = ledger.block(kept).carry_in
+    carry = ledger.block(kept, manifest).carry_in if manifest.v2 else None  # format 3 keeps it apart
     rows = new["length"] // new.get("save_every", 1)
     arrays = {name: {**doc, "shape": [rows, *doc["shape"][1:]]} for name, doc in manifest.arrays.items()}
     extended = dataclasses.replace(
@@ -137,7 +137,11 @@ def extend_manifest(
 
 def finish_extension(target: Target, manifest: Manifest) -> None:
     """Give each array the rows ``manifest`` records where only its shape lags behind (an interrupted extension),
-    and the summaries their longer arrays."""
+    the summaries their longer arrays, and the kept carries as many boundaries as the run's blocks plus one."""
+    if not manifest.v2:
+        carries = Ledger(target).carries(manifest)
+        if carries.boundaries() != manifest.total_blocks + 1:
+            carries.resize(manifest.total_blocks + 1)
     if manifest.recomputes:  # a virtual run's arrays stay declared so while blocks are not stored
         ZarrSink.open(target, list(manifest.identity["arrays"])).declare_virtual()
     _grow_arrays(target, manifest)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from ..._callsite import warn
 from ...engine import HostLeaf
 from ...errors import OutputExistsError, ResumeError, StreamaccWarning, VerifyError, arg, one_line
-from ...store import LEASE_KEY, Target, ZarrSink
+from ...store import LEASE_KEY, CarryStore, Target, ZarrSink
 from ...summaries import Summaries
 from ..record import (
     LEGACY_MANIFEST_KEY,
@@ -25,7 +25,8 @@ from ..record import (
     MANIFEST_KEY,
     Ledger,
     Manifest,
-    encode_leaves,
+    carry_description,
+    carry_every,
     node_attribute,
     require_same_run,
 )
@@ -86,8 +87,15 @@ def _create(o: Opening) -> Output:
     """Start the run afresh: the new manifest first, so that any interruption leaves an output
     recognisably streamacc's that claims no block; then clear the rest; then create."""
     target, spec, ledger = o.target, o.spec, o.ledger
+    leaves = carry_description(o.init)
+    every = carry_every(sum(leaf.nbytes for leaf in leaves), spec.block_nbytes, virtual=spec.storage.virtual)
+    carries = CarryStore(target, leaves)
+    init = [a for a, _ in o.init]
     manifest = Manifest(
-        spec.identity, total_blocks=spec.total_blocks, carry=encode_leaves(o.init), stored=spec.storage.stored_blocks()
+        spec.identity,
+        total_blocks=spec.total_blocks,
+        stored=spec.storage.stored_blocks(),
+        carries={"every": every, "leaves": [leaf.to_json() for leaf in leaves], "init": carries.checksums(init)},
     )
     keep = {MANIFEST_KEY, LEASE_KEY}
     clear = not set(target.list_keys()) <= keep
@@ -107,7 +115,9 @@ def _create(o: Opening) -> Output:
         virtual=spec.storage.virtual,
     )
     summaries = Summaries.create(target, spec.identity, spec.arrays, spec.codec, spec.dims)
-    target.make_durable([f"{name}/zarr.json" for name in spec.arrays])
+    carries.create(spec.total_blocks + 1, every=every)
+    keys, _ = carries.write(0, init)
+    target.make_durable([*keys, *(f"{name}/zarr.json" for name in spec.arrays)])
     manifest.arrays = {name: doc for name, doc in sink.documents().items() if doc is not None}
     ledger.save(manifest)
     output = Output(target, spec, manifest, sink, summaries, o.on_commit)
@@ -212,6 +222,8 @@ def _continue(o: Opening) -> Output:
         raise ResumeError(f"cannot resume: {one_line(exc)}") from None
     output = Output(target, spec, manifest, ZarrSink.open(target, spec.names), summaries, o.on_commit)
     o.check_resumable(output)
+    if not manifest.v2:  # a killed writer's carries past the commit, or an extended run's last: not the run's now
+        output.ledger.carries(manifest).remove_past(manifest.committed_blocks)
     if summaries is not None:
         summaries.resume()
     if manifest.virtual and manifest.all_stored:  # a materialize stopped before the arrays said so

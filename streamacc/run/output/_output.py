@@ -1,9 +1,9 @@
 """An output open for writing under its lock, and how its blocks commit.
 
-Commits happen strictly in scan order: first the block's record, then the manifest that
-counts it; the root group's public attributes follow at the start, at the end, and every
-few seconds in between. How an output is opened (new, overwritten, resumed, extended) is
-``_open``'s.
+Commits happen strictly in scan order: first the carries the run keeps after the blocks
+(made durable), then the blocks' records, then the manifest that counts them; the root
+group's public attributes follow at the start, at the end, and every few seconds in between.
+How an output is opened (new, overwritten, resumed, extended) is ``_open``'s.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ...engine import HostLeaf
 from ...errors import LockedError, StoreError, StreamaccWarning, arg
 from ...store import Target, ZarrSink, describe_store_failure, is_store_failure, progress_attrs
 from ...summaries import BlockPieces, Summaries, SummaryPlan
-from ..record import BlockRecord, Ledger, Manifest, decode_leaves, describe_nonfinite, encode_leaves
+from ..record import BlockRecord, Ledger, Manifest, describe_nonfinite, encode_leaves
 from ..threads import check_stop
 from ..trust import bookkeeping_listing
 from ._debris import remove_partial_writes
@@ -82,6 +82,7 @@ class Output:
         self._listing: dict[str, dict[str, Any]] | None = None
         self._waiting: list[BlockResult] = []  # a virtual run's blocks computed and not yet committed
         self._batch_started = time.monotonic()
+        self._carry: list[HostLeaf] | None = None  # the carry entering the first block, once known
         self._site = origin()  # the caller's line, where the warning of a NaN points from the writer threads
 
     @property
@@ -96,8 +97,20 @@ class Output:
 
     @property
     def carry(self) -> list[HostLeaf]:
-        """The carry entering :attr:`first_block`, as host leaves."""
-        return decode_leaves(self.manifest.carry or [])
+        """The carry entering :attr:`first_block`, as host leaves.
+
+        Read from the store where it is kept; a continued run whose last commit kept none
+        learns it from the blocks its check recomputes (:meth:`resume_from`).
+        """
+        if self._carry is None:
+            self._carry = self.ledger.carry(self.manifest, self.manifest.committed_blocks)
+        if self._carry is None:
+            raise AssertionError("the carry entering the first block is not kept: recompute it before resuming")
+        return self._carry
+
+    def resume_from(self, carry: list[HostLeaf]) -> None:
+        """Continue from ``carry``, the carry after the committed blocks as their check recomputed it."""
+        self._carry = carry
 
     @property
     def complete(self) -> bool:
@@ -160,7 +173,7 @@ class Output:
         first = self.manifest.committed_blocks
         if [r.index for r in results] != list(range(first, first + len(results))):
             raise AssertionError(f"blocks {[r.index for r in results]} committed out of order after {first}")
-        recs = [BlockRecord(r.index, r.start, r.stop, encode_leaves(r.carry_in), r.crc32c) for r in results]
+        recs = self._records(results)
         changes: dict[str, Any] = {}
         if self.summaries is not None and not self.spec.storage.batched:  # a batch was folded as it came
             self.summaries.fold(results)  # starts writing the summary chunks these blocks complete
@@ -172,12 +185,14 @@ class Output:
             # taken after the records are durable, so that the chunks begun above have had that
             # long to become durable too: their rows then leave the tail this manifest records
             changes["summaries"] = self.summaries.tail()
+        if self.manifest.v2:
+            changes["carry"] = encode_leaves(results[-1].carry_out)
         self._save(
             committed_blocks=first + len(results),
             committed_steps=self.manifest.committed_steps + sum(len(r) for r in results),
-            carry=encode_leaves(results[-1].carry_out),
             **changes,
         )
+        self._carry = results[-1].carry_out
         if "nonfinite" in changes:
             self.warn_nonfinite()
         self.publish()
@@ -185,6 +200,24 @@ class Output:
         if self.on_commit is not None:
             for result in results:
                 self.on_commit(result)
+
+    def _records(self, results: tuple[BlockResult, ...]) -> list[BlockRecord]:
+        """The blocks' records, after writing the carries the run keeps after them (durably)."""
+        m = self.manifest
+        if m.v2:
+            return [
+                BlockRecord(r.index, r.start, r.stop, r.crc32c, carry_in=encode_leaves(r.carry_in)) for r in results
+            ]
+        recs, keys = [], []
+        for r in results:
+            crcs = None
+            if m.keeps_carry(r.index + 1):
+                written, crcs = self.ledger.write_carry(m, r.index + 1, r.carry_out)
+                keys += written
+            recs.append(BlockRecord(r.index, r.start, r.stop, r.crc32c, carry=crcs))
+        if keys:
+            self.target.make_durable(keys)
+        return recs
 
     def warn_nonfinite(self, before: bool = False) -> None:
         """Warn that the output holds a NaN or an infinity (once a run: as it is committed, or as a continued run

@@ -53,6 +53,12 @@ class OutputSpec:
         """The run stores no data chunks (they are recomputed on reading), only its carries and summaries."""
         return self.storage.virtual
 
+    @property
+    def block_nbytes(self) -> int:
+        """The bytes of the rows one full block stores, all arrays together (before compression)."""
+        rows = int(self.identity["block_size"]) // int(self.identity.get("save_every", 1))
+        return rows * sum(math.prod(shape[1:]) * dtype.itemsize for shape, dtype in self.arrays.values())
+
 
 def output_names(y_struct: Any, names: Sequence[str] | str | None) -> list[str]:
     """One array name per leaf of ``y``: from ``names``, from dict keys, or ``y`` for one leaf."""

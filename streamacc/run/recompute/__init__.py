@@ -17,6 +17,7 @@ if TYPE_CHECKING:
         check_function as check_function,
         check_recomputed as check_recomputed,
         check_resumable as check_resumable,
+        resume_chain as resume_chain,
         select_blocks as select_blocks,
         verify as verify,
         )

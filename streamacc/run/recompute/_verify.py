@@ -1,9 +1,10 @@
-"""``verify``: check an output against its manifest, recomputing blocks from their recorded carry-ins.
+"""``verify``: check an output against its manifest, recomputing blocks from the carries kept before them.
 
 The manifest must agree with itself and with the layout, the run's arrays must still have
 the metadata they were created with, and every checked block must pass: its chunks exist,
-their stored bytes match the CRC-32Cs recorded at commit, recomputing it from its carry-in
-reproduces those bytes exactly, and the carry it ends with is the carry recorded after it.
+their stored bytes match the CRC-32Cs recorded at commit, recomputing it from the last
+carry kept before it reproduces those bytes exactly, and the carry it ends with is the
+carry kept after it, where one is.
 Only the run's own arrays are judged, so variables a user added later change nothing.
 """
 
@@ -38,11 +39,20 @@ from ...errors import ResumeError, VerifyError, arg, one_line
 from ...store import Target, ZarrSink, compare_chunks, open_target
 from ...summaries import BlockPieces, Summaries, SummaryCheck, SummaryPlan
 from ..output import Output
-from ..record import BlockRecord, Ledger, Manifest, decode_leaves, describe_function, load_manifest, same_function
+from ..record import BlockRecord, Ledger, Manifest, describe_function, load_manifest, same_function
 from ..threads import interruptible, on_own_thread, run_ordered
 from ..trust import arrays_problem, check_settled_root, trailer_problem, trusted_manifest
 
-__all__ = ["Checker", "VerifyReport", "check_recomputed", "check_resumable", "plan_for", "verify", "verify_plan"]
+__all__ = [
+    "Checker",
+    "VerifyReport",
+    "check_recomputed",
+    "check_resumable",
+    "plan_for",
+    "resume_chain",
+    "verify",
+    "verify_plan",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,9 +62,10 @@ class VerifyReport:
     Attributes
     ----------
     checked_blocks : tuple of int
-        The blocks recomputed and compared byte for byte, by index in scan order; the
-        other committed blocks had their chunks' CRC-32C trailers checked against their
-        records.
+        The blocks recomputed and compared byte for byte, by index in scan order: those
+        asked for, and the blocks each is recomputed through from the last carry kept
+        before it (a large carry is kept every few blocks); the other committed blocks had
+        their chunks' CRC-32C trailers checked against their records.
     committed_blocks : int
         Blocks the manifest commits.
     total_blocks : int
@@ -114,6 +125,7 @@ class Checker:
         self.summary: SummaryPlan | None = None  # cut each checked block's summary pieces, for ``seen``
         # each checked block's pieces, in scan order
         self.seen: Callable[[int, dict[str, BlockPieces]], None] | None = None
+        self.ended: dict[int, list[HostLeaf]] = {}  # the carry each block checked ended with
 
     def fail(self, what: str) -> VerifyError:
         return VerifyError(f"{self.target.label}: {what}; rewrite the output with {arg('mode', 'overwrite')}")
@@ -125,7 +137,7 @@ class Checker:
         )
 
     def not_recomputed(self, k: int, start: int, stop: int, what: str) -> VerifyError:
-        """A block whose recomputation from its recorded carry-in does not give what is stored.
+        """A block whose recomputation from the carry kept before it does not give what is stored.
 
         Either the step function (or a value it uses) is not the one that wrote the output,
         or the stored block is damaged; the data may well be fine, so nothing here says to
@@ -180,13 +192,13 @@ class Checker:
     def trailers_match(self, blocks: Iterable[int]) -> None:
         """Every chunk of ``blocks`` (those storing data) ends with the CRC-32C its block record names."""
         blocks = self.stored_blocks(blocks)
-        problem = trailer_problem(self.target, self.ledger, self.sink, blocks, self.plan.save_every)
+        problem = trailer_problem(self.target, self.ledger, self.sink, blocks, self.plan.save_every, self.manifest)
         if problem is not None:
             raise self.bad_block(*problem)
 
-    def _record(self, k: int) -> tuple[BlockRecord, list[HostLeaf]]:
-        """Block ``k``'s record, checked against the layout, and the carry recorded after it."""
-        rec = self.ledger.block(k)
+    def _record(self, k: int) -> BlockRecord:
+        """Block ``k``'s record, checked against the layout."""
+        rec = self.ledger.block(k, self.manifest)
         bounds = next(self.plan.bounds(k))
         if (rec.start, rec.stop) != bounds:
             raise self.bad_block(
@@ -198,24 +210,45 @@ class Checker:
             if len(recorded) != len(keys):
                 what = f"its record has {len(recorded)} checksums for the {len(keys)} chunks of {name!r}"
                 raise self.bad_block(k, rec.start, rec.stop, what)
-        m = self.manifest
-        after = m.carry if k + 1 == m.committed_blocks else self.ledger.block(k + 1).carry_in
-        return rec, decode_leaves(after or [])
+        return rec
+
+    def chain(self, chosen: Iterable[int]) -> list[int]:
+        """The blocks to recompute to check ``chosen``: each with the blocks since the last carry kept before it.
+
+        A run keeps its carry after every block, or every few for a large carry (see
+        ``record.carry_every``), so a block is recomputed from the nearest kept carry before
+        it, through the blocks between, which are then checked too.
+        """
+        out: set[int] = set()
+        for k in chosen:
+            out.update(range(self.ledger.kept_before(self.manifest, k), k + 1))
+        return sorted(out)
 
     def _recomputed(self, chosen: Iterable[int], pool: BlockPool) -> Iterator[_Recomputed]:
-        """Each chosen block recomputed from its recorded carry-in, in scan order.
+        """Each chosen block (and those it is recomputed through) recomputed, in scan order.
 
-        A block whose record fails travels as its error, so that it is raised in scan order
-        after the blocks before it are judged; nothing after it is recomputed.
+        A block starts from the carry kept before it, or from the carry the block before it
+        just ended with. A block whose record fails travels as its error, so that it is
+        raised in scan order after the blocks before it are judged; nothing after it is
+        recomputed.
         """
-        plan = self.plan
-        for k in chosen:
+        plan, m = self.plan, self.manifest
+        previous: tuple[int, Any] | None = None  # the block recomputed last, and the carry it ended with
+        for k in self.chain(chosen):
             try:
-                rec, after = self._record(k)
-                carry = from_host(decode_leaves(rec.carry_in), plan.init)
-                yield _Recomputed(k, rec, after, compute_block(plan, carry, rec.start, rec.stop, pool=pool))
+                rec = self._record(k)
+                kept = self.ledger.carry(m, k)
+                if kept is not None:
+                    carry = from_host(kept, plan.init)
+                else:
+                    assert previous is not None and previous[0] == k - 1  # the chain holds the blocks since a kept one
+                    carry = previous[1]
+                after = self.ledger.carry(m, k + 1)
+                block = compute_block(plan, carry, rec.start, rec.stop, pool=pool)
+                previous = (k, block.carry)
+                yield _Recomputed(k, rec, after, block)
             except VerifyError as exc:
-                yield _Recomputed(k, None, [], None, exc)
+                yield _Recomputed(k, None, None, None, exc)
                 return
 
     def _compare(self, item: _Recomputed) -> dict[str, BlockPieces] | None:
@@ -248,9 +281,11 @@ class Checker:
             for name, check in found.items():
                 for i in check.differing:
                     self._compare_values(item.index, rec, name, i, ys[name])
-            if not same_leaves(to_host(block.carry) if item.carry is None else item.carry, item.after):
+            ended = to_host(block.carry) if item.carry is None else item.carry
+            if item.after is not None and not same_leaves(ended, item.after):
                 what = "its final carry is not the carry recorded after it"
                 raise self.not_recomputed(item.index, rec.start, rec.stop, what)
+            self.ended[item.index] = ended
             return None if self.summary is None else self.summary.pieces(rows[0], ys)
         finally:
             block.release()
@@ -296,7 +331,7 @@ class _Recomputed:
 
     index: int
     rec: BlockRecord | None
-    after: list[HostLeaf]
+    after: list[HostLeaf] | None  # the carry kept after the block, if one is
     block: Block | None
     error: VerifyError | None = None
     carry: list[HostLeaf] | None = None  # the carry leaving the block as host leaves, where already known
@@ -307,9 +342,9 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
 
     ``manifest`` is one whose structure is trusted already (:func:`trust.trusted_manifest`).
     """
-    chosen = select_blocks(manifest.committed_blocks, blocks)
     checker = Checker(target, manifest, plan)
     checker.manifest_agrees()
+    chosen = checker.chain(select_blocks(manifest.committed_blocks, blocks))
     if len(chosen) < manifest.committed_blocks:  # the others at least have the chunks they committed
         checker.trailers_match(k for k in range(manifest.committed_blocks) if k not in set(chosen))
     summaries = Summaries.load(target, manifest.identity, manifest.summaries, manifest.committed_rows)
@@ -337,38 +372,52 @@ def check_resumable(output: Output, plan: Plan, *, last_block: bool = True) -> N
 
     Before a resume writes anything: the run's arrays have their recorded metadata, every
     committed chunk exists and ends with the CRC-32C its block record names (so a chunk
-    replaced in any committed block is found), and the last committed block recomputes from its recorded
-    carry-in to its stored bytes and checksum and ends with the carry the manifest resumes
-    from. A damaged carry, a foreign manifest or missing blocks stop the resume here.
-    Without ``last_block`` the caller recomputes that block itself (a Stream, whose inputs
-    only its program holds) and has it judged by :func:`check_recomputed`.
+    replaced in any committed block is found), and the last committed block recomputes (from
+    the last carry kept before it, through the blocks between) to its stored bytes and
+    checksums and ends with the carry kept after it, if one is; the carry it ends with is
+    the one the run resumes from. A damaged carry, a foreign manifest or missing blocks stop
+    the resume here. Without ``last_block`` the caller recomputes those blocks itself (a
+    Stream, whose inputs only its program holds) and has them judged by :func:`check_recomputed`.
     """
     checker = Checker(output.target, output.manifest, plan, output.sink)
+    last = output.manifest.committed_blocks - 1
     try:
         checker.manifest_agrees()
         checker.arrays_unchanged()
         checker.chunks_present()
         checker.trailers_match(range(output.manifest.committed_blocks))
         if last_block:
-            checker.block(output.manifest.committed_blocks - 1)
+            checker.block(last)
+            output.resume_from(checker.ended[last])
     except VerifyError as exc:
         raise ResumeError(f"cannot resume: {one_line(exc)}") from None
 
 
-def check_recomputed(output: Output, plan: Plan, block: Block, carry: list[HostLeaf]) -> None:
-    """Refuse to continue ``output`` unless ``block``, its last committed block recomputed from its recorded
-    carry-in elsewhere, holds exactly the stored bytes and ends with the carry the manifest resumes from.
+def check_recomputed(output: Output, plan: Plan, k: int, block: Block, carry: list[HostLeaf]) -> None:
+    """Refuse to continue ``output`` unless ``block``, its committed block ``k`` recomputed elsewhere (one of
+    :func:`resume_chain`), holds exactly the stored bytes and ends with the carry kept after it, if one is.
 
     ``carry`` is the carry leaving the recomputed block, as host leaves. Host work only, no
-    JAX (the recomputation is the caller's: a Stream's program); ``block`` is released.
+    JAX (the recomputation is the caller's: a Stream's program); ``block`` is released. The
+    last block's carry is the one the run resumes from.
     """
-    k = output.manifest.committed_blocks - 1
     checker = Checker(output.target, output.manifest, plan, output.sink)
     try:
-        rec, after = checker._record(k)
-        checker._compare(_Recomputed(k, rec, after, block, carry=carry))
+        rec = checker._record(k)
+        checker._compare(_Recomputed(k, rec, output.ledger.carry(output.manifest, k + 1), block, carry=carry))
     except VerifyError as exc:
         raise ResumeError(f"cannot resume: {one_line(exc)}") from None
+    if k + 1 == output.manifest.committed_blocks:
+        output.resume_from(carry)
+
+
+def resume_chain(output: Output) -> range:
+    """The committed blocks a resume recomputes before it writes: the last, and those since the carry kept
+    before it (empty before the first commit)."""
+    last = output.manifest.committed_blocks - 1
+    if last < 0:
+        return range(0)
+    return range(output.ledger.kept_before(output.manifest, last), last + 1)
 
 
 def check_function(manifest: Manifest, f: Step, label: str) -> None:
@@ -406,15 +455,16 @@ def verify(
     blocks: str | int = "all",
     storage_options: dict[str, Any] | None = None,
 ) -> VerifyReport:
-    """Check an output against its manifest, recomputing its blocks from their recorded carry-ins.
+    """Check an output against its manifest, recomputing its blocks from the carries it keeps.
 
     Checks that the manifest agrees with itself and with the layout, that nothing inside
     the output is a link or a special file, that the run's arrays have the metadata they
     were created with, that the root metadata agrees with the manifest (it may lag the
     manifest while a run writes, not once the run is complete), and then, for
     each checked block, that its chunks exist with the CRC-32Cs recorded at commit, that
-    recomputing it from its recorded carry-in with ``f`` gives exactly the stored bytes,
-    and that it ends with the carry recorded after it. Blocks not recomputed have their
+    recomputing it with ``f`` from the last carry kept before it (every block's, or every few
+    blocks' for a large carry, through the blocks between) gives exactly the stored bytes,
+    and that it ends with the carry kept after it. Blocks not recomputed have their
     chunks' checksums compared with their records (4 bytes read per chunk). The window
     summaries are checked too: rebuilt from the data when every block is checked,
     otherwise the finest windows of the checked blocks against the data and every coarser
@@ -431,7 +481,7 @@ def verify(
         settings are the output's own).
     init : pytree of arrays
         The initial carry the output was written with (its dtypes and shapes are checked;
-        the blocks start from their recorded carry-ins).
+        the blocks start from the output's kept carries).
     xs : pytree of arrays, optional
         The inputs the output was written with, if any.
     blocks : "all" or int, default "all"

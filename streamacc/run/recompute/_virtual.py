@@ -299,20 +299,14 @@ class RecomputingStore(WrapperStore[Store]):
             self._served_chunks.pop(k, None)  # computed again, it counts its chunks afresh
             held -= sum(a.nbytes for a in ys.values())
 
-    def _carry_after(self, k: int) -> list[Any]:
-        """The carry the manifest records after committed block ``k``."""
-        if k + 1 == self.manifest.committed_blocks:
-            return decode_leaves(self.manifest.carry or [])
-        with self._ledger_lock:
-            return decode_leaves(self._ledger.block(k + 1).carry_in)
-
     def _compute(self, k: int) -> tuple[dict[str, np.ndarray], int]:
         with self._ledger_lock:
-            record = self._ledger.block(k)
-        after = self._carry_after(k)
+            record = self._ledger.block(k, self.manifest)
+            entering = self._ledger.kept_carry(self.manifest, k)
+            after = self._ledger.kept_carry(self.manifest, k + 1)
         with x64_scope(self.x64):
-            block = compute_block(self.plan, from_host(decode_leaves(record.carry_in), self.plan.init), record.start,
-                                  record.stop, pool=self._buffers)  # fmt: skip
+            block = compute_block(self.plan, from_host(entering, self.plan.init), record.start, record.stop,
+                                  pool=self._buffers)  # fmt: skip
             # views of a recycled buffer, not copies: the buffer is taken until the last view of it is gone
             ys = dict(zip(self._names, (np.asarray(y) for y in _leaves(block.ys)), strict=True))
             ended = to_host(block.carry)
@@ -347,7 +341,10 @@ def _ranged(buf: Buffer, byte_range: ByteRequest, prototype: BufferPrototype) ->
 def _needs_x64(manifest: Manifest) -> bool:
     """Whether the run computed in 64 bits: a 64-bit output or carry (JAX makes none without ``jax_enable_x64``)."""
     dtypes = [np.dtype(dtype) for dtype, _ in manifest.identity["arrays"].values()]
-    dtypes += [leaf.dtype for leaf, _ in decode_leaves(manifest.carry or [])]
+    if manifest.v2:
+        dtypes += [leaf.dtype for leaf, _ in decode_leaves(manifest.carry or [])]
+    else:
+        dtypes += [leaf.dtype for leaf in manifest.carry_leaves]
     return any(d.itemsize >= 8 and d.kind in "fiuc" for d in dtypes)
 
 
@@ -383,7 +380,7 @@ def recompute_plan(
             return plan_for(manifest, job.f, job.init, job.xs), True
     check_function(manifest, f, label)
     if init is None:
-        leaves = decode_leaves(Ledger(target).block(0).carry_in)
+        leaves = Ledger(target).kept_carry(manifest, 0)
         if len(leaves) != 1:
             raise InputError(
                 f"the carry of {label} has {len(leaves)} leaves; pass {arg('init')} (any carry of the run's "
@@ -426,7 +423,9 @@ def recomputed_rows(target: Any, plan: Plan) -> Any:
     ledger = Ledger(target)
 
     def rows(name: str, a: int, b: int) -> np.ndarray:
-        names = list(ledger.load().identity["arrays"])  # type: ignore[union-attr]
+        manifest = ledger.load()
+        assert manifest is not None
+        names = list(manifest.identity["arrays"])
         parts = []
         for k, (start, stop) in enumerate(plan.bounds()):
             first, last = rows_in(start, stop, plan.save_every)
@@ -434,8 +433,7 @@ def recomputed_rows(target: Any, plan: Plan) -> Any:
                 continue
             if first >= b:
                 break
-            record = ledger.block(k)
-            block = compute_block(plan, from_host(decode_leaves(record.carry_in), plan.init), start, stop)
+            block = compute_block(plan, from_host(ledger.kept_carry(manifest, k), plan.init), start, stop)
             ys = dict(zip(names, _leaves(block.ys), strict=True))
             parts.append(np.array(ys[name][max(a, first) - first : min(b, last) - first]))
             block.release()

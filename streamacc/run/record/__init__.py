@@ -1,4 +1,5 @@
-"""What an output records about its run: the manifest and block records (``_manifest``),
+"""What an output records about its run: the manifest and block records (``_manifest``), the
+ledger that reads and writes them with the kept carries (``_ledger``),
 the run's identity (``_identity``) and its step function's fingerprint (``_fingerprint``).
 Reading them imports no JAX.
 
@@ -17,7 +18,16 @@ if TYPE_CHECKING:
         describe_function as describe_function,
         run_identity as run_identity,
     )
+    from ._ledger import (
+        CACHED_SEGMENTS as CACHED_SEGMENTS,
+        Ledger as Ledger,
+        carry_description as carry_description,
+        carry_every as carry_every,
+        load_manifest as load_manifest,
+    )
     from ._manifest import (
+        FORMAT as FORMAT,
+        FORMAT_2 as FORMAT_2,
         LEGACY_MANIFEST_KEY as LEGACY_MANIFEST_KEY,
         MANIFEST_ATTR as MANIFEST_ATTR,
         MANIFEST_DESCRIPTION as MANIFEST_DESCRIPTION,
@@ -25,13 +35,11 @@ if TYPE_CHECKING:
         RECORDS_ATTR as RECORDS_ATTR,
         SEGMENT as SEGMENT,
         BlockRecord as BlockRecord,
-        Ledger as Ledger,
         Manifest as Manifest,
         decode_leaves as decode_leaves,
         describe_nonfinite as describe_nonfinite,
         encode_leaves as encode_leaves,
         identity_differences as identity_differences,
-        load_manifest as load_manifest,
         node_attribute as node_attribute,
         require_same_run as require_same_run,
         same_function as same_function,

@@ -1,14 +1,17 @@
-"""The manifest: the durable record that makes a run resumable and verifiable.
+"""The manifest and the block records: the durable record that makes a run resumable and verifiable.
 
-It holds the run's identity, the metadata its arrays were created with, how many blocks
-(in scan order) are committed, and the carry after them. Per-block records (the carry
-entering each block and the CRC-32C of each stored chunk) live in segments of
-``SEGMENT`` blocks, so a commit rewrites a bounded amount whatever the length. Each
-block's record is written before the manifest that counts it, so the manifest never
-claims a block it cannot describe.
+The manifest holds the run's identity, the metadata its arrays were created with, how many
+blocks (in scan order) are committed, and how its carries are kept. Per-block records (the
+CRC-32C of each stored chunk, and of the carry kept after the block, if any) live in
+segments of ``SEGMENT`` blocks; the carries themselves are binary arrays of their own
+(``store.CarryStore``), written once. A commit therefore writes a bounded number of small
+bytes whatever the state's size and the run's length. Format 2 (streamacc 0.2 to 1.0) held
+each block's entering carry as base64 text in its record, and the carry after the
+committed blocks in the manifest; such outputs are read, resumed and verified as they are.
 
-Everything is stored as Zarr v3 group nodes under ``_streamacc/`` (the payload is JSON
-text in one attribute), so every Zarr reader sees a normal hierarchy.
+Everything is stored as Zarr v3 nodes under ``_streamacc/`` (the payload is JSON text in one
+attribute), so every Zarr reader sees a normal hierarchy. The ledger that reads and writes
+them is ``_ledger``.
 """
 
 from __future__ import annotations
@@ -23,30 +26,31 @@ import numpy as np
 
 from ..._callsite import warn
 from ...engine import block_count, committed_span, rows_in
-from ...errors import NoOutputError, ResumeError, StreamaccWarning, VerifyError, arg
-from ...store import BOOKKEEPING, Target
+from ...errors import ResumeError, StreamaccWarning, VerifyError, arg
+from ...store import BOOKKEEPING, CarryLeaf
 
 if TYPE_CHECKING:
     from ...engine import HostLeaf  # a type only: reading a manifest never imports JAX
 
 __all__ = [
     "FORMAT",
+    "FORMAT_2",
     "MANIFEST_DESCRIPTION",
     "MANIFEST_KEY",
     "SEGMENT",
     "BlockRecord",
-    "Ledger",
     "Manifest",
     "describe_nonfinite",
     "group_node",
     "identity_differences",
-    "load_manifest",
     "node_attribute",
     "same_function",
     "upgrade_identity",
 ]
 
-FORMAT = "streamacc-manifest/2"
+FORMAT = "streamacc-manifest/3"
+FORMAT_2 = "streamacc-manifest/2"
+"""The format of streamacc 0.2 to 1.0: carries as base64 in the records and the manifest."""
 SEGMENT = 64
 MANIFEST_KEY = f"{BOOKKEEPING}/zarr.json"
 MANIFEST_DESCRIPTION = "streamacc's bookkeeping of this output (manifest); the data are in the sibling arrays"
@@ -119,13 +123,46 @@ def decode_leaves(records: list[dict[str, Any]]) -> list[HostLeaf]:
 
 @dataclasses.dataclass(frozen=True)
 class BlockRecord:
-    """What it takes to recompute and check one block alone."""
+    """What it takes to check one block: where it lies, its chunks' checksums, and the carry kept after it."""
 
     index: int
     start: int
     stop: int
-    carry_in: list[dict[str, Any]]
     crc32c: dict[str, list[int]]  # per array, the CRC-32C of each stored chunk (as zarr's crc32c codec appends it)
+    carry: list[int] | None = None
+    """Format 3: the CRC-32C of each leaf's chunk of the carry kept after the block, or None where none is kept."""
+    carry_in: list[dict[str, Any]] | None = None
+    """Format 2: the carry entering the block, as JSON leaves (:func:`encode_leaves`)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as its format stores it: format 2's keys for a format 2 record, format 3's otherwise."""
+        doc: dict[str, Any] = {"index": self.index, "start": self.start, "stop": self.stop}
+        if self.carry_in is not None:
+            doc["carry_in"] = self.carry_in
+        doc["crc32c"] = self.crc32c
+        if self.carry_in is None:
+            doc["carry"] = self.carry
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Any, v2: bool) -> BlockRecord:
+        """A stored record of a format 2 (``v2``) or 3 output; TypeError, ValueError or KeyError when malformed."""
+        keys = {"index", "start", "stop", "crc32c", "carry_in" if v2 else "carry"}
+        if not isinstance(doc, dict) or set(doc) != keys:
+            raise ValueError("not a block record")
+        rec = cls(**doc)
+        if v2:
+            decode_leaves(rec.carry_in or [])
+        elif rec.carry is not None and not (isinstance(rec.carry, list) and all(_is_int(c) for c in rec.carry)):
+            raise ValueError("a malformed carry checksum")
+        return rec
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+CARRY_KEYS = frozenset({"every", "leaves", "init"})
 
 
 @dataclasses.dataclass
@@ -138,6 +175,7 @@ class Manifest:
     committed_blocks: int = 0
     committed_steps: int = 0
     carry: list[dict[str, Any]] | None = None
+    """Format 2: the carry after the committed blocks, as JSON leaves (:func:`encode_leaves`)."""
     complete: bool = False
     summaries: dict[str, Any] | None = None  # the summaries' tail: rows in no durable chunk yet, and the open window
     stored: list[list[int]] | None = None
@@ -149,15 +187,38 @@ class Manifest:
     where no ys were computed (a virtual run without summaries): the carry after step ``s``, the end of
     the first block whose carry holds one. None (and absent from the stored manifest, as in outputs
     written before it was recorded) when none was found."""
+    carries: dict[str, Any] | None = None
+    """Format 3: how the run keeps its carries: ``{"every": K, "leaves": [leaf, ...], "init": [crc, ...]}``, a
+    carry kept after every K-th block (and the last), each leaf as ``CarryLeaf.to_json`` describes it, and the
+    CRC-32C of each leaf's chunk of the initial carry (boundary 0)."""
+    format: str = FORMAT
 
     def to_json(self) -> bytes:
         # its fields hold JSON values alone, so a shallow dict serializes as ``asdict``'s deep copy would
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for optional in ("stored", "nonfinite"):
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "format"}
+        for optional in ("stored", "nonfinite", "carries"):
             if fields[optional] is None:
                 del fields[optional]  # recorded as before the field existed: older readers read it
-        doc = json.dumps({"format": FORMAT, **fields}, sort_keys=True)
+        if self.format != FORMAT_2:
+            del fields["carry"]
+        doc = json.dumps({"format": self.format, **fields}, sort_keys=True)
         return text_node(MANIFEST_ATTR, doc, description=MANIFEST_DESCRIPTION)
+
+    @property
+    def v2(self) -> bool:
+        """Whether the output keeps format 2's bookkeeping (streamacc 0.2 to 1.0: carries in the records)."""
+        return self.format == FORMAT_2
+
+    @property
+    def carry_leaves(self) -> list[CarryLeaf]:
+        """The leaves of the run's carry as they are stored (format 3)."""
+        assert self.carries is not None
+        return [CarryLeaf.from_json(doc) for doc in self.carries["leaves"]]
+
+    def keeps_carry(self, boundary: int) -> bool:
+        """Whether a writer keeps the carry after ``boundary`` blocks: every K-th, and the run's last (format 3)."""
+        assert self.carries is not None
+        return boundary % self.carries["every"] == 0 or boundary == self.total_blocks
 
     @property
     def virtual(self) -> bool:
@@ -197,14 +258,19 @@ class Manifest:
     def from_json(cls, raw: bytes, label: str) -> Manifest:
         try:
             doc = json.loads(node_attribute(raw, MANIFEST_ATTR))
-            if doc.pop("format") != FORMAT:
+            form = doc.pop("format")
+            if form not in (FORMAT, FORMAT_2) or ("carries" in doc) == (form == FORMAT_2) or "format" in doc:
                 raise ValueError("unknown format")
-            manifest = cls(**doc)
+            if form == FORMAT and "carry" in doc:
+                raise ValueError("a format 3 manifest holds no carry")
+            manifest = cls(**doc, format=form)
             manifest.identity = upgrade_identity(manifest.identity)
             if not _nonfinite_form(manifest.nonfinite):
                 raise ValueError("a malformed record of the first non-finite step")
             if manifest.carry is not None:
                 decode_leaves(manifest.carry)
+            if manifest.carries is not None:
+                _check_carries(manifest.carries)
         except (ValueError, KeyError, TypeError, AttributeError):
             raise VerifyError(
                 f"the manifest of {label} is damaged or not a streamacc manifest; its data cannot be trusted: "
@@ -250,13 +316,26 @@ class Manifest:
             return f"it counts {self.committed_steps} committed steps where {self.committed_blocks} blocks hold {held}"
         if self.complete and self.committed_blocks != total:
             return f"it says complete with only {self.committed_blocks} of {total} blocks committed"
-        if self.carry is None:
+        if self.v2 and self.carry is None:
             return "it holds no carry"
         if self.virtual != (self.stored is not None) or not _ranges_in(self.stored, self.committed_blocks):
             return "its record of the blocks whose data are stored does not fit its run"
         if not _step_in(self.nonfinite, start, stop, list(ident.get("arrays", {}))):
             return "its record of the first step holding a NaN or an infinity does not fit its run"
         return None
+
+
+def _check_carries(carries: Any) -> None:
+    """Raise ValueError, KeyError or TypeError unless ``carries`` has the form of a manifest's ``carries``."""
+    if not isinstance(carries, dict) or set(carries) != CARRY_KEYS:
+        raise ValueError("a malformed record of the carries")
+    every, leaves, init = carries["every"], carries["leaves"], carries["init"]
+    if not (_is_int(every) and every >= 1 and isinstance(leaves, list) and isinstance(init, list)):
+        raise ValueError("a malformed record of the carries")
+    for leaf in leaves:
+        CarryLeaf.from_json(leaf)
+    if len(init) != len(leaves) or not all(_is_int(c) for c in init):
+        raise ValueError("a malformed record of the initial carry")
 
 
 def _nonfinite_form(found: Any) -> bool:
@@ -322,106 +401,6 @@ def identity_differences(stored: dict[str, Any], current: dict[str, Any]) -> lis
     a, b = _flatten(stored), _flatten(json.loads(json.dumps(current)))
     fields = sorted((a.keys() | b.keys()) - NOT_COMPARED)
     return [f"{k}: stored {a.get(k)!r}, now {b.get(k)!r}" for k in fields if a.get(k) != b.get(k)]
-
-
-class Ledger:
-    """Reads and writes a target's manifest and block records."""
-
-    def __init__(self, target: Target) -> None:
-        self.target = target
-        self._segment: tuple[int, list[dict[str, Any]]] | None = None
-
-    def load(self) -> Manifest | None:
-        """The manifest, or None when there is none (a legacy one is refused with the fix)."""
-        raw = self.target.read(MANIFEST_KEY)
-        if raw is None:
-            if self.target.read(LEGACY_MANIFEST_KEY) is not None:
-                raise NoOutputError(
-                    f"{self.target.label} was written by streamacc 0.1 (bookkeeping format 1), which this version "
-                    f"cannot resume or verify; rewrite it with {arg('mode', 'overwrite')} (its arrays still open "
-                    "with xarray)"
-                )
-            return None
-        return Manifest.from_json(raw, self.target.label)
-
-    def save(self, manifest: Manifest) -> None:
-        self.target.write(MANIFEST_KEY, manifest.to_json())
-
-    @staticmethod
-    def segment_key(seg: int) -> str:
-        return f"{BOOKKEEPING}/records_{seg:06d}/zarr.json"
-
-    def _damaged(self, what: str) -> VerifyError:
-        return VerifyError(
-            f"block records of {self.target.label} are damaged ({what}); rewrite the output with "
-            f"{arg('mode', 'overwrite')}"
-        )
-
-    def _read_segment(self, seg: int) -> list[dict[str, Any]]:
-        if self._segment is not None and self._segment[0] == seg:
-            return self._segment[1]
-        raw = self.target.read(self.segment_key(seg))
-        try:
-            records = [] if raw is None else json.loads(node_attribute(raw, RECORDS_ATTR))
-            if not isinstance(records, list):
-                raise TypeError
-        except (ValueError, TypeError):
-            raise self._damaged(f"segment {seg}") from None
-        self._segment = (seg, records)
-        return records
-
-    def record(self, *recs: BlockRecord) -> None:
-        """Durably store the records of consecutive blocks (in scan order), one write per segment."""
-        for seg in sorted({rec.index // SEGMENT for rec in recs}):
-            records = self._read_segment(seg)
-            for rec in recs:
-                pos = rec.index - seg * SEGMENT
-                if not 0 <= pos < SEGMENT:
-                    continue
-                if len(records) < pos:
-                    raise self._damaged(f"they end at block {seg * SEGMENT + len(records)}, before block {rec.index}")
-                records = [*records[:pos], dataclasses.asdict(rec)]  # drops records written past an interrupted commit
-            self._segment = (seg, records)
-            self.target.write(self.segment_key(seg), text_node(RECORDS_ATTR, json.dumps(records)))
-
-    def update(self, *recs: BlockRecord) -> None:
-        """Durably replace the records of committed blocks (their stored chunks' checksums), one write per segment."""
-        for seg in sorted({rec.index // SEGMENT for rec in recs}):
-            records = list(self._read_segment(seg))
-            for rec in recs:
-                pos = rec.index - seg * SEGMENT
-                if 0 <= pos < SEGMENT:
-                    if pos >= len(records):
-                        raise self._damaged(f"block {rec.index} has no record to update")
-                    records[pos] = dataclasses.asdict(rec)
-            self._segment = (seg, records)
-            self.target.write(self.segment_key(seg), text_node(RECORDS_ATTR, json.dumps(records)))
-
-    def block(self, index: int) -> BlockRecord:
-        """The record of committed block ``index`` (in scan order)."""
-        seg, pos = divmod(index, SEGMENT)
-        records = self._read_segment(seg)
-        try:
-            rec = BlockRecord(**records[pos])
-            if rec.index != index:
-                raise ValueError
-            decode_leaves(rec.carry_in)
-        except (IndexError, TypeError, ValueError, KeyError):
-            raise VerifyError(
-                f"the record of block {index} of {self.target.label} is missing or damaged; rewrite the output "
-                f"with {arg('mode', 'overwrite')}"
-            ) from None
-        return rec
-
-
-def load_manifest(target: Target) -> Manifest:
-    """The manifest of ``target``, or an error saying why there is none."""
-    manifest = Ledger(target).load()
-    if manifest is None:
-        if not target.exists():
-            raise NoOutputError(f"{target.label} {target.absence()}; check the path")
-        raise NoOutputError(f"{target.label} has no streamacc manifest; it was not written by streamacc or is empty")
-    return manifest
 
 
 def _same_but_run_as_a_script(stored: Any, current: str) -> bool:

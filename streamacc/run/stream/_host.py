@@ -34,7 +34,7 @@ from ...store import Target
 from ..execute import Progress, write_block
 from ..output import BlockResult, Mode, Output, OutputSpec, open_output
 from ..recompute import check_recomputed
-from ..record import carry_digest, decode_leaves
+from ..record import carry_digest
 from ..threads import STOP, Interrupted, run_ordered
 from ._program import CarryLeaf
 
@@ -147,13 +147,15 @@ class StreamHost:
         bar: Progress,
         site: Site | None,
         output: Output | None = None,
-        check: tuple[int, int] | None = None,
+        check: list[tuple[int, int, int]] | None = None,
     ) -> None:
         self.target, self.spec, self.plan, self.mode = target, spec, plan, mode
         self.carry, self.index_dtype = carry, index_dtype
         self.inflight, self.bar, self.site = inflight, bar, site
         self.output = output
-        self.check_bounds = check
+        self.check_chain = check
+        """The committed blocks the program recomputes before its first new one (a resumed run's last, and those
+        since the carry kept before it): ``(index, start, stop)`` in scan order; None when it recomputes none."""
         self.failure: BaseException | None = None
         self.started = False
         self.finished = False
@@ -220,21 +222,25 @@ class StreamHost:
         if not output.complete:
             self._writer = threading.Thread(target=self._write, name="streamacc-stream", daemon=True)
             self._writer.start()
-        entering = [a for a, _ in output.carry]
-        before = entering
-        if self.check_bounds is not None:
-            before = [a for a, _ in decode_leaves(output.ledger.block(first - 1).carry_in)]
+        if self.check_chain is None:
+            entering = before = [a for a, _ in output.carry]
+        else:  # the program recomputes the blocks from the carry kept before them, and goes on from there
+            kept = output.ledger.carry(output.manifest, self.check_chain[0][0])
+            assert kept is not None
+            entering = before = [a for a, _ in kept]
         return (np.asarray(first, dtype=self.index_dtype), *entering, *before)
 
     @_guarded
-    def check(self, *arrays: Any) -> Any:
-        """The last committed block, recomputed by the program: judged against what is stored; a token."""
-        assert self.output is not None and self.check_bounds is not None
+    def check(self, index: Any, *arrays: Any) -> Any:
+        """A committed block (``index``, in scan order) recomputed by the program: judged against what is stored; a
+        token."""
+        assert self.output is not None and self.check_chain is not None
         names = len(self.spec.names)
         ys, after = arrays[:names], arrays[names:]
-        start, stop = self.check_bounds
+        k = int(index)
+        _, start, stop = next(bounds for bounds in self.check_chain if bounds[0] == k)
         block = Block(start, stop, [np.asarray(y) for y in ys], None, save_every=self.plan.save_every)
-        check_recomputed(self.output, self.plan, block, _host_leaves(self.carry, tuple(after)))
+        check_recomputed(self.output, self.plan, k, block, _host_leaves(self.carry, tuple(after)))
         return np.asarray(0, dtype=self.index_dtype)
 
     @_guarded

@@ -73,8 +73,8 @@ class Host(Protocol):
         """Given the program's initial carry, return the first block to run, the carry entering it, and the
         carry entering the block before it (for :meth:`check`; anything of its shape otherwise)."""
 
-    def check(self, *arrays: Any) -> Any:
-        """The last committed block recomputed: its ys, then the carry leaving it; returns a token (any index)."""
+    def check(self, index: Any, *arrays: Any) -> Any:
+        """A committed block ``index`` recomputed: its ys, then the carry leaving it; returns a token (any index)."""
 
     def block(self, index: Any, *arrays: Any) -> None:
         """Block ``index`` (in scan order) computed: the carry entering it, its ys, the carry leaving it. The
@@ -157,16 +157,18 @@ def streamed(
     xs: Any,
     *,
     begin: Callable[[list[Any]], Sequence[Any]],
-    check: Callable[[], tuple[int, int] | None],
+    check: Callable[[], list[tuple[int, int, int]] | None],
 ) -> Any:
     """``lax.scan(loop.f, init, xs, length=loop.length, ...)[0]`` with every block handed to ``host``.
 
     ``begin`` binds the start callback (where JAX refuses ``vmap`` and derivatives, before
     the caller opens anything) and returns its results: the first block to run, the carry
-    entering it, and the carry entering the block before it. ``check()``, asked after
-    ``begin``, is the ``(start, stop)`` of a resumed run's last committed block where the
-    host cannot recompute it itself (its inputs live in the program): it is recomputed here,
-    from that carry, and judged by ``host.check`` before the first new block.
+    entering it, and the carry entering the first block ``check`` names. ``check()``, asked
+    after ``begin``, is the ``(index, start, stop)`` of the committed blocks a resumed run
+    recomputes where the host cannot (its inputs live in the program): its last committed
+    block and those since the carry kept before it. They are recomputed here, in scan order
+    from that carry, each judged by ``host.check``, and the first new block starts from the
+    carry the last one ends with.
     """
     treedef = jax.tree_util.tree_structure(init)
     n = len(loop.carry)
@@ -175,11 +177,12 @@ def streamed(
     token = first  # what each callback takes from the one before it
     judged = check()
     if judged is not None:
-        start, stop = judged
-        before = loop.wrapped(treedef, started[1 + n :])
-        after, ys = loop.run(stop - start)(before, _rows(xs, start, stop - start))
+        carry = loop.wrapped(treedef, started[1 + n :])
         index = jax.ShapeDtypeStruct((), loop.index_dtype)
-        token = io_callback(host.check, index, *ys, *loop.plain(after), ordered=True)
+        for k, start, stop in judged:
+            carry, ys = loop.run(stop - start)(carry, _rows(xs, start, stop - start))
+            k_index = np.asarray(k, dtype=loop.index_dtype)
+            token = io_callback(host.check, index, k_index, *ys, *loop.plain(carry), ordered=True)
     hand = _handing_over(host, loop.index_dtype)
 
     def one(index: Any, state: tuple[Any, Any], start: Any, length: int) -> tuple[Any, Any]:

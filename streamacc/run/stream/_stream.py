@@ -40,7 +40,7 @@ from ...errors import InputError, ResumeError, StoreError, StreamaccError, arg
 from ...store import Target, describe_store_failure, is_store_failure, open_target
 from ..execute import Progress, WriteKeywords, split_keywords
 from ..output import Layout, Mode, Planned, again, check_request, check_written_length, open_output, plan_output
-from ..recompute import check_resumable
+from ..recompute import check_resumable, resume_chain
 from ..threads import Interrupted, SignalWatch
 from ._host import StreamHost, warn_complete
 from ._program import Loop, streamed
@@ -398,8 +398,9 @@ class Stream:
             with contextlib.suppress(Exception):
                 warn_complete(target.label, plan.length)
         elif xs_given and output.first_block:
-            host.check_bounds = next(block_bounds(plan.length, plan.block_size, plan.reverse, output.first_block - 1,
-                                                  plan.unroll))  # fmt: skip
+            chain = resume_chain(output)
+            bounds = block_bounds(plan.length, plan.block_size, plan.reverse, chain.start, plan.unroll)
+            host.check_chain = [(k, *next(bounds)) for k in chain]
         host.output = output
         return host
 
@@ -424,14 +425,14 @@ class Stream:
         init = jax.tree_util.tree_unflatten(treedef, [
             leaf if c.impl is not None else jnp.asarray(leaf, dtype=c.dtype) for leaf, c in zip(
                 leaves, crossing, strict=True)])  # fmt: skip
-        check: list[tuple[int, int] | None] = [None]
+        check: list[list[tuple[int, int, int]] | None] = [None]
 
         def begin(plain: list[Any]) -> tuple[Any, ...]:
             results = (jax.ShapeDtypeStruct((), index_dtype), *[c.struct for c in crossing] * 2)
             started = io_callback(host.start, results, *plain, ordered=True)
             if recorded is not None:
                 outside_trace(lambda: self._open_stored(planned, recorded, xs is not None))
-                check[0] = host.check_bounds
+                check[0] = host.check_chain
             return tuple(started)
 
         loop = Loop(plan.f, plan.length, plan.block_size, plan.unroll, plan.reverse, plan.save_every, crossing,

@@ -86,14 +86,16 @@ def quiet_stops() -> Iterator[None]:
 
 
 def recorded_init(target: Target) -> list[HostLeaf] | None:
-    """The initial carry the stored run began with (its first block's carry-in); None where there is none to read."""
+    """The initial carry the stored run began with (the carry kept at boundary 0); None where there is none to read."""
     try:
         ledger = Ledger(target)
         manifest = ledger.load()
         if manifest is None:
             return None
-        encoded = ledger.block(0).carry_in if manifest.committed_blocks else manifest.carry
-        return None if encoded is None else decode_leaves(encoded)
+        if manifest.v2:
+            encoded = ledger.block(0, manifest).carry_in if manifest.committed_blocks else manifest.carry
+            return None if encoded is None else decode_leaves(encoded)
+        return ledger.carry(manifest, 0)
     except Exception:  # what is wrong with the output, opening it says
         return None
 

@@ -7,12 +7,15 @@ that the trailer is the recorded one, as it hands each chunk to Zarr, so a chunk
 from another output, or written late by a writer that had lost its lease, is refused with
 an error instead of being returned as data, and a committed chunk that is missing is an
 error too, never the fill value. It costs a comparison per chunk read and one
-read of a record segment per 64 blocks; nothing else. Only whole-chunk reads of the run's
+read of a record segment per 64 blocks, each parsed once however many chunks are read at once
+(the last few segments are kept); nothing else. Only whole-chunk reads of the run's
 arrays within the committed blocks are checked (``open`` reads nothing else of them).
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import contextlib
 import json
 from typing import Any
@@ -29,6 +32,12 @@ from ..record import RECORDS_ATTR, SEGMENT, Ledger, Manifest, node_attribute
 
 __all__ = ["CheckedStore"]
 
+KEPT_SEGMENTS = 16
+"""Record segments a reader keeps parsed (each the start and checksums of 64 blocks)."""
+
+_Records = list[tuple[Any, Any]]
+"""A segment's records as a reader keeps them: each block's first step and its chunks' CRC-32Cs."""
+
 
 class CheckedStore(WrapperStore[Store]):
     """``store`` (an output's, read-only) with each committed chunk of the run's arrays checked on read."""
@@ -43,7 +52,8 @@ class CheckedStore(WrapperStore[Store]):
         self._block_rows = ident["block_size"] // self._save_every
         self._reverse = bool(ident["reverse"])
         self._committed = manifest.committed_blocks
-        self._segments: dict[int, list[dict[str, Any]]] = {}
+        self._segments: collections.OrderedDict[int, _Records] = collections.OrderedDict()
+        self._parsing: dict[int, asyncio.Future[_Records]] = {}
         self._writers: dict[str, ChunkWriter | None] = {}
 
     def _with_store(self, store: Store) -> CheckedStore:
@@ -80,16 +90,36 @@ class CheckedStore(WrapperStore[Store]):
         k = self._blocks - 1 - position if self._reverse else position
         return (name, k, tile, row_chunk) if k < self._committed else None
 
-    async def _record(self, k: int) -> dict[str, Any]:
-        seg, pos = divmod(k, SEGMENT)
-        if seg not in self._segments:
+    async def _segment(self, seg: int) -> _Records:
+        """Segment ``seg``'s records, read and parsed once: a read of many chunks at once waits for one parse."""
+        if seg in self._segments:
+            self._segments.move_to_end(seg)
+            return self._segments[seg]
+        if seg in self._parsing:
+            return await asyncio.shield(self._parsing[seg])
+        parsing = self._parsing[seg] = asyncio.get_running_loop().create_future()
+        try:
             buf = await self._store.get(Ledger.segment_key(seg), default_buffer_prototype())
-            try:
-                self._segments[seg] = json.loads(node_attribute(buf.to_bytes() if buf else b"", RECORDS_ATTR))
-            except ValueError:
-                self._segments[seg] = []
-        records = self._segments[seg]
-        return records[pos] if pos < len(records) else {}
+            records: _Records = []
+            with contextlib.suppress(ValueError, TypeError, KeyError):
+                parsed = json.loads(node_attribute(buf.to_bytes() if buf else b"", RECORDS_ATTR))
+                records = [(r.get("start"), r.get("crc32c")) if isinstance(r, dict) else (-1, {}) for r in parsed]
+            self._segments[seg] = records
+            while len(self._segments) > KEPT_SEGMENTS:
+                self._segments.popitem(last=False)
+            parsing.set_result(records)
+            return records
+        except BaseException as exc:
+            parsing.set_exception(exc)
+            parsing.exception()  # retrieved: a waiter re-raises it, none is needed
+            raise
+        finally:
+            del self._parsing[seg]
+
+    async def _record(self, k: int) -> tuple[Any, Any]:
+        seg, pos = divmod(k, SEGMENT)
+        records = await self._segment(seg)
+        return records[pos] if pos < len(records) else (None, None)
 
     async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
         buf = await self._store.get(key, prototype, byte_range)
@@ -104,13 +134,13 @@ class CheckedStore(WrapperStore[Store]):
                 f"chunk {key} of {self.label} is missing, though block {k} committed it, so its values cannot be "
                 f"read; rewrite the output with {arg('mode', 'overwrite')} (or restore the chunk from a copy)"
             )
-        rec = await self._record(k)
+        start, crcs = await self._record(k)
         writer = self._writers[name]
         assert writer is not None
         try:
-            first = rec["start"] // self._save_every // writer.chunk  # records count steps, chunks hold rows
+            first = start // self._save_every // writer.chunk  # records count steps, chunks hold rows
             place = (row_chunk - first) * len(writer.tiles) + tile
-            recorded = rec["crc32c"][name][place] if place >= 0 else None
+            recorded = crcs[name][place] if place >= 0 else None
         except (KeyError, IndexError, TypeError):
             recorded = None
         raw = buf.to_bytes()[-4:]
@@ -138,4 +168,5 @@ class CheckedStore(WrapperStore[Store]):
         return await self._store.getsize(key)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_segments": {}, "_writers": {}}  # read again where it is unpickled
+        # read again where it is unpickled
+        return {**self.__dict__, "_segments": collections.OrderedDict(), "_parsing": {}, "_writers": {}}

@@ -6,8 +6,9 @@ each block was committed. Comparing the trailers with the records finds a chunk 
 from another run, one missing, or one rewritten since its commit, with no decoding and
 no recomputation: a resume checks every committed chunk this way, and ``verify`` every
 chunk of the blocks it does not recompute (those it recomputes get every byte checked).
-What it cannot see is a chunk damaged in place behind an intact trailer; that is what
-the full checksum and the recomputation of ``verify`` are for.
+The chunks of the carries kept after the blocks are checked the same way. What it cannot
+see is a chunk damaged in place behind an intact trailer; that is what the full checksum
+and the recomputation of ``verify`` are for.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from ...engine import rows_in
-from ...store import Target, ZarrSink
-from ..record import Ledger
+from ...store import CarryStore, Target, ZarrSink
+from ..record import Ledger, Manifest
 
 __all__ = ["BATCH_CHUNKS", "trailer_problem"]
 
@@ -25,11 +26,18 @@ BATCH_CHUNKS = 1024
 
 
 def _expected(
-    ledger: Ledger, sink: ZarrSink, blocks: Iterable[int], save_every: int
+    ledger: Ledger, sink: ZarrSink, blocks: Iterable[int], save_every: int, carries: CarryStore | None
 ) -> Iterator[tuple[int, int, int, str, int]]:
-    """(block, start, stop, chunk key, recorded CRC-32C) for every chunk of ``blocks``, in order."""
+    """(block, start, stop, chunk key, recorded CRC-32C) for every chunk of ``blocks``, in order, and of the
+    carry kept after each (with ``carries``)."""
     for k in blocks:
         rec = ledger.block(k)
+        if carries is not None and rec.carry is not None:
+            keys = carries.keys(k + 1)
+            if len(rec.carry) != len(keys):
+                yield k, rec.start, rec.stop, f"{len(rec.carry)} checksums for the {len(keys)} leaves of its carry", -1
+            else:
+                yield from ((k, rec.start, rec.stop, key, crc) for key, crc in zip(keys, rec.carry, strict=True))
         rows = rows_in(rec.start, rec.stop, save_every)  # records count steps, chunks hold rows
         for name in sink.arrays:
             keys, recorded = sink.chunk_keys(name, *rows), rec.crc32c.get(name, [])
@@ -45,12 +53,19 @@ Problem = tuple[int, int, int, str]
 
 
 def trailer_problem(
-    target: Target, ledger: Ledger, sink: ZarrSink, blocks: Iterable[int], save_every: int = 1
+    target: Target,
+    ledger: Ledger,
+    sink: ZarrSink,
+    blocks: Iterable[int],
+    save_every: int = 1,
+    manifest: Manifest | None = None,
 ) -> Problem | None:
     """The first chunk of ``blocks`` (in the order given) whose trailer is not its recorded CRC-32C.
 
-    None when every trailer matches.
+    With the output's ``manifest``, the chunks of the carries kept after those blocks too. None
+    when every trailer matches.
     """
+    carries = None if manifest is None or manifest.v2 else ledger.carries(manifest)
     batch: list[tuple[int, int, int, str, int]] = []
 
     def check() -> Problem | None:
@@ -75,7 +90,7 @@ def trailer_problem(
                 )
         return None
 
-    for item in _expected(ledger, sink, blocks, save_every):
+    for item in _expected(ledger, sink, blocks, save_every, carries):
         batch.append(item)
         if len(batch) >= BATCH_CHUNKS:
             problem = check()
