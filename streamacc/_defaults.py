@@ -62,14 +62,36 @@ compressed bytes (3 float64 and one int64 per 2**12 rows); the coarsest, 2**20, 
 output (or one thinned by ``save_every``) gets finer windows: see ``SUMMARY_WINDOWS_AT_LEAST``."""
 
 SUMMARY_WINDOWS_AT_LEAST = 1024
-"""Windows the finest default level gives at least (or one per row, for an output of fewer
-rows): its window is the largest power of two that many windows of which fit the output,
-at most the finest of ``DEFAULT_SUMMARY_WINDOWS``; the levels above it follow by 16, up to
-the output's length. A picture then has detail however short or thinned the output.
+"""Windows the finest default level gives at least (fewer for an output shorter than 1024
+windows of ``SUMMARY_WINDOW_AT_LEAST`` rows): its window is the largest power of two that
+many windows of which fit the output, at least ``SUMMARY_WINDOW_AT_LEAST`` and at most the
+finest of ``DEFAULT_SUMMARY_WINDOWS``; the levels above it follow by 16, up to the output's
+length. A picture then has detail however short or thinned the output.
 
 Unless a state is large: the finest level then holds at most ``SUMMARY_VALUES_AT_MOST``
 values per statistic (windows times the state's values), with windows still no longer than
 the finest of ``DEFAULT_SUMMARY_WINDOWS``."""
+
+SUMMARY_WINDOW_AT_LEAST = 128
+"""Rows the finest default window holds at least, in an output of 2**16 values or more. A
+window's summary stores four numbers per value of the state (min, max, mean and count, 32
+bytes for float64) where the data store one per row, so summaries are about 4/W of the data
+for windows of W rows, before compression: 3% at 128 (windows of one row made a 1000-step
+output's summaries three times its data). A smaller output, whose summaries' metadata
+outweighs their rows anyway, gets windows of ``SHORT_SUMMARY_WINDOW_AT_LEAST`` rows or more:
+a picture of 3000 steps then has 188 windows."""
+
+SHORT_SUMMARY_WINDOW_AT_LEAST = 16
+"""Rows the finest default window holds at least in an output of fewer than 2**16 values."""
+
+SUMMARY_STATE_AT_MOST = 1024
+"""Values of one step's output that the summaries keep apart at most: an output whose step
+holds more (a 128x128 field, a 2**20-member ensemble) is summarised over its whole state per
+window (the min, max, mean and count of every value of every step in the window), which is
+what its picture draws and costs four numbers a window. Kept apart, each value's statistics
+cost 4/W of the data for windows of W rows, but 4/rows for an output shorter than one
+window: at this size an output of 2**16 values has 64 rows, and its summaries stay under
+10% of its data (a 4096-value state of 16 rows would have them at a quarter)."""
 
 SUMMARY_VALUES_AT_MOST = 2**20
 """Values per statistic the finest default level of a short output holds at most (8 MiB of

@@ -6,6 +6,8 @@
     python tests/faultrun.py pause N    write URL ...   # SIGSTOPs itself at the N-th lease check of its store writes
     python tests/faultrun.py die N      write OUT ...   # SIGKILLed at its N-th store write, as dies_at counts them
     python tests/faultrun.py die-in-chunk N materialize OUT ...  # SIGKILLed half way through its N-th data chunk
+    python tests/faultrun.py carry N     write OUT ...   # SIGKILLed just before the carry kept at boundary N is written
+    python tests/faultrun.py carry-written N write OUT ... # SIGKILLed just after it, before the record naming it
 
 The first two raise ``OSError(ENOSPC, 'No space left on device')`` where a real full disk
 would; the process then exits with the command's own exit code. The third kills the
@@ -200,6 +202,29 @@ def kill_in_chunk(at: int) -> None:
     testing.replace("store.write_new", write_new)
 
 
+def kill_at_carry(boundary: int, *, written: bool) -> None:
+    """SIGKILL this process at the carry kept at ``boundary``: just before it is written (the block's data are
+    durable, its carry not), or (``written``) once it is durable, just before the record naming it is written."""
+    from streamacc.run.record import Ledger
+
+    real_write_carry, real_atomic = Ledger.write_carry, testing.current("store.atomic_write")
+    kept: list[int] = []
+
+    def write_carry(self, manifest, at, carry):
+        if at == boundary and not written:
+            os.kill(os.getpid(), signal.SIGKILL)
+        kept.append(at)
+        return real_write_carry(self, manifest, at, carry)
+
+    def atomic_write(path, data):
+        if written and kept and kept[-1] == boundary and path.parent.name.startswith("records_"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_atomic(path, data)
+
+    Ledger.write_carry = write_carry
+    testing.replace("store.atomic_write", atomic_write)
+
+
 def pause_before_check(at: int) -> None:
     """SIGSTOP this process at the ``at``-th lease check made inside a write to the store.
 
@@ -258,5 +283,8 @@ if __name__ == "__main__":
     if kind == "die":
         with dies_at(int(at), kill=True):
             sys.exit(main())
-    {"complete": kill_after_complete, "pause": pause_before_check, "die-in-chunk": kill_in_chunk}[kind](int(at))
+    if kind in ("carry", "carry-written"):
+        kill_at_carry(int(at), written=kind == "carry-written")
+    else:
+        {"complete": kill_after_complete, "pause": pause_before_check, "die-in-chunk": kill_in_chunk}[kind](int(at))
     sys.exit(main())

@@ -57,7 +57,7 @@ def test_a_finished_output_beside_itself(finished, capsys, drawn):
     (figure,) = drawn
     title = figure.axes[0].get_title()
     assert title.startswith("gp {") and "ratio" in title and "unfinished" not in title
-    assert "x: 1500 windows of 2 steps, 3000 steps in all" in title  # the default levels of 3000 rows: 2, 32, 512
+    assert "x: 188 windows of 16 steps, 3000 steps in all" in title  # the default levels of 3000 rows: 16, 256
 
 
 def test_a_range_of_steps_and_another_file(finished, tmp_path, capsys):

@@ -139,9 +139,23 @@ def test_rows_reduced_a_few_windows_at_a_time_match_numpy(tmp_path, reference, s
     assert_same_output(sliced, whole)
 
 
-# a scalar series, a 4096-point state and a 256x256 field, each with NaNs: at scattered steps and points, and at a
+# a scalar series, a 1024-point state and a 32x32 field (summarised value by value), a 4096-point state and a
+# 256x256 field (summarised over their whole state), each with NaNs: at scattered steps and points, and at a
 # few points through a whole window (min, max and mean NaN there, count 0); shape -> (length, block, windows)
-STATES = {(): (10_000, 1000, [64, 1024]), (4096,): (512, 128, [64, 256]), (256, 256): (48, 16, [4, 16])}
+STATES = {
+    (): (10_000, 1000, [64, 1024]),
+    (1024,): (512, 128, [64, 256]),
+    (32, 32): (96, 16, [4, 16]),
+    (4096,): (512, 128, [64, 256]),
+    (256, 256): (48, 16, [4, 16]),
+}
+
+
+def expected_over_state(values: np.ndarray, window: int) -> dict[str, np.ndarray]:
+    """min, max, mean and count of each window over every value of its steps, by numpy (NaNs skipped)."""
+    flat = [values[s : s + window].reshape(-1, 1) for s in range(0, len(values), window)]
+    rows = [expected(f, len(f)) for f in flat]  # one window over all of them
+    return {k: np.concatenate([r[k] for r in rows]).reshape(-1) for k in ("min", "max", "mean", "count")}
 
 
 def state_step(shape, length):
@@ -158,7 +172,7 @@ def state_step(shape, length):
     return f, jnp.zeros(shape, jnp.float64)
 
 
-@pytest.mark.parametrize("shape", list(STATES), ids=["series", "state4096", "field256x256"])
+@pytest.mark.parametrize("shape", list(STATES), ids=["series", "state1024", "field32x32", "state4096", "field256x256"])
 def test_summaries_of_a_series_a_large_state_and_a_field_with_nans_match_numpy(tmp_path, shape, seam):
     """Against numpy over the same steps (NaNs skipped): min, max and count exactly, means to 1e-12. Windows larger
     than a slice of a reduction are reduced a tile of the state's values at a time: every byte is that of reductions
@@ -175,11 +189,16 @@ def test_summaries_of_a_series_a_large_state_and_a_field_with_nans_match_numpy(t
         seam("summaries.SLICE_BYTES", 2**40)  # each window in one call
         streamacc.write(tmp_path / "whole.zarr", f, init, xs, **args)
     assert_same_output(tmp_path / "tiled.zarr", tmp_path / "whole.zarr")
+    size = int(np.prod(shape, dtype=np.int64))
+    over = size > 1024  # summarised over the whole state: each window's statistics over every value of its steps
+    assert streamacc.info(tmp_path / "tiled.zarr").summaries.over_state == (("y",) if over else ())
     for window in windows:
         group = zarr.open_group(tmp_path / f"tiled.zarr/_streamacc/summaries/w{window}", mode="r")
         got = {stat: group[f"y_{stat}"][:] for stat in ("min", "max", "mean", "count")}
-        want = expected(values, window)
-        assert (want["count"] < window).any() and (window > windows[0] or (want["count"] == 0).any())  # NaNs
+        want = expected_over_state(values, window) if over else expected(values, window)
+        assert got["min"].shape == want["min"].shape
+        full = window * size if over else window
+        assert (want["count"] < full).any() and (over or window > windows[0] or (want["count"] == 0).any())  # NaNs
         assert_rows(got, want, f"{shape} w{window}")
     report = streamacc.verify(tmp_path / "tiled.zarr", f, init, xs)
     assert report.summary_windows == sum(-(-length // w) for w in windows)
@@ -453,24 +472,28 @@ def test_a_finished_run_keeps_no_tail(written):
 
 
 def test_default_windows_follow_the_output_length_thinned_or_short(tmp_path):
-    """A 2**24-step run keeping every 256th step has 65536 rows: its finest default windows give at least 1024
-    windows (of 64 rows), not 16; an output of fewer than 1024 rows gets one row per window."""
+    """A 2**26-step run keeping every 256th step has 2**18 rows: its finest default windows give at least 1024
+    windows (of 256 rows), not 64; a shorter output gets windows of 128 rows, or of 16 below 2**16 values, never
+    fewer (the summaries of windows of one row took three times an output's data)."""
     from streamacc.summaries import default_windows
 
-    assert default_windows(2**16) == [64, 1024, 16384] and default_windows(2**40) == [2**12, 2**16, 2**20]
-    assert default_windows(500) == [1, 16, 256] and default_windows(10) == [1]
+    assert default_windows(2**18) == [256, 4096, 65536] and default_windows(2**40) == [2**12, 2**16, 2**20]
+    assert default_windows(2**16) == [128, 2048, 32768] and default_windows(500) == [16, 256]
+    assert default_windows(10) == [16] and default_windows(500, 200) == [128]  # one partial window
     for rows in (1, 1000, 1024, 3000, 65537, 2**22 - 1, 2**22, 2**33):
         windows = default_windows(rows)
-        assert all(b == 16 * a for a, b in itertools.pairwise(windows)) and windows[-1] <= max(rows, 1)
-        assert rows // windows[0] >= min(rows, 1024) and (windows[0] == 4096 or rows // windows[0] < 2048)
+        assert all(b == 16 * a for a, b in itertools.pairwise(windows)) and all(w <= rows for w in windows[1:])
+        least = 128 if rows >= 2**16 else 16
+        assert least <= windows[0] <= 4096
+        assert windows[0] == least or (rows // windows[0] >= 1024 and (windows[0] == 4096 or rows // windows[0] < 2048))
     out = tmp_path / "thinned.zarr"
-    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**14, save_every=16, progress=False)
-    assert streamacc.info(out).summaries.windows == (1, 16, 256)  # 1024 rows
+    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**15, save_every=16, progress=False)
+    assert streamacc.info(out).summaries.windows == (16, 256)  # 2048 rows
     ds = streamacc.overview(out)
-    assert ds.sizes["step"] == 1024 and ds.attrs["window"] == 16
-    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**16, save_every=16, mode="extend",
+    assert ds.sizes["step"] == 128 and ds.attrs["window"] == 16 * 16
+    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**17, save_every=16, mode="extend",
                     progress=False)  # fmt: skip
-    assert streamacc.info(out).summaries.windows == (1, 16, 256)  # an extended output keeps its levels
+    assert streamacc.info(out).summaries.windows == (16, 256)  # an extended output keeps its levels
 
 
 def test_default_windows_of_a_large_state_hold_at_most_a_million_values_at_the_finest(tmp_path):
@@ -486,10 +509,11 @@ def test_default_windows_of_a_large_state_hold_at_most_a_million_values_at_the_f
         windows = default_windows(rows, size)
         finest = -(-rows // windows[0])
         assert finest * size <= 2**20 or windows[0] == 4096
-        assert windows[0] == default_windows(rows)[0] or (-(-rows // (windows[0] // 2))) * size > 2**20
-    out = tmp_path / "state.zarr"
-    streamacc.write(out, lambda u, _: (u * 0.5, u), np.ones(4096), length=2**13, block_size=1024, progress=False)
-    assert streamacc.info(out).summaries.windows == (32, 512, 8192)  # 256 windows of 4096 values, not 1024 of 8
+        least = 128 if rows * size >= 2**16 else 16  # windows of at least 128 rows from 2**16 values up
+        assert windows[0] == max(default_windows(rows)[0], least) or (-(-rows // (windows[0] // 2))) * size > 2**20
+    out = tmp_path / "state.zarr"  # 1024 values kept apart: 2**10 windows of 1024, not 2**11
+    streamacc.write(out, lambda u, _: (u * 0.5, u), np.ones(1024), length=2**18, block_size=2**13, progress=False)
+    assert streamacc.info(out).summaries.windows == (256, 4096, 65536)
 
 
 def test_a_summary_window_longer_than_the_output_is_refused(tmp_path, capsys):
@@ -509,8 +533,8 @@ def test_a_summary_window_longer_than_the_output_is_refused(tmp_path, capsys):
 
 
 def test_an_extension_far_beyond_a_short_outputs_levels_warns_that_it_keeps_them(tmp_path):
-    """A 1000-step output gets windows of 1, 16 and 256 rows; extended to 2**16 steps it keeps them (its
-    summaries then take 4 values per step), and says so, naming how to have the default levels."""
+    """A 1000-step output gets windows of 16 and 256 rows; extended to 2**18 steps it keeps them (the default then
+    is 16 times longer), and says so, naming how to have the default levels."""
     import warnings
 
     out = tmp_path / "grow.zarr"
@@ -521,15 +545,15 @@ def test_an_extension_far_beyond_a_short_outputs_levels_warns_that_it_keeps_them
     grow(1000)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        grow(3000, mode="extend")  # the default for 3000 rows is [2, 32, 512]: close enough, nothing to say
+        grow(3000, mode="extend")  # the default for 3000 rows is [16, 256]: the same, nothing to say
     with pytest.warns(streamacc.errors.StreamaccWarning) as caught:
-        grow(2**16, mode="extend")
+        grow(2**18, mode="extend")
     (warning,) = [w for w in caught if "summary levels" in str(w.message)]
     text = str(warning.message)
-    assert "keeps the summary levels it was begun with, windows of [1, 16, 256] rows, so its 65536 rows get 65536 " \
-           "windows at the finest level (the default for 65536 rows is [64, 1024, 16384])" in text  # fmt: skip
+    assert "keeps the summary levels it was begun with, windows of [16, 256] rows, so its 262144 rows get 16384 " \
+           "windows at the finest level (the default for 262144 rows is [256, 4096, 65536])" in text  # fmt: skip
     assert "rewrite it with mode='overwrite', or begin an output meant to grow with summaries=[4096, 65536, " in text
-    assert streamacc.info(out).summaries.windows == (1, 16, 256)
+    assert streamacc.info(out).summaries.windows == (16, 256)
 
 
 def zeros_step(k, _):

@@ -190,8 +190,9 @@ def _add_write(sub: argparse._SubParsersAction[_Parser]) -> None:
         metavar="W1,W2,...",
         help="rows per window (steps, unless --save-every thins them) of each level of summaries (min, max, mean "
         "per window, for `streamacc plot`), finest first, each a multiple of the one before (default "
-        "2**12,2**16,2**20; finer for shorter or thinned outputs, at least 1024 windows at the finest, or at most "
-        "2**20 values per statistic for a large state or, in windows of up to 2**16, a --virtual output)",
+        "2**12,2**16,2**20; finer for shorter or thinned outputs, at least 1024 windows of at least 128 rows at the "
+        "finest, or at most 2**20 values per statistic for a large state or, in windows of up to 2**16, a --virtual "
+        "output; a state of more than 1024 values is summarised over all of them)",
     )
     summaries.add_argument("--no-summaries", action="store_true", help="write no window summaries")
     where = w.add_mutually_exclusive_group()

@@ -133,7 +133,8 @@ def draw(ds: Any, var: str) -> Any:
     ax = fig.add_subplot()
     bar = None
     if not trailing:
-        _series(ax, edges, low, high, mean)
+        over = meta.attrs.get("over")  # summarised over its whole state: one band for every value
+        _series(ax, edges, low, high, mean, f"over the whole state ({', '.join(over)}): " if over else "")
         _log_scale_if_wide(ax, low, high)
     elif len(trailing) == 1 and trailing[0] in ENSEMBLE_DIMS:
         _ensemble(ax, edges, low, high, mean, trailing[0])

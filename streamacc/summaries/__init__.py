@@ -32,11 +32,13 @@ if TYPE_CHECKING:
     from ._summaries import (
         Summaries as Summaries,
         SummaryPlan as SummaryPlan,
+        over_state_names as over_state_names,
         summarized_names as summarized_names,
     )
     from ._windows import (
         check_windows as check_windows,
         default_windows as default_windows,
+        over_state as over_state,
         too_long as too_long,
     )
 

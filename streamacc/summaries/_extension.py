@@ -49,6 +49,7 @@ def extension_tail(
     if summaries is None:
         return None
     windows = summaries.store.windows
+    over = summaries.plan.over_state
     state = {}
     for name in summaries.pyramids:
         emitted = [kept_rows // w for w in windows]
@@ -57,7 +58,8 @@ def extension_tail(
         if begun < kept_rows:
             acc: Acc | None = None
             for low in range(begun // block_rows * block_rows, kept_rows, block_rows):
-                part = reduce_steps(np.asarray(read(name, max(low, begun), min(low + block_rows, kept_rows))), 0)
+                rows = np.asarray(read(name, max(low, begun), min(low + block_rows, kept_rows)))
+                part = reduce_steps(rows.reshape(-1) if name in over else rows, 0)
                 acc = part if acc is None else acc.fold(part)
             assert acc is not None
             piece = Piece(emitted[0], begun, kept_rows, acc)

@@ -15,6 +15,11 @@ killed and resumed, or spread over a cluster, so the arithmetic is pinned down h
   therefore a function of stored finer rows alone: ``verify`` checks it without the data,
   and a resumed run rebuilds a coarse window begun before the kill from stored rows.
 
+An output summarised over its whole state (a large state: see ``_windows.over_state``) has
+every value of every step of a window reduced together: its block is cut into pieces as
+any other, each piece's steps and values flattened in C order and reduced in one call, so
+its windows are scalars.
+
 NaNs are skipped (``fmin``/``fmax``, a count of the values that are not NaN, and a sum
 of those), so a window of a float output holding some NaNs still has a min, a max and a
 mean; one holding only NaNs has NaN for all three and a count of 0. Integer and boolean
@@ -72,26 +77,37 @@ class BlockPieces:
     tail: Piece | None
 
 
-def block_pieces(data: np.ndarray, start: int, window: int, length: int) -> BlockPieces:
-    """Cut block ``data`` (steps ``[start, start + len(data))`` of ``length``) into finest-level pieces."""
+def block_pieces(data: np.ndarray, start: int, window: int, length: int, *, whole: bool = False) -> BlockPieces:
+    """Cut block ``data`` (steps ``[start, start + len(data))`` of ``length``) into finest-level pieces.
+
+    With ``whole``, each piece over every value of its steps (the output summarised over its whole state).
+    """
+    if whole:
+        data = np.asarray(data).reshape(len(data), -1)
+
+    def one(part: np.ndarray) -> Acc:
+        return reduce_steps(part.reshape(-1) if whole else part, 0)
+
     stop = start + len(data)
     a = min(-(-start // window) * window, stop)  # the first window boundary in the block
     e = stop if stop == length else stop // window * window  # whole windows end here
     head = tail = rows = None
     if start < a:
-        head = Piece(start // window, start, a, reduce_steps(data[: a - start], 0))
+        head = Piece(start // window, start, a, one(data[: a - start]))
     if e > a:
-        whole = (e - a) // window
+        whole_windows = (e - a) // window
         parts = []
-        if whole:
-            body = data[a - start : a - start + whole * window]
-            parts.append(reduce_steps(body.reshape(whole, window, *data.shape[1:]), 1).rows())
-        if a + whole * window < e:  # the output's last window, shorter than the others
-            last = reduce_steps(data[a - start + whole * window : e - start], 0)
-            parts.append(last.one().rows())
+        if whole_windows:
+            body = data[a - start : a - start + whole_windows * window]
+            if whole:  # a window at a time, each one numpy call over its values: the same bits however sliced
+                parts += [one(body[k * window : (k + 1) * window]).one().rows() for k in range(whole_windows)]
+            else:
+                parts.append(reduce_steps(body.reshape(whole_windows, window, *data.shape[1:]), 1).rows())
+        if a + whole_windows * window < e:  # the output's last window, shorter than the others
+            parts.append(one(data[a - start + whole_windows * window : e - start]).one().rows())
         rows = parts[0] if len(parts) == 1 else Rows.concat(parts)
     if max(e, a) < stop:
-        tail = Piece(max(e, a) // window, max(e, a), stop, reduce_steps(data[max(e, a) - start :], 0))
+        tail = Piece(max(e, a) // window, max(e, a), stop, one(data[max(e, a) - start :]))
     return BlockPieces(head, a // window, rows, tail)
 
 
@@ -108,12 +124,13 @@ def _all_finite(low: np.ndarray, high: np.ndarray, count: np.ndarray, values: An
     return each(counted) & each(np.isfinite(low)) & each(np.isfinite(high))
 
 
-def nonfinite_pieces(pieces: BlockPieces, window: int, length: int) -> list[tuple[int, int]]:
+def nonfinite_pieces(pieces: BlockPieces, window: int, length: int, size: int = 1) -> list[tuple[int, int]]:
     """The rows ``[start, stop)`` of each of a block's pieces that holds a NaN or an infinity, in row order.
 
     Read off the pieces' statistics, which every float value went into: what is left to
     look at, row by row, to find the first such row is those pieces alone (none where the
-    block is finite). Integer and boolean outputs hold none.
+    block is finite). Integer and boolean outputs hold none. ``size`` is the values a row
+    counts: its state's, for an output summarised over its whole state, else 1.
     """
     parts = [p for p in (pieces.head, pieces.tail) if p is not None]
     sample = parts[0].acc.min if parts else None if pieces.rows is None else pieces.rows.min
@@ -121,18 +138,20 @@ def nonfinite_pieces(pieces: BlockPieces, window: int, length: int) -> list[tupl
         return []
     found: list[tuple[int, int]] = []
     head = pieces.head
-    if head is not None and not _all_finite(head.acc.min, head.acc.max, head.acc.count, head.stop - head.start, 1)[0]:
+    if head is not None and not _all_finite(head.acc.min, head.acc.max, head.acc.count, (head.stop - head.start) * size,
+                                            1)[0]:  # fmt: skip
         found.append((head.start, head.stop))
     rows = pieces.rows
     if rows is not None:
         first = pieces.first * window
         sizes = np.full(len(rows), window, dtype=np.int64)
         sizes[-1] = min(window, length - (first + (len(rows) - 1) * window))  # the output's last window is short
-        for i in np.flatnonzero(~_all_finite(rows.min, rows.max, rows.count, sizes, len(rows))):
+        for i in np.flatnonzero(~_all_finite(rows.min, rows.max, rows.count, sizes * size, len(rows))):
             start = first + int(i) * window
             found.append((start, start + int(sizes[i])))
     tail = pieces.tail
-    if tail is not None and not _all_finite(tail.acc.min, tail.acc.max, tail.acc.count, tail.stop - tail.start, 1)[0]:
+    if tail is not None and not _all_finite(tail.acc.min, tail.acc.max, tail.acc.count, (tail.stop - tail.start) * size,
+                                            1)[0]:  # fmt: skip
         found.append((tail.start, tail.stop))
     return found
 

@@ -130,6 +130,7 @@ class SummaryStore:
         chunks: Mapping[str, int],
         codec: str,
         dims: Mapping[str, Sequence[str | None]],
+        over: Mapping[str, Sequence[str]],
     ) -> tuple[dict[str, Any], dict[tuple[str, int, str], zarr.Array[Any]]]:
         """Every level's group and arrays made in memory: their documents by key (zarr's buffers), and the arrays.
 
@@ -163,7 +164,12 @@ class SummaryStore:
                         fill_value=_fill(dt),
                         compressors=compressors,
                         dimension_names=["window", *dims[name][1:]],
-                        attributes={"window": window, "statistic": stat, "of": name},
+                        attributes={
+                            "window": window,
+                            "statistic": stat,
+                            "of": name,
+                            **({"over": list(over[name])} if name in over else {}),
+                        },
                         config={"write_empty_chunks": True},
                     )
         for window in windows:
@@ -179,9 +185,10 @@ class SummaryStore:
         chunks: Mapping[str, int],
         codec: str,
         dims: Mapping[str, Sequence[str | None]],
+        over: Mapping[str, Sequence[str]] | None = None,
     ) -> dict[str, bytes]:
         """The metadata documents :meth:`create` stores, by key, made without storing anything."""
-        documents, made = cls._build(specs, windows, chunks, codec, dims)
+        documents, made = cls._build(specs, windows, chunks, codec, dims, over or {})
         return {key: documents[key].to_bytes() for key in _metadata_keys(windows, made)}
 
     @classmethod
@@ -194,15 +201,19 @@ class SummaryStore:
         chunks: Mapping[str, int],
         codec: str,
         dims: Mapping[str, Sequence[str | None]],
+        over: Mapping[str, Sequence[str]] | None = None,
     ) -> SummaryStore:
-        """Create every level's group and arrays (for the outputs in ``specs``); returns the keys to make durable."""
+        """Create every level's group and arrays (for the outputs in ``specs``); returns the keys to make durable.
+
+        ``over`` names the outputs summarised over their whole state, with the dimensions summarised over
+        (their arrays' attribute ``over``); their ``specs`` and ``dims`` are those of their rows alone."""
         import zarr
         from zarr import AsyncArray
         from zarr.storage import StorePath
 
         from ..store import sync
 
-        documents, made = cls._build(specs, windows, chunks, codec, dims)
+        documents, made = cls._build(specs, windows, chunks, codec, dims, over or {})
         store = cls(target, windows)
         for place, array in made.items():
             async_array = AsyncArray(array.metadata, StorePath(target.store, array.path), array.config)

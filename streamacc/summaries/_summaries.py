@@ -35,7 +35,7 @@ from ._pyramid import BlockPieces, Pyramid, block_pieces, fold_children, nonfini
 from ._reduce import Rows
 from ._store import SummaryStore, decode_tail, encode_tail
 
-__all__ = ["Summaries", "SummaryPlan", "damaged", "output_rows", "summarized_names"]
+__all__ = ["Summaries", "SummaryPlan", "damaged", "output_rows", "over_state_names", "summarized_names"]
 
 
 def output_rows(identity: Mapping[str, Any]) -> int:
@@ -48,6 +48,17 @@ def summarized_names(arrays: Mapping[str, Any]) -> list[str]:
     return [name for name, (dtype, _shape) in arrays.items() if summarizable(np.dtype(dtype))]
 
 
+def over_state_names(identity: Mapping[str, Any]) -> frozenset[str]:
+    """The outputs a run summarises over their whole state (identity ``summaries_over_state``; none before 1.1)."""
+    return frozenset(identity.get("summaries_over_state") or ())
+
+
+def _state_sizes(identity: Mapping[str, Any], names: Sequence[str]) -> dict[str, int]:
+    """Each summarised output's values per summary row: its state's, or 1 where summarised over its whole state."""
+    over = over_state_names(identity)
+    return {n: 1 if n in over else int(np.prod(identity["arrays"][n][1][1:], dtype=np.int64)) for n in names}
+
+
 @dataclasses.dataclass(frozen=True)
 class SummaryPlan:
     """What the writer of a block needs to cut its pieces (hashable: it travels to cluster workers)."""
@@ -55,13 +66,39 @@ class SummaryPlan:
     window: int
     length: int
     names: tuple[str, ...]
+    over_state: frozenset[str] = frozenset()
+    """The outputs summarised over their whole state: each window's values of every step together."""
 
     def pieces(self, start: int, ys: Mapping[str, np.ndarray]) -> dict[str, BlockPieces]:
-        return {name: block_pieces(np.asarray(ys[name]), start, self.window, self.length) for name in self.names}
+        return {
+            name: block_pieces(np.asarray(ys[name]), start, self.window, self.length, whole=name in self.over_state)
+            for name in self.names
+        }
 
-    def nonfinite(self, pieces: Mapping[str, BlockPieces]) -> dict[str, list[tuple[int, int]]]:
+    def nonfinite(
+        self, pieces: Mapping[str, BlockPieces], ys: Mapping[str, np.ndarray]
+    ) -> dict[str, list[tuple[int, int]]]:
         """Per summarised output, the rows of a block's pieces that hold a NaN or an infinity (see ``pieces``)."""
-        return {name: nonfinite_pieces(p, self.window, self.length) for name, p in pieces.items()}
+        return {
+            name: nonfinite_pieces(
+                p, self.window, self.length, int(np.prod(ys[name].shape[1:])) if name in self.over_state else 1
+            )
+            for name, p in pieces.items()
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """A run's summaries as they are stored: windows, pyramids, chunks, and each output's summary shape (its rows
+    and trailing axes, or its rows alone where summarised over its whole state), dimensions and the dimensions
+    summarised over."""
+
+    windows: list[int]
+    pyramids: dict[str, Pyramid]
+    chunks: dict[str, int]
+    shapes: dict[str, ArraySpec]
+    dims: dict[str, tuple[str | None, ...]]
+    over: dict[str, list[str]]
 
 
 INFLIGHT_WRITES = 1
@@ -78,26 +115,39 @@ class Summaries:
     durable its rows stay in the tail that the manifest records.
     """
 
-    def __init__(self, target: Target, store: SummaryStore, pyramids: dict[str, Pyramid], length: int) -> None:
+    def __init__(
+        self,
+        target: Target,
+        store: SummaryStore,
+        pyramids: dict[str, Pyramid],
+        length: int,
+        over_state: frozenset[str] = frozenset(),
+    ) -> None:
         self.target = target
         self.store = store
         self.pyramids = pyramids
-        self.plan = SummaryPlan(store.windows[0], length, tuple(pyramids))
+        self.plan = SummaryPlan(store.windows[0], length, tuple(pyramids), over_state & set(pyramids))
         self._writer: ThreadPoolExecutor | None = None
         self._inflight: deque[tuple[Future[None], list[tuple[str, int, int]]]] = deque()
 
     @staticmethod
     def _layout(
-        identity: dict[str, Any], specs: Mapping[str, ArraySpec]
-    ) -> tuple[list[int], dict[str, Pyramid], dict[str, int]] | None:
-        """A new run's windows, its pyramids and each summarised output's chunk (None: the run has no summaries)."""
+        identity: dict[str, Any], specs: Mapping[str, ArraySpec], dims: Mapping[str, Sequence[str | None]]
+    ) -> _Layout | None:
+        """A new run's windows, its pyramids, each summarised output's chunk, and the shapes and dimensions of
+        its summaries (None: the run has no summaries)."""
         windows = identity.get("summaries") or []
         names = summarized_names(identity["arrays"])
         if not windows or not names:
             return None
-        sizes = {n: int(np.prod(specs[n][0][1:], dtype=np.int64)) for n in names}
+        sizes = _state_sizes(identity, names)
         pyramids = {n: Pyramid.new(windows, output_rows(identity), sizes[n]) for n in names}
-        return windows, pyramids, {n: pyramids[n].levels[0].chunk for n in names}
+        over = over_state_names(identity)
+        shapes = {n: ((specs[n][0][0],), specs[n][1]) if n in over else specs[n] for n in names}
+        summary_dims = {n: tuple(dims[n][:1]) if n in over else tuple(dims[n]) for n in names}
+        over_dims = {n: [str(d) for d in dims[n][1:]] for n in names if n in over}
+        chunks = {n: pyramids[n].levels[0].chunk for n in names}
+        return _Layout(windows, pyramids, chunks, shapes, summary_dims, over_dims)
 
     @classmethod
     def create(
@@ -109,15 +159,13 @@ class Summaries:
         dims: Mapping[str, Sequence[str | None]],
     ) -> Summaries | None:
         """Create the summary arrays of a new run (None when it has no summaries)."""
-        layout = cls._layout(identity, specs)
+        layout = cls._layout(identity, specs, dims)
         if layout is None:
             return None
-        windows, pyramids, chunks = layout
-        store = SummaryStore.create(
-            target, {n: specs[n] for n in pyramids}, windows=windows, chunks=chunks, codec=codec, dims=dims
-        )
+        store = SummaryStore.create(target, layout.shapes, windows=layout.windows, chunks=layout.chunks, codec=codec,
+                                    dims=layout.dims, over=layout.over)  # fmt: skip
         target.make_durable(store.metadata_keys())
-        return cls(target, store, pyramids, output_rows(identity))
+        return cls(target, store, layout.pyramids, output_rows(identity), over_state_names(identity))
 
     @classmethod
     def expected_documents(
@@ -128,12 +176,11 @@ class Summaries:
         dims: Mapping[str, Sequence[str | None]],
     ) -> dict[str, bytes]:
         """The metadata documents :meth:`create` stores for a run, by key (none when it has no summaries)."""
-        layout = cls._layout(identity, specs)
+        layout = cls._layout(identity, specs, dims)
         if layout is None:
             return {}
-        windows, pyramids, chunks = layout
-        return SummaryStore.expected({n: specs[n] for n in pyramids}, windows=windows, chunks=chunks, codec=codec,
-                                     dims=dims)  # fmt: skip
+        return SummaryStore.expected(layout.shapes, windows=layout.windows, chunks=layout.chunks, codec=codec,
+                                     dims=layout.dims, over=layout.over)  # fmt: skip
 
     @classmethod
     def load(
@@ -153,9 +200,9 @@ class Summaries:
             raise damaged(target, "the tail its manifest records cannot be read") from None
         store = SummaryStore(target, windows)
         pyramids = {}
+        sizes = _state_sizes(identity, names)
         for name in names:
-            size = int(np.prod(identity["arrays"][name][1][1:], dtype=np.int64))
-            pyramid = Pyramid.new(windows, output_rows(identity), size)
+            pyramid = Pyramid.new(windows, output_rows(identity), sizes[name])
             if tail is not None:
                 if name not in tail:
                     raise damaged(target, f"its tail has no entry for {name!r}")
@@ -173,7 +220,7 @@ class Summaries:
                 what = f"they cover {pyramid.covered()} rows of {name!r}, the manifest commits {committed}"
                 raise damaged(target, what)
             pyramids[name] = pyramid
-        summaries = cls(target, store, pyramids, output_rows(identity))
+        summaries = cls(target, store, pyramids, output_rows(identity), over_state_names(identity))
         for name, pyramid in pyramids.items():
             summaries._reopen(name, pyramid)
         return summaries

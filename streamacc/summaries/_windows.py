@@ -8,10 +8,17 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
-from .._defaults import DEFAULT_SUMMARY_WINDOWS, SUMMARY_VALUES_AT_MOST, SUMMARY_WINDOWS_AT_LEAST
+from .._defaults import (
+    DEFAULT_SUMMARY_WINDOWS,
+    SHORT_SUMMARY_WINDOW_AT_LEAST,
+    SUMMARY_STATE_AT_MOST,
+    SUMMARY_VALUES_AT_MOST,
+    SUMMARY_WINDOW_AT_LEAST,
+    SUMMARY_WINDOWS_AT_LEAST,
+)
 from ..errors import InputError, arg
 
-__all__ = ["check_windows", "default_windows", "too_long"]
+__all__ = ["check_windows", "default_windows", "over_state", "too_long"]
 
 LEVEL_FACTOR = DEFAULT_SUMMARY_WINDOWS[1] // DEFAULT_SUMMARY_WINDOWS[0]
 
@@ -20,14 +27,15 @@ def default_windows(rows: int, state_size: int = 1, virtual: bool = False) -> li
     """The default levels of an output of ``rows`` rows whose largest state holds ``state_size`` values.
 
     A long output gets ``DEFAULT_SUMMARY_WINDOWS``; a shorter one a finest window that
-    gives at least 1024 windows (one row each below 1024 rows), or fewer where its states
-    are large (``_defaults.SUMMARY_VALUES_AT_MOST``), and coarser levels by 16 no longer
-    than the output. A ``virtual`` output, whose summaries are most of what it stores, keeps
-    to ``SUMMARY_VALUES_AT_MOST`` values per statistic at the finest level with windows of
-    up to ``DEFAULT_SUMMARY_WINDOWS[1]`` rows: longer ones would leave a run stopped long
+    gives at least 1024 windows, of at least ``_defaults.SUMMARY_WINDOW_AT_LEAST`` rows (of
+    ``SHORT_SUMMARY_WINDOW_AT_LEAST`` for an output of fewer than 2**16 values), or fewer
+    where its states are large (``_defaults.SUMMARY_VALUES_AT_MOST``), and coarser levels by
+    16 no longer than the output. A ``virtual`` output, whose summaries are most of what it
+    stores, keeps to ``SUMMARY_VALUES_AT_MOST`` values per statistic at the finest level with
+    windows of up to ``DEFAULT_SUMMARY_WINDOWS[1]`` rows: longer ones would leave a run stopped long
     before its length (one of 2**63 steps) with no complete window to draw.
     """
-    finest = 1
+    finest = SUMMARY_WINDOW_AT_LEAST if rows * state_size >= 2**16 else SHORT_SUMMARY_WINDOW_AT_LEAST
     while finest * 2 <= DEFAULT_SUMMARY_WINDOWS[0] and rows // (finest * 2) >= SUMMARY_WINDOWS_AT_LEAST:
         finest *= 2
     longest = DEFAULT_SUMMARY_WINDOWS[1] if virtual else DEFAULT_SUMMARY_WINDOWS[0]
@@ -37,6 +45,13 @@ def default_windows(rows: int, state_size: int = 1, virtual: bool = False) -> li
         finest *= 2
     windows = [finest * LEVEL_FACTOR**i for i in range(len(DEFAULT_SUMMARY_WINDOWS))]
     return [w for w in windows if w == finest or w <= rows]
+
+
+def over_state(sizes: dict[str, int]) -> list[str]:
+    """The outputs (``sizes``: the values of each one's state) whose summaries are taken over their whole state:
+    those of a state larger than ``SUMMARY_STATE_AT_MOST``. Their length decides nothing, so that an extended
+    output is summarised as one run of its new length would be."""
+    return [name for name, size in sizes.items() if size > SUMMARY_STATE_AT_MOST]
 
 
 def too_long(windows: Sequence[int], rows: int) -> InputError | None:

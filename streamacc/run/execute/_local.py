@@ -102,7 +102,7 @@ def write_block(
     nbytes = sum(y.nbytes for y in leaves)
     ys = dict(zip(names, leaves, strict=True))
     pieces = None if summary is None else summary.pieces(block.rows.start, ys)  # summaries count rows
-    suspects = {} if summary is None or pieces is None else summary.nonfinite(pieces)
+    suspects = {} if summary is None or pieces is None else summary.nonfinite(pieces, ys)
     bad = first_nonfinite(ys, block.rows.start, suspects, reverse)
     nonfinite = None if bad is None else (row_step(bad[0], block.save_every), bad[1])
     crcs, stored = ({}, 0) if sink is None else sink.write(block.rows.start, block.rows.stop, ys)

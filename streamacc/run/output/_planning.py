@@ -47,6 +47,7 @@ def _continued(spec: ScanSpec, request: Request, stored: dict[str, Any] | None) 
     """
     if stored is None:
         return None, request
+    request = dataclasses.replace(request, over_state=list(stored.get("summaries_over_state") or []))
     block_size = None
     if spec.block_size is None and stored.get("save_every", 1) == spec.save_every:
         block_size = stored.get("block_size")

@@ -28,6 +28,9 @@ class Request:
     summaries: list[int]
     summaries_default: bool  # summaries=True: an output continued keeps the windows it was begun with
     storage: Storage  # chosen once, from the layout
+    over_state: list[str] | None = None
+    """The outputs summarised over their whole state: the stored run's for a continued run, else None (the
+    default's choice, from the states' sizes: ``summaries.over_state``)."""
 
 
 def check_request(*, mode: object = "create", layout: Layout | None = None, reverse: bool = False) -> Request:

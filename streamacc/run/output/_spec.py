@@ -19,7 +19,7 @@ from ..._version import __version__
 from ...engine import Plan
 from ...errors import InputError, arg
 from ...store import ArraySpec, open_target
-from ...summaries import summarized_names, too_long
+from ...summaries import over_state, summarized_names, too_long
 from ..record import Ledger, run_identity
 from ._layout import RESERVED, array_dims, resolve_chunks
 from ._request import Request
@@ -117,9 +117,12 @@ def output_spec(plan: Plan, request: Request) -> OutputSpec:
     if plan.rows:
         check_span(layout.time, plan.rows * plan.save_every - 1)  # the last stored step's time, as readers label it
     windows = request.summaries
+    summarized = summarized_names({n: (s.dtype, trailing[n]) for n, s in leaves.items()})
+    sizes = {n: math.prod(trailing[n]) for n in summarized}
+    over = request.over_state if request.over_state is not None else over_state(sizes)
+    over = [n for n in summarized if n in over] if windows else []
     if request.summaries_default and windows:
-        summarized = summarized_names({n: (s.dtype, trailing[n]) for n, s in leaves.items()})
-        largest = max((math.prod(trailing[n]) for n in summarized), default=1)
+        largest = max((size for n, size in sizes.items() if n not in over), default=1)
         windows = request.storage.windows(plan.rows, largest)
     elif request.mode in ("create", "overwrite"):  # a continued run's windows are the stored run's
         error = too_long(windows, plan.rows)
@@ -139,6 +142,7 @@ def output_spec(plan: Plan, request: Request) -> OutputSpec:
         dims=asked,
         time=layout.time,
         summaries=windows,
+        over_state=over,
         virtual=request.storage.virtual,
     )
     return OutputSpec(

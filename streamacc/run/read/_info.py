@@ -9,8 +9,8 @@ import numpy as np
 
 from ..._defaults import DEFAULT_INFLIGHT
 from ...engine import pool_size  # arithmetic only: describing an output imports no JAX
-from ...store import ZarrSink, open_target
-from ...summaries import SUMMARIES, summarized_names
+from ...store import BOOKKEEPING, ZarrSink, open_target
+from ...summaries import SUMMARIES, over_state_names, summarized_names
 from ..record import describe_nonfinite
 from ..trust import trusted_manifest
 
@@ -124,6 +124,10 @@ class SummaryInfo:
     percent_of_data : float or None
         ``stored_bytes`` as a percentage of the data's stored bytes (None when no data is
         stored).
+    over_state : tuple of str
+        The arrays summarised over their whole state (a state of more than 1024 values):
+        each window's min, max, mean and count over every value of its steps, where the
+        others have them value by value.
 
     Examples
     --------
@@ -135,6 +139,7 @@ class SummaryInfo:
     arrays: tuple[str, ...]
     stored_bytes: int
     percent_of_data: float | None
+    over_state: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,6 +197,12 @@ class OutputInfo:
     nonfinite_array : str or None
         The output array whose y at ``nonfinite_step`` holds a NaN or an infinity (the
         first such array in ``arrays`` order); None for the carry, or when none was found.
+    carries_every : int
+        The run keeps the carry after every this many blocks (and after its last): 1 unless
+        the carry is large beside a block's data (see the output format's carries).
+    bookkeeping_bytes : int
+        Bytes the kept carries, the block records and the manifest take in the store (the
+        summaries' are in ``summaries``).
 
     Examples
     --------
@@ -227,6 +238,8 @@ class OutputInfo:
     committed_blocks: int = 0
     nonfinite_step: int | None = None
     nonfinite_array: str | None = None
+    carries_every: int = 1
+    bookkeeping_bytes: int = 0
 
     def __str__(self) -> str:
         return format_description(self)
@@ -315,6 +328,8 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
         committed_blocks=manifest.committed_blocks,
         nonfinite_step=None if manifest.nonfinite is None else manifest.nonfinite["step"],
         nonfinite_array=None if manifest.nonfinite is None else manifest.nonfinite["array"],
+        carries_every=1 if manifest.carries is None else manifest.carries["every"],
+        bookkeeping_bytes=sum(n for key, n in target.sizes(f"{BOOKKEEPING}/").items() if not key.startswith(SUMMARIES)),
     )
 
 
@@ -326,7 +341,8 @@ def _summaries(target: Any, ident: dict[str, Any], data_bytes: int) -> SummaryIn
         return None
     stored = sum(target.sizes(f"{SUMMARIES}/").values())
     share = round(100 * stored / data_bytes, 3) if data_bytes else None
-    return SummaryInfo(tuple(windows), tuple(names), stored, share)
+    over = tuple(n for n in names if n in over_state_names(ident))
+    return SummaryInfo(tuple(windows), tuple(names), stored, share, over)
 
 
 def _mib(nbytes: int) -> str:
@@ -370,11 +386,19 @@ def format_description(about: OutputInfo) -> str:
     s = about.summaries
     if s:
         share = "" if s.percent_of_data is None else f" ({s.percent_of_data}% of the data)"
+        over = f" ({', '.join(s.over_state)} over {'its' if len(s.over_state) == 1 else 'their'} whole state)"
         lines.append(
-            f"  summaries: min, max, mean of {', '.join(s.arrays)} per {', '.join(map(str, s.windows))} "
-            f"{'steps' if every == 1 else f'rows (every {every}th step)'}, "
+            f"  summaries: min, max, mean of {', '.join(s.arrays)}{over if s.over_state else ''} per "
+            f"{', '.join(map(str, s.windows))} {'steps' if every == 1 else f'rows (every {every}th step)'}, "
             f"stored {s.stored_bytes} bytes{share}; see them with `streamacc plot` or streamacc.overview(path)"
         )
     else:
         lines.append("  summaries: none")
+    data = sum(a.stored_bytes for a in about.arrays.values())
+    share = f" ({round(100 * about.bookkeeping_bytes / data, 3)}% of the data)" if data else ""
+    every_blocks = "every block" if about.carries_every == 1 else f"every {about.carries_every} blocks"
+    lines.append(
+        f"  bookkeeping: the carry kept after {every_blocks}; carries, block records and manifest stored "
+        f"{about.bookkeeping_bytes} bytes{share}"
+    )
     return "\n".join(lines)

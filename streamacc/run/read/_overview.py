@@ -253,8 +253,11 @@ def overview_table(
             parts.append(partial)
         rows = parts[0] if len(parts) == 1 else Rows.concat(parts)
         meta = _node(target, f"{name}/zarr.json")
-        dims = ("step", *(meta.get("dimension_names") or [])[1:])
+        trailing = [str(d) for d in (meta.get("dimension_names") or [])[1:]]
         attrs = {k: v for k, v in meta.get("attributes", {}).items() if k in ("long_name", "units")}
+        dims: tuple[str, ...] = ("step", *trailing)
+        if name in summaries.plan.over_state:  # one window's statistics over every value of its steps
+            dims, attrs = ("step",), {**attrs, "over": trailing}
         for stat in ("min", "max", "mean"):
             key = f"{name}_{stat}"
             data_vars[key] = Column(key, dims, np.asarray(getattr(rows, stat)), {**attrs, "statistic": stat})

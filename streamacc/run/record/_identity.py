@@ -60,6 +60,7 @@ def run_identity(
     dims: Mapping[str, Sequence[str]] | None = None,
     time: Mapping[str, Any] | None = None,
     summaries: list[int] | None = None,
+    over_state: list[str] | None = None,
     virtual: bool = False,
 ) -> dict[str, Any]:
     """The JSON-ready identity of a write: function, inputs, layout, codec and versions.
@@ -67,7 +68,8 @@ def run_identity(
     ``chunks`` are the arrays' chunk shapes before they are capped at a short output's
     length (so that they do not depend on it); ``chunk`` repeats the first one's rows
     along ``step``, as streamacc 0.2.0 recorded it. ``dims`` and ``time`` are as asked;
-    ``summaries`` the window lengths (in rows) of the window summaries. A virtual run
+    ``summaries`` the window lengths (in rows) of the window summaries, ``over_state`` the
+    outputs summarised over their whole state (recorded where there are any). A virtual run
     (its data recomputed on reading, not stored) says so; a stored one records nothing of it.
     """
     return {
@@ -89,6 +91,7 @@ def run_identity(
         "codec": codec,
         "arrays": arrays,
         "summaries": list(summaries or []),
+        **({"summaries_over_state": list(over_state)} if over_state else {}),
         "versions": {"streamacc": __version__, "jax": jax.__version__, "backend": jax.default_backend()},
         **({"virtual": True} if virtual else {}),
     }
