@@ -238,6 +238,21 @@ def test_bad_keywords_are_refused_as_write_refuses_them(tmp_path):
         streamacc.Stream(tmp_path / "out.zarr", spec, length=10)
 
 
+def test_names_as_a_dict_rename_each_output_by_its_key_as_write_does(tmp_path):
+    def scaled(c, _):
+        return c + 1.0, {"a": c, "b": c * 100.0}
+
+    out = tmp_path / "out.zarr"
+    stream(out, scaled, np.float64(1.0), None, 100, block_size=32, names={"b": "first", "a": "second"})
+    ys = lax.scan(scaled, np.float64(1.0), None, length=100)[1]
+    got = stored(out)
+    np.testing.assert_array_equal(got["first"], np.asarray(ys["b"]))
+    np.testing.assert_array_equal(got["second"], np.asarray(ys["a"]))
+    with pytest.raises(InputError, match="not a set, which has no order"):
+        streamacc.Stream(tmp_path / "set.zarr", scaled, length=100, names={"b", "a"})
+    assert not (tmp_path / "set.zarr").exists()
+
+
 def test_scan_outside_the_with_block_twice_or_after_it_is_refused(tmp_path):
     s = streamacc.Stream(tmp_path / "out.zarr", affine, length=100, progress=False)
     with pytest.raises(InputError, match=r"inside `with streamacc\.Stream"):
