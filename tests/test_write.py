@@ -153,6 +153,21 @@ def test_a_dimension_name_ending_in_a_newline_is_refused(tmp_path):
     assert not (tmp_path / "out.zarr").exists()
 
 
+def test_a_path_is_taken_literally_as_open_takes_it(tmp_path, monkeypatch):
+    """``~`` is the shell's to expand: from Python, "~/out.zarr" is a folder named ``~`` where the caller is."""
+    home, here = tmp_path / "home", tmp_path / "here"
+    home.mkdir()
+    here.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(here)
+    write("~/out.zarr", single_step)
+    assert (here / "~" / "out.zarr" / "zarr.json").is_file()
+    assert list(home.iterdir()) == []
+    assert streamacc.info("~/out.zarr").complete
+    write(f"file://{'~'}/url.zarr", single_step)  # an fsspec URL, which expands it as fsspec does
+    assert (home / "url.zarr" / "zarr.json").is_file()
+
+
 def test_returned_carry_matches_lax_scan_without_xs(tmp_path):
     carry = write(tmp_path / "out.zarr", const_step, xs=None, length=N)
     ref_carry, ref_ys = jax.lax.scan(const_step, INIT, None, length=N)

@@ -416,7 +416,8 @@ def open_target(
         raise InputError(
             "the output path is empty, which would mean the current directory; name a new folder such as out.zarr"
         )
-    if text.startswith("file://"):
+    url = text.startswith("file://")
+    if url:
         text = text[len("file://") :]
     if "://" in text:
         if storage_options is not None and not isinstance(storage_options, dict):
@@ -437,7 +438,7 @@ def open_target(
         return StoreTarget(zstore, text, storage_options, follow=follow)
     if storage_options:
         raise InputError(f"{arg('storage_options')} apply only to URLs such as s3://bucket/out.zarr, not to {text!r}")
-    root = Path(text).expanduser().absolute()
+    root = (Path(text).expanduser() if url else Path(text)).absolute()  # a path is taken as open() takes it
     if root.exists() and not root.is_dir():
         if read_only:  # a reader's: the path is wrong, not the output's place
             raise NoOutputError(f"{text} is a file, not a streamacc output (an output is a folder); check the path")
