@@ -73,6 +73,46 @@ def test_failed_block_write_then_resume_is_identical(tmp_path, reference, k):
     assert_same_output(out, ref)
 
 
+def removing_at_block(monkeypatch, out, k: int, folder: str) -> None:
+    """``out / folder`` removed as block ``k``'s data start to be written: the writes after it make their folders."""
+    real = ZarrSink.write
+
+    def write(self, start, stop, ys):
+        if start == k * BLOCK:
+            shutil.rmtree(out / folder, ignore_errors=True)  # whatever a concurrent write puts there meanwhile
+        return real(self, start, stop, ys)
+
+    monkeypatch.setattr(ZarrSink, "write", write)
+
+
+LOST = r"(no longer holds what this run committed|and the store no longer holds them) \({}"
+"""The run ends with the output's loss, found as it finishes or as a write fails (a write racing the removal)."""
+
+
+@pytest.mark.parametrize(
+    ("folder", "gone"),
+    [("level", "level/zarr.json is missing"), ("pair/c", "block 0 (steps 0-512): chunk pair/c/0/0 is missing"),
+     ("_streamacc/summaries", "_streamacc/summaries/zarr.json is missing")],
+)  # fmt: skip
+def test_an_output_removed_mid_run_is_never_called_complete(tmp_path, monkeypatch, folder, gone):
+    out = tmp_path / "out.zarr"
+    removing_at_block(monkeypatch, out, 3, folder)
+    with pytest.raises(StoreError, match=LOST.format(re.escape(gone))) as failed:
+        run(out)
+    assert str(failed.value).endswith("start afresh with mode='overwrite'")
+    assert not read_manifest(out)["complete"]
+
+
+@pytest.mark.parametrize("folder", ["level", "_streamacc/summaries"])
+def test_a_failed_run_whose_output_was_removed_is_not_told_its_steps_are_safe(tmp_path, monkeypatch, folder):
+    out = tmp_path / "out.zarr"
+    removing_at_block(monkeypatch, out, 3, folder)
+    with pytest.raises(StoreError, match=LOST.format("")) as failed:
+        run(failing_block(out, 6, OSError(errno.ENOSPC, "No space left on device")))
+    said = str(failed.value)
+    assert "safely committed" not in said and said.endswith("start afresh with mode='overwrite'"), said
+
+
 def test_keyboard_interrupt_in_a_worker_then_resume(tmp_path, monkeypatch, reference):
     """Raised by the block's write on its writer thread (inside a store, it would stop zarr's event loop)."""
     out = tmp_path / "out.zarr"

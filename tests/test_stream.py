@@ -438,6 +438,27 @@ def test_an_output_removed_mid_run_ends_the_program(tmp_path, monkeypatch):
         within(DEADLINE, lambda: run_job(out))
 
 
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_stream_whose_output_folder_goes_is_neither_complete_nor_safe(tmp_path, monkeypatch, fails):
+    """y/ removed mid-run: the writes after it make its chunks' folders again, and the manifest counts on; the
+    run ends with the output's loss, whether it finishes or a later write fails."""
+    out = tmp_path / "out.zarr"
+    real = ZarrSink.write
+
+    def write(self, start, stop, ys):
+        if start == 3 * BLOCK:
+            shutil.rmtree(out / "y", ignore_errors=True)
+        return real(self, start, stop, ys)
+
+    monkeypatch.setattr(ZarrSink, "write", write)
+    target = failing(out, "y/c/7/0", OSError(errno.ENOSPC, "No space left on device")) if fails else out
+    lost = r"no longer holds what this run committed|and the store no longer holds them"
+    with pytest.raises(StoreError, match=lost) as failed:
+        within(DEADLINE, lambda: run_job(target))
+    assert "safely committed" not in str(failed.value)
+    assert not read_manifest(out)["complete"]
+
+
 def test_a_resume_of_another_run_is_refused_before_anything_is_written(tmp_path, written):
     out = tmp_path / "out.zarr"
     shutil.copytree(written, out)
