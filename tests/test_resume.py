@@ -12,6 +12,7 @@ import itertools
 import logging
 import re
 import shutil
+import uuid
 import warnings
 
 import jax.numpy as jnp
@@ -233,6 +234,25 @@ def test_resume_removes_temp_files(tmp_path, caplog, reference):
         run(out, mode="resume")
     assert "removed 3 temp file(s)" in caplog.text
     assert "resuming" in caplog.text and f"at step {3 * BLOCK} of {LENGTH}" in caplog.text
+    assert_same_output(out, reference[0])
+
+
+def test_resume_removes_temp_files_in_every_folder_a_run_writes(tmp_path, reference):
+    """The summaries' and the block records' folders too: the finished output is the uninterrupted run's, file for
+    file."""
+    out = tmp_path / "out.zarr"
+    with pytest.raises(StoreError):
+        run(failing_block(out, 3))
+    tag = uuid.uuid4().hex  # zarr's LocalStore writes STEM.<uuid4 hex>.partial
+    levels = sorted(p.name for p in (out / "_streamacc" / "summaries").iterdir() if p.is_dir())
+    leftovers = [f"_streamacc/summaries/{levels[0]}/level_min/c/0.{tag}.partial",
+                 f"_streamacc/summaries/{levels[-1]}/pair_mean/c/0/0.{tag}.partial",
+                 f"_streamacc/summaries/{levels[0]}/zarr.{tag}.partial",
+                 f"_streamacc/records_000000/zarr.{tag}.partial"]  # fmt: skip
+    for name in leftovers:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(b"half a chunk")
+    run(out, mode="resume")
     assert_same_output(out, reference[0])
 
 
