@@ -137,6 +137,10 @@ class Target:
         """What a reader finds here when nothing is stored (:meth:`exists` is False), in words."""
         return "does not exist"
 
+    def elsewhere(self) -> str:
+        """Where else a writer refused here (its place holds someone else's data) may write, in words."""
+        return "choose another output path"
+
     def make_durable(self, keys: list[str], *, drop_cache: bool = False) -> None:
         """Make keys written through the zarr store durable (local disk only).
 
