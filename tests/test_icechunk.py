@@ -236,6 +236,59 @@ def test_refusals_are_one_line(tmp_path, capsys, monkeypatch):
         streamacc.open(f"icechunk://{tmp_path}")
 
 
+def test_a_branch_a_ref_could_not_tell_from_a_tag_is_refused_before_anything_is_written(tmp_path, capsys):
+    repo_path = tmp_path / "repo"
+    url = f"icechunk://{repo_path}"
+    args = [*SMALL[2:], "--no-progress"]
+    assert main(["write", url, "--size", "3000", *args]) == 0
+    assert main(["write", url, "--size", "5000", *args, "--extend"]) == 0
+    refs = (repository(repo_path).list_branches(), repository(repo_path).list_tags())
+    assert refs == ({"main"}, {"main-3000-steps", "main-5000-steps"})
+    capsys.readouterr()
+    for branch in ("main-3000-steps", "x-1-steps-2"):
+        assert main(["write", url, "--size", "6000", *args, "--storage-option", f"branch={branch}"]) == 2
+        err = capsys.readouterr().err
+        assert f"--storage-option branch={branch} has the form of the tags streamacc gives finished runs" in err
+    for branch in ("", "..", "a/b", "a..b", "-x", "x y"):
+        assert main(["write", url, "--size", "6000", *args, "--storage-option", f"branch={branch}"]) == 2
+        err = capsys.readouterr().err
+        assert "is not a branch name streamacc writes to" in err and err.count("\n") == 1, err
+    with pytest.raises(InputError, match=r"storage_options=\{'branch': 'main-3000-steps'\} has the form of the tags"):
+        streamacc.write(url, lambda c, _: (c, c), np.float64(1.0), length=10, progress=False,
+                        storage_options={"branch": "main-3000-steps"})  # fmt: skip
+    assert main(["write", url, "--size", "3000", *args, "--storage-option", "branch=side"]) == 2  # refused there
+    assert "already exists and holds a finished run" in capsys.readouterr().err
+    assert (repository(repo_path).list_branches(), repository(repo_path).list_tags()) == refs  # nothing was made
+    assert streamacc.info(url, storage_options={"ref": "main-3000-steps"}).committed_steps == 3000
+    fresh = tmp_path / "fresh"
+    assert main(["write", f"icechunk://{fresh}", "--size", "3000", *args, "--extend"]) == 2  # nothing to extend
+    assert not fresh.exists()
+
+
+def test_a_ref_naming_both_a_branch_and_a_tag_is_refused_unless_it_says_which(tmp_path, capsys):
+    repo_path = tmp_path / "repo"
+    url = f"icechunk://{repo_path}"
+    args = [*SMALL[2:], "--no-progress"]
+    assert main(["write", url, "--size", "3000", *args]) == 0
+    assert main(["write", url, "--size", "5000", *args, "--extend"]) == 0
+    repo = repository(repo_path)
+    repo.create_branch("main-3000-steps", repo.lookup_branch("main"))  # another tool makes it, at 5000 steps
+    with pytest.raises(InputError, match=r"ref': 'main-3000-steps'\} names both a branch and a tag of .*; say which "
+                                         r"with storage_options=\{'ref': 'branch:main-3000-steps'\} or"):  # fmt: skip
+        streamacc.open(url, storage_options={"ref": "main-3000-steps"})
+    assert main(["info", url, "--storage-option", "ref=main-3000-steps"]) == 2
+    assert "--storage-option ref=tag:main-3000-steps" in capsys.readouterr().err
+    tagged = streamacc.open(url, storage_options={"ref": "tag:main-3000-steps"})
+    branched = streamacc.open(url, storage_options={"ref": "branch:main-3000-steps"})
+    assert tagged.sizes["step"] == 3000 and branched.sizes["step"] == 5000
+    np.testing.assert_array_equal(tagged["x"].values, branched["x"].values[:3000])
+    assert streamacc.info(url, storage_options={"ref": "tag:main-5000-steps"}).committed_steps == 5000
+    with pytest.raises(NoOutputError, match="has no tag 'main'"):
+        streamacc.open(url, storage_options={"ref": "tag:main"})
+    with pytest.raises(NoOutputError, match="has no branch 'main-5000-steps'"):
+        streamacc.open(url, storage_options={"ref": "branch:main-5000-steps"})
+
+
 def user_repository(path: Path, *, group: bool) -> None:
     """A repository made by another tool: empty, or holding a user's array on main."""
     import zarr
@@ -272,6 +325,9 @@ def test_a_repository_without_a_streamacc_output_says_so(tmp_path, capsys):
     assert commits(theirs)[0] == "the user's data"
     session = repository(theirs).readonly_session(branch="main")
     np.testing.assert_array_equal(zarr.open_group(session.store, mode="r")["mine"][:], np.arange(5))
+    assert main(["write", f"icechunk://{theirs}", *SMALL, "--no-progress", "--storage-option", "branch=runs"]) == 2
+    assert "exists and is not a streamacc output" in capsys.readouterr().err  # the branch starts at main's head
+    assert repository(theirs).list_branches() == {"main"}
 
 
 def frequent_writer(url: str, args: list[str], *, resume: bool = False, script: str = FREQUENT) -> Popen:
