@@ -425,8 +425,9 @@ def _branch(options: dict[str, Any], read_only: bool) -> str:
 def icechunk_target(store: Any, *, storage_options: dict[str, Any] | None = None, read_only: bool = False) -> Target:
     """The target of an ``icechunk://PATH`` or ``icechunk+s3://BUCKET/PREFIX`` URL, or of an Icechunk object.
 
-    ``storage_options`` take ``branch`` (a writer's, ``main`` by default), ``ref`` (a
-    reader's branch, tag or snapshot id) and, on S3, the options of ``icechunk.s3_storage``.
+    ``storage_options`` take ``branch`` (a writer's, ``main`` by default, checked by
+    :func:`check_branch`), ``ref`` (a reader's branch, tag or snapshot id; ``branch:NAME`` or
+    ``tag:NAME`` says which) and, on S3, the options of ``icechunk.s3_storage``.
     """
     if storage_options is not None and not isinstance(storage_options, dict):
         raise InputError(f"{arg('storage_options')} must be a dict, got {type(storage_options).__name__}")
