@@ -126,6 +126,17 @@ def test_an_unfinished_or_missing_output_is_not_extended(tmp_path):
     assert store_files(out) == before
 
 
+def test_an_output_missing_a_chunk_is_not_extended_and_the_chunk_is_named(tmp_path):
+    out = tmp_path / "out.zarr"
+    write(out, 100)
+    (out / "state" / "c" / "2" / "0").unlink()
+    before = store_files(out)
+    missing = r"block 2 \(steps 32-48\) is bad: chunk state/c/2/0 is missing"
+    with pytest.raises(streamacc.errors.ResumeError, match=missing):
+        write(out, 200, mode="extend")
+    assert store_files(out) == before
+
+
 def test_an_interrupted_extension_resumes_to_the_longer_run(tmp_path, finished):
     ref = tmp_path / "ref.zarr"
     write(ref, 300, summaries=[16])  # the levels the 100-step output was begun with, which it keeps

@@ -9,6 +9,7 @@ tag or a snapshot, and an extension keeps the shorter output readable at its tag
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -44,6 +45,15 @@ PAUSING = FREQUENT.replace(
     "def commit(self, *results):\n    real(self, *results)\n"
     "    if self.manifest.committed_steps >= 2**16 and not hasattr(commit, 'paused'):\n"
     "        commit.paused = True\n        os.kill(os.getpid(), signal.SIGSTOP)\n"
+    "Output.commit = commit\nsys.exit(",
+)
+
+
+# the same writer, which stops itself (SIGSTOP) as it is about to commit its first block: before any commit
+BEFORE_FIRST_COMMIT = FREQUENT.replace(
+    "sys.exit(",
+    "import os, signal\nfrom streamacc.run.output import Output\nreal = Output.commit\n"
+    "def commit(self, *results):\n    os.kill(os.getpid(), signal.SIGSTOP)\n    real(self, *results)\n"
     "Output.commit = commit\nsys.exit(",
 )
 
@@ -226,6 +236,100 @@ def test_refusals_are_one_line(tmp_path, capsys, monkeypatch):
         streamacc.open(f"icechunk://{tmp_path}")
 
 
+def test_a_branch_a_ref_could_not_tell_from_a_tag_is_refused_before_anything_is_written(tmp_path, capsys):
+    repo_path = tmp_path / "repo"
+    url = f"icechunk://{repo_path}"
+    args = [*SMALL[2:], "--no-progress"]
+    assert main(["write", url, "--size", "3000", *args]) == 0
+    assert main(["write", url, "--size", "5000", *args, "--extend"]) == 0
+    refs = (repository(repo_path).list_branches(), repository(repo_path).list_tags())
+    assert refs == ({"main"}, {"main-3000-steps", "main-5000-steps"})
+    capsys.readouterr()
+    for branch in ("main-3000-steps", "x-1-steps-2"):
+        assert main(["write", url, "--size", "6000", *args, "--storage-option", f"branch={branch}"]) == 2
+        err = capsys.readouterr().err
+        assert f"--storage-option branch={branch} has the form of the tags streamacc gives finished runs" in err
+    for branch in ("", "..", "a/b", "a..b", "-x", "x y"):
+        assert main(["write", url, "--size", "6000", *args, "--storage-option", f"branch={branch}"]) == 2
+        err = capsys.readouterr().err
+        assert "is not a branch name streamacc writes to" in err and err.count("\n") == 1, err
+    with pytest.raises(InputError, match=r"storage_options=\{'branch': 'main-3000-steps'\} has the form of the tags"):
+        streamacc.write(url, lambda c, _: (c, c), np.float64(1.0), length=10, progress=False,
+                        storage_options={"branch": "main-3000-steps"})  # fmt: skip
+    assert main(["write", url, "--size", "3000", *args, "--storage-option", "branch=side"]) == 2  # refused there
+    assert "already exists and holds a finished run" in capsys.readouterr().err
+    assert (repository(repo_path).list_branches(), repository(repo_path).list_tags()) == refs  # nothing was made
+    assert streamacc.info(url, storage_options={"ref": "main-3000-steps"}).committed_steps == 3000
+    fresh = tmp_path / "fresh"
+    assert main(["write", f"icechunk://{fresh}", "--size", "3000", *args, "--extend"]) == 2  # nothing to extend
+    assert not fresh.exists()
+
+
+def test_a_ref_naming_both_a_branch_and_a_tag_is_refused_unless_it_says_which(tmp_path, capsys):
+    repo_path = tmp_path / "repo"
+    url = f"icechunk://{repo_path}"
+    args = [*SMALL[2:], "--no-progress"]
+    assert main(["write", url, "--size", "3000", *args]) == 0
+    assert main(["write", url, "--size", "5000", *args, "--extend"]) == 0
+    repo = repository(repo_path)
+    repo.create_branch("main-3000-steps", repo.lookup_branch("main"))  # another tool makes it, at 5000 steps
+    with pytest.raises(InputError, match=r"ref': 'main-3000-steps'\} names both a branch and a tag of .*; say which "
+                                         r"with storage_options=\{'ref': 'branch:main-3000-steps'\} or"):  # fmt: skip
+        streamacc.open(url, storage_options={"ref": "main-3000-steps"})
+    assert main(["info", url, "--storage-option", "ref=main-3000-steps"]) == 2
+    assert "--storage-option ref=tag:main-3000-steps" in capsys.readouterr().err
+    tagged = streamacc.open(url, storage_options={"ref": "tag:main-3000-steps"})
+    branched = streamacc.open(url, storage_options={"ref": "branch:main-3000-steps"})
+    assert tagged.sizes["step"] == 3000 and branched.sizes["step"] == 5000
+    np.testing.assert_array_equal(tagged["x"].values, branched["x"].values[:3000])
+    assert streamacc.info(url, storage_options={"ref": "tag:main-5000-steps"}).committed_steps == 5000
+    with pytest.raises(NoOutputError, match="has no tag 'main'"):
+        streamacc.open(url, storage_options={"ref": "tag:main"})
+    with pytest.raises(NoOutputError, match="has no branch 'main-5000-steps'"):
+        streamacc.open(url, storage_options={"ref": "branch:main-5000-steps"})
+
+
+def user_repository(path: Path, *, group: bool) -> None:
+    """A repository made by another tool: empty, or holding a user's array on main."""
+    import zarr
+
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(path)))
+    if group:
+        session = repo.writable_session("main")
+        zarr.open_group(session.store, mode="w").create_array("mine", data=np.arange(5))
+        session.commit("the user's data")
+
+
+def test_a_repository_without_a_streamacc_output_says_so(tmp_path, capsys):
+    empty, theirs = tmp_path / "empty", tmp_path / "theirs"
+    user_repository(empty, group=False)
+    user_repository(theirs, group=True)
+    for command in ("info", "verify", "plot"):
+        assert main([command, f"icechunk://{empty}"]) == 2, command
+        err = capsys.readouterr().err
+        assert f"icechunk://{empty} holds nothing at 'main', not a streamacc output; check the path" in err, err
+    readers = [streamacc.open, streamacc.overview, streamacc.info]
+    if importlib.util.find_spec("arviz") is not None:
+        readers.append(streamacc.to_arviz)
+    for reader in readers:
+        with pytest.raises(NoOutputError, match="holds nothing at 'main', not a streamacc output"):
+            reader(f"icechunk://{empty}")
+    assert main(["info", f"icechunk://{theirs}"]) == 2
+    assert "has no streamacc manifest; it was not written by streamacc" in capsys.readouterr().err
+    for flags in ([], ["--overwrite"], ["--resume"]):
+        assert main(["write", f"icechunk://{theirs}", *SMALL, "--no-progress", *flags]) == 2
+        err = capsys.readouterr().err
+        assert "exists and is not a streamacc output" in err and "choose another repository" in err, err
+    import zarr
+
+    assert commits(theirs)[0] == "the user's data"
+    session = repository(theirs).readonly_session(branch="main")
+    np.testing.assert_array_equal(zarr.open_group(session.store, mode="r")["mine"][:], np.arange(5))
+    assert main(["write", f"icechunk://{theirs}", *SMALL, "--no-progress", "--storage-option", "branch=runs"]) == 2
+    assert "exists and is not a streamacc output" in capsys.readouterr().err  # the branch starts at main's head
+    assert repository(theirs).list_branches() == {"main"}
+
+
 def frequent_writer(url: str, args: list[str], *, resume: bool = False, script: str = FREQUENT) -> Popen:
     flags = ["--resume"] if resume else []
     return Popen(
@@ -260,6 +364,29 @@ def test_sigkill_between_commits_then_resume_is_the_uninterrupted_run(tmp_path, 
     session = repository(repo_path).readonly_session(branch="main")
     assert keys_of(session.store) == folder_keys(plain(BIG))
     assert main(["verify", url]) == 0
+
+
+@pytest.mark.slow
+def test_a_first_write_killed_before_its_first_commit_leaves_no_streamacc_output(tmp_path, capsys):
+    repo_path = tmp_path / "repo"
+    url = f"icechunk://{repo_path}"
+    proc = frequent_writer(url, SMALL, script=BEFORE_FIRST_COMMIT)
+    try:
+        deadline = time.monotonic() + 120
+        while not stopped(proc):  # its manifest, arrays and first block in its session, none committed
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()
+            time.sleep(0.005)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    assert head_steps(repo_path) == -1
+    for command in ("info", "verify", "plot"):
+        assert main([command, url]) == 2, command
+        assert "holds nothing at 'main', not a streamacc output" in capsys.readouterr().err
+    with pytest.raises(NoOutputError, match="holds nothing at 'main', not a streamacc output"):
+        streamacc.open(url)
+    assert main(["write", url, *SMALL, "--no-progress", "--resume"]) == 0
+    assert "nothing to resume" in capsys.readouterr().err
 
 
 @pytest.mark.slow

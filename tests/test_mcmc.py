@@ -285,6 +285,31 @@ def test_to_arviz_takes_a_selection_of_steps(chains):
     np.testing.assert_array_equal(tree["posterior"]["x"].values[:, 0], kept["x"].values[0])
 
 
+@pytest.mark.parametrize(
+    ("rows", "described"),
+    [
+        (slice(None, None, 7), {"streamacc_first_step": 1, "streamacc_save_every": 14}),  # every 7th of every 2nd
+        (slice(10, None, 5), {"streamacc_first_step": 21, "streamacc_save_every": 10}),
+        (slice(None, None, -1), {}),  # draws that go back in steps: no k says so
+        ([0, 3, 4], {}),  # uneven
+        (slice(6, 7), {"streamacc_first_step": 13}),  # one draw: no spacing to tell
+    ],
+    ids=["strided", "strided_from_10", "reversed", "uneven", "one_draw"],
+)
+def test_to_arviz_attributes_describe_the_draws_handed_over(chains, rows, described):
+    """Draw d is step first + d * k for the draws of the selection, which the output's save_every does not say."""
+    pytest.importorskip("arviz")
+    kept = streamacc.open(chains).isel(step=rows)
+    tree = streamacc.to_arviz(kept, var_names=["x"])
+    for attrs in (tree.attrs, tree["posterior"].attrs):
+        assert {k: v for k, v in attrs.items() if k in ("streamacc_first_step", "streamacc_save_every")} == described
+    steps = kept["step"].values
+    if described:  # each draw is the step the attributes say
+        k = described.get("streamacc_save_every", 1)
+        np.testing.assert_array_equal(steps, described["streamacc_first_step"] + k * np.arange(len(steps)))
+    assert tree.attrs["streamacc_version"] == streamacc.__version__
+
+
 def test_a_run_still_writing_gives_its_committed_draws(tmp_path):
     pytest.importorskip("arviz")
     out = tmp_path / "out.zarr"

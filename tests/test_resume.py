@@ -12,6 +12,7 @@ import itertools
 import logging
 import re
 import shutil
+import uuid
 import warnings
 
 import jax.numpy as jnp
@@ -71,6 +72,46 @@ def test_failed_block_write_then_resume_is_identical(tmp_path, reference, k):
     assert not manifest["complete"]
     np.testing.assert_array_equal(run(out, mode="resume"), carry)
     assert_same_output(out, ref)
+
+
+def removing_at_block(monkeypatch, out, k: int, folder: str) -> None:
+    """``out / folder`` removed as block ``k``'s data start to be written: the writes after it make their folders."""
+    real = ZarrSink.write
+
+    def write(self, start, stop, ys):
+        if start == k * BLOCK:
+            shutil.rmtree(out / folder, ignore_errors=True)  # whatever a concurrent write puts there meanwhile
+        return real(self, start, stop, ys)
+
+    monkeypatch.setattr(ZarrSink, "write", write)
+
+
+LOST = r"(no longer holds what this run committed|and the store no longer holds them) \({}"
+"""The run ends with the output's loss, found as it finishes or as a write fails (a write racing the removal)."""
+
+
+@pytest.mark.parametrize(
+    ("folder", "gone"),
+    [("level", "level/zarr.json is missing"), ("pair/c", "block 0 (steps 0-512): chunk pair/c/0/0 is missing"),
+     ("_streamacc/summaries", "_streamacc/summaries/zarr.json is missing")],
+)  # fmt: skip
+def test_an_output_removed_mid_run_is_never_called_complete(tmp_path, monkeypatch, folder, gone):
+    out = tmp_path / "out.zarr"
+    removing_at_block(monkeypatch, out, 3, folder)
+    with pytest.raises(StoreError, match=LOST.format(re.escape(gone))) as failed:
+        run(out)
+    assert str(failed.value).endswith("start afresh with mode='overwrite'")
+    assert not read_manifest(out)["complete"]
+
+
+@pytest.mark.parametrize("folder", ["level", "_streamacc/summaries"])
+def test_a_failed_run_whose_output_was_removed_is_not_told_its_steps_are_safe(tmp_path, monkeypatch, folder):
+    out = tmp_path / "out.zarr"
+    removing_at_block(monkeypatch, out, 3, folder)
+    with pytest.raises(StoreError, match=LOST.format("")) as failed:
+        run(failing_block(out, 6, OSError(errno.ENOSPC, "No space left on device")))
+    said = str(failed.value)
+    assert "safely committed" not in said and said.endswith("start afresh with mode='overwrite'"), said
 
 
 def test_keyboard_interrupt_in_a_worker_then_resume(tmp_path, monkeypatch, reference):
@@ -193,6 +234,25 @@ def test_resume_removes_temp_files(tmp_path, caplog, reference):
         run(out, mode="resume")
     assert "removed 3 temp file(s)" in caplog.text
     assert "resuming" in caplog.text and f"at step {3 * BLOCK} of {LENGTH}" in caplog.text
+    assert_same_output(out, reference[0])
+
+
+def test_resume_removes_temp_files_in_every_folder_a_run_writes(tmp_path, reference):
+    """The summaries' and the block records' folders too: the finished output is the uninterrupted run's, file for
+    file."""
+    out = tmp_path / "out.zarr"
+    with pytest.raises(StoreError):
+        run(failing_block(out, 3))
+    tag = uuid.uuid4().hex  # zarr's LocalStore writes STEM.<uuid4 hex>.partial
+    levels = sorted(p.name for p in (out / "_streamacc" / "summaries").iterdir() if p.is_dir())
+    leftovers = [f"_streamacc/summaries/{levels[0]}/level_min/c/0.{tag}.partial",
+                 f"_streamacc/summaries/{levels[-1]}/pair_mean/c/0/0.{tag}.partial",
+                 f"_streamacc/summaries/{levels[0]}/zarr.{tag}.partial",
+                 f"_streamacc/records_000000/zarr.{tag}.partial"]  # fmt: skip
+    for name in leftovers:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(b"half a chunk")
+    run(out, mode="resume")
     assert_same_output(out, reference[0])
 
 

@@ -238,6 +238,21 @@ def test_bad_keywords_are_refused_as_write_refuses_them(tmp_path):
         streamacc.Stream(tmp_path / "out.zarr", spec, length=10)
 
 
+def test_names_as_a_dict_rename_each_output_by_its_key_as_write_does(tmp_path):
+    def scaled(c, _):
+        return c + 1.0, {"a": c, "b": c * 100.0}
+
+    out = tmp_path / "out.zarr"
+    stream(out, scaled, np.float64(1.0), None, 100, block_size=32, names={"b": "first", "a": "second"})
+    ys = lax.scan(scaled, np.float64(1.0), None, length=100)[1]
+    got = stored(out)
+    np.testing.assert_array_equal(got["first"], np.asarray(ys["b"]))
+    np.testing.assert_array_equal(got["second"], np.asarray(ys["a"]))
+    with pytest.raises(InputError, match="not a set, which has no order"):
+        streamacc.Stream(tmp_path / "set.zarr", scaled, length=100, names={"b", "a"})
+    assert not (tmp_path / "set.zarr").exists()
+
+
 def test_scan_outside_the_with_block_twice_or_after_it_is_refused(tmp_path):
     s = streamacc.Stream(tmp_path / "out.zarr", affine, length=100, progress=False)
     with pytest.raises(InputError, match=r"inside `with streamacc\.Stream"):
@@ -421,6 +436,27 @@ def test_an_output_removed_mid_run_ends_the_program(tmp_path, monkeypatch):
     monkeypatch.setattr(ZarrSink, "write", write)
     with pytest.raises(StoreError, match="failed after"):
         within(DEADLINE, lambda: run_job(out))
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_stream_whose_output_folder_goes_is_neither_complete_nor_safe(tmp_path, monkeypatch, fails):
+    """y/ removed mid-run: the writes after it make its chunks' folders again, and the manifest counts on; the
+    run ends with the output's loss, whether it finishes or a later write fails."""
+    out = tmp_path / "out.zarr"
+    real = ZarrSink.write
+
+    def write(self, start, stop, ys):
+        if start == 3 * BLOCK:
+            shutil.rmtree(out / "y", ignore_errors=True)
+        return real(self, start, stop, ys)
+
+    monkeypatch.setattr(ZarrSink, "write", write)
+    target = failing(out, "y/c/7/0", OSError(errno.ENOSPC, "No space left on device")) if fails else out
+    lost = r"no longer holds what this run committed|and the store no longer holds them"
+    with pytest.raises(StoreError, match=lost) as failed:
+        within(DEADLINE, lambda: run_job(target))
+    assert "safely committed" not in str(failed.value)
+    assert not read_manifest(out)["complete"]
 
 
 def test_a_resume_of_another_run_is_refused_before_anything_is_written(tmp_path, written):

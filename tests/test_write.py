@@ -100,6 +100,74 @@ def test_single_leaf_is_named_y_and_names_override(tmp_path):
     assert sorted(zarr.open_group(tmp_path / "renamed.zarr").array_keys()) == ["p", "q"]
 
 
+def scaled_step(c, _):
+    return c + 1.0, {"a": c, "b": c * 100.0}
+
+
+def test_names_as_a_dict_rename_each_output_by_its_key(tmp_path):
+    """The dict's order is not the leaves' order: each key's values go under the name it maps to."""
+    path = tmp_path / "renamed.zarr"
+    write(path, scaled_step, xs=None, length=N, names={"b": "first", "a": "second"})
+    ys = jax.lax.scan(scaled_step, INIT, None, length=N)[1]
+    group = zarr.open_group(path, mode="r")
+    assert sorted(group.array_keys()) == ["first", "second"]
+    assert_bits_equal(group["first"][:], ys["b"])
+    assert_bits_equal(group["second"][:], ys["a"])
+    assert group["first"][3] == 100.0 * group["second"][3] != 0
+    write(tmp_path / "listed.zarr", scaled_step, xs=None, length=N, names=["first", "b"])  # b keeps its own place
+    assert_bits_equal(zarr.open_group(tmp_path / "listed.zarr", mode="r")["first"][:], ys["a"])
+
+
+@pytest.mark.parametrize(
+    ("names", "refused"),
+    [
+        ({"b", "a"}, r"names must be a list of names .* not a set, which has no order"),
+        ({"b": "x"}, r"keys must be exactly theirs \(a, b\): 'a' is missing; pass e.g. names=\{'a': 'a', 'b': 'x'\}"),
+        ({"a": "x", "b": "y", "c": "z"}, r"exactly theirs \(a, b\): 'c' is not among them"),
+        (["b", "a"], r"names would store output 'a' of f under 'b', the key of another of its outputs"),
+    ],
+)
+def test_names_that_would_put_one_output_under_another_s_name_are_refused(tmp_path, names, refused):
+    path = tmp_path / "out.zarr"
+    with pytest.raises(streamacc.errors.InputError, match=refused):
+        write(path, scaled_step, xs=None, length=N, names=names)
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("name", ["x y", "ü✓", "x\ny", "-x", "0", "x" * 65, "x" * 300, "x.y", "_x", ""])
+def test_an_output_name_is_ascii_letters_digits_and_underscore_beginning_with_a_letter(tmp_path, name):
+    path = tmp_path / "out.zarr"
+    with pytest.raises(streamacc.errors.InputError) as refused:
+        write(path, single_step, names=[name])
+    assert "at most 64 ASCII letters, digits and '_', beginning with a letter" in str(refused.value)
+    assert "\n" not in str(refused.value) and not path.exists()
+    with pytest.raises(streamacc.errors.InputError, match=r"output name 'x y' is not allowed.*name it with names"):
+        write(path, lambda c, x: (c + x, {"x y": c}), names=None)
+    write(path, single_step, names=["A" + "_9" * 31 + "z"])  # 64 characters
+    assert list(zarr.open_group(path, mode="r").array_keys()) == ["A" + "_9" * 31 + "z"]
+
+
+def test_a_dimension_name_ending_in_a_newline_is_refused(tmp_path):
+    with pytest.raises(streamacc.errors.InputError, match=r"dims for output 'triple' must be a list of distinct names"):
+        write(tmp_path / "out.zarr", dims={"triple": ["k\n"]})
+    assert not (tmp_path / "out.zarr").exists()
+
+
+def test_a_path_is_taken_literally_as_open_takes_it(tmp_path, monkeypatch):
+    """``~`` is the shell's to expand: from Python, "~/out.zarr" is a folder named ``~`` where the caller is."""
+    home, here = tmp_path / "home", tmp_path / "here"
+    home.mkdir()
+    here.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(here)
+    write("~/out.zarr", single_step)
+    assert (here / "~" / "out.zarr" / "zarr.json").is_file()
+    assert list(home.iterdir()) == []
+    assert streamacc.info("~/out.zarr").complete
+    write(f"file://{'~'}/url.zarr", single_step)  # an fsspec URL, which expands it as fsspec does
+    assert (home / "url.zarr" / "zarr.json").is_file()
+
+
 def test_returned_carry_matches_lax_scan_without_xs(tmp_path):
     carry = write(tmp_path / "out.zarr", const_step, xs=None, length=N)
     ref_carry, ref_ys = jax.lax.scan(const_step, INIT, None, length=N)

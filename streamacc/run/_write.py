@@ -58,7 +58,9 @@ def write(
     ----------
     store : str, os.PathLike or zarr store
         Where the output goes: a local path, an fsspec URL such as ``s3://bucket/out.zarr``
-        (with ``storage_options``), or a zarr store object.
+        (with ``storage_options``), or a zarr store object. A path is taken as ``open``
+        takes it: ``"~/out.zarr"`` is a folder ``~`` in the current directory (the shell
+        expands ``~`` on the command line; ``os.path.expanduser`` does in Python).
     f : callable or ScanSpec
         The step, ``f(carry, x) -> (carry, y)``, as ``lax.scan`` takes it. Each leaf of ``y``
         becomes one array of the output. It must be hashable (a function, or a frozen

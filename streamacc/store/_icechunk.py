@@ -25,6 +25,8 @@ import asyncio
 import contextlib
 import itertools
 import os
+import re
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,6 +79,32 @@ S3_OPTIONS = (
 
 REF_OPTIONS = ("branch", "ref")
 """``branch``: the branch a writer commits to (``main``); ``ref``: the branch, tag or snapshot id a reader opens."""
+
+BRANCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""A branch a writer commits to: it names a ref file of the repository, and a tag is made of it."""
+
+TAG_FORM = re.compile(r".+-\d+-steps(?:-\d+)?")
+"""The form of the tags a finished run gets (``BRANCH-LENGTH-steps``, ``-2``... when taken)."""
+
+REF_KINDS = ("branch", "tag")
+"""The prefixes of a ``ref`` that says which kind of name it is (``branch:NAME``, ``tag:NAME``)."""
+
+
+def check_branch(branch: Any) -> str:
+    """``branch`` if a writer may commit to it: a plain name, not one of the form of streamacc's tags."""
+    example = arg("storage_options", {"branch": "trial"})
+    if not isinstance(branch, str) or not BRANCH.fullmatch(branch) or ".." in branch:
+        raise InputError(
+            f"{arg('storage_options', {'branch': branch})} is not a branch name streamacc writes to; name it with "
+            f"at most 128 ASCII letters, digits, '.', '_' and '-', beginning with a letter or digit, e.g. {example}"
+        )
+    if TAG_FORM.fullmatch(branch):
+        raise InputError(
+            f"{arg('storage_options', {'branch': branch})} has the form of the tags streamacc gives finished runs "
+            f"(BRANCH-LENGTH-steps), so a ref of that name could mean either; name the branch otherwise, e.g. "
+            f"{example}"
+        )
+    return branch
 
 
 def _icechunk() -> Any:
@@ -139,6 +167,7 @@ class IcechunkTarget(KeysInStore):
         self._pending = 0
         self._last_commit = time.monotonic()
         self._locked = False
+        self._made_branch = False  # this writer made its branch (from main's head), which nothing has committed to
         self.snapshots: list[str] = []  # the snapshots this writer committed, in order
         self.tags: list[str] = []  # the tags it created
 
@@ -163,18 +192,25 @@ class IcechunkTarget(KeysInStore):
         repo = self.repository()
         if repo is None:
             raise NoOutputError(f"{self.label} is not an Icechunk repository; check the path")
-        ref = self.ref or self.branch
-        if ref in repo.list_branches():
-            return repo.readonly_session(branch=ref)
-        if ref in repo.list_tags():
-            return repo.readonly_session(tag=ref)
-        try:
-            return repo.readonly_session(snapshot_id=ref)
-        except Exception:
-            raise NoOutputError(
-                f"{self.label} has no branch, tag or snapshot {ref!r}; its branches: "
-                f"{', '.join(sorted(repo.list_branches()))}; its tags: {', '.join(sorted(repo.list_tags())) or 'none'}"
-            ) from None
+        kind, name = ("branch", self.branch) if self.ref is None else _ref_kind(self.ref)
+        branches, tags = repo.list_branches(), repo.list_tags()
+        if kind is None and name in branches and name in tags:
+            raise InputError(
+                f"{arg('storage_options', {'ref': name})} names both a branch and a tag of {self.label}; say which "
+                f"with {arg('storage_options', {'ref': f'branch:{name}'})} or "
+                f"{arg('storage_options', {'ref': f'tag:{name}'})}"
+            )
+        if kind in (None, "branch") and name in branches:
+            return repo.readonly_session(branch=name)
+        if kind in (None, "tag") and name in tags:
+            return repo.readonly_session(tag=name)
+        if kind is None:
+            with contextlib.suppress(Exception):
+                return repo.readonly_session(snapshot_id=name)
+        raise NoOutputError(
+            f"{self.label} has no {kind or 'branch, tag or snapshot'} {name!r}; its branches: "
+            f"{', '.join(sorted(branches))}; its tags: {', '.join(sorted(tags)) or 'none'}"
+        )
 
     @property
     def store(self) -> Store:  # type: ignore[override]  # an attribute elsewhere, made on first use here
@@ -190,6 +226,7 @@ class IcechunkTarget(KeysInStore):
         repo = self.repository(create=True)
         if self.branch not in repo.list_branches():
             repo.create_branch(self.branch, repo.lookup_branch("main"))
+            self._made_branch = True
         self._session = repo.writable_session(self.branch)
         return self._session
 
@@ -205,8 +242,17 @@ class IcechunkTarget(KeysInStore):
     # --- keys -----------------------------------------------------------------------------
 
     def read(self, key: str) -> bytes | None:
+        """None for a key Icechunk cannot hold (a repository holds zarr keys only), as for any key not stored."""
         held = self._store.held(key) if isinstance(self._store, SessionStore) else None
-        return held if held is not None else super().read(key)
+        if held is not None:
+            return held
+        ic = _icechunk()
+        try:
+            return super().read(key)
+        except ic.IcechunkError as exc:
+            if "invalid zarr key" in str(exc):  # streamacc 0.1's manifest.json, asked for by every reader
+                return None
+            raise
 
     def write(self, key: str, data: bytes) -> None:
         """A group document is held by the writer's store until the next commit (see ``SessionStore``)."""
@@ -243,7 +289,10 @@ class IcechunkTarget(KeysInStore):
     def absence(self) -> str:
         if self.repository() is None:
             return "is not an Icechunk repository"
-        return f"holds nothing at {self.ref or self.branch!r}"
+        return f"holds nothing at {self.ref or self.branch!r}, not a streamacc output"
+
+    def elsewhere(self) -> str:
+        return "choose another repository, or a branch that holds no arrays (a new branch starts at main's head)"
 
     def clear(self, keep: set[str]) -> None:
         self.delete("zarr.json")
@@ -313,14 +362,22 @@ class IcechunkTarget(KeysInStore):
             except BaseException:
                 with contextlib.suppress(Exception):  # the run's own error says what happened
                     self.commit("streamacc: the writer stopped")
+                    self._unmake_branch()
                 raise
             self.commit("streamacc: the writer stopped")
+
+    def _unmake_branch(self) -> None:
+        """Delete the branch this writer made, where it committed nothing to it: a refused write leaves none."""
+        if self._made_branch and not self.snapshots:
+            self.repository().delete_branch(self.branch)
+            self._made_branch = False
 
     @contextlib.contextmanager
     def _folder_lock(self, command: str) -> Iterator[None]:
         if self.local is None:
             yield
             return
+        made = not self.local.exists()
         try:
             self.local.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -331,6 +388,11 @@ class IcechunkTarget(KeysInStore):
             if holder is not None:
                 raise being_written(self.label, holder, command)
             yield
+        except BaseException:
+            if made and not self.snapshots:  # a repository this writer made and never committed to: a refused write
+                self._repository = self._store = self._session = None
+                shutil.rmtree(self.local, ignore_errors=True)
+            raise
         finally:
             lock.release()
 
@@ -346,11 +408,26 @@ def _options(storage_options: dict[str, Any] | None, allowed: tuple[str, ...], l
     return options
 
 
+def _ref_kind(ref: Any) -> tuple[str | None, str]:
+    """``(kind, name)`` of a reader's ``ref``: ``branch:NAME``, ``tag:NAME``, or a name of any kind (None)."""
+    if not isinstance(ref, str) or not ref:
+        raise InputError(f"{arg('storage_options', {'ref': ref})} must name a branch, a tag or a snapshot id")
+    kind, colon, name = ref.partition(":")
+    return (kind, name) if colon and kind in REF_KINDS else (None, ref)
+
+
+def _branch(options: dict[str, Any], read_only: bool) -> str:
+    """The branch a target writes to (checked for a writer) or reads by default."""
+    branch = options.get("branch", "main")
+    return branch if read_only else check_branch(branch)
+
+
 def icechunk_target(store: Any, *, storage_options: dict[str, Any] | None = None, read_only: bool = False) -> Target:
     """The target of an ``icechunk://PATH`` or ``icechunk+s3://BUCKET/PREFIX`` URL, or of an Icechunk object.
 
-    ``storage_options`` take ``branch`` (a writer's, ``main`` by default), ``ref`` (a
-    reader's branch, tag or snapshot id) and, on S3, the options of ``icechunk.s3_storage``.
+    ``storage_options`` take ``branch`` (a writer's, ``main`` by default, checked by
+    :func:`check_branch`), ``ref`` (a reader's branch, tag or snapshot id; ``branch:NAME`` or
+    ``tag:NAME`` says which) and, on S3, the options of ``icechunk.s3_storage``.
     """
     if storage_options is not None and not isinstance(storage_options, dict):
         raise InputError(f"{arg('storage_options')} must be a dict, got {type(storage_options).__name__}")
@@ -360,7 +437,7 @@ def icechunk_target(store: Any, *, storage_options: dict[str, Any] | None = None
         return IcechunkTarget(
             f"Icechunk repository {store.storage}",
             repository=store,
-            branch=options.get("branch", "main"),
+            branch=_branch(options, read_only),
             ref=options.get("ref"),
             read_only=read_only,
         )
@@ -391,7 +468,7 @@ def icechunk_target(store: Any, *, storage_options: dict[str, Any] | None = None
         return IcechunkTarget(
             store,
             storage=storage,
-            branch=options.get("branch", "main"),
+            branch=_branch(options, read_only),
             ref=options.get("ref"),
             local=root,
             read_only=read_only,
@@ -408,5 +485,5 @@ def icechunk_target(store: Any, *, storage_options: dict[str, Any] | None = None
             f"cannot open {store!r}: {one_line(exc)}; check the URL and {arg('storage_options')}"
         ) from None
     return IcechunkTarget(
-        store, storage=storage, branch=options.get("branch", "main"), ref=options.get("ref"), read_only=read_only
+        store, storage=storage, branch=_branch(options, read_only), ref=options.get("ref"), read_only=read_only
     )

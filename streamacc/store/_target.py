@@ -118,9 +118,11 @@ class Target:
         prototype = default_buffer_prototype()
         for i in range(0, len(keys), TAIL_BATCH):
             requests = [(key, SuffixByteRequest(size)) for key in keys[i : i + TAIL_BATCH]]
-            found += [
-                None if b is None else b.to_bytes() for b in sync(self.store.get_partial_values(prototype, requests))
-            ]
+            try:
+                got = sync(self.store.get_partial_values(prototype, requests))
+            except FileNotFoundError:  # zarr's LocalStore raises for a missing key here, where get returns None
+                got = [sync(self.store.get(key, prototype, request)) for key, request in requests]
+            found += [None if b is None else b.to_bytes() for b in got]
         return found
 
     def sizes(self, prefix: str = "") -> dict[str, int]:
@@ -134,6 +136,10 @@ class Target:
     def absence(self) -> str:
         """What a reader finds here when nothing is stored (:meth:`exists` is False), in words."""
         return "does not exist"
+
+    def elsewhere(self) -> str:
+        """Where else a writer refused here (its place holds someone else's data) may write, in words."""
+        return "choose another output path"
 
     def make_durable(self, keys: list[str], *, drop_cache: bool = False) -> None:
         """Make keys written through the zarr store durable (local disk only).
@@ -416,7 +422,8 @@ def open_target(
         raise InputError(
             "the output path is empty, which would mean the current directory; name a new folder such as out.zarr"
         )
-    if text.startswith("file://"):
+    url = text.startswith("file://")
+    if url:
         text = text[len("file://") :]
     if "://" in text:
         if storage_options is not None and not isinstance(storage_options, dict):
@@ -437,7 +444,7 @@ def open_target(
         return StoreTarget(zstore, text, storage_options, follow=follow)
     if storage_options:
         raise InputError(f"{arg('storage_options')} apply only to URLs such as s3://bucket/out.zarr, not to {text!r}")
-    root = Path(text).expanduser().absolute()
+    root = (Path(text).expanduser() if url else Path(text)).absolute()  # a path is taken as open() takes it
     if root.exists() and not root.is_dir():
         if read_only:  # a reader's: the path is wrong, not the output's place
             raise NoOutputError(f"{text} is a file, not a streamacc output (an output is a folder); check the path")

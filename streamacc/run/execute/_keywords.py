@@ -28,7 +28,7 @@ class WriteKeywords(TypedDict, total=False):
     unroll: int | bool
     reverse: bool
     save_every: int
-    names: Sequence[str] | str | None
+    names: Sequence[str] | Mapping[str, str] | str | None
     dims: Mapping[str, Sequence[str]] | None
     chunks: Any
     codec: str

@@ -2,7 +2,8 @@
 for (``_request``), its layout (``_layout``: dimensions and chunks; ``_time``: the time axis), the
 output it must produce (``_spec``), a run's plan and output as every writer derives them
 (``_planning``), opening it new, overwritten, resumed or extended (``_open``, ``_extend``,
-``_debris``), and its in-order commits (``_output``).
+``_debris``), its in-order commits (``_output``), and whether the store still holds what they
+committed (``_present``).
 
 These are the names the other rooms and wings use; each is imported on first use.
 """

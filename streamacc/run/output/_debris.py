@@ -39,11 +39,12 @@ def only_leftovers(target: Target) -> bool:
 
 
 def written_by_a_run(names: list[str]) -> Callable[[str], bool]:
-    """Whether a key is one a run with arrays ``names`` writes: root and array metadata, chunks, bookkeeping."""
+    """Whether a key is one a run with arrays ``names`` writes: root and array metadata, chunks, and the nodes and
+    chunks of the bookkeeping (the manifest, block records, summaries: every ``zarr.json`` and chunk under it)."""
     fixed = {"zarr.json", MANIFEST_KEY, *(f"{name}/zarr.json" for name in names)}
     chunks = re.compile(rf"^(?:{'|'.join(map(re.escape, names))})/c(?:/\d+)+$") if names else None
-    records = re.compile(rf"^{BOOKKEEPING}/records_\d+/zarr\.json$")
-    return lambda key: key in fixed or bool(records.match(key) or (chunks and chunks.match(key)))
+    bookkeeping = re.compile(rf"^{BOOKKEEPING}/(?:[A-Za-z0-9_]+/)*(?:zarr\.json|c(?:/\d+)+)$")
+    return lambda key: key in fixed or bool(bookkeeping.match(key) or (chunks and chunks.match(key)))
 
 
 def remove_partial_writes(target: Target, names: list[str]) -> list[str]:

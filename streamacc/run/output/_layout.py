@@ -44,7 +44,7 @@ CHUNK_BYTES = 2 * 2**20
 MAX_DEFAULT_CHUNK_BYTES = 64 * 2**20
 """The largest chunk the default makes (a whole block of rows with few values)."""
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def array_dims(
@@ -93,12 +93,12 @@ def _check_dims_arg(dims: Any, shapes: Mapping[str, tuple[int, ...]]) -> dict[st
     checked: dict[str, tuple[str, ...]] = {}
     for name, given in dims.items():
         names = (given,) if isinstance(given, str) else tuple(given) if isinstance(given, Sequence) else None
-        if names is None or any(not isinstance(d, str) or not _NAME.match(d) for d in names) or (
+        if names is None or any(not isinstance(d, str) or not _NAME.fullmatch(d) for d in names) or (
             len(set(names)) != len(names)
         ):
             raise InputError(
-                f"{arg('dims')} for output {name!r} must be a list of distinct names (letters, digits, '_'), "
-                f"got {dims[name]!r}; pass e.g. {example}"
+                f"{arg('dims')} for output {name!r} must be a list of distinct names (ASCII letters, digits and '_', "
+                f"not beginning with a digit), got {dims[name]!r}; pass e.g. {example}"
             )
         clash = sorted(RESERVED & set(names))
         if clash:

@@ -165,11 +165,11 @@ def _exists(o: Opening) -> Output:
 def _foreign(o: Opening) -> Output:
     what = "streamacc output (it has no readable streamacc manifest)"
     if o.mode == "create":
-        raise OutputExistsError(f"{o.target.label} exists and is not a {what}; choose another output path")
+        raise OutputExistsError(f"{o.target.label} exists and is not a {what}; {o.target.elsewhere()}")
     refuse = "will not delete it" if o.mode == "overwrite" else "cannot continue it"
     raise (OutputExistsError if o.mode == "overwrite" else ResumeError)(
-        f"{o.target.label} exists and is not a {what}, so {arg('mode', o.mode)} {refuse}; choose another output "
-        "path, or remove it yourself"
+        f"{o.target.label} exists and is not a {what}, so {arg('mode', o.mode)} {refuse}; {o.target.elsewhere()}, "
+        "or remove it yourself"
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set as AbstractSet
 from typing import Any
 
 from ..._defaults import DEFAULT_CODEC
@@ -39,9 +39,15 @@ def _attrs(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
     return checked
 
 
-def _names(names: Sequence[str] | str | None) -> str | tuple[str, ...] | None:
+def _names(names: Sequence[str] | Mapping[str, str] | str | None) -> str | tuple[str, ...] | dict[str, str] | None:
     if names is None or isinstance(names, str):
         return names
+    if isinstance(names, Mapping):
+        return dict(names)  # applied by key, once f's outputs are known
+    if isinstance(names, AbstractSet):
+        raise InputError(f"{arg('names')} must be a list of names in the order of f's outputs, or a dict from each "
+                         f"output's key to its name, not a set, which has no order; pass e.g. "
+                         f"{arg('names', {'a': 'x', 'b': 'v'})}")  # fmt: skip
     try:
         return tuple(names)
     except TypeError:
@@ -81,8 +87,11 @@ class Layout:
 
     Parameters
     ----------
-    names : str or sequence of str, optional
-        One array name per leaf of ``y``; by default the dict keys of ``y``, or ``y``.
+    names : str, sequence of str or dict, optional
+        The arrays' names: one per leaf of ``y``, in the order of its leaves (a dict's
+        sorted keys), or a dict from each leaf's key to its name (``{"u": "velocity"}``),
+        applied by key. By default the dict keys of ``y`` (nested keys joined by ``_``), or
+        ``y``. A name is at most 64 ASCII letters, digits and ``_``, beginning with a letter.
     dims : dict, optional
         Names of each array's axes after ``step``, e.g. ``{"u": ["x"]}``; by default
         ``{name}_dim_1``, ...
@@ -117,7 +126,7 @@ class Layout:
 
     Attributes
     ----------
-    names : str, tuple of str or None
+    names : str, tuple of str, dict or None
         The array names, as given.
     dims : dict or None
         The dimension names by array.
@@ -151,7 +160,7 @@ class Layout:
     streamacc.errors.InputError: virtual must be True or False, got 'yes'
     """
 
-    names: str | tuple[str, ...] | None = None
+    names: str | tuple[str, ...] | dict[str, str] | None = None
     dims: Mapping[str, Sequence[str]] | None = None
     chunks: Any = None
     codec: str = DEFAULT_CODEC

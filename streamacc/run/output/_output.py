@@ -23,6 +23,7 @@ from ..record import BlockRecord, Ledger, Manifest, describe_nonfinite, encode_l
 from ..threads import check_stop
 from ..trust import bookkeeping_listing
 from ._debris import remove_partial_writes
+from ._present import missing_from_store
 from ._spec import OutputSpec
 
 __all__ = ["PUBLISH_SECONDS", "BlockResult", "Output"]
@@ -245,12 +246,23 @@ class Output:
         """Mark the run complete, in the manifest and then in the root attributes."""
         if self._waiting:
             self._commit_waiting()
+        self._check_kept()
         if self.summaries is None:
             self._save(complete=True)
         else:
             self._save(complete=True, summaries=self.summaries.finish())
         self.publish(force=True)
         self.target.checkpoint(self._progress(), final=True, tag=f"{self.manifest.length}-steps")
+
+    def _check_kept(self) -> None:
+        """Refuse to call the run complete where the store lost what it committed (the output removed meanwhile)."""
+        gone = missing_from_store(self.target, self.manifest, self.sink, self.summaries)
+        if gone is not None:
+            raise StoreError(
+                f"{self.target.label} no longer holds what this run committed ({gone}): the output was removed or "
+                f"changed while the run wrote, so it is not marked complete; start afresh with "
+                f"{arg('mode', 'overwrite')}"
+            )
 
     def _progress(self) -> str:
         """A commit's message in a transactional store: the steps it commits."""
@@ -308,6 +320,15 @@ class Output:
             return StoreError(
                 f"{what}, and the store no longer holds them (its manifest is gone or commits {steps} steps): the "
                 f"output is lost; start afresh with {arg('mode', 'overwrite')}"
+            )
+        try:
+            gone = missing_from_store(self.target, self.manifest, self.sink, self.summaries) if committed else None
+        except Exception:  # the store cannot be read now: the resume checks them first
+            gone = None
+        if gone is not None:
+            return StoreError(
+                f"{what}, and the store no longer holds them ({gone}): the output is lost; start afresh with "
+                f"{arg('mode', 'overwrite')}"
             )
         return StoreError(f"{what}; those steps are safely committed: fix the cause and rerun with {resume}")
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -60,31 +61,79 @@ class OutputSpec:
         return rows * sum(math.prod(shape[1:]) * dtype.itemsize for shape, dtype in self.arrays.values())
 
 
-def output_names(y_struct: Any, names: Sequence[str] | str | None) -> list[str]:
-    """One array name per leaf of ``y``: from ``names``, from dict keys, or ``y`` for one leaf."""
-    paths = [path for path, _ in jax.tree_util.tree_leaves_with_path(y_struct)]
-    if names is not None:
-        names = [names] if isinstance(names, str) else list(names)
-        if len(names) != len(paths):
+NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+"""An output array's name: a folder of its own in every store, so plain ASCII, and short."""
+
+NAME_RULE = "at most 64 ASCII letters, digits and '_', beginning with a letter"
+
+
+def _leaf_names(paths: list[Any]) -> list[str]:
+    """The name each leaf of ``y`` gets by default: its dict keys (joined by '_'), or ``y`` for one leaf."""
+    if len(paths) == 1 and not paths[0]:
+        return ["y"]
+    names = [jax.tree_util.keystr(p, simple=True, separator="_") for p in paths]
+    return [n if n and not n[0].isdigit() else f"y_{n}" for n in names]
+
+
+def _listed(keys: list[Any], what: str) -> list[str]:
+    return [f"{', '.join(map(repr, keys))} {'is' if len(keys) == 1 else 'are'} {what}"] if keys else []
+
+
+def _renamed(leaves: list[str], names: Mapping[Any, Any]) -> list[Any]:
+    """The names a mapping ``{leaf: name}`` gives the leaves, applied by key."""
+    unknown = [key for key in names if key not in leaves]
+    missing = [leaf for leaf in leaves if leaf not in names]
+    if unknown or missing:
+        example = {leaf: names.get(leaf, leaf) for leaf in leaves}
+        raise InputError(
+            f"{arg('names')} as a dict renames f's outputs by key, so its keys must be exactly theirs "
+            f"({', '.join(leaves)}): {' and '.join(_listed(unknown, 'not among them') + _listed(missing, 'missing'))}; "
+            f"pass e.g. {arg('names', example)}"
+        )
+    return [names[leaf] for leaf in leaves]
+
+
+def _in_order(names: list[Any], leaves: list[str]) -> None:
+    """Refuse a list that gives one leaf the name of another: names in a list follow y's leaves in order."""
+    for i, name in enumerate(names):
+        if name in leaves and leaves.index(name) != i:
             raise InputError(
-                f"{arg('names')} has {len(names)} entries but f's y has {len(paths)} leaves; give one per leaf"
+                f"{arg('names')} would store output {leaves[i]!r} of f under {name!r}, the key of another of its "
+                f"outputs: a list of names follows f's outputs in order ({', '.join(leaves)}); leave {arg('names')} "
+                f"out to name each by its key, or rename by key with a dict, e.g. {arg('names', {leaves[i]: name})}"
             )
-    elif len(paths) == 1 and not paths[0]:
-        names = ["y"]
+
+
+def _shown(name: Any) -> str:
+    return f"{name[:32]!r}... ({len(name)} characters)" if isinstance(name, str) and len(name) > 70 else repr(name)
+
+
+def output_names(y_struct: Any, names: Sequence[str] | Mapping[str, str] | str | None) -> list[str]:
+    """One array name per leaf of ``y``: from ``names`` (in leaf order, or a dict by key), from dict keys, or ``y``."""
+    leaves = _leaf_names([path for path, _ in jax.tree_util.tree_leaves_with_path(y_struct)])
+    if names is None:
+        chosen: list[Any] = leaves
+    elif isinstance(names, Mapping):
+        chosen = _renamed(leaves, names)
     else:
-        names = [jax.tree_util.keystr(p, simple=True, separator="_") for p in paths]
-        names = [n if n and not n[0].isdigit() else f"y_{n}" for n in names]
-    for name in names:
-        if not isinstance(name, str) or not name or "/" in name or name.startswith(("_", ".")) or name == "zarr.json":
-            raise InputError(f"output name {name!r} is not allowed; use letters, digits and '_', not starting with '_'")
+        chosen = [names] if isinstance(names, str) else list(names)
+        if len(chosen) != len(leaves):
+            raise InputError(
+                f"{arg('names')} has {len(chosen)} entries but f's y has {len(leaves)} leaves; give one per leaf"
+            )
+        _in_order(chosen, leaves)
+    for name in chosen:
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            how = f"name it with {arg('names')}" if names is None else f"choose another in {arg('names')}"
+            raise InputError(f"output name {_shown(name)} is not allowed: use {NAME_RULE} ({how})")
         if name in RESERVED:
             raise InputError(
                 f"output name {name!r} is the name of a coordinate streamacc gives every output; name it otherwise "
                 f"with {arg('names')} (or another key in the dict f returns)"
             )
-    if len(set(names)) != len(names):
-        raise InputError(f"output names must be unique, got {names}")
-    return names
+    if len(set(chosen)) != len(chosen):
+        raise InputError(f"output names must be unique, got {chosen}")
+    return list(chosen)
 
 
 def _check_array_attrs(array_attrs: dict[str, dict[str, Any]], names: list[str]) -> dict[str, dict[str, Any]]:

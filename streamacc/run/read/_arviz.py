@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["to_arviz"]
 
 CHAIN, DRAW = "chain", "draw"
+FIRST_STEP, SAVE_EVERY = "streamacc_first_step", "streamacc_save_every"
 NEEDS = "pip install 'streamacc[arviz]'"
 
 
@@ -87,9 +88,13 @@ def to_arviz(
     xarray.DataTree
         Groups ``posterior`` and, where ``sample_stats`` names arrays, ``sample_stats``,
         each a Dataset on coordinates ``chain`` (0, 1, ...) and ``draw`` (0, 1, ...) with
-        the output's attributes, which the tree's root holds too
-        (``streamacc_first_step``: the step of draw 0, and ``streamacc_save_every`` where
-        the run kept every k-th step: draw d is step ``first + d * k``).
+        the output's attributes, which the tree's root holds too, and two that say which
+        step each draw is: ``streamacc_first_step``, the step of draw 0, and
+        ``streamacc_save_every``, k where the draws are every k-th step (draw d is step
+        ``first + d * k``; absent where k is 1). They describe the draws handed over: a
+        selection of every 7th row of an output that kept every 10th step has k = 70;
+        where the draws are not evenly spaced forward in steps (a reversed or uneven
+        selection) both are left out.
         What was committed when it was read is in each group's ``encoding``, as
         :func:`streamacc.open` puts it.
 
@@ -136,14 +141,37 @@ def to_arviz(
     stats = _stat_names(sample_stats, names)
     posterior = _var_names(var_names, names, stats)
     chain = _chain_dim(chain_dim, ds)
-    first = int(ds["step"][0]) if ds.sizes["step"] and "step" in ds.coords else 0
-    attrs = {**ds.attrs, "streamacc_first_step": first}
+    attrs = {k: v for k, v in ds.attrs.items() if k not in (FIRST_STEP, SAVE_EVERY)}
+    attrs.update(_draw_steps(ds))
     groups = {"posterior": _group(xr, ds, {n: n for n in posterior}, chain, attrs)}
     if stats:
         groups["sample_stats"] = _group(xr, ds, stats, chain, attrs)
     tree: xarray.DataTree = xr.DataTree.from_dict(groups)
     tree.attrs = dict(attrs)
     return tree
+
+
+def _draw_steps(ds: Any) -> dict[str, int]:
+    """The attributes that say which step each draw is: draw d is step ``first + d * k`` (``k`` left out where it
+    is 1). None where the draws are not evenly spaced forward in steps (a reversed or an uneven selection), or have
+    no step labels: no attribute is better than a wrong one."""
+    if "step" not in ds.indexes or not ds.sizes["step"]:
+        return {}
+    import pandas as pd
+
+    index = ds.indexes["step"]  # a RangeIndex wherever the steps are evenly spaced: no label is materialised
+    if isinstance(index, pd.RangeIndex):
+        first, stride = int(index.start), int(index.step)
+    else:
+        steps = np.asarray(index, dtype=np.int64)
+        first, stride = int(steps[0]), int(steps[1] - steps[0]) if len(steps) > 1 else 1
+        if np.any(np.diff(steps) != stride):
+            return {}
+    if len(index) == 1:
+        return {FIRST_STEP: first}
+    if stride <= 0:
+        return {}
+    return {FIRST_STEP: first, **({SAVE_EVERY: stride} if stride != 1 else {})}
 
 
 def _xarray() -> Any:

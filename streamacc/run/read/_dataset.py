@@ -67,7 +67,9 @@ def open(
     xs : pytree of arrays, optional
         With ``f``, the inputs the run was written with.
     storage_options : dict, optional
-        fsspec options for a URL ``store`` (endpoint, credentials).
+        fsspec options for a URL ``store`` (endpoint, credentials); for an Icechunk
+        repository, ``ref``: the branch, tag or snapshot id to read (``"branch:NAME"`` or
+        ``"tag:NAME"`` where a name is both).
     chunks : "auto", int, tuple, dict or None, default "auto"
         dask chunks, as ``xarray.open_zarr`` takes them. ``"auto"`` gives whole stored
         chunks near dask's preferred size (for a virtual output, a block per dask chunk,
