@@ -5,8 +5,8 @@ writes that follow: a chunk's write makes its folders again, and a manifest writ
 the removal counts the blocks written before it. So before the run is marked complete,
 and before a failed run is told that its steps are safely committed, the store is asked
 for what every reader needs first, cheaply: the manifest, each array's and each summary
-level's metadata, and the chunks of the first and the last committed block (4 bytes each,
-against their records).
+level's metadata, the kept carries' arrays, and the chunks of the first and the last
+committed block and of the carries kept after them (4 bytes each, against their records).
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ def missing_from_store(target: Target, manifest: Manifest, sink: ZarrSink, summa
     """What of the committed output ``manifest`` describes the store no longer holds, in words; None when it
     holds all that was asked."""
     keys = [MANIFEST_KEY, *(f"{name}/zarr.json" for name in sink.arrays)]
+    if not manifest.v2:  # the kept carries' arrays, which a resume starts from
+        carries = Ledger(target).carries(manifest)
+        keys += [f"{carries.path(i)}/zarr.json" for i in range(len(carries.leaves))]
     if summaries is not None:
         keys += summaries.store.metadata_keys()
     for key in keys:
@@ -34,7 +37,9 @@ def missing_from_store(target: Target, manifest: Manifest, sink: ZarrSink, summa
     if not blocks:
         return None
     try:
-        problem = trailer_problem(target, Ledger(target), sink, blocks, manifest.identity.get("save_every", 1))
+        problem = trailer_problem(
+            target, Ledger(target), sink, blocks, manifest.identity.get("save_every", 1), manifest
+        )
     except VerifyError:  # a block's record, gone with the rest
         return f"the records of blocks {', '.join(map(str, blocks))} are missing or damaged"
     if problem is None:
