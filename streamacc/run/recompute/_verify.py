@@ -38,7 +38,16 @@ from ...errors import ResumeError, VerifyError, arg, one_line
 from ...store import Target, ZarrSink, compare_chunks, open_target
 from ...summaries import BlockPieces, Summaries, SummaryCheck, SummaryPlan
 from ..output import Output
-from ..record import BlockRecord, Ledger, Manifest, decode_leaves, describe_function, load_manifest, same_function
+from ..record import (
+    BlockRecord,
+    Ledger,
+    Manifest,
+    changed_values,
+    decode_leaves,
+    fingerprint,
+    load_manifest,
+    same_function,
+)
 from ..threads import interruptible, on_own_thread, run_ordered
 from ..trust import arrays_problem, check_settled_root, trailer_problem, trusted_manifest
 
@@ -374,10 +383,12 @@ def check_recomputed(output: Output, plan: Plan, block: Block, carry: list[HostL
 def check_function(manifest: Manifest, f: Step, label: str) -> None:
     """Refuse a step function ``f`` that is not the one the output of ``manifest`` (at ``label``) records."""
     recorded = manifest.identity.get("function")
-    if not same_function(recorded, describe_function(f), label):
+    current, values = fingerprint(f)
+    if not same_function(recorded, current, label):
+        changed = changed_values(manifest.identity, {"function": current, "function_values": values})
         raise VerifyError(
-            f"{label} was written by {recorded}, not {describe_function(f)}; pass the step function (and the "
-            "values it uses) that wrote it"
+            f"{label} was written by {recorded}, not {current}{f' ({changed})' if changed else ''}; pass the step "
+            "function (and the values it uses) that wrote it"
         )
 
 
