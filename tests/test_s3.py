@@ -114,6 +114,9 @@ def test_a_second_writer_is_refused_while_the_first_lives(s3_bucket, capsys):
                 and f"pid {writer.pid} " in err
                 and f"with {flag}" in err
             )
+        assert main(["verify", url, *s3_args(s3_bucket), "--blocks", "1"]) == 0  # a reader is not refused
+        said = capsys.readouterr().out
+        assert f"pid {writer.pid} holds its writer lock and is writing it now" in said and "--resume" not in said
         assert writer.poll() is None  # undisturbed
     finally:
         writer.send_signal(signal.SIGCONT)

@@ -231,12 +231,25 @@ def cmd_verify(args: argparse.Namespace) -> int:
     summaries = f"; {report.summary_windows} summary windows match" if report.summary_windows else ""
     committed = report.committed_blocks
     fewer = f" (the output has only {committed})" if isinstance(blocks, int) and blocks > committed else ""
+    writer = None if report.complete else _writer(args.out, storage_options(args.storage_option))
+    state = (", complete" if report.complete else ", incomplete: resume with " + arg("mode", "resume")
+             if writer is None else f", incomplete: {writer} holds its writer lock and is writing it now; verify "
+             "it again once that run ends")  # fmt: skip
     _out(cli_terms(
         f"{args.out}: OK, {len(report.checked_blocks)} of {committed} committed blocks{fewer} recomputed "
-        f"bit for bit ({report.committed_steps} of {report.total_steps} steps committed"
-        f"{', complete' if report.complete else ', incomplete: resume with ' + arg('mode', 'resume')}){summaries}"
+        f"bit for bit ({report.committed_steps} of {report.total_steps} steps committed{state}){summaries}"
     ))  # fmt: skip
     return 0
+
+
+def _writer(out: str, options: dict[str, Any] | None) -> str | None:
+    """Who is writing ``out`` now (its lock or lease tells), or None; a question that fails answers None."""
+    from ..store import open_target
+
+    try:
+        return open_target(out, storage_options=options, read_only=True).writer()
+    except Exception:
+        return None
 
 
 def cmd_materialize(args: argparse.Namespace) -> int:

@@ -33,7 +33,7 @@ from typing import Any
 from zarr.abc.store import Store
 
 from ..errors import InputError, LockedError, NoOutputError, StoreError, arg, one_line
-from ._files import DirLock
+from ._files import DirLock, flock_holder
 from ._sessionstore import SessionStore
 from ._storetarget import KeysInStore
 from ._target import TAIL_BATCH, Target, being_written, sync
@@ -315,6 +315,9 @@ class IcechunkTarget(KeysInStore):
                     self.commit("streamacc: the writer stopped")
                 raise
             self.commit("streamacc: the writer stopped")
+
+    def writer(self) -> str | None:
+        return flock_holder(self.local) if self.local is not None and self.local.is_dir() else None
 
     @contextlib.contextmanager
     def _folder_lock(self, command: str) -> Iterator[None]:
