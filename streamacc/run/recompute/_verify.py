@@ -34,7 +34,7 @@ from ...engine import (
     step_of,
     to_host,
 )
-from ...errors import ResumeError, VerifyError, arg, one_line
+from ...errors import InputError, ResumeError, VerifyError, arg, one_line
 from ...store import Target, ZarrSink, compare_chunks, open_target
 from ...summaries import BlockPieces, Summaries, SummaryCheck, SummaryPlan
 from ..output import Output
@@ -410,7 +410,7 @@ def plan_for(manifest: Manifest, f: Step, init: Any, xs: Any) -> Plan:
 @interruptible
 def verify(
     store: Any,
-    f: Step | ScanSpec,
+    f: Step | ScanSpec | None = None,
     init: Any = None,
     xs: Any = None,
     *,
@@ -466,7 +466,7 @@ def verify(
     streamacc.errors.NoOutputError
         Nothing is there, or no streamacc output.
     streamacc.errors.InputError
-        ``blocks`` is not "all" or a positive integer.
+        ``f`` or ``init`` is missing, or ``blocks`` is not "all" or a positive integer.
 
     Examples
     --------
@@ -491,6 +491,12 @@ def verify(
     streamacc.errors.VerifyError: checked.zarr was written by __main__.step code:... values:..., not __main__.other
     code:... values:...; pass the step function (and the values it uses) that wrote it
     """
+    if f is None:
+        raise InputError(
+            "verify recomputes the output's blocks, so it needs the step function that wrote it and its initial "
+            "carry: pass streamacc.verify(store, f, init) (and xs, if the run had inputs), or a ScanSpec holding "
+            "them; an output of `streamacc write` is verified by `streamacc verify PATH`"
+        )
     f, init, xs = step_of(f, init, xs, needs_init=True)
     target = open_target(store, storage_options=storage_options, read_only=True)
     check_function(load_manifest(target), f, target.label)
