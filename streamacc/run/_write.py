@@ -98,9 +98,11 @@ def write(
         ``virtual``) and of where the blocks run (``client``, ``inflight``), given alone:
         ``write(path, f, init, length=n, names="x", client=c)`` is ``write(path, f, init,
         length=n, layout=Layout(names="x"), executor=Dask(c))``. A block left unsized
-        holds about 32 MiB of ys; a resumed or extended run keeps the block size it was
-        begun with. ``unroll`` is part of the result's identity (it can change the last
-        bits).
+        holds about 32 MiB of ys, four times :func:`~streamacc.iter_blocks`'s 8 MiB: each
+        written block also pays its chunk files, their fsync, its checksums and its commit,
+        which larger blocks amortise (a block in memory pays only its dispatch); a resumed
+        or extended run keeps the block size it was begun with. ``unroll`` is part of the
+        result's identity (it can change the last bits).
 
     Returns
     -------
