@@ -68,6 +68,14 @@ def test_a_lazy_export_is_listed_once_as_an_import_type_checkers_read(tmp_path):
         listed_exports(str(bad))
 
 
+def test_dir_of_streamacc_is_its_public_names():
+    import streamacc
+
+    assert dir(streamacc) == sorted(streamacc.__all__)
+    assert not {"TYPE_CHECKING", "annotations", "lazy_exports"} & set(dir(streamacc))
+    assert all(getattr(streamacc, name) is not None for name in streamacc.__all__)  # each still imports
+
+
 DEVELOPERS_EXTRAS = {"test", "bench", "docs"}
 """Extras for working on streamacc, not for using it."""
 
