@@ -243,6 +243,26 @@ def wait_for_steps(proc: Popen, path: Path, steps: int, timeout: float = 120.0) 
         time.sleep(0.005)
 
 
+# the command line as its own program, with Python's report of a fatal signal on (as PYTHONFAULTHANDLER=1 turns it on)
+AS_A_PROGRAM = "import faulthandler, sys\nfaulthandler.enable()\nfrom streamacc.cli import main\nsys.exit(main())\n"
+
+
+@pytest.mark.slow
+def test_commands_on_a_repository_exit_cleanly_whatever_icechunks_threads_do(tmp_path):
+    """Icechunk's threads, about as the interpreter exited, aborted about one `info` in 15 after its answer on a
+    busy machine (SIGABRT, "Fatal Python error: Aborted"): 20 processes, 4 at a time, each exits with 0."""
+    url = f"icechunk://{tmp_path / 'repo'}"
+    assert main(["write", url, *SMALL, "--no-progress"]) == 0
+    runs = []
+    for _ in range(5):
+        batch = [Popen([sys.executable, "-c", AS_A_PROGRAM, "info", url], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True) for _ in range(4)]  # fmt: skip
+        runs += [(proc.returncode, out, err) for proc in batch for out, err in [proc.communicate(timeout=120)]]
+    for code, out, err in runs:
+        assert (code, err) == (0, ""), err[-2000:]
+        assert out.startswith(f"{url}: 5000 of 5000 steps committed, complete")
+
+
 @pytest.mark.slow
 def test_sigkill_between_commits_then_resume_is_the_uninterrupted_run(tmp_path, plain):
     repo_path = tmp_path / "repo"

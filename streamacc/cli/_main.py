@@ -364,6 +364,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # what it computes would be discarded anyway; left to run into the interpreter's exit, its thread
         # would be ended inside XLA, which aborts the process (SIGABRT) after the one line was printed
         _exit_now(code)
+    if own_process and "icechunk" in sys.modules:
+        # Icechunk's runtime threads, still about as the interpreter finalizes, can abort it (SIGABRT, a bus
+        # error) after the command's answer; whatever the command wrote is committed by now
+        _exit_now(code)
     return code
 
 
