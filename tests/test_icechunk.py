@@ -226,6 +226,29 @@ def test_refusals_are_one_line(tmp_path, capsys, monkeypatch):
         streamacc.open(f"icechunk://{tmp_path}")
 
 
+def test_a_write_given_a_ref_is_refused_before_anything_is_written(tmp_path, capsys):
+    """A writer commits to a branch: ``ref`` (what a reader opens) extended main and then read the tag for its
+    summary ("nothing to write, all 65536 steps were committed already")."""
+    url = f"icechunk://{tmp_path / 'repo'}"
+    assert main(["write", url, *SMALL, "--no-progress"]) == 0
+    head, tags = repository(tmp_path / "repo").lookup_branch("main"), repository(tmp_path / "repo").list_tags()
+    capsys.readouterr()
+    for flag in ("--extend", "--overwrite"):
+        argv = ["write", url, "--size", "10000", "--block-size", "512", flag, "--storage-option", "ref=main-5000-steps"]
+        assert main([*argv, "--no-progress"]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err == (
+            "streamacc: error: --storage-option ref=main-5000-steps names what a reader opens (a branch, tag or "
+            "snapshot), and a write commits to a branch: pass --storage-option branch=NAME instead (main by default)\n"
+        )
+    with pytest.raises(InputError, match=r"storage_options=\{'ref': 'main'\} names what a reader opens"):
+        streamacc.write(url, lambda c, _: (c + 1.0, c), np.float64(0.0), length=10, mode="overwrite",
+                        storage_options={"ref": "main"}, progress=False)  # fmt: skip
+    repo = repository(tmp_path / "repo")
+    assert repo.lookup_branch("main") == head and repo.list_tags() == tags  # nothing committed
+    assert streamacc.info(url, storage_options={"ref": "main-5000-steps"}).committed_steps == 5000  # readers take it
+
+
 def frequent_writer(url: str, args: list[str], *, resume: bool = False, script: str = FREQUENT) -> Popen:
     flags = ["--resume"] if resume else []
     return Popen(

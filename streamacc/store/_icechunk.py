@@ -357,6 +357,12 @@ def icechunk_target(store: Any, *, storage_options: dict[str, Any] | None = None
     """
     if storage_options is not None and not isinstance(storage_options, dict):
         raise InputError(f"{arg('storage_options')} must be a dict, got {type(storage_options).__name__}")
+    if not read_only and storage_options and storage_options.get("ref") is not None:
+        raise InputError(
+            f"{arg('storage_options', {'ref': storage_options['ref']})} names what a reader opens (a branch, tag or "
+            f"snapshot), and a write commits to a branch: pass {arg('storage_options', {'branch': 'NAME'})} "
+            "instead (main by default)"
+        )
     ic = _icechunk()
     if isinstance(store, ic.Repository):
         options = _options(storage_options, (), "a repository")
