@@ -229,6 +229,11 @@ def overview_table(
     ident = manifest.identity
     summaries = Summaries.load(target, ident, manifest.summaries, manifest.committed_rows)
     if summaries is None:
+        if not ident["arrays"]:
+            raise NoOutputError(
+                f"{target.label} holds no output array (its step returns no y: the run keeps its carries only), so "
+                "there is nothing to summarise; streamacc.open(path) gives its committed steps"
+            )
         if ident.get("reverse"):
             fix = "a reverse scan, which writes none); read its data with streamacc.open(path)"
         else:
