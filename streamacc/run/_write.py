@@ -21,7 +21,7 @@ from ..engine import Carry, ScanSpec, as_spec, check_memory, from_host, to_host
 from ..errors import StoreError, StreamaccWarning, arg
 from ..store import describe_store_failure, is_store_failure, open_target
 from .execute import Dask, Local, Progress, WriteKeywords, executor_for, split_keywords
-from .output import Layout, Mode, again, check_request, open_output, plan_output
+from .output import Layout, Mode, again, check_request, check_written_length, open_output, plan_output
 from .recompute import check_resumable, recomputed_rows
 from .threads import interruptible
 
@@ -140,6 +140,8 @@ def write(
     >>> carry = streamacc.write("gp.zarr", step, np.float64(1.0), length=2**21, mode="extend", progress=False)
     """
     scan_keywords, layout, where = split_keywords(layout, executor, keywords)
+    if length is not None:
+        check_written_length(length)  # before the scan's own check, which takes 0
     scan_spec = as_spec(f, init, xs, length=length, **scan_keywords)
     planned = plan_output(scan_spec, check_request(mode=mode, layout=layout, reverse=scan_spec.reverse), store,
                           storage_options)  # fmt: skip

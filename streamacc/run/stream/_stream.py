@@ -193,11 +193,11 @@ class Stream:
                 f"{f!r:.40} ({type(f).__name__}); pass the function lax.scan would take"
             )
         scan_keywords, checked_layout, where = split_keywords(layout, None, given, who="Stream")
+        check_written_length(length)  # before the scan's own check, which takes 0
         scan = {**SCAN_DEFAULTS, **scan_keywords, "length": length}
         n, _, _, reverse, _ = check_scan_keywords(
             scan["length"], scan["block_size"], scan["unroll"], scan["reverse"], scan["save_every"]
         )
-        check_written_length(n)
         self.store = store
         self.length = n
         self._f = f
