@@ -41,5 +41,13 @@ if TYPE_CHECKING:
         write as write,
     )
 
-__getattr__, __dir__, _lazy = lazy_exports(__name__, __file__)
+__getattr__, _, _lazy = lazy_exports(__name__, __file__)
 __all__ = sorted(["StreamaccError", "__version__", "errors", *_lazy])
+
+
+def __dir__() -> list[str]:
+    """What a user may import: ``__all__`` (not the names this file uses to list it)."""
+    return list(__all__)
+
+
+del TYPE_CHECKING, annotations, lazy_exports

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from helpers import assert_bits_equal, read_manifest, rewind, root_says
+from helpers import assert_bits_equal, held_lock, read_manifest, rewind, root_says
 
 import streamacc
 from streamacc.cli import main
@@ -296,6 +296,11 @@ def test_info_verify_and_resume_of_an_interrupted_output(tmp_path, capsys):
     assert run_cli("verify", out) == 0
     said = capsys.readouterr().out
     assert "4 of 4 committed blocks" in said and "incomplete: resume with --resume)" in said
+    with held_lock(out):  # as a live writer holds it
+        assert run_cli("verify", out) == 0
+    said = capsys.readouterr().out
+    assert f"incomplete: pid {os.getpid()} holds its writer lock and is writing it now; verify it again once that " \
+           "run ends)" in said and "--resume" not in said  # fmt: skip
     resume = ["--resume", "--no-summaries"]
     assert run_cli("write", out, "--recipe", "randomwalk", "--size", "1000", "--block-size", "125", *resume) == 0
     assert_bits_equal(zarr.open_group(out)["x"][:], full)

@@ -18,10 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from helpers import held_lock, listing, run_warm
+from helpers import failing, held_lock, listing, run_warm
 
 import streamacc
 from streamacc.cli import main
+from streamacc.errors import StoreError
 from streamacc.store import LocalTarget
 
 LOCK = "out.zarr"  # writers lock the output folder itself
@@ -264,3 +265,29 @@ def test_resuming_where_nothing_is_says_so_and_starts(workspace, capsys, recwarn
     with pytest.warns(streamacc.errors.StreamaccWarning, match="nothing to resume at"):
         streamacc.write(workspace / "other.zarr", lambda c, _: (c * 2.0, c), np.float64(1.0), length=10,
                         progress=False, mode="resume")  # fmt: skip
+
+
+def growth(c, _):
+    return c * 1.5, c
+
+
+def test_an_interrupted_python_write_is_continued_from_python_never_by_overwriting(workspace, capfd):
+    """info, --resume and --extend of an output written from Python all point at write(mode="resume")."""
+    out = workspace / "py.zarr"
+    with pytest.raises(StoreError):  # the run stops after 2 of its 16 blocks
+        streamacc.write(failing(out, "y/c/2"), growth, np.float64(1.0), length=1000, block_size=64, progress=False)
+    before = listing(workspace)
+    assert main(["info", "py.zarr"]) == 0
+    state = capfd.readouterr().out.splitlines()[0]
+    assert state.endswith('incomplete (written from Python: continue it with streamacc.write(path, f, init, '
+                          'mode="resume"))'), state  # fmt: skip
+    for argv, mode in [(["--size", "1000", "--resume"], "resume"), (["--size", "2000", "--extend"], "extend")]:
+        assert main(["write", "py.zarr", "--no-progress", *argv]) == 2
+        err = capfd.readouterr().err
+        assert_one_error_line(err)
+        assert f"cannot {mode} py.zarr with a recipe: it was written from Python" in err
+        assert f'{mode} it from Python with streamacc.write(path, f, init' in err and "overwrite" not in err
+    assert listing(workspace) == before
+    streamacc.write(out, growth, np.float64(1.0), length=1000, block_size=64, progress=False, mode="resume")
+    want = np.concatenate([[1.0], np.multiply.accumulate(np.full(999, 1.5))])  # y is the carry before each step
+    assert np.asarray(zarr.open_array(out / "y")[...]).tobytes() == want.tobytes()

@@ -271,3 +271,42 @@ def test_an_example_that_needs_an_extra_fails_without_it_so_the_plain_run_can_fa
     assert "needs xarray: pip install 'streamacc[xarray]'" in done.stderr, done.stderr[-3000:]
     blocks = examples.find_blocks((ROOT / "README.md").read_text(), "README.md")
     assert [b.needs for b in blocks if b.lang == "python"].count(("xarray",)) == 2
+
+
+def test_the_readmes_dask_comment_counts_the_chunks_its_example_reads(tmp_path):
+    import dask.array as da
+    import numpy as np
+
+    from streamacc.cli import main
+
+    text = (ROOT / "README.md").read_text()
+    assert "$ streamacc write out.zarr --size '2**20' --block-size '2**16'" in text  # the output it reads
+    comment = (r"\[-10\*\*6:\]\.compute\(\) +# the last million values: only the chunks holding\s+# them are "
+               r"read \((\d+) of 2\*\*16 steps here; one at the headline's 2\*\*22-step chunks\)")
+    said = re.search(comment, text)
+    assert said is not None
+    out = tmp_path / "out.zarr"
+    assert main(["write", str(out), "--size", "2**20", "--block-size", "2**16", "--no-progress", "--no-summaries"]) == 0
+    last = da.from_zarr(str(out), component="x")[-(10**6) :]
+    assert last.numblocks == (int(said.group(1)),) == (-(-(10**6) // 2**16),)  # ceil(10**6 / 2**16) chunks
+    assert 10**6 <= 2**22 and bool(np.isfinite(last[-3:].compute()).all())  # the headline's: within one chunk
+
+
+def test_the_two_default_block_sizes_are_each_stated_with_why_they_differ():
+    import numpy as np
+
+    import streamacc
+    from streamacc.cli import build_parser
+
+    first = next(iter(streamacc.iter_blocks(lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**22)))
+    in_memory = f"{first.ys.nbytes // 2**20} MiB"  # what iter_blocks does by default
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    size = next(a for a in sub.choices["write"]._actions if "--block-size" in a.option_strings)
+    written = re.search(r"about (\d+ MiB) of output per block", size.help).group(1)  # what write does by default
+    assert (in_memory, written) == ("8 MiB", "32 MiB")
+    iter_doc, write_doc = (" ".join(f.__doc__.split()) for f in (streamacc.iter_blocks, streamacc.write))
+    assert f"holds about {in_memory} of ys" in iter_doc and f"write`'s blocks hold {written}" in iter_doc
+    assert f"holds about {written} of ys, four times" in write_doc and f"iter_blocks`'s {in_memory}" in write_doc
+    assert "amortise" in iter_doc and "amortise" in write_doc  # and why
+    page = " ".join((ROOT / "docs" / "guide" / "writing.md").read_text().split())
+    assert f"They default to blocks of about {in_memory}, a quarter of a write's {written}" in page

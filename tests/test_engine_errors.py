@@ -157,6 +157,36 @@ def test_init_leaf_not_an_array():
     raises(InputError, "init['b']", "str", init={"a": np.float64(1.0), "b": "x"}, length=10)
 
 
+def test_a_list_init_that_the_step_takes_for_an_array_says_a_list_is_a_pytree_of_scalars(tmp_path):
+    words = ("f failed on its carry (TypeError: can't multiply sequence", "and init is a Python list: a list is a "
+             "pytree of scalars, each number a carry leaf of its own, not an array", "pass one: init=np.asarray([...])")
+    raises(StepFunctionError, *words, init=[1.0, 2.0], length=10)  # fmt: skip
+    with pytest.raises(StepFunctionError) as refused:
+        streamacc.write(tmp_path / "out.zarr", product_step, [1.0, 2.0], length=10, progress=False)
+    assert all(word in str(refused.value) for word in words) and isinstance(refused.value.__cause__, TypeError)
+    assert not (tmp_path / "out.zarr").exists()
+
+    def sums(c, _):
+        return {"a": c["a"].sum() + c["a"]}, c["a"]
+
+    raises(StepFunctionError, "init['a'] is a Python list", "init['a']=np.asarray", f=sums, init={"a": [1.0]},
+           length=10)  # fmt: skip
+
+
+def test_a_list_init_used_as_a_list_keeps_working():
+    def pair(c, _):
+        a, b = c
+        return [a + b, b * 2.0], a
+
+    init = [np.float64(1.0), np.float64(0.5)]
+    carry, ys = streamacc.scan(pair, init, length=20, block_size=8)
+    a, b, want = 1.0, 0.5, []
+    for _ in range(20):
+        want.append(a)
+        a, b = a + b, b * 2.0
+    assert [float(c) for c in carry] == [a, b] and np.asarray(ys).tolist() == want
+
+
 def test_y_holds_prng_keys():
     def f(key, _):
         return jax.random.split(key)[0], {"k": key}

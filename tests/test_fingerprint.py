@@ -104,12 +104,48 @@ def interrupted(tmp_path):
 def test_a_changed_closed_over_parameter_is_refused_up_front(interrupted):
     before = store_files(interrupted)
     with pytest.raises(
-        streamacc.errors.ResumeError, match=r"cannot resume .*\(function: stored '.*make_step.<locals>.step"
+        streamacc.errors.ResumeError, match=r"cannot resume .*\(function: .*make_step.<locals>.step"
     ):
         write(interrupted, make_step(0.25), mode="resume")
     assert store_files(interrupted) == before
     write(interrupted, make_step(0.5), mode="resume")
     assert streamacc.verify(interrupted, make_step(0.5), np.zeros(2)).complete
+
+
+def test_a_refusal_names_the_value_that_changed(tmp_path, interrupted, monkeypatch):
+    before = store_files(interrupted)
+    with pytest.raises(streamacc.errors.ResumeError) as refused:
+        write(interrupted, make_step(0.25), mode="resume")
+    assert f"(function: {__name__}.make_step.<locals>.step's closed-over rate changed); rerun" in str(refused.value)
+    done = tmp_path / "done.zarr"
+    write(done, make_step(0.5, np.array([1.0, 2.0])))
+    with pytest.raises(streamacc.errors.ResumeError) as refused:  # a closed-over array, one value of it changed
+        streamacc.write(done, make_step(0.5, np.array([1.0, 3.0])), np.zeros(2), length=2 * LENGTH,
+                        block_size=BLOCK, progress=False, mode="extend")  # fmt: skip
+    message = str(refused.value)
+    assert f"(function: {__name__}.make_step.<locals>.step's closed-over weights changed); pass" in message
+    assert "values:" not in message
+    with pytest.raises(streamacc.errors.VerifyError, match=r"\(.*step's closed-over weights changed\); pass the"):
+        streamacc.verify(done, make_step(0.5, np.array([1.0, 3.0])), np.zeros(2))
+    glob = tmp_path / "global.zarr"
+    write(glob, with_global)
+    monkeypatch.setattr(__import__(__name__), "RATE", 0.25)
+    with pytest.raises(streamacc.errors.ResumeError, match=r"; function: .*with_global's global RATE changed\)"):
+        write(glob, with_global, mode="resume", codec="none")
+    assert store_files(interrupted) == before
+
+
+def test_an_output_that_records_no_values_by_name_resumes_and_is_refused_by_its_digest(tmp_path, interrupted):
+    ref = tmp_path / "ref.zarr"
+    write(ref, make_step(0.5))
+    manifest = read_manifest(interrupted)
+    assert sorted(manifest["identity"].pop("function_values")) == ["closed-over rate", "closed-over weights",
+                                                                    "constants", "default arguments"]  # fmt: skip
+    write_manifest(interrupted, manifest)  # as streamacc 1.0.0 wrote it
+    with pytest.raises(streamacc.errors.ResumeError, match=r"function: stored '.* values:\w+', now '.* values:\w+'"):
+        write(interrupted, make_step(0.25), mode="resume")
+    write(interrupted, make_step(0.5), mode="resume")
+    assert array_bytes(interrupted) == array_bytes(ref)
 
 
 def opaque_step(holder):

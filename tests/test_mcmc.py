@@ -355,6 +355,33 @@ def test_to_arviz_refuses_an_array_without_the_chains_and_a_dimension_named_draw
         streamacc.to_arviz(tmp_path / "draw.zarr", var_names=["x"])
 
 
+def test_an_array_named_as_arvizs_coordinates_is_refused_naming_the_rename_that_works(tmp_path):
+    pytest.importorskip("arviz")
+    out = tmp_path / "named.zarr"
+
+    def step(c, _):
+        return c + 1.0, {"x": c, "chain": 2 * c, "draw": 3 * c}
+
+    streamacc.write(out, step, np.float64(0.0), length=50, progress=False)
+    refusals = [
+        ({}, "the output has an array named 'chain' and an array named 'draw', as ArviZ names the coordinates of its "
+             "groups (chain, draw); put them in the sample_stats group under another name, e.g. "
+             "sample_stats={'chain': 'chain_value', 'draw': 'draw_value'}, or leave them out with var_names=['x']"),
+        ({"var_names": ["x"], "sample_stats": {"chain": "c", "draw": "draw"}},
+         "sample_stats gives the array 'draw' the name 'draw', as ArviZ names a coordinate of its groups (chain, "
+         "draw); name it otherwise, e.g. sample_stats={'chain': 'c', 'draw': 'draw_value'}"),
+    ]  # fmt: skip
+    for kw, said in refusals:
+        with pytest.raises(InputError) as raised:
+            streamacc.to_arviz(out, **kw)
+        assert str(raised.value) == said
+    tree = streamacc.to_arviz(out, sample_stats={"chain": "chain_value", "draw": "draw_value"})  # as advised
+    assert list(tree["posterior"].data_vars) == ["x"] and sorted(tree["sample_stats"].data_vars) == [
+        "chain_value", "draw_value"]  # fmt: skip
+    steps = np.arange(50.0)  # c before each step
+    assert tree["sample_stats"]["draw_value"].values.tolist() == [(3 * steps).tolist()]  # one chain of 50 draws
+
+
 def test_without_arviz_to_arviz_names_the_extra(chains, monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if "arviz" in name else real(name, *a))

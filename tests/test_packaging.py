@@ -66,3 +66,23 @@ def test_a_lazy_export_is_listed_once_as_an_import_type_checkers_read(tmp_path):
     bad.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import numpy\n")
     with pytest.raises(ImportError, match=r"__init__.py:3: a lazy export is `from .module import N as N`"):
         listed_exports(str(bad))
+
+
+def test_dir_of_streamacc_is_its_public_names():
+    import streamacc
+
+    assert dir(streamacc) == sorted(streamacc.__all__)
+    assert not {"TYPE_CHECKING", "annotations", "lazy_exports"} & set(dir(streamacc))
+    assert all(getattr(streamacc, name) is not None for name in streamacc.__all__)  # each still imports
+
+
+DEVELOPERS_EXTRAS = {"test", "bench", "docs"}
+"""Extras for working on streamacc, not for using it."""
+
+
+def test_getting_started_names_every_extra_a_user_installs():
+    extras = set(setup_cfg()["options.extras_require"]) - DEVELOPERS_EXTRAS
+    page = (ROOT / "docs" / "getting-started.md").read_text()
+    said = " ".join(page[page.index("The core (`pip install .`)") : page.index("## The first write")].split())
+    assert extras >= {"xarray", "plot", "s3", "dist", "icechunk", "mcmc", "arviz"}
+    assert sorted(e for e in extras if f"`{e}` (" not in said) == []

@@ -131,6 +131,34 @@ def test_an_ensemble_is_a_band_per_path_or_a_fan(tmp_path, drawn):
     assert many == ["min-max over all 50 members", "5-95% of means", "25-75% of means", "median of means"]
 
 
+def field(c, _):
+    return c + 1.0, c * jnp.ones((3, 4)) + jnp.arange(12.0).reshape(3, 4)
+
+
+@pytest.mark.parametrize(
+    ("time", "label", "first"),
+    [
+        (None, "step (windows of 16 steps)", 0.0),
+        ({"step": 0.25, "start": 2.0, "units": "s"}, "time [s] (windows of 16 steps, 4 s)", 2.0),
+        ({"step": 0.5}, "time (windows of 16 steps, 8)", 0.0),
+    ],
+)
+def test_a_field_is_the_band_over_its_dimensions_against_the_time_where_the_output_has_one(
+    tmp_path, drawn, time, label, first
+):
+    out = tmp_path / "field.zarr"
+    streamacc.write(out, field, np.float64(0.0), length=640, block_size=64, names="u", dims={"u": ["y", "x"]},
+                    time=time, summaries=[16], progress=False)  # fmt: skip
+    assert main(["plot", str(out)]) == 0
+    (ax,) = drawn[0].axes
+    assert ax.get_legend_handles_labels()[1] == ["over y and x: min-max", "over y and x: mean"]
+    assert ax.get_xlabel() == label
+    step, start = (1.0, 0.0) if time is None else (time["step"], time.get("start", 0.0))
+    assert ax.get_xlim() == (first, start + 640 * step)  # the last window ends at step 640
+    (line,) = ax.get_lines()
+    assert line.get_xdata()[1] == start + 16 * step  # the second window begins at step 16
+
+
 def test_the_picture_goes_beside_a_local_output_and_into_the_current_folder_for_a_url(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     url = f"memory://streamacc-tests/{uuid.uuid4().hex}/deep/gp.zarr"

@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 
 import dask.array as da
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -129,6 +130,33 @@ def test_open_of_a_reverse_scan_returns_the_committed_end(tmp_path):
     first = LENGTH - ds.sizes["step"]
     assert ds.step[0] == first and ds.step[-1] == LENGTH - 1 and first == 12 * BLOCK
     assert not np.isnan(ds.level.values).any()
+
+
+@pytest.mark.parametrize("y", [None, {}], ids=["None", "empty-dict"])
+def test_a_step_that_returns_no_y_opens_as_its_committed_steps(tmp_path, capsys, y):
+    """A run that keeps only its carry (from write and from a Stream): no array, its steps and time labelled."""
+
+    def carry_only(c, _):
+        return c + 1.0, y
+
+    written, streamed = tmp_path / "written.zarr", tmp_path / "streamed.zarr"
+    keywords = {"length": 1000, "block_size": 128, "progress": False, "time": {"step": 0.5, "units": "s"}}
+    assert float(streamacc.write(written, carry_only, np.float64(0.0), **keywords)) == 1000.0
+    with streamacc.Stream(streamed, carry_only, **keywords) as stream:
+        assert float(jax.jit(lambda c: stream.scan(c))(np.float64(0.0))) == 1000.0
+    for out in (written, streamed):
+        ds = streamacc.open(out)
+        assert list(ds.data_vars) == [] and dict(ds.sizes) == {"step": 1000}
+        assert ds.step.values.tolist() == list(range(1000)) and ds.time.values.tolist() == [0.5 * s for s in
+                                                                                           range(1000)]  # fmt: skip
+        assert ds.encoding["streamacc_committed_steps"] == 1000 and ds.encoding["streamacc_complete"] == 1
+        assert ds.sel(step=slice(10, 19)).sizes["step"] == 10
+        assert main(["plot", str(out)]) == 2
+        assert capsys.readouterr().err == (
+            f"streamacc: error: {out} holds no output array (its step returns no y: the run keeps its carries only), "
+            "so there is nothing to summarise; streamacc.open(path) gives its committed steps\n"
+        )
+    xr.testing.assert_identical(streamacc.open(streamed), streamacc.open(written))
 
 
 def test_open_works_on_read_only_stores_and_urls(done, tmp_path):

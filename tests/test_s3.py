@@ -28,6 +28,7 @@ from helpers import (
     committed,
     etags,
     paused_writer,
+    python,
     read_manifest,
     remote_committed,
     s3_args,
@@ -113,6 +114,9 @@ def test_a_second_writer_is_refused_while_the_first_lives(s3_bucket, capsys):
                 and f"pid {writer.pid} " in err
                 and f"with {flag}" in err
             )
+        assert main(["verify", url, *s3_args(s3_bucket), "--blocks", "1"]) == 0  # a reader is not refused
+        said = capsys.readouterr().out
+        assert f"pid {writer.pid} holds its writer lock and is writing it now" in said and "--resume" not in said
         assert writer.poll() is None  # undisturbed
     finally:
         writer.send_signal(signal.SIGCONT)
@@ -236,6 +240,38 @@ def test_object_store_mistakes_are_one_line_with_the_fix(s3_bucket, capsys, tmp_
         err = capsys.readouterr().err.splitlines()
         assert len(err) == 1 and problem in err[0] and fix in err[0] and "Traceback" not in err[0], (argv, err)
     assert s3_bucket.keys() == [] and list(tmp_path.iterdir()) == []
+
+
+S3_EXTRA = "S3 is opened through s3fs and fsspec (the s3 extra), not installed here; pip install 'streamacc[s3]'"
+WITHOUT = """
+import sys
+
+sys.modules.update(dict.fromkeys(sys.argv[1].split(",")))  # not installed: each import of them fails
+import streamacc
+from streamacc.cli import main
+
+main(["info", sys.argv[2]])
+try:
+    streamacc.info(sys.argv[2])
+except streamacc.StreamaccError as error:
+    print(error, file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(
+    ("missing", "url", "fix"),
+    [
+        ("fsspec,s3fs", "s3://bucket/out.zarr", S3_EXTRA),
+        ("s3fs", "s3://bucket/out.zarr", S3_EXTRA),
+        ("fsspec", "memory://out.zarr", "URLs are opened through fsspec, which is not installed; pip install "
+                                        "'streamacc[s3]' for S3, or pip install fsspec and the backend for memory://"),
+    ],
+)  # fmt: skip
+def test_a_url_without_the_s3_extra_names_the_extra_to_install(tmp_path, missing, url, fix):
+    done = python(WITHOUT, missing, url, cwd=tmp_path)
+    lines = done.stderr.splitlines()
+    assert lines == [f"streamacc: error: cannot open {url!r}: {fix}", f"cannot open {url!r}: {fix}"], done.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_url_whose_backend_is_missing_names_the_package(capsys):

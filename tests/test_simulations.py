@@ -178,6 +178,10 @@ def test_chunks_option(tmp_path, spec, chunks):
         (["--chunks", "step=1000", "--size", "2**14", "--block-size", "4096"],
          "--chunks step=1024 or --chunks step=512"),  # the divisors of 4096 nearest 1000, not their gcd 8
         (["--chunks", "step=8,step=4"], "--chunks 'step=8,step=4' names dimension 'step' twice"),
+        (["--chunks", "foo"], "--chunks 'foo': 'foo' is not a chunk length; each entry is a whole number of rows or "
+                              "elements (2**12 works), -1 for the whole axis, or auto: pass e.g. --chunks 4096, "
+                              "--chunks 4096,-1 or --chunks step=4096,path=-1"),
+        (["--chunks", "step=2.5"], "--chunks 'step=2.5': '2.5' is not a chunk length"),
         (["--time-start", "1"], "--time-start and --time-units need --time-step"),
         (["--time-step", "0"], "--time-step must not be 0"),
     ],

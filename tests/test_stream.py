@@ -253,6 +253,37 @@ def test_names_as_a_dict_rename_each_output_by_its_key_as_write_does(tmp_path):
     assert not (tmp_path / "set.zarr").exists()
 
 
+@pytest.mark.parametrize("f", [None, "not a function", 3.0])
+def test_a_step_that_is_not_callable_is_refused_when_the_stream_is_made(tmp_path, f):
+    with pytest.raises(StepFunctionError, match=r"f must be the step function, callable as f\(carry, x\)") as caught:
+        streamacc.Stream(tmp_path / "out.zarr", f, length=10, progress=False)
+    assert type(f).__name__ in str(caught.value) and "\n" not in str(caught.value)
+    assert not (tmp_path / "out.zarr").exists()
+
+
+def test_a_with_block_left_without_streaming_warns_that_nothing_was_written(tmp_path):
+    never = streamacc.Stream(tmp_path / "never.zarr", affine, length=100, progress=False)
+    with pytest.warns(StreamaccWarning, match=r"without a call of stream\.scan: nothing was written; call"), never:
+        pass
+    s = streamacc.Stream(tmp_path / "traced.zarr", affine, length=100, progress=False)
+    with pytest.warns(StreamaccWarning, match=r"traced but its program never run: nothing was written"), s:
+        jax.jit(lambda c: s.scan(c, inputs(100))).lower(np.float64(0.5))
+    assert not (tmp_path / "never.zarr" / "_streamacc").exists()
+    assert not (tmp_path / "traced.zarr" / "_streamacc").exists()
+
+
+def test_a_with_block_that_streams_or_fails_adds_no_warning(tmp_path, recwarn):
+    stream(tmp_path / "out.zarr", affine, np.float64(0.5), inputs(100), 100)
+    failed = streamacc.Stream(tmp_path / "failed.zarr", affine, length=100, progress=False)
+    with pytest.raises(ZeroDivisionError), failed:
+        1 / 0  # noqa: B018
+    narrowing = lambda c, x: (c.astype(jnp.float32), c)  # noqa: E731
+    refused = streamacc.Stream(tmp_path / "refused.zarr", narrowing, length=100, progress=False)
+    with refused, pytest.raises(StepFunctionError):  # the caller saw the scan fail
+        jax.jit(lambda c: refused.scan(c, inputs(100)))(jnp.float64(0.5))
+    assert not [w for w in recwarn if issubclass(w.category, StreamaccWarning)]
+
+
 def test_scan_outside_the_with_block_twice_or_after_it_is_refused(tmp_path):
     s = streamacc.Stream(tmp_path / "out.zarr", affine, length=100, progress=False)
     with pytest.raises(InputError, match=r"inside `with streamacc\.Stream"):

@@ -38,6 +38,17 @@ def test_verify_all_and_a_sample(out):
     assert sample.checked_blocks == (0, 4, 7)
 
 
+def test_verify_without_the_step_function_says_what_to_pass(out):
+    with pytest.raises(streamacc.errors.InputError) as refused:
+        streamacc.verify(out)
+    message = str(refused.value)
+    assert message.startswith("verify recomputes the output's blocks, so it needs the step function that wrote it")
+    assert "pass streamacc.verify(store, f, init) (and xs, if the run had inputs), or a ScanSpec" in message
+    assert "`streamacc verify PATH`" in message and "\n" not in message
+    with pytest.raises(streamacc.errors.InputError, match=r"init is needed with the step function f"):
+        streamacc.verify(out, step)
+
+
 def test_a_flipped_value_names_its_block(out):
     arr = zarr.open_array(out / "level", mode="r+")
     arr[5 * BLOCK + 3] = arr[5 * BLOCK + 3] + 1.0

@@ -352,6 +352,20 @@ def test_a_write_of_no_step_is_refused_as_the_command_line_refuses_size_0(tmp_pa
     assert list(streamacc.iter_blocks(const_step, INIT, length=0)) == []
 
 
+@pytest.mark.parametrize(("length", "said"), [
+    (-1, "length must be >= 1, got -1"), (0, "length must be >= 1, got 0"),
+    (np.int64(-5), "length must be >= 1, got -5"), (2.5, "length must be a whole number >= 1, got 2.5 of type float"),
+])  # fmt: skip
+def test_every_length_below_one_step_is_told_the_same_rule_by_write_and_stream(tmp_path, length, said):
+    """A negative length was told ">= 0" (the scan's rule, which takes 0) where 0 was told ">= 1" (an output's)."""
+    for make in (lambda: write(tmp_path / "w.zarr", const_step, xs=None, length=length),
+                 lambda: streamacc.Stream(tmp_path / "s.zarr", const_step, length=length)):  # fmt: skip
+        with pytest.raises(streamacc.errors.InputError) as refused:
+            make()
+        assert str(refused.value) == f"{said}; pass e.g. length=1048576"
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("keyword", ["overwrite", "resume", "extend", "chunk_size", "durable"])
 def test_keywords_of_0_2_fail_as_any_unknown_keyword(tmp_path, keyword):
     """``mode=`` replaced the three booleans, ``chunks=`` the alias ``chunk_size``; ``durable`` is gone."""

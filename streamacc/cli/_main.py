@@ -231,12 +231,25 @@ def cmd_verify(args: argparse.Namespace) -> int:
     summaries = f"; {report.summary_windows} summary windows match" if report.summary_windows else ""
     committed = report.committed_blocks
     fewer = f" (the output has only {committed})" if isinstance(blocks, int) and blocks > committed else ""
+    writer = None if report.complete else _writer(args.out, storage_options(args.storage_option))
+    state = (", complete" if report.complete else ", incomplete: resume with " + arg("mode", "resume")
+             if writer is None else f", incomplete: {writer} holds its writer lock and is writing it now; verify "
+             "it again once that run ends")  # fmt: skip
     _out(cli_terms(
         f"{args.out}: OK, {len(report.checked_blocks)} of {committed} committed blocks{fewer} recomputed "
-        f"bit for bit ({report.committed_steps} of {report.total_steps} steps committed"
-        f"{', complete' if report.complete else ', incomplete: resume with ' + arg('mode', 'resume')}){summaries}"
+        f"bit for bit ({report.committed_steps} of {report.total_steps} steps committed{state}){summaries}"
     ))  # fmt: skip
     return 0
+
+
+def _writer(out: str, options: dict[str, Any] | None) -> str | None:
+    """Who is writing ``out`` now (its lock or lease tells), or None; a question that fails answers None."""
+    from ..store import open_target
+
+    try:
+        return open_target(out, storage_options=options, read_only=True).writer()
+    except Exception:
+        return None
 
 
 def cmd_materialize(args: argparse.Namespace) -> int:
@@ -350,6 +363,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a command that failed or was interrupted while a block computes: XLA cannot be interrupted, and
         # what it computes would be discarded anyway; left to run into the interpreter's exit, its thread
         # would be ended inside XLA, which aborts the process (SIGABRT) after the one line was printed
+        _exit_now(code)
+    if own_process and "icechunk" in sys.modules:
+        # Icechunk's runtime threads, still about as the interpreter finalizes, can abort it (SIGABRT, a bus
+        # error) after the command's answer; whatever the command wrote is committed by now
         _exit_now(code)
     return code
 

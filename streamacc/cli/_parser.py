@@ -268,7 +268,16 @@ def chunks_option(text: str | None) -> Any:
 
     def entry(value: str) -> Any:
         value = value.strip()
-        return "auto" if value == "auto" else parse_int(value, name="--chunks", minimum=-1)
+        if value == "auto":
+            return "auto"
+        try:
+            return parse_int(value, name="--chunks", minimum=-1)
+        except InputError:
+            raise InputError(
+                f"--chunks {text!r}: {value!r} is not a chunk length; each entry is a whole number of rows or "
+                "elements (2**12 works), -1 for the whole axis, or auto: pass e.g. --chunks 4096, --chunks 4096,-1 "
+                "or --chunks step=4096,path=-1"
+            ) from None
 
     if all("=" in part for part in parts):
         pairs = [part.partition("=") for part in parts]

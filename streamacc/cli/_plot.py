@@ -85,6 +85,33 @@ def _title(ds: Any, name: str, long_name: str | None) -> str:
     return f"{head}\n{name}: {ds.sizes['step']} windows of {ds.attrs['window']} steps, {total} steps in all"
 
 
+def _dims(names: tuple[str, ...]) -> str:
+    """Dimension names as a legend says them: ``y and x``, ``z, y and x``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _time_axis(ds: Any) -> dict[str, Any] | None:
+    """The output's time axis, where the picture is drawn from a :class:`Table` of an output that has one."""
+    axis = getattr(ds, "time_axis", None)
+    return axis if isinstance(axis, dict) else None
+
+
+def _x(ds: Any, edges: np.ndarray) -> np.ndarray:
+    """Where the window edges ``edges`` (steps) go on the picture's x axis: their times, with a time axis."""
+    return ds.times(edges) if _time_axis(ds) is not None else edges
+
+
+def _step_label(ds: Any, window: int) -> str:
+    axis = _time_axis(ds)
+    if axis is None:
+        return f"step (windows of {window} steps)"
+    units = axis.get("units") or ""
+    if " since " in f" {units} ":  # dates
+        return f"time (windows of {window} steps)"
+    span = f"{window * axis['step']:g}{' ' + units if units else ''}"
+    return f"time{f' [{units}]' if units else ''} (windows of {window} steps, {span})"
+
+
 def _series(ax: Any, steps: np.ndarray, low: Any, high: Any, mean: Any, label: str = "") -> None:
     ax.fill_between(steps, low, high, step="post", alpha=0.35, linewidth=0, label=f"{label}min-max".strip())
     ax.step(steps, mean, where="post", linewidth=0.8, label=f"{label}mean".strip())
@@ -125,6 +152,7 @@ def draw(ds: Any, var: str) -> Any:
     window = int(ds.attrs["window"])
     steps = ds["step"].values
     edges = np.append(steps, min(int(steps[-1]) + window, int(ds.attrs.get("stop_step", steps[-1] + window))))
+    edges = _x(ds, edges)
     trailing = meta.dims[1:]
     if CHAIN_DIM in trailing:
         return _draw_chains(ds, var, figure, canvas, (low, high, mean), scale, infinite, edges)
@@ -147,14 +175,14 @@ def draw(ds: Any, var: str) -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a window whose values were all NaN
             low, high, mean = np.nanmin(low, axis=axes), np.nanmax(high, axis=axes), np.nanmean(mean, axis=axes)
-        _series(ax, edges, low, high, mean, f"over {' x '.join(trailing)}: ")
+        _series(ax, edges, low, high, mean, f"over {_dims(trailing)}: ")
     ylabel = trailing[0] if len(trailing) == 1 and trailing[0] not in ENSEMBLE_DIMS else _label(meta)
     if scale != 1.0 and ylabel == _label(meta):
         ylabel += f" (x {scale:.0e})"
     ax.set_ylabel(ylabel)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="best", fontsize="small" if len(ax.get_legend_handles_labels()[0]) < 6 else "x-small", ncol=2)
-    ax.set_xlabel(f"step (windows of {window} steps)")
+    ax.set_xlabel(_step_label(ds, window))
     ax.set_xlim(edges[0], edges[-1])
     title = _title(ds, var, meta.attrs.get("long_name"))
     if infinite:
@@ -200,17 +228,20 @@ def _fit_once(fig: Any, axes: list[Any], bar: Any) -> None:
         box = text.get_window_extent(renderer)
         return float(box.width), float(box.height)
 
-    def ticks(axis: Any) -> tuple[float, float, Any]:
+    def ticks(axis: Any) -> tuple[float, float, float]:
         """The room ``axis``'s ticks take outside the axes (length, pad and the widest and the tallest label of
-        the ticks in view), and the label of the tick at the upper end of the view, if any."""
+        the ticks in view), and how far the label of the last tick in view reaches past the upper end (pixels)."""
         axis.get_majorticklabels()  # sets the tick labels, as drawing does
         low, high = sorted(axis.get_view_interval())
         shown = [t for t in axis.get_major_ticks() if low <= t.get_loc() <= high]
         labels = [t.label1 if t.label1.get_visible() else t.label2 for t in shown]
         sizes = [size(label) for label in labels] or [(0.0, 0.0)]
         room = (shown[0].get_tick_padding() + shown[0].get_pad()) * px if shown else 0.0
-        last = labels[-1] if shown and shown[-1].get_loc() == high else None
-        return room + max(w for w, _ in sizes), room + max(h for _, h in sizes), last
+        overhang = 0.0
+        if shown and axis.axis_name == "x" and high > low:  # the steps or times: a linear axis
+            to_end = (high - shown[-1].get_loc()) / (high - low) * axis.axes.get_window_extent(renderer).width
+            overhang = max(0.0, sizes[-1][0] / 2 - to_end)  # a label centred on its tick, near the end
+        return room + max(w for w, _ in sizes), room + max(h for _, h in sizes), overhang
 
     def label(axis: Any, across: int) -> float:
         """The room the label of ``axis`` takes across it (0: its width, 1: its height)."""
@@ -218,8 +249,7 @@ def _fit_once(fig: Any, axes: list[Any], bar: Any) -> None:
 
     first, last_ax = axes[0], axes[-1]
     y_wide = max(ticks(a.yaxis)[0] + label(a.yaxis, 0) for a in axes)
-    _, x_tall, x_last = ticks(last_ax.xaxis)
-    overhang = size(x_last)[0] / 2 if x_last is not None else 0.0  # the last step label, centred on the end
+    _, x_tall, overhang = ticks(last_ax.xaxis)
     left = pad + y_wide
     bottom = pad + x_tall + max(label(last_ax.xaxis, 1), size(last_ax.xaxis.get_offset_text())[1])
     title = size(first.title)[1] + float(rcParams["axes.titlepad"]) * px
@@ -338,7 +368,7 @@ def _draw_chains(
         if ax is not axes[-1]:
             ax.tick_params(labelbottom=False)
     window = int(ds.attrs["window"])
-    axes[-1].set_xlabel(f"step (windows of {window} steps)")
+    axes[-1].set_xlabel(_step_label(ds, window))
     axes[0].set_xlim(edges[0], edges[-1])
     how = "band: min-max, line: mean, per window" if chains <= BANDS_UP_TO else "a line per chain: its mean per window"
     if chains > CHAIN_LINES_UP_TO:

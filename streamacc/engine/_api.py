@@ -60,7 +60,10 @@ def iter_blocks(
         The number of steps; required without ``xs``, and equal to its length with it.
     block_size : int, optional
         Steps per block. By default a block holds about 8 MiB of ys (or of xs, if
-        larger), whatever one step outputs: 2**20 steps of a float64 series.
+        larger), whatever one step outputs: 2**20 steps of a float64 series. A block in
+        memory pays only its dispatch, which 8 MiB amortise, and smaller buffers are
+        reused rather than mapped afresh; :func:`~streamacc.write`'s blocks hold 32 MiB,
+        since each written block also pays its chunk files, their fsync and its commit.
     unroll : int or bool, default 1
         ``lax.scan``'s unroll. With ``unroll=u > 1`` XLA may regroup floating-point work
         inside an unrolled group, so ``block_size`` must be a multiple of ``u`` and at
@@ -156,7 +159,8 @@ def scan(
     length : int, optional
         The number of steps; required without ``xs``, and equal to its length with it.
     block_size : int, optional
-        Steps per block; by default about 8 MiB of ys per block.
+        Steps per block; by default about 8 MiB of ys per block (see :func:`iter_blocks`
+        for why, and why a write's blocks are larger).
     unroll : int or bool, default 1
         ``lax.scan``'s unroll (see :func:`iter_blocks` for the block sizes it allows).
     reverse : bool, default False

@@ -258,6 +258,15 @@ def _check_carry(carry_in: Any, carry_out: Any) -> None:
         )
 
 
+def _number_list(tree: Any, where: str) -> str | None:
+    """Where in ``tree`` a Python list of scalars is (``init``, ``init['a']``), which f may have taken for an array."""
+    if isinstance(tree, list):
+        leaves = jax.tree_util.tree_leaves(tree)
+        return where if leaves and all(len(getattr(leaf, "shape", ())) == 0 for leaf in leaves) else None
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, tuple) else ()
+    return next((found for key, value in items if (found := _number_list(value, f"{where}[{key!r}]"))), None)
+
+
 def step_shapes(f: Step, init: Any, xs: Any) -> tuple[Any, Any]:
     """Trace one step abstractly; return the (carry, y) shape structs or explain the breach.
 
@@ -277,7 +286,17 @@ def step_shapes(f: Step, init: Any, xs: Any) -> tuple[Any, Any]:
         ) from None
     carry_in = _carry_struct(init)
     x = _x_struct(xs)
-    carry_out, y = _trace_step(f, init, x)
+    try:
+        carry_out, y = _trace_step(f, init, x)
+    except (TypeError, AttributeError) as exc:
+        listed = _number_list(init, "init")
+        if listed is None:
+            raise
+        raise StepFunctionError(
+            f"f failed on its carry ({type(exc).__name__}: {' '.join(str(exc).split())}), and {listed} is a Python "
+            "list: a list is a pytree of scalars, each number a carry leaf of its own, not an array; if f takes an "
+            f"array, pass one: {listed}=np.asarray([...])"
+        ) from exc
     _check_carry(carry_in, carry_out)
     leaves_in, leaves_out = jax.tree_util.tree_leaves(carry_in), jax.tree_util.tree_leaves(carry_out)
     if any(a.dtype != b.dtype for a, b in zip(leaves_in, leaves_out, strict=True)):

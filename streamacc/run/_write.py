@@ -21,7 +21,7 @@ from ..engine import Carry, ScanSpec, as_spec, check_memory, from_host, to_host
 from ..errors import StoreError, StreamaccWarning, arg
 from ..store import describe_store_failure, is_store_failure, open_target
 from .execute import Dask, Local, Progress, WriteKeywords, executor_for, split_keywords
-from .output import Layout, Mode, again, check_request, open_output, plan_output
+from .output import Layout, Mode, again, check_request, check_written_length, open_output, plan_output
 from .recompute import check_resumable, recomputed_rows
 from .threads import interruptible
 
@@ -100,9 +100,11 @@ def write(
         ``virtual``) and of where the blocks run (``client``, ``inflight``), given alone:
         ``write(path, f, init, length=n, names="x", client=c)`` is ``write(path, f, init,
         length=n, layout=Layout(names="x"), executor=Dask(c))``. A block left unsized
-        holds about 32 MiB of ys; a resumed or extended run keeps the block size it was
-        begun with. ``unroll`` is part of the result's identity (it can change the last
-        bits).
+        holds about 32 MiB of ys, four times :func:`~streamacc.iter_blocks`'s 8 MiB: each
+        written block also pays its chunk files, their fsync, its checksums and its commit,
+        which larger blocks amortise (a block in memory pays only its dispatch); a resumed
+        or extended run keeps the block size it was begun with. ``unroll`` is part of the
+        result's identity (it can change the last bits).
 
     Returns
     -------
@@ -140,6 +142,8 @@ def write(
     >>> carry = streamacc.write("gp.zarr", step, np.float64(1.0), length=2**21, mode="extend", progress=False)
     """
     scan_keywords, layout, where = split_keywords(layout, executor, keywords)
+    if length is not None:
+        check_written_length(length)  # before the scan's own check, which takes 0
     scan_spec = as_spec(f, init, xs, length=length, **scan_keywords)
     planned = plan_output(scan_spec, check_request(mode=mode, layout=layout, reverse=scan_spec.reverse), store,
                           storage_options)  # fmt: skip

@@ -29,6 +29,7 @@ __all__ = [
     "aligned_empty",
     "atomic_write",
     "find_link",
+    "flock_holder",
     "fsync_dir",
     "fsync_file",
     "remove_temp_files",
@@ -237,6 +238,22 @@ def _flock_holder(fd: int) -> str:
             if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
                 return f"pid {fields[4]}"
     return "another process"
+
+
+def flock_holder(path: Path) -> str | None:
+    """Who holds a ``flock`` on ``path`` now ('pid N'), read from /proc/locks without taking it; None for nobody, or
+    where the system does not say (no /proc)."""
+    try:
+        found = os.stat(path)
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    node = f"{os.major(found.st_dev):02x}:{os.minor(found.st_dev):02x}:{found.st_ino}"
+    for line in lines:
+        fields = line.split()  # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF"; a waiter's has "->" after "1:"
+        if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == node:
+            return f"pid {fields[4]}"
+    return None
 
 
 class DirLock:

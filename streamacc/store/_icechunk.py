@@ -35,7 +35,7 @@ from typing import Any
 from zarr.abc.store import Store
 
 from ..errors import InputError, LockedError, NoOutputError, StoreError, arg, one_line
-from ._files import DirLock
+from ._files import DirLock, flock_holder
 from ._sessionstore import SessionStore
 from ._storetarget import KeysInStore
 from ._target import TAIL_BATCH, Target, being_written, sync
@@ -372,6 +372,9 @@ class IcechunkTarget(KeysInStore):
             self.repository().delete_branch(self.branch)
             self._made_branch = False
 
+    def writer(self) -> str | None:
+        return flock_holder(self.local) if self.local is not None and self.local.is_dir() else None
+
     @contextlib.contextmanager
     def _folder_lock(self, command: str) -> Iterator[None]:
         if self.local is None:
@@ -431,6 +434,12 @@ def icechunk_target(store: Any, *, storage_options: dict[str, Any] | None = None
     """
     if storage_options is not None and not isinstance(storage_options, dict):
         raise InputError(f"{arg('storage_options')} must be a dict, got {type(storage_options).__name__}")
+    if not read_only and storage_options and storage_options.get("ref") is not None:
+        raise InputError(
+            f"{arg('storage_options', {'ref': storage_options['ref']})} names what a reader opens (a branch, tag or "
+            f"snapshot), and a write commits to a branch: pass {arg('storage_options', {'branch': 'NAME'})} "
+            "instead (main by default)"
+        )
     ic = _icechunk()
     if isinstance(store, ic.Repository):
         options = _options(storage_options, (), "a repository")

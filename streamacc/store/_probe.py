@@ -26,11 +26,24 @@ PROBE_CONFIG = {"retries": {"max_attempts": 2, "mode": "standard"}, "connect_tim
 _asked: set[str] = set()
 
 
-def backend_missing(url: str) -> StoreError:
-    """The error for a URL whose fsspec backend is not installed, naming the package to install."""
-    from fsspec.registry import known_implementations
+S3_EXTRA = "pip install 'streamacc[s3]'"
+"""What S3 needs, fsspec and s3fs, as the other extras are named."""
 
+
+def backend_missing(url: str) -> StoreError:
+    """The error for a URL whose fsspec backend is not installed, naming the package (or the extra) to install."""
     protocol = url.split("://", 1)[0]
+    if protocol in ("s3", "s3a"):
+        return StoreError(
+            f"cannot open {url!r}: S3 is opened through s3fs and fsspec (the s3 extra), not installed here; {S3_EXTRA}"
+        )
+    try:
+        from fsspec.registry import known_implementations
+    except ImportError:
+        return StoreError(
+            f"cannot open {url!r}: URLs are opened through fsspec, which is not installed; {S3_EXTRA} for S3, or "
+            f"pip install fsspec and the backend for {protocol}://"
+        )
     known = known_implementations.get(protocol, {})
     package = str(known.get("class", "")).split(".", 1)[0]
     fix = f"pip install {package}" if package else "install the fsspec backend for it"

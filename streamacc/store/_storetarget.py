@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from ..errors import LockedError
-from ._target import Target, default_buffer_prototype, sync
+from ._target import LEASE_KEY, Target, default_buffer_prototype, sync
 
 if TYPE_CHECKING:
     from zarr.abc.store import Store
@@ -108,6 +108,17 @@ class StoreTarget(KeysInStore):
     def check_lock(self) -> None:
         if self._lease is not None:
             self._lease.check()
+
+    def writer(self) -> str | None:
+        if not _on_filesystem(self.raw):
+            lock = _memory_locks.get(self.label)
+            return "this process" if lock is not None and lock.locked() else None
+        from .lease import lease_seconds, open_lease_store
+
+        seen = open_lease_store(self.raw.fs, f"{self.raw.path.rstrip('/')}/{LEASE_KEY}").read(10.0)
+        if seen is None or seen.holder is None or seen.remaining(lease_seconds()) <= 0:
+            return None
+        return str(seen.holder)
 
     @contextlib.contextmanager
     def lock(self, command: str) -> Iterator[None]:

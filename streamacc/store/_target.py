@@ -24,6 +24,7 @@ from ._files import (
     DirLock,
     atomic_write,
     find_link,
+    flock_holder,
     fsync_dir,
     fsync_file,
     remove_temp_files,
@@ -178,6 +179,11 @@ class Target:
         """Hold the exclusive writer lock while the block runs; ``command`` names the fix."""
         raise NotImplementedError
         yield
+
+    def writer(self) -> str | None:
+        """Who holds the writer lock now (a process, as its refusal names it), asked without taking it; None for
+        nobody, or where the store cannot tell."""
+        return None
 
 
 def _linked(path: Path) -> StoreError:
@@ -356,6 +362,9 @@ class LocalTarget(Target):
         fsync_dir(self.root)
         self._real_dirs.clear()  # the folders removed are made again, and made durable, as keys are written
         self._durable_dirs.clear()
+
+    def writer(self) -> str | None:
+        return flock_holder(self.root) if self.root.is_dir() else None
 
     @contextlib.contextmanager
     def lock(self, command: str) -> Iterator[None]:

@@ -196,6 +196,8 @@ def _continue(o: Opening) -> Output:
     target.check_contents()
     manifest = ledger.load()
     assert manifest is not None
+    if manifest.identity.get("recipe") is None and spec.identity.get("recipe") is not None:
+        raise ResumeError(_written_from_python(target.label, o.mode, manifest))
     extending = o.mode == "extend" and manifest.length != spec.identity["length"]
     if extending:
         extended = extend_manifest(target, spec.identity, manifest, spec.total_blocks, o.rows)
@@ -235,6 +237,17 @@ def _continue(o: Opening) -> Output:
         output.sink.reset_root(spec.attrs)
         output.publish(force=True)
     return output
+
+
+def _written_from_python(label: str, mode: Mode, manifest: Manifest) -> str:
+    """Why a recipe cannot continue an output written from Python, and how to continue it (never by overwriting)."""
+    step = str(manifest.identity.get("function", "?")).split()[0]
+    length, above = (", length=N", f" and N above {manifest.length}") if mode == "extend" else ("", "")
+    return (
+        f"cannot {mode} {label} with a recipe: it was written from Python (its step function {step}), and only "
+        f"that function continues it; {mode} it from Python with "
+        f'streamacc.write(path, f, init{length}, mode="{mode}"), passing the f and init that wrote it{above}'
+    )
 
 
 OPENERS: dict[tuple[str, Mode], Callable[[Opening], Output]] = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from ..._checks import as_choice
+from ..._checks import as_choice, as_count
 from ...engine import check_length
 from ...errors import InputError, arg
 from ...summaries import check_windows
@@ -51,18 +51,16 @@ def check_request(*, mode: object = "create", layout: Layout | None = None, reve
     )
 
 
-def check_written_length(length: int, *, from_xs: bool = False) -> None:
+def check_written_length(length: object, *, from_xs: bool = False) -> None:
     """Refuse a write of fewer than one step (as the command line refuses ``--size 0``), or more than readers index.
 
     ``scan`` and ``iter_blocks`` take a length of 0, as ``lax.scan`` does; an output holds
-    at least one step.
+    at least one step, so a write says so of any length below 1 (or not a whole number)
+    before the scan's own check, which would take 0.
     """
-    if length >= 1:
-        check_length(length)
-        return
-    if from_xs:
+    if from_xs and length == 0:
         raise InputError(
             f"xs has no rows, which makes {arg('length', 0)}, but an output holds at least one step "
             f"({arg('length')} must be >= 1); pass xs of at least one row"
         )
-    raise InputError(f"{arg('length')} must be >= 1, got {length}; pass e.g. {arg('length', 2**20)}")
+    check_length(as_count("length", length, minimum=1, example=2**20))

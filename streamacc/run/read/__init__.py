@@ -1,6 +1,6 @@
 """Reading an output: ``open`` (``_dataset``, with the ``step``/``time`` index of ``_index``),
-``overview`` from the summaries (``_overview``), ``info`` (``_info``) and ``to_arviz``, a sampler's
-chains as ArviZ reads them (``_arviz``).
+``overview`` from the summaries (``_overview``), ``info`` (``_info``), ``to_arviz``, a sampler's
+chains as ArviZ reads them (``_arviz``), and ``open`` as xarray's backend ``"streamacc"`` (``_backend``).
 
 These are the names the other rooms and wings use; each is imported on first use.
 """
@@ -13,6 +13,7 @@ from ..._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._arviz import to_arviz as to_arviz
+    from ._backend import StreamaccBackend as StreamaccBackend
     from ._dataset import open as open
     from ._index import StepIndex as StepIndex
     from ._info import (

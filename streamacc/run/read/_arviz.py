@@ -105,7 +105,7 @@ def to_arviz(
         array named in ``var_names`` or ``sample_stats`` that the output lacks, or named
         in both; a ``chain_dim`` that is not a dimension of the output or of every
         array; an output dimension already named ``draw`` (or ``chain``, besides
-        ``chain_dim``).
+        ``chain_dim``); an array of a group named ``chain`` or ``draw``, its coordinates.
     streamacc.errors.NoOutputError
         Nothing is there, or no streamacc output.
     streamacc.errors.VerifyError
@@ -140,6 +140,7 @@ def to_arviz(
     names = [str(n) for n in ds.data_vars]
     stats = _stat_names(sample_stats, names)
     posterior = _var_names(var_names, names, stats)
+    _not_coordinates(posterior, stats)
     chain = _chain_dim(chain_dim, ds)
     attrs = {k: v for k, v in ds.attrs.items() if k not in (FIRST_STEP, SAVE_EVERY)}
     attrs.update(_draw_steps(ds))
@@ -217,6 +218,26 @@ def _var_names(var_names: Sequence[str] | None, names: list[str], stats: dict[st
         raise InputError(f"{', '.join(both)} cannot be in both {arg('var_names')} and {arg('sample_stats')}; "
                          "name each array in one group")  # fmt: skip
     return chosen
+
+
+def _not_coordinates(posterior: list[str], stats: dict[str, str]) -> None:
+    """Refuse a variable that would take the name of a group's coordinate, ``chain`` or ``draw``."""
+    taken = [n for n in posterior if n in (CHAIN, DRAW)]
+    if taken:
+        renamed = {**stats, **{n: f"{n}_value" for n in taken}}
+        raise InputError(
+            f"the output has {' and '.join(f'an array named {n!r}' for n in taken)}, as ArviZ names the coordinates "
+            f"of its groups (chain, draw); put {'it' if len(taken) == 1 else 'them'} in the sample_stats group under "
+            f"another name, e.g. {arg('sample_stats', renamed)}, or leave {'it' if len(taken) == 1 else 'them'} out "
+            f"with {arg('var_names', [n for n in posterior if n not in taken])}"
+        )
+    for name, label in stats.items():
+        if label in (CHAIN, DRAW):
+            raise InputError(
+                f"{arg('sample_stats')} gives the array {name!r} the name {label!r}, as ArviZ names a coordinate of "
+                f"its groups (chain, draw); name it otherwise, e.g. "
+                f"{arg('sample_stats', {**stats, name: f'{name}_value'})}"
+            )
 
 
 def _known(what: str, chosen: list[str], names: list[str]) -> None:

@@ -80,7 +80,8 @@ def open(
     -------
     xarray.Dataset
         The committed steps of every output array, with coordinates ``step`` (and
-        ``time``), and the run's attributes (``attrs``: a recipe's, the caller's
+        ``time``; for a step that returns no ``y``, the committed steps with no data
+        variable: its run keeps only its carries), and the run's attributes (``attrs``: a recipe's, the caller's
         ``attrs=``, ``streamacc_version``...). What was committed when it was opened is
         about the store, not the data, so it is in ``encoding`` (where xarray keeps what
         it knows of a dataset's source; ``isel`` and ``sel`` keep it, ``to_netcdf`` and
@@ -151,12 +152,13 @@ def open(
         from ..recompute import recomputed_variables
 
         ds = recomputed_variables(ds, source)
-    ds = ds.isel(step=slice(first, last))
+    if names:  # a step that returns no y stores no array: its committed steps are the coordinate alone
+        ds = ds.isel(step=slice(first, last))
     if manifest.recomputes and isinstance(chunks, str) and chunks == "auto":
         # a block per dask chunk: each block is computed once, by one task, which holds one block's memory
         rows = ident["block_size"] // ident.get("save_every", 1)
         chunks = {dim: rows if dim == "step" else -1 for dim in ds.dims}
-    if chunks is not None:
+    if chunks is not None and names:
         ds = ds.chunk(_dask_chunks(ds, chunks))
     index = StepIndex.for_rows(first, last, ident.get("save_every", 1), ident.get("time"))
     ds = ds.assign_coords(xr.Coordinates.from_xindex(index))

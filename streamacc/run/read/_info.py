@@ -351,7 +351,12 @@ def _mib(nbytes: int) -> str:
 
 def format_description(about: OutputInfo) -> str:
     """``about`` as the lines ``streamacc info`` prints."""
-    state = "complete" if about.complete else "incomplete (continue with --resume)"
+    if about.complete:
+        state = "complete"
+    elif about.recipe is None:  # only its step function continues it: the command line cannot
+        state = 'incomplete (written from Python: continue it with streamacc.write(path, f, init, mode="resume"))'
+    else:
+        state = "incomplete (continue with --resume)"
     mem = about.memory
     every = about.save_every
     kept = "every step" if every == 1 else f"every {every}th step (steps {every - 1}, {2 * every - 1}, ...)"

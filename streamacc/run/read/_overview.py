@@ -22,6 +22,7 @@ from ...engine import row_step, rows_in  # arithmetic only: overview imports no 
 from ...errors import InputError, NoOutputError, arg
 from ...store import open_target, progress_attrs
 from ...summaries import Rows, Summaries
+from ..output import times
 from ..record import Manifest
 from ..trust import trusted_manifest
 
@@ -103,12 +104,19 @@ class Table:
     """What :func:`overview` returns, in numpy alone: a picture needs neither xarray nor pandas, slow to import.
 
     Indexed by name like the Dataset (``table["x_mean"].values``, ``table["step"].values``).
+    ``time_axis`` is the output's time axis (``{"step", "start", "units"}``), None without one.
     """
 
     data_vars: dict[str, Column]
     step: np.ndarray
     attrs: dict[str, Any]
     encoding: dict[str, Any]
+    time_axis: dict[str, Any] | None = None
+
+    def times(self, steps: np.ndarray) -> np.ndarray:
+        """The times of ``steps`` on the output's time axis (which it must have), as ``streamacc.open`` gives them."""
+        assert self.time_axis is not None
+        return times(np.asarray(steps, dtype=np.int64), self.time_axis)
 
     def __getitem__(self, name: str) -> Column:
         if name == "step":
@@ -221,6 +229,11 @@ def overview_table(
     ident = manifest.identity
     summaries = Summaries.load(target, ident, manifest.summaries, manifest.committed_rows)
     if summaries is None:
+        if not ident["arrays"]:
+            raise NoOutputError(
+                f"{target.label} holds no output array (its step returns no y: the run keeps its carries only), so "
+                "there is nothing to summarise; streamacc.open(path) gives its committed steps"
+            )
         if ident.get("reverse"):
             fix = "a reverse scan, which writes none); read its data with streamacc.open(path)"
         else:
@@ -265,4 +278,4 @@ def overview_table(
     table_attrs = {k: v for k, v in root.items() if not k.startswith("streamacc_")}
     table_attrs.update({"window": w * every, "windows": [v * every for v in windows], "first_step": a, "stop_step": b})
     progress = progress_attrs((start, stop), manifest.length, manifest.complete)  # as open's (see there)
-    return Table(data_vars, steps_, table_attrs, progress)
+    return Table(data_vars, steps_, table_attrs, progress, ident.get("time"))

@@ -35,11 +35,19 @@ from ...engine import (
     step_of,
     to_host,
 )
-from ...errors import ResumeError, VerifyError, arg, one_line
+from ...errors import InputError, ResumeError, VerifyError, arg, one_line
 from ...store import Target, ZarrSink, compare_chunks, open_target
 from ...summaries import BlockPieces, Summaries, SummaryCheck, SummaryPlan
 from ..output import Output
-from ..record import BlockRecord, Ledger, Manifest, describe_function, load_manifest, same_function
+from ..record import (
+    BlockRecord,
+    Ledger,
+    Manifest,
+    changed_values,
+    fingerprint,
+    load_manifest,
+    same_function,
+)
 from ..threads import interruptible, on_own_thread, run_ordered
 from ..trust import arrays_problem, check_settled_root, trailer_problem, trusted_manifest
 
@@ -423,10 +431,12 @@ def resume_chain(output: Output) -> range:
 def check_function(manifest: Manifest, f: Step, label: str) -> None:
     """Refuse a step function ``f`` that is not the one the output of ``manifest`` (at ``label``) records."""
     recorded = manifest.identity.get("function")
-    if not same_function(recorded, describe_function(f), label):
+    current, values = fingerprint(f)
+    if not same_function(recorded, current, label):
+        changed = changed_values(manifest.identity, {"function": current, "function_values": values})
         raise VerifyError(
-            f"{label} was written by {recorded}, not {describe_function(f)}; pass the step function (and the "
-            "values it uses) that wrote it"
+            f"{label} was written by {recorded}, not {current}{f' ({changed})' if changed else ''}; pass the step "
+            "function (and the values it uses) that wrote it"
         )
 
 
@@ -448,7 +458,7 @@ def plan_for(manifest: Manifest, f: Step, init: Any, xs: Any) -> Plan:
 @interruptible
 def verify(
     store: Any,
-    f: Step | ScanSpec,
+    f: Step | ScanSpec | None = None,
     init: Any = None,
     xs: Any = None,
     *,
@@ -505,7 +515,7 @@ def verify(
     streamacc.errors.NoOutputError
         Nothing is there, or no streamacc output.
     streamacc.errors.InputError
-        ``blocks`` is not "all" or a positive integer.
+        ``f`` or ``init`` is missing, or ``blocks`` is not "all" or a positive integer.
 
     Examples
     --------
@@ -530,6 +540,12 @@ def verify(
     streamacc.errors.VerifyError: checked.zarr was written by __main__.step code:... values:..., not __main__.other
     code:... values:...; pass the step function (and the values it uses) that wrote it
     """
+    if f is None:
+        raise InputError(
+            "verify recomputes the output's blocks, so it needs the step function that wrote it and its initial "
+            "carry: pass streamacc.verify(store, f, init) (and xs, if the run had inputs), or a ScanSpec holding "
+            "them; an output of `streamacc write` is verified by `streamacc verify PATH`"
+        )
     f, init, xs = step_of(f, init, xs, needs_init=True)
     target = open_target(store, storage_options=storage_options, read_only=True)
     check_function(load_manifest(target), f, target.label)

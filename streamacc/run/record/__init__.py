@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ._identity import (
         carry_digest as carry_digest,
         describe_function as describe_function,
+        fingerprint as fingerprint,
         run_identity as run_identity,
     )
     from ._ledger import (
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
         SEGMENT as SEGMENT,
         BlockRecord as BlockRecord,
         Manifest as Manifest,
+        changed_values as changed_values,
         decode_leaves as decode_leaves,
         describe_nonfinite as describe_nonfinite,
         encode_leaves as encode_leaves,

@@ -14,11 +14,13 @@ about: changes to it are then caught only by the resume's recomputation of a blo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import dis
 import functools
 import types
 import zlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -26,7 +28,7 @@ import numpy as np
 from ..._callsite import warn
 from ...errors import StreamaccWarning
 
-__all__ = ["describe_function"]
+__all__ = ["describe_function", "fingerprint"]
 
 _WARNED: set[tuple[str, str]] = set()
 _DEPTH = 8
@@ -43,16 +45,27 @@ def describe_function(f: Any) -> str:
     Recipes are frozen dataclasses, whose repr holds every parameter. Other callables:
     ``module.qualname code:XXXXXXXX values:XXXXXXXX``.
     """
+    return fingerprint(f)[0]
+
+
+def fingerprint(f: Any) -> tuple[str, dict[str, str]]:
+    """:func:`describe_function`'s description, and a digest of each value the function uses, by name.
+
+    The names say where a value is: ``closed-over rate``, ``global RATE``, ``default
+    arguments``, ``constants``, ``self``, ``partial keyword arguments``; a value a helper function
+    uses is named inside the helper's (``global helper / global B``). A recipe has none.
+    """
     if dataclasses.is_dataclass(f) and not isinstance(f, type):
-        return repr(f)
+        return repr(f), {}
     target = f.func if isinstance(f, functools.partial) else f
     name = _name(target)
     code = getattr(target, "__code__", None)
     digest = _Digest(name, getattr(target, "__module__", None))
     digest.add(f, 0, full=True)
+    values = {label: f"{crc:08x}" for label, crc in digest.values.items()}
     if code is None:
-        return f"{name} values:{digest.crc:08x}"
-    return f"{name} code:{zlib.crc32(code.co_code):08x} values:{digest.crc:08x}"
+        return f"{name} values:{digest.crc:08x}", values
+    return f"{name} code:{zlib.crc32(code.co_code):08x} values:{digest.crc:08x}", values
 
 
 class _Digest:
@@ -66,11 +79,26 @@ class _Digest:
         self.owner = owner
         self.module = module
         self.crc = 0
+        self.values: dict[str, int] = {}
+        self._label: str | None = None
         self._seen: set[int] = set()
 
     def _feed(self, *parts: Any) -> None:
         for part in parts:
-            self.crc = zlib.crc32(part if isinstance(part, bytes) else repr(part).encode(), self.crc)
+            data = part if isinstance(part, bytes) else repr(part).encode()
+            self.crc = zlib.crc32(data, self.crc)
+            if self._label is not None:
+                self.values[self._label] = zlib.crc32(data, self.values.get(self._label, 0))
+
+    @contextlib.contextmanager
+    def _value(self, label: str) -> Iterator[None]:
+        """What is fed within this block is the value ``label``, inside the value being fed already, if any."""
+        outer = self._label
+        self._label = label if outer is None else f"{outer} / {label}"
+        try:
+            yield
+        finally:
+            self._label = outer
 
     def _unknown(self, where: str, value: Any) -> None:
         self._feed("?", type(value).__qualname__)
@@ -151,12 +179,15 @@ class _Digest:
         if isinstance(f, functools.partial):
             self._feed("partial")
             self.add(f.func, depth + 1, "its function", full=True)
-            self.add(f.args, depth + 1, "its arguments")
-            self.add(f.keywords, depth + 1, "its keyword arguments")
+            with self._value("partial arguments"):
+                self.add(f.args, depth + 1, "its arguments")
+            with self._value("partial keyword arguments"):
+                self.add(f.keywords, depth + 1, "its keyword arguments")
             return
         if isinstance(f, types.MethodType):
             self._feed("method", self._named(f))
-            self.add(f.__self__, depth + 1, f"{_name(f)}'s object")
+            with self._value("self"):
+                self.add(f.__self__, depth + 1, f"{_name(f)}'s object")
             self.add(f.__func__, depth + 1, full=True)
             return
         if isinstance(f, types.CodeType):
@@ -164,14 +195,16 @@ class _Digest:
             return
         self._feed("function", self._named(f))
         self._code(f.__code__, f, depth)
-        self.add(f.__defaults__, depth + 1, "its default arguments")
-        self.add(f.__kwdefaults__, depth + 1, "its default arguments")
+        with self._value("default arguments"):
+            self.add(f.__defaults__, depth + 1, "its default arguments")
+            self.add(f.__kwdefaults__, depth + 1, "its default arguments")
         for var, cell in zip(f.__code__.co_freevars, f.__closure__ or (), strict=False):
             try:
                 content = cell.cell_contents
             except ValueError:  # an empty cell (a name assigned later)
                 content = None
-            self.add(content, depth + 1, f"{var!r} (closed over)")
+            with self._value(f"closed-over {var}"):
+                self.add(content, depth + 1, f"{var!r} (closed over)")
 
     def _code(self, code: types.CodeType, f: Any, depth: int) -> None:
         self._feed("code", code.co_code)
@@ -179,13 +212,15 @@ class _Digest:
             if isinstance(const, types.CodeType):
                 self._code(const, f, depth + 1)
             else:
-                self.add(const, depth + 1, "a constant")
+                with self._value("constants"):
+                    self.add(const, depth + 1, "a constant")
         if f is None:
             return
         for name in _globals_read(code):
             if name in f.__globals__:
                 self._feed("global", name)
-                self.add(f.__globals__[name], depth + 1, f"the global {name!r}")
+                with self._value(f"global {name}"):
+                    self.add(f.__globals__[name], depth + 1, f"the global {name!r}")
 
 
 @functools.lru_cache(maxsize=1024)

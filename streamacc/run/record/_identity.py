@@ -12,9 +12,9 @@ import numpy as np
 from ..._version import __version__
 from ...engine import Plan, to_host
 from ...store import fingerprint_of
-from ._fingerprint import describe_function
+from ._fingerprint import describe_function, fingerprint
 
-__all__ = ["carry_digest", "describe_function", "run_identity"]
+__all__ = ["carry_digest", "describe_function", "fingerprint", "run_identity"]
 
 _JAX_ARRAY = "ArrayImpl"
 """The type name of a concrete ``jax.Array``, as an input that is one is described."""
@@ -72,9 +72,11 @@ def run_identity(
     outputs summarised over their whole state (recorded where there are any). A virtual run
     (its data recomputed on reading, not stored) says so; a stored one records nothing of it.
     """
+    function, values = fingerprint(plan.f)
     return {
         **_input_contents(plan.xs),
-        "function": describe_function(plan.f),
+        "function": function,
+        **({"function_values": values} if values else {}),
         "recipe": attrs.get("recipe"),
         "params": attrs.get("params"),
         "init": carry_digest(to_host(plan.init)),

@@ -40,6 +40,7 @@ __all__ = [
     "SEGMENT",
     "BlockRecord",
     "Manifest",
+    "changed_values",
     "describe_nonfinite",
     "group_node",
     "identity_differences",
@@ -385,7 +386,7 @@ def _flatten(doc: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-LATER_FIELDS = ("input",)
+LATER_FIELDS = ("input", "function_values")
 """Identity fields newer than some outputs: one that an output does not record is not compared."""
 
 
@@ -400,7 +401,24 @@ def identity_differences(stored: dict[str, Any], current: dict[str, Any]) -> lis
     current = {k: v for k, v in current.items() if k in stored or k not in LATER_FIELDS}
     a, b = _flatten(stored), _flatten(json.loads(json.dumps(current)))
     fields = sorted((a.keys() | b.keys()) - NOT_COMPARED)
-    return [f"{k}: stored {a.get(k)!r}, now {b.get(k)!r}" for k in fields if a.get(k) != b.get(k)]
+    diffs = {k: f"{k}: stored {a.get(k)!r}, now {b.get(k)!r}" for k in fields if a.get(k) != b.get(k)}
+    values = [k for k in diffs if k.startswith("function_values.")]
+    for k in values:
+        del diffs[k]
+    changed = changed_values(stored, current) if values and "function" in diffs else None
+    if changed is not None:
+        diffs["function"] = f"function: {changed}"
+    return list(diffs.values())
+
+
+def changed_values(stored: dict[str, Any], current: dict[str, Any]) -> str | None:
+    """The values a step function uses that changed, named, where only they differ (its name and code the same)."""
+    old, new = stored.get("function_values"), current.get("function_values")
+    name, now = (str(ident.get("function")).partition(" values:")[0] for ident in (stored, current))
+    if not (isinstance(old, dict) and isinstance(new, dict)) or name != now:
+        return None
+    changed = [label for label in sorted(old.keys() | new.keys()) if old.get(label) != new.get(label)]
+    return f"{name.split()[0]}'s {', '.join(changed)} changed" if changed else None
 
 
 def _same_but_run_as_a_script(stored: Any, current: str) -> bool:

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import io_callback
 
-from ..._callsite import Site, outside
+from ..._callsite import Site, outside, warn
 from ..._defaults import DEFAULT_STREAM_INFLIGHT, DEFAULT_WRITE_BLOCK_BYTES
 from ...engine import (
     SCAN_DEFAULTS,
@@ -36,7 +36,7 @@ from ...engine import (
     from_host,
     to_host,
 )
-from ...errors import InputError, ResumeError, StoreError, StreamaccError, arg
+from ...errors import InputError, ResumeError, StepFunctionError, StoreError, StreamaccError, StreamaccWarning, arg
 from ...store import Target, describe_store_failure, is_store_failure, open_target
 from ..execute import Progress, WriteKeywords, split_keywords
 from ..output import Layout, Mode, Planned, again, check_request, check_written_length, open_output, plan_output
@@ -92,7 +92,8 @@ class Stream:
     it at the next block with ``KeyboardInterrupt`` (``streamacc.run.Terminated`` for
     SIGTERM), the committed blocks safe. ``scan`` can be traced once per Stream, and its
     program run once. It cannot run under ``jax.vmap`` (batch inside the step instead) nor
-    be differentiated; see the guide's page "Inside jit".
+    be differentiated; see the guide's page "Inside jit". A ``with`` block left without
+    running the scan warns (``StreamaccWarning``) that nothing was written.
 
     Parameters
     ----------
@@ -186,12 +187,17 @@ class Stream:
                 "Stream takes the step function f, not a ScanSpec: a ScanSpec holds an initial carry, and a Stream's "
                 "comes from its program (pass the scan's keywords to the Stream)"
             )
+        if not callable(f):
+            raise StepFunctionError(
+                f"Stream's {arg('f')} must be the step function, callable as f(carry, x) -> (carry, y), and got "
+                f"{f!r:.40} ({type(f).__name__}); pass the function lax.scan would take"
+            )
         scan_keywords, checked_layout, where = split_keywords(layout, None, given, who="Stream")
+        check_written_length(length)  # before the scan's own check, which takes 0
         scan = {**SCAN_DEFAULTS, **scan_keywords, "length": length}
         n, _, _, reverse, _ = check_scan_keywords(
             scan["length"], scan["block_size"], scan["unroll"], scan["reverse"], scan["save_every"]
         )
-        check_written_length(n)
         self.store = store
         self.length = n
         self._f = f
@@ -203,6 +209,7 @@ class Stream:
         self._progress = progress
         self._state = "new"
         self._scanned = False
+        self._refused = False  # a scan raised: its caller knows the block streamed nothing
         self._host: StreamHost | None = None
         self._stack = contextlib.ExitStack()
         self._site: Site | None = None
@@ -243,6 +250,8 @@ class Stream:
                     jax.effects_barrier()  # type: ignore[no-untyped-call]  # an asynchronous program runs to its end
                 host.close()
             error = self._error(exc)
+            if exc is None and error is None and not self._refused:
+                self._warn_unstreamed()
         finally:
             self._state = "closed"
             self._stack.close()
@@ -254,6 +263,23 @@ class Stream:
         if self._state == "open":
             self.__exit__(None, None, None)
         self._state = "closed"
+
+    def _warn_unstreamed(self) -> None:
+        """A ``with`` block left without streaming anything says so: what it wrote (nothing) and what was expected."""
+        host, label = self._host, self._target.label if self._target is not None else str(self.store)
+        if host is None:
+            warn(
+                f"the Stream to {label} was left without a call of stream.scan: nothing was written; call "
+                "stream.scan(init) inside the jitted program the with block runs, e.g. "
+                "jax.jit(lambda c: stream.scan(c))(init)",
+                StreamaccWarning,
+            )
+        elif not host.started:
+            warn(
+                f"the Stream to {label} was left with stream.scan traced but its program never run: nothing was "
+                "written; call the jitted program (not only trace or lower it) inside the with block",
+                StreamaccWarning,
+            )
 
     def _error(self, exc: BaseException | None) -> BaseException | None:
         """What leaving the ``with`` block raises: what failed on the host, in write's terms; None for nothing
@@ -335,11 +361,13 @@ class Stream:
         try:
             carry: Carry = jax.jit(self._program)(init, xs)
         except ValueError as exc:  # vmap and derivatives are applied to the traced program, past _program
+            self._refused = True
             refused = refused_transform(exc)
             if refused is None:
                 raise
             raise refused from None
         except BaseException:
+            self._refused = True
             if self._host is None:
                 self._scanned = False  # nothing was opened: the scan may be traced again
             raise
