@@ -13,6 +13,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -143,18 +144,29 @@ def test_the_current_directory_as_an_empty_path_is_refused(tmp_path, monkeypatch
         ({"complete": True}, "says complete with only 3 of 10 blocks committed"),
         ({"committed_steps": 4 * 512}, "counts 2048 committed steps where 3 blocks hold 1536"),
         ({"committed_blocks": 11}, "commits 11 of 10 blocks"),
-        ({"total_blocks": 12}, "counts 12 blocks"),
+        ({"total_blocks": 12}, "counts 12 blocks where its layout has 10"),
+        ({"committed_blocks": 2**50}, "commits 1125899906842624 of 10 blocks"),
+        ({"committed_steps": -5}, "counts -5 committed steps where 3 blocks hold 1536"),
+        ({"committed_blocks": 2}, "counts 1536 committed steps where 2 blocks hold 1024"),  # lowered by hand
     ],
 )
 def test_a_self_contradictory_manifest_is_refused(interrupted, capfd, change, problem):
+    """Every reader and writer gives one diagnosis and one piece of advice, before it loops over the blocks (a
+    count of 2**50 blocks kept info looping for minutes and verify ended in a bare MemoryError)."""
     manifest = read_manifest(interrupted)
     manifest.update(change)
     write_manifest(interrupted, manifest)
     before = store_files(interrupted)
+    said = f"contradicts itself ({'it ' + problem}), so which of its blocks are committed cannot be told; start afresh"
     code, line = run("verify", interrupted, capfd=capfd)
-    assert code == 1 and "contradicts itself" in line and problem in line
+    assert code == 1 and said in line and line.endswith("start afresh with --overwrite")
+    code, line = run("info", interrupted, capfd=capfd)
+    assert code == 1 and said in line
     code, line = run("write", interrupted, *SMALL, "--resume", capfd=capfd)
-    assert code == 2 and "cannot resume" in line and problem in line
+    assert code == 2 and "cannot resume" in line and said in line
+    for read in (streamacc.open, streamacc.overview, streamacc.info):
+        with pytest.raises(streamacc.errors.VerifyError, match=re.escape(said)):
+            read(interrupted)
     assert store_files(interrupted) == before
 
 
@@ -165,7 +177,8 @@ def test_resume_refuses_a_flipped_bit_in_the_carry(interrupted, capfd):
     chunk.write_bytes(bytes(raw))
     before = store_files(interrupted)
     code, line = run("write", interrupted, *SMALL, "--resume", capfd=capfd)
-    assert code == 2 and "cannot resume" in line and "carry kept after block 2" in line and "damaged" in line
+    assert code == 2 and "cannot resume" in line and "block 2 " in line
+    assert "chunk _streamacc/carries/leaf_0/c/3 do not match their checksum" in line
     assert store_files(interrupted) == before
 
 
@@ -321,3 +334,30 @@ def test_an_output_of_the_first_format_is_refused_with_the_fix_and_can_be_overwr
     assert main(["write", str(out), *SMALL, "--overwrite"]) == 0  # recognisably streamacc's: it may be replaced
     assert not (out / "_streamacc" / "manifest.json").exists()
     assert_same_output(out, ref)
+
+
+def test_a_chunk_damaged_behind_its_intact_trailer_is_refused_by_resume_and_named_by_readers(tmp_path, capfd):
+    """A byte flipped inside a committed chunk whose CRC-32C trailer (and record) were left as they were: the
+    trailer check alone passes, so a resume reads every committed chunk whole before it keeps them, and every
+    read names the chunk in one line (zarr's codec said only 'Stored and computed checksum do not match')."""
+    out = tmp_path / "out.zarr"
+    args = ["--size", "20000", "--block-size", "4096", "--codec", "none", "--no-progress", "--no-summaries"]
+    assert main(["write", str(out), *args]) == 0
+    chunk = out / "x" / "c" / "2"
+    raw = bytearray(chunk.read_bytes())
+    raw[100] ^= 0x01
+    chunk.write_bytes(bytes(raw))
+    before = store_files(out)
+    with pytest.raises(streamacc.errors.VerifyError, match=r"^chunk x/c/2 of .* is damaged \(its bytes do not give"):
+        streamacc.open(out).x.values
+    code, line = run("verify", out, capfd=capfd)
+    assert code == 1 and "chunk x/c/2 do not match their checksum" in line
+    code, line = run("write", out, *args, "--resume", capfd=capfd)
+    assert code == 2 and "cannot resume" in line and "block 2 " in line and "chunk x/c/2 do not match" in line
+    assert store_files(out) == before
+    rewind(out, 3, 3 * 4096)  # and an unfinished run, whose resume would keep the block
+    root_says(out, 3 * 4096)
+    before = store_files(out)
+    code, line = run("write", out, *args, "--resume", capfd=capfd)
+    assert code == 2 and "block 2 " in line and "chunk x/c/2 do not match" in line
+    assert store_files(out) == before

@@ -33,7 +33,7 @@ from ...errors import NoOutputError, ResumeError, arg
 from ...store import Target, ZarrSink, array_document, resize_arrays
 from ...summaries import extension_tail, rebuild_stale_arrays
 from ..record import Ledger, Manifest, identity_differences, same_function
-from ..trust import trailer_problem
+from ..trust import contradicts_itself, trailer_problem
 
 __all__ = ["extend_manifest", "finish_extension"]
 
@@ -72,7 +72,7 @@ def extend_manifest(
     label, old, new = target.label, manifest.identity, identity
     problem = manifest.inconsistency()
     if problem is not None:
-        raise _refuse(label, f"its manifest contradicts itself ({problem})")
+        raise ResumeError(f"cannot extend: {contradicts_itself(label, problem)}")
     if not manifest.complete:
         raise _refuse(
             label,

@@ -30,7 +30,7 @@ from ..record import (
     node_attribute,
     require_same_run,
 )
-from ..trust import root_problem
+from ..trust import contradicts_itself, root_problem
 from ._debris import only_leftovers, remove_partial_writes
 from ._extend import RowReader, extend_manifest, finish_extension, nothing_to_extend, other_length
 from ._output import BlockResult, Output
@@ -210,10 +210,7 @@ def _continue(o: Opening) -> Output:
     require_same_run(manifest, spec.identity, target.label)
     problem = manifest.inconsistency()
     if problem is not None:
-        raise ResumeError(
-            f"cannot resume {target.label}: its manifest contradicts itself ({problem}); its data cannot be trusted: "
-            f"check it with `streamacc verify` or start afresh with {arg('mode', 'overwrite')}"
-        )
+        raise ResumeError(f"cannot resume: {contradicts_itself(target.label, problem)}")
     if manifest.committed_blocks == 0:
         return _create(o)  # killed before its first commit: the arrays may be half made, or not made at all
     finish_extension(target, manifest)

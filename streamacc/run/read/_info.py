@@ -324,7 +324,7 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
         memory=memory_estimate(block_bytes, chunk_bytes, computing_bytes=computing),
         summaries=_summaries(target, ident, sum(stored_bytes.values())),
         virtual=manifest.virtual,
-        stored_blocks=sum(1 for k in range(manifest.committed_blocks) if manifest.stores(k)),
+        stored_blocks=manifest.stored_count(),
         committed_blocks=manifest.committed_blocks,
         nonfinite_step=None if manifest.nonfinite is None else manifest.nonfinite["step"],
         nonfinite_array=None if manifest.nonfinite is None else manifest.nonfinite["array"],

@@ -49,7 +49,7 @@ from ..record import (
     same_function,
 )
 from ..threads import interruptible, on_own_thread, run_ordered
-from ..trust import arrays_problem, check_settled_root, trailer_problem, trusted_manifest
+from ..trust import arrays_problem, check_settled_root, contradicts_itself, trailer_problem, trusted_manifest
 
 __all__ = [
     "Checker",
@@ -164,7 +164,7 @@ class Checker:
         if problem is None and self.manifest.total_blocks != self.plan.block_count:
             problem = f"it counts {self.manifest.total_blocks} blocks where the layout has {self.plan.block_count}"
         if problem is not None:
-            raise self.fail(f"its manifest contradicts itself ({problem})")
+            raise VerifyError(contradicts_itself(self.target.label, problem))
 
     def arrays_unchanged(self) -> None:
         """Each of the run's arrays has exactly the metadata it was created with (see ``array_document``)."""
@@ -197,10 +197,13 @@ class Checker:
                 if missing:
                     raise self.bad_block(k, start, stop, f"chunk {missing[0]} is missing")
 
-    def trailers_match(self, blocks: Iterable[int]) -> None:
-        """Every chunk of ``blocks`` (those storing data) ends with the CRC-32C its block record names."""
+    def trailers_match(self, blocks: Iterable[int], *, whole: bool = False) -> None:
+        """Every chunk of ``blocks`` (those storing data) ends with the CRC-32C its block record names; with
+        ``whole``, read whole, its bytes give that checksum too."""
         blocks = self.stored_blocks(blocks)
-        problem = trailer_problem(self.target, self.ledger, self.sink, blocks, self.plan.save_every, self.manifest)
+        problem = trailer_problem(
+            self.target, self.ledger, self.sink, blocks, self.plan.save_every, self.manifest, whole=whole
+        )
         if problem is not None:
             raise self.bad_block(*problem)
 
@@ -379,12 +382,14 @@ def check_resumable(output: Output, plan: Plan, *, last_block: bool = True) -> N
     """Refuse to continue an output whose committed part cannot be trusted.
 
     Before a resume writes anything: the run's arrays have their recorded metadata, every
-    committed chunk exists and ends with the CRC-32C its block record names (so a chunk
-    replaced in any committed block is found), and the last committed block recomputes (from
-    the last carry kept before it, through the blocks between) to its stored bytes and
-    checksums and ends with the carry kept after it, if one is; the carry it ends with is
-    the one the run resumes from. A damaged carry, a foreign manifest or missing blocks stop
-    the resume here. Without ``last_block`` the caller recomputes those blocks itself (a
+    committed chunk exists, ends with the CRC-32C its block record names (so a chunk
+    replaced in any committed block is found) and holds bytes that give it (so one damaged
+    in place is found: the run keeps them all, so it reads them all once), and the last
+    committed block recomputes (from the last carry kept before it, through the blocks
+    between) to its stored bytes and checksums and ends with the carry kept after it, if
+    one is; the carry it ends with is the one the run resumes from. A damaged carry, a
+    foreign manifest or missing blocks stop the resume here. Without ``last_block`` the
+    caller recomputes those blocks itself (a
     Stream, whose inputs only its program holds) and has them judged by :func:`check_recomputed`.
     """
     checker = Checker(output.target, output.manifest, plan, output.sink)
@@ -393,7 +398,7 @@ def check_resumable(output: Output, plan: Plan, *, last_block: bool = True) -> N
         checker.manifest_agrees()
         checker.arrays_unchanged()
         checker.chunks_present()
-        checker.trailers_match(range(output.manifest.committed_blocks))
+        checker.trailers_match(range(output.manifest.committed_blocks), whole=True)
         if last_block:
             checker.block(last)
             output.resume_from(checker.ended[last])

@@ -232,6 +232,12 @@ class Manifest:
             return True
         return any(first <= block < stop for first, stop in self.stored)
 
+    def stored_count(self) -> int:
+        """How many committed blocks have their data stored (by arithmetic on the stored ranges)."""
+        if self.stored is None:
+            return self.committed_blocks
+        return sum(max(0, min(stop, self.committed_blocks) - first) for first, stop in self.stored)
+
     def with_stored(self, blocks: range) -> list[list[int]]:
         """The stored ranges with ``blocks`` added (merged, sorted)."""
         spans = sorted([*(self.stored or []), [blocks.start, blocks.stop]])

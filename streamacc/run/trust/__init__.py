@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         arrays_problem as arrays_problem,
         check_settled_root as check_settled_root,
         check_structure as check_structure,
+        contradicts_itself as contradicts_itself,
         trusted_manifest as trusted_manifest,
     )
 

@@ -3,10 +3,11 @@
 Every stored chunk ends with its CRC-32C (zarr's ``crc32c`` codec, last in every
 streamacc array), and the block records keep the value each chunk had when its block was
 committed. Zarr checks that a chunk agrees with its own trailer; this store also checks
-that the trailer is the recorded one, as it hands each chunk to Zarr, so a chunk copied
-from another output, or written late by a writer that had lost its lease, is refused with
-an error instead of being returned as data, and a committed chunk that is missing is an
-error too, never the fill value. It costs a comparison per chunk read and one
+that the trailer is the recorded one and that the chunk's bytes give it, as it hands each
+chunk to Zarr, so a chunk copied from another output, written late by a writer that had
+lost its lease, or damaged in place, is refused with streamacc's error naming it instead of
+being returned as data (or failing in zarr's codec), and a committed chunk that is missing is an
+error too, never the fill value. It costs a CRC-32C per chunk read (zarr computes one more) and one
 read of a record segment per 64 blocks, each parsed once however many chunks are read at once
 (the last few segments are kept); nothing else. Only whole-chunk reads of the run's
 arrays within the committed blocks are checked (``open`` reads nothing else of them).
@@ -27,7 +28,7 @@ from zarr.storage import WrapperStore
 
 from ...engine import block_count
 from ...errors import VerifyError, arg
-from ...store import ChunkWriter, plain_document
+from ...store import ChunkWriter, plain_document, stored_crc32c
 from ..record import RECORDS_ATTR, SEGMENT, Ledger, Manifest, node_attribute
 
 __all__ = ["CheckedStore"]
@@ -143,11 +144,17 @@ class CheckedStore(WrapperStore[Store]):
             recorded = crcs[name][place] if place >= 0 else None
         except (KeyError, IndexError, TypeError):
             recorded = None
-        raw = buf.to_bytes()[-4:]
-        if recorded is None or int.from_bytes(raw, "little") != recorded:
+        raw = buf.to_bytes()
+        if recorded is None or int.from_bytes(raw[-4:], "little") != recorded:
             raise VerifyError(
                 f"chunk {key} of {self.label} is not the chunk committed for block {k} (its CRC-32C differs from "
                 f"the block's record), so it is not returned; run `streamacc verify` on it, and rewrite the output "
+                "if it confirms the damage"
+            )
+        if stored_crc32c(raw) is None:  # zarr would say so too, in words of its own
+            raise VerifyError(
+                f"chunk {key} of {self.label} is damaged (its bytes do not give the CRC-32C it ends with, which its "
+                f"block {k} recorded), so it is not returned; run `streamacc verify` on it, and rewrite the output "
                 "if it confirms the damage"
             )
         return buf

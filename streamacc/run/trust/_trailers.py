@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from ...engine import rows_in
-from ...store import CarryStore, Target, ZarrSink
+from ...store import CarryStore, Target, ZarrSink, stored_crc32c
 from ..record import Ledger, Manifest
 
 __all__ = ["BATCH_CHUNKS", "trailer_problem"]
@@ -59,22 +59,42 @@ def trailer_problem(
     blocks: Iterable[int],
     save_every: int = 1,
     manifest: Manifest | None = None,
+    *,
+    whole: bool = False,
 ) -> Problem | None:
     """The first chunk of ``blocks`` (in the order given) whose trailer is not its recorded CRC-32C.
 
-    With the output's ``manifest``, the chunks of the carries kept after those blocks too. None
-    when every trailer matches.
+    With the output's ``manifest``, the chunks of the carries kept after those blocks too. With
+    ``whole``, each chunk is read whole and its bytes checked against its trailer too (a chunk
+    damaged in place behind an intact trailer is found): what a resume does, since it keeps
+    them. None when every chunk passes.
     """
     carries = None if manifest is None or manifest.v2 else ledger.carries(manifest)
     batch: list[tuple[int, int, int, str, int]] = []
 
+    def last_bytes(keys: list[str]) -> list[bytes | None]:
+        if not whole:
+            return target.tails(keys)
+        out: list[bytes | None] = []
+        for key in keys:
+            raw = target.read_reused(key)
+            if raw is None or len(raw) < 4:
+                out.append(None)
+            elif stored_crc32c(raw) is None:  # its bytes do not give the checksum they end with
+                out.append(b"")
+            else:
+                out.append(bytes(raw[-4:]))
+        return out
+
     def check() -> Problem | None:
-        tails = target.tails([key for *_, key, crc in batch if crc >= 0])
+        tails = last_bytes([key for *_, key, crc in batch if crc >= 0])
         found = iter(tails)
         for k, start, stop, key, crc in batch:
             if crc < 0:
                 return k, start, stop, f"its record has {key}"
             tail = next(found)
+            if tail == b"":
+                return k, start, stop, f"the stored bytes of chunk {key} do not match their checksum (corrupted chunk)"
             if tail is None or len(tail) < 4:
                 return k, start, stop, f"chunk {key} is missing"
             stored = int.from_bytes(tail, "little")

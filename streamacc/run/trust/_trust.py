@@ -22,7 +22,7 @@ from ...store import Target, array_document, is_virtual
 from ..record import Manifest, load_manifest
 from ._root import root_problem
 
-__all__ = ["arrays_problem", "check_settled_root", "check_structure", "trusted_manifest"]
+__all__ = ["arrays_problem", "check_settled_root", "check_structure", "contradicts_itself", "trusted_manifest"]
 
 ATTEMPTS = 5
 """Times a reader reads the manifest again when what it read disagrees with a newer manifest."""
@@ -61,6 +61,15 @@ def arrays_problem(target: Target, manifest: Manifest) -> str | None:
     return None
 
 
+def contradicts_itself(label: str, problem: str) -> str:
+    """The one diagnosis and advice for a manifest whose counts contradict each other or its layout (edited by
+    hand, or damaged): no reader can tell which of its blocks are committed."""
+    return (
+        f"the manifest of {label} contradicts itself ({problem}), so which of its blocks are committed cannot be "
+        f"told; start afresh with {arg('mode', 'overwrite')}"
+    )
+
+
 def check_structure(target: Target, manifest: Manifest) -> None:
     """Raise (StoreError, VerifyError) unless ``target`` may be read: no links, unchanged arrays, a true root.
 
@@ -69,6 +78,9 @@ def check_structure(target: Target, manifest: Manifest) -> None:
     NoOutputError says so.
     """
     target.check_contents()
+    contradiction = manifest.inconsistency()  # first: its counts bound every loop over its blocks
+    if contradiction is not None:
+        raise VerifyError(contradicts_itself(target.label, contradiction))
     problem = arrays_problem(target, manifest)
     if problem is None:
         root = root_problem(target, manifest, reading=True)
