@@ -349,7 +349,7 @@ def test_a_chunk_damaged_behind_its_intact_trailer_is_refused_by_resume_and_name
     chunk.write_bytes(bytes(raw))
     before = store_files(out)
     with pytest.raises(streamacc.errors.VerifyError, match=r"^chunk x/c/2 of .* is damaged \(its bytes do not give"):
-        streamacc.open(out).x.values
+        streamacc.open(out).x.load()
     code, line = run("verify", out, capfd=capfd)
     assert code == 1 and "chunk x/c/2 do not match their checksum" in line
     code, line = run("write", out, *args, "--resume", capfd=capfd)
