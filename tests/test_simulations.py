@@ -50,9 +50,11 @@ def test_vector_states_with_default_settings(tmp_path, f, init, length, chunk):
     np.testing.assert_array_equal(ds["y"].sel(step=length // 2).values, np.asarray(ys)[length // 2])
     point = (slice(None), 100) if init.ndim == 1 else (slice(None), 100, 7)
     np.testing.assert_array_equal(ds["y"].values[point], np.asarray(ys)[point])
-    assert "memory to write it: 4 block buffers x 32.0 MiB" in str(
-        streamacc.info(out)
-    )
+    about = streamacc.info(out)  # blocks of 32 MiB, of which this short output fills one block's rows
+    assert about.block_size * np.asarray(init).nbytes == 32 * 2**20
+    assert about.memory.block_bytes == min(about.block_size, length) * np.asarray(init).nbytes
+    assert about.memory.carries == 5 * np.asarray(init).nbytes  # four blocks' and the one computing's
+    assert f"memory to write it: 4 block buffers x {about.memory.block_bytes / 2**20:.1f} MiB" in str(about)
 
 
 # --- ensembles ----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from ..._defaults import DEFAULT_INFLIGHT
 from ...engine import pool_size  # arithmetic only: describing an output imports no JAX
 from ...store import BOOKKEEPING, ZarrSink, open_target
 from ...summaries import SUMMARIES, over_state_names, summarized_names
-from ..record import describe_nonfinite
+from ..record import decode_leaves, describe_nonfinite
 from ..trust import trusted_manifest
 
 __all__ = ["ArrayInfo", "MemoryEstimate", "OutputInfo", "SummaryInfo", "info", "memory_estimate"]
@@ -25,13 +25,18 @@ class MemoryEstimate:
 
     The engine computes into a fixed pool of block buffers (the blocks being written plus
     the one being computed), each writer thread encodes into a buffer as large as one
-    chunk and assembles a partial or split chunk in another, and an unrolled, thinned
-    block holds every step's y while it computes. All sizes are in bytes.
+    chunk and assembles a partial or split chunk in another, every block in flight holds
+    the carry it ended with, and an unrolled, thinned block holds every step's y while it
+    computes. All sizes are in bytes. What the step itself needs while XLA computes it
+    (the temporaries of a stencil over a large field: three times the field for a
+    five-point one) comes on top, which the output does not record; and the allocator
+    may keep freed buffers of a large state's size for reuse.
 
     Attributes
     ----------
     block_bytes : int
-        One block's ys: the size of each buffer of the pool.
+        One block's ys: the size of each buffer of the pool (a short output's blocks hold
+        its rows alone).
     pool_blocks : int
         Block buffers in the pool (on a CPU: the blocks in flight plus the one computing).
     blocks : int
@@ -41,13 +46,16 @@ class MemoryEstimate:
     computing : int
         Every step's y of a block computing with ``unroll`` > 1 and ``save_every`` > 1
         (0 otherwise).
+    carries : int
+        The carries the blocks in flight and the one computing hold (the carry entering it
+        and the one it makes).
     total : int
-        The sum: ``blocks + encoders + computing``.
+        The sum: ``blocks + encoders + computing + carries``.
 
     Examples
     --------
     >>> memory = streamacc.info("gp.zarr").memory
-    >>> memory.pool_blocks, memory.total == memory.blocks + memory.encoders + memory.computing
+    >>> memory.pool_blocks, memory.total == memory.blocks + memory.encoders + memory.computing + memory.carries
     (4, True)
     """
 
@@ -56,18 +64,24 @@ class MemoryEstimate:
     blocks: int
     encoders: int
     computing: int
+    carries: int
     total: int
 
 
 def memory_estimate(
-    block_bytes: int, chunk_bytes: int, inflight: int = DEFAULT_INFLIGHT, computing_bytes: int = 0
+    block_bytes: int,
+    chunk_bytes: int,
+    inflight: int = DEFAULT_INFLIGHT,
+    computing_bytes: int = 0,
+    carry_bytes: int = 0,
 ) -> MemoryEstimate:
     """The memory a local write of blocks of ``block_bytes`` in chunks of ``chunk_bytes`` takes (see MemoryEstimate)."""
-    blocks = pool_size(inflight) * block_bytes
+    pool = pool_size(inflight)
+    blocks = pool * block_bytes
     encoders = inflight * 2 * chunk_bytes
-    return MemoryEstimate(
-        block_bytes, pool_size(inflight), blocks, encoders, computing_bytes, blocks + encoders + computing_bytes
-    )
+    carries = (pool + 1) * carry_bytes
+    total = blocks + encoders + computing_bytes + carries
+    return MemoryEstimate(block_bytes, pool, blocks, encoders, computing_bytes, carries, total)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,7 +299,7 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
     sink = ZarrSink.open(target, list(ident["arrays"]))
     first, last = manifest.rows()
     stored_bytes = sink.stored_bytes((first, last))
-    block_rows = ident["block_size"] // every
+    block_rows = min(ident["block_size"], ident["length"]) // every  # a short output's one block holds its rows
     arrays, block_bytes, chunk_bytes = {}, 0, 0
     for name, arr in sink.arrays.items():
         row_bytes = int(np.prod(arr.shape[1:], dtype=np.int64)) * arr.dtype.itemsize
@@ -321,7 +335,7 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
         unroll=ident["unroll"],
         time=ident.get("time"),
         versions=ident["versions"],
-        memory=memory_estimate(block_bytes, chunk_bytes, computing_bytes=computing),
+        memory=memory_estimate(block_bytes, chunk_bytes, computing_bytes=computing, carry_bytes=_carry_bytes(manifest)),
         summaries=_summaries(target, ident, sum(stored_bytes.values())),
         virtual=manifest.virtual,
         stored_blocks=manifest.stored_count(),
@@ -345,8 +359,22 @@ def _summaries(target: Any, ident: dict[str, Any], data_bytes: int) -> SummaryIn
     return SummaryInfo(tuple(windows), tuple(names), stored, share, over)
 
 
+def _carry_bytes(manifest: Any) -> int:
+    """The bytes of the run's carry, from its stored form (format 3) or the carry recorded in the manifest."""
+    if manifest.carries is not None:
+        return sum(leaf.nbytes for leaf in manifest.carry_leaves)
+    return sum(a.nbytes for a, _ in decode_leaves(manifest.carry or []))
+
+
 def _mib(nbytes: int) -> str:
-    return f"{nbytes / 2**20:.1f} MiB"
+    """A size in bytes a person reads: ``512 B``, ``12.5 KiB``, ``32.0 MiB``, ``1.50 GiB``."""
+    if nbytes < 2**10:
+        return f"{nbytes} B"
+    if nbytes < 2**20:
+        return f"{nbytes / 2**10:.1f} KiB"
+    if nbytes < 2**30:
+        return f"{nbytes / 2**20:.1f} MiB"
+    return f"{nbytes / 2**30:.2f} GiB"
 
 
 def format_description(about: OutputInfo) -> str:
@@ -366,7 +394,7 @@ def format_description(about: OutputInfo) -> str:
         f"  block size: {about.block_size} steps ({_mib(mem.block_bytes)} of output)  keeps: {kept}  "
         f"unroll: {about.unroll}  versions: {about.versions}",
         f"  memory to write it: {mem.pool_blocks} block buffers x {_mib(mem.block_bytes)} = "
-        f"{_mib(mem.blocks)}, encoders {_mib(mem.encoders)}"
+        f"{_mib(mem.blocks)}, encoders {_mib(mem.encoders)}, carries {_mib(mem.carries)}"
         + (f", every step's y of a computing block {_mib(mem.computing)}" if mem.computing else "")
         + f": {_mib(mem.total)} beyond Python, JAX and zarr",
     ]
