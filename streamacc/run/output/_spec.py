@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from ..._dtypes import dtype_name
 from ..._version import __version__
 from ...engine import Plan
 from ...errors import InputError, arg
@@ -112,7 +113,7 @@ def output_spec(plan: Plan, request: Request) -> OutputSpec:
         check_span(layout.time, plan.rows * plan.save_every - 1)  # the last stored step's time, as readers label it
     windows = request.summaries
     if request.summaries_default and windows:
-        summarized = summarized_names({n: (s.dtype, trailing[n]) for n, s in leaves.items()})
+        summarized = summarized_names({n: (dtype_name(s.dtype), trailing[n]) for n, s in leaves.items()})
         largest = max((math.prod(trailing[n]) for n in summarized), default=1)
         windows = request.storage.windows(plan.rows, largest)
     elif request.mode in ("create", "overwrite"):  # a continued run's windows are the stored run's
@@ -122,7 +123,7 @@ def output_spec(plan: Plan, request: Request) -> OutputSpec:
     itemsizes = {n: np.dtype(s.dtype).itemsize for n, s in leaves.items()}
     chunk_shapes = resolve_chunks(trailing, itemsizes, dimensions, layout.chunks, plan.block_rows)
     specs = {n: ((plan.rows, *trailing[n]), np.dtype(s.dtype)) for n, s in leaves.items()}
-    arrays = {n: [dt.str, list(shape)] for n, (shape, dt) in specs.items()}
+    arrays = {n: [dtype_name(dt), list(shape)] for n, (shape, dt) in specs.items()}
     asked = None if layout.dims is None else {n: list(dimensions[n][1:]) for n in layout.dims}
     identity = run_identity(
         plan,
