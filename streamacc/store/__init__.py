@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ._chunks import ChunkWriter as ChunkWriter, EncodeBuffers as EncodeBuffers
     from ._codecs import CODECS as CODECS, MAX_CHUNK_BYTES as MAX_CHUNK_BYTES, compressors_for as compressors_for
     from ._compare import compare_chunks as compare_chunks
+    from ._datatypes import register_data_types as register_data_types, storable as storable
     from ._documents import (
         PROGRESS_ATTRS as PROGRESS_ATTRS,
         VIRTUAL as VIRTUAL,

@@ -19,7 +19,7 @@ from ..._dtypes import dtype_name
 from ..._version import __version__
 from ...engine import Plan
 from ...errors import InputError, arg
-from ...store import ArraySpec, open_target
+from ...store import ArraySpec, open_target, storable
 from ...summaries import summarized_names, too_long
 from ..record import Ledger, run_identity
 from ._layout import RESERVED, array_dims, resolve_chunks
@@ -102,6 +102,12 @@ def output_spec(plan: Plan, request: Request) -> OutputSpec:
     checked_array_attrs = _check_array_attrs(layout.array_attrs, names)
     leaves = dict(zip(names, jax.tree_util.tree_leaves(plan.y_struct), strict=True))
     trailing = {n: tuple(s.shape) for n, s in leaves.items()}
+    for name, leaf in leaves.items():
+        if not storable(leaf.dtype):
+            raise InputError(
+                f"output {name!r} of f has dtype {np.dtype(leaf.dtype).name}, which Zarr cannot store: return it as "
+                "a type Zarr stores, e.g. y.astype(jnp.float32) (bfloat16, float16 and every numpy number are stored)"
+            )
     for name, shape in trailing.items():
         if 0 in shape:
             raise InputError(
