@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -22,8 +23,10 @@ import zarr
 from helpers import assert_bits_equal, assert_same_output, failing, python, read_manifest
 
 import streamacc
-from streamacc.errors import InputError, StoreError, VerifyError
+from streamacc import testing
+from streamacc.errors import InputError, StoreError, StreamaccWarning, VerifyError
 from streamacc.run.record import decode_leaves, encode_leaves
+from streamacc.summaries import reduce_steps
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 LENGTH, BLOCK = 1000, 128  # 8 blocks, the last one short
@@ -139,6 +142,75 @@ def test_the_stream_writes_bfloat16_as_write_does(tmp_path):
     assert np.array_equal(bits(streamacc.open(out).level.values), bits(ys["level"]))
     write(written)
     assert_same_output(out, written)
+
+
+def test_bfloat16_summaries_hold_its_exact_extremes_and_float64_means(tmp_path):
+    out = tmp_path / "out.zarr"
+    write(out, summaries=[16, 256])
+    data = scanned()[1]["level"].astype(np.float64)  # every bfloat16 is a float64 exactly
+    level = xr.open_zarr(out, group="_streamacc/summaries/w16")
+    assert level.level_min.dtype == np.float32 and level.level_mean.dtype == np.float64
+    windows = data[: LENGTH // 16 * 16].reshape(-1, 16, 2)
+    rows = len(windows)
+    assert np.array_equal(level.level_min.values[:rows], windows.min(axis=1))
+    assert np.array_equal(level.level_max.values[:rows], windows.max(axis=1))
+    assert np.allclose(level.level_mean.values[:rows], windows.mean(axis=1), rtol=1e-14, atol=0)
+    assert np.array_equal(level.level_min.values[rows], data[rows * 16 :].min(axis=0))  # the short last window
+    assert streamacc.verify(out, step, init(), inputs()).summary_windows > 0
+
+
+def holes(c, x):
+    """A bfloat16 recurrence whose y is NaN where x is (and only there)."""
+    c = c * jnp.asarray(0.99, c.dtype) + jnp.where(jnp.isnan(x), jnp.zeros_like(x), x)
+    return c, c + (x - x)
+
+
+@pytest.mark.parametrize(("width", "slice_bytes"), [(None, 256), (64, 1024)], ids=["series", "state"])
+def test_bfloat16_summaries_reduced_a_slice_at_a_time_skip_nans_exactly(tmp_path, width, slice_bytes):
+    """Blocks past the bytes numpy's reductions are cut at: a series' windows in slices, a state's values in tiles."""
+    length = 3000 if width is None else 600
+    shape = (length,) if width is None else (length, width)
+    rng = np.random.default_rng(7)
+    xs = rng.uniform(-1, 1, shape).astype(np.float32)
+    xs.reshape(length, -1)[rng.integers(0, length, 40), 0] = np.nan
+    first = int(np.flatnonzero(np.isnan(xs.reshape(length, -1)).any(axis=1))[0])
+    xs = jnp.asarray(xs.astype(BF16))
+    c0 = jnp.zeros(shape[1:], BF16)
+    out = tmp_path / "out.zarr"
+    with testing.patched("summaries.SLICE_BYTES", slice_bytes):
+        with pytest.warns(StreamaccWarning, match=f"y holds a NaN or an infinity at step {first},"):
+            streamacc.write(out, holes, c0, xs, block_size=1024 if width is None else 256, summaries=[16],
+                            progress=False)  # fmt: skip
+        assert streamacc.verify(out, holes, c0, xs).summary_windows > 0
+    y = np.asarray(jax.lax.scan(holes, c0, xs)[1]).astype(np.float64)  # every bfloat16 is a float64 exactly
+    windows = y[: length // 16 * 16].reshape(-1, 16, *shape[1:])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN window's statistics are NaN
+        want_min, want_max, want_mean = np.nanmin(windows, 1), np.nanmax(windows, 1), np.nanmean(windows, 1)
+    level = xr.open_zarr(out, group="_streamacc/summaries/w16")
+    rows = len(windows)
+    assert np.isnan(windows).any()
+    assert np.array_equal(level.y_min.values[:rows], want_min, equal_nan=True)
+    assert np.array_equal(level.y_max.values[:rows], want_max, equal_nan=True)
+    assert np.allclose(level.y_mean.values[:rows], want_mean, rtol=1e-12, atol=1e-15, equal_nan=True)
+    assert np.array_equal(level.y_count.values[:rows], (~np.isnan(windows)).sum(axis=1))
+
+
+def test_bfloat16_is_reduced_as_the_float32_holding_it_whole_or_in_tiles():
+    """A window's statistics of bfloat16 values are those of the same values as float32, whatever the slices."""
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal((96, 200)).astype(np.float32) * 50
+    data[rng.random(data.shape) < 0.02] = np.nan
+    data[40, :3], data[41, :2] = np.inf, -0.0
+    narrow = data.astype(BF16)
+    wide = narrow.astype(np.float32)
+    for slice_bytes in (2**40, 32 * 100 * 2):
+        for axis, batch in ((1, (3, 32, 200)), (0, (96, 200))):
+            with np.errstate(invalid="ignore"), testing.patched("summaries.SLICE_BYTES", slice_bytes):
+                got = reduce_steps(narrow.reshape(batch), axis)
+                want = reduce_steps(wide.reshape(batch), axis)
+            for a, b in zip(got.fields(), want.fields(), strict=True):
+                assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (slice_bytes, axis)
 
 
 def test_a_carry_recorded_as_raw_bytes_by_1_0_reads_back_as_bfloat16():
