@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         verify as verify,
         write as write,
     )
+    from .store import register_data_types as register_data_types
 
 __getattr__, _, _lazy = lazy_exports(__name__, __file__)
 __all__ = sorted(["StreamaccError", "__version__", "errors", *_lazy])

@@ -30,10 +30,29 @@ def to_host(carry: Any) -> list[HostLeaf]:
     return [_leaf_to_host(leaf) for leaf in jax.tree_util.tree_leaves(carry)]
 
 
+def _placed(array: npt.NDArray[Any], like: Any) -> jax.Array:
+    """``array`` on the device, sharded as ``like`` where that is a ``jax.Array`` sharded over several devices."""
+    sharding = getattr(like, "sharding", None) if isinstance(like, jax.Array) else None
+    if sharding is None or len(sharding.device_set) < 2:
+        return jnp.asarray(array)
+    placed: jax.Array = jax.device_put(array, sharding)
+    return placed
+
+
 def from_host(leaves: list[HostLeaf], like: Any) -> Any:
-    """Rebuild a carry with the tree structure of ``like`` from :func:`to_host` leaves."""
+    """Rebuild a carry with the tree structure of ``like`` from :func:`to_host` leaves.
+
+    A leaf whose counterpart in ``like`` is sharded over several devices (an ensemble's members
+    spread over the devices of a mesh) is sharded so again; any other goes to the default device.
+    """
     treedef = jax.tree_util.tree_structure(like)
-    arrays = [jax.random.wrap_key_data(jnp.asarray(a), impl=impl) if impl else jnp.asarray(a) for a, impl in leaves]
+    arrays = []
+    for (a, impl), model in zip(leaves, jax.tree_util.tree_leaves(like), strict=True):
+        if impl:
+            data = model if not isinstance(model, jax.Array) else jax.random.key_data(model)
+            arrays.append(jax.random.wrap_key_data(_placed(a, data), impl=impl))
+        else:
+            arrays.append(_placed(a, model))
     return jax.tree_util.tree_unflatten(treedef, arrays)
 
 

@@ -194,4 +194,6 @@ def _view(host: npt.NDArray[Any], pointer: int | None, lease: _Lease) -> npt.NDA
     if host.nbytes == 0 or pointer is None or interface["data"][0] != pointer:
         return None
     interface["data"] = (interface["data"][0], True)
-    return np.asarray(_HostView(interface, lease))
+    view = np.asarray(_HostView(interface, lease))
+    # the interface's type string of an ml_dtypes type (bfloat16's "<V2") reads back as raw bytes
+    return view if view.dtype == host.dtype else view.view(host.dtype)

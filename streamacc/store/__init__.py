@@ -28,12 +28,11 @@ if TYPE_CHECKING:
         CarryDamaged as CarryDamaged,
         CarryLeaf as CarryLeaf,
         CarryStore as CarryStore,
-        dtype_from_text as dtype_from_text,
-        dtype_text as dtype_text,
     )
     from ._chunks import ChunkWriter as ChunkWriter, EncodeBuffers as EncodeBuffers
     from ._codecs import CODECS as CODECS, MAX_CHUNK_BYTES as MAX_CHUNK_BYTES, compressors_for as compressors_for
     from ._compare import compare_chunks as compare_chunks
+    from ._datatypes import register_data_types as register_data_types, storable as storable
     from ._documents import (
         PROGRESS_ATTRS as PROGRESS_ATTRS,
         VIRTUAL as VIRTUAL,

@@ -23,38 +23,16 @@ from typing import Any
 import google_crc32c
 import numpy as np
 
+from .._dtypes import dtype_from_name, dtype_name
 from ._documents import stored_crc32c
 from ._target import BOOKKEEPING, Target
 
-__all__ = ["CARRIES", "CarryDamaged", "CarryLeaf", "CarryStore", "dtype_from_text", "dtype_text"]
+__all__ = ["CARRIES", "CarryDamaged", "CarryLeaf", "CarryStore"]
 
 CARRIES = f"{BOOKKEEPING}/carries"
 """The group of the kept carries."""
 
 _NATIVE_KINDS = "biufc"  # what Zarr v3 stores under the dtype's own name
-
-
-def dtype_text(dtype: np.dtype[Any]) -> str:
-    """A dtype as a manifest names it: numpy's ``str`` (``'<f8'``), or an ml_dtypes type's name (``'bfloat16'``)."""
-    dtype = np.dtype(dtype)
-    return dtype.str if dtype.kind in _NATIVE_KINDS else dtype.name
-
-
-def dtype_from_text(text: str) -> np.dtype[Any]:
-    """Inverse of :func:`dtype_text`; ValueError for a text that names no dtype."""
-    if not isinstance(text, str):
-        raise ValueError(f"{text!r} names no dtype")
-    try:
-        return np.dtype(text)
-    except TypeError:
-        pass
-    import ml_dtypes  # JAX's own dependency, which names bfloat16 and its kin
-
-    found = getattr(ml_dtypes, text, None)
-    if found is None:
-        raise ValueError(f"{text!r} names no dtype")
-    dtype: np.dtype[Any] = np.dtype(found)
-    return dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +58,7 @@ class CarryLeaf:
         return self.dtype if self.dtype.kind in _NATIVE_KINDS else np.dtype(f"u{self.dtype.itemsize}")
 
     def to_json(self) -> dict[str, Any]:
-        return {"dtype": dtype_text(self.dtype), "shape": list(self.shape), "key": self.key}
+        return {"dtype": dtype_name(self.dtype), "shape": list(self.shape), "key": self.key}
 
     @classmethod
     def from_json(cls, doc: Any) -> CarryLeaf:
@@ -91,7 +69,7 @@ class CarryLeaf:
         key = doc.get("key")
         if key is not None and not isinstance(key, str):
             raise ValueError(f"bad key {key!r}")
-        return cls(dtype_from_text(doc["dtype"]), tuple(shape), key)
+        return cls(dtype_from_name(doc["dtype"]), tuple(shape), key)
 
     @classmethod
     def of(cls, array: np.ndarray, key: str | None) -> CarryLeaf:
@@ -143,7 +121,7 @@ class CarryStore:
         for i, leaf in enumerate(self.leaves):
             attributes: dict[str, Any] = {}
             if leaf.stored_dtype != leaf.dtype:
-                attributes["streamacc_dtype"] = dtype_text(leaf.dtype)
+                attributes["streamacc_dtype"] = dtype_name(leaf.dtype)
             if leaf.key is not None:
                 attributes["streamacc_key"] = leaf.key
             group.create_array(

@@ -240,8 +240,10 @@ class ChunkWriter:
         from zarr import AsyncArray
         from zarr.storage import StorePath
 
+        from ._datatypes import register_data_types
         from ._zarrapi import ArrayV3Metadata
 
+        register_data_types()
         metadata = ArrayV3Metadata.from_dict(dict(document))
         return cls(zarr.Array(AsyncArray(metadata, StorePath(store, path))))
 

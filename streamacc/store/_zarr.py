@@ -23,9 +23,11 @@ from zarr.buffer import default_buffer_prototype
 from zarr.codecs import Crc32cCodec
 from zarr.storage import StorePath
 
+from .._dtypes import is_float
 from ..errors import NoOutputError, arg, one_line
 from ._chunks import ChunkWriter
 from ._codecs import compressors_for
+from ._datatypes import register_data_types
 from ._documents import (
     PROGRESS_ATTRS,
     ArraySpec,
@@ -41,8 +43,11 @@ from ._zarrapi import ArrayConfig, ArrayConfigParams, ArrayV3Metadata, sync
 
 __all__ = ["ZarrSink", "resize_arrays"]
 
+register_data_types()  # the sink creates and opens bfloat16 arrays
+
+
 def _fill_value(dtype: np.dtype) -> object:
-    if dtype.kind in "fc":
+    if dtype.kind == "c" or is_float(dtype):
         return np.nan
     return False if dtype.kind == "b" else 0
 

@@ -12,6 +12,10 @@ from zarr.core.array_spec import ArrayConfig, ArrayConfigParams
 # The only chunk grid zarr 3.1 has: what chunk arithmetic checks a stored array's grid against.
 from zarr.core.chunk_grids import RegularChunkGrid
 
+# The mix-ins a data type declares its byte order and item size with: without the first the bytes
+# codec drops its "endian", without the second blosc shuffles single bytes (see _datatypes).
+from zarr.core.dtype.common import HasEndianness, HasItemSize
+
 # A group's zarr.json validated as zarr would read it, without opening the group.
 from zarr.core.group import GroupMetadata
 
@@ -23,4 +27,13 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 # wraps whole array and group calls only, and a loop of our own would not be the one its stores use.
 from zarr.core.sync import sync
 
-__all__ = ["ArrayConfig", "ArrayConfigParams", "ArrayV3Metadata", "GroupMetadata", "RegularChunkGrid", "sync"]
+__all__ = [
+    "ArrayConfig",
+    "ArrayConfigParams",
+    "ArrayV3Metadata",
+    "GroupMetadata",
+    "HasEndianness",
+    "HasItemSize",
+    "RegularChunkGrid",
+    "sync",
+]

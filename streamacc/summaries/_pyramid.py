@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .._dtypes import is_bfloat16
 from ._reduce import Acc, Rows, reduce_steps
 
 __all__ = [
@@ -50,8 +51,8 @@ __all__ = [
 
 
 def summarizable(dtype: np.dtype) -> bool:
-    """Whether an output of ``dtype`` gets summaries (ordered numbers: floats, integers, booleans)."""
-    return np.dtype(dtype).kind in "fiub"
+    """Whether an output of ``dtype`` gets summaries (ordered numbers: floats, bfloat16 too, integers, booleans)."""
+    return np.dtype(dtype).kind in "fiub" or is_bfloat16(dtype)
 
 
 @dataclasses.dataclass(frozen=True)

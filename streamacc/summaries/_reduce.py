@@ -3,7 +3,10 @@
 Each reduction runs over slices of about ``SLICE_BYTES`` of rows, so that its second and
 third passes find the slice in the core's cache; a state wider than a slice is reduced a
 tile of its values at a time. The order of every sum is numpy's over a window's steps, so
-the stored means are bit for bit the same however the reductions are cut.
+the stored means are bit for bit the same however the reductions are cut. numpy's loops for
+bfloat16 (ml_dtypes') are scalar and several times slower than its float32 loops, so bfloat16 is
+reduced as float32 a slice at a time, exactly (each bfloat16 is a float32): its minima and
+maxima are float32s holding bfloat16 values, stored so.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from .._dtypes import numpy_float
 
 __all__ = ["SLICE_BYTES", "Acc", "Rows", "reduce_steps"]
 
@@ -123,7 +128,14 @@ def _sum(
     return total
 
 
+def _numpy(data: np.ndarray) -> np.ndarray:
+    """``data`` in a dtype of numpy's own that holds its values exactly (bfloat16 as float32; others as they are)."""
+    wide = numpy_float(data.dtype)
+    return data if wide == data.dtype else data.astype(wide)
+
+
 def _reduce(data: np.ndarray, axis: int) -> Acc:
+    data = _numpy(data)
     if data.dtype.kind == "b":
         low, high = np.logical_and.reduce(data, axis=axis), np.logical_or.reduce(data, axis=axis)
     else:
@@ -172,18 +184,19 @@ def _reduce_state(data: np.ndarray, axis: int) -> Acc:
         rows, width = 1, max(STATE_TILE_VALUES, SLICE_BYTES // (steps * flat.itemsize))
         if values - width < STATE_TILE_VALUES:
             width = values  # no narrow last tile
-    low, high = np.empty((windows, values), flat.dtype), np.empty((windows, values), flat.dtype)
+    wide = numpy_float(flat.dtype)
+    low, high = np.empty((windows, values), wide), np.empty((windows, values), wide)
     total = np.empty((windows, values), np.float64)
     count = np.full((windows, values), steps, dtype=np.int64)
     first, last = (np.logical_and, np.logical_or) if flat.dtype.kind == "b" else (np.minimum, np.maximum)
     for i in range(0, windows, rows):
         for j in range(0, values, width):
             at = (slice(i, i + rows), slice(j, j + width if values - (j + width) >= STATE_TILE_VALUES else values))
-            part = flat[at[0], :, at[1]]
+            part = _numpy(flat[at[0], :, at[1]])
             first.reduce(part, axis=1, out=low[at])
             last.reduce(part, axis=1, out=high[at])
             _sum(part, 1, out=total[at])
-            if flat.dtype.kind == "f" and np.isnan(total[at]).any():  # a NaN in the tile: NaN-aware again
+            if wide.kind == "f" and np.isnan(total[at]).any():  # a NaN in the tile: NaN-aware again
                 low[at], high[at], total[at], count[at] = _reduce(part, 1).fields()
             if at[1].stop == values:
                 break
@@ -202,7 +215,7 @@ def reduce_steps(data: np.ndarray, axis: int) -> Acc:
     0.0, as :meth:`Acc.fold` settles the tie, whichever zero numpy's loops gave.
     """
     acc = _reduce_any(data, axis)
-    if data.dtype.kind == "f":
+    if acc.min.dtype.kind == "f":
         _settle_zeros(data, axis, acc.min, smallest=True)
         _settle_zeros(data, axis, acc.max, smallest=False)
     return acc
@@ -233,15 +246,16 @@ def _reduce_any(data: np.ndarray, axis: int) -> Acc:
         return _reduce(data, axis)
     rows = max(1, SLICE_BYTES * len(data) // data.nbytes)
     shape = (len(data), *data.shape[2:])
-    low, high, total = np.empty(shape, data.dtype), np.empty(shape, data.dtype), np.empty(shape, np.float64)
+    wide = numpy_float(data.dtype)
+    low, high, total = np.empty(shape, wide), np.empty(shape, wide), np.empty(shape, np.float64)
     first, last = (np.logical_and, np.logical_or) if data.dtype.kind == "b" else (np.minimum, np.maximum)
     for i in range(0, len(data), rows):  # three calls a slice, into place: no per-slice arrays to join
-        part = data[i : i + rows]
+        part = _numpy(data[i : i + rows])
         first.reduce(part, axis=1, out=low[i : i + rows])
         last.reduce(part, axis=1, out=high[i : i + rows])
         _sum(part, 1, out=total[i : i + rows])
     count = np.full(shape, data.shape[1], dtype=np.int64)
-    if data.dtype.kind == "f" and np.isnan(total).any():  # the slices holding a NaN window again, NaN-aware
+    if wide.kind == "f" and np.isnan(total).any():  # the slices holding a NaN window again, NaN-aware
         for i in range(0, len(data), rows):
             if np.isnan(total[i : i + rows]).any():
                 redone = _reduce(data[i : i + rows], axis)

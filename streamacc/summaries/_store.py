@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._dtypes import numpy_float
 from ..errors import one_line
 from ..store import BOOKKEEPING, ArraySpec, Target, compressors_for
 from ._plain import PlainArray, plain_array, plain_group
@@ -80,7 +81,9 @@ def listing(target: Target, windows: Sequence[int]) -> dict[str, dict[str, Any]]
 
 
 def _stat_dtype(stat: str, dtype: np.dtype) -> np.dtype:
-    return {"mean": np.dtype(np.float64), "count": np.dtype(np.int64)}.get(stat, np.dtype(dtype))
+    """A statistic's dtype: float64 means, int64 counts, and the min and max in the output's dtype (float32 for
+    bfloat16, whose values it holds exactly: see ``_reduce``)."""
+    return {"mean": np.dtype(np.float64), "count": np.dtype(np.int64)}.get(stat, numpy_float(dtype))
 
 
 def _fill(dtype: np.dtype) -> object:

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .._dtypes import dtype_from_name
 from ..errors import VerifyError, arg, one_line
 from ..store import ArraySpec, Target
 from ._pyramid import BlockPieces, Pyramid, block_pieces, fold_children, nonfinite_pieces, summarizable
@@ -45,7 +46,7 @@ def output_rows(identity: Mapping[str, Any]) -> int:
 
 def summarized_names(arrays: Mapping[str, Any]) -> list[str]:
     """The outputs that get summaries (identity ``arrays``: name -> [dtype, shape]): ordered numbers only."""
-    return [name for name, (dtype, _shape) in arrays.items() if summarizable(np.dtype(dtype))]
+    return [name for name, (dtype, _shape) in arrays.items() if summarizable(dtype_from_name(dtype))]
 
 
 def over_state_names(identity: Mapping[str, Any]) -> frozenset[str]:

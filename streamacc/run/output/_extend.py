@@ -27,8 +27,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
+from ..._dtypes import dtype_from_name
 from ...errors import NoOutputError, ResumeError, arg
 from ...store import Target, ZarrSink, array_document, resize_arrays
 from ...summaries import extension_tail, rebuild_stale_arrays
@@ -146,7 +145,7 @@ def finish_extension(target: Target, manifest: Manifest) -> None:
         ZarrSink.open(target, list(manifest.identity["arrays"])).declare_virtual()
     _grow_arrays(target, manifest)
     ident = manifest.identity
-    specs = {name: ((shape[0], *shape[1:]), np.dtype(dtype)) for name, (dtype, shape) in ident["arrays"].items()}
+    specs = {name: ((shape[0], *shape[1:]), dtype_from_name(dtype)) for name, (dtype, shape) in ident["arrays"].items()}
     dims = {name: tuple(doc.get("dimension_names") or ()) for name, doc in manifest.arrays.items()}
     rebuild_stale_arrays(target, ident, manifest.summaries, specs, ident["codec"], dims)
 

@@ -16,10 +16,11 @@ from typing import Any
 import jax
 import numpy as np
 
+from ..._dtypes import dtype_name
 from ..._version import __version__
 from ...engine import Plan
 from ...errors import InputError, arg
-from ...store import ArraySpec, open_target
+from ...store import ArraySpec, open_target, storable
 from ...summaries import over_state, summarized_names, too_long
 from ..record import Ledger, run_identity
 from ._layout import RESERVED, array_dims, resolve_chunks
@@ -156,6 +157,12 @@ def output_spec(plan: Plan, request: Request) -> OutputSpec:
     checked_array_attrs = _check_array_attrs(layout.array_attrs, names)
     leaves = dict(zip(names, jax.tree_util.tree_leaves(plan.y_struct), strict=True))
     trailing = {n: tuple(s.shape) for n, s in leaves.items()}
+    for name, leaf in leaves.items():
+        if not storable(leaf.dtype):
+            raise InputError(
+                f"output {name!r} of f has dtype {np.dtype(leaf.dtype).name}, which Zarr cannot store: return it as "
+                "a type Zarr stores, e.g. y.astype(jnp.float32) (bfloat16, float16 and every numpy number are stored)"
+            )
     for name, shape in trailing.items():
         if 0 in shape:
             raise InputError(
@@ -166,7 +173,7 @@ def output_spec(plan: Plan, request: Request) -> OutputSpec:
     if plan.rows:
         check_span(layout.time, plan.rows * plan.save_every - 1)  # the last stored step's time, as readers label it
     windows = request.summaries
-    summarized = summarized_names({n: (s.dtype, trailing[n]) for n, s in leaves.items()})
+    summarized = summarized_names({n: (dtype_name(s.dtype), trailing[n]) for n, s in leaves.items()})
     sizes = {n: math.prod(trailing[n]) for n in summarized}
     over = request.over_state if request.over_state is not None else over_state(sizes)
     over = [n for n in summarized if n in over] if windows else []
@@ -180,7 +187,7 @@ def output_spec(plan: Plan, request: Request) -> OutputSpec:
     itemsizes = {n: np.dtype(s.dtype).itemsize for n, s in leaves.items()}
     chunk_shapes = resolve_chunks(trailing, itemsizes, dimensions, layout.chunks, plan.block_rows)
     specs = {n: ((plan.rows, *trailing[n]), np.dtype(s.dtype)) for n, s in leaves.items()}
-    arrays = {n: [dt.str, list(shape)] for n, (shape, dt) in specs.items()}
+    arrays = {n: [dtype_name(dt), list(shape)] for n, (shape, dt) in specs.items()}
     asked = None if layout.dims is None else {n: list(dimensions[n][1:]) for n in layout.dims}
     identity = run_identity(
         plan,

@@ -15,7 +15,7 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import InputError
-from ...store import PROGRESS_ATTRS, open_target, progress_attrs
+from ...store import PROGRESS_ATTRS, open_target, progress_attrs, register_data_types
 from ..trust import CheckedStore, trusted_manifest
 
 if TYPE_CHECKING:
@@ -147,6 +147,7 @@ def open(
             from ..recompute import check_function
 
             check_function(manifest, f, target.label)
+    register_data_types()  # a bfloat16 array reads as bfloat16
     ds: xarray.Dataset = xr.open_zarr(source, consolidated=False, zarr_format=3, chunks=None)[names]
     if manifest.recomputes:
         from ..recompute import recomputed_variables

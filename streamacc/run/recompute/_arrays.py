@@ -21,6 +21,8 @@ from xarray.backends import BackendArray
 # do: the backend API documents it but exports it from no public module.
 from xarray.core import indexing
 
+from ...store import register_data_types
+
 if TYPE_CHECKING:
     from ._virtual import RecomputingStore
 
@@ -49,6 +51,7 @@ class RecomputedArray(BackendArray):
                 if view is not None:
                     return view[(slice(None), *key[1:])]
         if self._zarr is None:
+            register_data_types()  # also on a dask worker, which unpickled this array without its zarr array
             self._zarr = zarr.open_array(self.store, path=self.name, mode="r", zarr_format=3)
         return self._zarr[key]
 

@@ -30,6 +30,7 @@ from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, Store
 from zarr.storage import WrapperStore
 
+from ..._dtypes import dtype_from_name
 from ...engine import (
     BlockPool,
     Plan,
@@ -340,7 +341,7 @@ def _ranged(buf: Buffer, byte_range: ByteRequest, prototype: BufferPrototype) ->
 
 def _needs_x64(manifest: Manifest) -> bool:
     """Whether the run computed in 64 bits: a 64-bit output or carry (JAX makes none without ``jax_enable_x64``)."""
-    dtypes = [np.dtype(dtype) for dtype, _ in manifest.identity["arrays"].values()]
+    dtypes = [dtype_from_name(dtype) for dtype, _ in manifest.identity["arrays"].values()]
     if manifest.v2:
         dtypes += [leaf.dtype for leaf, _ in decode_leaves(manifest.carry or [])]
     else:

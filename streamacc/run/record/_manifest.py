@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..._callsite import warn
+from ..._dtypes import dtype_from_name, dtype_name
 from ...engine import block_count, committed_span, rows_in
 from ...errors import ResumeError, StreamaccWarning, VerifyError, arg
 from ...store import BOOKKEEPING, CarryLeaf
@@ -108,7 +109,8 @@ def node_attribute(raw: bytes, name: str) -> Any:
 def encode_leaves(leaves: list[HostLeaf]) -> list[dict[str, Any]]:
     """JSON form of host carry leaves: dtype, shape, exact bytes, PRNG key implementation."""
     return [
-        {"dtype": a.dtype.str, "shape": list(a.shape), "data": base64.b64encode(a.tobytes()).decode(), "key": impl}
+        {"dtype": dtype_name(a.dtype), "shape": list(a.shape), "data": base64.b64encode(a.tobytes()).decode(),
+         "key": impl}
         for a, impl in leaves
     ]
 
@@ -118,7 +120,7 @@ def decode_leaves(records: list[dict[str, Any]]) -> list[HostLeaf]:
     out = []
     for r in records:
         raw = base64.b64decode(r["data"], validate=True)
-        out.append((np.frombuffer(raw, dtype=np.dtype(r["dtype"])).reshape(r["shape"]).copy(), r["key"]))
+        out.append((np.frombuffer(raw, dtype=dtype_from_name(r["dtype"])).reshape(r["shape"]).copy(), r["key"]))
     return out
 
 

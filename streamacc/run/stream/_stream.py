@@ -70,6 +70,11 @@ REFUSED = {
 """The keywords of :func:`streamacc.write` that cannot apply inside a jitted program, and why."""
 
 
+
+def _partitioned(exc: BaseException) -> bool:
+    """Whether ``exc`` is XLA refusing a Stream's callback in a program partitioned over several devices."""
+    return isinstance(exc, jax.errors.JaxRuntimeError) and "Side-effect HLO must have sharding" in str(exc)
+
 class Stream:
     """A scan streamed to a Zarr store from inside a jitted program: ``lax.scan``'s final carry, its ys stored.
 
@@ -291,6 +296,15 @@ class Stream:
         if host is None:
             return None
         if failure is None:
+            if exc is not None and not host.started and _partitioned(exc):
+                refused = InputError(
+                    "the program was partitioned over several devices (its carry or inputs sharded), and a Stream "
+                    f"hands its blocks to the host from one device: nothing was written to {host.target.label}; "
+                    "pass the Stream an unsharded carry (jax.device_put(init, jax.devices()[0])), or write a sharded "
+                    "ensemble with streamacc.write, which keeps its sharding"
+                )
+                refused.__cause__ = exc
+                return refused
             if exc is None and host.started and not host.finished:
                 return StreamaccError(
                     f"the program's stream to {host.target.label} ended before its last block; its committed blocks "
