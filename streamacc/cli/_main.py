@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import gc
 import logging
 import os
@@ -35,7 +36,7 @@ from ..errors import (
     StreamaccWarning,
     arg,
 )
-from ..recipes import Recipe, option
+from ..recipes import Job, Recipe, option
 from ..run import Terminated, check_written_length, run_interruptibly, si, still_running
 from ._expr import parse_int
 from ._parser import (
@@ -98,6 +99,25 @@ def _committed_steps(out: str, options: dict[str, Any] | None) -> int:
         return load_manifest(open_target(out, storage_options=options, read_only=True)).committed_steps
     except Exception:  # only a count for the summary line: whatever is wrong, write() itself will say
         return 0
+
+
+def _continued_unroll(job: Job, out: str, options: dict[str, Any] | None) -> Job:
+    """``job`` with the unroll of the run it continues, where that run was of the same recipe.
+
+    A recipe's unroll depends on the platform (``_defaults.recipe_unroll``): an output begun on a TPU is
+    resumed on a CPU with the TPU's unroll, as its identity records it.
+    """
+    from ..run import load_manifest
+    from ..store import open_target
+
+    try:
+        identity = load_manifest(open_target(out, storage_options=options, read_only=True)).identity
+    except Exception:  # nothing readable to continue: write() itself will say what is wrong
+        return job
+    unroll = identity.get("unroll")
+    if identity.get("recipe") != job.attrs["recipe"] or not isinstance(unroll, int) or isinstance(unroll, bool):
+        return job
+    return dataclasses.replace(job, unroll=unroll)
 
 
 def summary(about: Any, before: int, seconds: float, how: str = "resumed") -> str:
@@ -167,6 +187,8 @@ def cmd_write(args: argparse.Namespace) -> int:
     _check_time_step(recipe, params, time_axis)
     check_no_overlap(args.out, params, recipe)
     job = recipe.make(size, args.dtype, params, options)  # an --input URL takes the same storage options
+    if mode in ("resume", "extend"):
+        job = _continued_unroll(job, args.out, options)
     attrs = {**job.attrs, "dtype": check_dtype(args.dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
     from ..engine import check_scan_keywords

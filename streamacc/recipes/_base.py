@@ -78,7 +78,8 @@ class Job:
         xs: None, or a pytree of arrays sliceable along axis 0 (never loaded whole).
         length: the number of steps, which is the output length.
         names: the output array name(s), one per leaf of ``y``.
-        unroll: the ``lax.scan`` unroll the recipe recommends (part of the result's identity).
+        unroll: the ``lax.scan`` unroll the recipe recommends where JAX computes (its own on a CPU, 64 on a
+            TPU or GPU: see :func:`unroll_here`); part of the result's identity.
         attrs: JSON-serialisable metadata ``{'recipe', 'params', 'description', 'units'}``.
         dims: the names of the axes after ``step`` of each output that has any
             (``{"x": ["path"]}`` for an ensemble), or None.
@@ -178,6 +179,14 @@ def refusal(recipe: str, refused: tuple[tuple[str, str], ...], name: str, value:
 def recipe_attrs(recipe: Recipe, params: dict[str, Any], units: str = "") -> dict[str, Any]:
     """The metadata every job carries into its output's attributes."""
     return {"recipe": recipe.name, "params": params, "description": recipe.description, "units": units}
+
+
+def unroll_here(cpu: int) -> int:
+    """The unroll of a recipe whose unroll on a CPU is ``cpu``, on the platform JAX computes on now."""
+    from .._defaults import recipe_unroll
+    from ..engine import compute_platform
+
+    return recipe_unroll(cpu, compute_platform())
 
 
 def option(name: str) -> str:
