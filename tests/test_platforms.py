@@ -4,6 +4,8 @@ seam runs a write or a Stream on this CPU as if JAX computed on a TPU."""
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import zarr
@@ -67,3 +69,20 @@ def test_a_write_on_a_tpu_records_its_defaults_and_a_cpu_extends_it_with_them(tm
     want = np.multiply.accumulate(np.r_[np.float32(1), np.full(8999, np.float32(1.0009765625))], dtype=np.float32)
     assert zarr.open_group(str(out), mode="r")["x"][...].tobytes() == want.tobytes()
 
+
+def test_a_stream_on_a_tpu_crosses_by_its_callback_to_the_bytes_of_write(tmp_path, seam):
+    """As on a TPU (here on the CPU, whose JAX runs the same callbacks): the platform's hand-over, three blocks."""
+    seam("engine.platform", lambda: "tpu")
+
+    def step(c, x):
+        return c * np.float32(0.999) + x * jnp.sin(c), c
+
+    xs = np.random.default_rng(3).normal(size=3000).astype(np.float32)
+    with streamacc.Stream(tmp_path / "s.zarr", step, length=3000, block_size=1024, progress=False) as s:
+        carry = jax.jit(s.scan)(np.float32(0.5), xs)
+    written = streamacc.write(tmp_path / "w.zarr", step, np.float32(0.5), xs, block_size=1024, progress=False)
+    assert np.asarray(carry).tobytes() == np.asarray(written).tobytes()
+    stored = [zarr.open_group(str(tmp_path / name), mode="r")["y"][...] for name in ("s.zarr", "w.zarr")]
+    assert stored[0].tobytes() == stored[1].tobytes()
+    stream_id, write_id = (read_manifest(tmp_path / name)["identity"] for name in ("s.zarr", "w.zarr"))
+    assert stream_id["unroll"] == write_id["unroll"] == 1 and stream_id["block_size"] == write_id["block_size"]
