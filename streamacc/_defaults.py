@@ -32,15 +32,22 @@ def write_block_bytes(platform: str) -> int:
 
 
 ACCELERATOR_UNROLL = 64
-"""The ``lax.scan`` unroll of every built-in recipe on a TPU or GPU: a loop trip costs far
-more there than a step's arithmetic (on a TPU v5e a scalar float32 step took 680 ns at unroll
-1, 20 ns at 8 and 5.5 ns at 64), where on a CPU each recipe keeps the unroll it runs
-fastest at (1, 2 or 8)."""
+"""The ``lax.scan`` unroll of a built-in recipe of a few operations a step on a TPU or GPU: a
+loop trip costs far more there than such a step's arithmetic (on a TPU v5e a scalar float32
+step took 680 ns at unroll 1, 20 ns at 8 and 5.5 ns at 64), where on a CPU each recipe keeps
+the unroll it runs fastest at (1, 2 or 8)."""
+
+ACCELERATOR_HEAVY_UNROLL = 8
+"""The unroll on a TPU or GPU of a recipe of many operations a step (the compensated ones,
+Lorenz-63's RK4): XLA's compile time grows faster than the unrolled body (on this CPU a
+compensated float32 step compiled in 0.5 s unrolled by 8, 12 s by 32 and 57 s by 64; an
+RK4 step in 3.5 s by 8 and over 120 s by 64), and a run compiles two block lengths."""
 
 
-def recipe_unroll(cpu: int, platform: str) -> int:
-    """The unroll of a built-in recipe whose unroll on a CPU is ``cpu``, where JAX computes on ``platform``."""
-    return ACCELERATOR_UNROLL if platform in ACCELERATORS else cpu
+def recipe_unroll(cpu: int, platform: str, accelerator: int = ACCELERATOR_UNROLL) -> int:
+    """The unroll of a built-in recipe whose unroll is ``cpu`` on a CPU and ``accelerator`` on a TPU or GPU,
+    where JAX computes on ``platform``."""
+    return accelerator if platform in ACCELERATORS else cpu
 
 
 ACCELERATOR_STREAM_HANDOVER = "ordered"

@@ -78,8 +78,8 @@ class Job:
         xs: None, or a pytree of arrays sliceable along axis 0 (never loaded whole).
         length: the number of steps, which is the output length.
         names: the output array name(s), one per leaf of ``y``.
-        unroll: the ``lax.scan`` unroll the recipe recommends where JAX computes (its own on a CPU, 64 on a
-            TPU or GPU: see :func:`unroll_here`); part of the result's identity.
+        unroll: the ``lax.scan`` unroll the recipe recommends where JAX computes (its own on a CPU, 64 or 8
+            on a TPU or GPU: see :func:`unroll_here`); part of the result's identity.
         attrs: JSON-serialisable metadata ``{'recipe', 'params', 'description', 'units'}``.
         dims: the names of the axes after ``step`` of each output that has any
             (``{"x": ["path"]}`` for an ensemble), or None.
@@ -181,12 +181,13 @@ def recipe_attrs(recipe: Recipe, params: dict[str, Any], units: str = "") -> dic
     return {"recipe": recipe.name, "params": params, "description": recipe.description, "units": units}
 
 
-def unroll_here(cpu: int) -> int:
-    """The unroll of a recipe whose unroll on a CPU is ``cpu``, on the platform JAX computes on now."""
-    from .._defaults import recipe_unroll
+def unroll_here(cpu: int, *, heavy: bool = False) -> int:
+    """The unroll of a recipe whose unroll on a CPU is ``cpu``, on the platform JAX computes on now; ``heavy``:
+    a step of many operations (``_defaults.ACCELERATOR_HEAVY_UNROLL`` on an accelerator)."""
+    from .._defaults import ACCELERATOR_HEAVY_UNROLL, ACCELERATOR_UNROLL, recipe_unroll
     from ..engine import compute_platform
 
-    return recipe_unroll(cpu, compute_platform())
+    return recipe_unroll(cpu, compute_platform(), ACCELERATOR_HEAVY_UNROLL if heavy else ACCELERATOR_UNROLL)
 
 
 def option(name: str) -> str:

@@ -134,7 +134,8 @@ def _build(
         f, init, unroll = CompensatedCumulative(op, dtype), initial(identity, dtype), UNROLL
     else:
         f, init, unroll = Cumulative(op, dtype), np.asarray(identity, dtype=dtype), 8
-    return Job(f=f, init=init, xs=xs, length=size, names=("y",), unroll=unroll_here(unroll), attrs=attrs)
+    return Job(f=f, init=init, xs=xs, length=size, names=("y",), unroll=unroll_here(unroll, heavy=p["compensated"]),
+               attrs=attrs)
 
 
 def _build_cumsum(

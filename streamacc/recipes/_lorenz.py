@@ -85,7 +85,7 @@ def _build_lorenz(size: int | None = None, dtype: str = "float64", **params: Any
     f = Lorenz(p["sigma"], p["rho"], p["beta"], p["dt"], dtype)
     init = np.asarray([p["x0"], p["y0"], p["z0"]], dtype=dtype)
     attrs = recipe_attrs(LORENZ, p)
-    return Job(f=f, init=init, xs=None, length=size, names=("x", "y", "z"), unroll=unroll_here(1),
+    return Job(f=f, init=init, xs=None, length=size, names=("x", "y", "z"), unroll=unroll_here(1, heavy=True),
                attrs=attrs)
 
 

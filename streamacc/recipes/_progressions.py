@@ -38,7 +38,8 @@ def _job(recipe: Recipe, f: Step, x0: float, size: int, dtype: str, params: dict
 
     attrs = recipe_attrs(recipe, params)
     init = initial(x0, dtype) if params.get("compensated") else np.asarray(x0, dtype=dtype)
-    return Job(f=f, init=init, xs=None, length=size, names=("x",), unroll=unroll_here(unroll), attrs=attrs)
+    heavy = bool(params.get("compensated"))
+    return Job(f=f, init=init, xs=None, length=size, names=("x",), unroll=unroll_here(unroll, heavy=heavy), attrs=attrs)
 
 
 # --- gp ---------------------------------------------------------------------------------
