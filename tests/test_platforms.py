@@ -72,6 +72,14 @@ def test_a_write_on_a_tpu_records_its_defaults_and_a_cpu_extends_it_with_them(tm
     assert zarr.open_group(str(out), mode="r")["x"][...].tobytes() == want.tobytes()
 
 
+def test_a_block_size_the_cpus_unroll_takes_and_a_tpus_refuses_is_refused_naming_the_tpus(tmp_path, capfd, seam):
+    seam("engine.platform", lambda: "tpu")
+    code, err = run("write", tmp_path / "gp.zarr", "--size", "5000", "--block-size", "1000", "--no-progress",
+                    capfd=capfd)  # fmt: skip
+    assert code == 2 and "--block-size 1000 must be a multiple of the scan's unroll (64)" in err, err
+    assert not (tmp_path / "gp.zarr").exists()
+
+
 def test_a_stream_on_a_tpu_crosses_by_its_callback_to_the_bytes_of_write(tmp_path, seam):
     """As on a TPU (here on the CPU, whose JAX runs the same callbacks): the platform's hand-over, three blocks."""
     seam("engine.platform", lambda: "tpu")

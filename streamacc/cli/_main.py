@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import gc
 import logging
 import os
@@ -101,23 +100,25 @@ def _committed_steps(out: str, options: dict[str, Any] | None) -> int:
         return 0
 
 
-def _continued_unroll(job: Job, out: str, options: dict[str, Any] | None) -> Job:
-    """``job`` with the unroll of the run it continues, where that run was of the same recipe.
+def _unroll(job: Job, mode: Mode, out: str, options: dict[str, Any] | None) -> int:
+    """The unroll of ``job`` here, or of the run it continues, where that run was of the same recipe.
 
     A recipe's unroll depends on the platform (``_defaults.recipe_unroll``): an output begun on a TPU is
     resumed on a CPU with the TPU's unroll, as its identity records it.
     """
+    if mode not in ("resume", "extend"):
+        return job.unroll
     from ..run import load_manifest
     from ..store import open_target
 
     try:
         identity = load_manifest(open_target(out, storage_options=options, read_only=True)).identity
     except Exception:  # nothing readable to continue: write() itself will say what is wrong
-        return job
+        return job.unroll
     unroll = identity.get("unroll")
     if identity.get("recipe") != job.attrs["recipe"] or not isinstance(unroll, int) or isinstance(unroll, bool):
-        return job
-    return dataclasses.replace(job, unroll=unroll)
+        return job.unroll
+    return unroll
 
 
 def summary(about: Any, before: int, seconds: float, how: str = "resumed") -> str:
@@ -187,14 +188,13 @@ def cmd_write(args: argparse.Namespace) -> int:
     _check_time_step(recipe, params, time_axis)
     check_no_overlap(args.out, params, recipe)
     job = recipe.make(size, args.dtype, params, options)  # an --input URL takes the same storage options
-    if mode in ("resume", "extend"):
-        job = _continued_unroll(job, args.out, options)
     attrs = {**job.attrs, "dtype": check_dtype(args.dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
     from ..engine import check_scan_keywords
     from ..run import Layout
 
-    check_scan_keywords(job.length, block_size, job.unroll, False, save_every)  # ScanSpec's own, before JAX
+    # ScanSpec's own, before JAX, with the CPU's unroll: an accelerator's is a multiple of it, and larger
+    check_scan_keywords(job.length, block_size, job.cpu_unroll, False, save_every)
 
     layout = Layout(
         names=job.names, dims=job.dims, chunks=chunks_option(args.chunks), codec=args.codec, attrs=attrs,
@@ -204,8 +204,9 @@ def cmd_write(args: argparse.Namespace) -> int:
     from ..engine import ScanSpec
     from ..run import Dask, Local, cluster_client, info, write
 
+    unroll = _unroll(job, mode, args.out, options)
     spec = ScanSpec(
-        job.f, job.init, job.xs, length=job.length, block_size=block_size, unroll=job.unroll, save_every=save_every
+        job.f, job.init, job.xs, length=job.length, block_size=block_size, unroll=unroll, save_every=save_every
     )
     before = _committed_steps(args.out, options) if mode in ("resume", "extend") else 0
     start = time.perf_counter()

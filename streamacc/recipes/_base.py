@@ -78,11 +78,14 @@ class Job:
         xs: None, or a pytree of arrays sliceable along axis 0 (never loaded whole).
         length: the number of steps, which is the output length.
         names: the output array name(s), one per leaf of ``y``.
-        unroll: the ``lax.scan`` unroll the recipe recommends where JAX computes (its own on a CPU, 64 or 8
-            on a TPU or GPU: see :func:`unroll_here`); part of the result's identity.
+        cpu_unroll: the ``lax.scan`` unroll the recipe recommends on a CPU (1, 2 or 8).
         attrs: JSON-serialisable metadata ``{'recipe', 'params', 'description', 'units'}``.
         dims: the names of the axes after ``step`` of each output that has any
             (``{"x": ["path"]}`` for an ensemble), or None.
+        heavy: whether a step is of many operations (a compensated one, an RK4 step), which unroll less on
+            a TPU or GPU (``_defaults.ACCELERATOR_HEAVY_UNROLL``) than steps of a few (``ACCELERATOR_UNROLL``).
+        unroll: the unroll it recommends on the platform JAX computes on (asking imports JAX); part of the
+            result's identity.
     """
 
     f: Step
@@ -90,9 +93,18 @@ class Job:
     xs: Any
     length: int
     names: tuple[str, ...]
-    unroll: int
+    cpu_unroll: int
     attrs: dict[str, Any]
     dims: dict[str, list[str]] | None = None
+    heavy: bool = False
+
+    @property
+    def unroll(self) -> int:
+        from .._defaults import ACCELERATOR_HEAVY_UNROLL, ACCELERATOR_UNROLL, recipe_unroll
+        from ..engine import compute_platform
+
+        accelerator = ACCELERATOR_HEAVY_UNROLL if self.heavy else ACCELERATOR_UNROLL
+        return recipe_unroll(self.cpu_unroll, compute_platform(), accelerator)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,15 +191,6 @@ def refusal(recipe: str, refused: tuple[tuple[str, str], ...], name: str, value:
 def recipe_attrs(recipe: Recipe, params: dict[str, Any], units: str = "") -> dict[str, Any]:
     """The metadata every job carries into its output's attributes."""
     return {"recipe": recipe.name, "params": params, "description": recipe.description, "units": units}
-
-
-def unroll_here(cpu: int, *, heavy: bool = False) -> int:
-    """The unroll of a recipe whose unroll on a CPU is ``cpu``, on the platform JAX computes on now; ``heavy``:
-    a step of many operations (``_defaults.ACCELERATOR_HEAVY_UNROLL`` on an accelerator)."""
-    from .._defaults import ACCELERATOR_HEAVY_UNROLL, ACCELERATOR_UNROLL, recipe_unroll
-    from ..engine import compute_platform
-
-    return recipe_unroll(cpu, compute_platform(), ACCELERATOR_HEAVY_UNROLL if heavy else ACCELERATOR_UNROLL)
 
 
 def option(name: str) -> str:

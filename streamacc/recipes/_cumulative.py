@@ -21,7 +21,6 @@ from ._base import (
     check_size,
     recipe_attrs,
     resolve_params,
-    unroll_here,
 )
 from ._input import Rows
 
@@ -134,8 +133,8 @@ def _build(
         f, init, unroll = CompensatedCumulative(op, dtype), initial(identity, dtype), UNROLL
     else:
         f, init, unroll = Cumulative(op, dtype), np.asarray(identity, dtype=dtype), 8
-    return Job(f=f, init=init, xs=xs, length=size, names=("y",), unroll=unroll_here(unroll, heavy=p["compensated"]),
-               attrs=attrs)
+    return Job(f=f, init=init, xs=xs, length=size, names=("y",), cpu_unroll=unroll, attrs=attrs,
+               heavy=p["compensated"])
 
 
 def _build_cumsum(

@@ -22,7 +22,6 @@ from ._base import (
     check_size,
     recipe_attrs,
     resolve_params,
-    unroll_here,
 )
 
 __all__ = ["LORENZ", "Lorenz"]
@@ -85,8 +84,8 @@ def _build_lorenz(size: int | None = None, dtype: str = "float64", **params: Any
     f = Lorenz(p["sigma"], p["rho"], p["beta"], p["dt"], dtype)
     init = np.asarray([p["x0"], p["y0"], p["z0"]], dtype=dtype)
     attrs = recipe_attrs(LORENZ, p)
-    return Job(f=f, init=init, xs=None, length=size, names=("x", "y", "z"), unroll=unroll_here(1, heavy=True),
-               attrs=attrs)
+    return Job(f=f, init=init, xs=None, length=size, names=("x", "y", "z"), cpu_unroll=1, attrs=attrs,
+               heavy=True)
 
 
 LORENZ = Recipe(

@@ -24,7 +24,6 @@ from ._base import (
     in_dtype,
     recipe_attrs,
     resolve_params,
-    unroll_here,
 )
 
 __all__ = ["AFFINE", "GP", "LOGISTIC", "Affine", "Geometric", "Logistic"]
@@ -38,8 +37,8 @@ def _job(recipe: Recipe, f: Step, x0: float, size: int, dtype: str, params: dict
 
     attrs = recipe_attrs(recipe, params)
     init = initial(x0, dtype) if params.get("compensated") else np.asarray(x0, dtype=dtype)
-    heavy = bool(params.get("compensated"))
-    return Job(f=f, init=init, xs=None, length=size, names=("x",), unroll=unroll_here(unroll, heavy=heavy), attrs=attrs)
+    return Job(f=f, init=init, xs=None, length=size, names=("x",), cpu_unroll=unroll, attrs=attrs,
+               heavy=bool(params.get("compensated")))
 
 
 # --- gp ---------------------------------------------------------------------------------

@@ -32,7 +32,6 @@ from ._base import (
     check_size,
     recipe_attrs,
     resolve_params,
-    unroll_here,
 )
 
 __all__ = ["MAX_PATHS", "MAX_SIZE", "RANDOMWALK", "Increments", "RandomWalk"]
@@ -223,7 +222,7 @@ def _build_randomwalk(size: int | None = None, dtype: str = "float64", **params:
     recorded = {k: v for k, v in p.items() if k != "paths" or paths}
     dims = {"x": ["path"]} if paths else None
     attrs = recipe_attrs(RANDOMWALK, recorded)
-    return Job(f=f, init=init, xs=xs, length=size, names=("x",), unroll=unroll_here(1), attrs=attrs,
+    return Job(f=f, init=init, xs=xs, length=size, names=("x",), cpu_unroll=1, attrs=attrs,
                dims=dims)
 
 
