@@ -160,7 +160,7 @@ def exact(ctx: Context) -> dict[str, Any]:
             blocks = [b for b in ctx.sizes.exact_blocks if b % unroll == 0 and b >= 2 * unroll]
             try:
                 rows += bounded(lambda f=f, init=init, xs=xs, unroll=unroll, blocks=blocks, name=name: _check(
-                    name, f, init, xs, n, unroll, blocks), 4 * ctx.compile_limit, f"{name} at unroll {unroll}")
+                    name, f, init, xs, n, unroll, blocks), 2 * ctx.compile_limit, f"{name} at unroll {unroll}")
             except TooSlow as exc:
                 rows.append({"step": name, "unroll": unroll, "note": str(exc)})
     checked = [r for r in rows if "ys identical" in r]
