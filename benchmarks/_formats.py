@@ -608,6 +608,65 @@ def tests_cpu(d: dict[str, Any]) -> Run:
     return Run([b], command=d["command"], machine=machine, git=git, datetime=date)
 
 
+ACCELERATOR_GROUPS = {
+    "accelerator-seed": ("seed",),
+    "accelerator-ensemble": ("ensemble",),
+    "accelerator-d2h": ("d2h",),
+    "accelerator-compute": ("compute",),
+    "accelerator-write": ("write", "stream-ordered", "stream-chained", "stream-pinned", "stream-wide", "loops"),
+    "accelerator-exact": ("exact", "compensated"),
+    "accelerator-accuracy": ("accuracy", "float64"),
+}
+"""The benchmarks of one run of ``accelerator.py``, by group, and the scenarios each gathers."""
+
+ACCELERATOR_PLOTS = {
+    "compute": {"name": "unroll", "x": "unroll", "y": "ns/step", "series": "recipe", "xscale": "log2",
+                "yscale": "log", "title": "ns a step of one jitted lax.scan, float32, against its unroll"},
+    "device to host": {"name": "d2h", "x": "MiB", "y": "GiB/s", "series": "how", "xscale": "log2",
+                       "yscale": "log2", "title": "device to host, GiB/s against the array's MiB"},
+}  # fmt: skip
+
+
+def _significant(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in row.items()}
+
+
+def accelerator(d: dict[str, Any]) -> Run:
+    """``accelerator.py``: one benchmark per group of its scenarios, a scenario's failure among the figures."""
+    device = d["device"]
+    machine, git, date = record_machine(d)
+    described = f"{device.get('kind') or device['platform']} ({device['platform']})"
+    if device.get("memory_gib"):
+        described += f", {device['memory_gib']} GiB of device memory"
+    machine["description"] = described + ("; smoke sizes, nothing measured" if d.get("smoke") else "")
+    machine.setdefault("versions", {})["jax"] = device["jax"]
+    machine["versions"]["streamacc"] = device["streamacc"]
+    command = python(d["command"])
+    out = []
+    for group, names in ACCELERATOR_GROUPS.items():
+        figures: dict[str, Any] = {}
+        tables: dict[str, list[dict[str, Any]]] = {}
+        for name in names:
+            scenario = d["scenarios"].get(name)
+            if scenario is None:
+                continue
+            if scenario["status"] != "ok":
+                figures[f"{name}: {scenario['status']}"] = (scenario.get("error") or scenario.get("why", "")).split(
+                    "\n")[0][:300]  # fmt: skip
+                continue
+            figures |= {k: (round(v, 4) if isinstance(v, float) else v) for k, v in scenario.get("figures", {}).items()}
+            for title, rows in scenario.get("tables", {}).items():
+                tables.setdefault(title, []).extend(_significant(r) for r in rows)
+        if not figures and not tables:
+            continue
+        plots = [{"table": title, **p} for title, p in ACCELERATOR_PLOTS.items() if tables.get(title)]
+        test = f"test_{group.replace('-', '_')}"
+        out.append(entry(group, test, params=None, commands={"accelerator.py": command},
+                         reproduce="python benchmarks/accelerator.py --json FILE",
+                         figures=figures, tables=tables, plots=plots, module="accelerator.py"))  # fmt: skip
+    return Run(out, command=command, machine=machine, git=git, datetime=date)
+
+
 def markdown(group: str, test: str) -> Callable[[str], Run]:
     """A script whose JSON was not kept, only its Markdown: its header lines, and its table as it wrote it."""
 
@@ -655,6 +714,7 @@ def _cell(text: str) -> Any:
 
 READERS: dict[str, Callable[[Any], Run]] = {
     "headline": headline,
+    "accelerator": accelerator,
     "summaries-cost": summaries_cost,
     "summaries-slices": summaries_slices,
     "summaries-xla": summaries_xla,

@@ -15,6 +15,53 @@ DEFAULT_WRITE_BLOCK_BYTES = 32 * 2**20
 costs (chunk files, fsync, commit, checksum) that 32 MiB amortise, and memory holds a
 few blocks (see ``info``)."""
 
+ACCELERATORS = frozenset({"tpu", "gpu", "cuda", "rocm"})
+"""The platforms (JAX's names) whose defaults are the accelerator's below; every other is treated as a CPU."""
+
+ACCELERATOR_WRITE_BLOCK_BYTES = 256 * 2**20
+"""Bytes of ys per block when writing from a TPU or GPU: the copy to the host is slow for a
+small array (on a TPU v5e, ``jax.device_get`` moved 0.78 GiB/s for 32 MiB and 2.9 GiB/s for
+256 MiB) and a wide ensemble's write took 23x less time with 256 MiB blocks than with 32
+MiB; a few such blocks (the engine's pool, the block computing ahead) stay far below an
+accelerator's memory."""
+
+
+def write_block_bytes(platform: str) -> int:
+    """Bytes of ys per block when writing where JAX computes on ``platform`` (``jax.default_backend()``'s names)."""
+    return ACCELERATOR_WRITE_BLOCK_BYTES if platform in ACCELERATORS else DEFAULT_WRITE_BLOCK_BYTES
+
+
+ACCELERATOR_UNROLL = 64
+"""The ``lax.scan`` unroll of a built-in recipe of a few operations a step on a TPU or GPU: a
+loop trip costs far more there than such a step's arithmetic (on a TPU v5e a scalar float32
+step took 680 ns at unroll 1, 20 ns at 8 and 5.5 ns at 64), where on a CPU each recipe keeps
+the unroll it runs fastest at (1, 2 or 8)."""
+
+ACCELERATOR_HEAVY_UNROLL = 8
+"""The unroll on a TPU or GPU of a recipe of many operations a step (the compensated ones,
+Lorenz-63's RK4): XLA's compile time grows faster than the unrolled body (on this CPU a
+compensated float32 step compiled in 0.5 s unrolled by 8, 12 s by 32 and 57 s by 64; an
+RK4 step in 3.5 s by 8 and over 120 s by 64), and a run compiles two block lengths."""
+
+
+def recipe_unroll(cpu: int, platform: str, accelerator: int = ACCELERATOR_UNROLL) -> int:
+    """The unroll of a built-in recipe whose unroll is ``cpu`` on a CPU and ``accelerator`` on a TPU or GPU,
+    where JAX computes on ``platform``."""
+    return accelerator if platform in ACCELERATORS else cpu
+
+
+ACCELERATOR_STREAM_HANDOVER = "ordered"
+"""How a Stream's block crosses to the host on a TPU or GPU, where ``buffer_callback`` does
+not lower (TPU) or reads device memory: an ordered ``io_callback`` (see
+``run/stream/_program.py`` for the others, which the accelerator benchmark measures)."""
+
+
+def stream_handover(platform: str) -> str:
+    """How a Stream's block crosses to the host where JAX computes on ``platform``: ``in_place`` on a CPU (a
+    ``buffer_callback`` reads the program's buffers), :data:`ACCELERATOR_STREAM_HANDOVER` on any other."""
+    return "in_place" if platform == "cpu" else ACCELERATOR_STREAM_HANDOVER
+
+
 DEFAULT_BLOCK_SIZE = DEFAULT_BLOCK_BYTES // 8
 """Steps per block for compute of a float64 scalar series (2**20): the block of
 ``DEFAULT_BLOCK_BYTES``; blocks of other steps hold the same bytes."""

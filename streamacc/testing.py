@@ -14,11 +14,12 @@ lease's clock, how often a run commits. Each wing names those it lets a test rep
 ``store.icechunk_commit_seconds``         the most seconds between two commits to Icechunk
 ``store.lease.time``                      the clock and sleep of the writer lease
 ``engine.physical_memory``                the machine's memory, as the block checks ask it
+``engine.platform``                       the platform JAX computes on, whose defaults a run takes
 ``summaries.SLICE_BYTES``                 the slice a block's windows are reduced in
 ``run.output.PUBLISH_SECONDS``            how often the root's progress is refreshed
 ``run.output.VIRTUAL_COMMIT_SECONDS``     how often a virtual run commits
 ``run.execute.BlockPool``                 the pool of block buffers a local run makes
-``run.stream.buffers_on_host``            whether a Stream's blocks cross in place (the CPU)
+``run.stream.handover``                   how a Stream's blocks cross to the host (in place on the CPU)
 ========================================  ===================================================
 
 :func:`seams` lists them with what each is called with. A replacement is in place for

@@ -21,6 +21,7 @@ import zarr
 from helpers import RECORDS, assert_same_output, faultrun_process, node_attribute, read_manifest, run, store_files
 
 import streamacc
+from streamacc import testing
 from streamacc.cli import main
 
 WIDTH, LENGTH, BLOCK = 1024, 64, 8
@@ -137,9 +138,11 @@ def test_a_run_killed_at_a_kept_carry_resumes_to_the_uninterrupted_run(tmp_path,
     assert_same_output(out, ref)
 
 
-def test_a_stream_with_inputs_resumes_through_the_blocks_since_its_last_kept_carry(tmp_path):
+@pytest.mark.parametrize("how", ["in_place", "ordered", "chained", "pinned"])
+def test_a_stream_with_inputs_resumes_through_the_blocks_since_its_last_kept_carry(tmp_path, how):
     """The inputs live in the program: it recomputes blocks 3 and 4 from the carry after block 2, each judged on
-    the host, and goes on from where block 4 ends."""
+    the host, and goes on from where block 4 ends; whichever way blocks cross to the host (the unordered ones
+    chain the checks by their tokens)."""
     xs = jnp.asarray(np.random.default_rng(0).normal(size=(LENGTH, WIDTH)))
 
     def f(c, x):
@@ -147,7 +150,9 @@ def test_a_stream_with_inputs_resumes_through_the_blocks_since_its_last_kept_car
         return c, c
 
     def stream(out, mode="create", inputs=xs):
-        with streamacc.Stream(out, f, length=LENGTH, block_size=BLOCK, mode=mode, progress=False) as s:
+        with testing.patched("run.stream.handover", lambda: how), streamacc.Stream(
+            out, f, length=LENGTH, block_size=BLOCK, mode=mode, progress=False
+        ) as s:
             return jax.jit(s.scan)(jnp.asarray(init()), inputs)
 
     ref, out = tmp_path / "ref.zarr", tmp_path / "out.zarr"

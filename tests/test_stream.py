@@ -166,16 +166,17 @@ def test_scan_called_outside_jit_runs_as_its_own_program(tmp_path):
     assert_bits_equal(got, reference(affine, np.float64(0.5), xs, length, 1, False, 1)[0])
 
 
+@pytest.mark.parametrize("how", ["ordered", "chained", "pinned"])
 @pytest.mark.parametrize("case", [6, 12], ids=[str(CASES[6]), str(CASES[12])])
-def test_blocks_cross_by_an_ordered_io_callback_to_the_same_bytes(tmp_path, case):
-    """Off the CPU a block crosses to the host by an ordered ``io_callback`` instead of in place: the same
-    bytes, reversed and odd or thinned, and a typed key in the carry."""
+def test_blocks_cross_by_an_io_callback_to_the_same_bytes(tmp_path, case, how):
+    """Off the CPU a block crosses to the host by an ``io_callback`` instead of in place (ordered, chained by a
+    token, or from pinned host memory): the same bytes, reversed and odd or thinned, and a typed key in the carry."""
     name, unroll, block, every, reverse, length = CASES[case]
     f, make = INITS[name]
     init, xs = make(), inputs(length)
     keywords = {"unroll": unroll, "block_size": block, "save_every": every, "reverse": reverse}
     carry, ys = reference(f, init, xs, length, unroll, reverse, every)
-    with testing.patched("run.stream.buffers_on_host", lambda: False):
+    with testing.patched("run.stream.handover", lambda: how):
         got = stream(tmp_path / "io.zarr", f, init, xs, length, **keywords)
     assert_bits_equal(got, carry)
     data = stored(tmp_path / "io.zarr")
@@ -185,8 +186,8 @@ def test_blocks_cross_by_an_ordered_io_callback_to_the_same_bytes(tmp_path, case
     assert_same_output(tmp_path / "io.zarr", tmp_path / "in-place.zarr")
 
 
-@pytest.mark.parametrize("buffers_on_host", [True, False], ids=["in-place", "io_callback"])
-def test_blocks_queued_behind_a_slow_disk_keep_their_values(tmp_path, buffers_on_host):
+@pytest.mark.parametrize("how", ["in_place", "ordered", "chained", "pinned"])
+def test_blocks_queued_behind_a_slow_disk_keep_their_values(tmp_path, how):
     """The program runs on while the blocks it handed over wait for a slow disk: each crossed into host
     memory of its own, which the program's next blocks cannot overwrite, and the host holds ``inflight``."""
     length, block = 2048, 64
@@ -199,8 +200,7 @@ def test_blocks_queued_behind_a_slow_disk_keep_their_values(tmp_path, buffers_on
         return real(path, data)
 
     xs = inputs(length)
-    with testing.patched("store.write_new", slow), testing.patched("run.stream.buffers_on_host",
-                                                                     lambda: buffers_on_host):
+    with testing.patched("store.write_new", slow), testing.patched("run.stream.handover", lambda: how):
         got = stream(tmp_path / "out.zarr", affine, np.float64(0.5), xs, length, block_size=block, inflight=2)
     carry, ys = reference(affine, np.float64(0.5), xs, length, 1, False, 1)
     assert_bits_equal(got, carry)
@@ -310,14 +310,17 @@ def test_a_program_run_twice_is_refused_at_its_second_run(tmp_path):
     assert_bits_equal(first, reference(affine, np.float64(0.5), inputs(100), 100, 1, False, 1)[0])
 
 
-def test_vmap_and_grad_are_refused_naming_what_works(tmp_path):
-    with streamacc.Stream(tmp_path / "vmapped.zarr", affine, length=100, progress=False) as s:
-        program = jax.jit(jax.vmap(lambda c: s.scan(c, inputs(100))))
-        with pytest.raises(InputError, match=r"cannot run under jax.vmap.*jax.vmap\(member_step\)"):
-            program(jnp.ones(3))
-    s = streamacc.Stream(tmp_path / "grad.zarr", affine, length=100, progress=False)
-    with s, pytest.raises(InputError, match=r"cannot be differentiated.*stop_gradient"):
-        jax.grad(lambda c: s.scan(c, inputs(100)))(0.5)
+@pytest.mark.parametrize("how", ["in_place", "pinned"])
+def test_vmap_and_grad_are_refused_naming_what_works(tmp_path, how):
+    """Refused whether the callbacks are ordered (as on the CPU) or not (as where the blocks cross pinned)."""
+    with testing.patched("run.stream.handover", lambda: how):
+        with streamacc.Stream(tmp_path / "vmapped.zarr", affine, length=100, progress=False) as s:
+            program = jax.jit(jax.vmap(lambda c: s.scan(c, inputs(100))))
+            with pytest.raises(InputError, match=r"cannot run under jax.vmap.*jax.vmap\(member_step\)"):
+                program(jnp.ones(3))
+        s = streamacc.Stream(tmp_path / "grad.zarr", affine, length=100, progress=False)
+        with s, pytest.raises(InputError, match=r"cannot be differentiated.*stop_gradient"):
+            jax.grad(lambda c: s.scan(c, inputs(100)))(0.5)
     assert not (tmp_path / "vmapped.zarr" / "_streamacc").exists()
     assert not (tmp_path / "grad.zarr" / "_streamacc").exists()
 

@@ -1,7 +1,8 @@
 """The benchmark pages' tables and plots, generated from the harness's results in ``benchmarks/results/``.
 
-A page asks for one scenario with ``<!-- benchmark: GROUP -->``; :func:`render` shows every
-run of it that the results hold, oldest first: the harness command that measures it
+A page asks for one scenario with ``<!-- benchmark: GROUP -->`` (or ``<!-- benchmark-to-come:
+GROUP -->``, for one that may have no run yet); :func:`render` shows every run of it that
+the results hold, oldest first: the harness command that measures it
 again, the commands it ran, the machine, its load, the versions and the commit, then its
 figures and tables, and the plots its results ask for. Everything comes from the fields
 of the one schema (``benchmarks/schema.json``); nothing here knows a file or a scenario.
@@ -103,9 +104,15 @@ def plot_name(path: Path, bench: dict[str, Any], plot: dict[str, Any]) -> str:
     return f"{bench['group']}-{path.name[:4]}-{plot['name']}.png"
 
 
-def render(group: str, folder: Path = RESULTS) -> str:
-    """The Markdown of every run of scenario ``group``."""
+NOT_YET = "*No run of this benchmark is stored yet.*\n\n"
+"""What a page shows for a benchmark it asks for with ``benchmark-to-come`` before its first run."""
+
+
+def render(group: str, folder: Path = RESULTS, *, missing_ok: bool = False) -> str:
+    """The Markdown of every run of scenario ``group``; with ``missing_ok``, :data:`NOT_YET` where it has none."""
     found = list(_benchmarks(group, folder))
+    if not found and missing_ok:
+        return NOT_YET
     if not found:
         raise KeyError(f"no results of benchmark {group!r} in benchmarks/results/; the groups are: "
                        f"{', '.join(groups(folder))}")  # fmt: skip

@@ -8,7 +8,9 @@
 - ``<!-- cli-reference -->`` and ``<!-- cli-recipes -->`` become the command line's
   reference, generated from its own parser (``cli_reference.py``).
 - ``<!-- benchmark: NAME -->`` becomes the tables and plots of one benchmark, generated
-  from the JSON the benchmark scripts wrote (``benchmarks.py``).
+  from the JSON the benchmark scripts wrote (``benchmarks.py``); ``<!-- benchmark-to-come:
+  NAME -->`` the same, or a line saying that no run is stored yet, for a benchmark that
+  needs a machine the results have not seen (an accelerator).
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ CHECKED_OUTSIDE = ["README.md"]
 """Documents outside the site whose examples run with it."""
 API_PAGES = "reference/api/"
 PLACEHOLDER = re.compile(
-    r"^<!--[ \t]*(?P<what>cli-reference|cli-recipes|benchmark:[ \t]*(?P<name>[\w-]+))[ \t]*-->[ \t]*$", re.M
+    r"^<!--[ \t]*(?P<what>cli-reference|cli-recipes|benchmark(?P<later>-to-come)?:[ \t]*(?P<name>[\w-]+))[ \t]*-->"
+    r"[ \t]*$",
+    re.M,
 )
 
 _state: dict[str, Any] = {}
@@ -110,7 +114,7 @@ def _placeholder(m: re.Match[str]) -> str:
         return cli_reference.render_commands()
     if m["what"] == "cli-recipes":
         return cli_reference.render_recipes()
-    return benchmarks.render(m["name"])
+    return benchmarks.render(m["name"], missing_ok=bool(m["later"]))
 
 
 POWER = re.compile(r"(?<=\d)\*\*(?=[\d(-])")

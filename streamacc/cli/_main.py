@@ -35,7 +35,7 @@ from ..errors import (
     StreamaccWarning,
     arg,
 )
-from ..recipes import Recipe, option
+from ..recipes import Job, Recipe, option
 from ..run import Terminated, check_written_length, run_interruptibly, si, still_running
 from ._expr import parse_int
 from ._parser import (
@@ -98,6 +98,27 @@ def _committed_steps(out: str, options: dict[str, Any] | None) -> int:
         return load_manifest(open_target(out, storage_options=options, read_only=True)).committed_steps
     except Exception:  # only a count for the summary line: whatever is wrong, write() itself will say
         return 0
+
+
+def _unroll(job: Job, mode: Mode, out: str, options: dict[str, Any] | None) -> int:
+    """The unroll of ``job`` here, or of the run it continues, where that run was of the same recipe.
+
+    A recipe's unroll depends on the platform (``_defaults.recipe_unroll``): an output begun on a TPU is
+    resumed on a CPU with the TPU's unroll, as its identity records it.
+    """
+    if mode not in ("resume", "extend"):
+        return job.unroll
+    from ..run import load_manifest
+    from ..store import open_target
+
+    try:
+        identity = load_manifest(open_target(out, storage_options=options, read_only=True)).identity
+    except Exception:  # nothing readable to continue: write() itself will say what is wrong
+        return job.unroll
+    unroll = identity.get("unroll")
+    if identity.get("recipe") != job.attrs["recipe"] or not isinstance(unroll, int) or isinstance(unroll, bool):
+        return job.unroll
+    return unroll
 
 
 def summary(about: Any, before: int, seconds: float, how: str = "resumed") -> str:
@@ -172,7 +193,8 @@ def cmd_write(args: argparse.Namespace) -> int:
     from ..engine import check_scan_keywords
     from ..run import Layout
 
-    check_scan_keywords(job.length, block_size, job.unroll, False, save_every)  # ScanSpec's own, before JAX
+    # ScanSpec's own, before JAX, with the CPU's unroll: an accelerator's is a multiple of it, and larger
+    check_scan_keywords(job.length, block_size, job.cpu_unroll, False, save_every)
 
     layout = Layout(
         names=job.names, dims=job.dims, chunks=chunks_option(args.chunks), codec=args.codec, attrs=attrs,
@@ -182,8 +204,9 @@ def cmd_write(args: argparse.Namespace) -> int:
     from ..engine import ScanSpec
     from ..run import Dask, Local, cluster_client, info, write
 
+    unroll = _unroll(job, mode, args.out, options)
     spec = ScanSpec(
-        job.f, job.init, job.xs, length=job.length, block_size=block_size, unroll=job.unroll, save_every=save_every
+        job.f, job.init, job.xs, length=job.length, block_size=block_size, unroll=unroll, save_every=save_every
     )
     before = _committed_steps(args.out, options) if mode in ("resume", "extend") else 0
     start = time.perf_counter()

@@ -13,7 +13,12 @@ import re
 import sys
 from typing import Any, NoReturn
 
-from .._defaults import DEFAULT_CODEC, DEFAULT_WRITE_BLOCK_BYTES, DEFAULT_WRITE_BLOCK_SIZE
+from .._defaults import (
+    ACCELERATOR_WRITE_BLOCK_BYTES,
+    DEFAULT_CODEC,
+    DEFAULT_WRITE_BLOCK_BYTES,
+    DEFAULT_WRITE_BLOCK_SIZE,
+)
 from .._version import __version__
 from ..errors import InputError, arg
 from ..recipes import Recipe, option, refusal
@@ -144,7 +149,8 @@ def _add_write(sub: argparse._SubParsersAction[_Parser]) -> None:
         "--block-size",
         default=None,
         help=f"steps per block, e.g. '2**22' (default: about {DEFAULT_WRITE_BLOCK_BYTES // 2**20} MiB of output per "
-        f"block whatever one step outputs, {DEFAULT_WRITE_BLOCK_SIZE} steps of a float64 series)",
+        f"block whatever one step outputs, {DEFAULT_WRITE_BLOCK_SIZE} steps of a float64 series; "
+        f"{ACCELERATOR_WRITE_BLOCK_BYTES // 2**20} MiB where JAX computes on a TPU or GPU)",
     )
     w.add_argument(
         "--chunks",

@@ -16,7 +16,7 @@ from ._pool import POOL_MIN_BYTES, BlockPool, _Lease, fresh_buffers, pool_size
 from ._rows import block_xs, let_go, spent_rows
 from ._scopes import jax_option
 
-__all__ = ["carry_pass", "compute_block", "computes_ahead", "run_block", "run_plan"]
+__all__ = ["carry_pass", "compute_block", "compute_platform", "computes_ahead", "run_block", "run_plan"]
 
 
 CALLER_HELD = 1
@@ -113,7 +113,13 @@ def computes_ahead() -> bool:
     just computed, and the pool needs a buffer more (a whole block of the write's ys). On a
     CPU the overlap comes from the caller's own threads instead, as in :func:`streamacc.write`.
     """
-    return _platform() != "cpu"
+    return compute_platform() != "cpu"
+
+
+def compute_platform() -> str:
+    """The platform JAX computes on from the calling thread (``jax.default_device`` included): ``cpu``, ``tpu``,
+    ``gpu`` ..., which the defaults chosen per platform ask (``streamacc._defaults``)."""
+    return _platform()
 
 
 def _platform() -> str:

@@ -27,6 +27,11 @@ from ._progressions import AFFINE, GP, LOGISTIC
 from ._random import RANDOMWALK
 
 if TYPE_CHECKING:
+    from .._defaults import (
+        ACCELERATOR_HEAVY_UNROLL as ACCELERATOR_HEAVY_UNROLL,
+        ACCELERATOR_UNROLL as ACCELERATOR_UNROLL,
+        recipe_unroll as recipe_unroll,
+    )
     from ._compensated import (
         fast_two_sum as fast_two_sum,
         split as split,

@@ -78,10 +78,14 @@ class Job:
         xs: None, or a pytree of arrays sliceable along axis 0 (never loaded whole).
         length: the number of steps, which is the output length.
         names: the output array name(s), one per leaf of ``y``.
-        unroll: the ``lax.scan`` unroll the recipe recommends (part of the result's identity).
+        cpu_unroll: the ``lax.scan`` unroll the recipe recommends on a CPU (1, 2 or 8).
         attrs: JSON-serialisable metadata ``{'recipe', 'params', 'description', 'units'}``.
         dims: the names of the axes after ``step`` of each output that has any
             (``{"x": ["path"]}`` for an ensemble), or None.
+        heavy: whether a step is of many operations (a compensated one, an RK4 step), which unroll less on
+            a TPU or GPU (``_defaults.ACCELERATOR_HEAVY_UNROLL``) than steps of a few (``ACCELERATOR_UNROLL``).
+        unroll: the unroll it recommends on the platform JAX computes on (asking imports JAX); part of the
+            result's identity.
     """
 
     f: Step
@@ -89,9 +93,18 @@ class Job:
     xs: Any
     length: int
     names: tuple[str, ...]
-    unroll: int
+    cpu_unroll: int
     attrs: dict[str, Any]
     dims: dict[str, list[str]] | None = None
+    heavy: bool = False
+
+    @property
+    def unroll(self) -> int:
+        from .._defaults import ACCELERATOR_HEAVY_UNROLL, ACCELERATOR_UNROLL, recipe_unroll
+        from ..engine import compute_platform
+
+        accelerator = ACCELERATOR_HEAVY_UNROLL if self.heavy else ACCELERATOR_UNROLL
+        return recipe_unroll(self.cpu_unroll, compute_platform(), accelerator)
 
 
 @dataclasses.dataclass(frozen=True)

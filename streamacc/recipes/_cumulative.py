@@ -11,7 +11,17 @@ import dataclasses
 from typing import Any
 
 from ..errors import InputError, arg
-from ._base import COMPENSATED, Job, Param, Recipe, Step, check_dtype, check_size, recipe_attrs, resolve_params
+from ._base import (
+    COMPENSATED,
+    Job,
+    Param,
+    Recipe,
+    Step,
+    check_dtype,
+    check_size,
+    recipe_attrs,
+    resolve_params,
+)
 from ._input import Rows
 
 __all__ = ["CUMPROD", "CUMSUM", "Cumulative", "Rows", "open_input"]
@@ -123,7 +133,8 @@ def _build(
         f, init, unroll = CompensatedCumulative(op, dtype), initial(identity, dtype), UNROLL
     else:
         f, init, unroll = Cumulative(op, dtype), np.asarray(identity, dtype=dtype), 8
-    return Job(f=f, init=init, xs=xs, length=size, names=("y",), unroll=unroll, attrs=attrs)
+    return Job(f=f, init=init, xs=xs, length=size, names=("y",), cpu_unroll=unroll, attrs=attrs,
+               heavy=p["compensated"])
 
 
 def _build_cumsum(

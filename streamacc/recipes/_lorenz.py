@@ -12,7 +12,17 @@ import dataclasses
 from typing import Any
 
 from ..errors import InputError, arg
-from ._base import Job, Param, Recipe, Step, check_dtype, check_overflow, check_size, recipe_attrs, resolve_params
+from ._base import (
+    Job,
+    Param,
+    Recipe,
+    Step,
+    check_dtype,
+    check_overflow,
+    check_size,
+    recipe_attrs,
+    resolve_params,
+)
 
 __all__ = ["LORENZ", "Lorenz"]
 
@@ -74,7 +84,8 @@ def _build_lorenz(size: int | None = None, dtype: str = "float64", **params: Any
     f = Lorenz(p["sigma"], p["rho"], p["beta"], p["dt"], dtype)
     init = np.asarray([p["x0"], p["y0"], p["z0"]], dtype=dtype)
     attrs = recipe_attrs(LORENZ, p)
-    return Job(f=f, init=init, xs=None, length=size, names=("x", "y", "z"), unroll=1, attrs=attrs)
+    return Job(f=f, init=init, xs=None, length=size, names=("x", "y", "z"), cpu_unroll=1, attrs=attrs,
+               heavy=True)
 
 
 LORENZ = Recipe(

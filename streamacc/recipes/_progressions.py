@@ -30,13 +30,15 @@ __all__ = ["AFFINE", "GP", "LOGISTIC", "Affine", "Geometric", "Logistic"]
 
 
 def _job(recipe: Recipe, f: Step, x0: float, size: int, dtype: str, params: dict[str, Any], unroll: int) -> Job:
+    """The job of a progression whose unroll on a CPU is ``unroll``."""
     import numpy as np
 
     from ._compensated import initial
 
     attrs = recipe_attrs(recipe, params)
     init = initial(x0, dtype) if params.get("compensated") else np.asarray(x0, dtype=dtype)
-    return Job(f=f, init=init, xs=None, length=size, names=("x",), unroll=unroll, attrs=attrs)
+    return Job(f=f, init=init, xs=None, length=size, names=("x",), cpu_unroll=unroll, attrs=attrs,
+               heavy=bool(params.get("compensated")))
 
 
 # --- gp ---------------------------------------------------------------------------------

@@ -222,7 +222,8 @@ def _build_randomwalk(size: int | None = None, dtype: str = "float64", **params:
     recorded = {k: v for k, v in p.items() if k != "paths" or paths}
     dims = {"x": ["path"]} if paths else None
     attrs = recipe_attrs(RANDOMWALK, recorded)
-    return Job(f=f, init=init, xs=xs, length=size, names=("x",), unroll=1, attrs=attrs, dims=dims)
+    return Job(f=f, init=init, xs=xs, length=size, names=("x",), cpu_unroll=1, attrs=attrs,
+               dims=dims)
 
 
 RANDOMWALK = Recipe(

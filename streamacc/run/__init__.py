@@ -22,7 +22,11 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .._defaults import DEFAULT_WRITE_BLOCK_SIZE as DEFAULT_WRITE_BLOCK_SIZE
+    from .._defaults import (
+        DEFAULT_WRITE_BLOCK_SIZE as DEFAULT_WRITE_BLOCK_SIZE,
+        stream_handover as stream_handover,
+        write_block_bytes as write_block_bytes,
+    )
     from ._materialize import materialize as materialize
     from ._write import write as write
     from .execute import Dask as Dask, Local as Local, cluster_client as cluster_client, si as si

@@ -16,12 +16,11 @@ from collections.abc import Callable
 from typing import Any, Unpack
 
 from .._callsite import warn
-from .._defaults import DEFAULT_WRITE_BLOCK_BYTES
 from ..engine import Carry, ScanSpec, as_spec, check_memory, from_host, to_host
 from ..errors import StoreError, StreamaccWarning, arg
 from ..store import describe_store_failure, is_store_failure, open_target
 from .execute import Dask, Local, Progress, WriteKeywords, executor_for, split_keywords
-from .output import Layout, Mode, again, check_request, check_written_length, open_output, plan_output
+from .output import Layout, Mode, again, block_bytes_here, check_request, check_written_length, open_output, plan_output
 from .recompute import check_resumable, recomputed_rows
 from .threads import interruptible
 
@@ -67,7 +66,7 @@ def write(
         dataclass); its code and the values it uses are part of the run's identity. Or a
         :class:`~streamacc.ScanSpec`, which holds the step, ``init``, ``xs`` and the scan's
         keywords (``length``, ``block_size``, ``unroll``, ``reverse``, ``save_every``),
-        given alone; blocks it leaves unsized hold about 32 MiB of ys.
+        given alone; blocks it leaves unsized hold about 32 MiB of ys (256 MiB on a TPU or GPU).
     init : pytree of arrays
         The carry entering the first step.
     xs : pytree of arrays, optional
@@ -100,9 +99,10 @@ def write(
         ``virtual``) and of where the blocks run (``client``, ``inflight``), given alone:
         ``write(path, f, init, length=n, names="x", client=c)`` is ``write(path, f, init,
         length=n, layout=Layout(names="x"), executor=Dask(c))``. A block left unsized
-        holds about 32 MiB of ys, four times :func:`~streamacc.iter_blocks`'s 8 MiB: each
-        written block also pays its chunk files, their fsync, its checksums and its commit,
-        which larger blocks amortise (a block in memory pays only its dispatch); a resumed
+        holds about 32 MiB of ys (256 MiB where JAX computes on a TPU or GPU), four times
+        :func:`~streamacc.iter_blocks`'s 8 MiB: each written block also pays its chunk files,
+        their fsync, its checksums and its commit, which larger blocks amortise (a block in
+        memory pays only its dispatch); a resumed
         or extended run keeps the block size it was begun with. ``unroll`` is part of the
         result's identity (it can change the last bits).
 
@@ -150,7 +150,7 @@ def write(
     plan, request, spec, stored = planned.plan, planned.request, planned.spec, planned.stored
     blocks = executor_for(where, spec)
     held = blocks.blocks_held()
-    check_memory(plan, held, asked=scan_spec.block_size, who="this write", default_bytes=DEFAULT_WRITE_BLOCK_BYTES)
+    check_memory(plan, held, asked=scan_spec.block_size, who="this write", default_bytes=block_bytes_here())
     target = open_target(store, storage_options=storage_options)
     blocks.check(target)
     command = arg("mode", request.mode) if request.mode != "create" else "another output path"

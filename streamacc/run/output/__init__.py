@@ -27,7 +27,12 @@ if TYPE_CHECKING:
     from ._open import open_output as open_output
     from ._options import LAYOUT_FIELDS as LAYOUT_FIELDS, Layout as Layout
     from ._output import BlockResult as BlockResult, Output as Output
-    from ._planning import Planned as Planned, again as again, plan_output as plan_output
+    from ._planning import (
+        Planned as Planned,
+        again as again,
+        block_bytes_here as block_bytes_here,
+        plan_output as plan_output,
+    )
     from ._request import (
         Mode as Mode,
         Request as Request,

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..._callsite import warn
-from ..._defaults import DEFAULT_SUMMARY_WINDOWS, DEFAULT_WRITE_BLOCK_BYTES
-from ...engine import Plan, ScanSpec
+from ..._defaults import DEFAULT_SUMMARY_WINDOWS, write_block_bytes
+from ...engine import Plan, ScanSpec, compute_platform
 from ...errors import StreamaccWarning, arg
 from ...store import Target
 from ._layout import chunk_rows, stored_chunks
@@ -25,7 +25,7 @@ from ._request import Mode, Request, check_written_length
 from ._spec import OutputSpec, output_spec, stored_identity
 from ._storage import Storage
 
-__all__ = ["Planned", "again", "plan_output"]
+__all__ = ["Planned", "again", "block_bytes_here", "plan_output"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,10 +77,15 @@ def _warn_fine_summaries(store: Any, kept: Sequence[int], rows: int, storage: St
     )
 
 
+def block_bytes_here() -> int:
+    """Bytes of ys per block a write or Stream sizes its blocks to by default, on the platform JAX computes on."""
+    return write_block_bytes(compute_platform())
+
+
 def _plan(spec: ScanSpec, request: Request, block_size: int | None, given_xs: bool) -> Plan:
     check_written_length(spec.length, from_xs=given_xs)
     rows_multiple = chunk_rows(request.layout.chunks)
-    return spec.plan(block_bytes=DEFAULT_WRITE_BLOCK_BYTES, rows_multiple=rows_multiple, default_block_size=block_size)
+    return spec.plan(block_bytes=block_bytes_here(), rows_multiple=rows_multiple, default_block_size=block_size)
 
 
 def plan_output(scan_spec: ScanSpec, request: Request, store: Any, storage_options: dict[str, Any] | None) -> Planned:

@@ -231,9 +231,9 @@ class StreamHost:
         return (np.asarray(first, dtype=self.index_dtype), *entering, *before)
 
     @_guarded
-    def check(self, index: Any, *arrays: Any) -> Any:
-        """A committed block (``index``, in scan order) recomputed by the program: judged against what is stored; a
-        token."""
+    def check(self, token: Any, index: Any, *arrays: Any) -> Any:
+        """A committed block (``index``, in scan order) recomputed by the program, after the callback that made
+        ``token``: judged against what is stored; a token."""
         assert self.output is not None and self.check_chain is not None
         names = len(self.spec.names)
         ys, after = arrays[:names], arrays[names:]

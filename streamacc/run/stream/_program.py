@@ -16,8 +16,18 @@ from the program's buffers, where ``io_callback`` would first copy it into fresh
 memory, a block's worth of new pages for the kernel to fault in each time. A buffer callback
 is not an ordered effect, so each returns a token that the next block's callback and the
 final one take: the host sees the blocks in scan order, after the start (and the check) and
-before the finish. On other platforms the callback is an ordered ``io_callback``, which
-brings the block to the host.
+before the finish. On other platforms the callback is an ``io_callback``, which brings the
+block to the host; how it crosses is chosen per platform (``_defaults.stream_handover``), one
+of :data:`HANDOVERS`: ``ordered``, an ordered ``io_callback`` per block; ``chained``, an
+unordered one that takes and returns the token as the buffer callback does, so that XLA
+orders the blocks by their data alone; ``pinned``, as ``chained`` with the block's ys first
+moved into the host's pinned memory by the program (``jax.device_put`` to
+``memory_kind="pinned_host"``), as JAX's own tests stream a scan's outputs. JAX lowers no
+program that moves data to host memory and has an ordered effect, so with ``chained`` and
+``pinned`` the start, check and finish callbacks are unordered too, each ordered by the
+data it takes from the one before, and the start refuses ``vmap`` itself (by a
+``custom_vmap``), as an ordered effect would. The accelerator benchmark
+(``benchmarks/accelerator.py``) measures each on the chip.
 
 PRNG keys cannot cross a callback: carries travel as :func:`jax.random.key_data` and are
 wrapped again on arrival (see :class:`CarryLeaf`).
@@ -33,16 +43,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.custom_batching import custom_vmap
 from jax.experimental import io_callback
 
-from ...engine import Step, block_count, block_function
+from ..._defaults import stream_handover
+from ...engine import Step, block_count, block_function, compute_platform
 
 try:
     from jax.experimental.buffer_callback import buffer_callback
 except ImportError:  # an older JAX: every block crosses by io_callback
     buffer_callback = None  # type: ignore[assignment]
 
-__all__ = ["CarryLeaf", "Host", "Loop", "streamed"]
+__all__ = ["HANDOVERS", "CarryLeaf", "Host", "Loop", "handover", "host_call", "streamed"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,8 +85,9 @@ class Host(Protocol):
         """Given the program's initial carry, return the first block to run, the carry entering it, and the
         carry entering the block before it (for :meth:`check`; anything of its shape otherwise)."""
 
-    def check(self, index: Any, *arrays: Any) -> Any:
-        """A committed block ``index`` recomputed: its ys, then the carry leaving it; returns a token (any index)."""
+    def check(self, token: Any, index: Any, *arrays: Any) -> Any:
+        """A committed block ``index`` recomputed (after the callback that made ``token``): its ys, then the carry
+        leaving it; returns a token (any index)."""
 
     def block(self, index: Any, *arrays: Any) -> None:
         """Block ``index`` (in scan order) computed: the carry entering it, its ys, the carry leaving it. The
@@ -118,20 +131,62 @@ class Loop:
         return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
-def _buffers_on_host() -> bool:
-    """Whether the program runs on the CPU, where a callback can read the program's buffers in place."""
-    return buffer_callback is not None and jax.default_backend() == "cpu"
+HANDOVERS = ("in_place", "ordered", "chained", "pinned")
+"""The ways a block can cross to the host (see the module's docstring); ``in_place`` needs ``buffer_callback``."""
 
 
-def _handing_over(host: Host, index_dtype: np.dtype[Any]) -> Callable[..., Any]:
+def _handover() -> str:
+    """How a block crosses to the host on the platform the program runs on (one of :data:`HANDOVERS`)."""
+    how = stream_handover(compute_platform())
+    return "ordered" if how == "in_place" and buffer_callback is None else how
+
+
+def handover() -> str:
+    """How this program's blocks cross to the host: the seam's answer, checked."""
+    how = _handover()
+    if how not in HANDOVERS:
+        raise ValueError(f"a block crosses to the host by one of {', '.join(HANDOVERS)}, not {how!r}")
+    return how
+
+
+def host_call(callback: Callable[..., Any], results: Any, *args: Any, ordered: bool) -> Any:
+    """``io_callback(callback, results, *args)``: ordered, or unordered and refusing ``vmap`` as an ordered one does."""
+    if ordered:
+        return io_callback(callback, results, *args, ordered=True)
+
+    @custom_vmap
+    def call(*values: Any) -> Any:
+        return io_callback(callback, results, *values, ordered=False)
+
+    @call.def_vmap
+    def refuse(axis_size: int, in_batched: Any, *values: Any) -> Any:
+        raise ValueError("Cannot vmap a Stream's host callback")
+
+    return call(*args)
+
+
+def _handing_over(host: Host, index_dtype: np.dtype[Any], how: str) -> Callable[..., Any]:
     """``hand(token, index, *arrays) -> token``: the block callback, called after the callback that made ``token``."""
-    if not _buffers_on_host():
+    if how == "ordered":
 
         def ordered(token: Any, index: Any, *arrays: Any) -> Any:
             io_callback(host.block, None, index, *arrays, ordered=True)
             return token
 
         return ordered
+    if how in ("chained", "pinned"):
+        pinned = how == "pinned"
+
+        def passed(token: Any, index: Any, *arrays: Any) -> Any:
+            host.block(index, *arrays)
+            return np.asarray(token)
+
+        def chained(token: Any, index: Any, *arrays: Any) -> Any:
+            if pinned:
+                arrays = tuple(jax.device_put(a, jax.memory.Space.Host) for a in arrays)
+            return io_callback(passed, jax.ShapeDtypeStruct((), index_dtype), token, index, *arrays, ordered=False)
+
+        return chained
 
     def in_place(ctx: Any, out: Any, token: Any, index: Any, *arrays: Any) -> None:
         host.block(np.asarray(index), *(np.asarray(a) for a in arrays))
@@ -156,12 +211,13 @@ def streamed(
     init: Any,
     xs: Any,
     *,
-    begin: Callable[[list[Any]], Sequence[Any]],
+    begin: Callable[[list[Any], bool], Sequence[Any]],
     check: Callable[[], list[tuple[int, int, int]] | None],
 ) -> Any:
     """``lax.scan(loop.f, init, xs, length=loop.length, ...)[0]`` with every block handed to ``host``.
 
-    ``begin`` binds the start callback (where JAX refuses ``vmap`` and derivatives, before
+    ``begin(plain, ordered)`` binds the start callback by :func:`host_call` (where JAX refuses ``vmap``
+    and derivatives, before
     the caller opens anything) and returns its results: the first block to run, the carry
     entering it, and the carry entering the first block ``check`` names. ``check()``, asked
     after ``begin``, is the ``(index, start, stop)`` of the committed blocks a resumed run
@@ -172,7 +228,9 @@ def streamed(
     """
     treedef = jax.tree_util.tree_structure(init)
     n = len(loop.carry)
-    started = begin(loop.plain(init))
+    how = handover()
+    ordered = how in ("in_place", "ordered")
+    started = begin(loop.plain(init), ordered)
     first, carry = started[0], loop.wrapped(treedef, started[1 : 1 + n])
     token = first  # what each callback takes from the one before it
     judged = check()
@@ -182,8 +240,8 @@ def streamed(
         for k, start, stop in judged:
             carry, ys = loop.run(stop - start)(carry, _rows(xs, start, stop - start))
             k_index = np.asarray(k, dtype=loop.index_dtype)
-            token = io_callback(host.check, index, k_index, *ys, *loop.plain(carry), ordered=True)
-    hand = _handing_over(host, loop.index_dtype)
+            token = host_call(host.check, index, token, k_index, *ys, *loop.plain(carry), ordered=ordered)
+    hand = _handing_over(host, loop.index_dtype, how)
 
     def one(index: Any, state: tuple[Any, Any], start: Any, length: int) -> tuple[Any, Any]:
         carry, token = state
@@ -219,5 +277,5 @@ def streamed(
         state = lax.cond(first <= last, lambda s: odd_block(last, s), lambda s: s, state)
     carry, token = state
     structs = tuple(leaf.struct for leaf in loop.carry)
-    final = io_callback(host.finish, structs, token, *loop.plain(carry), ordered=True)
+    final = host_call(host.finish, structs, token, *loop.plain(carry), ordered=ordered)
     return loop.wrapped(treedef, final)

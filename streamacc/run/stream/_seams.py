@@ -1,4 +1,4 @@
-"""The stream's seam: whether a block's callback reads the program's buffers in place, as it does on the CPU."""
+"""The stream's seam: how a block crosses to the host (in place on the CPU, by a callback elsewhere)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from . import _program
 __all__ = ["SEAMS"]
 
 SEAMS = {
-    "buffers_on_host": Seam(
-        "buffers_on_host(): whether a block's callback reads the program's buffers in place (a buffer_callback, on "
-        "the CPU) rather than as an ordered io_callback hands them over (other platforms)",
-        (_program, "_buffers_on_host"),
+    "handover": Seam(
+        "handover(): how a block crosses to the host: 'in_place' (a buffer_callback reads the program's buffers, "
+        "on the CPU), 'ordered' (an ordered io_callback, other platforms), 'chained' (an io_callback ordered by a "
+        "token it passes on) or 'pinned' (as 'chained', the ys first moved to pinned host memory)",
+        (_program, "_handover"),
     ),
 }
 """The stream's seams by name (``streamacc.testing`` calls them ``run.stream.NAME``)."""

@@ -20,10 +20,9 @@ from typing import Any, TypeVar, Unpack
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import io_callback
 
 from ..._callsite import Site, outside, warn
-from ..._defaults import DEFAULT_STREAM_INFLIGHT, DEFAULT_WRITE_BLOCK_BYTES
+from ..._defaults import DEFAULT_STREAM_INFLIGHT
 from ...engine import (
     SCAN_DEFAULTS,
     Carry,
@@ -39,11 +38,21 @@ from ...engine import (
 from ...errors import InputError, ResumeError, StepFunctionError, StoreError, StreamaccError, StreamaccWarning, arg
 from ...store import Target, describe_store_failure, is_store_failure, open_target
 from ..execute import Progress, WriteKeywords, split_keywords
-from ..output import Layout, Mode, Planned, again, check_request, check_written_length, open_output, plan_output
+from ..output import (
+    Layout,
+    Mode,
+    Planned,
+    again,
+    block_bytes_here,
+    check_request,
+    check_written_length,
+    open_output,
+    plan_output,
+)
 from ..recompute import check_resumable, resume_chain
 from ..threads import Interrupted, SignalWatch
 from ._host import StreamHost, warn_complete
-from ._program import Loop, streamed
+from ._program import Loop, host_call, streamed
 from ._trace import (
     TRACED,
     Leaf,
@@ -415,7 +424,7 @@ class Stream:
             ) from exc
         held = self.inflight + 2  # the host's copies, the program's ys, and a block to spare for XLA's own
         check_memory(planned.plan, held, asked=scan_spec.block_size, who="this stream",
-                     default_bytes=DEFAULT_WRITE_BLOCK_BYTES)  # fmt: skip
+                     default_bytes=block_bytes_here())  # fmt: skip
         return planned, recorded
 
     def _open_stored(self, planned: Planned, recorded: list[HostLeaf], xs_given: bool) -> StreamHost:
@@ -469,9 +478,9 @@ class Stream:
                 leaves, crossing, strict=True)])  # fmt: skip
         check: list[list[tuple[int, int, int]] | None] = [None]
 
-        def begin(plain: list[Any]) -> tuple[Any, ...]:
+        def begin(plain: list[Any], ordered: bool) -> tuple[Any, ...]:
             results = (jax.ShapeDtypeStruct((), index_dtype), *[c.struct for c in crossing] * 2)
-            started = io_callback(host.start, results, *plain, ordered=True)
+            started = host_call(host.start, results, *plain, ordered=ordered)
             if recorded is not None:
                 outside_trace(lambda: self._open_stored(planned, recorded, xs is not None))
                 check[0] = host.check_chain
