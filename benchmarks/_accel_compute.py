@@ -33,7 +33,7 @@ from _accel import (
 from jax import lax
 
 import streamacc
-from streamacc.recipes import ACCELERATOR_HEAVY_UNROLL, ACCELERATOR_UNROLL, recipe_unroll
+from streamacc.recipes import ACCELERATOR_COMPENSATED_UNROLL, ACCELERATOR_UNROLL, recipe_unroll
 
 
 def d2h(ctx: Context) -> dict[str, Any]:
@@ -67,9 +67,11 @@ def d2h(ctx: Context) -> dict[str, Any]:
 def _unrolls(case: str, ctx: Context) -> list[int]:
     """A recipe's unroll on a CPU and here, ``--recipe-unrolls``, and for gp ``--sweep-unrolls`` (and 2, 16 and 32
     for the compensated one, whose compile grows fastest with the unroll)."""
-    heavy = case.endswith("compensated") or case == "lorenz"
     cpu = 2 if case.endswith("compensated") else {"gp": 8, "cumsum": 8, "cumprod": 8}.get(case, 1)
-    mine = [cpu, recipe_unroll(cpu, ctx.platform, ACCELERATOR_HEAVY_UNROLL if heavy else ACCELERATOR_UNROLL),
+    here = 1 if case == "lorenz" else ACCELERATOR_UNROLL
+    if case.endswith("compensated"):
+        here = ACCELERATOR_COMPENSATED_UNROLL
+    mine = [cpu, recipe_unroll(cpu, ctx.platform, here),
             *ctx.sizes.recipe_unrolls]  # fmt: skip
     if case == "gp":
         mine += ctx.sizes.sweep_unrolls

@@ -18,12 +18,13 @@ few blocks (see ``info``)."""
 ACCELERATORS = frozenset({"tpu", "gpu", "cuda", "rocm"})
 """The platforms (JAX's names) whose defaults are the accelerator's below; every other is treated as a CPU."""
 
-ACCELERATOR_WRITE_BLOCK_BYTES = 256 * 2**20
-"""Bytes of ys per block when writing from a TPU or GPU: the copy to the host is slow for a
-small array (on a TPU v5e, ``jax.device_get`` moved 0.78 GiB/s for 32 MiB and 2.9 GiB/s for
-256 MiB) and a wide ensemble's write took 23x less time with 256 MiB blocks than with 32
-MiB; a few such blocks (the engine's pool, the block computing ahead) stay far below an
-accelerator's memory."""
+ACCELERATOR_WRITE_BLOCK_BYTES = 32 * 2**20
+"""Bytes of ys per block when writing from a TPU or GPU: measured on a TPU v5e, the float32
+headline's write took 6.8 ns a step in blocks of 32 MiB against 15.5 in blocks of 256 MiB
+(its compute alone 6.1), and a 2**20-member ensemble's 0.91 GiB/s of ys in blocks of 64 MiB
+against 0.64 in 256 MiB: the engine computes the next block while the host copies one, and
+a copy of a block of 32 MiB overlaps the compute better than one of 256 (see the
+Accelerators benchmark page). The same as a CPU's."""
 
 
 def write_block_bytes(platform: str) -> int:
@@ -37,11 +38,11 @@ loop trip costs far more there than such a step's arithmetic (on a TPU v5e a sca
 step took 680 ns at unroll 1, 20 ns at 8 and 5.5 ns at 64), where on a CPU each recipe keeps
 the unroll it runs fastest at (1, 2 or 8)."""
 
-ACCELERATOR_HEAVY_UNROLL = 8
-"""The unroll on a TPU or GPU of a recipe of many operations a step (the compensated ones,
-Lorenz-63's RK4): XLA's compile time grows faster than the unrolled body (on this CPU a
-compensated float32 step compiled in 0.5 s unrolled by 8, 12 s by 32 and 57 s by 64; an
-RK4 step in 3.5 s by 8 and over 120 s by 64), and a run compiles two block lengths."""
+ACCELERATOR_COMPENSATED_UNROLL = 8
+"""The unroll on a TPU or GPU of a compensated recipe (a step of error-free transformations,
+a dozen operations): on a TPU v5e the compensated float32 progression took 87 ns a step at 8
+(52 ns at 64, whose compile took 3 s there and 57 s on a CPU). Lorenz-63's RK4 step keeps its
+CPU unroll, 1, on an accelerator: it took 13.7 us a step there, and 14.9 at 8."""
 
 
 def recipe_unroll(cpu: int, platform: str, accelerator: int = ACCELERATOR_UNROLL) -> int:

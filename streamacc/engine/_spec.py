@@ -43,7 +43,7 @@ class ScanSpec:
         The number of steps; required without ``xs``, equal to its length with it.
     block_size : int, optional
         Steps per block; by default each entry point sizes blocks by bytes (about 8 MiB
-        of ys in memory, 32 MiB when writing, 256 MiB when writing from a TPU or GPU).
+        of ys in memory, 32 MiB when writing).
     unroll : int or bool, default 1
         ``lax.scan``'s unroll.
     reverse : bool, default False

@@ -28,7 +28,7 @@ from ._random import RANDOMWALK
 
 if TYPE_CHECKING:
     from .._defaults import (
-        ACCELERATOR_HEAVY_UNROLL as ACCELERATOR_HEAVY_UNROLL,
+        ACCELERATOR_COMPENSATED_UNROLL as ACCELERATOR_COMPENSATED_UNROLL,
         ACCELERATOR_UNROLL as ACCELERATOR_UNROLL,
         recipe_unroll as recipe_unroll,
     )

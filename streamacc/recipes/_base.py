@@ -82,8 +82,8 @@ class Job:
         attrs: JSON-serialisable metadata ``{'recipe', 'params', 'description', 'units'}``.
         dims: the names of the axes after ``step`` of each output that has any
             (``{"x": ["path"]}`` for an ensemble), or None.
-        heavy: whether a step is of many operations (a compensated one, an RK4 step), which unroll less on
-            a TPU or GPU (``_defaults.ACCELERATOR_HEAVY_UNROLL``) than steps of a few (``ACCELERATOR_UNROLL``).
+        accelerator_unroll: the unroll it recommends on a TPU or GPU, or None for ``_defaults.ACCELERATOR_UNROLL``
+            (a step of a few operations; a compensated one takes ``ACCELERATOR_COMPENSATED_UNROLL``).
         unroll: the unroll it recommends on the platform JAX computes on (asking imports JAX); part of the
             result's identity.
     """
@@ -96,15 +96,14 @@ class Job:
     cpu_unroll: int
     attrs: dict[str, Any]
     dims: dict[str, list[str]] | None = None
-    heavy: bool = False
+    accelerator_unroll: int | None = None
 
     @property
     def unroll(self) -> int:
-        from .._defaults import ACCELERATOR_HEAVY_UNROLL, ACCELERATOR_UNROLL, recipe_unroll
+        from .._defaults import ACCELERATOR_UNROLL, recipe_unroll
         from ..engine import compute_platform
 
-        accelerator = ACCELERATOR_HEAVY_UNROLL if self.heavy else ACCELERATOR_UNROLL
-        return recipe_unroll(self.cpu_unroll, compute_platform(), accelerator)
+        return recipe_unroll(self.cpu_unroll, compute_platform(), self.accelerator_unroll or ACCELERATOR_UNROLL)
 
 
 @dataclasses.dataclass(frozen=True)

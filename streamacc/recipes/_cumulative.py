@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .._defaults import ACCELERATOR_COMPENSATED_UNROLL
 from ..errors import InputError, arg
 from ._base import (
     COMPENSATED,
@@ -134,7 +135,7 @@ def _build(
     else:
         f, init, unroll = Cumulative(op, dtype), np.asarray(identity, dtype=dtype), 8
     return Job(f=f, init=init, xs=xs, length=size, names=("y",), cpu_unroll=unroll, attrs=attrs,
-               heavy=p["compensated"])
+               accelerator_unroll=ACCELERATOR_COMPENSATED_UNROLL if p["compensated"] else None)
 
 
 def _build_cumsum(

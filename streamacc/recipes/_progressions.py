@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .._defaults import ACCELERATOR_COMPENSATED_UNROLL
 from ..errors import InputError, arg
 from ._base import (
     COMPENSATED,
@@ -38,7 +39,7 @@ def _job(recipe: Recipe, f: Step, x0: float, size: int, dtype: str, params: dict
     attrs = recipe_attrs(recipe, params)
     init = initial(x0, dtype) if params.get("compensated") else np.asarray(x0, dtype=dtype)
     return Job(f=f, init=init, xs=None, length=size, names=("x",), cpu_unroll=unroll, attrs=attrs,
-               heavy=bool(params.get("compensated")))
+               accelerator_unroll=ACCELERATOR_COMPENSATED_UNROLL if params.get("compensated") else None)
 
 
 # --- gp ---------------------------------------------------------------------------------

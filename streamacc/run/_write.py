@@ -66,7 +66,7 @@ def write(
         dataclass); its code and the values it uses are part of the run's identity. Or a
         :class:`~streamacc.ScanSpec`, which holds the step, ``init``, ``xs`` and the scan's
         keywords (``length``, ``block_size``, ``unroll``, ``reverse``, ``save_every``),
-        given alone; blocks it leaves unsized hold about 32 MiB of ys (256 MiB on a TPU or GPU).
+        given alone; blocks it leaves unsized hold about 32 MiB of ys.
     init : pytree of arrays
         The carry entering the first step.
     xs : pytree of arrays, optional
@@ -99,7 +99,7 @@ def write(
         ``virtual``) and of where the blocks run (``client``, ``inflight``), given alone:
         ``write(path, f, init, length=n, names="x", client=c)`` is ``write(path, f, init,
         length=n, layout=Layout(names="x"), executor=Dask(c))``. A block left unsized
-        holds about 32 MiB of ys (256 MiB where JAX computes on a TPU or GPU), four times
+        holds about 32 MiB of ys (on a TPU as on a CPU: measured there), four times
         :func:`~streamacc.iter_blocks`'s 8 MiB: each written block also pays its chunk files,
         their fsync, its checksums and its commit, which larger blocks amortise (a block in
         memory pays only its dispatch); a resumed
