@@ -82,6 +82,8 @@ class Context:
     deadline: float
     compile_limit: float = 60.0
     shared: dict[str, Any] = dataclasses.field(default_factory=dict)
+    cases: tuple[str, ...] = ()
+    """The recipes the compute scenario measures (``--cases``); all of them when empty."""
 
     @property
     def platform(self) -> str:

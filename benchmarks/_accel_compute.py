@@ -86,7 +86,7 @@ def compute(ctx: Context) -> dict[str, Any]:
     Steps: ``--compute-steps``, a sixteenth of it at unroll 1 (a loop trip is dear on a chip). A compile longer
     than ``--compile-limit`` is recorded as such, and the recipe's larger unrolls are left out."""
     rows: list[dict[str, Any]] = []
-    for case in CASES:
+    for case in ctx.cases or CASES:
         for unroll in _unrolls(case, ctx):
             if ctx.out_of_time():
                 return {"figures": {"stopped": "out of time"}, "tables": {"compute": rows}}

@@ -111,6 +111,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="seconds a compile may take before the scenario records it as too slow and goes on")
     p.add_argument("--only", default="", help=f"comma-separated scenarios (of {', '.join(SCENARIOS)})")
     p.add_argument("--commit", default="", help="the commit measured, where the machine has no git")
+    p.add_argument("--cases", default="", help="comma-separated recipes the compute scenario measures (default: all)")
     for field in dataclasses.fields(_accel.Sizes):
         many = str(field.type).startswith("list")
         p.add_argument(f"--{field.name.replace('_', '-')}", dest=field.name, default=None,
@@ -154,9 +155,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--only {','.join(unknown)}: no such scenario; choose among {', '.join(SCENARIOS)}")
     started = time.monotonic()
     folder = Path(tempfile.mkdtemp(prefix="streamacc-accelerator-", dir=args.dir and _made(args.dir)))
-    ctx = _accel.Context(sizes, jax.devices()[0], folder, started + args.budget, args.compile_limit)
+    ctx = _accel.Context(sizes, jax.devices()[0], folder, started + args.budget, args.compile_limit,
+                         cases=tuple(c.strip() for c in args.cases.split(",") if c.strip()))  # fmt: skip
     info = _machine()
-    info["git"] = info.get("git") or args.commit
+    info["git"] = args.commit or info.get("git")  # the copy on a chip may hold another checkout's .git
     command = shlex.join(["python", "benchmarks/accelerator.py", *(sys.argv[1:] if argv is None else argv)])
     doc: dict[str, Any] = {"format": "accelerator", "command": command, "machine": info, "device": _device(),
                            "smoke": args.smoke, "sizes": dataclasses.asdict(sizes), "scenarios": {}}  # fmt: skip
