@@ -24,7 +24,7 @@ CPU_UNROLL = {"gp": 8, "affine": 1, "logistic": 1, "randomwalk": 1, "lorenz": 1,
 @pytest.mark.parametrize("platform", ACCELERATORS)
 def test_an_accelerator_takes_its_own_defaults(platform):
     assert [recipe_unroll(u, platform) for u in (1, 2, 8)] == [ACCELERATOR_UNROLL] * 3 == [64] * 3
-    assert recipe_unroll(2, platform, ACCELERATOR_COMPENSATED_UNROLL) == ACCELERATOR_COMPENSATED_UNROLL == 8
+    assert recipe_unroll(2, platform, ACCELERATOR_COMPENSATED_UNROLL) == ACCELERATOR_COMPENSATED_UNROLL == 64
     assert write_block_bytes(platform) == 32 * 2**20
     assert stream_handover(platform) == "ordered"
 
@@ -55,7 +55,7 @@ def test_each_recipe_takes_the_unroll_of_the_platform_jax_computes_on(name, tmp_
     seam("engine.platform", lambda: "tpu")
     assert _job(name, tmp_path).unroll == (1 if name == "lorenz" else 64)  # an RK4 step runs as fast at 1
     if compensated:
-        assert _job(name, tmp_path, compensated=True).unroll == 8
+        assert _job(name, tmp_path, compensated=True).unroll == 64
 
 
 def test_a_write_on_a_tpu_records_its_defaults_and_a_cpu_extends_it_with_them(tmp_path, capfd):
