@@ -99,7 +99,7 @@ def write(
         ``virtual``) and of where the blocks run (``client``, ``inflight``), given alone:
         ``write(path, f, init, length=n, names="x", client=c)`` is ``write(path, f, init,
         length=n, layout=Layout(names="x"), executor=Dask(c))``. A block left unsized
-        holds about 32 MiB of ys (on a TPU as on a CPU: measured there), four times
+        holds about 32 MiB of ys, four times
         :func:`~streamacc.iter_blocks`'s 8 MiB: each written block also pays its chunk files,
         their fsync, its checksums and its commit, which larger blocks amortise (a block in
         memory pays only its dispatch); a resumed
