@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import jax.numpy as jnp
 import numpy as np
@@ -205,3 +206,19 @@ def test_a_worker_that_never_takes_the_plan_ends_the_run_with_the_fix(tmp_path, 
                         progress=False)  # fmt: skip
     assert asked["timeout"] == SCATTER_TIMEOUT and asked["broadcast"]
     assert read_manifest(out)["committed_blocks"] == 0
+
+
+def test_the_runs_own_summary_writes_are_no_debris_of_a_killed_worker(tmp_path, client, monkeypatch):
+    """After its blocks the run clears the temp files killed workers left; its own summary chunks still being
+    written in the background (slowed here while their temp files exist) are waited for, not removed."""
+    real = os.replace
+
+    def slow_replace(src, dst, *args, **kwargs):
+        if "summaries" in os.fspath(src) and os.fspath(src).endswith(".partial"):
+            time.sleep(0.2)
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", slow_replace)
+    f = lambda c, _: (c * 1.5 + 1.0, c)  # noqa: E731
+    local, remote = write_both(tmp_path, client, f, np.float64(0.0), length=4096, block_size=256)
+    assert_same_output(remote, local)

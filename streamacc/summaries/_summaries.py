@@ -312,9 +312,13 @@ class Summaries:
         self._submit(writes)
         self._settle(INFLIGHT_WRITES)
 
+    def wait(self) -> None:
+        """Wait for every chunk write begun so far (before anything that looks for a killed writer's temp files)."""
+        self._settle(0)
+
     def finish(self) -> dict[str, Any]:
         """Wait for every chunk write; the finished run's tail (every window in a durable chunk)."""
-        self._settle(0)
+        self.wait()
         self.close()
         return self.tail()
 

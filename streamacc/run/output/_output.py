@@ -238,8 +238,11 @@ class Output:
         """Remove the temp files of writers that died mid-write (a killed cluster worker); return them.
 
         Their blocks were written again by others, so only the debris is left; the writer
-        lock keeps any other run out meanwhile.
+        lock keeps any other run out meanwhile. This run's own summary chunks, written in the
+        background, are waited for first: their temp files are no debris.
         """
+        if self.summaries is not None:
+            self.summaries.wait()
         return remove_partial_writes(self.target, [*self.spec.names, *self.manifest.arrays])
 
     def finish(self) -> None:
