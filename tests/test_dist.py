@@ -220,5 +220,5 @@ def test_the_runs_own_summary_writes_are_no_debris_of_a_killed_worker(tmp_path, 
 
     monkeypatch.setattr(os, "replace", slow_replace)
     f = lambda c, _: (c * 1.5 + 1.0, c)  # noqa: E731
-    local, remote = write_both(tmp_path, client, f, np.float64(0.0), length=4096, block_size=256)
+    local, remote = write_both(tmp_path, client, f, np.float64(0.0), length=1024, block_size=256)
     assert_same_output(remote, local)

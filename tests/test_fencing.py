@@ -52,7 +52,8 @@ def test_a_writer_paused_past_its_lease_writes_nothing_after_another_took_over(s
     url = s3_bucket.url("out.zarr")
     a = paused_writer(80, "write", url, *S3_SMALL, *s3_args(s3_bucket))
     try:
-        assert 1 <= remote_committed(s3_bucket, "out.zarr") < 12
+        committed = remote_committed(s3_bucket, "out.zarr")
+        assert 1 <= committed < 12, f"A paused with {committed} of 12 blocks committed"
         deadline = time.monotonic() + 60
         while not lease_expired(s3_bucket, "out.zarr"):
             assert time.monotonic() < deadline, "A's lease never expired"
