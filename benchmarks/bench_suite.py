@@ -38,6 +38,7 @@ REPO = BENCH_DIR.parent
 sys.path.insert(0, str(BENCH_DIR))
 
 from _approaches import COMPUTE_ONLY, WRITERS, gp_block  # noqa: E402
+from _harness import disk_bytes  # noqa: E402
 
 from streamacc import _defaults  # noqa: E402
 from streamacc.store import CODECS  # noqa: E402
@@ -118,12 +119,6 @@ def skip_reason(name: str, n: int, args: argparse.Namespace) -> str | None:
     return None
 
 
-def tree_bytes(root: Path) -> int:
-    if root.is_file():
-        return root.stat().st_size
-    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
-
-
 def last_json(text: str) -> dict | None:
     for line in reversed(text.splitlines()):
         if line.startswith("{"):
@@ -187,7 +182,7 @@ def run_one(name: str, n: int, rep: int, args: argparse.Namespace, scratch: Path
         memory = limited and (rc < 0 or "MemoryError" in stderr)
         record["status"] = "killed: memory" if memory else f"failed (exit {rc}): {tail[:200]}"
     if record["status"] == "ok" and name in WRITERS:
-        record["bytes_stored"] = tree_bytes(out)
+        record["bytes_stored"] = disk_bytes(out)
     record["_out"], record["_samples"] = str(out), str(samples)
     return record
 
