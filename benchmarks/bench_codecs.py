@@ -80,8 +80,8 @@ class PeakRSS:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from streamacc._defaults import DEFAULT_INFLIGHT
     from streamacc.cli._expr import parse_int
-    from streamacc.run._write import DEFAULT_INFLIGHT
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", default="2**26", help="steps (default 2**26)")

@@ -72,7 +72,7 @@ def parse_size(text: str) -> int:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from streamacc.run._write import DEFAULT_INFLIGHT
+    from streamacc._defaults import DEFAULT_INFLIGHT
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--size", nargs="+", default=["2**20", "2**22"], help="steps, e.g. 2**24 2**26")
