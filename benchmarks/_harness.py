@@ -11,6 +11,7 @@ figure, which is why the sides of a scenario alternate within each round.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import os
@@ -25,20 +26,20 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from _machine import load
 from _timing import time_command
 
 ROOT = Path(__file__).resolve().parents[1]
-NEUTRAL = Path(tempfile.mkdtemp(prefix="streamacc-bench-cwd-"))
-"""An empty folder the sides start in: ``python -m`` puts the working folder first on ``sys.path``."""
 VERSIONS = ("streamacc", "jax", "jaxlib", "numpy", "zarr", "numcodecs", "ml_dtypes", "dask", "xarray",
             "pytest-benchmark")  # fmt: skip
 
 __all__ = ["ROOT", "chunk_digest", "disk_bytes", "drop_cache", "load", "machine", "medians", "run", "shown", "versions"]
 
 
-def load() -> list[float]:
-    """The 1-, 5- and 15-minute load averages."""
-    return [round(x, 2) for x in os.getloadavg()]
+@functools.cache
+def neutral() -> Path:
+    """An empty folder the sides start in: ``python -m`` puts the working folder first on ``sys.path``."""
+    return Path(tempfile.mkdtemp(prefix="streamacc-bench-cwd-"))
 
 
 def versions(root: Path = ROOT) -> dict[str, str]:
@@ -103,7 +104,7 @@ def run(cmd: list[Any], side: str, *, root: Path = ROOT, env: dict[str, str] | N
     """
     before = load()
     environ = {"PYTHONPATH": str(root), "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"), **(env or {})}
-    r = time_command([str(c) for c in cmd], env=environ, cwd=NEUTRAL, timeout=timeout)
+    r = time_command([str(c) for c in cmd], env=environ, cwd=neutral(), timeout=timeout)
     if r["returncode"]:
         raise RuntimeError(f"{side} failed with exit {r['returncode']}: {shlex.join(map(str, cmd))}\n{r['stderr']}")
     row: dict[str, Any] = {
@@ -138,8 +139,11 @@ def medians(rows: list[dict[str, Any]], side: str, *keys: str) -> dict[str, floa
 
 
 def disk_bytes(path: Path) -> int:
-    """The bytes of every file under ``path``."""
-    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+    """The bytes of every file under ``path`` (of ``path`` itself where it is a file)."""
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
 def chunk_digest(root: Path, array: str = "x") -> str:

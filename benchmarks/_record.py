@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from _machine import load
 from _timing import time_command
 
 __all__ = ["load", "machine", "median", "run", "save"]
@@ -27,11 +28,6 @@ ROOT = Path(__file__).resolve().parents[1]
 NEUTRAL = Path(tempfile.mkdtemp(prefix="bench-cwd-"))
 """An empty folder the runs start in."""
 ENV = {"PYTHONPATH": str(ROOT), "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
-
-
-def load() -> list[float]:
-    """The 1, 5 and 15 minute load averages."""
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def machine() -> dict[str, Any]:

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["time_command"]
+__all__ = ["parse_report", "seconds", "time_command"]
 
 _FIELDS = {
     "Elapsed (wall clock) time (h:mm:ss or m:ss)": "wall_s",
@@ -27,15 +27,38 @@ _FIELDS = {
 }
 
 
-def _seconds(text: str) -> float:
-    parts = [float(p) for p in text.split(":")]
-    seconds = 0.0
-    for part in parts:
-        seconds = seconds * 60 + part
-    return seconds
+def seconds(text: str) -> float:
+    """GNU time's ``h:mm:ss`` or ``m:ss.ss`` as seconds."""
+    total = 0.0
+    for part in text.split(":"):
+        total = total * 60 + float(part)
+    return total
 
 
-def time_command(cmd: list[str], *, env: dict | None = None, cwd: Path | None = None, timeout: float = 3600) -> dict:
+def parse_report(text: str) -> dict:
+    """The measures of a ``/usr/bin/time -v`` report: wall and CPU seconds as floats, the others as ints.
+
+    A measure GNU time could not take (``?``) is None; one the report lacks is left out.
+    """
+    result: dict = {}
+    for line in text.splitlines():
+        key, _, value = line.strip().rpartition(": ")
+        name = _FIELDS.get(key)
+        if name is None:
+            continue
+        value = value.strip().rstrip("%")
+        if name == "wall_s":
+            result[name] = seconds(value)
+        elif name in ("user_s", "sys_s"):
+            result[name] = float(value)
+        else:
+            result[name] = int(value) if re.fullmatch(r"\d+", value) else None
+    return result
+
+
+def time_command(
+    cmd: list[str], *, env: dict | None = None, cwd: Path | None = None, timeout: float | None = 3600
+) -> dict:
     """Run ``cmd`` under GNU time; return its exit code and the measures above (faults as ints).
 
     ``max_rss_kib`` is the largest single process of the command (GNU time reports the
@@ -52,17 +75,4 @@ def time_command(cmd: list[str], *, env: dict | None = None, cwd: Path | None = 
             text=True,
         )
         text = Path(report.name).read_text()
-    result: dict = {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr[-2000:]}
-    for line in text.splitlines():
-        key, _, value = line.strip().rpartition(": ")
-        name = _FIELDS.get(key)
-        if name is None:
-            continue
-        value = value.strip().rstrip("%")
-        if name == "wall_s":
-            result[name] = _seconds(value)
-        elif name in ("user_s", "sys_s"):
-            result[name] = float(value)
-        else:
-            result[name] = int(value) if re.fullmatch(r"\d+", value) else None
-    return result
+    return {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr[-2000:], **parse_report(text)}

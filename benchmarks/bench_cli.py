@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _timing import time_command
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
 
@@ -74,21 +76,16 @@ def startup(repeat: int) -> None:
 
 
 def _time_v(cmd: list[str], cwd: Path) -> dict:
-    proc = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, env=ENV, cwd=cwd)
-    if proc.returncode:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr}")
-
-    def field(label: str) -> str:
-        return re.search(rf"{re.escape(label)}: (.*)", proc.stderr)[1].strip()
-
-    h, m, s = (["0", *field("Elapsed (wall clock) time (h:mm:ss or m:ss)").split(":")])[-3:]
+    timed = time_command(cmd, env=ENV, cwd=cwd, timeout=None)
+    if timed["returncode"]:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{timed['stderr']}")
     return {
-        "wall": int(h) * 3600 + int(m) * 60 + float(s),
-        "user": float(field("User time (seconds)")),
-        "sys": float(field("System time (seconds)")),
-        "minor_faults": int(field("Minor (reclaiming a frame) page faults")),
-        "max_rss_mb": int(field("Maximum resident set size (kbytes)")) / 1024,
-        "line": proc.stdout.strip(),
+        "wall": timed["wall_s"],
+        "user": timed["user_s"],
+        "sys": timed["sys_s"],
+        "minor_faults": timed["minor_faults"],
+        "max_rss_mb": timed["max_rss_kib"] / 1024,
+        "line": timed["stdout"].strip(),
     }
 
 

@@ -32,6 +32,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 from _approaches import enable_x64, fsync_tree  # noqa: E402
+from _harness import disk_bytes  # noqa: E402
 
 from streamacc import _defaults  # noqa: E402
 from streamacc.store import CODECS  # noqa: E402
@@ -79,8 +80,8 @@ class PeakRSS:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from streamacc._defaults import DEFAULT_INFLIGHT
     from streamacc.cli._expr import parse_int
-    from streamacc.run._write import DEFAULT_INFLIGHT
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", default="2**26", help="steps (default 2**26)")
@@ -124,10 +125,6 @@ def fmt(n: int) -> str:
     return f"2**{e}" if n == 1 << e else str(n)
 
 
-def tree_bytes(root: Path) -> int:
-    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
-
-
 def warm_up(job, blocks: set[int], codecs: set[str], scratch: Path) -> None:
     """Compile every block length the cases use (the compile cache is keyed by it); touch every codec once."""
     import streamacc
@@ -152,8 +149,8 @@ def run_case(case: dict, job, n: int, out: Path) -> dict:
         if case.get("sync"):
             fsync_tree(out)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    data = tree_bytes(out / "x")
-    return {"wall_s": wall, "cpu_s": cpu, "data_bytes": data, "total_bytes": tree_bytes(out), "peak_rss": rss.peak,
+    data = disk_bytes(out / "x")
+    return {"wall_s": wall, "cpu_s": cpu, "data_bytes": data, "total_bytes": disk_bytes(out), "peak_rss": rss.peak,
             "rss_growth": rss.growth}  # fmt: skip
 
 

@@ -23,46 +23,30 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+from _timing import time_command
 
 from streamacc import _defaults
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 RECIPES = ("gp", "affine", "cumsum", "cumprod")
-TIME_FIELDS = {
-    "wall": r"Elapsed \(wall clock\) time .*: (.+)",
-    "user": r"User time \(seconds\): ([\d.]+)",
-    "sys": r"System time \(seconds\): ([\d.]+)",
-    "max_rss_kb": r"Maximum resident set size \(kbytes\): (\d+)",
-    "major_faults": r"Major \(requiring I/O\) page faults: (\d+)",
-    "minor_faults": r"Minor \(reclaiming a frame\) page faults: (\d+)",
-}
+TIME_FIELDS = {"wall": "wall_s", "user": "user_s", "sys": "sys_s", "max_rss_kb": "max_rss_kib",
+               "major_faults": "major_faults", "minor_faults": "minor_faults"}  # fmt: skip
+"""A row's name of each measure of :func:`_timing.time_command` it records."""
 
 
-def seconds(text: str) -> float:
-    """``/usr/bin/time``'s ``h:mm:ss`` or ``m:ss.ss`` as seconds."""
-    total = 0.0
-    for part in text.strip().split(":"):
-        total = total * 60 + float(part)
-    return total
-
-
-def parse_time(stderr: str) -> dict:
-    found = {}
-    for key, pattern in TIME_FIELDS.items():
-        match = re.search(pattern, stderr)
-        if match is None:
-            raise RuntimeError(f"/usr/bin/time -v printed no {key!r}:\n{stderr[-2000:]}")
-        found[key] = seconds(match.group(1)) if key == "wall" else float(match.group(1))
-    return found
+def measured(timed: dict) -> dict:
+    """The row's measures from GNU time's, each a float."""
+    for key, name in TIME_FIELDS.items():
+        if timed.get(name) is None:
+            raise RuntimeError(f"/usr/bin/time -v printed no {key!r}:\n{timed['stderr']}")
+    return {key: float(timed[name]) for key, name in TIME_FIELDS.items()}
 
 
 def make_input(path: Path, n: int, kind: str, block: int = 2**22) -> None:
@@ -85,11 +69,11 @@ def run_once(recipe: str, n: int, compensated: bool, args: argparse.Namespace) -
     if recipe in ("cumsum", "cumprod"):
         command += ["--input", str(args.work / f"input-{recipe}-{n}.zarr")]
     command += ["--no-progress"] + (["--compensated"] if compensated else [])
-    proc = subprocess.run(["/usr/bin/time", "-v", *command], capture_output=True, text=True, cwd=REPO)
+    timed = time_command(command, cwd=REPO, timeout=None)
     shutil.rmtree(out, ignore_errors=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    row = {"recipe": recipe, "n": n, "mode": "compensated" if compensated else "plain", **parse_time(proc.stderr)}
+    if timed["returncode"] != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({timed['returncode']}):\n{timed['stderr']}")
+    row = {"recipe": recipe, "n": n, "mode": "compensated" if compensated else "plain", **measured(timed)}
     row["gib_per_s"] = n * 8 / 2**30 / row["wall"]
     print(json.dumps(row), flush=True)
     return row

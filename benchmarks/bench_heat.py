@@ -19,8 +19,9 @@ import statistics
 import sys
 from pathlib import Path
 
+from _harness import disk_bytes
 from _record import median, run, save
-from bench_simulations import du, side_cmd
+from bench_simulations import side_cmd
 
 from streamacc.cli._expr import parse_int
 
@@ -42,7 +43,7 @@ def main() -> None:
         for side in SIDES:
             shutil.rmtree(out, ignore_errors=True)
             record = run(side_cmd(side, out, steps=steps), side)
-            record["stored_bytes"] = du(out)
+            record["stored_bytes"] = disk_bytes(out)
             records.append(record)
     shutil.rmtree(out, ignore_errors=True)
     mine = median(records, "streamacc")

@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 
 import _record
+from _harness import disk_bytes
 from _record import run, save
-from headline import disk_bytes
 
 from streamacc.cli._expr import parse_int
 

@@ -23,19 +23,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from _timing import _FIELDS, _seconds
+from _timing import parse_report
 
 OPEN = "import streamacc, sys; ds = streamacc.open(sys.argv[1]); print(repr(ds).splitlines()[0]); ds.x[-3:].values"
 
 
 def _report(path: str) -> dict:
-    result: dict = {}
-    for line in Path(path).read_text().splitlines():
-        key, _, value = line.strip().rpartition(": ")
-        name = _FIELDS.get(key)
-        if name is not None:
-            result[name] = _seconds(value) if name == "wall_s" else float(value.rstrip("%") or 0)
-    return result
+    """GNU time's report at ``path``, every measure but the wall time as a float (as these figures record them)."""
+    return {k: v if k == "wall_s" else float(v or 0) for k, v in parse_report(Path(path).read_text()).items()}
 
 
 def _child(pid: int, deadline: float) -> int:

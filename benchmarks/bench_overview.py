@@ -27,20 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from headline import disk_bytes
+from _harness import disk_bytes, drop_cache
 
 from streamacc.cli._expr import parse_int
-
-
-def drop_cache(path: Path) -> None:
-    """Drop every file of ``path`` from the page cache (they are durable: the writer fsynced them)."""
-    for f in path.rglob("*"):
-        if f.is_file():
-            fd = os.open(f, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
 
 
 def timed(cmd: list[str]) -> dict:

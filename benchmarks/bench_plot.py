@@ -25,8 +25,8 @@ import sys
 from pathlib import Path
 
 import _record
+from _harness import drop_cache
 from _record import run, save
-from bench_overview import drop_cache
 
 from streamacc.cli._expr import parse_int
 

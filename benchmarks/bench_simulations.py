@@ -31,8 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from _harness import disk_bytes, drop_cache
 from _timing import time_command
-from bench_overview import drop_cache
 
 from streamacc import _defaults
 from streamacc.cli._expr import parse_int
@@ -315,12 +315,6 @@ SIDES = {
 # --- the driver ---------------------------------------------------------------------------
 
 
-def du(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
 def remove(path: Path) -> None:
     if path.is_dir():
         shutil.rmtree(path)
@@ -341,7 +335,7 @@ def timed(cmd: list[str], label: str, *, keep: Path | None = None) -> dict:
     record.pop("stderr", None)
     record["label"], record["command"] = label, " ".join(cmd)
     if keep is not None and keep.exists():
-        record["stored_bytes"] = du(keep)
+        record["stored_bytes"] = disk_bytes(keep)
     return record
 
 

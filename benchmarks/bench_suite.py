@@ -38,6 +38,7 @@ REPO = BENCH_DIR.parent
 sys.path.insert(0, str(BENCH_DIR))
 
 from _approaches import COMPUTE_ONLY, WRITERS, gp_block  # noqa: E402
+from _harness import disk_bytes  # noqa: E402
 
 from streamacc import _defaults  # noqa: E402
 from streamacc.store import CODECS  # noqa: E402
@@ -71,7 +72,7 @@ def parse_size(text: str) -> int:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from streamacc.run._write import DEFAULT_INFLIGHT
+    from streamacc._defaults import DEFAULT_INFLIGHT
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--size", nargs="+", default=["2**20", "2**22"], help="steps, e.g. 2**24 2**26")
@@ -116,12 +117,6 @@ def skip_reason(name: str, n: int, args: argparse.Namespace) -> str | None:
     if name in BLELLOCH_MAX and n > BLELLOCH_MAX[name] and not args.allow_blelloch:
         return f"skipped: N > {fmt_size(BLELLOCH_MAX[name])} without --allow-blelloch"
     return None
-
-
-def tree_bytes(root: Path) -> int:
-    if root.is_file():
-        return root.stat().st_size
-    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
 
 
 def last_json(text: str) -> dict | None:
@@ -187,7 +182,7 @@ def run_one(name: str, n: int, rep: int, args: argparse.Namespace, scratch: Path
         memory = limited and (rc < 0 or "MemoryError" in stderr)
         record["status"] = "killed: memory" if memory else f"failed (exit {rc}): {tail[:200]}"
     if record["status"] == "ok" and name in WRITERS:
-        record["bytes_stored"] = tree_bytes(out)
+        record["bytes_stored"] = disk_bytes(out)
     record["_out"], record["_samples"] = str(out), str(samples)
     return record
 

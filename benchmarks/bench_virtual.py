@@ -42,9 +42,8 @@ import time
 from pathlib import Path
 
 import _record
+from _harness import disk_bytes, drop_cache
 from _record import median, run, save
-from bench_overview import drop_cache
-from headline import disk_bytes
 
 from streamacc.cli._expr import parse_int
 

@@ -45,6 +45,7 @@ from streamacc._defaults import DEFAULT_INFLIGHT
 from streamacc.cli._expr import parse_int
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import disk_bytes
 from _machine import load, machine
 
 RATIO = 1 + 1e-8
@@ -123,10 +124,6 @@ def verdicts(result: dict) -> dict:
     """Each target with the measured value and whether it is met (they are set for 2**32 steps)."""
     return {key: {"target": limit, "measured": round(result[key], 3), "met": result[key] <= limit}
             for key, limit in TARGETS.items()}  # fmt: skip
-
-
-def disk_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
 def check_samples(out: Path, size: int, samples: int) -> dict:

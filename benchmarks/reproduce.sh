@@ -8,7 +8,7 @@
 #   bash benchmarks/reproduce.sh            # everything (hours on 2 cores, 30 GB of disk)
 #   bash benchmarks/reproduce.sh headline   # one section: headline floor profile suite peers summaries overview
 #                                           #   plot input virtual limits verify codecs chunks compensated accuracy
-#                                           #   dist simulations heat mcmc adversarial tests
+#                                           #   dist simulations wide heat mcmc adversarial tests
 #   NOTE='what changed' bash benchmarks/reproduce.sh summaries   # a note saved with the run
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +50,7 @@ accuracy() {  # deterministic: the same numbers on any machine with the same ver
 }
 dist() { bench dist "$T::test_scale_out" --size '2**28'; }
 simulations() { bench simulations "$T::test_simulations" --size default; }
+wide() { bench wide benchmarks/test_wide.py::test_wide --size 512 --repeat 2; }
 heat() { bench heat "$T::test_heat_alternating" --size '2**17' --repeat 2; }
 mcmc() {
   bench mcmc benchmarks/test_mcmc.py::test_mcmc_memory --size '2**22' --repeat 1
@@ -60,7 +61,7 @@ tests() { bench tests "$T::test_tests_cpu" -m long --repeat 2; }
 
 sections=("$@")
 [ ${#sections[@]} -gt 0 ] || sections=(headline floor profile suite peers summaries overview plot input virtual limits
-  verify codecs chunks compensated accuracy dist simulations heat mcmc adversarial tests)
+  verify codecs chunks compensated accuracy dist simulations wide heat mcmc adversarial tests)
 for section in "${sections[@]}"; do
   "$section"
 done

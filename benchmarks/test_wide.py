@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import statistics
 import sys
 from pathlib import Path
 
@@ -61,7 +60,7 @@ def test_wide(scenario, size):
         return [r for r in rows if r["side"] == label]
 
     def med(label: str, key: str) -> float:
-        return statistics.median(r[key] for r in of(label))
+        return scenario.medians(label, key)[key]
 
     def ratios(a: str, b: str, key: str = "wall s") -> list[float]:
         return [round(x[key] / y[key], 3) for x, y in zip(of(a), of(b), strict=True)]

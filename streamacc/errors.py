@@ -11,9 +11,10 @@ can print it on one line and a caller can catch the whole family at once::
 
 A message names the arguments it concerns, and each caller reads them in its own terms:
 the same mistake reads ``block_size=1000`` from Python and ``--block-size 1000`` on the
-command line. An error carries these arguments (:attr:`StreamaccError.arguments`);
-``str(error)`` shows them as keyword arguments, and :func:`render` as any other caller
-spells them. No setting of the process decides it.
+command line. An error keeps its message as parts, text and the arguments it names
+(:attr:`StreamaccError.parts`); ``str(error)`` and ``error.args`` show them as keyword
+arguments, and :meth:`StreamaccError.render` as any other caller spells them. No setting
+of the process decides it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "LockedError",
     "NoOutputError",
     "OutputExistsError",
+    "Part",
     "ResumeError",
     "StepFunctionError",
     "StoreError",
@@ -50,6 +52,9 @@ _MARK = re.compile("\x02([^\x03]*)\x03")  # STX ... ETX: characters no message t
 class _Absent:
     def __repr__(self) -> str:
         return "<absent>"
+
+    def __reduce__(self) -> str:
+        return "ABSENT"  # the one instance, also once unpickled (an error sent back by a dask worker)
 
 
 ABSENT: Any = _Absent()
@@ -123,7 +128,9 @@ def arg(name: str, value: Any = ABSENT) -> str:
     Returns
     -------
     str
-        A marker to put inside the message text; :func:`render` spells it out.
+        A marker to put inside the message text. An error or warning made from the text
+        keeps the argument apart (:attr:`StreamaccError.parts`) and spells it out in its
+        ``str``; :func:`render` spells out the markers of a text that is no error's.
 
     Examples
     --------
@@ -135,15 +142,47 @@ def arg(name: str, value: Any = ABSENT) -> str:
     >>> cli_message(error)
     '--block-size 1000 must be a multiple of 8'
     """
-    doc: dict[str, Any] = {"name": name, "python": _python(name, value)}
-    if value is not ABSENT:
-        doc["value"] = _plain(value)
+    return _mark(Arg(name, _plain(value) if value is not ABSENT else ABSENT, _python(name, value)))
+
+
+def _mark(a: Arg) -> str:
+    doc: dict[str, Any] = {"name": a.name, "python": a.python}
+    if a.value is not ABSENT:
+        doc["value"] = a.value
     return "\x02" + json.dumps(doc) + "\x03"
 
 
 def _arg(doc: str) -> Arg:
     parsed = json.loads(doc)
     return Arg(parsed["name"], parsed.get("value", ABSENT), parsed["python"])
+
+
+Part = str | Arg
+"""A piece of a message: its text, or an argument it names."""
+
+
+def _parts(text: str) -> tuple[Part, ...]:
+    """``text``, its arguments marked with :func:`arg`, as its pieces of text and its arguments, in order."""
+    parts: list[Part] = []
+    at = 0
+    for m in _MARK.finditer(text):
+        parts += [text[at : m.start()], _arg(m.group(1))]
+        at = m.end()
+    parts.append(text[at:])
+    return tuple(p for p in parts if p != "")
+
+
+def _spelt(parts: tuple[Part, ...], spell: Callable[[Arg], str] | None = None) -> str:
+    spell = spell or (lambda a: a.python)
+    return "".join(p if isinstance(p, str) else spell(p) for p in parts)
+
+
+def _split(args: tuple[object, ...]) -> tuple[tuple[Part, ...], tuple[object, ...]]:
+    """A message's parts, and the exception's arguments with its text spelt out in Python's terms."""
+    if len(args) == 1 and isinstance(args[0], str):
+        parts = _parts(args[0])
+        return parts, (_spelt(parts),)
+    return (), args
 
 
 def render(text: str, spell: Callable[[Arg], str] | None = None) -> str:
@@ -171,8 +210,7 @@ def render(text: str, spell: Callable[[Arg], str] | None = None) -> str:
     >>> render(text, lambda a: f"<{a.name}>")
     '<save_every> keeps no step'
     """
-    spell = spell or (lambda a: a.python)
-    return _MARK.sub(lambda m: spell(_arg(m.group(1))), text)
+    return _spelt(_parts(text), spell)
 
 
 def one_line(exc: BaseException) -> str:
@@ -195,8 +233,9 @@ def one_line(exc: BaseException) -> str:
     >>> one_line(OSError("the disk" + chr(10) + "  is full"))
     'the disk is full'
     """
-    text = exc.args[0] if isinstance(exc, StreamaccError) and exc.args else str(exc)
-    return " ".join(str(text).split())
+    parts = exc.parts if isinstance(exc, StreamaccError) else ()
+    text = "".join(p if isinstance(p, str) else _mark(p) for p in parts) if parts else str(exc)
+    return " ".join(text.split())
 
 
 class StreamaccError(Exception):
@@ -219,13 +258,42 @@ class StreamaccError(Exception):
     with lax.scan's unrolled groups; pass e.g. block_size=16
     """
 
-    def __str__(self) -> str:
-        return render(super().__str__())
+    parts: tuple[Part, ...]
+    """The message as its pieces of text and the arguments it names (:class:`Arg`), in order."""
+
+    def __init__(self, *args: object) -> None:
+        self.parts, args = _split(args)
+        super().__init__(*args)
+
+    def render(self, spell: Callable[[Arg], str] | None = None) -> str:
+        """The message with each argument it names spelt by ``spell``.
+
+        Parameters
+        ----------
+        spell : callable, optional
+            How to write each :class:`Arg`; by default as a Python keyword argument
+            (``Arg.python``), as ``str(error)`` reads.
+
+        Returns
+        -------
+        str
+            The message as its reader reads it.
+
+        Examples
+        --------
+        >>> from streamacc.errors import InputError, arg
+        >>> error = InputError(f"{arg('save_every', 0)} keeps no step")
+        >>> error.render()
+        'save_every=0 keeps no step'
+        >>> error.render(lambda a: f"<{a.name}>")
+        '<save_every> keeps no step'
+        """
+        return _spelt(self.parts, spell) if self.parts else str(self)
 
     @property
     def arguments(self) -> list[Arg]:
         """The arguments the message names, in order (see :class:`Arg`)."""
-        return [_arg(m.group(1)) for m in _MARK.finditer(str(self.args[0]) if self.args else "")]
+        return [p for p in self.parts if isinstance(p, Arg)]
 
 
 class StreamaccWarning(UserWarning):
@@ -248,8 +316,16 @@ class StreamaccWarning(UserWarning):
     StreamaccWarning once.zarr is already complete (8 steps); nothing to do
     """
 
-    def __str__(self) -> str:
-        return render(super().__str__())
+    parts: tuple[Part, ...]
+    """The message as its pieces of text and the arguments it names (:class:`Arg`), in order."""
+
+    def __init__(self, *args: object) -> None:
+        self.parts, args = _split(args)
+        super().__init__(*args)
+
+    def render(self, spell: Callable[[Arg], str] | None = None) -> str:
+        """The message with each argument it names spelt by ``spell`` (see :meth:`StreamaccError.render`)."""
+        return _spelt(self.parts, spell) if self.parts else str(self)
 
 
 class InputError(StreamaccError, ValueError):

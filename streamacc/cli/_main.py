@@ -229,8 +229,8 @@ def _warnings_as_messages(debug: bool) -> Iterator[None]:
 
         def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
             if issubclass(category, StreamaccWarning):
-                text = message.args[0] if isinstance(message, Warning) and message.args else message
-                logging.getLogger("streamacc").info("%s", cli_terms(str(text)))
+                text = message if isinstance(message, StreamaccWarning) else str(message)
+                logging.getLogger("streamacc").info("%s", cli_terms(text))
             elif debug:
                 original(message, category, *args, **kwargs)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ..errors import ABSENT, Arg, one_line, render
+from ..errors import ABSENT, Arg, StreamaccError, StreamaccWarning, one_line, render
 
 __all__ = ["cli_message", "cli_terms", "option_of"]
 
@@ -62,8 +62,10 @@ def cli_arg(a: Arg) -> str:
     return f"{flag} {_value(a.name, a.value)}"
 
 
-def cli_terms(text: str) -> str:
-    """``text`` (a message, its arguments marked) in the command line's terms."""
+def cli_terms(text: str | StreamaccError | StreamaccWarning) -> str:
+    """``text`` (a message, its arguments marked, or an error or warning) in the command line's terms."""
+    if isinstance(text, (StreamaccError, StreamaccWarning)):
+        return text.render(cli_arg)
     return render(text, cli_arg)
 
 

@@ -1,0 +1,179 @@
+"""Errors and warnings keep the arguments their messages name apart from their text: ``str``, ``args`` and
+``repr`` read as plain Python text, the command line spells the same arguments as its options, and both
+survive a pickle round trip (the way an error comes back from a dask worker)."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+import streamacc
+from streamacc.cli import cli_message, main
+from streamacc.errors import ABSENT, Arg, InputError, ResumeError, StreamaccError, StreamaccWarning, arg, one_line
+
+
+def step(x, _):
+    return x + 1, x
+
+
+def refusal(tmp_path, **keywords) -> StreamaccError:
+    with pytest.raises(StreamaccError) as refused:
+        streamacc.write(tmp_path / "out.zarr", step, np.int32(0), progress=False, **keywords)
+    assert not (tmp_path / "out.zarr").exists()
+    return refused.value
+
+
+# keywords of write -> (the error's type, str(error), the command line's one line)
+REFUSALS = {
+    "unroll": (
+        {"length": 100, "block_size": 10, "unroll": 8},
+        InputError,
+        "block_size=10 must be a multiple of the scan's unroll (8) and at least 16, so that blocks line up with "
+        "lax.scan's unrolled groups; pass e.g. block_size=16",
+        "--block-size 10 must be a multiple of the scan's unroll (8) and at least 16, so that blocks line up with "
+        "lax.scan's unrolled groups; pass e.g. --block-size 16",
+    ),
+    "length": (
+        {"length": -1},
+        InputError,
+        "length must be >= 1, got -1; pass e.g. length=1048576",
+        "--size must be >= 1, got -1; pass e.g. --size 1048576",
+    ),
+    "mode": (
+        {"length": 100, "mode": "bogus"},
+        InputError,
+        "mode='bogus' is unknown; pass one of mode='create', mode='overwrite', mode='resume', mode='extend'",
+        "--bogus is unknown; pass one of --create, --overwrite, --resume, --extend",
+    ),
+    "time": (
+        {"length": 100, "time": {"step": "x"}},
+        InputError,
+        "time['step'] must be a finite number, got 'x'; pass e.g. time={'step': 0.001, 'start': 0.0, 'units': 's'}",
+        "--time-step must be a finite number, got 'x'; pass e.g. --time-step 0.001 --time-start 0.0 --time-units s",
+    ),
+    "summaries": (
+        {"length": 100, "summaries": [3, 5]},
+        InputError,
+        "summaries=[3, 5] does not give increasing window lengths in steps, each a multiple of the one before; "
+        "pass e.g. summaries=[4096, 65536, 1048576]",
+        "--summary-windows 3,5 does not give increasing window lengths in steps, each a multiple of the one before; "
+        "pass e.g. --summary-windows 4096,65536,1048576",
+    ),
+}
+
+
+def assert_plain(error: BaseException) -> None:
+    """``args`` is the message alone, as ``str`` reads it, and ``repr`` holds no marker of an argument."""
+    assert error.args == (str(error),)
+    assert repr(error) == f"{type(error).__name__}({str(error)!r})"
+    for text in (repr(error), error.args[0]):
+        assert "\x02" not in text and "\x03" not in text and '{"name"' not in text
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_an_errors_str_args_and_repr_are_plain_text_and_the_command_line_spells_its_options(tmp_path, case):
+    keywords, kind, text, cli = REFUSALS[case]
+    error = refusal(tmp_path, **keywords)
+    assert type(error) is kind
+    assert str(error) == text
+    assert_plain(error)
+    assert cli_message(error) == cli
+    assert error.render() == text
+    assert error.arguments and all(isinstance(a, Arg) for a in error.arguments)
+    assert "".join(p if isinstance(p, str) else p.python for p in error.parts) == text
+
+
+def test_the_arguments_an_error_names_are_its_parts_in_order(tmp_path):
+    error = refusal(tmp_path, length=-1)
+    assert error.parts == (
+        Arg("length", ABSENT, "length"),
+        " must be >= 1, got -1; pass e.g. ",
+        Arg("length", 1048576, "length=1048576"),
+    )
+    assert error.arguments == [Arg("length", ABSENT, "length"), Arg("length", 1048576, "length=1048576")]
+    assert error.render(lambda a: f"<{a.name}>") == "<length> must be >= 1, got -1; pass e.g. <length>"
+
+
+@pytest.mark.parametrize("dumps, loads", [(pickle.dumps, pickle.loads), ("cloudpickle", None)])
+def test_an_error_pickled_and_unpickled_reads_the_same_in_python_and_on_the_command_line(tmp_path, dumps, loads):
+    if dumps == "cloudpickle":
+        cloudpickle = pytest.importorskip("cloudpickle")
+        dumps, loads = cloudpickle.dumps, pickle.loads
+    for case in ("time", "mode", "length"):
+        error = refusal(tmp_path, **REFUSALS[case][0])
+        again = loads(dumps(error))
+        assert type(again) is type(error)
+        assert (str(again), again.args, repr(again)) == (str(error), error.args, repr(error))
+        assert cli_message(again) == cli_message(error) == REFUSALS[case][3]
+        assert again.parts == error.parts and again.arguments == error.arguments  # ABSENT compares by identity
+    assert pickle.loads(pickle.dumps(ABSENT)) is ABSENT
+
+
+def test_an_error_sent_back_by_a_dask_worker_keeps_its_arguments(tmp_path):
+    """A worker's error travels as distributed's error message (pickled), and the client re-raises it."""
+    core = pytest.importorskip("distributed.core")
+    from distributed.protocol import pickle as dask_pickle
+
+    error = refusal(tmp_path, **REFUSALS["summaries"][0])
+    message = core.error_message(error)
+    assert message["exception_text"] == repr(error)  # what a worker's log shows: plain text
+    again = dask_pickle.loads(message["exception"].data)
+    assert str(again) == REFUSALS["summaries"][2] and cli_message(again) == REFUSALS["summaries"][3]
+    assert_plain(again)
+
+
+def test_an_error_inside_another_keeps_its_arguments_in_the_readers_terms():
+    inner = InputError(f"{arg('block_size', 10)} is too small")
+    outer = ResumeError(f"cannot resume: {one_line(inner)}; rerun with {arg('mode', 'overwrite')}")
+    assert str(outer) == "cannot resume: block_size=10 is too small; rerun with mode='overwrite'"
+    assert_plain(outer)
+    assert cli_message(outer) == "cannot resume: --block-size 10 is too small; rerun with --overwrite"
+    assert [a.name for a in outer.arguments] == ["block_size", "mode"]
+
+
+def test_an_error_without_arguments_or_a_message_reads_as_any_exception():
+    assert repr(StreamaccError("no arguments here")) == "StreamaccError('no arguments here')"
+    assert StreamaccError("no arguments here").parts == ("no arguments here",)
+    assert (StreamaccError().args, str(StreamaccError()), StreamaccError().render()) == ((), "", "")
+    two = StreamaccError("a", 2)
+    assert two.args == ("a", 2) and two.render() == str(two) == "('a', 2)"
+
+
+def test_a_warning_is_plain_text_too_and_keeps_its_arguments():
+    """(The command line's spelling of a real warning: the last test below.)"""
+    warning = StreamaccWarning(f"rewrite it with {arg('mode', 'overwrite')} or pass {arg('summaries', [16, 256])}")
+    text = "rewrite it with mode='overwrite' or pass summaries=[16, 256]"
+    assert str(warning) == text
+    assert_plain(warning)
+    assert warning.render(lambda a: f"<{a.name}>") == "rewrite it with <mode> or pass <summaries>"
+    again = pickle.loads(pickle.dumps(warning))
+    assert (str(again), again.args, again.parts) == (text, warning.args, warning.parts)
+
+
+def test_the_command_line_prints_a_bad_option_in_its_own_terms(tmp_path, capsys):
+    out = tmp_path / "out.zarr"
+    assert main(["write", str(out), "--size", "64", "--save-every", "0", "--no-progress"]) == 2
+    assert capsys.readouterr().err == (
+        "streamacc: error: --save-every must be >= 1, got 0; pass e.g. --save-every 1024\n"
+    )
+    assert main(["write", str(out), "--size", "64", "--summary-windows", "3,5", "--no-progress"]) == 2
+    assert capsys.readouterr().err == (
+        "streamacc: error: --summary-windows 3,5 does not give increasing window lengths in steps, each a "
+        "multiple of the one before; pass e.g. --summary-windows 4096,65536,1048576\n"
+    )
+    assert not out.exists()
+
+
+def test_the_command_line_prints_a_warning_in_its_own_terms(tmp_path, capsys):
+    out = tmp_path / "grow.zarr"
+    assert main(["write", str(out), "--size", "1000", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["write", str(out), "--size", "2**18", "--no-progress", "--extend"]) == 0
+    assert (
+        f"streamacc: {out} keeps the summary levels it was begun with, windows of [16, 256] rows, so its 262144 "
+        "rows get 16384 windows at the finest level (the default for 262144 rows is [256, 4096, 65536]); to have "
+        "those, rewrite it with --overwrite, or begin an output meant to grow with --summary-windows "
+        "4096,65536,1048576\n"
+    ) in capsys.readouterr().err
