@@ -3,7 +3,8 @@
 Knows Zarr, fsspec and the operating system, and never JAX: it takes host arrays and
 makes them durable. ``_target`` is one output location (a local folder or any zarr
 store) with its lock, ``_probe`` the first question to an object store, ``_files`` the
-link-safe, fsynced file primitives, ``_zarr`` the sink that creates the group and writes blocks,
+link-safe, fsynced file primitives (``read_into``: a chunk file read into a caller's buffer),
+``_zarr`` the sink that creates the group and writes blocks,
 ``_documents`` the metadata documents as plain JSON (no Zarr: readers check them first), ``_chunks``
 the chunk encoder, ``_compare`` stored chunks against recomputed rows (for verify),
 ``_carries`` the carries kept at block boundaries, ``_codecs`` the named compressors,
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
         progress_attrs as progress_attrs,
         stored_crc32c as stored_crc32c,
     )
-    from ._files import aligned_empty as aligned_empty, atomic_write as atomic_write
+    from ._files import aligned_empty as aligned_empty, atomic_write as atomic_write, read_into as read_into
     from ._fingerprint import fingerprint_of as fingerprint_of
     from ._icechunk import IcechunkTarget as IcechunkTarget
     from ._seams import SEAMS as SEAMS

@@ -13,7 +13,6 @@ import contextlib
 import errno
 import itertools
 import os
-import stat
 import sys
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from ._files import (
     flock_holder,
     fsync_dir,
     fsync_file,
+    read_into,
     remove_temp_files,
     remove_tree_contents,
     scratch,
@@ -248,29 +248,17 @@ class LocalTarget(Target):
         return path.read_bytes() if path.is_file() else None
 
     def read_reused(self, key: str) -> Any:
+        """Read into this thread's reused buffer (no fresh memory per chunk), the file's pages then dropped from the
+        page cache; a file that shrank while read gives what it held, and its checksum refuses it."""
         path = self._path(key)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            return None
+            return read_into(
+                path, lambda size: scratch("read", size)[:size], follow=False, whole=False, drop_cache=True
+            )
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise _linked(path) from None
             raise
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                return None
-            buffer = scratch("read", info.st_size)[: info.st_size]
-            done = 0
-            # numpy's stubs make an ndarray a buffer on Python >= 3.12 only
-            while done < info.st_size and (got := os.readv(fd, [buffer[done:]])):  # type: ignore[list-item]
-                done += got
-            with contextlib.suppress(OSError, AttributeError):  # read once: keep it out of the page cache
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            return buffer[:done]
-        finally:
-            os.close(fd)
 
     def write(self, key: str, data: bytes) -> None:
         atomic_write(self._path(key, create=True), data)
