@@ -37,7 +37,6 @@ from zarr.abc.store import Store
 from ..errors import InputError, LockedError, NoOutputError, StoreError, arg, one_line
 from ._files import DirLock, flock_holder
 from ._sessionstore import SessionStore
-from ._storetarget import KeysInStore
 from ._target import TAIL_BATCH, Target, being_written, sync
 
 __all__ = [
@@ -136,7 +135,7 @@ def repository_config() -> Any:
     return ic.RepositoryConfig(manifest=ic.ManifestConfig(splitting=splitting))
 
 
-class IcechunkTarget(KeysInStore):
+class IcechunkTarget(Target):
     """An output on one branch of an Icechunk repository (or, read-only, at a branch, tag or snapshot)."""
 
     def __init__(
