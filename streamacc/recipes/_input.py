@@ -174,23 +174,13 @@ class Rows:
         False (nothing decoded) where it is not stored in a local file, does not fit, or its
         decoder cannot decode it in place: the caller reads it into a buffer of its own then.
         """
+        from ..store import read_into
+
         path = self._local_path(key)
         if path is None or decoder.tail < 0:
             return False
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            return False
-        try:
-            size = os.fstat(fd).st_size
-            if size > len(room):
-                return False
-            stored = room[len(room) - size :]
-            with memoryview(stored) as view:
-                _read_into(fd, view, path)
-        finally:
-            os.close(fd)
-        return decoder.decode_in_place(stored, room, nbytes)
+        stored = read_into(path, lambda size: room[len(room) - size :] if size <= len(room) else None)
+        return stored is not None and decoder.decode_in_place(stored, room, nbytes)
 
     def _stored(self, key: str) -> Any:
         """The stored bytes of ``key`` (None if absent): a local file read into the reused buffer, else as stored."""
@@ -204,36 +194,17 @@ class Rows:
 
             stored = sync(store.get(key, prototype=default_buffer_prototype()))
             return None if stored is None else stored.as_numpy_array()
-        path = os.path.join(str(store.root), key)
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            return None
-        try:
-            size = os.fstat(fd).st_size
-            if self._buffer is None or len(self._buffer) < size:
-                if self._buffer is not None:
-                    self._buffer.close()
-                self._buffer = mmap.mmap(-1, max(size, mmap.PAGESIZE))  # never on the heap, unmapped when dropped
-            view = memoryview(self._buffer)[:size]
-            try:
-                _read_into(fd, view, path)
-            except BaseException:
-                view.release()
-                raise
-            return view
-        finally:
-            os.close(fd)
+        from ..store import read_into
 
+        return read_into(os.path.join(str(store.root), key), self._reused)
 
-def _read_into(fd: int, view: memoryview, path: str) -> None:
-    """Fill ``view`` from ``fd``'s current position, or raise ``OSError`` where the file ends first."""
-    done = 0
-    while done < len(view):
-        got = os.readv(fd, [view[done:]])
-        if got == 0:
-            raise OSError(f"{path} ended after {done} of {len(view)} bytes")
-        done += got
+    def _reused(self, size: int) -> memoryview:
+        """The first ``size`` bytes of the reused buffer, grown to hold them (``read_into`` releases it on failure)."""
+        if self._buffer is None or len(self._buffer) < size:
+            if self._buffer is not None:
+                self._buffer.close()
+            self._buffer = mmap.mmap(-1, max(size, mmap.PAGESIZE))  # never on the heap, unmapped when dropped
+        return memoryview(self._buffer)[:size]
 
 
 class _Decoder(Protocol):

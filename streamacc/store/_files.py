@@ -13,11 +13,12 @@ import fcntl
 import os
 import re
 import shutil
+import stat
 import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
@@ -32,6 +33,7 @@ __all__ = [
     "flock_holder",
     "fsync_dir",
     "fsync_file",
+    "read_into",
     "remove_temp_files",
     "remove_tree_contents",
     "scratch",
@@ -97,6 +99,66 @@ def scratch(name: str, nbytes: int) -> npt.NDArray[np.uint8]:
         buf = aligned_empty(nbytes, PAGE)
         setattr(_SCRATCH, name, buf)
     return buf
+
+
+def read_into(
+    path: str | Path,
+    buffer: Callable[[int], Any],
+    *,
+    follow: bool = True,
+    whole: bool = True,
+    drop_cache: bool = False,
+) -> Any:
+    """The bytes of the file at ``path`` (a chunk's stored bytes), read into a buffer the caller chooses.
+
+    ``buffer(size)`` is called once the file is open, with its size, and returns a writable
+    buffer of exactly ``size`` bytes (a numpy ``uint8`` array or a memoryview), or None where
+    the caller has no room for them. Returns that buffer, filled; None where no file is
+    there or the caller had no room. A memoryview ``buffer`` made is released when reading
+    fails, since the caller never gets it back.
+
+    Parameters
+    ----------
+    follow : bool
+        Whether a link at ``path`` is followed: False for a file inside an output (its
+        contents are untrusted), where a link raises ``OSError`` (``ELOOP``) and anything
+        but a regular file reads as absent.
+    whole : bool
+        A file that ends before the size it had when opened (it shrank while read) raises
+        ``OSError`` (``PATH ended after N of M bytes``); with False, the part read is
+        returned, shorter, for a checksum to refuse.
+    drop_cache : bool
+        Whether the file's pages leave the page cache once read (a chunk read once).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | (0 if follow else os.O_NOFOLLOW))
+    except FileNotFoundError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not (follow or stat.S_ISREG(info.st_mode)):
+            return None
+        size = info.st_size
+        into = buffer(size)
+        if into is None:
+            return None
+        try:
+            done = 0
+            with memoryview(into) as view:
+                while done < size and (got := os.readv(fd, [view[done:]])):
+                    done += got
+            if done < size and whole:
+                raise OSError(f"{path} ended after {done} of {size} bytes")
+        except BaseException:
+            if isinstance(into, memoryview):
+                into.release()
+            raise
+        if drop_cache:
+            with contextlib.suppress(OSError, AttributeError):  # read once: keep it out of the page cache
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        return into if done == size else into[:done]
+    finally:
+        os.close(fd)
 
 
 def _write_all(fd: int, view: memoryview) -> None:

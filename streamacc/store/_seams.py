@@ -7,7 +7,7 @@ writer die in the middle of one; each seam is replaced where it is called.
 from __future__ import annotations
 
 from .._seams import Seam
-from . import _chunks, _files, _icechunk, _target
+from . import _chunks, _files, _icechunk, _localtarget
 
 __all__ = ["SEAMS"]
 
@@ -22,11 +22,11 @@ SEAMS = {
     ),
     "atomic_write": Seam(
         "atomic_write(path, data): each key a local folder's target writes itself (metadata, manifests), durably",
-        (_target, "atomic_write"),
+        (_localtarget, "atomic_write"),
     ),
     "remove_tree_contents": Seam(
         "remove_tree_contents(root, keep): an overwritten local output's old files deleted, walking the folder",
-        (_target, "remove_tree_contents"),
+        (_localtarget, "remove_tree_contents"),
     ),
     "icechunk_commit_seconds": Seam(
         "COMMIT_SECONDS: the most seconds an Icechunk writer goes between two commits (0: a commit every block)",

@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from ..errors import LockedError
-from ._target import LEASE_KEY, Target, default_buffer_prototype, sync
+from ._target import LEASE_KEY, Target, sync
 
 if TYPE_CHECKING:
     from zarr.abc.store import Store
 
-__all__ = ["KeysInStore", "StoreTarget"]
+__all__ = ["StoreTarget"]
 
 _memory_locks: dict[str, threading.Lock] = {}
 
@@ -34,33 +34,7 @@ def _on_filesystem(store: object) -> TypeGuard[_OnFilesystem]:
     return getattr(store, "fs", None) is not None
 
 
-class KeysInStore(Target):
-    """A target whose keys are read, written, deleted and listed through its zarr store (``self.store``)."""
-
-    def read(self, key: str) -> bytes | None:
-        buf = sync(self.store.get(key, prototype=default_buffer_prototype()))
-        return None if buf is None else buf.to_bytes()
-
-    def write(self, key: str, data: bytes) -> None:
-        sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(data)))
-
-    def delete(self, key: str) -> None:
-        sync(self.store.delete(key))
-
-    def list_keys(self, prefix: str = "") -> list[str]:
-        async def collect() -> list[str]:
-            return [key async for key in self.store.list_prefix(prefix)]
-
-        return sorted(sync(collect()))
-
-    def list_dir(self, prefix: str = "") -> list[str]:
-        async def collect() -> list[str]:
-            return [key async for key in self.store.list_dir(prefix)]
-
-        return sorted(sync(collect()))
-
-
-class StoreTarget(KeysInStore):
+class StoreTarget(Target):
     """An output in any other zarr store: an fsspec URL (``s3://``, ``memory://``) or a store object.
 
     Every write and delete through :attr:`store` is fenced by the lease (``_fence.py``): once
@@ -89,9 +63,6 @@ class StoreTarget(KeysInStore):
         """The token of the lease this writer holds (None without one)."""
         return getattr(self._lease, "token", None)
 
-    def size(self, key: str) -> int:
-        return sync(self.store.getsize(key)) if sync(self.store.exists(key)) else 0
-
     def sizes(self, prefix: str = "") -> dict[str, int]:
         """One listing of an fsspec store (S3 returns sizes with its keys), not one request per key."""
         fs, root = getattr(self.raw, "fs", None), getattr(self.raw, "path", "")
@@ -101,9 +72,6 @@ class StoreTarget(KeysInStore):
         found = sync(fs._find(base, detail=True))
         cut = len(root.rstrip("/")) + 1 if root else 0
         return {path[cut:]: int(info.get("size") or 0) for path, info in found.items() if info.get("type") == "file"}
-
-    def exists(self) -> bool:
-        return not sync(self.store.is_empty(""))
 
     def check_lock(self) -> None:
         if self._lease is not None:
