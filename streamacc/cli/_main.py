@@ -190,11 +190,11 @@ def cmd_write(args: argparse.Namespace) -> int:
     job = recipe.make(size, args.dtype, params, options)  # an --input URL takes the same storage options
     attrs = {**job.attrs, "dtype": check_dtype(args.dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
-    from ..engine import check_scan_keywords
+    from ..engine import Blocking
     from ..run import Layout
 
     # ScanSpec's own, before JAX, with the CPU's unroll: an accelerator's is a multiple of it, and larger
-    check_scan_keywords(job.length, block_size, job.cpu_unroll, False, save_every)
+    Blocking.checked(length=job.length, block_size=block_size, unroll=job.cpu_unroll, save_every=save_every)
 
     layout = Layout(
         names=job.names, dims=job.dims, chunks=chunks_option(args.chunks), codec=args.codec, attrs=attrs,
