@@ -113,10 +113,10 @@ def _unroll(job: Job, mode: Mode, out: str, options: dict[str, Any] | None) -> i
 
     try:
         identity = load_manifest(open_target(out, storage_options=options, read_only=True)).identity
+        unroll = identity.blocking.unroll
     except Exception:  # nothing readable to continue: write() itself will say what is wrong
         return job.unroll
-    unroll = identity.get("unroll")
-    if identity.get("recipe") != job.attrs["recipe"] or not isinstance(unroll, int) or isinstance(unroll, bool):
+    if identity.recipe != job.attrs["recipe"] or not isinstance(unroll, int) or isinstance(unroll, bool):
         return job.unroll
     return unroll
 
