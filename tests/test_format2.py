@@ -21,6 +21,7 @@ from helpers import MANIFEST, RECORDS, node_attribute, read_manifest, run
 
 import streamacc
 from streamacc.cli import main
+from streamacc.run.record import Manifest
 
 ARCHIVE = Path(__file__).parent / "data" / "outputs-1.0.0.tar.gz"
 QUIET = ["--no-progress"]
@@ -57,6 +58,15 @@ def test_the_archive_holds_format_2(stored):
         manifest = read_manifest(out)
         assert manifest["format"] == "streamacc-manifest/2" and "carries" not in manifest, out.name
         assert "carry_in" in node_attribute(out / RECORDS, "streamacc_records")[0]
+
+
+def test_a_manifest_read_is_written_back_byte_for_byte(stored, tmp_path):
+    """A manifest read (its identity typed) and saved again is the bytes it was: 1.0.0's, and one written now."""
+    fresh = tmp_path / "fresh.zarr"
+    assert main(["write", str(fresh), "--recipe", "lorenz", "--size", "3000", "--save-every", "4", *QUIET]) == 0
+    for out in [*sorted(stored.iterdir()), fresh]:
+        raw = (out / MANIFEST).read_bytes()
+        assert Manifest.from_json(raw, out.name).to_json() == raw, out.name
 
 
 @pytest.mark.parametrize("name", ["gp_complete", "gp_partial", "walk_paths", "lorenz_partial", "gp_comp32"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import jax.numpy as jnp
 import numpy as np
@@ -11,6 +12,7 @@ from helpers import assert_bits_equal, assert_same_output
 from jax import lax
 
 import streamacc
+from streamacc.engine import SCAN_DEFAULTS, ScanKeywords
 from streamacc.errors import InputError, StepFunctionError
 
 
@@ -43,6 +45,20 @@ def test_a_spec_is_checked_where_it_is_made_and_cannot_change():
     assert (made.length, made.block_size, made.unroll, made.reverse, made.save_every) == (1000, 96, 4, False, 1)
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.length = 10
+
+
+def test_the_scan_keywords_are_declared_once():
+    """Every entry point spells the scan's keywords as ``ScanKeywords`` names them, with the same defaults."""
+    assert set(ScanKeywords.__annotations__) == set(SCAN_DEFAULTS)
+    for entry in (streamacc.ScanSpec, streamacc.iter_blocks, streamacc.scan):
+        parameters = inspect.signature(entry).parameters
+        assert {name: parameters[name].default for name in SCAN_DEFAULTS} == SCAN_DEFAULTS, entry
+    made = spec(save_every=2)
+    assert made.keywords() == {"length": 1000, "block_size": 96, "unroll": 4, "reverse": False, "save_every": 2}
+    shown = repr(made)
+    assert shown.startswith("ScanSpec(f=<function damped at ") and f", init=np.float64(1.0), xs={XS!r}, " in shown
+    assert shown.endswith(", length=1000, block_size=96, unroll=4, reverse=False, save_every=2)")
+    assert streamacc.ScanSpec(damped, np.float64(1.0), XS).block_size is None
 
 
 def test_scan_iter_blocks_and_write_take_the_spec_as_they_take_its_arguments(tmp_path):

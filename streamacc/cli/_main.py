@@ -113,10 +113,10 @@ def _unroll(job: Job, mode: Mode, out: str, options: dict[str, Any] | None) -> i
 
     try:
         identity = load_manifest(open_target(out, storage_options=options, read_only=True)).identity
+        unroll = identity.blocking.unroll
     except Exception:  # nothing readable to continue: write() itself will say what is wrong
         return job.unroll
-    unroll = identity.get("unroll")
-    if identity.get("recipe") != job.attrs["recipe"] or not isinstance(unroll, int) or isinstance(unroll, bool):
+    if identity.recipe != job.attrs["recipe"] or not isinstance(unroll, int) or isinstance(unroll, bool):
         return job.unroll
     return unroll
 
@@ -190,11 +190,11 @@ def cmd_write(args: argparse.Namespace) -> int:
     job = recipe.make(size, args.dtype, params, options)  # an --input URL takes the same storage options
     attrs = {**job.attrs, "dtype": check_dtype(args.dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
-    from ..engine import check_scan_keywords
+    from ..engine import Blocking
     from ..run import Layout
 
     # ScanSpec's own, before JAX, with the CPU's unroll: an accelerator's is a multiple of it, and larger
-    check_scan_keywords(job.length, block_size, job.cpu_unroll, False, save_every)
+    Blocking.checked(length=job.length, block_size=block_size, unroll=job.cpu_unroll, save_every=save_every)
 
     layout = Layout(
         names=job.names, dims=job.dims, chunks=chunks_option(args.chunks), codec=args.codec, attrs=attrs,

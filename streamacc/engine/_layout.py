@@ -1,8 +1,9 @@
-"""How a scan of ``length`` steps is cut into blocks, and which layouts are refused: pure arithmetic, no JAX.
+"""How a scan of ``length`` steps is cut into blocks: pure arithmetic, no JAX.
 
-Kept apart from the engine so that reading and checking an output's bookkeeping, and
-refusing a bad command line, never need to import JAX. Nothing here loops over blocks:
-every answer costs the same at any length up to :data:`MAX_LENGTH`.
+Kept apart from the engine so that reading and checking an output's bookkeeping never
+needs to import JAX (``_blocking`` holds a scan's settings, checked, and asks these).
+Nothing here loops over blocks: every answer costs the same at any length up to
+:data:`MAX_LENGTH`.
 """
 
 from __future__ import annotations
@@ -11,21 +12,12 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from .._checks import as_count, as_unroll
-from ..errors import InputError, arg
-
 __all__ = [
     "MAX_BLOCK_STEPS",
     "MAX_LENGTH",
     "block_bounds",
     "block_count",
-    "block_size_near",
     "block_steps",
-    "check_block_size",
-    "check_grouping",
-    "check_length",
-    "check_save_every",
-    "check_scan_keywords",
     "committed_span",
     "pool_size",
     "row_step",
@@ -114,98 +106,6 @@ def block_steps(
         rows = max(rows, -(-2 * unroll // save_every))
     rows = max(step, rows - rows % step)
     return rows * save_every
-
-
-def check_length(length: int) -> None:
-    """Refuse a length that readers cannot index."""
-    if length > MAX_LENGTH:
-        raise InputError(
-            f"{arg('length', length)} is longer than 2**63 - 1 steps, the most that numpy, dask and xarray "
-            "can index; split the run into several outputs"
-        )
-
-
-def check_save_every(save_every: int, length: int) -> None:
-    """Refuse a ``save_every`` that keeps no step of a scan of ``length`` steps."""
-    if save_every > max(length, 1):
-        raise InputError(
-            f"{arg('save_every', save_every)} keeps no step of a scan of {length} steps (the first kept is step "
-            f"{save_every - 1}); pass a {arg('save_every')} of at most {arg('length')}"
-        )
-
-
-def block_size_near(block_size: int, unroll: int, save_every: int) -> int:
-    """The block size to suggest for a refused ``block_size``: the nearest below it that is a multiple of both
-    ``unroll`` and ``save_every`` and, with an unroll, at least two unrolled groups (the smallest such otherwise)."""
-    multiple = math.lcm(unroll, save_every)
-    least = -(-2 * unroll // multiple) if unroll > 1 else 1
-    return max(least, block_size // multiple) * multiple
-
-
-def check_grouping(length: int, block_size: int, unroll: int | bool, reverse: bool, save_every: int = 1) -> None:
-    """Refuse blocks that cannot reproduce ``lax.scan``'s grouping of steps under ``unroll``.
-
-    ``lax.scan(unroll=u)`` runs groups of u steps per loop trip, and XLA may reassociate
-    floating-point work within a group, so blocks must line up with the whole scan's
-    groups (and run their loop at least twice) to give the same bits.
-    """
-    if length <= block_size or unroll is False or (unroll == 1 and unroll is not True):
-        return
-    if unroll is True:
-        raise InputError(
-            f"{arg('unroll', True)} unrolls each block completely, which regroups steps unlike one lax.scan; "
-            f"pass an integer unroll such as {arg('unroll', 8)}"
-        )
-    if block_size % unroll or block_size < 2 * unroll:
-        good = block_size_near(block_size, unroll, save_every)  # a thinned block keeps whole rows too
-        also = f" and of {arg('save_every', save_every)}" if save_every > 1 else ""
-        raise InputError(
-            f"{arg('block_size', block_size)} must be a multiple of the scan's unroll ({unroll}){also} and at "
-            f"least {2 * unroll}, so that blocks line up with lax.scan's unrolled groups; "
-            f"pass e.g. {arg('block_size', good)}"
-        )
-    if reverse and length % unroll:
-        raise InputError(
-            f"with {arg('reverse', True)}, {arg('length', length)} must be a multiple of the scan's unroll "
-            f"({unroll}), as lax.scan runs its remainder steps first; pass {arg('unroll', 1)} or a length divisible "
-            "by the unroll"
-        )
-
-
-def check_block_size(given: Any, length: int, unroll: Any, save_every: int) -> int:
-    """``block_size`` as a positive int that holds whole rows of ``save_every`` steps, or an :class:`InputError`."""
-    block_size = as_count("block_size", given, minimum=1)
-    if block_size % save_every:
-        u = unroll if type(unroll) is int and unroll > 1 and block_size < length else 1  # blocks line up with groups
-        good = block_size_near(block_size, u, save_every)
-        also = f" and of the scan's unroll ({u})" if u > 1 else ""
-        raise InputError(
-            f"{arg('block_size', block_size)} must be a multiple of {arg('save_every', save_every)}{also}, so "
-            f"that every block keeps whole rows; pass e.g. {arg('block_size', good)}"
-        )
-    return block_size
-
-
-def check_scan_keywords(
-    length: Any, block_size: Any, unroll: Any, reverse: Any, save_every: Any
-) -> tuple[int, int | None, int | bool, bool, int]:
-    """A scan's keywords checked and normalised, with no step function and no JAX.
-
-    What :class:`~streamacc.ScanSpec` checks of its keywords before it traces the step;
-    the command line asks it of its options before JAX is imported.
-    """
-    n = as_count("length", length, minimum=0)
-    check_length(n)
-    every = as_count("save_every", save_every, minimum=1)
-    check_save_every(every, n)
-    size = None if block_size is None else check_block_size(block_size, n, unroll, every)
-    unrolled = as_unroll(unroll)
-    numpy_bool = getattr(reverse, "shape", None) == () and getattr(getattr(reverse, "dtype", None), "kind", "") == "b"
-    if not (isinstance(reverse, bool) or numpy_bool):
-        raise InputError(f"{arg('reverse')} must be True or False, got {reverse!r}")
-    if size is not None:
-        check_grouping(n, size, unrolled, bool(reverse), every)
-    return n, size, unrolled, bool(reverse), every
 
 
 def block_count(length: int, block_size: int, unroll: int | bool = 1) -> int:

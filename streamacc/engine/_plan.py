@@ -5,27 +5,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Unpack
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import as_count
 from .._defaults import DEFAULT_BLOCK_BYTES
+from ._blocking import Blocking, ScanKeywords, check_block_size
 from ._checks import Step, check_x64, resolve_length, step_shapes
 from ._kernels import unrolled
-from ._layout import (
-    block_bounds,
-    block_count,
-    block_steps,
-    check_block_size,
-    check_grouping,
-    check_save_every,
-    check_scan_keywords,
-)
+from ._layout import block_steps
 
-__all__ = ["Plan", "as_save_every", "make_plan", "resize"]
+__all__ = ["Plan", "make_plan", "resize"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,12 +27,29 @@ class Plan:
     f: Step
     init: Any
     xs: Any
-    length: int
-    block_size: int
-    unroll: int
-    reverse: bool
+    blocking: Blocking
+    """Its length, blocks (their size chosen), unroll, direction and thinning."""
     y_struct: Any
-    save_every: int = 1
+
+    @property
+    def length(self) -> int:
+        return self.blocking.length
+
+    @property
+    def block_size(self) -> int:
+        return self.blocking.size
+
+    @property
+    def unroll(self) -> int | bool:
+        return self.blocking.unroll
+
+    @property
+    def reverse(self) -> bool:
+        return self.blocking.reverse
+
+    @property
+    def save_every(self) -> int:
+        return self.blocking.save_every
 
     @property
     def block_nbytes(self) -> int:
@@ -50,12 +59,12 @@ class Plan:
     @property
     def rows(self) -> int:
         """Output rows of the whole scan: one per step, or per ``save_every`` steps."""
-        return self.length // self.save_every
+        return self.blocking.rows
 
     @property
     def block_rows(self) -> int:
         """Output rows of one full block."""
-        return self.block_size // self.save_every
+        return self.blocking.block_rows
 
     def out_structs(self, length: int) -> list[jax.ShapeDtypeStruct]:
         """Shape and dtype of each ys leaf of a block of ``length`` steps (starting on a row boundary)."""
@@ -72,11 +81,11 @@ class Plan:
     @property
     def block_count(self) -> int:
         """How many blocks the scan runs."""
-        return block_count(self.length, self.block_size, self.unroll)
+        return self.blocking.block_count
 
     def bounds(self, first: int = 0) -> Iterator[tuple[int, int]]:
         """The ``[start, stop)`` of each block in scan order from block ``first``."""
-        return block_bounds(self.length, self.block_size, self.reverse, first, self.unroll)
+        return self.blocking.bounds(first)
 
 
 def _nbytes(tree: Any, skip: int = 0) -> int:
@@ -88,17 +97,9 @@ def _nbytes(tree: Any, skip: int = 0) -> int:
     )
 
 
-def as_save_every(save_every: Any, length: int) -> int:
-    """``save_every`` as a positive int no larger than ``length``, or an :class:`InputError`."""
-    k = as_count("save_every", save_every, minimum=1)
-    check_save_every(k, length)
-    return k
-
-
-def _sized(
-    length: int, unroll: int | bool, save_every: int, y_struct: Any, xs: Any, block_bytes: int, rows_multiple: int
-) -> int:
+def _sized(blocking: Blocking, y_struct: Any, xs: Any, block_bytes: int, rows_multiple: int) -> int:
     """Steps per block holding about ``block_bytes`` of ys (or of xs, if larger), in whole ``rows_multiple`` rows."""
+    unroll, save_every = blocking.unroll, blocking.save_every
     u = unroll if not isinstance(unroll, bool) else 1
     row_bytes = _nbytes(y_struct) * (save_every if unrolled(unroll) else 1)  # see _thinned_scan
     return block_steps(
@@ -111,29 +112,26 @@ def make_plan(
     init: Any,
     xs: Any = None,
     *,
-    length: int | None = None,
-    block_size: int | None = None,
-    unroll: int | bool = 1,
-    reverse: bool = False,
-    save_every: int = 1,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     rows_multiple: int = 1,
+    **keywords: Unpack[ScanKeywords],
 ) -> Plan:
     """Validate the arguments of a blocked scan, raising :class:`InputError` on any problem.
 
-    ``block_size`` counts steps; None sizes blocks by bytes: about ``block_bytes`` of ys
-    (or of xs, if larger) per block, in a whole number of ``rows_multiple`` output rows.
+    ``keywords`` are the scan's (``ScanKeywords``). ``block_size`` counts steps; None sizes
+    blocks by bytes: about ``block_bytes`` of ys (or of xs, if larger) per block, in a whole
+    number of ``rows_multiple`` output rows.
     """
-    n, block_size, unroll, reverse, save_every = check_scan_keywords(
-        resolve_length(xs, length), block_size, unroll, reverse, save_every
-    )
+    scan = keywords.copy()
+    scan["length"] = resolve_length(xs, keywords.get("length"))
+    asked = Blocking.checked(**scan)
     check_x64(init=init, xs=xs)
     carry_struct, y_struct = step_shapes(f, init, xs)
-    if block_size is None:
-        block_size = _sized(n, unroll, save_every, y_struct, xs, block_bytes, rows_multiple)
-        check_grouping(n, block_size, unroll, reverse, save_every)
+    blocking = asked
+    if asked.block_size is None:
+        blocking = asked.sized(_sized(asked, y_struct, xs, block_bytes, rows_multiple))
     init = jax.tree_util.tree_map(lambda leaf, s: jnp.asarray(leaf, dtype=s.dtype), init, carry_struct)
-    return Plan(f, init, xs, n, block_size, unroll, reverse, y_struct, save_every)
+    return Plan(f, init, xs, blocking, y_struct)
 
 
 def resize(plan: Plan, *, block_size: int | None = None, block_bytes: int = DEFAULT_BLOCK_BYTES,
@@ -142,8 +140,7 @@ def resize(plan: Plan, *, block_size: int | None = None, block_bytes: int = DEFA
     if block_size is not None:
         size = check_block_size(block_size, plan.length, plan.unroll, plan.save_every)
     else:
-        size = _sized(plan.length, plan.unroll, plan.save_every, plan.y_struct, plan.xs, block_bytes, rows_multiple)
+        size = _sized(plan.blocking, plan.y_struct, plan.xs, block_bytes, rows_multiple)
     if size == plan.block_size:
         return plan
-    check_grouping(plan.length, size, plan.unroll, plan.reverse, plan.save_every)
-    return dataclasses.replace(plan, block_size=size)
+    return dataclasses.replace(plan, blocking=plan.blocking.sized(size))

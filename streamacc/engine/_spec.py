@@ -10,13 +10,11 @@ import jax.numpy as jnp
 
 from .._defaults import DEFAULT_BLOCK_BYTES
 from ..errors import InputError, arg
+from ._blocking import SCAN_DEFAULTS, Blocking
 from ._checks import Step
 from ._plan import Plan, make_plan, resize
 
-__all__ = ["SCAN_DEFAULTS", "ScanSpec", "as_spec", "same_carry", "step_of"]
-
-SCAN_DEFAULTS: dict[str, Any] = {"length": None, "block_size": None, "unroll": 1, "reverse": False, "save_every": 1}
-"""The scan's keywords and their defaults, as ``scan``, ``iter_blocks`` and ``write`` take them."""
+__all__ = ["ScanSpec", "as_spec", "same_carry", "step_of"]
 
 
 @dataclasses.dataclass(frozen=True, init=False, eq=False)
@@ -92,12 +90,9 @@ class ScanSpec:
     f: Step
     init: Any
     xs: Any
-    length: int
-    block_size: int | None
-    unroll: int | bool
-    reverse: bool
-    save_every: int
-    _plan: Plan = dataclasses.field(repr=False)
+    _blocking: Blocking
+    """The scan's settings as given, checked (its block size None where left to the entry point)."""
+    _plan: Plan
 
     def __init__(
         self,
@@ -114,14 +109,37 @@ class ScanSpec:
         plan = make_plan(
             f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every
         )
-        given = plan.block_size if block_size is not None else None
-        values = (f, init, xs, plan.length, given, plan.unroll, plan.reverse, plan.save_every, plan)
-        for field, value in zip(dataclasses.fields(self), values, strict=True):
+        asked = dataclasses.replace(plan.blocking, block_size=plan.block_size if block_size is not None else None)
+        for field, value in zip(dataclasses.fields(self), (f, init, xs, asked, plan), strict=True):
             object.__setattr__(self, field.name, value)
+
+    @property
+    def length(self) -> int:
+        return self._blocking.length
+
+    @property
+    def block_size(self) -> int | None:
+        return self._blocking.block_size
+
+    @property
+    def unroll(self) -> int | bool:
+        return self._blocking.unroll
+
+    @property
+    def reverse(self) -> bool:
+        return self._blocking.reverse
+
+    @property
+    def save_every(self) -> int:
+        return self._blocking.save_every
+
+    def __repr__(self) -> str:
+        shown = {"f": self.f, "init": self.init, "xs": self.xs, **self.keywords()}
+        return f"{type(self).__qualname__}({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
 
     def keywords(self) -> dict[str, Any]:
         """The scan's keywords (``length``, ``block_size``, ``unroll``, ``reverse``, ``save_every``) as given."""
-        return {name: getattr(self, name) for name in SCAN_DEFAULTS}
+        return dict(self._blocking.keywords())
 
     def plan(self, *, block_bytes: int = DEFAULT_BLOCK_BYTES, rows_multiple: int = 1,
              default_block_size: int | None = None) -> Plan:  # fmt: skip

@@ -220,7 +220,7 @@ def materialize(
         check_structure(target, manifest)
         plan, x64 = recompute_plan(target, manifest, f=f, init=init, xs=xs, storage_options=storage_options)
         blocks = _blocks(manifest, plan, steps, target.label)
-        names = list(manifest.identity["arrays"])
+        names = manifest.identity.names
         remove_partial_writes(target, names)  # a killed materialize's (or write's) half-written chunks, any steps
         sink = ZarrSink.open(target, names)
         total = sum(len(range(*next(plan.bounds(k)))) for k in blocks)

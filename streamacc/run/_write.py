@@ -160,7 +160,7 @@ def write(
                 target, spec, mode=request.mode, init=to_host(plan.init),
                 check_resumable=lambda o: check_resumable(o, plan),
                 on_commit=lambda r: bar.update(len(r), r.nbytes, stored=r.stored),
-                rows=recomputed_rows(target, plan) if stored is not None and stored.get("virtual") else None,
+                rows=recomputed_rows(target, plan) if stored is not None and stored.virtual else None,
             )  # fmt: skip
         except Exception as exc:
             if is_store_failure(exc):
@@ -175,7 +175,7 @@ def write(
             done_already: Carry = from_host(output.carry, plan.init)
             return done_already
         done = output.manifest.committed_steps
-        if request.mode == "extend" and stored is not None and stored.get("length", plan.length) < plan.length:
+        if request.mode == "extend" and stored is not None and stored.blocking.length < plan.length:
             log.info("extending %s to step %d (computing on from step %d)", target.label, plan.length, done)
         elif output.first_block:
             log.info("resuming %s at step %d of %d", target.label, done, plan.length)

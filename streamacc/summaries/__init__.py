@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from ._summaries import (
         Summaries as Summaries,
         SummaryPlan as SummaryPlan,
-        over_state_names as over_state_names,
         summarized_names as summarized_names,
     )
     from ._windows import (

@@ -13,7 +13,7 @@ from ..store import ArraySpec, Target
 from ._pyramid import Piece
 from ._reduce import Acc, reduce_steps
 from ._store import SUMMARIES, decode_tail, encode_tail
-from ._summaries import Summaries
+from ._summaries import Summaries, SummarizedRun
 
 __all__ = ["extension_tail", "rebuild_stale_arrays"]
 
@@ -22,7 +22,7 @@ class _Finished(Protocol):
     """What the extension needs of a finished run's manifest."""
 
     @property
-    def identity(self) -> dict[str, Any]: ...
+    def identity(self) -> SummarizedRun: ...
     @property
     def summaries(self) -> dict[str, Any] | None: ...
     @property
@@ -70,13 +70,13 @@ def extension_tail(
 
 def rebuild_stale_arrays(
     target: Target,
-    identity: dict[str, Any],
+    run: SummarizedRun,
     record: dict[str, Any] | None,
     specs: Mapping[str, ArraySpec],
     codec: str,
     dims: Mapping[str, Sequence[str | None]],
 ) -> None:
-    """Make the summary arrays those of ``identity`` where an extension left them the shorter run's, or half made.
+    """Make the summary arrays those of ``run`` where an extension left them the shorter run's, or half made.
 
     Only a tail that holds every window (nothing durable: what :func:`extension_tail`
     makes) allows it, since the arrays are then created afresh and filled from the tail.
@@ -86,7 +86,7 @@ def rebuild_stale_arrays(
     """
     if record is None:
         return
-    expected = Summaries.expected_documents(identity, specs, codec, dims)
+    expected = Summaries.expected_documents(run, specs, codec, dims)
     if not expected:
         return
     try:
@@ -99,7 +99,7 @@ def rebuild_stale_arrays(
         return
     for key in target.list_keys(f"{SUMMARIES}/"):
         target.delete(key)
-    created = Summaries.create(target, identity, specs, codec, dims)
+    created = Summaries.create(target, run, specs, codec, dims)
     if created is not None:
         created.close()
 

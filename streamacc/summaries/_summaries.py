@@ -25,7 +25,7 @@ import dataclasses
 from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -36,12 +36,27 @@ from ._pyramid import BlockPieces, Pyramid, block_pieces, fold_children, nonfini
 from ._reduce import Rows
 from ._store import SummaryStore, decode_tail, encode_tail
 
-__all__ = ["Summaries", "SummaryPlan", "damaged", "output_rows", "over_state_names", "summarized_names"]
+__all__ = ["Summaries", "SummarizedRun", "SummaryPlan", "damaged", "summarized_names"]
 
 
-def output_rows(identity: Mapping[str, Any]) -> int:
-    """The rows of a run's output arrays: one per step, or per ``save_every`` steps. Summaries count rows."""
-    return int(identity["length"]) // int(identity.get("save_every", 1))
+class SummarizedRun(Protocol):
+    """What the summaries read of a run's identity (``run.record.RunIdentity``)."""
+
+    @property
+    def summaries(self) -> list[int]:
+        """The window lengths, in rows, of the summaries' levels (none: no summaries)."""
+
+    @property
+    def arrays(self) -> Mapping[str, tuple[str, tuple[int, ...]]]:
+        """Each output's dtype name and shape, by name."""
+
+    @property
+    def over_state(self) -> Sequence[str]:
+        """The outputs summarised over their whole state."""
+
+    @property
+    def rows(self) -> int:
+        """The rows of the output arrays: one per step, or per ``save_every`` steps. Summaries count rows."""
 
 
 def summarized_names(arrays: Mapping[str, Any]) -> list[str]:
@@ -49,15 +64,9 @@ def summarized_names(arrays: Mapping[str, Any]) -> list[str]:
     return [name for name, (dtype, _shape) in arrays.items() if summarizable(dtype_from_name(dtype))]
 
 
-def over_state_names(identity: Mapping[str, Any]) -> frozenset[str]:
-    """The outputs a run summarises over their whole state (identity ``summaries_over_state``; none before 1.1)."""
-    return frozenset(identity.get("summaries_over_state") or ())
-
-
-def _state_sizes(identity: Mapping[str, Any], names: Sequence[str]) -> dict[str, int]:
+def _state_sizes(run: SummarizedRun, names: Sequence[str]) -> dict[str, int]:
     """Each summarised output's values per summary row: its state's, or 1 where summarised over its whole state."""
-    over = over_state_names(identity)
-    return {n: 1 if n in over else int(np.prod(identity["arrays"][n][1][1:], dtype=np.int64)) for n in names}
+    return {n: 1 if n in run.over_state else int(np.prod(run.arrays[n][1][1:], dtype=np.int64)) for n in names}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,17 +142,17 @@ class Summaries:
 
     @staticmethod
     def _layout(
-        identity: dict[str, Any], specs: Mapping[str, ArraySpec], dims: Mapping[str, Sequence[str | None]]
+        run: SummarizedRun, specs: Mapping[str, ArraySpec], dims: Mapping[str, Sequence[str | None]]
     ) -> _Layout | None:
         """A new run's windows, its pyramids, each summarised output's chunk, and the shapes and dimensions of
         its summaries (None: the run has no summaries)."""
-        windows = identity.get("summaries") or []
-        names = summarized_names(identity["arrays"])
+        windows = run.summaries
+        names = summarized_names(run.arrays)
         if not windows or not names:
             return None
-        sizes = _state_sizes(identity, names)
-        pyramids = {n: Pyramid.new(windows, output_rows(identity), sizes[n]) for n in names}
-        over = over_state_names(identity)
+        sizes = _state_sizes(run, names)
+        pyramids = {n: Pyramid.new(windows, run.rows, sizes[n]) for n in names}
+        over = frozenset(run.over_state)
         shapes = {n: ((specs[n][0][0],), specs[n][1]) if n in over else specs[n] for n in names}
         summary_dims = {n: tuple(dims[n][:1]) if n in over else tuple(dims[n]) for n in names}
         over_dims = {n: [str(d) for d in dims[n][1:]] for n in names if n in over}
@@ -154,30 +163,30 @@ class Summaries:
     def create(
         cls,
         target: Target,
-        identity: dict[str, Any],
+        run: SummarizedRun,
         specs: Mapping[str, ArraySpec],
         codec: str,
         dims: Mapping[str, Sequence[str | None]],
     ) -> Summaries | None:
         """Create the summary arrays of a new run (None when it has no summaries)."""
-        layout = cls._layout(identity, specs, dims)
+        layout = cls._layout(run, specs, dims)
         if layout is None:
             return None
         store = SummaryStore.create(target, layout.shapes, windows=layout.windows, chunks=layout.chunks, codec=codec,
                                     dims=layout.dims, over=layout.over)  # fmt: skip
         target.make_durable(store.metadata_keys())
-        return cls(target, store, layout.pyramids, output_rows(identity), over_state_names(identity))
+        return cls(target, store, layout.pyramids, run.rows, frozenset(run.over_state))
 
     @classmethod
     def expected_documents(
         cls,
-        identity: dict[str, Any],
+        run: SummarizedRun,
         specs: Mapping[str, ArraySpec],
         codec: str,
         dims: Mapping[str, Sequence[str | None]],
     ) -> dict[str, bytes]:
         """The metadata documents :meth:`create` stores for a run, by key (none when it has no summaries)."""
-        layout = cls._layout(identity, specs, dims)
+        layout = cls._layout(run, specs, dims)
         if layout is None:
             return {}
         return SummaryStore.expected(layout.shapes, windows=layout.windows, chunks=layout.chunks, codec=codec,
@@ -185,14 +194,14 @@ class Summaries:
 
     @classmethod
     def load(
-        cls, target: Target, identity: dict[str, Any], record: dict[str, Any] | None, committed: int
+        cls, target: Target, run: SummarizedRun, record: dict[str, Any] | None, committed: int
     ) -> Summaries | None:
         """The committed summaries of an output (``record``: the manifest's tail), to continue or to read.
 
         ``committed`` is the rows the manifest commits: the tail must cover exactly those.
         """
-        windows = identity.get("summaries") or []
-        names = summarized_names(identity["arrays"])
+        windows = run.summaries
+        names = summarized_names(run.arrays)
         if not windows or not names:
             return None
         try:
@@ -201,9 +210,9 @@ class Summaries:
             raise damaged(target, "the tail its manifest records cannot be read") from None
         store = SummaryStore(target, windows)
         pyramids = {}
-        sizes = _state_sizes(identity, names)
+        sizes = _state_sizes(run, names)
         for name in names:
-            pyramid = Pyramid.new(windows, output_rows(identity), sizes[name])
+            pyramid = Pyramid.new(windows, run.rows, sizes[name])
             if tail is not None:
                 if name not in tail:
                     raise damaged(target, f"its tail has no entry for {name!r}")
@@ -221,7 +230,7 @@ class Summaries:
                 what = f"they cover {pyramid.covered()} rows of {name!r}, the manifest commits {committed}"
                 raise damaged(target, what)
             pyramids[name] = pyramid
-        summaries = cls(target, store, pyramids, output_rows(identity), over_state_names(identity))
+        summaries = cls(target, store, pyramids, run.rows, frozenset(run.over_state))
         for name, pyramid in pyramids.items():
             summaries._reopen(name, pyramid)
         return summaries

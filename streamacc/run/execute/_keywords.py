@@ -11,9 +11,9 @@ objects' fields, so a new option is declared once, where it belongs. Every write
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict
+from typing import Any, cast
 
-from ...engine import SCAN_DEFAULTS
+from ...engine import BLOCK_KEYWORDS, BlockKeywords
 from ...errors import InputError, arg
 from ..output import LAYOUT_FIELDS, Layout
 from ._where import EXECUTOR_FIELDS, Dask, Local
@@ -21,13 +21,9 @@ from ._where import EXECUTOR_FIELDS, Dask, Local
 __all__ = ["WriteKeywords", "split_keywords"]
 
 
-class WriteKeywords(TypedDict, total=False):
+class WriteKeywords(BlockKeywords, total=False):
     """The keywords ``write`` takes alone: those of ``ScanSpec``, ``Layout``, ``Local`` and ``Dask``."""
 
-    block_size: int | None
-    unroll: int | bool
-    reverse: bool
-    save_every: int
     names: Sequence[str] | Mapping[str, str] | str | None
     dims: Mapping[str, Sequence[str]] | None
     chunks: Any
@@ -41,9 +37,6 @@ class WriteKeywords(TypedDict, total=False):
     inflight: int | None
 
 
-SCAN_KEYWORDS: tuple[str, ...] = tuple(name for name in SCAN_DEFAULTS if name != "length")
-
-
 def _given_twice(names: list[str], option: str, kind: str) -> InputError:
     given = ", ".join(arg(name) for name in names)
     return InputError(f"{given} and {arg(option)} both say {kind}: pass {given} inside {arg(option)}, or leave "
@@ -52,19 +45,19 @@ def _given_twice(names: list[str], option: str, kind: str) -> InputError:
 
 def split_keywords(
     layout: Layout | None, executor: Local | Dask | None, keywords: Mapping[str, Any], *, who: str = "write"
-) -> tuple[dict[str, Any], Layout, Local | Dask]:
+) -> tuple[BlockKeywords, Layout, Local | Dask]:
     """The scan's keywords, the layout and where the blocks run, from ``write``'s keywords.
 
     Raises a ``TypeError`` for a keyword no object takes, as Python does, and an
     :class:`InputError` for one given both alone and in its object.
     """
-    unknown = sorted(set(keywords) - {*SCAN_KEYWORDS, *LAYOUT_FIELDS, *EXECUTOR_FIELDS})
+    unknown = sorted(set(keywords) - {*BLOCK_KEYWORDS, *LAYOUT_FIELDS, *EXECUTOR_FIELDS})
     if unknown:
         raise TypeError(
             f"{who}() got an unexpected keyword argument {unknown[0]!r}; it takes the keywords of ScanSpec "
-            f"({', '.join(SCAN_KEYWORDS)}), Layout ({', '.join(LAYOUT_FIELDS)}) and {', '.join(EXECUTOR_FIELDS)}"
+            f"({', '.join(BLOCK_KEYWORDS)}), Layout ({', '.join(LAYOUT_FIELDS)}) and {', '.join(EXECUTOR_FIELDS)}"
         )
-    scan = {name: keywords[name] for name in SCAN_KEYWORDS if name in keywords}
+    scan = cast(BlockKeywords, {name: keywords[name] for name in BLOCK_KEYWORDS if name in keywords})
     laid = {name: keywords[name] for name in LAYOUT_FIELDS if name in keywords}
     where = {name: keywords[name] for name in EXECUTOR_FIELDS if name in keywords}
     if layout is not None and laid:

@@ -116,7 +116,7 @@ def executor_for(where: Local | Dask, spec: OutputSpec) -> Executor:
     """
     from ...summaries import summarized_names
 
-    summarised = bool(spec.identity["summaries"] and summarized_names(spec.identity["arrays"]))
+    summarised = bool(spec.identity.summaries and summarized_names(spec.identity.arrays))
     if not spec.storage.computes_blocks(summarised):
         if where.inflight is not None:
             raise InputError(

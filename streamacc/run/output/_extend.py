@@ -31,7 +31,7 @@ from ..._dtypes import dtype_from_name
 from ...errors import NoOutputError, ResumeError, arg
 from ...store import Target, ZarrSink, array_document, resize_arrays
 from ...summaries import extension_tail, rebuild_stale_arrays
-from ..record import Ledger, Manifest, identity_differences, same_function
+from ..record import Ledger, Manifest, RunIdentity, identity_differences, same_function
 from ..trust import contradicts_itself, trailer_problem
 
 __all__ = ["extend_manifest", "finish_extension"]
@@ -40,7 +40,7 @@ _LEADING = re.compile(r"^(\w+)\[\d+")
 
 
 def _without_length(identity: dict[str, Any]) -> dict[str, Any]:
-    """``identity`` without what its length decides: the length, the arrays' rows, the inputs' rows."""
+    """``identity`` (as JSON) without what its length decides: the length, the arrays' rows, the inputs' rows."""
     out = {k: v for k, v in identity.items() if k != "length"}
     out["arrays"] = {name: [dtype, shape[1:]] for name, (dtype, shape) in identity.get("arrays", {}).items()}
     out["xs"] = [_LEADING.sub(r"\1[N", str(x)) for x in identity.get("xs", [])]
@@ -56,7 +56,7 @@ RowReader = Callable[[str, int, int], Any]
 
 
 def extend_manifest(
-    target: Target, identity: dict[str, Any], manifest: Manifest, total_blocks: int, read_rows: RowReader | None = None
+    target: Target, identity: RunIdentity, manifest: Manifest, total_blocks: int, read_rows: RowReader | None = None
 ) -> Manifest | None:
     """Turn ``manifest`` (a finished run) into that of the longer run ``identity``, durably; the lock is held.
 
@@ -78,16 +78,16 @@ def extend_manifest(
             f"its run is not finished ({manifest.committed_steps} of {manifest.length} steps committed); finish it "
             f"first with {arg('mode', 'resume')} and {arg('length', manifest.length)}, then extend it",
         )
-    if new["length"] < old["length"]:
+    if new.blocking.length < old.blocking.length:
         raise _refuse(
             label,
-            f"{arg('length', new['length'])} is shorter than the {old['length']} steps it holds, and extending only "
-            f"lengthens; pass a {arg('length')} above {old['length']}",
+            f"{arg('length', new.blocking.length)} is shorter than the {old.blocking.length} steps it holds, and "
+            f"extending only lengthens; pass a {arg('length')} above {old.blocking.length}",
         )
-    if old.get("reverse"):
+    if old.blocking.reverse:
         raise _refuse(label, "a reverse scan starts from its last step, so a longer one changes every value; rerun "
                              f"it with {arg('mode', 'overwrite')}")  # fmt: skip
-    diffs = identity_differences(_without_length(old), _without_length(new))
+    diffs = identity_differences(_without_length(old.to_json()), _without_length(new.to_json()))
     if diffs:
         raise _refuse(label, f"the longer run would differ in more than its length ({'; '.join(diffs)}); pass the "
                              "original settings")  # fmt: skip
@@ -95,8 +95,8 @@ def extend_manifest(
     if kept <= 0:
         return None  # nothing kept: the longer run starts afresh
     ledger = Ledger(target)
-    every = old.get("save_every", 1)
-    sink = ZarrSink.open(target, list(new["arrays"]))
+    every = old.blocking.save_every
+    sink = ZarrSink.open(target, new.names)
     stored_blocks = [k for k in range(manifest.committed_blocks) if manifest.stores(k)]
     bad = trailer_problem(target, ledger, sink, stored_blocks, every, manifest)
     if bad is not None:  # checked before anything changes: a resume would find it after the extension
@@ -105,7 +105,7 @@ def extend_manifest(
             label, f"block {k} (steps {start}-{stop}) is bad: {what}; rewrite it with {arg('mode', 'overwrite')}"
         )
     carry = ledger.block(kept, manifest).carry_in if manifest.v2 else None  # format 3 keeps it apart
-    rows = new["length"] // new.get("save_every", 1)
+    rows = new.rows
     arrays = {name: {**doc, "shape": [rows, *doc["shape"][1:]]} for name, doc in manifest.arrays.items()}
     extended = dataclasses.replace(
         manifest,
@@ -122,7 +122,7 @@ def extend_manifest(
     extended.committed_steps = stop - start
     if extended.nonfinite is not None and not start <= extended.nonfinite["step"] < stop:
         extended.nonfinite = None  # in the block computed again: found there again, as the first
-    block_rows = new["block_size"] // every
+    block_rows = new.blocking.size // every
     read = read_rows if read_rows is not None else (lambda name, a, b: sink.arrays[name][a:b])
     extended.summaries = extension_tail(target, manifest, extended.committed_rows, block_rows, read)
     target.check_lock()
@@ -142,12 +142,12 @@ def finish_extension(target: Target, manifest: Manifest) -> None:
         if carries.boundaries() != manifest.total_blocks + 1:
             carries.resize(manifest.total_blocks + 1)
     if manifest.recomputes:  # a virtual run's arrays stay declared so while blocks are not stored
-        ZarrSink.open(target, list(manifest.identity["arrays"])).declare_virtual()
+        ZarrSink.open(target, manifest.identity.names).declare_virtual()
     _grow_arrays(target, manifest)
     ident = manifest.identity
-    specs = {name: ((shape[0], *shape[1:]), dtype_from_name(dtype)) for name, (dtype, shape) in ident["arrays"].items()}
+    specs = {name: ((shape[0], *shape[1:]), dtype_from_name(dtype)) for name, (dtype, shape) in ident.arrays.items()}
     dims = {name: tuple(doc.get("dimension_names") or ()) for name, doc in manifest.arrays.items()}
-    rebuild_stale_arrays(target, ident, manifest.summaries, specs, ident["codec"], dims)
+    rebuild_stale_arrays(target, ident, manifest.summaries, specs, ident.codec, dims)
 
 
 def _grow_arrays(target: Target, manifest: Manifest) -> None:
@@ -164,20 +164,20 @@ def _grow_arrays(target: Target, manifest: Manifest) -> None:
         resize_arrays(target, grow)
 
 
-def other_length(label: str, manifest: Manifest, identity: dict[str, Any]) -> ResumeError | None:
+def other_length(label: str, manifest: Manifest, identity: RunIdentity) -> ResumeError | None:
     """The error for a resume asked for another length than the stored run's, where nothing else differs.
 
     Each names the command that keeps the committed steps: an extension for a finished
     run asked to go on, the stored length for a run still to finish (an extension that was
     interrupted included). None where the length is the same, or more than it differs.
     """
-    stored, asked = manifest.length, identity["length"]
+    stored, asked = manifest.length, identity.blocking.length
     if stored == asked:
         return None
-    old = dict(manifest.identity)
-    if same_function(old.get("function"), identity["function"], label):
-        old["function"] = identity["function"]
-    if identity_differences(_without_length(old), _without_length(identity)):
+    old, new = dict(manifest.identity.to_json()), identity.to_json()
+    if same_function(old.get("function"), new["function"], label):
+        old["function"] = new["function"]
+    if identity_differences(_without_length(old), _without_length(new)):
         return None
     if manifest.complete and asked > stored:
         return ResumeError(

@@ -218,12 +218,12 @@ class Stored(dict[str, tuple[int, ...]]):
     """Chunk shapes by array name, as a stored run recorded them (a resumed run keeps them)."""
 
 
-def stored_chunks(identity: Mapping[str, Any], plan_rows: int) -> Stored | None:
-    """The chunk shapes ``identity`` records, if they still fit blocks of ``plan_rows`` rows (else None)."""
-    try:
-        chunks = Stored({name: tuple(int(n) for n in shape) for name, shape in identity["chunks"].items()})
-    except (KeyError, TypeError, ValueError, AttributeError):
+def stored_chunks(recorded: Mapping[str, tuple[int, ...]] | None, plan_rows: int) -> Stored | None:
+    """The chunk shapes a stored run ``recorded`` (None: none readable), if they still fit blocks of ``plan_rows``
+    rows (else None)."""
+    if recorded is None:
         return None
+    chunks = Stored(recorded)
     return chunks if all(shape and plan_rows % shape[0] == 0 for shape in chunks.values()) else None
 
 

@@ -196,9 +196,9 @@ def _continue(o: Opening) -> Output:
     target.check_contents()
     manifest = ledger.load()
     assert manifest is not None
-    if manifest.identity.get("recipe") is None and spec.identity.get("recipe") is not None:
+    if manifest.identity.recipe is None and spec.identity.recipe is not None:
         raise ResumeError(_written_from_python(target.label, o.mode, manifest))
-    extending = o.mode == "extend" and manifest.length != spec.identity["length"]
+    extending = o.mode == "extend" and manifest.length != spec.identity.blocking.length
     if extending:
         extended = extend_manifest(target, spec.identity, manifest, spec.total_blocks, o.rows)
         if extended is None:
@@ -238,7 +238,7 @@ def _continue(o: Opening) -> Output:
 
 def _written_from_python(label: str, mode: Mode, manifest: Manifest) -> str:
     """Why a recipe cannot continue an output written from Python, and how to continue it (never by overwriting)."""
-    step = str(manifest.identity.get("function", "?")).split()[0]
+    step = (manifest.identity.function or "?").split()[0]
     length, above = (", length=N", f" and N above {manifest.length}") if mode == "extend" else ("", "")
     return (
         f"cannot {mode} {label} with a recipe: it was written from Python (its step function {step}), and only "

@@ -20,6 +20,7 @@ from ..._defaults import DEFAULT_SUMMARY_WINDOWS, write_block_bytes
 from ...engine import Plan, ScanSpec, compute_platform
 from ...errors import StreamaccWarning, arg
 from ...store import Target
+from ..record import RunIdentity
 from ._layout import chunk_rows, stored_chunks
 from ._request import Mode, Request, check_written_length
 from ._spec import OutputSpec, output_spec, stored_identity
@@ -36,10 +37,10 @@ class Planned:
     plan: Plan
     request: Request
     spec: OutputSpec
-    stored: dict[str, Any] | None
+    stored: RunIdentity | None
 
 
-def _continued(spec: ScanSpec, request: Request, stored: dict[str, Any] | None) -> tuple[int | None, Request]:
+def _continued(spec: ScanSpec, request: Request, stored: RunIdentity | None) -> tuple[int | None, Request]:
     """What a continued run leaves to the default, taken from the output it continues: its block size and windows.
 
     A block size left to the default is the stored one (for the same ``save_every``), and
@@ -47,13 +48,13 @@ def _continued(spec: ScanSpec, request: Request, stored: dict[str, Any] | None) 
     """
     if stored is None:
         return None, request
-    request = dataclasses.replace(request, over_state=list(stored.get("summaries_over_state") or []))
+    request = dataclasses.replace(request, over_state=list(stored.over_state))
     block_size = None
-    if spec.block_size is None and stored.get("save_every", 1) == spec.save_every:
-        block_size = stored.get("block_size")
+    if spec.block_size is None and stored.blocking.save_every == spec.save_every:
+        block_size = stored.blocking.block_size
     if request.summaries_default and not spec.reverse:
         # the windows are the stored run's, whatever its length now
-        request = dataclasses.replace(request, summaries=list(stored.get("summaries") or []), summaries_default=False)
+        request = dataclasses.replace(request, summaries=stored.summaries, summaries_default=False)
     return block_size, request
 
 
@@ -100,8 +101,8 @@ def plan_output(scan_spec: ScanSpec, request: Request, store: Any, storage_optio
     plan = _plan(scan_spec, request, block_size, given_xs=scan_spec.xs is not None)
     if request.mode == "extend" and asked_default:
         _warn_fine_summaries(store, request.summaries, plan.rows, request.storage)
-    if stored is not None and request.layout.chunks is None and plan.block_size == stored.get("block_size"):
-        chunks = stored_chunks(stored, plan.block_rows)
+    if stored is not None and request.layout.chunks is None and plan.block_size == stored.blocking.block_size:
+        chunks = stored_chunks(stored.chunks, plan.block_rows)
         request = dataclasses.replace(request, layout=dataclasses.replace(request.layout, chunks=chunks))
     return Planned(plan, request, output_spec(plan, request), stored)
 

@@ -37,9 +37,7 @@ def missing_from_store(target: Target, manifest: Manifest, sink: ZarrSink, summa
     if not blocks:
         return None
     try:
-        problem = trailer_problem(
-            target, Ledger(target), sink, blocks, manifest.identity.get("save_every", 1), manifest
-        )
+        problem = trailer_problem(target, Ledger(target), sink, blocks, manifest.identity.blocking.save_every, manifest)
     except VerifyError:  # a block's record, gone with the rest
         return f"the records of blocks {', '.join(map(str, blocks))} are missing or damaged"
     if problem is None:

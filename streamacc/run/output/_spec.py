@@ -22,7 +22,7 @@ from ...engine import Plan
 from ...errors import InputError, arg
 from ...store import ArraySpec, open_target, storable
 from ...summaries import over_state, summarized_names, too_long
-from ..record import Ledger, run_identity
+from ..record import Ledger, RunIdentity, run_identity
 from ._layout import RESERVED, array_dims, resolve_chunks
 from ._request import Request
 from ._storage import STORED, Storage
@@ -35,7 +35,7 @@ __all__ = ["OutputSpec", "output_names", "output_spec", "stored_identity"]
 class OutputSpec:
     """What a run's output must look like; built and checked before anything is touched."""
 
-    identity: dict[str, Any]
+    identity: RunIdentity
     arrays: dict[str, ArraySpec]
     chunks: dict[str, tuple[int, ...]]
     dims: dict[str, tuple[str, ...]]
@@ -58,7 +58,7 @@ class OutputSpec:
     @property
     def block_nbytes(self) -> int:
         """The bytes of the rows one full block stores, all arrays together (before compression)."""
-        rows = int(self.identity["block_size"]) // int(self.identity.get("save_every", 1))
+        rows = self.identity.blocking.block_rows
         return rows * sum(math.prod(shape[1:]) * dtype.itemsize for shape, dtype in self.arrays.values())
 
 
@@ -214,7 +214,7 @@ def output_spec(plan: Plan, request: Request) -> OutputSpec:
     )
 
 
-def stored_identity(store: Any, storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
+def stored_identity(store: Any, storage_options: dict[str, Any] | None) -> RunIdentity | None:
     """The identity of the run stored at ``store``, or None where there is none to read.
 
     Whatever is wrong with the output, opening it under its lock says so; here it only
@@ -223,8 +223,8 @@ def stored_identity(store: Any, storage_options: dict[str, Any] | None) -> dict[
     try:
         target = open_target(store, storage_options=storage_options, read_only=True)
         manifest = Ledger(target).load()
+        if manifest is not None:
+            _ = manifest.identity.blocking  # an identity without a layout is none to read either
     except Exception:
         return None
-    if manifest is None or not isinstance(manifest.identity, dict):
-        return None
-    return manifest.identity
+    return None if manifest is None else manifest.identity

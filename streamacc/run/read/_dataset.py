@@ -135,7 +135,7 @@ def open(
     manifest = trusted_manifest(target)  # what verify refuses is not read either
     ident = manifest.identity
     first, last = manifest.rows()
-    names = list(ident["arrays"])
+    names = ident.names
     # sliced before dask sees it, so that its chunks (and graph) follow the committed rows, not the length
     if manifest.recomputes:  # a virtual output: what is not stored is recomputed (with JAX)
         from ..recompute import recomputing_store
@@ -157,11 +157,11 @@ def open(
         ds = ds.isel(step=slice(first, last))
     if manifest.recomputes and isinstance(chunks, str) and chunks == "auto":
         # a block per dask chunk: each block is computed once, by one task, which holds one block's memory
-        rows = ident["block_size"] // ident.get("save_every", 1)
+        rows = ident.blocking.block_rows
         chunks = {dim: rows if dim == "step" else -1 for dim in ds.dims}
     if chunks is not None and names:
         ds = ds.chunk(_dask_chunks(ds, chunks))
-    index = StepIndex.for_rows(first, last, ident.get("save_every", 1), ident.get("time"))
+    index = StepIndex.for_rows(first, last, ident.blocking.save_every, ident.time)
     ds = ds.assign_coords(xr.Coordinates.from_xindex(index))
     progress = progress_attrs(manifest.span(), manifest.length, manifest.complete, virtual=manifest.recomputes)
     ds.attrs = {k: v for k, v in ds.attrs.items() if k not in PROGRESS_ATTRS}  # the root's copy, which may lag

@@ -10,8 +10,8 @@ import numpy as np
 from ..._defaults import DEFAULT_INFLIGHT
 from ...engine import pool_size  # arithmetic only: describing an output imports no JAX
 from ...store import BOOKKEEPING, ZarrSink, open_target
-from ...summaries import SUMMARIES, over_state_names, summarized_names
-from ..record import decode_leaves, describe_nonfinite
+from ...summaries import SUMMARIES, summarized_names
+from ..record import RunIdentity, decode_leaves, describe_nonfinite
 from ..trust import trusted_manifest
 
 __all__ = ["ArrayInfo", "MemoryEstimate", "OutputInfo", "SummaryInfo", "info", "memory_estimate"]
@@ -295,11 +295,12 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = trusted_manifest(target)
     ident = manifest.identity
-    every = ident.get("save_every", 1)
-    sink = ZarrSink.open(target, list(ident["arrays"]))
+    blocking = ident.blocking
+    every = blocking.save_every
+    sink = ZarrSink.open(target, ident.names)
     first, last = manifest.rows()
     stored_bytes = sink.stored_bytes((first, last))
-    block_rows = min(ident["block_size"], ident["length"]) // every  # a short output's one block holds its rows
+    block_rows = min(blocking.size, blocking.length) // every  # a short output's one block holds its rows
     arrays, block_bytes, chunk_bytes = {}, 0, 0
     for name, arr in sink.arrays.items():
         row_bytes = int(np.prod(arr.shape[1:], dtype=np.int64)) * arr.dtype.itemsize
@@ -314,27 +315,27 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
             dtype=str(arr.dtype),
             dims=tuple(meta.dimension_names or ()),
             chunks=tuple(int(n) for n in arr.chunks),
-            codec=ident["codec"],
+            codec=ident.codec,
             stored_bytes=stored,
             compression_ratio=round(written / stored, 3) if stored else None,
         )
-    unrolled = every > 1 and ident["unroll"] is not True and ident["unroll"] not in (False, 1)
+    unrolled = every > 1 and blocking.unroll is not True and blocking.unroll not in (False, 1)
     computing = block_bytes * every if unrolled else 0  # see engine/_scan._thinned_scan
     return OutputInfo(
         path=target.label,
         arrays=arrays,
         committed_steps=manifest.committed_steps,
         committed_rows=last - first,
-        total_steps=ident["length"],
+        total_steps=blocking.length,
         complete=manifest.complete,
-        recipe=ident.get("recipe"),
-        params=ident.get("params"),
-        function=ident["function"],
-        block_size=ident["block_size"],
+        recipe=ident.recipe,
+        params=ident.params,
+        function=ident.function or "",
+        block_size=blocking.size,
         save_every=every,
-        unroll=ident["unroll"],
-        time=ident.get("time"),
-        versions=ident["versions"],
+        unroll=blocking.unroll,
+        time=ident.time,
+        versions=ident.versions,
         memory=memory_estimate(block_bytes, chunk_bytes, computing_bytes=computing, carry_bytes=_carry_bytes(manifest)),
         summaries=_summaries(target, ident, sum(stored_bytes.values())),
         virtual=manifest.virtual,
@@ -347,15 +348,15 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
     )
 
 
-def _summaries(target: Any, ident: dict[str, Any], data_bytes: int) -> SummaryInfo | None:
+def _summaries(target: Any, ident: RunIdentity, data_bytes: int) -> SummaryInfo | None:
     """The summary levels, the outputs they cover and the bytes they take (None without summaries)."""
-    windows = ident.get("summaries") or []
-    names = summarized_names(ident["arrays"])
+    windows = ident.summaries
+    names = summarized_names(ident.arrays)
     if not windows or not names:
         return None
     stored = sum(target.sizes(f"{SUMMARIES}/").values())
     share = round(100 * stored / data_bytes, 3) if data_bytes else None
-    over = tuple(n for n in names if n in over_state_names(ident))
+    over = tuple(n for n in names if n in ident.over_state)
     return SummaryInfo(tuple(windows), tuple(names), stored, share, over)
 
 

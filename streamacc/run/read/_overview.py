@@ -34,7 +34,7 @@ __all__ = ["Column", "Table", "overview", "overview_table", "step_labels"]
 
 def step_labels(rows: np.ndarray, manifest: Manifest) -> np.ndarray:
     """The step each output row holds (``engine/_layout.row_step``: every step, or every ``save_every``-th)."""
-    steps: np.ndarray = row_step(np.asarray(rows, dtype=np.int64), manifest.identity.get("save_every", 1))
+    steps: np.ndarray = row_step(np.asarray(rows, dtype=np.int64), manifest.identity.blocking.save_every)
     return steps
 
 
@@ -229,12 +229,12 @@ def overview_table(
     ident = manifest.identity
     summaries = Summaries.load(target, ident, manifest.summaries, manifest.committed_rows)
     if summaries is None:
-        if not ident["arrays"]:
+        if not ident.names:
             raise NoOutputError(
                 f"{target.label} holds no output array (its step returns no y: the run keeps its carries only), so "
                 "there is nothing to summarise; streamacc.open(path) gives its committed steps"
             )
-        if ident.get("reverse"):
+        if ident.blocking.reverse:
             fix = "a reverse scan, which writes none); read its data with streamacc.open(path)"
         else:
             fix = (
@@ -243,7 +243,7 @@ def overview_table(
             )
         raise NoOutputError(f"{target.label} has no summaries (written with {fix}")
     start, stop = manifest.span()
-    every = ident.get("save_every", 1)
+    every = ident.blocking.save_every
     if manifest.committed_rows <= 0:
         raise NoOutputError(f"{target.label} has no committed step yet; wait for its first block, or resume it")
     a, b = _range(steps, start, stop)
@@ -278,4 +278,4 @@ def overview_table(
     table_attrs = {k: v for k, v in root.items() if not k.startswith("streamacc_")}
     table_attrs.update({"window": w * every, "windows": [v * every for v in windows], "first_step": a, "stop_step": b})
     progress = progress_attrs((start, stop), manifest.length, manifest.complete)  # as open's (see there)
-    return Table(data_vars, steps_, table_attrs, progress, ident.get("time"))
+    return Table(data_vars, steps_, table_attrs, progress, ident.time)

@@ -23,12 +23,12 @@ __all__ = ["recorded_job", "verify_recipe_output"]
 def recorded_job(manifest: Manifest, label: str, storage_options: dict[str, Any] | None = None) -> Job:
     """The recipe job that wrote the output of ``manifest`` (at ``label``), rebuilt from its record."""
     ident = manifest.identity
-    if not ident.get("recipe"):  # not a failed check (exit 1): the command line cannot check this output
+    if not ident.recipe:  # not a failed check (exit 1): the command line cannot check this output
         raise InputError(
             f"{label} was written from Python, not by a recipe; verify it with streamacc.verify(path, f, init)"
         )
-    dtype = ident["arrays"][next(iter(ident["arrays"]))][0]
-    return get_recipe(ident["recipe"]).make(ident["length"], np.dtype(dtype).name, ident["params"], storage_options)
+    dtype = np.dtype(next(iter(ident.arrays.values()))[0]).name
+    return get_recipe(ident.recipe).make(ident.blocking.length, dtype, ident.params or {}, storage_options)
 
 
 def verify_recipe_output(

@@ -175,7 +175,7 @@ class Checker:
     @property
     def sink(self) -> ZarrSink:
         if self._sink is None:
-            names = list(self.manifest.identity["arrays"])
+            names = self.manifest.identity.names
             self._sink = ZarrSink.open(self.target, names)
         return self._sink
 
@@ -435,10 +435,10 @@ def resume_chain(output: Output) -> range:
 
 def check_function(manifest: Manifest, f: Step, label: str) -> None:
     """Refuse a step function ``f`` that is not the one the output of ``manifest`` (at ``label``) records."""
-    recorded = manifest.identity.get("function")
+    recorded = manifest.identity.function
     current, values = fingerprint(f)
     if not same_function(recorded, current, label):
-        changed = changed_values(manifest.identity, {"function": current, "function_values": values})
+        changed = changed_values(manifest.identity.to_json(), {"function": current, "function_values": values})
         raise VerifyError(
             f"{label} was written by {recorded}, not {current}{f' ({changed})' if changed else ''}; pass the step "
             "function (and the values it uses) that wrote it"
@@ -447,17 +447,7 @@ def check_function(manifest: Manifest, f: Step, label: str) -> None:
 
 def plan_for(manifest: Manifest, f: Step, init: Any, xs: Any) -> Plan:
     """The plan of the recorded run: its length and block layout, with this step and inputs."""
-    ident = manifest.identity
-    return make_plan(
-        f,
-        init,
-        xs,
-        length=ident["length"],
-        block_size=ident["block_size"],
-        unroll=ident["unroll"],
-        reverse=ident["reverse"],
-        save_every=ident["save_every"],
-    )
+    return make_plan(f, init, xs, **manifest.identity.blocking.keywords())
 
 
 @interruptible

@@ -35,7 +35,6 @@ from ...engine import (
     BlockPool,
     Plan,
     PoolStats,
-    block_count,
     compute_block,
     from_host,
     rows_in,
@@ -97,11 +96,11 @@ class RecomputingStore(WrapperStore[Store]):
         self.plan = plan
         self.x64 = x64
         self.cache_bytes = cache_bytes
-        ident = manifest.identity
-        self._names = list(ident["arrays"])
-        self._save_every = ident.get("save_every", 1)
-        self._blocks = block_count(ident["length"], ident["block_size"], ident["unroll"])
-        self._block_rows = ident["block_size"] // self._save_every
+        blocking = manifest.identity.blocking
+        self._names = manifest.identity.names
+        self._save_every = blocking.save_every
+        self._blocks = blocking.block_count
+        self._block_rows = blocking.block_rows
         self._writers = {name: self._writer(name) for name in self._names}  # stored chunks read through the checks
         self._target = target
         self._reset()
@@ -341,7 +340,7 @@ def _ranged(buf: Buffer, byte_range: ByteRequest, prototype: BufferPrototype) ->
 
 def _needs_x64(manifest: Manifest) -> bool:
     """Whether the run computed in 64 bits: a 64-bit output or carry (JAX makes none without ``jax_enable_x64``)."""
-    dtypes = [dtype_from_name(dtype) for dtype, _ in manifest.identity["arrays"].values()]
+    dtypes = [dtype_from_name(dtype) for dtype, _ in manifest.identity.arrays.values()]
     if manifest.v2:
         dtypes += [leaf.dtype for leaf, _ in decode_leaves(manifest.carry or [])]
     else:
@@ -368,10 +367,9 @@ def recompute_plan(
     from ._recipe import recorded_job
     from ._verify import check_function, plan_for
 
-    ident = manifest.identity
     label = target.label
     if f is None:
-        if not ident.get("recipe"):
+        if not manifest.identity.recipe:
             raise InputError(
                 f"{label} is a virtual output written from Python, so its data can only be recomputed with its step "
                 f"function; pass it as {arg('f')} (and {arg('init')}, {arg('xs')} as written)"
@@ -426,7 +424,7 @@ def recomputed_rows(target: Any, plan: Plan) -> Any:
     def rows(name: str, a: int, b: int) -> np.ndarray:
         manifest = ledger.load()
         assert manifest is not None
-        names = list(manifest.identity["arrays"])
+        names = manifest.identity.names
         parts = []
         for k, (start, stop) in enumerate(plan.bounds()):
             first, last = rows_in(start, stop, plan.save_every)

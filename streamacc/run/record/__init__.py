@@ -1,6 +1,7 @@
 """What an output records about its run: the manifest and block records (``_manifest``), the
 ledger that reads and writes them with the kept carries (``_ledger``),
-the run's identity (``_identity``) and its step function's fingerprint (``_fingerprint``).
+the run's identity (``_runidentity``: read back, typed; ``_identity``: made from a plan) and its step
+function's fingerprint (``_fingerprint``).
 Reading them imports no JAX.
 
 These are the names the other rooms and wings use; each is imported on first use.
@@ -46,5 +47,6 @@ if TYPE_CHECKING:
         require_same_run as require_same_run,
         same_function as same_function,
     )
+    from ._runidentity import RunIdentity as RunIdentity
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

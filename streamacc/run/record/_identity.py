@@ -1,4 +1,4 @@
-"""A run's identity: everything that must match for a resumed run to give the same bytes."""
+"""A run's identity made from its plan: everything that must match for a resumed run to give the same bytes."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ..._version import __version__
 from ...engine import Plan, to_host
 from ...store import fingerprint_of
 from ._fingerprint import describe_function, fingerprint
+from ._runidentity import RunIdentity
 
 __all__ = ["carry_digest", "describe_function", "fingerprint", "run_identity"]
 
@@ -62,8 +63,8 @@ def run_identity(
     summaries: list[int] | None = None,
     over_state: list[str] | None = None,
     virtual: bool = False,
-) -> dict[str, Any]:
-    """The JSON-ready identity of a write: function, inputs, layout, codec and versions.
+) -> RunIdentity:
+    """The identity of a write: function, inputs, layout, codec and versions.
 
     ``chunks`` are the arrays' chunk shapes before they are capped at a short output's
     length (so that they do not depend on it); ``chunk`` repeats the first one's rows
@@ -73,7 +74,7 @@ def run_identity(
     (its data recomputed on reading, not stored) says so; a stored one records nothing of it.
     """
     function, values = fingerprint(plan.f)
-    return {
+    return RunIdentity({
         **_input_contents(plan.xs),
         "function": function,
         **({"function_values": values} if values else {}),
@@ -96,4 +97,4 @@ def run_identity(
         **({"summaries_over_state": list(over_state)} if over_state else {}),
         "versions": {"streamacc": __version__, "jax": jax.__version__, "backend": jax.default_backend()},
         **({"virtual": True} if virtual else {}),
-    }
+    })

@@ -17,7 +17,6 @@ them is ``_ledger``.
 from __future__ import annotations
 
 import base64
-import contextlib
 import dataclasses
 import json
 from typing import TYPE_CHECKING, Any
@@ -26,9 +25,9 @@ import numpy as np
 
 from ..._callsite import warn
 from ..._dtypes import dtype_from_name, dtype_name
-from ...engine import block_count, committed_span, rows_in
 from ...errors import ResumeError, StreamaccWarning, VerifyError, arg
 from ...store import BOOKKEEPING, CarryLeaf
+from ._runidentity import RunIdentity
 
 if TYPE_CHECKING:
     from ...engine import HostLeaf  # a type only: reading a manifest never imports JAX
@@ -47,7 +46,6 @@ __all__ = [
     "identity_differences",
     "node_attribute",
     "same_function",
-    "upgrade_identity",
 ]
 
 FORMAT = "streamacc-manifest/3"
@@ -60,26 +58,6 @@ MANIFEST_DESCRIPTION = "streamacc's bookkeeping of this output (manifest); the d
 LEGACY_MANIFEST_KEY = f"{BOOKKEEPING}/manifest.json"  # format 1, streamacc 0.1
 MANIFEST_ATTR = "streamacc_manifest"
 RECORDS_ATTR = "streamacc_records"
-
-LEGACY_FIELDS: dict[str, Any] = {"save_every": 1, "dims": None, "time": None, "summaries": []}
-"""Identity fields added after streamacc 0.2.0, with the value an identity without them means."""
-
-
-def upgrade_identity(identity: Any) -> Any:
-    """A stored identity in this version's form: each field added since 0.2.0 with the value its absence meant.
-
-    An output written by 0.2.0 then compares equal to the same run today, so that it
-    resumes and verifies (its chunks: ``chunk`` rows of whole trailing axes). Anything
-    that is not a readable identity is returned as it is, for the manifest's checks.
-    """
-    if not isinstance(identity, dict):
-        return identity
-    out = {**LEGACY_FIELDS, **identity}
-    if "chunks" not in out:
-        with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
-            out["chunks"] = {name: [out["chunk"], *shape[1:]] for name, (_, shape) in out["arrays"].items()}
-    return out
-
 
 def group_node(attributes: dict[str, Any]) -> bytes:
     """The ``zarr.json`` of a Zarr v3 group with ``attributes``."""
@@ -172,7 +150,7 @@ CARRY_KEYS = frozenset({"every", "leaves", "init"})
 class Manifest:
     """The committed state of one run."""
 
-    identity: dict[str, Any]
+    identity: RunIdentity
     total_blocks: int
     arrays: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     committed_blocks: int = 0
@@ -199,6 +177,7 @@ class Manifest:
     def to_json(self) -> bytes:
         # its fields hold JSON values alone, so a shallow dict serializes as ``asdict``'s deep copy would
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "format"}
+        fields["identity"] = self.identity.to_json()
         for optional in ("stored", "nonfinite", "carries"):
             if fields[optional] is None:
                 del fields[optional]  # recorded as before the field existed: older readers read it
@@ -226,7 +205,7 @@ class Manifest:
     @property
     def virtual(self) -> bool:
         """Whether the run stores no data chunks: a reader recomputes them from the recorded carries."""
-        return bool(self.identity.get("virtual", False))
+        return self.identity.virtual
 
     def stores(self, block: int) -> bool:
         """Whether committed block ``block`` (in scan order) has its data chunks stored."""
@@ -272,8 +251,7 @@ class Manifest:
                 raise ValueError("unknown format")
             if form == FORMAT and "carry" in doc:
                 raise ValueError("a format 3 manifest holds no carry")
-            manifest = cls(**doc, format=form)
-            manifest.identity = upgrade_identity(manifest.identity)
+            manifest = cls(RunIdentity.from_json(doc.pop("identity")), **doc, format=form)
             if not _nonfinite_form(manifest.nonfinite):
                 raise ValueError("a malformed record of the first non-finite step")
             if manifest.carry is not None:
@@ -289,18 +267,15 @@ class Manifest:
 
     @property
     def length(self) -> int:
-        length: int = self.identity["length"]
-        return length
+        return self.identity.blocking.length
 
     def span(self, blocks: int | None = None) -> tuple[int, int]:
         """The steps covered by the first ``blocks`` committed blocks (default: all committed)."""
-        ident = self.identity
-        count = self.committed_blocks if blocks is None else blocks
-        return committed_span(ident["length"], ident["block_size"], ident["reverse"], count, ident["unroll"])
+        return self.identity.blocking.span(self.committed_blocks if blocks is None else blocks)
 
     def rows(self, blocks: int | None = None) -> tuple[int, int]:
         """The output rows the first ``blocks`` committed blocks (default: all committed) fill."""
-        return rows_in(*self.span(blocks), self.identity.get("save_every", 1))
+        return self.identity.blocking.rows_of(self.committed_blocks if blocks is None else blocks)
 
     @property
     def committed_rows(self) -> int:
@@ -310,10 +285,9 @@ class Manifest:
 
     def inconsistency(self) -> str | None:
         """Why this manifest contradicts itself, or None when its counts agree with its layout."""
-        ident = self.identity
         try:
-            total = block_count(ident["length"], ident["block_size"], ident["unroll"])
-        except (KeyError, TypeError, ZeroDivisionError):
+            total = self.identity.blocking.block_count
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
             return "its identity has no valid layout"
         if self.total_blocks != total:
             return f"it counts {self.total_blocks} blocks where its layout has {total}"
@@ -329,7 +303,7 @@ class Manifest:
             return "it holds no carry"
         if self.virtual != (self.stored is not None) or not _ranges_in(self.stored, self.committed_blocks):
             return "its record of the blocks whose data are stored does not fit its run"
-        if not _step_in(self.nonfinite, start, stop, list(ident.get("arrays", {}))):
+        if not _step_in(self.nonfinite, start, stop, list(self.identity.to_json().get("arrays", {}))):
             return "its record of the first step holding a NaN or an infinity does not fit its run"
         return None
 
@@ -462,11 +436,12 @@ def same_function(stored: Any, current: str, label: str) -> bool:
     return False
 
 
-def require_same_run(stored: Manifest, identity: dict[str, Any], label: str) -> None:
+def require_same_run(stored: Manifest, identity: RunIdentity, label: str) -> None:
     """Refuse to continue a run whose identity differs, naming every difference."""
-    if same_function(stored.identity.get("function"), identity["function"], label):
-        identity = {**identity, "function": stored.identity.get("function")}
-    diffs = identity_differences(stored.identity, identity)
+    current = identity.to_json()
+    if same_function(stored.identity.function, current["function"], label):
+        current = {**current, "function": stored.identity.function}
+    diffs = identity_differences(stored.identity.to_json(), current)
     if diffs:
         raise ResumeError(
             f"cannot resume {label}: it was written by a different run ({'; '.join(diffs)}); "

@@ -208,7 +208,7 @@ class StreamHost:
         output = self.output
         if output is None:
             init = _host_leaves(self.carry, carry)
-            spec = dataclasses.replace(self.spec, identity={**self.spec.identity, "init": carry_digest(init)})
+            spec = dataclasses.replace(self.spec, identity=self.spec.identity.with_init(carry_digest(init)))
             output = self.output = open_output(
                 self.target, spec, mode=self.mode, init=init, check_resumable=_changed_meanwhile,
                 on_commit=self._committed,

@@ -24,14 +24,13 @@ import numpy as np
 from ..._callsite import Site, outside, warn
 from ..._defaults import DEFAULT_STREAM_INFLIGHT
 from ...engine import (
-    SCAN_DEFAULTS,
+    Blocking,
     Carry,
     HostLeaf,
     ScanSpec,
     Step,
     block_bounds,
     check_memory,
-    check_scan_keywords,
     from_host,
     to_host,
 )
@@ -208,15 +207,12 @@ class Stream:
             )
         scan_keywords, checked_layout, where = split_keywords(layout, None, given, who="Stream")
         check_written_length(length)  # before the scan's own check, which takes 0
-        scan = {**SCAN_DEFAULTS, **scan_keywords, "length": length}
-        n, _, _, reverse, _ = check_scan_keywords(
-            scan["length"], scan["block_size"], scan["unroll"], scan["reverse"], scan["save_every"]
-        )
+        asked = Blocking.checked(**scan_keywords, length=length)
         self.store = store
-        self.length = n
+        self.length = asked.length
         self._f = f
         self._scan_keywords = scan_keywords
-        self._request = check_request(mode=mode, layout=checked_layout, reverse=reverse)
+        self._request = check_request(mode=mode, layout=checked_layout, reverse=asked.reverse)
         self.mode: Mode = self._request.mode
         self.inflight: int = where.inflight or DEFAULT_STREAM_INFLIGHT
         self._storage_options = storage_options

@@ -26,7 +26,6 @@ from zarr.abc.store import ByteRequest, Store
 from zarr.buffer import default_buffer_prototype
 from zarr.storage import WrapperStore
 
-from ...engine import block_count
 from ...errors import VerifyError, arg
 from ...store import ChunkWriter, plain_document, stored_crc32c
 from ..record import RECORDS_ATTR, SEGMENT, Ledger, Manifest, node_attribute
@@ -46,12 +45,12 @@ class CheckedStore(WrapperStore[Store]):
     def __init__(self, store: Store, label: str, manifest: Manifest) -> None:
         super().__init__(store)
         self.label = label
-        ident = manifest.identity
-        self._names = set(ident["arrays"])
-        self._blocks = block_count(ident["length"], ident["block_size"], ident["unroll"])
-        self._save_every = ident.get("save_every", 1)
-        self._block_rows = ident["block_size"] // self._save_every
-        self._reverse = bool(ident["reverse"])
+        blocking = manifest.identity.blocking
+        self._names = set(manifest.identity.names)
+        self._blocks = blocking.block_count
+        self._save_every = blocking.save_every
+        self._block_rows = blocking.block_rows
+        self._reverse = bool(blocking.reverse)
         self._committed = manifest.committed_blocks
         self._segments: collections.OrderedDict[int, _Records] = collections.OrderedDict()
         self._parsing: dict[int, asyncio.Future[_Records]] = {}

@@ -49,7 +49,7 @@ def bookkeeping_listing(target: Target, manifest: Manifest) -> dict[str, dict[st
     the run).
     """
     root = {"attributes": {"description": MANIFEST_DESCRIPTION}, "zarr_format": 3, "node_type": "group"}
-    summaries = listing(target, manifest.identity.get("summaries") or [])
+    summaries = listing(target, manifest.identity.summaries)
     return {BOOKKEEPING: {**root, "consolidated_metadata": LISTED_GROUP}, **summaries}
 
 
@@ -76,7 +76,7 @@ def _progress_problem(attrs: dict[str, Any], manifest: Manifest, reading: bool, 
 
 
 def _consolidated_problem(target: Target, doc: dict[str, Any], manifest: Manifest, reading: bool) -> str | None:
-    names = list(manifest.identity["arrays"])
+    names = manifest.identity.names
     consolidated = doc.get("consolidated_metadata")
     members = consolidated.get("metadata") if isinstance(consolidated, dict) else None
     if consolidated is None and reading:

@@ -41,7 +41,7 @@ def _lagging(recorded: dict[str, Any], stored: dict[str, Any], manifest: Manifes
 def arrays_problem(target: Target, manifest: Manifest) -> str | None:
     """How the run's arrays' stored metadata differs from what the manifest recorded, or None."""
     recorded = manifest.arrays
-    for name in manifest.identity["arrays"]:
+    for name in manifest.identity.names:
         raw = target.read(f"{name}/zarr.json")
         if manifest.recomputes and raw is not None and not is_virtual(raw):
             return (
