@@ -9,6 +9,8 @@ only from the rooms below it):
 - ``output``: an output opened for writing, its layout and its in-order commits;
 - ``verify`` and ``read``: recomputing committed blocks; ``open``, ``overview``, ``info``, ``to_arviz``;
 - ``execute``: where blocks run (this process, a dask cluster) and the progress bar;
+- ``session``: a run's session on its output (the writer lock, the progress bar, the output opened,
+  what a failure is raised as), which ``_write``, ``_materialize`` and ``stream`` share;
 
 and ``_write``, which puts them together, and ``stream``, which puts them together around a
 program jitted by its caller (:class:`Stream`). These are the names the other wings and the

@@ -13,7 +13,6 @@ plain Zarr arrays (see ``store.VIRTUAL``), which any reader opens.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,9 +34,10 @@ from ..engine import (
 from ..errors import InputError, VerifyError, arg
 from ..store import ZarrSink, open_target, progress_attrs
 from .execute import Progress
-from .output import remove_partial_writes
+from .output import Batch, remove_partial_writes
 from .recompute import recompute_plan
 from .record import BlockRecord, Ledger, Manifest, load_manifest
+from .session import RunSession
 from .threads import check_stop, interruptible, on_own_thread, run_ordered
 from .trust import bookkeeping_listing, check_structure
 
@@ -83,14 +83,20 @@ class _Item:
 
 
 class _Materializer:
-    """Computes, writes and commits the chosen blocks of one output (its writer lock held)."""
+    """Computes, writes and commits the chosen blocks of one output (its writer lock held).
+
+    Its blocks commit in a :class:`~streamacc.run.output.Batch`, as a virtual run's do, but not
+    through ``Output.commit``: that appends the blocks that follow the committed ones (their records,
+    their carries, a manifest counting more blocks), where these blocks are committed already and
+    gain their chunks' checksums in their records and their place among the stored blocks in the
+    manifest, which is all that changes.
+    """
 
     def __init__(self, target: Any, manifest: Manifest, plan: Plan, sink: ZarrSink, bar: Progress) -> None:
         self.target, self.manifest, self.plan, self.sink, self.bar = target, manifest, plan, sink, bar
         self.ledger = Ledger(target)
         self.names = list(sink.arrays)
-        self._waiting: list[BlockRecord] = []
-        self._since = time.monotonic()
+        self._batch: Batch[BlockRecord] = Batch()
         self.stored = 0
 
     def items(self, blocks: list[int], pool: BlockPool) -> Iterator[_Item]:
@@ -119,25 +125,24 @@ class _Materializer:
         return dataclasses.replace(record, crc32c=crcs)
 
     def commit(self, item: _Item, record: BlockRecord) -> None:
-        self._waiting.append(record)
         self.bar.update(record.stop - record.start, 0)
-        if time.monotonic() - self._since >= COMMIT_SECONDS:
+        if self._batch.add([record], COMMIT_SECONDS):
             self.flush()
 
     def flush(self) -> None:
         """Commit the blocks written so far: their records (with their chunks' checksums), then the manifest."""
-        if not self._waiting:
+        waiting = self._batch.waiting
+        if not waiting:
             return
         self.target.check_lock()
-        self.ledger.update(*self._waiting)
+        self.ledger.update(*waiting)
         manifest = self.manifest
-        for record in self._waiting:
+        for record in waiting:
             manifest = dataclasses.replace(manifest, stored=manifest.with_stored(range(record.index, record.index + 1)))
         self.ledger.save(manifest)
         self.manifest = manifest
-        self.stored += len(self._waiting)
-        self._waiting = []
-        self._since = time.monotonic()
+        self.stored += len(waiting)
+        self._batch.take()  # only once committed: a commit that failed is tried again by the last flush
 
     def publish(self) -> None:
         """Once every block is stored: the arrays become plain arrays, then the root says so."""
@@ -214,8 +219,9 @@ def materialize(
             f"{reader.label} stores its data already (it was not written with {arg('virtual', True)}), so there is "
             "nothing to materialize"
         )
-    target = open_target(store, storage_options=storage_options)
-    with target.lock("streamacc materialize"):
+    with RunSession(store, storage_options=storage_options, progress=progress,
+                    command="streamacc materialize") as session:  # fmt: skip
+        target = session.target
         manifest = load_manifest(target)  # under the lock: what it holds now
         check_structure(target, manifest)
         plan, x64 = recompute_plan(target, manifest, f=f, init=init, xs=xs, storage_options=storage_options)
@@ -224,16 +230,15 @@ def materialize(
         remove_partial_writes(target, names)  # a killed materialize's (or write's) half-written chunks, any steps
         sink = ZarrSink.open(target, names)
         total = sum(len(range(*next(plan.bounds(k)))) for k in blocks)
-        with Progress(total, initial=0, enabled=progress, label=target.label) as bar:
-            work = _Materializer(target, manifest, plan, sink, bar)
-            pool = BlockPool(pool_size(INFLIGHT))
-            with x64_scope(x64):
-                items = on_own_thread(work.items(blocks, pool))
-                try:
-                    run_ordered(items, work.write, work.commit, depth=INFLIGHT, workers=INFLIGHT)
-                finally:
-                    items.close()
-                    work.flush()  # what was written is committed, interrupted or not
-            work.publish()
+        work = _Materializer(target, manifest, plan, sink, session.progress(total, initial=0))
+        pool = BlockPool(pool_size(INFLIGHT))
+        with x64_scope(x64):
+            items = on_own_thread(work.items(blocks, pool))
+            try:
+                run_ordered(items, work.write, work.commit, depth=INFLIGHT, workers=INFLIGHT)
+            finally:
+                items.close()
+                work.flush()  # what was written is committed, interrupted or not
+        work.publish()
     return work.stored
 

@@ -2,8 +2,8 @@
 
 ``write`` reads as four steps: the arguments taken apart into the scan's spec, the
 output's layout and where the blocks run (``execute.split_keywords``), with a validated plan and the
-output it must produce; the output opened under its writer lock (new, overwritten,
-resumed or extended); and an executor that computes and writes the
+output it must produce; the output opened in its run session (``session.RunSession``: the
+writer lock, the progress bar; new, overwritten, resumed or extended); and an executor that computes and writes the
 remaining blocks while the output commits them in scan order. A crash therefore costs at
 most the blocks in flight, and ``mode="resume"`` continues from the last committed block
 with the exact carry, giving the bytes of an uninterrupted run.
@@ -15,13 +15,11 @@ import logging
 from collections.abc import Callable
 from typing import Any, Unpack
 
-from .._callsite import warn
-from ..engine import Carry, ScanSpec, as_spec, check_memory, from_host, to_host
-from ..errors import StoreError, StreamaccWarning, arg
-from ..store import describe_store_failure, is_store_failure, open_target
-from .execute import Dask, Local, Progress, WriteKeywords, executor_for, split_keywords
-from .output import Layout, Mode, again, block_bytes_here, check_request, check_written_length, open_output, plan_output
+from ..engine import Carry, ScanSpec, as_spec, from_host, to_host
+from .execute import Dask, Local, WriteKeywords, executor_for, split_keywords
+from .output import Layout, Mode, check_request, check_written_length, plan_output
 from .recompute import check_resumable, recomputed_rows
+from .session import RunSession
 from .threads import interruptible
 
 __all__ = ["write"]
@@ -149,29 +147,18 @@ def write(
                           storage_options)  # fmt: skip
     plan, request, spec, stored = planned.plan, planned.request, planned.spec, planned.stored
     blocks = executor_for(where, spec)
-    held = blocks.blocks_held()
-    check_memory(plan, held, asked=scan_spec.block_size, who="this write", default_bytes=block_bytes_here())
-    target = open_target(store, storage_options=storage_options)
-    blocks.check(target)
-    command = arg("mode", request.mode) if request.mode != "create" else "another output path"
-    with target.lock(command), Progress(plan.length, enabled=progress, label=target.label) as bar:
-        try:
-            output = open_output(
-                target, spec, mode=request.mode, init=to_host(plan.init),
+    session = RunSession(store, storage_options=storage_options, progress=progress, mode=request.mode,
+                         length=plan.length, check=blocks.check)  # fmt: skip
+    session.check_memory(plan, host=blocks.blocks_held(), asked=scan_spec.block_size, who="this write")
+    with session:
+        target = session.target
+        with session.translated():
+            output = session.open_output(
+                spec, init=to_host(plan.init),
                 check_resumable=lambda o: check_resumable(o, plan),
-                on_commit=lambda r: bar.update(len(r), r.nbytes, stored=r.stored),
                 rows=recomputed_rows(target, plan) if stored is not None and stored.virtual else None,
             )  # fmt: skip
-        except Exception as exc:
-            if is_store_failure(exc):
-                raise StoreError(
-                    f"preparing {target.label} failed ({describe_store_failure(exc)}); fix the cause and "
-                    f"{again(target, request.mode)}"
-                ) from exc
-            raise
-        if output.complete:
-            message = f"{target.label} is already complete ({plan.length} steps); nothing to do"
-            warn(message, StreamaccWarning)
+        if session.already_complete():
             done_already: Carry = from_host(output.carry, plan.init)
             return done_already
         done = output.manifest.committed_steps
@@ -179,17 +166,10 @@ def write(
             log.info("extending %s to step %d (computing on from step %d)", target.label, plan.length, done)
         elif output.first_block:
             log.info("resuming %s at step %d of %d", target.label, done, plan.length)
-        bar.begin(done)
+        session.bar.begin(done)
         output.warn_nonfinite(before=True)  # found by the run this one continues: said once, as it starts
-        try:
+        with session.translated():
             blocks.run(plan, output)
-            output.finish()
-        except Exception as exc:
-            error = output.failure(exc, plan.length)
-            if error is None:
-                raise
-            raise error from exc
-        finally:
-            output.close()  # no summary chunk may be written once the lock is released
+            session.finish()
     carry: Carry = from_host(output.carry, plan.init)
     return carry

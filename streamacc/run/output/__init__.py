@@ -2,8 +2,8 @@
 for (``_request``), its layout (``_layout``: dimensions and chunks; ``_time``: the time axis), the
 output it must produce (``_spec``), a run's plan and output as every writer derives them
 (``_planning``), opening it new, overwritten, resumed or extended (``_open``, ``_extend``,
-``_debris``), its in-order commits (``_output``), and whether the store still holds what they
-committed (``_present``).
+``_debris``), its in-order commits (``_output``; ``_batch``: blocks that commit together), and
+whether the store still holds what they committed (``_present``).
 
 These are the names the other rooms and wings use; each is imported on first use.
 """
@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING
 from ..._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ._batch import Batch as Batch
     from ._debris import remove_partial_writes as remove_partial_writes
+    from ._extend import RowReader as RowReader
     from ._layout import (
         STEP as STEP,
         chunk_rows as chunk_rows,

@@ -22,6 +22,7 @@ from ...summaries import BlockPieces, Summaries, SummaryPlan
 from ..record import BlockRecord, Ledger, Manifest, describe_nonfinite, encode_leaves
 from ..threads import check_stop
 from ..trust import bookkeeping_listing
+from ._batch import Batch
 from ._debris import remove_partial_writes
 from ._present import missing_from_store
 from ._spec import OutputSpec
@@ -81,8 +82,7 @@ class Output:
         self.on_commit = on_commit
         self._published = 0.0
         self._listing: dict[str, dict[str, Any]] | None = None
-        self._waiting: list[BlockResult] = []  # a virtual run's blocks computed and not yet committed
-        self._batch_started = time.monotonic()
+        self._batch: Batch[BlockResult] = Batch()  # a virtual run's blocks computed and not yet committed
         self._carry: list[HostLeaf] | None = None  # the carry entering the first block, once known
         self._site = origin()  # the caller's line, where the warning of a NaN points from the writer threads
 
@@ -158,14 +158,8 @@ class Output:
             # before it commits instead of all pending in its manifest's tail (a batch holds up
             # to a second of blocks: hundreds for the headline's recurrence)
             self.summaries.fold(results)
-        self._waiting.extend(results)
-        if time.monotonic() - self._batch_started >= VIRTUAL_COMMIT_SECONDS:
-            self._commit_waiting()
-
-    def _commit_waiting(self) -> None:
-        results, self._waiting = tuple(self._waiting), []
-        self._batch_started = time.monotonic()
-        self._commit(results)
+        if self._batch.add(results, VIRTUAL_COMMIT_SECONDS):
+            self._commit(tuple(self._batch.take()))
 
     def _commit(self, results: tuple[BlockResult, ...]) -> None:
         """Commit ``results`` (folded into the summaries already where the run is virtual)."""
@@ -247,8 +241,8 @@ class Output:
 
     def finish(self) -> None:
         """Mark the run complete, in the manifest and then in the root attributes."""
-        if self._waiting:
-            self._commit_waiting()
+        if self._batch.waiting:
+            self._commit(tuple(self._batch.take()))
         self._check_kept()
         if self.summaries is None:
             self._save(complete=True)

@@ -27,18 +27,19 @@ from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
-from ..._callsite import Site, run_from, warn
+from ..._callsite import Site, run_from
 from ...engine import Block, HostLeaf, Plan, block_bounds
-from ...errors import InputError, StreamaccWarning, one_line
+from ...errors import InputError, one_line
 from ...store import Target
 from ..execute import Progress, write_block
-from ..output import BlockResult, Mode, Output, OutputSpec, open_output
+from ..output import BlockResult, Output, OutputSpec
 from ..recompute import check_recomputed
 from ..record import carry_digest
+from ..session import RunSession
 from ..threads import STOP, Interrupted, run_ordered
 from ._program import CarryLeaf
 
-__all__ = ["CALLBACK_LOGGER", "POLL_SECONDS", "Stopped", "StreamHost", "warn_complete"]
+__all__ = ["CALLBACK_LOGGER", "POLL_SECONDS", "Stopped", "StreamHost"]
 
 log = logging.getLogger("streamacc")
 
@@ -120,14 +121,13 @@ def _guarded(method: Callable[P, R]) -> Callable[P, R]:
 class StreamHost:
     """One run of a Stream's program, as the host sees it: its output, its writers and its failure.
 
-    ``output`` is given where the run continues a stored one (opened before the program
-    runs, where its checks may compute); a new run's output is opened by :meth:`start`,
-    once the program's initial carry is known, since the run's identity holds its digest.
+    Its ``session`` holds the output's lock, its progress bar and the output itself: opened
+    before the program runs where the run continues a stored one (where its checks may
+    compute), else by :meth:`start`, once the program's initial carry is known, since the
+    run's identity holds its digest.
 
     Attributes
     ----------
-    output : Output or None
-        The output being written, once opened.
     failure : BaseException or None
         The first failure, on any thread.
     started, finished : bool
@@ -137,22 +137,18 @@ class StreamHost:
     def __init__(
         self,
         *,
-        target: Target,
+        session: RunSession,
         spec: OutputSpec,
         plan: Plan,
-        mode: Mode,
         carry: tuple[CarryLeaf, ...],
         index_dtype: np.dtype[Any],
         inflight: int,
-        bar: Progress,
         site: Site | None,
-        output: Output | None = None,
         check: list[tuple[int, int, int]] | None = None,
     ) -> None:
-        self.target, self.spec, self.plan, self.mode = target, spec, plan, mode
+        self.session, self.spec, self.plan = session, spec, plan
         self.carry, self.index_dtype = carry, index_dtype
-        self.inflight, self.bar, self.site = inflight, bar, site
-        self.output = output
+        self.inflight, self.site = inflight, site
         self.check_chain = check
         """The committed blocks the program recomputes before its first new one (a resumed run's last, and those
         since the carry kept before it): ``(index, start, stop)`` in scan order; None when it recomputes none."""
@@ -167,6 +163,19 @@ class StreamHost:
         self._writer: threading.Thread | None = None
 
     # --- state -------------------------------------------------------------------------------
+
+    @property
+    def target(self) -> Target:
+        return self.session.target
+
+    @property
+    def bar(self) -> Progress:
+        return self.session.bar
+
+    @property
+    def output(self) -> Output | None:
+        """The output being written, once opened."""
+        return self.session.output
 
     @property
     def running(self) -> bool:
@@ -209,10 +218,7 @@ class StreamHost:
         if output is None:
             init = _host_leaves(self.carry, carry)
             spec = dataclasses.replace(self.spec, identity=self.spec.identity.with_init(carry_digest(init)))
-            output = self.output = open_output(
-                self.target, spec, mode=self.mode, init=init, check_resumable=_changed_meanwhile,
-                on_commit=self._committed,
-            )  # fmt: skip
+            output = self.session.open_output(spec, init=init, check_resumable=_changed_meanwhile)
         output.warn_nonfinite(before=True)
         first = self.plan.block_count if output.complete else output.first_block
         self.bar.begin(output.manifest.committed_steps)
@@ -272,15 +278,11 @@ class StreamHost:
         assert self.output is not None
         self._end_writer()
         self.check_running()
-        if not self.output.complete:
-            self.output.finish()
+        self.session.finish()
         self.finished = True
         return tuple(np.asarray(c) for c in carry)
 
     # --- the writers ---------------------------------------------------------------------------
-
-    def _committed(self, result: BlockResult) -> None:
-        self.bar.update(len(result), result.nbytes, stored=result.stored)
 
     def _items(self) -> Iterator[_Item]:
         while True:
@@ -346,7 +348,3 @@ def _changed_meanwhile(output: Output) -> None:
         f"{output.target.label} was written by another run between the program's tracing and its start; open a "
         "new Stream with mode='resume' to continue it"
     )
-
-
-def warn_complete(label: str, length: int) -> None:
-    warn(f"{label} is already complete ({length} steps); nothing to do", StreamaccWarning)

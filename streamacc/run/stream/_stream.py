@@ -1,13 +1,13 @@
 """``Stream``: a long scan streamed to a Zarr store from inside the caller's jitted program.
 
-The Stream is opened on the host, around the program: ``__enter__`` takes the output's
-writer lock, the progress bar and the signals. ``scan`` is traced into the program: there
-the scan is planned exactly as :func:`streamacc.write` plans it (``output.plan_output``) on
-a thread of its own, outside the trace, and a resumed or extended output is opened and
-checked there, before the program runs; the blocks themselves are a loop of the program
-(``_program``) whose callbacks hand each block to the host (``_host``). ``__exit__`` waits
-for the writers, releases the lock, and raises what failed on the host, in the terms
-:func:`streamacc.write` would have raised it.
+The Stream is opened on the host, around the program: ``__enter__`` opens its run session
+(``session.RunSession``: the output's writer lock, the progress bar) and takes the signals.
+``scan`` is traced into the program: there the scan is planned exactly as
+:func:`streamacc.write` plans it (``output.plan_output``) on a thread of its own, outside the
+trace, and a resumed or extended output is opened and checked there, before the program runs;
+the blocks themselves are a loop of the program (``_program``) whose callbacks hand each
+block to the host (``_host``). ``__exit__`` waits for the writers, releases the lock, and
+raises what failed on the host, in the terms :func:`streamacc.write` would have raised it.
 """
 
 from __future__ import annotations
@@ -30,27 +30,16 @@ from ...engine import (
     ScanSpec,
     Step,
     block_bounds,
-    check_memory,
     from_host,
     to_host,
 )
-from ...errors import InputError, ResumeError, StepFunctionError, StoreError, StreamaccError, StreamaccWarning, arg
-from ...store import Target, describe_store_failure, is_store_failure, open_target
-from ..execute import Progress, WriteKeywords, split_keywords
-from ..output import (
-    Layout,
-    Mode,
-    Planned,
-    again,
-    block_bytes_here,
-    check_request,
-    check_written_length,
-    open_output,
-    plan_output,
-)
+from ...errors import InputError, ResumeError, StepFunctionError, StreamaccError, StreamaccWarning, arg
+from ..execute import WriteKeywords, split_keywords
+from ..output import Layout, Mode, Planned, check_request, check_written_length, plan_output
 from ..recompute import check_resumable, resume_chain
+from ..session import RunSession
 from ..threads import Interrupted, SignalWatch
-from ._host import StreamHost, warn_complete
+from ._host import StreamHost
 from ._program import Loop, host_call, streamed
 from ._trace import (
     TRACED,
@@ -223,8 +212,7 @@ class Stream:
         self._host: StreamHost | None = None
         self._stack = contextlib.ExitStack()
         self._site: Site | None = None
-        self._target: Target | None = None
-        self._bar: Progress | None = None
+        self._session: RunSession | None = None
         self._watch = SignalWatch(busy=lambda: self._host is not None and self._host.running)
 
     def __repr__(self) -> str:
@@ -238,10 +226,9 @@ class Stream:
         self._site = outside(sys._getframe(1))
         stack = self._stack
         try:
-            target = self._target = open_target(self.store, storage_options=self._storage_options)
-            command = arg("mode", self.mode) if self.mode != "create" else "another output path"
-            stack.enter_context(target.lock(command))
-            self._bar = stack.enter_context(Progress(self.length, enabled=self._progress, label=target.label))
+            self._session = stack.enter_context(RunSession(
+                self.store, storage_options=self._storage_options, progress=self._progress, mode=self.mode,
+                length=self.length))  # fmt: skip
             stack.enter_context(self._watch)
             stack.enter_context(quiet_stops())
         except BaseException:
@@ -276,7 +263,7 @@ class Stream:
 
     def _warn_unstreamed(self) -> None:
         """A ``with`` block left without streaming anything says so: what it wrote (nothing) and what was expected."""
-        host, label = self._host, self._target.label if self._target is not None else str(self.store)
+        host, label = self._host, self._session.target.label if self._session is not None else str(self.store)
         if host is None:
             warn(
                 f"the Stream to {label} was left without a call of stream.scan: nothing was written; call "
@@ -316,20 +303,11 @@ class Stream:
                     f"are safe: continue it with {arg('mode', 'resume')}"
                 )
             return None
-        output = host.output
         if isinstance(failure, Exception):
-            if output is not None:
-                mapped = output.failure(failure, self.length)
-                if mapped is not None:
-                    mapped.__cause__ = failure
-                    return mapped
-            elif is_store_failure(failure):
-                error = StoreError(
-                    f"preparing {host.target.label} failed ({describe_store_failure(failure)}); fix the cause and "
-                    f"{again(host.target, self.mode)}"
-                )
-                error.__cause__ = failure
-                return error
+            mapped = host.session.failed(failure)  # once the output is open, what the store still holds
+            if mapped is not None:
+                mapped.__cause__ = failure
+                return mapped
         if failure.__cause__ is None and exc is not None:
             failure.__cause__ = exc
         return failure
@@ -394,8 +372,9 @@ class Stream:
 
     def _prepare(self, treedef: Any, leaves: list[Leaf], xs: Any) -> tuple[Planned, list[HostLeaf] | None]:
         """The scan planned as write plans it, outside the trace; the recorded initial carry of a stored run."""
-        target = self._target
-        assert target is not None
+        session = self._session
+        assert session is not None
+        target = session.target
         recorded = recorded_init(target) if self.mode in ("resume", "extend") else None
         if recorded is not None:
             want = [(tuple(a.shape), a.dtype, impl) for a, impl in recorded]
@@ -418,37 +397,28 @@ class Stream:
                 "the run's identity cannot record; pass it in the carry instead, where every block records it "
                 f"(JAX: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})"
             ) from exc
-        held = self.inflight + 2  # the host's copies, the program's ys, and a block to spare for XLA's own
-        check_memory(planned.plan, held, asked=scan_spec.block_size, who="this stream",
-                     default_bytes=block_bytes_here())  # fmt: skip
+        # the host's copies; in the program, its ys and a block to spare for XLA's own
+        session.check_memory(planned.plan, host=self.inflight, program=2, asked=scan_spec.block_size,
+                             who="this stream")  # fmt: skip
         return planned, recorded
 
     def _open_stored(self, planned: Planned, recorded: list[HostLeaf], xs_given: bool) -> StreamHost:
         """Open and check the stored run this one continues, outside the trace; the host that continues it."""
-        target, host = self._target, self._host
-        assert target is not None and host is not None
+        session, host = self._session, self._host
+        assert session is not None and host is not None
         plan = planned.plan
-        try:
-            output = open_output(
-                target, host.spec, mode=self.mode, init=recorded,
+        with session.translated():
+            output = session.open_output(
+                host.spec, init=recorded,
                 check_resumable=lambda o: check_resumable(o, plan, last_block=not xs_given),
-                on_commit=host._committed,
             )  # fmt: skip
-        except Exception as exc:
-            if is_store_failure(exc):
-                raise StoreError(
-                    f"preparing {target.label} failed ({describe_store_failure(exc)}); fix the cause and "
-                    f"{again(target, self.mode)}"
-                ) from exc
-            raise
         if output.complete:
             with contextlib.suppress(Exception):
-                warn_complete(target.label, plan.length)
+                session.already_complete()
         elif xs_given and output.first_block:
             chain = resume_chain(output)
             bounds = block_bounds(plan.length, plan.block_size, plan.reverse, chain.start, plan.unroll)
             host.check_chain = [(k, *next(bounds)) for k in chain]
-        host.output = output
         return host
 
     def _program(self, init: Carry, xs: Any) -> Carry:
@@ -464,10 +434,10 @@ class Stream:
         index_dtype = np.dtype(np.int64 if x64 else np.int32)
         if plan.block_count > np.iinfo(np.int64 if x64 else np.int32).max:
             raise InputError(f"{plan.block_count} blocks need 64-bit block indices: turn jax_enable_x64 on")
-        assert self._target is not None and self._bar is not None
+        assert self._session is not None
         self._host = host = StreamHost(
-            target=self._target, spec=planned.spec, plan=plan, mode=self.mode, carry=crossing,
-            index_dtype=index_dtype, inflight=self.inflight, bar=self._bar, site=self._site,
+            session=self._session, spec=planned.spec, plan=plan, carry=crossing,
+            index_dtype=index_dtype, inflight=self.inflight, site=self._site,
         )  # fmt: skip
         init = jax.tree_util.tree_unflatten(treedef, [
             leaf if c.impl is not None else jnp.asarray(leaf, dtype=c.dtype) for leaf, c in zip(
