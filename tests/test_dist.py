@@ -215,7 +215,7 @@ def test_the_runs_own_summary_writes_are_no_debris_of_a_killed_worker(tmp_path, 
 
     def slow_replace(src, dst, *args, **kwargs):
         if "summaries" in os.fspath(src) and os.fspath(src).endswith(".partial"):
-            time.sleep(0.2)
+            time.sleep(0.05)
         return real(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(os, "replace", slow_replace)
