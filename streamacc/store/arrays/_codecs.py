@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
-from .._defaults import DEFAULT_CODEC
-from ..errors import InputError
+from ..._defaults import DEFAULT_CODEC
+from ...errors import InputError
 
 if TYPE_CHECKING:
     from zarr.abc.codec import BytesBytesCodec

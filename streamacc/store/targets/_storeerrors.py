@@ -51,7 +51,7 @@ def is_store_failure(exc: BaseException) -> bool:
     streamacc's own errors are not: they already carry their message. An exception group
     is a store failure when every exception in it is.
     """
-    from ..errors import StreamaccError
+    from ...errors import StreamaccError
 
     leaves = _leaves(exc)
     foreign = _foreign_classes()

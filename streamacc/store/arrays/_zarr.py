@@ -23,8 +23,9 @@ from zarr.buffer import default_buffer_prototype
 from zarr.codecs import Crc32cCodec
 from zarr.storage import StorePath
 
-from .._dtypes import is_float
-from ..errors import NoOutputError, arg, one_line
+from ..._dtypes import is_float
+from ...errors import NoOutputError, arg, one_line
+from ..targets import ArrayConfig, ArrayConfigParams, ArrayV3Metadata, Target, sync
 from ._chunks import ChunkWriter
 from ._codecs import compressors_for
 from ._datatypes import register_data_types
@@ -38,8 +39,6 @@ from ._documents import (
     plain_document,
     virtual_document,
 )
-from ._target import Target
-from ._zarrapi import ArrayConfig, ArrayConfigParams, ArrayV3Metadata, sync
 
 __all__ = ["ZarrSink", "resize_arrays"]
 

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
-from ..errors import LockedError
+from ...errors import LockedError
 from ._target import LEASE_KEY, Target, sync
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ class StoreTarget(Target):
         self, store: Store, label: str, storage_options: dict[str, Any] | None = None, *, follow: str | None = None
     ) -> None:
         """``follow``: write for the writer holding that lease (a cluster worker), fenced by it."""
-        from .lease import FencedStore
+        from ..lease import FencedStore
 
         self.raw = store
         self.store = store if store.read_only else FencedStore(store, self.check_lock)
@@ -53,7 +53,7 @@ class StoreTarget(Target):
         self.storage_options = storage_options
         self._lease: Any = None
         if follow is not None and _on_filesystem(store):
-            from .lease import LeaseView
+            from ..lease import LeaseView
 
             self._lease = LeaseView.follow(store.fs, store.path, label, follow)
             self._connect()
@@ -81,7 +81,7 @@ class StoreTarget(Target):
         if not _on_filesystem(self.raw):
             lock = _memory_locks.get(self.label)
             return "this process" if lock is not None and lock.locked() else None
-        from .lease import lease_seconds, open_lease_store
+        from ..lease import lease_seconds, open_lease_store
 
         seen = open_lease_store(self.raw.fs, f"{self.raw.path.rstrip('/')}/{LEASE_KEY}").read(10.0)
         if seen is None or seen.holder is None or seen.remaining(lease_seconds()) <= 0:
@@ -95,7 +95,7 @@ class StoreTarget(Target):
             with self._process_lock(command):
                 yield
             return
-        from .lease import Lease
+        from ..lease import Lease
 
         self._lease = Lease.acquire(self.raw.fs, self.raw.path, self.label, command=command)
         try:
@@ -107,7 +107,7 @@ class StoreTarget(Target):
 
     def _connect(self) -> None:
         """On S3, hook the client now, so that even the first write request is fenced as it is sent."""
-        from .lease import FencedStore
+        from ..lease import FencedStore
 
         if isinstance(self.store, FencedStore):
             sync(self.store.connect())

@@ -22,7 +22,7 @@ import ml_dtypes
 import numpy as np
 from zarr.dtype import DataTypeValidationError, ZDType, data_type_registry
 
-from ._zarrapi import HasEndianness, HasItemSize
+from ..targets import HasEndianness, HasItemSize
 
 __all__ = ["BFloat16", "register_data_types", "storable"]
 

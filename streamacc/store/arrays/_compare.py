@@ -18,10 +18,9 @@ import dataclasses
 import numpy as np
 import numpy.typing as npt
 
+from ..targets import Target, scratch
 from ._chunks import ChunkWriter
 from ._documents import stored_crc32c
-from ._files import scratch
-from ._target import Target
 
 __all__ = ["ChunkCheck", "compare_chunks", "same_bytes"]
 

@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from ..errors import InputError, NoOutputError, StoreError, arg, one_line
+from ...errors import InputError, NoOutputError, StoreError, arg, one_line
 from ._storeerrors import describe_store_failure, is_store_failure
 
 __all__ = ["backend_missing", "check_store"]

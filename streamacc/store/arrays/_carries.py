@@ -23,9 +23,9 @@ from typing import Any
 import google_crc32c
 import numpy as np
 
-from .._dtypes import dtype_from_name, dtype_name
+from ..._dtypes import dtype_from_name, dtype_name
+from ..targets import BOOKKEEPING, Target
 from ._documents import stored_crc32c
-from ._target import BOOKKEEPING, Target
 
 __all__ = ["CARRIES", "CarryDamaged", "CarryLeaf", "CarryStore"]
 

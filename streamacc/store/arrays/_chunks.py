@@ -41,9 +41,8 @@ from zarr.buffer import cpu, default_buffer_prototype
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec
 from zarr.storage import FsspecStore, LocalStore
 
-from ._files import PAGE, aligned_empty, scratch, write_new
-from ._zarrapi import RegularChunkGrid, sync
-from .lease import unwrap
+from ..lease import unwrap
+from ..targets import PAGE, RegularChunkGrid, aligned_empty, scratch, sync, write_new
 
 __all__ = ["ChunkWriter", "EncodeBuffers", "EncodedChunk"]
 
@@ -240,8 +239,8 @@ class ChunkWriter:
         from zarr import AsyncArray
         from zarr.storage import StorePath
 
+        from ..targets import ArrayV3Metadata
         from ._datatypes import register_data_types
-        from ._zarrapi import ArrayV3Metadata
 
         register_data_types()
         metadata = ArrayV3Metadata.from_dict(dict(document))

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from ..errors import InputError, NoOutputError, StoreError, arg, one_line
+from ...errors import InputError, NoOutputError, StoreError, arg, one_line
 from ._localtarget import LocalTarget
 from ._probe import backend_missing, check_store
 from ._target import Target
