@@ -170,7 +170,7 @@ def _blocks(n: int, block: int, compute: str):
 
     jax.config.update("jax_enable_x64", True)
     from streamacc.engine import make_plan, run_plan
-    from streamacc.engine._pool import BlockPool, pool_size
+    from streamacc.engine.compute._pool import BlockPool, pool_size
     from streamacc.recipes import get_recipe
 
     job = get_recipe("gp").build(n, "float64")

@@ -33,7 +33,7 @@ __all__ = ["Column", "Table", "overview", "overview_table", "step_labels"]
 
 
 def step_labels(rows: np.ndarray, manifest: Manifest) -> np.ndarray:
-    """The step each output row holds (``engine/_layout.row_step``: every step, or every ``save_every``-th)."""
+    """The step each output row holds (``engine/plan/_layout.row_step``: every step, or every ``save_every``-th)."""
     steps: np.ndarray = row_step(np.asarray(rows, dtype=np.int64), manifest.identity.blocking.save_every)
     return steps
 

@@ -22,6 +22,7 @@ __all__ = [
     "pool_size",
     "row_step",
     "rows_in",
+    "unrolled",
 ]
 
 MAX_LENGTH = 2**63 - 1
@@ -150,3 +151,7 @@ def committed_span(length: int, block_size: int, reverse: bool, blocks: int, unr
     if blocks >= count:
         return (0, length)
     return ((count - blocks) * block_size, length) if reverse else (0, blocks * block_size)
+
+
+def unrolled(unroll: int | bool) -> bool:
+    return unroll is True or (not isinstance(unroll, bool) and unroll > 1)

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 from jax import lax
 
-from ._plan import Plan
+from ..plan import Plan
 from ._pool import POOL_MIN_BYTES
 
 __all__ = ["block_xs", "let_go", "spent_rows"]

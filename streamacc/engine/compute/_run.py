@@ -9,9 +9,9 @@ from typing import Any
 
 import jax
 
+from ..plan import Plan
 from ._block import Block
 from ._kernels import cached, carry_scan_fn, scan_fn
-from ._plan import Plan
 from ._pool import POOL_MIN_BYTES, BlockPool, _Lease, fresh_buffers, pool_size
 from ._rows import block_xs, let_go, spent_rows
 from ._scopes import jax_option

@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._callsite import warn
-from .._checks import as_count
-from ..errors import InputError, StepFunctionError, StreamaccWarning, X64Error, arg
+from ..._callsite import warn
+from ..._checks import as_count
+from ...errors import InputError, StepFunctionError, StreamaccWarning, X64Error, arg
 
 __all__ = ["Carry", "Step", "check_x64", "resolve_length", "step_shapes", "x64_scope"]
 

@@ -7,10 +7,9 @@ import os
 
 import jax
 
-from .._defaults import DEFAULT_BLOCK_BYTES
-from ..errors import InputError, arg
-from ._kernels import unrolled
-from ._plan import Plan
+from ..._defaults import DEFAULT_BLOCK_BYTES
+from ...errors import InputError, arg
+from ..plan import Plan, unrolled
 
 __all__ = ["block_memory", "check_memory", "physical_memory", "too_big"]
 
@@ -62,7 +61,7 @@ def block_memory(plan: Plan, buffers: int) -> tuple[int, int]:
     """The bytes of ys of the plan's longest block, and what ``buffers`` of them take with a block computing.
 
     A block computing unrolled and thinned holds every step's y besides its kept rows
-    (see :func:`~streamacc.engine._kernels.thinned_scan`).
+    (see :func:`~streamacc.engine.compute._kernels.thinned_scan`).
     """
     steps, row = _largest_block(plan), _row_bytes(plan)
     block = steps // plan.save_every * row

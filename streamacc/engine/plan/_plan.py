@@ -11,11 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._defaults import DEFAULT_BLOCK_BYTES
+from ..._defaults import DEFAULT_BLOCK_BYTES
 from ._blocking import Blocking, ScanKeywords, check_block_size
 from ._checks import Step, check_x64, resolve_length, step_shapes
-from ._kernels import unrolled
-from ._layout import block_steps
+from ._layout import block_steps, unrolled
 
 __all__ = ["Plan", "make_plan", "resize"]
 

@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ._checks import Step
+from ..plan import Step, unrolled
 
-__all__ = ["block_function", "cached", "carry_scan_fn", "scan_fn", "unrolled", "x0"]
+__all__ = ["block_function", "cached", "carry_scan_fn", "scan_fn", "x0"]
 
 
 def _carry_only(f: Step) -> Step:
@@ -84,10 +84,6 @@ def _thinned_scan(
     if not reverse:
         carry = leftover(carry)
     return carry, ys
-
-
-def unrolled(unroll: int | bool) -> bool:
-    return unroll is True or (not isinstance(unroll, bool) and unroll > 1)
 
 
 def x0(xs: Any) -> Any:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from .._seams import Seam
+from ..._seams import Seam
 from . import _api, _memory, _run
 
 __all__ = ["SEAMS"]
 
-SEAMS = {
+SEAMS: dict[str, Seam] = {
     "physical_memory": Seam(
         "physical_memory(): this machine's memory in bytes (None when unknown), which the block checks compare with",
         (_memory, "physical_memory"),

@@ -16,7 +16,7 @@ from typing import Any
 
 import jax
 
-from ._checks import x64_scope
+from ..plan import x64_scope
 
 __all__ = ["caller_scopes", "jax_option"]
 

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from ._layout import (
+from ..plan import (
     rows_in,
 )
 

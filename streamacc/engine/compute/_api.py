@@ -9,14 +9,13 @@ import jax
 import numpy as np
 import numpy.typing as npt
 
-from .._checks import as_count
-from ..errors import InputError, arg
+from ..._checks import as_count
+from ...errors import InputError, arg
+from ..plan import Carry, ScanSpec, Step, as_spec, same_carry
 from ._block import Block
-from ._checks import Carry, Step
 from ._memory import check_memory, physical_memory, too_big
 from ._pool import pool_size
 from ._run import CALLER_HELD, computes_ahead, run_plan
-from ._spec import ScanSpec, as_spec, same_carry
 
 __all__ = ["iter_blocks", "scan"]
 

@@ -8,8 +8,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from .._defaults import DEFAULT_BLOCK_BYTES
-from ..errors import InputError, arg
+from ..._defaults import DEFAULT_BLOCK_BYTES
+from ...errors import InputError, arg
 from ._blocking import SCAN_DEFAULTS, Blocking
 from ._checks import Step
 from ._plan import Plan, make_plan, resize
