@@ -31,8 +31,15 @@ from ..._dtypes import dtype_from_name
 from ...errors import NoOutputError, ResumeError, arg
 from ...store import Target, ZarrSink, array_document, resize_arrays
 from ...summaries import extension_tail, rebuild_stale_arrays
-from ..record import Ledger, Manifest, RunIdentity, identity_differences, same_function
-from ..trust import contradicts_itself, trailer_problem
+from ..bookkeeping import (
+    Ledger,
+    Manifest,
+    RunIdentity,
+    contradicts_itself,
+    identity_differences,
+    same_function,
+    trailer_problem,
+)
 
 __all__ = ["extend_manifest", "finish_extension"]
 

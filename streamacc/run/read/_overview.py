@@ -22,9 +22,8 @@ from ...engine import row_step, rows_in  # arithmetic only: overview imports no 
 from ...errors import InputError, NoOutputError, arg
 from ...store import open_target, progress_attrs
 from ...summaries import Rows, Summaries
+from ..bookkeeping import Manifest, trusted_manifest
 from ..output import times
-from ..record import Manifest
-from ..trust import trusted_manifest
 
 if TYPE_CHECKING:
     import xarray

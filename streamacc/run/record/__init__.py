@@ -1,10 +1,6 @@
-"""What an output records about its run: the manifest and block records (``_manifest``), the
-ledger that reads and writes them with the kept carries (``_ledger``),
-the run's identity (``_runidentity``: read back, typed; ``_identity``: made from a plan) and its step
-function's fingerprint (``_fingerprint``).
-Reading them imports no JAX.
+"""What an output records about its run: names of the ``bookkeeping`` room, kept importable from here.
 
-These are the names the other rooms and wings use; each is imported on first use.
+Each is imported from ``bookkeeping`` on first use.
 """
 
 from __future__ import annotations
@@ -14,20 +10,8 @@ from typing import TYPE_CHECKING
 from ..._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._identity import (
-        carry_digest as carry_digest,
-        describe_function as describe_function,
-        fingerprint as fingerprint,
-        run_identity as run_identity,
-    )
-    from ._ledger import (
+    from ..bookkeeping import (
         CACHED_SEGMENTS as CACHED_SEGMENTS,
-        Ledger as Ledger,
-        carry_description as carry_description,
-        carry_every as carry_every,
-        load_manifest as load_manifest,
-    )
-    from ._manifest import (
         FORMAT as FORMAT,
         FORMAT_2 as FORMAT_2,
         LEGACY_MANIFEST_KEY as LEGACY_MANIFEST_KEY,
@@ -37,16 +21,24 @@ if TYPE_CHECKING:
         RECORDS_ATTR as RECORDS_ATTR,
         SEGMENT as SEGMENT,
         BlockRecord as BlockRecord,
+        Ledger as Ledger,
         Manifest as Manifest,
+        RunIdentity as RunIdentity,
+        carry_description as carry_description,
+        carry_digest as carry_digest,
+        carry_every as carry_every,
         changed_values as changed_values,
         decode_leaves as decode_leaves,
+        describe_function as describe_function,
         describe_nonfinite as describe_nonfinite,
         encode_leaves as encode_leaves,
+        fingerprint as fingerprint,
         identity_differences as identity_differences,
+        load_manifest as load_manifest,
         node_attribute as node_attribute,
         require_same_run as require_same_run,
+        run_identity as run_identity,
         same_function as same_function,
     )
-    from ._runidentity import RunIdentity as RunIdentity
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -1,8 +1,6 @@
-"""What every reader checks before it trusts an output: its structure (``_trust``), the root
-metadata against the manifest (``_root``), chunk trailers against the block records
-(``_trailers``), and each chunk ``open`` reads (``_checked``). Imports no JAX.
+"""What every reader checks before it trusts an output: names of the ``bookkeeping`` room, kept importable from here.
 
-These are the names the other rooms and wings use; each is imported on first use.
+Each is imported from ``bookkeeping`` on first use.
 """
 
 from __future__ import annotations
@@ -12,14 +10,15 @@ from typing import TYPE_CHECKING
 from ..._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._checked import CheckedStore as CheckedStore
-    from ._root import bookkeeping_listing as bookkeeping_listing, root_problem as root_problem
-    from ._trailers import trailer_problem as trailer_problem
-    from ._trust import (
+    from ..bookkeeping import (
+        CheckedStore as CheckedStore,
         arrays_problem as arrays_problem,
+        bookkeeping_listing as bookkeeping_listing,
         check_settled_root as check_settled_root,
         check_structure as check_structure,
         contradicts_itself as contradicts_itself,
+        root_problem as root_problem,
+        trailer_problem as trailer_problem,
         trusted_manifest as trusted_manifest,
     )
 

@@ -19,7 +19,8 @@ from typing import Any
 
 from ...errors import NoOutputError, VerifyError, arg
 from ...store import Target, array_document, is_virtual
-from ..record import Manifest, load_manifest
+from ._ledger import load_manifest
+from ._manifest import Manifest
 from ._root import root_problem
 
 __all__ = ["arrays_problem", "check_settled_root", "check_structure", "contradicts_itself", "trusted_manifest"]

@@ -28,7 +28,8 @@ from zarr.storage import WrapperStore
 
 from ...errors import VerifyError, arg
 from ...store import ChunkWriter, plain_document, stored_crc32c
-from ..record import RECORDS_ATTR, SEGMENT, Ledger, Manifest, node_attribute
+from ._ledger import Ledger
+from ._manifest import RECORDS_ATTR, SEGMENT, Manifest, node_attribute
 
 __all__ = ["CheckedStore"]
 

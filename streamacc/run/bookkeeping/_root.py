@@ -33,7 +33,7 @@ from typing import Any
 from ...errors import StoreError, one_line
 from ...store import BOOKKEEPING, Target, array_document, is_virtual, netcdf_safe, progress_attrs
 from ...summaries import LISTED_GROUP, listing
-from ..record import MANIFEST_DESCRIPTION, Manifest
+from ._manifest import MANIFEST_DESCRIPTION, Manifest
 
 __all__ = ["bookkeeping_listing", "root_problem"]
 

@@ -17,7 +17,8 @@ from collections.abc import Iterable, Iterator
 
 from ...engine import rows_in
 from ...store import CarryStore, Target, ZarrSink, stored_crc32c
-from ..record import Ledger, Manifest
+from ._ledger import Ledger
+from ._manifest import Manifest
 
 __all__ = ["BATCH_CHUNKS", "trailer_problem"]
 
