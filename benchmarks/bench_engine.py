@@ -151,7 +151,7 @@ def run_throughput(
 
     import streamacc
     from streamacc.engine import make_plan, run_plan
-    from streamacc.engine._pool import BlockPool
+    from streamacc.engine.compute._pool import BlockPool
 
     init = np.float64(1.0)
     block_sizes = [bs for bs in block_sizes if bs <= length]

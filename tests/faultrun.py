@@ -205,7 +205,7 @@ def kill_in_chunk(at: int) -> None:
 def kill_at_carry(boundary: int, *, written: bool) -> None:
     """SIGKILL this process at the carry kept at ``boundary``: just before it is written (the block's data are
     durable, its carry not), or (``written``) once it is durable, just before the record naming it is written."""
-    from streamacc.run.record import Ledger
+    from streamacc.run.bookkeeping import Ledger
 
     real_write_carry, real_atomic = Ledger.write_carry, testing.current("store.atomic_write")
     kept: list[int] = []

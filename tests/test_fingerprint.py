@@ -17,7 +17,7 @@ import pytest
 from helpers import MANIFEST, array_bytes, failing, read_manifest, run_warm, store_files, write_manifest
 
 import streamacc
-from streamacc.run.record import describe_function
+from streamacc.run.bookkeeping import describe_function
 
 RATE = 0.5
 

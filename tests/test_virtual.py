@@ -23,8 +23,8 @@ from helpers import RECORDS, OnesUntil, faultrun_process, node_attribute, read_m
 
 import streamacc
 from streamacc.errors import InputError, StoreError, VerifyError
+from streamacc.run.bookkeeping import trusted_manifest
 from streamacc.run.recompute import RECYCLED_BLOCKS, recomputed_variables, recomputing_store
-from streamacc.run.trust import trusted_manifest
 from streamacc.store import open_target
 
 jax.config.update("jax_enable_x64", True)

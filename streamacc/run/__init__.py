@@ -4,10 +4,10 @@ The wing is in rooms, each knowing one thing, listed from the bottom up (a room 
 only from the rooms below it):
 
 - ``threads``: work on threads, signals that end a run promptly, the ordered pipeline;
-- ``record``: what an output records about its run (manifest, block records, identity);
-- ``trust``: what every reader checks before it trusts an output;
+- ``bookkeeping``: the bookkeeping format: what an output records about its run (manifest,
+  block records, identity, kept carries) and what every reader checks before it trusts an output;
 - ``output``: an output opened for writing, its layout and its in-order commits;
-- ``verify`` and ``read``: recomputing committed blocks; ``open``, ``overview``, ``info``, ``to_arviz``;
+- ``recompute`` and ``read``: recomputing committed blocks; ``open``, ``overview``, ``info``, ``to_arviz``;
 - ``execute``: where blocks run (this process, a dask cluster) and the progress bar;
 - ``session``: a run's session on its output (the writer lock, the progress bar, the output opened,
   what a failure is raised as), which ``_write``, ``_materialize`` and ``stream`` share;
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     )
     from ._materialize import materialize as materialize
     from ._write import write as write
+    from .bookkeeping import load_manifest as load_manifest
     from .execute import Dask as Dask, Local as Local, cluster_client as cluster_client, si as si
     from .output import Layout as Layout, Mode as Mode, check_written_length as check_written_length
     from .read import (
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
         to_arviz as to_arviz,
     )
     from .recompute import VerifyReport as VerifyReport, verify as verify, verify_recipe_output as verify_recipe_output
-    from .record import load_manifest as load_manifest
     from .stream import Stream as Stream
     from .threads import (
         Terminated as Terminated,

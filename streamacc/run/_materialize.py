@@ -33,13 +33,12 @@ from ..engine import (
 )
 from ..errors import InputError, VerifyError, arg
 from ..store import ZarrSink, open_target, progress_attrs
+from .bookkeeping import BlockRecord, Ledger, Manifest, bookkeeping_listing, check_structure, load_manifest
 from .execute import Progress
 from .output import Batch, remove_partial_writes
 from .recompute import recompute_plan
-from .record import BlockRecord, Ledger, Manifest, load_manifest
 from .session import RunSession
 from .threads import check_stop, interruptible, on_own_thread, run_ordered
-from .trust import bookkeeping_listing, check_structure
 
 __all__ = ["materialize"]
 

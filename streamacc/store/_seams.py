@@ -1,36 +1,16 @@
 """The store's seams: its own writes to local files, which no zarr store wrapper reaches; a commit's interval.
 
 A test replaces one through ``streamacc.testing`` to make a write fail (a full disk) or a
-writer die in the middle of one; each seam is replaced where it is called.
+writer die in the middle of one; each seam is replaced where it is called. Each room
+declares its own (``arrays``: the chunk writes, ``targets``: the rest).
 """
 
 from __future__ import annotations
 
-from .._seams import Seam
-from . import _chunks, _files, _icechunk, _localtarget
+from .arrays import SEAMS as ARRAYS
+from .targets import SEAMS as TARGETS
 
 __all__ = ["SEAMS"]
 
-SEAMS = {
-    "write_new": Seam(
-        "write_new(path, data): a data chunk written to a local folder, into a temp file renamed over it",
-        (_chunks, "write_new"),
-    ),
-    "write_all": Seam(
-        "write_all(fd, view): the bytes of a local file written to its descriptor, by write_new and atomic_write",
-        (_files, "_write_all"),
-    ),
-    "atomic_write": Seam(
-        "atomic_write(path, data): each key a local folder's target writes itself (metadata, manifests), durably",
-        (_localtarget, "atomic_write"),
-    ),
-    "remove_tree_contents": Seam(
-        "remove_tree_contents(root, keep): an overwritten local output's old files deleted, walking the folder",
-        (_localtarget, "remove_tree_contents"),
-    ),
-    "icechunk_commit_seconds": Seam(
-        "COMMIT_SECONDS: the most seconds an Icechunk writer goes between two commits (0: a commit every block)",
-        (_icechunk, "COMMIT_SECONDS"),
-    ),
-}
+SEAMS = {"write_new": ARRAYS["write_new"], **TARGETS}
 """The store's seams by name (``streamacc.testing`` calls them ``store.NAME``)."""

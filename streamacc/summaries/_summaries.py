@@ -40,7 +40,7 @@ __all__ = ["Summaries", "SummarizedRun", "SummaryPlan", "damaged", "summarized_n
 
 
 class SummarizedRun(Protocol):
-    """What the summaries read of a run's identity (``run.record.RunIdentity``)."""
+    """What the summaries read of a run's identity (``run.bookkeeping.RunIdentity``)."""
 
     @property
     def summaries(self) -> list[int]:

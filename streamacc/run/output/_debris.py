@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 
 from ...store import BOOKKEEPING, LEASE_KEY, Target
-from ..record import MANIFEST_KEY
+from ..bookkeeping import MANIFEST_KEY
 
 __all__ = ["FIRST_TEMP", "only_leftovers", "remove_partial_writes", "written_by_a_run"]
 

@@ -2,7 +2,7 @@
 
 Only the last block of the stored run is not what the longer run writes: it ends at the
 old length (its last chunk padded), or holds a short tail that a longer run puts in a
-block of its own (the unroll rule of ``engine/_layout.block_count``). So the extension
+block of its own (the unroll rule of ``engine/plan/_layout.block_count``). So the extension
 keeps every block before it, and recomputes from it on, from the carry its record holds.
 Every committed chunk's trailer is checked first, as a resume checks it, so that a damaged
 output is refused as it stands rather than after its manifest became the longer run's.
@@ -31,8 +31,15 @@ from ..._dtypes import dtype_from_name
 from ...errors import NoOutputError, ResumeError, arg
 from ...store import Target, ZarrSink, array_document, resize_arrays
 from ...summaries import extension_tail, rebuild_stale_arrays
-from ..record import Ledger, Manifest, RunIdentity, identity_differences, same_function
-from ..trust import contradicts_itself, trailer_problem
+from ..bookkeeping import (
+    Ledger,
+    Manifest,
+    RunIdentity,
+    contradicts_itself,
+    identity_differences,
+    same_function,
+    trailer_problem,
+)
 
 __all__ = ["extend_manifest", "finish_extension"]
 

@@ -19,7 +19,7 @@ from ...engine import HostLeaf
 from ...errors import OutputExistsError, ResumeError, StreamaccWarning, VerifyError, arg, one_line
 from ...store import LEASE_KEY, CarryStore, Target, ZarrSink
 from ...summaries import Summaries
-from ..record import (
+from ..bookkeeping import (
     LEGACY_MANIFEST_KEY,
     MANIFEST_ATTR,
     MANIFEST_KEY,
@@ -27,10 +27,11 @@ from ..record import (
     Manifest,
     carry_description,
     carry_every,
+    contradicts_itself,
     node_attribute,
     require_same_run,
+    root_problem,
 )
-from ..trust import contradicts_itself, root_problem
 from ._debris import only_leftovers, remove_partial_writes
 from ._extend import RowReader, extend_manifest, finish_extension, nothing_to_extend, other_length
 from ._output import BlockResult, Output

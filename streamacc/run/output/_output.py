@@ -19,9 +19,8 @@ from ...engine import HostLeaf
 from ...errors import LockedError, StoreError, StreamaccWarning, arg
 from ...store import Target, ZarrSink, describe_store_failure, is_store_failure, progress_attrs
 from ...summaries import BlockPieces, Summaries, SummaryPlan
-from ..record import BlockRecord, Ledger, Manifest, describe_nonfinite, encode_leaves
+from ..bookkeeping import BlockRecord, Ledger, Manifest, bookkeeping_listing, describe_nonfinite, encode_leaves
 from ..threads import check_stop
-from ..trust import bookkeeping_listing
 from ._batch import Batch
 from ._debris import remove_partial_writes
 from ._present import missing_from_store

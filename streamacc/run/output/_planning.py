@@ -20,7 +20,7 @@ from ..._defaults import DEFAULT_SUMMARY_WINDOWS, write_block_bytes
 from ...engine import Plan, ScanSpec, compute_platform
 from ...errors import StreamaccWarning, arg
 from ...store import Target
-from ..record import RunIdentity
+from ..bookkeeping import RunIdentity
 from ._layout import chunk_rows, stored_chunks
 from ._request import Mode, Request, check_written_length
 from ._spec import OutputSpec, output_spec, stored_identity

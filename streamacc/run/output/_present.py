@@ -14,8 +14,7 @@ from __future__ import annotations
 from ...errors import VerifyError
 from ...store import Target, ZarrSink
 from ...summaries import Summaries
-from ..record import MANIFEST_KEY, Ledger, Manifest
-from ..trust import trailer_problem
+from ..bookkeeping import MANIFEST_KEY, Ledger, Manifest, trailer_problem
 
 __all__ = ["missing_from_store"]
 

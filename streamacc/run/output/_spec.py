@@ -22,7 +22,7 @@ from ...engine import Plan
 from ...errors import InputError, arg
 from ...store import ArraySpec, open_target, storable
 from ...summaries import over_state, summarized_names, too_long
-from ..record import Ledger, RunIdentity, run_identity
+from ..bookkeeping import Ledger, RunIdentity, run_identity
 from ._layout import RESERVED, array_dims, resolve_chunks
 from ._request import Request
 from ._storage import STORED, Storage

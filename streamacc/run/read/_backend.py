@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from xarray.backends import BackendEntrypoint
 
-from ..record import MANIFEST_KEY
+from ..bookkeeping import MANIFEST_KEY
 
 if TYPE_CHECKING:
     import xarray

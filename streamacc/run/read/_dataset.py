@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import InputError
 from ...store import PROGRESS_ATTRS, open_target, progress_attrs, register_data_types
-from ..trust import CheckedStore, trusted_manifest
+from ..bookkeeping import CheckedStore, trusted_manifest
 
 if TYPE_CHECKING:
     import xarray

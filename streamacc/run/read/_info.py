@@ -11,8 +11,7 @@ from ..._defaults import DEFAULT_INFLIGHT
 from ...engine import pool_size  # arithmetic only: describing an output imports no JAX
 from ...store import BOOKKEEPING, ZarrSink, open_target
 from ...summaries import SUMMARIES, summarized_names
-from ..record import RunIdentity, decode_leaves, describe_nonfinite
-from ..trust import trusted_manifest
+from ..bookkeeping import RunIdentity, decode_leaves, describe_nonfinite, trusted_manifest
 
 __all__ = ["ArrayInfo", "MemoryEstimate", "OutputInfo", "SummaryInfo", "info", "memory_estimate"]
 

@@ -22,9 +22,8 @@ from ...engine import row_step, rows_in  # arithmetic only: overview imports no 
 from ...errors import InputError, NoOutputError, arg
 from ...store import open_target, progress_attrs
 from ...summaries import Rows, Summaries
+from ..bookkeeping import Manifest, trusted_manifest
 from ..output import times
-from ..record import Manifest
-from ..trust import trusted_manifest
 
 if TYPE_CHECKING:
     import xarray
@@ -33,7 +32,7 @@ __all__ = ["Column", "Table", "overview", "overview_table", "step_labels"]
 
 
 def step_labels(rows: np.ndarray, manifest: Manifest) -> np.ndarray:
-    """The step each output row holds (``engine/_layout.row_step``: every step, or every ``save_every``-th)."""
+    """The step each output row holds (``engine/plan/_layout.row_step``: every step, or every ``save_every``-th)."""
     steps: np.ndarray = row_step(np.asarray(rows, dtype=np.int64), manifest.identity.blocking.save_every)
     return steps
 

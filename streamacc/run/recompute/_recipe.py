@@ -13,8 +13,7 @@ import numpy as np
 from ...errors import InputError
 from ...recipes import Job, get_recipe
 from ...store import open_target
-from ..record import Manifest
-from ..trust import trusted_manifest
+from ..bookkeeping import Manifest, trusted_manifest
 from ._verify import VerifyReport, plan_for, verify_plan
 
 __all__ = ["recorded_job", "verify_recipe_output"]

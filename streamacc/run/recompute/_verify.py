@@ -38,18 +38,22 @@ from ...engine import (
 from ...errors import InputError, ResumeError, VerifyError, arg, one_line
 from ...store import Target, ZarrSink, compare_chunks, open_target
 from ...summaries import BlockPieces, Summaries, SummaryCheck, SummaryPlan
-from ..output import Output
-from ..record import (
+from ..bookkeeping import (
     BlockRecord,
     Ledger,
     Manifest,
+    arrays_problem,
     changed_values,
+    check_settled_root,
+    contradicts_itself,
     fingerprint,
     load_manifest,
     same_function,
+    trailer_problem,
+    trusted_manifest,
 )
+from ..output import Output
 from ..threads import interruptible, on_own_thread, run_ordered
-from ..trust import arrays_problem, check_settled_root, contradicts_itself, trailer_problem, trusted_manifest
 
 __all__ = [
     "Checker",

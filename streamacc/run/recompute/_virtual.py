@@ -44,8 +44,7 @@ from ...engine import (
 )
 from ...errors import InputError, VerifyError, arg
 from ...store import ChunkWriter, plain_document
-from ..record import Ledger, Manifest, decode_leaves
-from ..trust import CheckedStore
+from ..bookkeeping import CheckedStore, Ledger, Manifest, decode_leaves
 
 __all__ = [
     "CACHE_BYTES",

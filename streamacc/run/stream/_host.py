@@ -31,10 +31,10 @@ from ..._callsite import Site, run_from
 from ...engine import Block, HostLeaf, Plan, block_bounds
 from ...errors import InputError, one_line
 from ...store import Target
+from ..bookkeeping import carry_digest
 from ..execute import Progress, write_block
 from ..output import BlockResult, Output, OutputSpec
 from ..recompute import check_recomputed
-from ..record import carry_digest
 from ..session import RunSession
 from ..threads import STOP, Interrupted, run_ordered
 from ._program import CarryLeaf

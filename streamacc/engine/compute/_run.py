@@ -1,0 +1,182 @@
+"""Running a plan block by block: dispatch into the pool's buffers, hand over, the carry pass."""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+
+from ..plan import Plan
+from ._block import Block
+from ._kernels import cached, carry_scan_fn, scan_fn
+from ._pool import POOL_MIN_BYTES, BlockPool, _Lease, fresh_buffers, pool_size
+from ._rows import block_xs, let_go, spent_rows
+from ._scopes import jax_option
+
+__all__ = ["carry_pass", "compute_block", "compute_platform", "computes_ahead", "run_block", "run_plan"]
+
+
+CALLER_HELD = 1
+"""Blocks a plain ``for block in iter_blocks(...)`` loop holds while asking for the next."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Computed:
+    """A dispatched block: its device outputs, and the pool slot they live in (if any)."""
+
+    start: int
+    stop: int
+    out: list[jax.Array]
+    carry: Any
+    lease: _Lease | None  # its pool slot's lease (dropped unseen, it gives the slot back); None when XLA allocated out
+    rows: tuple[weakref.ref[Any], ...]  # its host rows, let go of once its values are ready
+
+
+def _dispatch(plan: Plan, pool: BlockPool, carry: Any, start: int, stop: int) -> _Computed:
+    xs = block_xs(plan, start, stop)
+    lease = pool.acquire() if stop - start == plan.block_size else None  # only full blocks share buffers
+    carry, out = run_block(plan, carry, xs, stop - start, pool.buffers(lease, plan.out_structs(stop - start)))
+    return _Computed(start, stop, out, carry, lease, spent_rows(plan, xs, stop - start))
+
+
+def run_block(
+    plan: Plan, carry: Any, xs: Any, length: int, out: list[jax.Array] | None
+) -> tuple[Any, list[jax.Array]]:
+    """One block of ``length`` steps from ``carry``: its carry and ys, written into the donated ``out``.
+
+    ``out`` is None only for ys without zero buffers (a PRNG key's); XLA allocates those.
+    """
+    shape = (plan.f, length, plan.unroll, plan.reverse)
+    if out is None:
+        return cached(scan_fn, *shape, False, plan.save_every)(carry, xs)
+    return cached(scan_fn, *shape, True, plan.save_every)(carry, xs, out)
+
+
+def _hand_over(plan: Plan, pool: BlockPool, done: _Computed) -> Block:
+    hosts = pool.hand_over(done.lease, done.out)
+    let_go(done.rows)
+    ys = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(plan.y_struct), hosts)
+    release = None if done.lease is None else done.lease.release
+    return Block(done.start, done.stop, ys, done.carry, release, save_every=plan.save_every)
+
+
+def carry_pass(
+    plan: Plan, *, carry: Any = None, first_block: int = 0, exact: bool = False
+) -> Iterator[tuple[int, int, Any]]:
+    """The carry after each block from ``first_block`` on, without materialising any ys.
+
+    Yields ``(start, stop, carry)`` in scan order, ``carry`` leaving the block. Each block
+    runs a carry-only scan of the same step, so this is the cheap sequential part of a
+    blocked scan: with the carry entering every block known, the blocks themselves can
+    be recomputed anywhere, in parallel. A step whose carry depends on how XLA compiles
+    it alongside its ys would differ here (Lorenz-63's RK4 did, in 1 of its first
+    31,000 steps); callers compare with the full
+    block. ``exact`` runs the block function itself, its ys computed and dropped: the bits
+    of the full block by construction, at the cost of one block's ys at a time.
+    """
+    carry = plan.init if carry is None else carry
+    spare: dict[int, list[jax.Array] | None] = {}  # per block length: ys buffers, donated from block to block
+    for start, stop in plan.bounds(first_block):
+        xs = block_xs(plan, start, stop)
+        if plan.save_every == 1 and not exact:
+            carry = cached(carry_scan_fn, plan.f, stop - start, plan.unroll, plan.reverse)(carry, xs)
+        else:  # the block function itself (its kept rows are few): the carry has its bits by construction
+            n = stop - start
+            out = spare[n] if n in spare else fresh_buffers(plan.out_structs(n))
+            carry, spare[n] = run_block(plan, carry, xs, n, out)
+        yield start, stop, carry
+
+
+def compute_block(plan: Plan, carry: Any, start: int, stop: int, *, pool: BlockPool | None = None) -> Block:
+    """Compute the single block ``[start, stop)`` from the carry entering it (a block task, or a check).
+
+    With ``pool`` the block is computed into one of its buffers; release the block when done.
+    """
+    pool = BlockPool(0) if pool is None else pool
+    return _hand_over(plan, pool, _dispatch(plan, pool, carry, start, stop))
+
+
+def computes_ahead() -> bool:
+    """Whether :func:`run_plan` computes one block ahead by default: on an accelerator, not on a CPU.
+
+    Decided by the platform of the device that JAX computes on (``jax.default_device``
+    included), as seen from the calling thread. Computing ahead dispatches block k+1
+    before block k is handed over. On an accelerator JAX's dispatch returns at once, so
+    the device computes k+1 while block k is copied to the host and taken by the caller;
+    that overlap is worth the pool's one extra buffer. XLA's CPU client returns only once
+    the block is computed (the dispatch takes the block's whole computation, the hand-over
+    a sliver of it), so on a CPU computing ahead overlaps nothing: each ``next()`` still
+    waits for one block's computation, the caller merely gets the block before the one
+    just computed, and the pool needs a buffer more (a whole block of the write's ys). On a
+    CPU the overlap comes from the caller's own threads instead, as in :func:`streamacc.write`.
+    """
+    return compute_platform() != "cpu"
+
+
+def compute_platform() -> str:
+    """The platform JAX computes on from the calling thread (``jax.default_device`` included): ``cpu``, ``tpu``,
+    ``gpu`` ..., which the defaults chosen per platform ask (``streamacc._defaults``)."""
+    return _platform()
+
+
+def _platform() -> str:
+    device: jax.Device | str | None = jax_option("jax_default_device")
+    if device is None:
+        return jax.default_backend()
+    if isinstance(device, str):  # a platform name
+        return device
+    platform: str = device.platform  # jaxlib's Device comes without type information
+    return platform
+
+
+def run_plan(
+    plan: Plan,
+    *,
+    carry: Any = None,
+    first_block: int = 0,
+    pool: BlockPool | None = None,
+    ahead: bool | None = None,
+) -> Iterator[Block]:
+    """Run ``plan`` from block ``first_block`` (in scan order) with ``carry`` entering it.
+
+    With ``ahead`` (by default :func:`computes_ahead`: on an accelerator) block k+1 is
+    dispatched before block k is handed over, so that with JAX's asynchronous dispatch
+    the device computes while the caller consumes; without it (on a CPU) each block is
+    computed when the caller asks for it, and the engine holds one buffer less.
+
+    Full blocks are computed into the buffers of ``pool``; by default a pool sized for a
+    caller that holds one block at a time (none for blocks under ``POOL_MIN_BYTES``). A
+    caller that keeps ``depth`` blocks in flight passes
+    ``BlockPool(pool_size(depth, ahead=ahead))`` and calls :meth:`Block.release` on each
+    block once done with it; memory then stays at that many blocks of
+    ``plan.block_nbytes``. A caller that keeps more blocks stays correct: the extra
+    blocks get buffers of their own.
+    """
+    if ahead is None:
+        ahead = computes_ahead()
+    if pool is None:
+        pool = BlockPool(pool_size(CALLER_HELD, ahead=ahead) if plan.block_nbytes >= POOL_MIN_BYTES else 0)
+    carry = plan.init if carry is None else carry
+    if not ahead:
+        for start, stop in plan.bounds(first_block):
+            block = compute_block(plan, carry, start, stop, pool=pool)
+            carry = block.carry
+            yield block
+            # dropped before the next block is computed: a block the caller dropped
+            # unreleased must give its buffer back before the next one takes a slot
+            del block
+        return
+    pending = None
+    for start, stop in plan.bounds(first_block):
+        done = _dispatch(plan, pool, carry, start, stop)
+        carry = done.carry
+        if pending is not None:
+            # handed over without a local name: the generator must not keep the block's
+            # views alive while it computes the next one, or its buffer could not be reused
+            yield _hand_over(plan, pool, pending)
+        pending = done
+    if pending is not None:
+        yield _hand_over(plan, pool, pending)

@@ -1,0 +1,41 @@
+"""What a blocked scan will do: its settings, how its length is cut into blocks, its checks and its plan.
+
+``_blocking`` holds a scan's settings (``Blocking``: its length, blocks, unroll, direction
+and thinning, with their checks and arithmetic, no JAX), ``_layout`` cuts a length into
+blocks (pure arithmetic), ``_checks`` validates arguments, ``_plan`` validates and plans a
+blocked scan, ``_spec`` is a scan's description (``ScanSpec``) made into a plan.
+
+These are the names the engine and its other room use; each is imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._blocking import (
+        BLOCK_KEYWORDS as BLOCK_KEYWORDS,
+        SCAN_DEFAULTS as SCAN_DEFAULTS,
+        Blocking as Blocking,
+        BlockKeywords as BlockKeywords,
+        ScanKeywords as ScanKeywords,
+        check_length as check_length,
+    )
+    from ._checks import Carry as Carry, Step as Step, x64_scope as x64_scope
+    from ._layout import (
+        MAX_LENGTH as MAX_LENGTH,
+        block_bounds as block_bounds,
+        block_count as block_count,
+        block_steps as block_steps,
+        committed_span as committed_span,
+        pool_size as pool_size,
+        row_step as row_step,
+        rows_in as rows_in,
+        unrolled as unrolled,
+    )
+    from ._plan import Plan as Plan, make_plan as make_plan, resize as resize
+    from ._spec import ScanSpec as ScanSpec, as_spec as as_spec, same_carry as same_carry, step_of as step_of
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

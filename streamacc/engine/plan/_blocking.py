@@ -1,0 +1,211 @@
+"""A scan's steps and how they run in blocks, held once: :class:`Blocking`, its arithmetic and its checks.
+
+The five settings (``length``, ``block_size``, ``unroll``, ``reverse``, ``save_every``) are
+declared here and nowhere else: :class:`ScanKeywords` types them as keywords, their defaults
+are :class:`Blocking`'s, and every check that refuses one, with its message, is here. Pure
+arithmetic: no JAX, so that reading an output's identity and refusing a bad command line never
+import it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator
+from typing import Any, TypedDict, Unpack, cast
+
+from ..._checks import as_count, as_unroll
+from ...errors import InputError, arg
+from ._layout import MAX_LENGTH, block_bounds, block_count, committed_span, rows_in
+
+__all__ = [
+    "BLOCK_KEYWORDS",
+    "SCAN_DEFAULTS",
+    "BlockKeywords",
+    "Blocking",
+    "ScanKeywords",
+    "block_size_near",
+    "check_block_size",
+    "check_grouping",
+    "check_length",
+    "check_save_every",
+]
+
+class BlockKeywords(TypedDict, total=False):
+    """How a scan's steps run, as keywords: all of the scan's but its ``length`` (which ``write`` takes apart)."""
+
+    block_size: int | None
+    unroll: int | bool
+    reverse: bool
+    save_every: int
+
+
+class ScanKeywords(BlockKeywords, total=False):
+    """The scan's keywords, as :class:`~streamacc.ScanSpec`, ``iter_blocks`` and ``scan`` take them."""
+
+    length: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Blocking:
+    """A scan's steps and how they run: its length, its blocks, ``lax.scan``'s unroll, its direction and thinning.
+
+    Made checked from a caller's keywords (:meth:`checked`), or as a run recorded it. The
+    block size is None until the plan chooses one (sized by bytes); the arithmetic of the
+    blocks needs it.
+    """
+
+    length: int
+    block_size: int | None = None
+    unroll: int | bool = 1
+    reverse: bool = False
+    save_every: int = 1
+
+    @classmethod
+    def checked(cls, **keywords: Unpack[ScanKeywords]) -> Blocking:
+        """The scan's keywords checked and normalised, with no step function and no JAX.
+
+        What :class:`~streamacc.ScanSpec` checks of its keywords before it traces the step;
+        the command line asks it of its options before JAX is imported.
+        """
+        given: dict[str, Any] = {**SCAN_DEFAULTS, **keywords}
+        n = as_count("length", given["length"], minimum=0)
+        check_length(n)
+        every = as_count("save_every", given["save_every"], minimum=1)
+        check_save_every(every, n)
+        block_size, unroll, reverse = given["block_size"], given["unroll"], given["reverse"]
+        size = None if block_size is None else check_block_size(block_size, n, unroll, every)
+        unrolled = as_unroll(unroll)
+        if not _is_bool(reverse):
+            raise InputError(f"{arg('reverse')} must be True or False, got {reverse!r}")
+        if size is not None:
+            check_grouping(n, size, unrolled, bool(reverse), every)
+        return cls(n, size, unrolled, bool(reverse), every)
+
+    def sized(self, block_size: int) -> Blocking:
+        """This scan in blocks of ``block_size`` steps (whole rows), refused where they break the unroll's groups."""
+        check_grouping(self.length, block_size, self.unroll, self.reverse, self.save_every)
+        return dataclasses.replace(self, block_size=block_size)
+
+    def keywords(self) -> ScanKeywords:
+        """The settings as the scan's keywords."""
+        return cast(ScanKeywords, {field.name: getattr(self, field.name) for field in dataclasses.fields(self)})
+
+    @property
+    def size(self) -> int:
+        """Steps per block, once chosen (a ValueError before)."""
+        if self.block_size is None:
+            raise ValueError("the block size is chosen when the scan is planned")
+        return self.block_size
+
+    @property
+    def rows(self) -> int:
+        """Output rows of the whole scan: one per step, or per ``save_every`` steps."""
+        return self.length // self.save_every
+
+    @property
+    def block_rows(self) -> int:
+        """Output rows of one full block."""
+        return self.size // self.save_every
+
+    @property
+    def block_count(self) -> int:
+        """How many blocks the scan runs (see :func:`block_count`)."""
+        return block_count(self.length, self.size, self.unroll)
+
+    def bounds(self, first: int = 0) -> Iterator[tuple[int, int]]:
+        """The ``[start, stop)`` of each block in scan order from block ``first``."""
+        return block_bounds(self.length, self.size, self.reverse, first, self.unroll)
+
+    def span(self, blocks: int) -> tuple[int, int]:
+        """The steps ``[start, stop)`` that the first ``blocks`` blocks in scan order cover."""
+        return committed_span(self.length, self.size, self.reverse, blocks, self.unroll)
+
+    def rows_of(self, blocks: int) -> tuple[int, int]:
+        """The output rows ``[first, last)`` that the first ``blocks`` blocks in scan order fill."""
+        return rows_in(*self.span(blocks), self.save_every)
+
+
+SCAN_DEFAULTS: dict[str, Any] = {
+    f.name: None if f.default is dataclasses.MISSING else f.default for f in dataclasses.fields(Blocking)
+}
+"""The scan's keywords and their defaults, as ``scan``, ``iter_blocks`` and ``write`` take them."""
+
+BLOCK_KEYWORDS: tuple[str, ...] = tuple(BlockKeywords.__annotations__)
+"""The scan's keywords but ``length``, in order: those ``write`` takes alone for the scan."""
+
+
+def _is_bool(value: Any) -> bool:
+    """Whether ``value`` is True or False: a Python bool, or numpy's (a bool array of no axes included)."""
+    numpy_bool = getattr(value, "shape", None) == () and getattr(getattr(value, "dtype", None), "kind", "") == "b"
+    return isinstance(value, bool) or numpy_bool
+
+
+def check_length(length: int) -> None:
+    """Refuse a length that readers cannot index."""
+    if length > MAX_LENGTH:
+        raise InputError(
+            f"{arg('length', length)} is longer than 2**63 - 1 steps, the most that numpy, dask and xarray "
+            "can index; split the run into several outputs"
+        )
+
+
+def check_save_every(save_every: int, length: int) -> None:
+    """Refuse a ``save_every`` that keeps no step of a scan of ``length`` steps."""
+    if save_every > max(length, 1):
+        raise InputError(
+            f"{arg('save_every', save_every)} keeps no step of a scan of {length} steps (the first kept is step "
+            f"{save_every - 1}); pass a {arg('save_every')} of at most {arg('length')}"
+        )
+
+
+def block_size_near(block_size: int, unroll: int, save_every: int) -> int:
+    """The block size to suggest for a refused ``block_size``: the nearest below it that is a multiple of both
+    ``unroll`` and ``save_every`` and, with an unroll, at least two unrolled groups (the smallest such otherwise)."""
+    multiple = math.lcm(unroll, save_every)
+    least = -(-2 * unroll // multiple) if unroll > 1 else 1
+    return max(least, block_size // multiple) * multiple
+
+
+def check_grouping(length: int, block_size: int, unroll: int | bool, reverse: bool, save_every: int = 1) -> None:
+    """Refuse blocks that cannot reproduce ``lax.scan``'s grouping of steps under ``unroll``.
+
+    ``lax.scan(unroll=u)`` runs groups of u steps per loop trip, and XLA may reassociate
+    floating-point work within a group, so blocks must line up with the whole scan's
+    groups (and run their loop at least twice) to give the same bits.
+    """
+    if length <= block_size or unroll is False or (unroll == 1 and unroll is not True):
+        return
+    if unroll is True:
+        raise InputError(
+            f"{arg('unroll', True)} unrolls each block completely, which regroups steps unlike one lax.scan; "
+            f"pass an integer unroll such as {arg('unroll', 8)}"
+        )
+    if block_size % unroll or block_size < 2 * unroll:
+        good = block_size_near(block_size, unroll, save_every)  # a thinned block keeps whole rows too
+        also = f" and of {arg('save_every', save_every)}" if save_every > 1 else ""
+        raise InputError(
+            f"{arg('block_size', block_size)} must be a multiple of the scan's unroll ({unroll}){also} and at "
+            f"least {2 * unroll}, so that blocks line up with lax.scan's unrolled groups; "
+            f"pass e.g. {arg('block_size', good)}"
+        )
+    if reverse and length % unroll:
+        raise InputError(
+            f"with {arg('reverse', True)}, {arg('length', length)} must be a multiple of the scan's unroll "
+            f"({unroll}), as lax.scan runs its remainder steps first; pass {arg('unroll', 1)} or a length divisible "
+            "by the unroll"
+        )
+
+
+def check_block_size(given: Any, length: int, unroll: Any, save_every: int) -> int:
+    """``block_size`` as a positive int that holds whole rows of ``save_every`` steps, or an :class:`InputError`."""
+    block_size = as_count("block_size", given, minimum=1)
+    if block_size % save_every:
+        u = unroll if type(unroll) is int and unroll > 1 and block_size < length else 1  # blocks line up with groups
+        good = block_size_near(block_size, u, save_every)
+        also = f" and of the scan's unroll ({u})" if u > 1 else ""
+        raise InputError(
+            f"{arg('block_size', block_size)} must be a multiple of {arg('save_every', save_every)}{also}, so "
+            f"that every block keeps whole rows; pass e.g. {arg('block_size', good)}"
+        )
+    return block_size

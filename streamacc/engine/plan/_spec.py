@@ -1,0 +1,197 @@
+"""A blocked scan described once: :class:`ScanSpec`, validated where it is made, taken by every entry point."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from ..._defaults import DEFAULT_BLOCK_BYTES
+from ...errors import InputError, arg
+from ._blocking import SCAN_DEFAULTS, Blocking
+from ._checks import Step
+from ._plan import Plan, make_plan, resize
+
+__all__ = ["ScanSpec", "as_spec", "same_carry", "step_of"]
+
+
+@dataclasses.dataclass(frozen=True, init=False, eq=False)
+class ScanSpec:
+    """A blocked ``lax.scan``, checked once: the step, its initial carry and inputs, and how it runs.
+
+    ``ScanSpec(f, init, xs, length=n)`` describes ``lax.scan(f, init, xs, length=n)`` run in
+    blocks; :func:`~streamacc.scan`, :func:`~streamacc.iter_blocks`, :func:`~streamacc.write`,
+    :func:`~streamacc.verify`, :func:`~streamacc.open` and :func:`~streamacc.materialize`
+    take it in place of ``f, init, xs`` and the scan's keywords. Every argument is checked
+    when the spec is made (the step traced once, abstractly), so a spec that exists is one
+    that runs.
+
+    Parameters
+    ----------
+    f : callable
+        The step, ``f(carry, x) -> (carry, y)``, as ``lax.scan`` takes it; hashable (a
+        function, or a frozen dataclass).
+    init : pytree of arrays
+        The carry entering the first step.
+    xs : pytree of arrays, optional
+        Inputs sliced along their first axis, one row per step.
+    length : int, optional
+        The number of steps; required without ``xs``, equal to its length with it.
+    block_size : int, optional
+        Steps per block; by default each entry point sizes blocks by bytes (about 8 MiB
+        of ys in memory, 32 MiB when writing).
+    unroll : int or bool, default 1
+        ``lax.scan``'s unroll.
+    reverse : bool, default False
+        Scan from the last step to the first.
+    save_every : int, default 1
+        Keep the ys of every ``save_every``-th step only.
+
+    Attributes
+    ----------
+    f, init, xs : callable, pytree, pytree or None
+        The step, the initial carry and the inputs, as given.
+    length : int
+        The number of steps (from ``xs`` where not given).
+    block_size : int or None
+        Steps per block as given, checked; None leaves the block size to the entry point.
+    unroll : int or bool
+        ``lax.scan``'s unroll, checked.
+    reverse : bool
+        Whether the scan runs from the last step to the first.
+    save_every : int
+        The thinning: every ``save_every``-th step's y is kept.
+
+    Raises
+    ------
+    streamacc.errors.InputError
+        A bad argument, named as the keyword it was given by.
+    streamacc.errors.StepFunctionError
+        ``f`` breaks the scan contract, or JAX cannot trace it.
+    streamacc.errors.X64Error
+        64-bit inputs while ``jax_enable_x64`` is off.
+
+    Examples
+    --------
+    >>> import numpy as np, streamacc
+    >>> def count(c, _):
+    ...     return c + 1, c
+    >>> spec = streamacc.ScanSpec(count, np.int32(0), length=10, block_size=4)
+    >>> spec.length, spec.block_size
+    (10, 4)
+    >>> [(b.start, b.stop) for b in streamacc.iter_blocks(spec)]
+    [(0, 4), (4, 8), (8, 10)]
+    >>> streamacc.scan(spec)[1]
+    array([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], dtype=int32)
+    """
+
+    f: Step
+    init: Any
+    xs: Any
+    _blocking: Blocking
+    """The scan's settings as given, checked (its block size None where left to the entry point)."""
+    _plan: Plan
+
+    def __init__(
+        self,
+        f: Step,
+        init: Any,
+        xs: Any = None,
+        *,
+        length: int | None = None,
+        block_size: int | None = None,
+        unroll: int | bool = 1,
+        reverse: bool = False,
+        save_every: int = 1,
+    ) -> None:
+        plan = make_plan(
+            f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every
+        )
+        asked = dataclasses.replace(plan.blocking, block_size=plan.block_size if block_size is not None else None)
+        for field, value in zip(dataclasses.fields(self), (f, init, xs, asked, plan), strict=True):
+            object.__setattr__(self, field.name, value)
+
+    @property
+    def length(self) -> int:
+        return self._blocking.length
+
+    @property
+    def block_size(self) -> int | None:
+        return self._blocking.block_size
+
+    @property
+    def unroll(self) -> int | bool:
+        return self._blocking.unroll
+
+    @property
+    def reverse(self) -> bool:
+        return self._blocking.reverse
+
+    @property
+    def save_every(self) -> int:
+        return self._blocking.save_every
+
+    def __repr__(self) -> str:
+        shown = {"f": self.f, "init": self.init, "xs": self.xs, **self.keywords()}
+        return f"{type(self).__qualname__}({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
+
+    def keywords(self) -> dict[str, Any]:
+        """The scan's keywords (``length``, ``block_size``, ``unroll``, ``reverse``, ``save_every``) as given."""
+        return dict(self._blocking.keywords())
+
+    def plan(self, *, block_bytes: int = DEFAULT_BLOCK_BYTES, rows_multiple: int = 1,
+             default_block_size: int | None = None) -> Plan:  # fmt: skip
+        """The plan that runs it, without tracing the step again.
+
+        Its blocks hold ``block_size`` steps, else ``default_block_size``, else about
+        ``block_bytes`` of ys in a whole number of ``rows_multiple`` rows.
+        """
+        if self.block_size is not None:
+            return self._plan
+        return resize(self._plan, block_size=default_block_size, block_bytes=block_bytes, rows_multiple=rows_multiple)
+
+
+def as_spec(f: Any, init: Any, xs: Any, **keywords: Any) -> ScanSpec:
+    """``f`` itself if it is a :class:`ScanSpec` (and nothing else is given), else the spec of the arguments."""
+    if not isinstance(f, ScanSpec):
+        return ScanSpec(f, init, xs, **keywords)
+    extra = [arg(name) for name, value in (("init", init), ("xs", xs)) if value is not None]
+    extra += [arg(name, value) for name, value in keywords.items() if not _is_default(value, SCAN_DEFAULTS[name])]
+    if extra:
+        given = ", ".join(extra)
+        raise InputError(
+            f"a ScanSpec already holds the step, its carry, inputs and scan keywords: pass the spec alone, or "
+            f"f, init and xs with their keywords; drop {given} or put it in the ScanSpec"
+        )
+    return f
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    return value is default or (type(value) is type(default) and value == default)  # unroll=True is not 1
+
+
+def same_carry(carry: Any, init: Any) -> Any:
+    """``carry`` as JAX arrays, or an :class:`InputError` if its structure, shapes or dtypes are not ``init``'s."""
+    want, got = str(jax.tree_util.tree_structure(init)), str(jax.tree_util.tree_structure(carry))
+    if want != got:
+        raise InputError(f"{arg('carry')} must have init's structure {want}, got {got}")
+    for leaf, like in zip(jax.tree_util.tree_leaves(carry), jax.tree_util.tree_leaves(init), strict=True):
+        shape, dtype = jnp.shape(leaf), getattr(leaf, "dtype", None)
+        if shape != jnp.shape(like) or dtype != like.dtype:
+            raise InputError(
+                f"{arg('carry')} must have init's shapes and dtypes: a leaf is {dtype}{list(shape)} where init's is "
+                f"{like.dtype}{list(jnp.shape(like))}"
+            )
+    return jax.tree_util.tree_map(jnp.asarray, carry)
+
+
+def step_of(f: Any, init: Any, xs: Any, *, needs_init: bool = False) -> tuple[Step, Any, Any]:
+    """``f, init, xs``, taken from ``f`` if it is a :class:`ScanSpec` (where an output records the rest)."""
+    if not isinstance(f, ScanSpec):
+        if needs_init and init is None:
+            raise InputError(f"{arg('init')} is needed with the step function f: pass both, or a ScanSpec")
+        return f, init, xs
+    as_spec(f, init, xs)
+    return f.f, f.init, f.xs

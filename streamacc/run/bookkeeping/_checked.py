@@ -1,0 +1,179 @@
+"""The store ``streamacc.open`` reads through: a committed chunk is returned only if it is the one committed.
+
+Every stored chunk ends with its CRC-32C (zarr's ``crc32c`` codec, last in every
+streamacc array), and the block records keep the value each chunk had when its block was
+committed. Zarr checks that a chunk agrees with its own trailer; this store also checks
+that the trailer is the recorded one and that the chunk's bytes give it, as it hands each
+chunk to Zarr, so a chunk copied from another output, written late by a writer that had
+lost its lease, or damaged in place, is refused with streamacc's error naming it instead of
+being returned as data (or failing in zarr's codec), and a committed chunk that is missing is an
+error too, never the fill value. It costs a CRC-32C per chunk read (zarr computes one more) and one
+read of a record segment per 64 blocks, each parsed once however many chunks are read at once
+(the last few segments are kept); nothing else. Only whole-chunk reads of the run's
+arrays within the committed blocks are checked (``open`` reads nothing else of them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+from typing import Any
+
+from zarr.abc.buffer import Buffer, BufferPrototype
+from zarr.abc.store import ByteRequest, Store
+from zarr.buffer import default_buffer_prototype
+from zarr.storage import WrapperStore
+
+from ...errors import VerifyError, arg
+from ...store import ChunkWriter, plain_document, stored_crc32c
+from ._ledger import Ledger
+from ._manifest import RECORDS_ATTR, SEGMENT, Manifest, node_attribute
+
+__all__ = ["CheckedStore"]
+
+KEPT_SEGMENTS = 16
+"""Record segments a reader keeps parsed (each the start and checksums of 64 blocks)."""
+
+_Records = list[tuple[Any, Any]]
+"""A segment's records as a reader keeps them: each block's first step and its chunks' CRC-32Cs."""
+
+
+class CheckedStore(WrapperStore[Store]):
+    """``store`` (an output's, read-only) with each committed chunk of the run's arrays checked on read."""
+
+    def __init__(self, store: Store, label: str, manifest: Manifest) -> None:
+        super().__init__(store)
+        self.label = label
+        blocking = manifest.identity.blocking
+        self._names = set(manifest.identity.names)
+        self._blocks = blocking.block_count
+        self._save_every = blocking.save_every
+        self._block_rows = blocking.block_rows
+        self._reverse = bool(blocking.reverse)
+        self._committed = manifest.committed_blocks
+        self._segments: collections.OrderedDict[int, _Records] = collections.OrderedDict()
+        self._parsing: dict[int, asyncio.Future[_Records]] = {}
+        self._writers: dict[str, ChunkWriter | None] = {}
+
+    def _with_store(self, store: Store) -> CheckedStore:
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__, _store=store)
+        return clone
+
+    async def _writer(self, name: str) -> ChunkWriter | None:
+        """Array ``name``'s chunk layout, from its own metadata (read once), or None where it has none."""
+        if name not in self._writers:
+            buf = await self._store.get(f"{name}/zarr.json", default_buffer_prototype())
+            writer = None  # none, or unreadable: zarr refuses the array
+            if buf is not None:
+                with contextlib.suppress(AttributeError, ValueError, TypeError, KeyError):
+                    document = plain_document(json.loads(buf.to_bytes()))[0]  # a virtual array's chunks are its own
+                    writer = ChunkWriter.of_document(self._store, name, document)
+            self._writers[name] = writer
+        return self._writers[name]
+
+    async def _where(self, key: str) -> tuple[str, int, int, int] | None:
+        """(array, committed block in scan order, tile of the trailing axes, row chunk) of a chunk's key.
+
+        None for any key that is not a chunk of a committed block of the run's arrays.
+        """
+        name = key.partition("/")[0]
+        if name not in self._names:
+            return None
+        writer = await self._writer(name)
+        place = None if writer is None else writer.place(key)
+        if writer is None or place is None:
+            return None
+        row_chunk, tile = place
+        position = min(row_chunk * writer.chunk // self._block_rows, self._blocks - 1)
+        k = self._blocks - 1 - position if self._reverse else position
+        return (name, k, tile, row_chunk) if k < self._committed else None
+
+    async def _segment(self, seg: int) -> _Records:
+        """Segment ``seg``'s records, read and parsed once: a read of many chunks at once waits for one parse."""
+        if seg in self._segments:
+            self._segments.move_to_end(seg)
+            return self._segments[seg]
+        if seg in self._parsing:
+            return await asyncio.shield(self._parsing[seg])
+        parsing = self._parsing[seg] = asyncio.get_running_loop().create_future()
+        try:
+            buf = await self._store.get(Ledger.segment_key(seg), default_buffer_prototype())
+            records: _Records = []
+            with contextlib.suppress(ValueError, TypeError, KeyError):
+                parsed = json.loads(node_attribute(buf.to_bytes() if buf else b"", RECORDS_ATTR))
+                records = [(r.get("start"), r.get("crc32c")) if isinstance(r, dict) else (-1, {}) for r in parsed]
+            self._segments[seg] = records
+            while len(self._segments) > KEPT_SEGMENTS:
+                self._segments.popitem(last=False)
+            parsing.set_result(records)
+            return records
+        except BaseException as exc:
+            parsing.set_exception(exc)
+            parsing.exception()  # retrieved: a waiter re-raises it, none is needed
+            raise
+        finally:
+            del self._parsing[seg]
+
+    async def _record(self, k: int) -> tuple[Any, Any]:
+        seg, pos = divmod(k, SEGMENT)
+        records = await self._segment(seg)
+        return records[pos] if pos < len(records) else (None, None)
+
+    async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
+        buf = await self._store.get(key, prototype, byte_range)
+        if byte_range is not None:
+            return buf
+        where = await self._where(key)
+        if where is None:
+            return buf
+        name, k, tile, row_chunk = where
+        if buf is None:  # zarr would return the fill value (NaN, 0) as data
+            raise VerifyError(
+                f"chunk {key} of {self.label} is missing, though block {k} committed it, so its values cannot be "
+                f"read; rewrite the output with {arg('mode', 'overwrite')} (or restore the chunk from a copy)"
+            )
+        start, crcs = await self._record(k)
+        writer = self._writers[name]
+        assert writer is not None
+        try:
+            first = start // self._save_every // writer.chunk  # records count steps, chunks hold rows
+            place = (row_chunk - first) * len(writer.tiles) + tile
+            recorded = crcs[name][place] if place >= 0 else None
+        except (KeyError, IndexError, TypeError):
+            recorded = None
+        raw = buf.to_bytes()
+        if recorded is None or int.from_bytes(raw[-4:], "little") != recorded:
+            raise VerifyError(
+                f"chunk {key} of {self.label} is not the chunk committed for block {k} (its CRC-32C differs from "
+                f"the block's record), so it is not returned; run `streamacc verify` on it, and rewrite the output "
+                "if it confirms the damage"
+            )
+        if stored_crc32c(raw) is None:  # zarr would say so too, in words of its own
+            raise VerifyError(
+                f"chunk {key} of {self.label} is damaged (its bytes do not give the CRC-32C it ends with, which its "
+                f"block {k} recorded), so it is not returned; run `streamacc verify` on it, and rewrite the output "
+                "if it confirms the damage"
+            )
+        return buf
+
+    def __repr__(self) -> str:
+        return f"CheckedStore({self._store!r})"
+
+    def __str__(self) -> str:
+        return str(self._store)
+
+    def __eq__(self, value: object) -> bool:
+        return isinstance(value, CheckedStore) and self._store == value._store
+
+    def __hash__(self) -> int:
+        return hash(id(self))
+
+    async def getsize(self, key: str) -> int:
+        return await self._store.getsize(key)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # read again where it is unpickled
+        return {**self.__dict__, "_segments": collections.OrderedDict(), "_parsing": {}, "_writers": {}}
