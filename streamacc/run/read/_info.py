@@ -319,7 +319,7 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
             compression_ratio=round(written / stored, 3) if stored else None,
         )
     unrolled = every > 1 and blocking.unroll is not True and blocking.unroll not in (False, 1)
-    computing = block_bytes * every if unrolled else 0  # see engine/_scan._thinned_scan
+    computing = block_bytes * every if unrolled else 0  # see engine/compute/_kernels._thinned_scan
     return OutputInfo(
         path=target.label,
         arrays=arrays,
