@@ -28,7 +28,7 @@ from typing import Any, ParamSpec, TypeVar
 import numpy as np
 
 from ..._callsite import Site, run_from
-from ...engine import Block, HostLeaf, Plan, block_bounds
+from ...engine import Block, HostLeaf, Plan
 from ...errors import InputError, one_line
 from ...store import Target
 from ..bookkeeping import carry_digest
@@ -255,8 +255,7 @@ class StreamHost:
         n, names = len(self.carry), len(self.spec.names)
         carry_in, ys, carry_out = arrays[:n], arrays[n : n + names], arrays[n + names :]
         k = int(index)
-        start, stop = next(block_bounds(self.plan.length, self.plan.block_size, self.plan.reverse, k,
-                                        self.plan.unroll))  # fmt: skip
+        start, stop = next(self.plan.bounds(k))
         while not self._slots.acquire(timeout=POLL_SECONDS):
             self.check_running()
         rows, give_back = self._rows.copy(ys)

@@ -29,7 +29,6 @@ from ...engine import (
     HostLeaf,
     ScanSpec,
     Step,
-    block_bounds,
     from_host,
     to_host,
 )
@@ -417,7 +416,7 @@ class Stream:
                 session.already_complete()
         elif xs_given and output.first_block:
             chain = resume_chain(output)
-            bounds = block_bounds(plan.length, plan.block_size, plan.reverse, chain.start, plan.unroll)
+            bounds = plan.bounds(chain.start)
             host.check_chain = [(k, *next(bounds)) for k in chain]
         return host
 
