@@ -602,8 +602,8 @@ def test_the_rule_for_degenerate_parameters_is_stated_where_users_look(capsys):
 
     assert main(["recipes"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == DEGENERATE_RULE
-    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
-    assert DEGENERATE_RULE in readme
+    guide = " ".join((Path(__file__).resolve().parents[1] / "docs/guide/writing.md").read_text().split())
+    assert DEGENERATE_RULE in guide
 
 
 def test_a_compensated_recipe_holds_a_parameter_as_a_pair_before_calling_it_degenerate():
@@ -616,10 +616,10 @@ def test_a_compensated_recipe_holds_a_parameter_as_a_pair_before_calling_it_dege
         get_recipe("gp").build(10, "float32", x0=1e-50, compensated=True)  # below float32's range, pair or not
 
 
-def test_each_recipe_writes_the_array_its_description_and_the_readme_name(tmp_path):
-    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+def test_each_recipe_writes_the_array_its_description_and_the_writing_guide_name(tmp_path):
+    guide = " ".join((Path(__file__).resolve().parents[1] / "docs/guide/writing.md").read_text().split())
     names = "`x` for every recipe's recurrence, with `y` and `z` beside it for `lorenz`; `y` for `cumsum` and `cumprod`"
-    assert names in readme
+    assert names in guide
     source = save(tmp_path / "in.zarr", np.ones(10))
     for name, recipe in RECIPES.items():
         job = recipe.build(10, "float64", **({"input": source} if name in ("cumsum", "cumprod") else {}))
