@@ -1,9 +1,9 @@
-"""An output opened for writing: how it is laid out (``_options``: :class:`Layout`), what a write asks
-for (``_request``), its layout (``_layout``: dimensions and chunks; ``_time``: the time axis), the
-output it must produce (``_spec``), a run's plan and output as every writer derives them
-(``_planning``), opening it new, overwritten, resumed or extended (``_open``, ``_extend``,
-``_debris``), its in-order commits (``_output``; ``_batch``: blocks that commit together), and
-whether the store still holds what they committed (``_present``).
+"""An output opened for writing: what a write asks of it (``_options``: how it is laid out, :class:`Layout`;
+the mode; what it keeps of its blocks, :class:`Storage`), its layout (``_layout``: dimensions and chunks;
+``_time``: the time axis), the output it must produce (``_spec``), a run's plan and output as every
+writer derives them (``_planning``), opening it new, overwritten, resumed or extended (``_open``,
+``_extend``, ``_debris``), its in-order commits (``_output``; ``_batch``: blocks that commit together),
+and whether the store still holds what they committed (``_present``).
 
 These are the names the other rooms and wings use; each is imported on first use.
 """
@@ -27,7 +27,18 @@ if TYPE_CHECKING:
         stored_chunks as stored_chunks,
     )
     from ._open import open_output as open_output
-    from ._options import LAYOUT_FIELDS as LAYOUT_FIELDS, Layout as Layout
+    from ._options import (
+        LAYOUT_FIELDS as LAYOUT_FIELDS,
+        STORED as STORED,
+        VIRTUAL as VIRTUAL,
+        Layout as Layout,
+        Mode as Mode,
+        Request as Request,
+        Storage as Storage,
+        check_request as check_request,
+        check_written_length as check_written_length,
+        storage_for as storage_for,
+    )
     from ._output import BlockResult as BlockResult, Output as Output
     from ._planning import (
         Planned as Planned,
@@ -35,15 +46,8 @@ if TYPE_CHECKING:
         block_bytes_here as block_bytes_here,
         plan_output as plan_output,
     )
-    from ._request import (
-        Mode as Mode,
-        Request as Request,
-        check_request as check_request,
-        check_written_length as check_written_length,
-    )
     from ._seams import SEAMS as SEAMS
     from ._spec import OutputSpec as OutputSpec, output_spec as output_spec, stored_identity as stored_identity
-    from ._storage import STORED as STORED, VIRTUAL as VIRTUAL, Storage as Storage, storage_for as storage_for
     from ._time import is_calendar as is_calendar, times as times
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -34,8 +34,8 @@ from ..bookkeeping import (
 )
 from ._debris import only_leftovers, remove_partial_writes
 from ._extend import RowReader, extend_manifest, finish_extension, nothing_to_extend, other_length
+from ._options import Mode
 from ._output import BlockResult, Output
-from ._request import Mode
 from ._spec import OutputSpec
 
 __all__ = ["OPENERS", "Opening", "open_output", "probe"]

@@ -1,20 +1,46 @@
-"""How a write's output is laid out: :class:`Layout`, checked where it is made, with nothing heavier than numpy."""
+"""What a write asks of its output, checked where it is made, with nothing heavier than numpy.
+
+How it is laid out (:class:`Layout`); what the write does with an output already there and
+the summaries' windows a scan in its direction keeps (:class:`Request`); and what the
+output keeps of its blocks, their data (:data:`STORED`) or only their carries
+(:data:`VIRTUAL`). That choice is made once, from ``Layout.virtual``, when the output is
+specified (``output_spec``); everything that differs between the two is asked of the
+chosen :class:`Storage` rather than decided again where it is needed: where a block's
+data go, how often blocks commit, how many are summarised at once, the default summary
+levels, and whether a run computes blocks at all.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence, Set as AbstractSet
-from typing import Any
+from typing import Any, Literal, TypeVar
 
-from ..._defaults import DEFAULT_CODEC
+from ..._checks import as_choice, as_count
+from ..._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_VIRTUAL_INFLIGHT
+from ...engine import check_length
 from ...errors import InputError, arg, one_line
 from ...store import CODECS
-from ...summaries import check_windows
+from ...summaries import check_windows, default_windows
 from ._layout import chunk_rows
 from ._time import check_time
 
-__all__ = ["Layout", "check_json"]
+__all__ = [
+    "MODES",
+    "STORED",
+    "VIRTUAL",
+    "Layout",
+    "Mode",
+    "Request",
+    "Storage",
+    "check_json",
+    "check_request",
+    "check_written_length",
+    "storage_for",
+]
+
+_Sink = TypeVar("_Sink")
 
 
 def check_json(name: str, value: Any) -> None:
@@ -190,3 +216,100 @@ class Layout:
 
 LAYOUT_FIELDS: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(Layout))
 """The keywords a :class:`Layout` takes, which :func:`streamacc.write` also takes alone."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Storage:
+    """How a run keeps its blocks: one of :data:`STORED` and :data:`VIRTUAL`."""
+
+    virtual: bool
+    """Whether the data chunks are left to be recomputed from the recorded carries (what the identity records)."""
+    inflight: int
+    """Blocks written (or, virtual, summarised) at once by default in this process."""
+    batched: bool
+    """Whether computed blocks wait and commit together: a virtual block costs milliseconds, a commit two
+    durable writes."""
+
+    @property
+    def stores_data(self) -> bool:
+        return not self.virtual
+
+    def data_sink(self, sink: _Sink) -> _Sink | None:
+        """Where a block's data go: ``sink``, or None where they are not stored."""
+        return None if self.virtual else sink
+
+    def stored_blocks(self) -> list[list[int]] | None:
+        """The manifest's spans of blocks whose data are stored: none yet (virtual), or None for every block."""
+        return [] if self.virtual else None
+
+    def windows(self, rows: int, state_size: int) -> list[int]:
+        """The default summary levels of ``rows`` rows of states of ``state_size`` values."""
+        return default_windows(rows, state_size, virtual=self.virtual)
+
+    def computes_blocks(self, summarised: bool) -> bool:
+        """Whether a run computes whole blocks, or only the carry from block to block (virtual, nothing summarised)."""
+        return summarised or not self.virtual
+
+
+STORED = Storage(virtual=False, inflight=DEFAULT_INFLIGHT, batched=False)
+"""Every block's data encoded and written with the block."""
+
+VIRTUAL = Storage(virtual=True, inflight=DEFAULT_VIRTUAL_INFLIGHT, batched=True)
+"""Only the carry entering every block, the manifest and the summaries; the data recomputed on reading."""
+
+
+def storage_for(virtual: bool) -> Storage:
+    """:data:`VIRTUAL` or :data:`STORED`."""
+    return VIRTUAL if virtual else STORED
+
+
+Mode = Literal["create", "overwrite", "resume", "extend"]
+MODES: tuple[Mode, ...] = ("create", "overwrite", "resume", "extend")
+"""What a write does with an output that is already there (see :func:`streamacc.write`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """A write's mode and layout, and the summary windows they give a scan in this direction."""
+
+    mode: Mode
+    layout: Layout
+    summaries: list[int]
+    summaries_default: bool  # summaries=True: an output continued keeps the windows it was begun with
+    storage: Storage  # chosen once, from the layout
+    over_state: list[str] | None = None
+    """The outputs summarised over their whole state: the stored run's for a continued run, else None (the
+    default's choice, from the states' sizes: ``summaries.over_state``)."""
+
+
+def check_request(*, mode: object = "create", layout: Layout | None = None, reverse: bool = False) -> Request:
+    """The request of a write in ``mode`` with ``layout`` (by default ``Layout()``) of a scan run forwards or not.
+
+    The layout was checked when it was made; what is left is the mode, and the summaries
+    a reverse scan cannot keep.
+    """
+    checked: Mode = as_choice("mode", mode, MODES)  # type: ignore[assignment]
+    layout = Layout() if layout is None else layout
+    summaries = layout.summaries
+    return Request(
+        mode=checked,
+        layout=layout,
+        summaries=check_windows(list(summaries) if isinstance(summaries, tuple) else summaries, reverse),
+        summaries_default=summaries is True,
+        storage=storage_for(layout.virtual),
+    )
+
+
+def check_written_length(length: object, *, from_xs: bool = False) -> None:
+    """Refuse a write of fewer than one step (as the command line refuses ``--size 0``), or more than readers index.
+
+    ``scan`` and ``iter_blocks`` take a length of 0, as ``lax.scan`` does; an output holds
+    at least one step, so a write says so of any length below 1 (or not a whole number)
+    before the scan's own check, which would take 0.
+    """
+    if from_xs and length == 0:
+        raise InputError(
+            f"xs has no rows, which makes {arg('length', 0)}, but an output holds at least one step "
+            f"({arg('length')} must be >= 1); pass xs of at least one row"
+        )
+    check_length(as_count("length", length, minimum=1, example=2**20))

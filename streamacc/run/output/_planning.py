@@ -22,9 +22,8 @@ from ...errors import StreamaccWarning, arg
 from ...store import Target
 from ..bookkeeping import RunIdentity
 from ._layout import chunk_rows, stored_chunks
-from ._request import Mode, Request, check_written_length
+from ._options import Mode, Request, Storage, check_written_length
 from ._spec import OutputSpec, output_spec, stored_identity
-from ._storage import Storage
 
 __all__ = ["Planned", "again", "block_bytes_here", "plan_output"]
 

@@ -24,8 +24,7 @@ from ...store import ArraySpec, open_target, storable
 from ...summaries import over_state, summarized_names, too_long
 from ..bookkeeping import Ledger, RunIdentity, run_identity
 from ._layout import RESERVED, array_dims, resolve_chunks
-from ._request import Request
-from ._storage import STORED, Storage
+from ._options import STORED, Request, Storage
 from ._time import check_span, time_attrs
 
 __all__ = ["OutputSpec", "output_names", "output_spec", "stored_identity"]
