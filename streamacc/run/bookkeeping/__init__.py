@@ -4,8 +4,9 @@ What is recorded: the manifest and block records (``_manifest``), the ledger tha
 writes them with the kept carries (``_ledger``), the run's identity (``_runidentity``: read
 back, typed; ``_identity``: made from a plan) and its step function's fingerprint
 (``_fingerprint``). What is checked: an output's structure (``_trust``), the root metadata
-against the manifest (``_root``), chunk trailers against the block records (``_trailers``),
-and each chunk ``open`` reads (``_checked``). Reading and checking them imports no JAX.
+against the manifest (``_root``), chunk trailers against the block records (``_trailers``,
+and whether the store still holds what a run committed), and each chunk ``open`` reads
+(``_checked``). Reading and checking them imports no JAX.
 
 These are the names the other rooms and wings use; each is imported on first use.
 """
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     )
     from ._root import bookkeeping_listing as bookkeeping_listing, root_problem as root_problem
     from ._runidentity import RunIdentity as RunIdentity
-    from ._trailers import trailer_problem as trailer_problem
+    from ._trailers import missing_from_store as missing_from_store, trailer_problem as trailer_problem
     from ._trust import (
         arrays_problem as arrays_problem,
         check_settled_root as check_settled_root,

@@ -2,8 +2,8 @@
 the mode; what it keeps of its blocks, :class:`Storage`), its layout (``_layout``: dimensions and chunks;
 ``_time``: the time axis), the output it must produce (``_spec``), a run's plan and output as every
 writer derives them (``_planning``), opening it new, overwritten, resumed or extended (``_open``,
-``_extend``, ``_debris``), its in-order commits (``_output``; ``_batch``: blocks that commit together),
-and whether the store still holds what they committed (``_present``).
+``_extend``, ``_debris``), and its in-order commits (``_output``; ``_batch``: blocks that commit
+together).
 
 These are the names the other rooms and wings use; each is imported on first use.
 """

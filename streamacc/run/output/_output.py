@@ -19,11 +19,18 @@ from ...engine import HostLeaf
 from ...errors import LockedError, StoreError, StreamaccWarning, arg
 from ...store import Target, ZarrSink, describe_store_failure, is_store_failure, progress_attrs
 from ...summaries import BlockPieces, Summaries, SummaryPlan
-from ..bookkeeping import BlockRecord, Ledger, Manifest, bookkeeping_listing, describe_nonfinite, encode_leaves
+from ..bookkeeping import (
+    BlockRecord,
+    Ledger,
+    Manifest,
+    bookkeeping_listing,
+    describe_nonfinite,
+    encode_leaves,
+    missing_from_store,
+)
 from ..threads import check_stop
 from ._batch import Batch
 from ._debris import remove_partial_writes
-from ._present import missing_from_store
 from ._spec import OutputSpec
 
 __all__ = ["PUBLISH_SECONDS", "BlockResult", "Output"]
