@@ -1,7 +1,6 @@
 """Where blocks run: as the caller says it (``_where``: ``Local``, ``Dask``; ``_keywords``: the
 keywords ``write`` takes alone, routed to the scan, the layout and these), in this process
-(``_local``), on a dask cluster (``_dask``, ``_cluster``, ``_workerinit``), and the progress
-bar (``_progress``).
+(``_local``), on a dask cluster (``_dask``, ``_cluster``), and the progress bar (``_progress``).
 
 These are the names the other rooms and wings use; each is imported on first use.
 """

@@ -6,7 +6,10 @@ at once when the parent dies, so even a driver killed with SIGKILL leaves no wor
 for long. Normal exits, errors and Ctrl-C close the cluster through
 the context manager, after each worker has closed its store sessions. Workers ignore
 Ctrl-C, which a terminal sends to them too: the driver alone reacts, closing them in order
-(a worker the nanny restarts later does not inherit that).
+(a worker the nanny restarts later does not inherit that). The command line runs its work
+on another thread (its main thread takes the signals), which cannot have its workers inherit
+it, so each worker process also ignores it itself from its first moments on: this module is
+their dask preload (:func:`dask_setup`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from ..._checks import as_count
 from ...errors import InputError, arg, one_line
 from ...store import close_store_sessions
 
-__all__ = ["close_worker_sessions", "cluster_client", "local_cluster"]
+__all__ = ["close_worker_sessions", "cluster_client", "dask_setup", "local_cluster"]
 
 
 WORKERS_PER_CORE = 2
@@ -65,6 +68,13 @@ def close_worker_sessions(client: Any, timeout: float = 10.0) -> None:
     closer.join(timeout)
 
 
+def dask_setup(worker: Any) -> None:
+    """Ignore SIGINT in this worker process (only the main thread may set a handler): run by each worker
+    process of a local cluster as it starts (a dask preload)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @contextlib.contextmanager
 def _sigint_ignored() -> Iterator[None]:
     """Ignore Ctrl-C while worker processes start, so that they inherit ignoring it.
@@ -104,7 +114,7 @@ def local_cluster(n_workers: int, **cluster_options: Any) -> Iterator[Any]:
         "processes": True,
         "dashboard_address": None,  # no dashboard; its HTTP server (health, metrics) on a free loopback port
         "scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"},  # not on 8787, which another cluster may hold
-        "preload": ["streamacc.run.execute._workerinit"],  # workers ignore Ctrl-C even when started from another thread
+        "preload": ["streamacc.run.execute._cluster"],  # workers ignore Ctrl-C even when started from another thread
         **cluster_options,
     }
     with _sigint_ignored():
