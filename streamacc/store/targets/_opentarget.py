@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ...errors import InputError, NoOutputError, StoreError, arg, one_line
+from ._backends import backend_missing, check_store
 from ._localtarget import LocalTarget
-from ._probe import backend_missing, check_store
 from ._target import Target
 
 if TYPE_CHECKING:
