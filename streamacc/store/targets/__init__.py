@@ -5,10 +5,9 @@ durability, checkpoints, clearing, cleanup), ``_localtarget`` a local folder,
 ``_storetarget`` any other zarr store, ``_opentarget`` the choice among them for a path or
 URL, ``_backends`` an object store's fsspec clients (the first question asked, the
 sessions closed last), ``_icechunk`` an output in an Icechunk repository (its commits the
-writer's durable points) and ``_sessionstore`` its writer's zarr store, ``_storeerrors``
-the failures of fsspec backends, ``_files`` the link-safe, fsynced file primitives
-(``read_into``: a chunk file read into a caller's buffer), and ``_zarrapi`` the zarr names
-kept in zarr's private modules.
+writer's durable points) and ``_sessionstore`` its writer's zarr store, ``_files`` the
+link-safe, fsynced file primitives (``read_into``: a chunk file read into a caller's
+buffer), and ``_zarrapi`` the zarr names kept in zarr's private modules.
 
 These are the names the store and its other rooms use; each is imported on first use.
 """
@@ -33,7 +32,6 @@ if TYPE_CHECKING:
     from ._localtarget import LocalTarget as LocalTarget
     from ._opentarget import open_target as open_target
     from ._seams import SEAMS as SEAMS
-    from ._storeerrors import describe_store_failure as describe_store_failure, is_store_failure as is_store_failure
     from ._storetarget import StoreTarget as StoreTarget
     from ._target import BOOKKEEPING as BOOKKEEPING, LEASE_KEY as LEASE_KEY, Target as Target
     from ._zarrapi import (

@@ -25,7 +25,7 @@ import sys
 from typing import Any
 
 from ...errors import InputError, NoOutputError, StoreError, arg, one_line
-from ._storeerrors import describe_store_failure, is_store_failure
+from ..lease import describe_store_failure, is_store_failure
 
 __all__ = ["backend_missing", "check_store", "close_store_sessions"]
 
