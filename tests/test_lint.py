@@ -77,7 +77,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess:
 def test_import_contracts_kept():
     result = lint_imports(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Contracts: 4 kept, 0 broken." in result.stdout
+    assert "Contracts: 5 kept, 0 broken." in result.stdout
 
 
 VIOLATIONS = [
@@ -85,6 +85,7 @@ VIOLATIONS = [
     ("store/targets/_files.py", "from ...engine import Plan", "streamacc.engine", "Wings in layers"),
     ("run/read/_index.py", "from ..execute import LocalExecutor", "streamacc.run.execute", "Rooms of run in layers"),
     ("run/bookkeeping/_manifest.py", "from ..output import Output", "streamacc.run.output", "Rooms of run in layers"),
+    ("store/lease/_fence.py", "from ..targets import Target", "streamacc.store.targets", "Rooms of store in layers"),
     ("summaries/_pyramid.py", "import jax", "jax", "Store and summaries never import JAX"),
     ("engine/plan/_layout.py", "import zarr", "zarr", "The engine is pure computation"),
     ("store/arrays/_codecs.py", "import jax", "jax", "Store and summaries never import JAX"),

@@ -3,10 +3,12 @@
 Knows Zarr, fsspec and the operating system, and never JAX: it takes host arrays and
 makes them durable. Its rooms: ``targets`` where an output lives (the target base, a local
 folder, any other zarr store, an Icechunk repository, the choice among them, fsspec's
-failures and sessions, the link-safe, fsynced file primitives), ``arrays`` what an output
-holds (the Zarr sink, the chunk encoder, codecs, data types, metadata documents, the
-comparison of stored chunks for verify, the carries kept at block boundaries, an input
-array's fingerprint), and ``lease`` the writer lease on object stores.
+clients, the link-safe, fsynced file primitives), ``arrays`` what an output holds (the
+Zarr sink, the chunk encoder, codecs, data types, metadata documents, the comparison of
+stored chunks for verify, the carries kept at block boundaries, an input array's
+fingerprint), and ``lease`` the writer lease on object stores and which exceptions mean a
+store failed. They are in layers, each importing only from those below it: ``_seams``
+(the rooms' seams under one name), ``arrays``, ``targets``, ``lease``.
 
 These are the names the other wings use; each is imported on first use, so that
 ``streamacc.store.CODECS`` costs no Zarr import.
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
         storable as storable,
         stored_crc32c as stored_crc32c,
     )
+    from .lease import describe_store_failure as describe_store_failure, is_store_failure as is_store_failure
     from .targets import (
         BOOKKEEPING as BOOKKEEPING,
         LEASE_KEY as LEASE_KEY,
@@ -59,8 +62,6 @@ if TYPE_CHECKING:
         aligned_empty as aligned_empty,
         atomic_write as atomic_write,
         close_store_sessions as close_store_sessions,
-        describe_store_failure as describe_store_failure,
-        is_store_failure as is_store_failure,
         open_target as open_target,
         read_into as read_into,
         sync as sync,

@@ -3,11 +3,11 @@
 ``_target`` is the base of an output location (a zarr store and what it lacks: the lock,
 durability, checkpoints, clearing, cleanup), ``_localtarget`` a local folder,
 ``_storetarget`` any other zarr store, ``_opentarget`` the choice among them for a path or
-URL, ``_probe`` the first question to an object store, ``_icechunk`` an output in an
-Icechunk repository (its commits the writer's durable points) and ``_sessionstore`` its
-writer's zarr store, ``_storeerrors`` and ``_sessions`` the failures and clients of fsspec
-backends, ``_files`` the link-safe, fsynced file primitives (``read_into``: a chunk file
-read into a caller's buffer), and ``_zarrapi`` the zarr names kept in zarr's private modules.
+URL, ``_backends`` an object store's fsspec clients (the first question asked, the
+sessions closed last), ``_icechunk`` an output in an Icechunk repository (its commits the
+writer's durable points) and ``_sessionstore`` its writer's zarr store, ``_files`` the
+link-safe, fsynced file primitives (``read_into``: a chunk file read into a caller's
+buffer), and ``_zarrapi`` the zarr names kept in zarr's private modules.
 
 These are the names the store and its other rooms use; each is imported on first use.
 """
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from ..._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ._backends import close_store_sessions as close_store_sessions
     from ._files import (
         PAGE as PAGE,
         aligned_empty as aligned_empty,
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
     from ._localtarget import LocalTarget as LocalTarget
     from ._opentarget import open_target as open_target
     from ._seams import SEAMS as SEAMS
-    from ._sessions import close_store_sessions as close_store_sessions
-    from ._storeerrors import describe_store_failure as describe_store_failure, is_store_failure as is_store_failure
     from ._storetarget import StoreTarget as StoreTarget
     from ._target import BOOKKEEPING as BOOKKEEPING, LEASE_KEY as LEASE_KEY, Target as Target
     from ._zarrapi import (

@@ -16,7 +16,8 @@ local storage is not safe for concurrent commits) and, on object storage, by Ice
 own conflict detection: a commit whose branch moved raises :class:`LockedError`.
 
 Readers open a read-only session at a branch, a tag or a snapshot id. Icechunk is
-imported only here, and only when such an output is named.
+imported only here (:func:`import_icechunk`), and only when such an output is named;
+``_opentarget`` makes the target of an Icechunk URL or object.
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import os
-import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -39,17 +38,7 @@ from ._files import DirLock, flock_holder
 from ._sessionstore import SessionStore
 from ._target import TAIL_BATCH, Target, being_written, sync
 
-__all__ = [
-    "COMMIT_BYTES",
-    "COMMIT_SECONDS",
-    "MANIFEST_SPLIT",
-    "IcechunkTarget",
-    "icechunk_target",
-    "is_icechunk_object",
-]
-
-PROTOCOLS = ("icechunk://", "icechunk+s3://")
-"""The URLs of Icechunk repositories: a local folder, or a bucket and prefix on S3."""
+__all__ = ["COMMIT_BYTES", "COMMIT_SECONDS", "MANIFEST_SPLIT", "IcechunkTarget", "import_icechunk"]
 
 COMMIT_SECONDS = 10.0
 """Seconds between two commits at most: a crash loses at most this much of a run. A commit
@@ -63,50 +52,12 @@ MANIFEST_SPLIT = 64
 """Chunks along the step axis per manifest split: a commit rewrites only the splits it
 changed, so its cost stays flat however long the output grows."""
 
-S3_OPTIONS = (
-    "endpoint_url",
-    "region",
-    "access_key_id",
-    "secret_access_key",
-    "session_token",
-    "allow_http",
-    "force_path_style",
-    "anonymous",
-    "from_env",
-)
-"""The ``storage_options`` of ``icechunk+s3://`` passed to ``icechunk.s3_storage``."""
-
-REF_OPTIONS = ("branch", "ref")
-"""``branch``: the branch a writer commits to (``main``); ``ref``: the branch, tag or snapshot id a reader opens."""
-
-BRANCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-"""A branch a writer commits to: it names a ref file of the repository, and a tag is made of it."""
-
-TAG_FORM = re.compile(r".+-\d+-steps(?:-\d+)?")
-"""The form of the tags a finished run gets (``BRANCH-LENGTH-steps``, ``-2``... when taken)."""
-
 REF_KINDS = ("branch", "tag")
 """The prefixes of a ``ref`` that says which kind of name it is (``branch:NAME``, ``tag:NAME``)."""
 
 
-def check_branch(branch: Any) -> str:
-    """``branch`` if a writer may commit to it: a plain name, not one of the form of streamacc's tags."""
-    example = arg("storage_options", {"branch": "trial"})
-    if not isinstance(branch, str) or not BRANCH.fullmatch(branch) or ".." in branch:
-        raise InputError(
-            f"{arg('storage_options', {'branch': branch})} is not a branch name streamacc writes to; name it with "
-            f"at most 128 ASCII letters, digits, '.', '_' and '-', beginning with a letter or digit, e.g. {example}"
-        )
-    if TAG_FORM.fullmatch(branch):
-        raise InputError(
-            f"{arg('storage_options', {'branch': branch})} has the form of the tags streamacc gives finished runs "
-            f"(BRANCH-LENGTH-steps), so a ref of that name could mean either; name the branch otherwise, e.g. "
-            f"{example}"
-        )
-    return branch
-
-
-def _icechunk() -> Any:
+def import_icechunk() -> Any:
+    """The icechunk module, or the refusal that names the extra to install."""
     try:
         import icechunk
     except ImportError:
@@ -114,21 +65,9 @@ def _icechunk() -> Any:
     return icechunk
 
 
-def _quiet_local_warning(ic: Any) -> None:
-    """Drop Icechunk's warning that its local storage is unsafe for concurrent commits, unless ``ICECHUNK_LOG``
-    sets its logs: streamacc's ``flock`` refuses a second writer there."""
-    if "ICECHUNK_LOG" not in os.environ:
-        ic.set_logs_filter("warn,icechunk::storage::object_store=error")
-
-
-def is_icechunk_object(store: object) -> bool:
-    """Whether ``store`` is an Icechunk repository, session or store (without importing Icechunk)."""
-    return type(store).__module__.split(".", 1)[0] == "icechunk"
-
-
 def repository_config() -> Any:
     """The configuration of a repository streamacc creates: manifests split along the step axis."""
-    ic = _icechunk()
+    ic = import_icechunk()
     splitting = ic.ManifestSplittingConfig.from_dict(
         {ic.ManifestSplitCondition.AnyArray(): {ic.ManifestSplitDimCondition.Axis(0): MANIFEST_SPLIT}}
     )
@@ -175,7 +114,7 @@ class IcechunkTarget(Target):
     def repository(self, *, create: bool = False) -> Any:
         """The repository (created with :func:`repository_config` when ``create`` and absent), or None."""
         if self._repository is None and self._storage is not None:
-            ic = _icechunk()
+            ic = import_icechunk()
             try:
                 if ic.Repository.exists(self._storage):
                     self._repository = ic.Repository.open(self._storage)
@@ -246,7 +185,7 @@ class IcechunkTarget(Target):
         held = self._store.held(key) if isinstance(self._store, SessionStore) else None
         if held is not None:
             return held
-        ic = _icechunk()
+        ic = import_icechunk()
         try:
             return super().read(key)
         except ic.IcechunkError as exc:
@@ -273,7 +212,7 @@ class IcechunkTarget(Target):
     def tails(self, keys: list[str], size: int = 4) -> list[bytes | None]:
         """Each key read alone (as :meth:`read`: None where absent) where Icechunk 1.1 fails on a key it does not hold:
         its ``get_partial_values`` makes a buffer of a missing chunk's None, and a chunk of a missing array raises."""
-        ic = _icechunk()
+        ic = import_icechunk()
         try:
             return super().tails(keys, size)
         except (TypeError, ic.IcechunkError):
@@ -337,7 +276,7 @@ class IcechunkTarget(Target):
         store = self._store
         if self._session is None or not isinstance(store, SessionStore):
             return None
-        ic = _icechunk()
+        ic = import_icechunk()
         with store.quiet():
             if not self._session.has_uncommitted_changes:
                 return None
@@ -421,17 +360,6 @@ def _depth(key: str) -> tuple[int, str]:
     return key.count("/"), key
 
 
-def _options(storage_options: dict[str, Any] | None, allowed: tuple[str, ...], label: str) -> dict[str, Any]:
-    options = dict(storage_options or {})
-    unknown = sorted(set(options) - set(allowed) - set(REF_OPTIONS))
-    if unknown:
-        raise InputError(
-            f"{arg('storage_options')} of {label} do not take {', '.join(map(repr, unknown))}; they take "
-            f"{', '.join(map(repr, (*REF_OPTIONS, *allowed)))}"
-        )
-    return options
-
-
 def _ref_kind(ref: Any) -> tuple[str | None, str]:
     """``(kind, name)`` of a reader's ``ref``: ``branch:NAME``, ``tag:NAME``, or a name of any kind (None)."""
     if not isinstance(ref, str) or not ref:
@@ -440,80 +368,3 @@ def _ref_kind(ref: Any) -> tuple[str | None, str]:
     return (kind, name) if colon and kind in REF_KINDS else (None, ref)
 
 
-def _branch(options: dict[str, Any], read_only: bool) -> str:
-    """The branch a target writes to (checked for a writer) or reads by default."""
-    branch = options.get("branch", "main")
-    return branch if read_only else check_branch(branch)
-
-
-def icechunk_target(store: Any, *, storage_options: dict[str, Any] | None = None, read_only: bool = False) -> Target:
-    """The target of an ``icechunk://PATH`` or ``icechunk+s3://BUCKET/PREFIX`` URL, or of an Icechunk object.
-
-    ``storage_options`` take ``branch`` (a writer's, ``main`` by default, checked by
-    :func:`check_branch`), ``ref`` (a reader's branch, tag or snapshot id; ``branch:NAME`` or
-    ``tag:NAME`` says which) and, on S3, the options of ``icechunk.s3_storage``.
-    """
-    if storage_options is not None and not isinstance(storage_options, dict):
-        raise InputError(f"{arg('storage_options')} must be a dict, got {type(storage_options).__name__}")
-    if not read_only and storage_options and storage_options.get("ref") is not None:
-        raise InputError(
-            f"{arg('storage_options', {'ref': storage_options['ref']})} names what a reader opens (a branch, tag or "
-            f"snapshot), and a write commits to a branch: pass {arg('storage_options', {'branch': 'NAME'})} "
-            "instead (main by default)"
-        )
-    ic = _icechunk()
-    if isinstance(store, ic.Repository):
-        options = _options(storage_options, (), "a repository")
-        return IcechunkTarget(
-            f"Icechunk repository {store.storage}",
-            repository=store,
-            branch=_branch(options, read_only),
-            ref=options.get("ref"),
-            read_only=read_only,
-        )
-    if isinstance(store, ic.Session):
-        if not read_only:
-            raise InputError(
-                "a session is written and committed by its owner; to write a run into a repository pass the "
-                "icechunk.Repository (or its icechunk:// URL), and streamacc commits on its branch"
-            )
-        return IcechunkTarget(f"Icechunk session at {store.snapshot_id}", session=store, read_only=True)
-    if not isinstance(store, str):
-        raise InputError(
-            f"pass an Icechunk repository, a session or an icechunk:// URL, not {type(store).__name__} "
-            "(a session's store is written outside any commit)"
-        )
-    if store.startswith("icechunk://"):
-        options = _options(storage_options, (), store)
-        path = store[len("icechunk://") :]
-        if not path:
-            raise InputError("icechunk:// names no folder; write icechunk://PATH")
-        root = Path(path).expanduser().absolute()
-        if root.exists() and not root.is_dir():
-            raise NoOutputError(f"{path} exists and is not a folder; choose another repository path")
-        storage = None
-        if root.is_dir() or not read_only:
-            _quiet_local_warning(ic)
-            storage = ic.local_filesystem_storage(os.fspath(root))
-        return IcechunkTarget(
-            store,
-            storage=storage,
-            branch=_branch(options, read_only),
-            ref=options.get("ref"),
-            local=root,
-            read_only=read_only,
-        )
-    options = _options(storage_options, S3_OPTIONS, store)
-    bucket, _, prefix = store[len("icechunk+s3://") :].partition("/")
-    if not bucket:
-        raise InputError(f"{store!r} names no bucket; write icechunk+s3://BUCKET/PREFIX")
-    s3 = {k: v for k, v in options.items() if k in S3_OPTIONS}
-    try:
-        storage = ic.s3_storage(bucket=bucket, prefix=prefix.strip("/") or None, **s3)
-    except (TypeError, ValueError, ic.IcechunkError) as exc:
-        raise StoreError(
-            f"cannot open {store!r}: {one_line(exc)}; check the URL and {arg('storage_options')}"
-        ) from None
-    return IcechunkTarget(
-        store, storage=storage, branch=_branch(options, read_only), ref=options.get("ref"), read_only=read_only
-    )

@@ -1,24 +1,33 @@
-"""The first question to an object store: is it there, and do its options make sense?
+"""An object store's fsspec clients at either end of a process: the first question asked, the sessions closed last.
 
-Asked once per store and process before anything else, so that a wrong bucket, an option
-the backend does not take, an endpoint nobody answers at or a backend that is not
-installed fails at once, in one line that says what to fix, instead of deep inside a
-write with the client library's own words (``TypeError: AioSession.__init__() got an
-unexpected keyword argument``) after its retries (14 s for a refused connection). On S3
-the question is one HEAD of the bucket, asked with two attempts and a 5 s connect timeout
-whatever the store itself later uses.
+The first question: is the store there, and do its options make sense? Asked once per
+store and process before anything else, so that a wrong bucket, an option the backend
+does not take, an endpoint nobody answers at or a backend that is not installed fails at
+once, in one line that says what to fix, instead of deep inside a write with the client
+library's own words (``TypeError: AioSession.__init__() got an unexpected keyword
+argument``) after its retries (14 s for a refused connection). On S3 the question is one
+HEAD of the bucket, asked with two attempts and a 5 s connect timeout whatever the store
+itself later uses.
+
+The last: s3fs keeps one aiohttp session per cached filesystem. It closes a synchronous
+instance's session when the instance is collected, but not an asynchronous one's (the
+kind zarr's ``FsspecStore`` makes), and a session collected open prints ``Unclosed client
+session``. A cluster worker that read or wrote S3 prints that when it shuts down, so
+workers (and test sessions) call :func:`close_store_sessions` first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import sys
 from typing import Any
 
 from ...errors import InputError, NoOutputError, StoreError, arg, one_line
-from ._storeerrors import describe_store_failure, is_store_failure
+from ..lease import describe_store_failure, is_store_failure
 
-__all__ = ["backend_missing", "check_store"]
+__all__ = ["backend_missing", "check_store", "close_store_sessions"]
 
 PROBE_CONFIG = {"retries": {"max_attempts": 2, "mode": "standard"}, "connect_timeout": 5}
 """botocore settings of the probe alone: a dead endpoint answers within seconds, not after every retry."""
@@ -97,3 +106,26 @@ def check_store(store: Any, url: str, storage_options: dict[str, Any] | None) ->
     if found is False:
         raise NoOutputError(f"the bucket {bucket!r} of {url} does not exist; check the URL, or create the bucket first")
     _asked.add(key)
+
+
+def close_store_sessions() -> int:
+    """Close every cached s3fs instance's session and forget the instances; return how many were open."""
+    s3fs = sys.modules.get("s3fs")
+    if s3fs is None:
+        return 0
+    closed = 0
+    for fs in list(s3fs.S3FileSystem._cache.values()):
+        creator = getattr(fs, "_s3creator", None)
+        if creator is None:
+            continue
+        with contextlib.suppress(Exception):
+            if fs.asynchronous:  # zarr's instances: their session lives on zarr's event loop
+                from ._zarrapi import sync
+
+                sync(creator.__aexit__(None, None, None))
+            else:
+                s3fs.S3FileSystem.close_session(fs.loop, creator)
+            closed += 1
+        fs._s3 = fs._s3creator = None
+    s3fs.S3FileSystem.clear_instance_cache()
+    return closed
