@@ -34,7 +34,7 @@ sys.path.insert(0, str(BENCH_DIR))
 from _approaches import enable_x64, fsync_tree  # noqa: E402
 from _harness import disk_bytes  # noqa: E402
 
-from streamacc import _defaults  # noqa: E402
+from streamacc import base  # noqa: E402
 from streamacc.store import CODECS  # noqa: E402
 
 SECTIONS = ("codec", "block", "inflight", "chunk")
@@ -80,7 +80,7 @@ class PeakRSS:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from streamacc._defaults import DEFAULT_INFLIGHT
+    from streamacc.base import DEFAULT_INFLIGHT
     from streamacc.cli._expr import parse_int
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -88,7 +88,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=1, help="runs per case (median reported)")
     p.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
     p.add_argument("--codecs", nargs="+", default=list(CODECS), choices=list(CODECS))
-    p.add_argument("--block", default=str(_defaults.DEFAULT_BLOCK_SIZE), help="block size of the other sections")
+    p.add_argument("--block", default=str(base.DEFAULT_BLOCK_SIZE), help="block size of the other sections")
     p.add_argument("--blocks", nargs="+", default=["2**20", "2**22", "2**24"], help="block sizes to compare")
     p.add_argument("--inflight", nargs="+", type=int, default=[2, 3, 4], help="inflight values to compare")
     p.add_argument("--scratch", type=Path, default=Path("/tmp/streamacc-bench"), help="where outputs go (deleted)")
@@ -97,7 +97,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.n = parse_int(args.size, name="--size", minimum=1)
     args.block = parse_int(args.block, name="--block", minimum=1)
     args.blocks = [parse_int(b, name="--blocks", minimum=1) for b in args.blocks]
-    args.default_codec = _defaults.DEFAULT_CODEC
+    args.default_codec = base.DEFAULT_CODEC
     args.default_inflight = DEFAULT_INFLIGHT
     return args
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from _timing import time_command
 
-from streamacc import _defaults
+from streamacc import base
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -96,7 +96,7 @@ def compute_only(recipe: str, n: int, compensated: bool, args: argparse.Namespac
     if recipe in ("cumsum", "cumprod"):
         params["input"] = str(args.work / f"input-{recipe}-{n}.zarr")
     job = get_recipe(recipe).build(n, "float64", **params)
-    block = _defaults.DEFAULT_WRITE_BLOCK_SIZE
+    block = base.DEFAULT_WRITE_BLOCK_SIZE
     warm = min(n, block)  # compiles the block function outside the timing
     xs = None if job.xs is None else job.xs[:warm]
     for _ in streamacc.iter_blocks(job.f, job.init, xs, length=warm, block_size=block, unroll=job.unroll):

@@ -34,7 +34,7 @@ from pathlib import Path
 from _harness import disk_bytes, drop_cache
 from _timing import time_command
 
-from streamacc import _defaults
+from streamacc import base
 from streamacc.cli._expr import parse_int
 
 HERE = Path(__file__).resolve()
@@ -83,14 +83,14 @@ def side_compute(out: str, steps: int) -> dict:
     """The blocks streamacc writes, computed and dropped: the compute floor of the job."""
     import numpy as np
 
-    from streamacc._defaults import DEFAULT_WRITE_BLOCK_BYTES
+    from streamacc.base import DEFAULT_WRITE_BLOCK_BYTES
     from streamacc.engine import BlockPool, make_plan, pool_size, run_plan
 
     _x64()
     t0 = time.perf_counter()
     plan = make_plan(heat_step, heat_init(), length=steps, block_bytes=DEFAULT_WRITE_BLOCK_BYTES)
     checksum = 0.0
-    for block in run_plan(plan, pool=BlockPool(pool_size(_defaults.DEFAULT_INFLIGHT))):
+    for block in run_plan(plan, pool=BlockPool(pool_size(base.DEFAULT_INFLIGHT))):
         checksum += float(np.asarray(block.ys)[-1, 0])
         block.release()
     return {"run_s": time.perf_counter() - t0, "block_size": plan.block_size, "checksum": checksum}
@@ -249,7 +249,7 @@ def side_chunks_write(out: str, state: str, steps: int, chunks: str) -> dict:
     import numpy as np
 
     import streamacc
-    from streamacc._defaults import DEFAULT_WRITE_BLOCK_BYTES
+    from streamacc.base import DEFAULT_WRITE_BLOCK_BYTES
     from streamacc.engine import make_plan
     from streamacc.run.output._layout import default_chunks
 

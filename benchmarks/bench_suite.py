@@ -40,7 +40,7 @@ sys.path.insert(0, str(BENCH_DIR))
 from _approaches import COMPUTE_ONLY, WRITERS, gp_block  # noqa: E402
 from _harness import disk_bytes  # noqa: E402
 
-from streamacc import _defaults  # noqa: E402
+from streamacc import base  # noqa: E402
 from streamacc.store import CODECS  # noqa: E402
 
 GP_APPROACHES = tuple(a for a in WRITERS if a != "dask-blelloch-axisnone")
@@ -72,13 +72,13 @@ def parse_size(text: str) -> int:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from streamacc._defaults import DEFAULT_INFLIGHT
+    from streamacc.base import DEFAULT_INFLIGHT
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--size", nargs="+", default=["2**20", "2**22"], help="steps, e.g. 2**24 2**26")
     p.add_argument("--repeat", type=int, default=1, help="runs of each approach at each size (median reported)")
     p.add_argument("--out", type=Path, default=BENCH_DIR / "out", help="where results and plots go")
-    p.add_argument("--codec", default=_defaults.DEFAULT_CODEC, choices=sorted(CODECS))
+    p.add_argument("--codec", default=base.DEFAULT_CODEC, choices=sorted(CODECS))
     p.add_argument(
         "--approaches", nargs="+", default=list(DEFAULT_APPROACHES), choices=ALL_APPROACHES, metavar="NAME",
         help="subset to run (default: all but dask-blelloch-axisnone):\n  " + " ".join(ALL_APPROACHES),

@@ -59,7 +59,7 @@ def _job(members: int, field: bool) -> tuple[Any, Any]:
 
 def _block_size(init: np.ndarray) -> int:
     """The steps of the blocks ``write`` chooses for this state (its default bytes per block)."""
-    from streamacc._defaults import DEFAULT_WRITE_BLOCK_BYTES
+    from streamacc.base import DEFAULT_WRITE_BLOCK_BYTES
 
     return max(1, DEFAULT_WRITE_BLOCK_BYTES // init.nbytes)
 

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from streamacc._defaults import DEFAULT_INFLIGHT
+from streamacc.base import DEFAULT_INFLIGHT
 from streamacc.cli._expr import parse_int
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import errors as errors
-from ._lazy import lazy_exports
 from ._version import __version__ as __version__
+from .base import lazy_exports
 from .errors import StreamaccError as StreamaccError
 
 if TYPE_CHECKING:

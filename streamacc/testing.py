@@ -38,10 +38,10 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ._lazy import listed_exports
+from .base import listed_exports
 
 if TYPE_CHECKING:
-    from ._seams import Seam
+    from .base import Seam
 
 __all__ = ["current", "listed_exports", "original", "patched", "replace", "restore", "seams"]
 

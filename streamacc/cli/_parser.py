@@ -13,13 +13,13 @@ import re
 import sys
 from typing import Any, NoReturn
 
-from .._defaults import (
+from .._version import __version__
+from ..base import (
     ACCELERATOR_WRITE_BLOCK_BYTES,
     DEFAULT_CODEC,
     DEFAULT_WRITE_BLOCK_BYTES,
     DEFAULT_WRITE_BLOCK_SIZE,
 )
-from .._version import __version__
 from ..errors import InputError, arg
 from ..recipes import Recipe, option, refusal
 from ..store import CODECS

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._lazy import lazy_exports
+from ..base import lazy_exports
 
 if TYPE_CHECKING:
-    from .._defaults import DEFAULT_BLOCK_SIZE as DEFAULT_BLOCK_SIZE
+    from ..base import DEFAULT_BLOCK_SIZE as DEFAULT_BLOCK_SIZE
     from .compute import (
         POOL_MIN_BYTES as POOL_MIN_BYTES,
         SEAMS as SEAMS,

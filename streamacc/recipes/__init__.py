@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._lazy import lazy_exports
+from ..base import lazy_exports
 from ..errors import InputError
 from ._base import DEGENERATE_RULE, Job, Param, Recipe, check_dtype, option, refusal
 from ._cumulative import CUMPROD, CUMSUM
@@ -27,7 +27,7 @@ from ._progressions import AFFINE, GP, LOGISTIC
 from ._random import RANDOMWALK
 
 if TYPE_CHECKING:
-    from .._defaults import (
+    from ..base import (
         ACCELERATOR_COMPENSATED_UNROLL as ACCELERATOR_COMPENSATED_UNROLL,
         ACCELERATOR_UNROLL as ACCELERATOR_UNROLL,
         recipe_unroll as recipe_unroll,

@@ -100,7 +100,7 @@ class Job:
 
     @property
     def unroll(self) -> int:
-        from .._defaults import ACCELERATOR_UNROLL, recipe_unroll
+        from ..base import ACCELERATOR_UNROLL, recipe_unroll
         from ..engine import compute_platform
 
         return recipe_unroll(self.cpu_unroll, compute_platform(), self.accelerator_unroll or ACCELERATOR_UNROLL)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .._defaults import ACCELERATOR_COMPENSATED_UNROLL
+from ..base import ACCELERATOR_COMPENSATED_UNROLL
 from ..errors import InputError, arg
 from ._base import (
     COMPENSATED,

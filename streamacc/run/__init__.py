@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._lazy import lazy_exports
+from ..base import lazy_exports
 
 if TYPE_CHECKING:
-    from .._defaults import (
+    from ..base import (
         DEFAULT_WRITE_BLOCK_SIZE as DEFAULT_WRITE_BLOCK_SIZE,
         stream_handover as stream_handover,
         write_block_bytes as write_block_bytes,

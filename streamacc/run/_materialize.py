@@ -18,7 +18,7 @@ from typing import Any
 
 import jax
 
-from .._checks import as_count
+from ..base import as_count
 from ..engine import (
     Block,
     BlockPool,

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._dtypes import is_bfloat16
+from ..base import is_bfloat16
 from ._reduce import Acc, Rows, reduce_steps
 
 __all__ = [

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._dtypes import numpy_float
+from ..base import numpy_float
 
 __all__ = ["SLICE_BYTES", "Acc", "Rows", "reduce_steps"]
 

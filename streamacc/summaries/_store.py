@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._dtypes import numpy_float
+from ..base import numpy_float
 from ..errors import one_line
 from ..store import BOOKKEEPING, ArraySpec, Target, compressors_for
 from ._plain import PlainArray, plain_array, plain_group

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .._dtypes import dtype_from_name
+from ..base import dtype_from_name
 from ..errors import VerifyError, arg, one_line
 from ..store import ArraySpec, Target
 from ._pyramid import BlockPieces, Pyramid, block_pieces, fold_children, nonfinite_pieces, summarizable

@@ -8,7 +8,7 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
-from .._defaults import (
+from ..base import (
     DEFAULT_SUMMARY_WINDOWS,
     SHORT_SUMMARY_WINDOW_AT_LEAST,
     SUMMARY_STATE_AT_MOST,

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import numpy.typing as npt
 
-from ..._checks import as_count
+from ...base import as_count
 from ...errors import InputError, arg
 from ..plan import Carry, ScanSpec, Step, as_spec, same_carry
 from ._block import Block

@@ -7,7 +7,7 @@ import os
 
 import jax
 
-from ..._defaults import DEFAULT_BLOCK_BYTES
+from ...base import DEFAULT_BLOCK_BYTES
 from ...errors import InputError, arg
 from ..plan import Plan, unrolled
 

@@ -118,7 +118,7 @@ def computes_ahead() -> bool:
 
 def compute_platform() -> str:
     """The platform JAX computes on from the calling thread (``jax.default_device`` included): ``cpu``, ``tpu``,
-    ``gpu`` ..., which the defaults chosen per platform ask (``streamacc._defaults``)."""
+    ``gpu`` ..., which the defaults chosen per platform ask (``streamacc.base``)."""
     return _platform()
 
 

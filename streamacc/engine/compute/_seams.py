@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..._seams import Seam
+from ...base import Seam
 from . import _api, _memory, _run
 
 __all__ = ["SEAMS"]

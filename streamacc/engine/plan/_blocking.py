@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterator
 from typing import Any, TypedDict, Unpack, cast
 
-from ..._checks import as_count, as_unroll
+from ...base import as_count, as_unroll
 from ...errors import InputError, arg
 from ._layout import MAX_LENGTH, block_bounds, block_count, committed_span, rows_in
 

@@ -17,8 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..._callsite import warn
-from ..._checks import as_count
+from ...base import as_count, warn
 from ...errors import InputError, StepFunctionError, StreamaccWarning, X64Error, arg
 
 __all__ = ["Carry", "Step", "check_x64", "resolve_length", "step_shapes", "x64_scope"]

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..._defaults import DEFAULT_BLOCK_BYTES
+from ...base import DEFAULT_BLOCK_BYTES
 from ._blocking import Blocking, ScanKeywords, check_block_size
 from ._checks import Step, check_x64, resolve_length, step_shapes
 from ._layout import block_steps, unrolled

@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ..._defaults import DEFAULT_BLOCK_BYTES
+from ...base import DEFAULT_BLOCK_BYTES
 from ...errors import InputError, arg
 from ._blocking import SCAN_DEFAULTS, Blocking
 from ._checks import Step

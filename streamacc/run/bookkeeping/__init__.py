@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..._lazy import lazy_exports
+from ...base import lazy_exports
 
 if TYPE_CHECKING:
     from ._checked import CheckedStore as CheckedStore

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._callsite import warn
+from ...base import warn
 from ...errors import StreamaccWarning
 
 __all__ = ["describe_function", "fingerprint"]

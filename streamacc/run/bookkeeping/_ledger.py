@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..._defaults import CARRIES_EVERY_AT_MOST, CARRY_SHARE_AT_MOST
+from ...base import CARRIES_EVERY_AT_MOST, CARRY_SHARE_AT_MOST
 from ...errors import NoOutputError, VerifyError, arg
 from ...store import BOOKKEEPING, CarryDamaged, CarryLeaf, CarryStore, Target
 from ._manifest import (

@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..._callsite import warn
-from ..._dtypes import dtype_from_name, dtype_name
+from ...base import dtype_from_name, dtype_name, warn
 from ...errors import ResumeError, StreamaccWarning, VerifyError, arg
 from ...store import BOOKKEEPING, CarryLeaf
 from ._runidentity import RunIdentity

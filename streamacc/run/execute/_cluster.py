@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from ..._checks import as_count
+from ...base import as_count
 from ...errors import InputError, arg, one_line
 from ...store import close_store_sessions
 

@@ -17,7 +17,7 @@ from typing import Protocol
 import jax
 import numpy as np
 
-from ..._defaults import DEFAULT_INFLIGHT
+from ...base import DEFAULT_INFLIGHT
 from ...engine import (
     Block,
     BlockPool,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from ..._checks import as_count
+from ...base import as_count
 from ...errors import InputError, arg
 
 if TYPE_CHECKING:

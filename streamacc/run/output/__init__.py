@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..._lazy import lazy_exports
+from ...base import lazy_exports
 
 if TYPE_CHECKING:
     from ._batch import Batch as Batch

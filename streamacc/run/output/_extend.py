@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ..._dtypes import dtype_from_name
+from ...base import dtype_from_name
 from ...errors import NoOutputError, ResumeError, arg
 from ...store import Target, ZarrSink, array_document, resize_arrays
 from ...summaries import extension_tail, rebuild_stale_arrays

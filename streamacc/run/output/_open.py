@@ -14,7 +14,7 @@ import json
 import logging
 from collections.abc import Callable
 
-from ..._callsite import warn
+from ...base import warn
 from ...engine import HostLeaf
 from ...errors import OutputExistsError, ResumeError, StreamaccWarning, VerifyError, arg, one_line
 from ...store import LEASE_KEY, CarryStore, Target, ZarrSink

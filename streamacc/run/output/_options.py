@@ -17,8 +17,7 @@ import json
 from collections.abc import Mapping, Sequence, Set as AbstractSet
 from typing import Any, Literal, TypeVar
 
-from ..._checks import as_choice, as_count
-from ..._defaults import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_VIRTUAL_INFLIGHT
+from ...base import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_VIRTUAL_INFLIGHT, as_choice, as_count
 from ...engine import check_length
 from ...errors import InputError, arg, one_line
 from ...store import CODECS

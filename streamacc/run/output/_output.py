@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..._callsite import origin, run_from, warn
+from ...base import origin, run_from, warn
 from ...engine import HostLeaf
 from ...errors import LockedError, StoreError, StreamaccWarning, arg
 from ...store import Target, ZarrSink, describe_store_failure, is_store_failure, progress_attrs

@@ -15,8 +15,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from ..._callsite import warn
-from ..._defaults import DEFAULT_SUMMARY_WINDOWS, write_block_bytes
+from ...base import DEFAULT_SUMMARY_WINDOWS, warn, write_block_bytes
 from ...engine import Plan, ScanSpec, compute_platform
 from ...errors import StreamaccWarning, arg
 from ...store import Target

@@ -16,8 +16,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..._dtypes import dtype_name
 from ..._version import __version__
+from ...base import dtype_name
 from ...engine import Plan
 from ...errors import InputError, arg
 from ...store import ArraySpec, open_target, storable

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._defaults import DEFAULT_INFLIGHT
+from ...base import DEFAULT_INFLIGHT
 from ...engine import pool_size  # arithmetic only: describing an output imports no JAX
 from ...store import BOOKKEEPING, ZarrSink, open_target
 from ...summaries import SUMMARIES, summarized_names

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..._checks import as_count
+from ...base import as_count
 from ...engine import row_step, rows_in  # arithmetic only: overview imports no JAX
 from ...errors import InputError, NoOutputError, arg
 from ...store import open_target, progress_attrs

@@ -17,8 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..._checks import as_count
-from ..._defaults import DEFAULT_INFLIGHT
+from ...base import DEFAULT_INFLIGHT, as_count
 from ...engine import (
     Block,
     BlockPool,

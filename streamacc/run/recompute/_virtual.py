@@ -30,7 +30,7 @@ from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, Store
 from zarr.storage import WrapperStore
 
-from ..._dtypes import dtype_from_name
+from ...base import dtype_from_name
 from ...engine import (
     BlockPool,
     Plan,

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any
 
-from ..._callsite import warn
+from ...base import warn
 from ...engine import HostLeaf, Plan, check_memory
 from ...errors import StoreError, StreamaccWarning, arg
 from ...store import Target, describe_store_failure, is_store_failure, open_target

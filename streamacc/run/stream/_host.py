@@ -27,7 +27,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
-from ..._callsite import Site, run_from
+from ...base import Site, run_from
 from ...engine import Block, HostLeaf, Plan
 from ...errors import InputError, one_line
 from ...store import Target

@@ -46,7 +46,7 @@ from jax import lax
 from jax.custom_batching import custom_vmap
 from jax.experimental import io_callback
 
-from ..._defaults import stream_handover
+from ...base import stream_handover
 from ...engine import Step, block_count, block_function, compute_platform
 
 try:

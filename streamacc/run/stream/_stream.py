@@ -21,8 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..._callsite import Site, outside, warn
-from ..._defaults import DEFAULT_STREAM_INFLIGHT
+from ...base import DEFAULT_STREAM_INFLIGHT, Site, outside, warn
 from ...engine import (
     Blocking,
     Carry,

@@ -32,7 +32,7 @@ from contextlib import AbstractContextManager, nullcontext
 from queue import Empty, SimpleQueue
 from typing import Any, ParamSpec, TypeVar
 
-from ..._callsite import outside, run_from
+from ...base import outside, run_from
 
 __all__ = [
     "GRACE_SECONDS",

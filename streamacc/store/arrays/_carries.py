@@ -23,7 +23,7 @@ from typing import Any
 import google_crc32c
 import numpy as np
 
-from ..._dtypes import dtype_from_name, dtype_name
+from ...base import dtype_from_name, dtype_name
 from ..targets import BOOKKEEPING, Target
 from ._documents import stored_crc32c
 

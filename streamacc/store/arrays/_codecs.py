@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
-from ..._defaults import DEFAULT_CODEC
+from ...base import DEFAULT_CODEC
 from ...errors import InputError
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ A test replaces it through ``streamacc.testing`` (as ``store.write_new``) to mak
 
 from __future__ import annotations
 
-from ..._seams import Seam
+from ...base import Seam
 from . import _chunks
 
 __all__ = ["SEAMS"]

@@ -23,7 +23,7 @@ from zarr.buffer import default_buffer_prototype
 from zarr.codecs import Crc32cCodec
 from zarr.storage import StorePath
 
-from ..._dtypes import is_float
+from ...base import is_float
 from ...errors import NoOutputError, arg, one_line
 from ..targets import ArrayConfig, ArrayConfigParams, ArrayV3Metadata, Target, sync
 from ._chunks import ChunkWriter

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..._seams import Seam
+from ...base import Seam
 from . import _lease
 
 __all__ = ["SEAMS"]

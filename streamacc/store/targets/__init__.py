@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..._lazy import lazy_exports
+from ...base import lazy_exports
 
 if TYPE_CHECKING:
     from ._backends import close_store_sessions as close_store_sessions

@@ -6,7 +6,7 @@ A test replaces one through ``streamacc.testing`` (as ``store.NAME``) to make a 
 
 from __future__ import annotations
 
-from ..._seams import Seam
+from ...base import Seam
 from . import _files, _icechunk, _localtarget
 
 __all__ = ["SEAMS"]

@@ -12,7 +12,7 @@ import operator
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import InputError, arg
+from ..errors import InputError, arg
 
 __all__ = ["as_choice", "as_count", "as_unroll"]
 

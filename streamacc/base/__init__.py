@@ -1,0 +1,57 @@
+"""The foundations every wing stands on: plain Python and numpy, no JAX, no Zarr.
+
+- ``_defaults``: the defaults chosen by benchmark, each with the reason it holds;
+- ``_checks``: argument checks that need nothing but Python, shared by the library and the
+  command line;
+- ``_dtypes``: dtypes by name, ``bfloat16`` included;
+- ``_callsite``: where a warning points (the caller's line, even from streamacc's threads);
+- ``_seams``: the values a wing lets a test replace;
+- ``_lazy``: the lazy re-exports each wing's ``__init__`` is made of.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_exports as lazy_exports
+
+if TYPE_CHECKING:
+    from ._callsite import Site as Site, origin as origin, outside as outside, run_from as run_from, warn as warn
+    from ._checks import as_choice as as_choice, as_count as as_count, as_unroll as as_unroll
+    from ._defaults import (
+        ACCELERATOR_COMPENSATED_UNROLL as ACCELERATOR_COMPENSATED_UNROLL,
+        ACCELERATOR_STREAM_HANDOVER as ACCELERATOR_STREAM_HANDOVER,
+        ACCELERATOR_UNROLL as ACCELERATOR_UNROLL,
+        ACCELERATOR_WRITE_BLOCK_BYTES as ACCELERATOR_WRITE_BLOCK_BYTES,
+        ACCELERATORS as ACCELERATORS,
+        CARRIES_EVERY_AT_MOST as CARRIES_EVERY_AT_MOST,
+        CARRY_SHARE_AT_MOST as CARRY_SHARE_AT_MOST,
+        DEFAULT_BLOCK_BYTES as DEFAULT_BLOCK_BYTES,
+        DEFAULT_BLOCK_SIZE as DEFAULT_BLOCK_SIZE,
+        DEFAULT_CODEC as DEFAULT_CODEC,
+        DEFAULT_INFLIGHT as DEFAULT_INFLIGHT,
+        DEFAULT_STREAM_INFLIGHT as DEFAULT_STREAM_INFLIGHT,
+        DEFAULT_SUMMARY_WINDOWS as DEFAULT_SUMMARY_WINDOWS,
+        DEFAULT_VIRTUAL_INFLIGHT as DEFAULT_VIRTUAL_INFLIGHT,
+        DEFAULT_WRITE_BLOCK_BYTES as DEFAULT_WRITE_BLOCK_BYTES,
+        DEFAULT_WRITE_BLOCK_SIZE as DEFAULT_WRITE_BLOCK_SIZE,
+        SHORT_SUMMARY_WINDOW_AT_LEAST as SHORT_SUMMARY_WINDOW_AT_LEAST,
+        SUMMARY_STATE_AT_MOST as SUMMARY_STATE_AT_MOST,
+        SUMMARY_VALUES_AT_MOST as SUMMARY_VALUES_AT_MOST,
+        SUMMARY_WINDOW_AT_LEAST as SUMMARY_WINDOW_AT_LEAST,
+        SUMMARY_WINDOWS_AT_LEAST as SUMMARY_WINDOWS_AT_LEAST,
+        recipe_unroll as recipe_unroll,
+        stream_handover as stream_handover,
+        write_block_bytes as write_block_bytes,
+    )
+    from ._dtypes import (
+        dtype_from_name as dtype_from_name,
+        dtype_name as dtype_name,
+        is_bfloat16 as is_bfloat16,
+        is_float as is_float,
+        numpy_float as numpy_float,
+    )
+    from ._lazy import lazy_exports as lazy_exports, listed_exports as listed_exports
+    from ._seams import Seam as Seam
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)
