@@ -47,7 +47,7 @@ from jax.custom_batching import custom_vmap
 from jax.experimental import io_callback
 
 from ...base import stream_handover
-from ...engine import Step, block_count, block_function, compute_platform
+from ...engine import Blocking, Step, block_function, compute_platform
 
 try:
     from jax.experimental.buffer_callback import buffer_callback
@@ -102,26 +102,20 @@ class Loop:
     """What the traced loop needs: the step, the block layout and the carry as it crosses to the host."""
 
     f: Step
-    length: int
-    block_size: int
-    unroll: int | bool
-    reverse: bool
-    save_every: int
+    blocking: Blocking
+    """The scan's length, blocks (their size chosen), unroll, direction and thinning."""
     carry: tuple[CarryLeaf, ...]
     index_dtype: np.dtype[Any]
 
     @property
-    def count(self) -> int:
-        return block_count(self.length, self.block_size, self.unroll)
-
-    @property
     def odd(self) -> int:
         """The length of the last block in index order (the first run when ``reverse``)."""
-        return self.length - (self.count - 1) * self.block_size
+        return self.blocking.length - (self.blocking.block_count - 1) * self.blocking.size
 
     def run(self, length: int) -> Callable[[Any, Any], tuple[Any, list[jax.Array]]]:
         """The engine's block function for blocks of ``length`` steps: ``(carry, xs) -> (carry, ys leaves)``."""
-        return block_function(self.f, length, self.unroll, self.reverse, self.save_every)
+        b = self.blocking
+        return block_function(self.f, length, b.unroll, b.reverse, b.save_every)
 
     def plain(self, carry: Any) -> list[Any]:
         return [leaf.plain(x) for leaf, x in zip(self.carry, jax.tree_util.tree_leaves(carry), strict=True)]
@@ -214,7 +208,7 @@ def streamed(
     begin: Callable[[list[Any], bool], Sequence[Any]],
     check: Callable[[], list[tuple[int, int, int]] | None],
 ) -> Any:
-    """``lax.scan(loop.f, init, xs, length=loop.length, ...)[0]`` with every block handed to ``host``.
+    """``lax.scan(loop.f, init, xs, length=loop.blocking.length, ...)[0]`` with every block handed to ``host``.
 
     ``begin(plain, ordered)`` binds the start callback by :func:`host_call` (where JAX refuses ``vmap``
     and derivatives, before
@@ -248,13 +242,13 @@ def streamed(
         after, ys = loop.run(length)(carry, _rows(xs, start, length))
         return after, hand(token, index, *loop.plain(carry), *ys, *loop.plain(after))
 
-    count, size, odd = loop.count, loop.block_size, loop.odd
+    count, size, odd = loop.blocking.block_count, loop.blocking.size, loop.odd
     last = count - 1  # the block of index count - 1 may be of another length
     full = count if odd == size else last  # the blocks of block_size steps
 
     def body(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
         index, carry, token = state
-        k = last - index if loop.reverse else index  # the block's place in index order
+        k = last - index if loop.blocking.reverse else index  # the block's place in index order
         return index + 1, *one(index, (carry, token), k * size, size)
 
     def full_blocks(begin_at: Any, end: int, state: tuple[Any, Any]) -> tuple[Any, Any]:
@@ -269,7 +263,7 @@ def streamed(
     state = (carry, token)
     if odd == size:
         state = full_blocks(first, count, state)
-    elif loop.reverse:  # the odd block runs first
+    elif loop.blocking.reverse:  # the odd block runs first
         state = lax.cond(first == 0, lambda s: odd_block(0, s), lambda s: s, state)
         state = full_blocks(jnp.maximum(first, 1), count, state)
     else:

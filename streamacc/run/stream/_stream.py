@@ -450,7 +450,6 @@ class Stream:
                 check[0] = host.check_chain
             return tuple(started)
 
-        loop = Loop(plan.f, plan.length, plan.block_size, plan.unroll, plan.reverse, plan.save_every, crossing,
-                    index_dtype)  # fmt: skip
+        loop = Loop(plan.f, plan.blocking, crossing, index_dtype)
         final: Carry = streamed(loop, host, init, xs, begin=begin, check=lambda: check[0])
         return final
