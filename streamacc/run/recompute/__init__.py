@@ -20,7 +20,7 @@ if TYPE_CHECKING:
         resume_chain as resume_chain,
         select_blocks as select_blocks,
         verify as verify,
-        )
+    )
     from ._virtual import (
         RECYCLED_BLOCKS as RECYCLED_BLOCKS,
         recompute_plan as recompute_plan,
