@@ -132,9 +132,8 @@ pytest -n, a group runs in one worker, so each is made once, not once per worker
 def pytest_collection_modifyitems(items):
     """A test that needs the session's dask cluster is slow: the first one starts its worker processes.
 
-    Those tests run last, one after the other, so that the cluster (started by the first of
-    them, closed at the session's end) does not idle through the rest of the suite: its four
-    processes take CPU even while they do nothing.
+    Those tests run one after the other (last, in one process), and the cluster is closed after
+    the last of them (``pytest_runtest_teardown``).
     """
     for item in items:
         for fixture, group in SHARED_FIXTURES.items():
@@ -148,6 +147,22 @@ def pytest_collection_modifyitems(items):
         return "dask_client" in item.fixturenames, item.get_closest_marker("kills_a_worker") is not None
 
     items.sort(key=order)  # stable: each group keeps its order
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """The session's dask cluster is closed after the last test that needs it, not at the session's end.
+
+    With pytest -n its tests are one unit of work, which pytest-xdist hands out among the first
+    (it orders units by their number of tests); left running, the cluster would idle through the
+    rest of the suite, and its processes and the scheduler take a few CPU-seconds a minute even
+    then. A test that needed it after that would start another.
+    """
+    result = yield
+    if "dask_client" in item.fixturenames and (nextitem is None or "dask_client" not in nextitem.fixturenames):
+        for fixturedef in item._fixtureinfo.name2fixturedefs.get("dask_client", ()):
+            fixturedef.finish(item._request)
+    return result
 
 
 # --- moto's S3 server, one for the session ------------------------------------------------------

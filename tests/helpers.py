@@ -438,9 +438,11 @@ import streamacc.summaries
 from streamacc.run import write  # noqa: the write path, its rooms and wings
 import s3fs, distributed  # what commands on S3 and clusters import (no module here starts a thread)
 
-import threading
+import gc, threading
 
 assert threading.active_count() == 1, "a module started a thread: forking would copy its locks mid-use"
+gc.collect()
+gc.freeze()  # what the imports made: a child's collector never walks it (nor copies its pages to do so)
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C at the terminal is the test run's, not this server's
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 listener.bind(sys.argv[1])

@@ -77,9 +77,12 @@ def blackjax_rwmh(scale: float = 0.7, *, warm: bool = True) -> tuple[Any, Any]:
 
     if not warm:
         return rwmh, None
-    states = jax.vmap(kernel.init)(jax.random.normal(jax.random.key(1), (CHAINS, 2)))
-    carry, _ = jax.lax.scan(rwmh, (states, jax.random.key(3)), length=200)
-    return rwmh, carry
+
+    @jax.jit  # one computation, not the dozens of small ones the burn-in makes run eagerly
+    def burn_in(x: Any) -> Any:
+        return jax.lax.scan(rwmh, (jax.vmap(kernel.init)(x), jax.random.key(3)), length=200)[0]
+
+    return rwmh, burn_in(jax.random.normal(jax.random.key(1), (CHAINS, 2)))
 
 
 @functools.cache
@@ -88,7 +91,8 @@ def _nuts_warmup() -> tuple[Any, Any]:
 
     warmup = blackjax.window_adaptation(blackjax.nuts, logdensity)
     keys = jax.random.split(jax.random.key(5), CHAINS)
-    (states, params), _ = jax.vmap(lambda k, x: warmup.run(k, x, num_steps=100))(keys, jnp.zeros((CHAINS, 2)))
+    run = jax.jit(jax.vmap(lambda k, x: warmup.run(k, x, num_steps=100)))  # one computation, not many small ones
+    (states, params), _ = run(keys, jnp.zeros((CHAINS, 2)))
     return states, params
 
 
@@ -129,21 +133,28 @@ def numpyro_hmc(algo: str = "HMC", *, warm: bool = True) -> tuple[Any, Any]:
     def model() -> None:
         numpyro.sample("x", dist.MultivariateNormal(jnp.zeros(2), jnp.asarray(COVARIANCE)))
 
-    init_params, potential_fn, postprocess_fn, _ = util.initialize_model(jax.random.PRNGKey(0), model,
-                                                                         dynamic_args=False)  # fmt: skip
-    init_kernel, sample_kernel = hmc.hmc(potential_fn, algo=algo)
+    kernels: list[Any] = []
+
+    def warm_up(key: Any) -> Any:
+        # traced once, under jax.jit (or only traced, by jax.eval_shape, without ``warm``): numpyro's initialisation
+        # and warm-up compiled as one computation, not as the ~160 small ones they make run eagerly. The functions
+        # they build hold no traced value (numpyro's own MCMC relies on it), so the step uses them after the trace.
+        init_params, potential_fn, postprocess_fn, _ = util.initialize_model(key, model, dynamic_args=False)
+        init_kernel, sample_kernel = hmc.hmc(potential_fn, algo=algo)
+        kernels.append((sample_kernel, postprocess_fn))
+        keys = jax.random.split(jax.random.PRNGKey(1), CHAINS)
+        positions = jax.tree.map(lambda p: jnp.broadcast_to(p, (CHAINS, *p.shape)), init_params.z)
+        states = jax.vmap(lambda z, k: init_kernel(z, num_warmup=50, rng_key=k))(positions, keys)
+        return jax.lax.fori_loop(0, 50, lambda _, s: jax.vmap(sample_kernel)(s), states)
+
+    states = jax.jit(warm_up)(jax.random.PRNGKey(0)) if warm else jax.eval_shape(warm_up, jax.random.PRNGKey(0))
+    sample_kernel, postprocess_fn = kernels[0]
 
     def step(states: Any, _: Any) -> tuple[Any, Any]:
         states = jax.vmap(sample_kernel)(states)
         return states, {"x": jax.vmap(postprocess_fn)(states.z)["x"], "diverging": states.diverging}
 
-    if not warm:
-        return step, None
-    keys = jax.random.split(jax.random.PRNGKey(1), CHAINS)
-    positions = jax.tree.map(lambda p: jnp.broadcast_to(p, (CHAINS, *p.shape)), init_params.z)
-    states = jax.vmap(lambda z, k: init_kernel(z, num_warmup=50, rng_key=k))(positions, keys)
-    states = jax.lax.fori_loop(0, 50, lambda _, s: jax.vmap(sample_kernel)(s), states)
-    return step, states
+    return step, states if warm else None
 
 
 if __name__ == "__main__":

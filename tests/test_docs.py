@@ -9,6 +9,7 @@ build's own checks to what they promise, cheaply, without building.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -232,7 +233,7 @@ def test_the_cli_reference_is_generated_for_every_option():
 
 
 EXTRAS_HIDDEN = r"""
-import sys
+import json, sys, traceback
 
 # What `pip install .` leaves out, the extras' packages, missing for import and for importlib.util.find_spec
 sys.modules.update(dict.fromkeys(["xarray", "dask", "distributed", "pandas", "matplotlib", "s3fs", "fsspec",
@@ -240,35 +241,54 @@ sys.modules.update(dict.fromkeys(["xarray", "dask", "distributed", "pandas", "ma
 sys.path.insert(0, sys.argv[1])
 import pathlib, examples
 
-page = pathlib.Path(sys.argv[2])
-examples.run_page(page.read_text(), page.name, pathlib.Path(sys.argv[3]), plain=sys.argv[4] == "plain")
-print("ran", page.name)
+for page, folder, how in json.loads(sys.argv[2]):  # each page in a folder of its own, as the site's build runs it
+    page = pathlib.Path(page)
+    try:
+        examples.run_page(page.read_text(), page.name, pathlib.Path(folder), plain=how == "plain")
+        failed = None
+    except BaseException:
+        failed = traceback.format_exc()
+    print("run:", json.dumps([page.name, how, failed]), flush=True)
 """
+WITHOUT_EXTRAS = [("README.md", "plain"), ("docs/getting-started.md", "plain"), ("README.md", "all")]
 
 
-def _run_without_extras(page: Path, folder: Path, how: str) -> subprocess.CompletedProcess:
+@pytest.fixture(scope="module")
+def without_extras(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], str | None]:
+    """The runs of ``WITHOUT_EXTRAS`` (a page's blocks that need no extra, or all of them), one after another in
+    one process where only ``pip install .`` is installed: (page, how) -> None where the run finished, what it
+    raised where it failed."""
+    jobs = [(str(ROOT / page), str(tmp_path_factory.mktemp("without-extras")), how) for page, how in WITHOUT_EXTRAS]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_ENABLE_X64": "0", "JAX_PLATFORMS": "cpu"}
-    return subprocess.run(
-        [sys.executable, "-c", EXTRAS_HIDDEN, str(HOOKS), str(page), str(folder), how],
+    done = subprocess.run(
+        [sys.executable, "-c", EXTRAS_HIDDEN, str(HOOKS), json.dumps(jobs)],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    runs = [json.loads(line.removeprefix("run: ")) for line in done.stdout.splitlines() if line.startswith("run: ")]
+    assert [(name, how) for name, how, _ in runs] == [(Path(page).name, how) for page, how in WITHOUT_EXTRAS]
+    return {(page, how): failed for (page, how), (_, _, failed) in zip(WITHOUT_EXTRAS, runs, strict=True)}
 
 
+NO_EXTRAS = pytest.mark.xdist_group("no_extras")  # one worker of pytest -n, one process for the three runs
+
+
+@NO_EXTRAS
 @pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md"])
-def test_the_front_doors_examples_run_after_a_plain_install(page, tmp_path):
+def test_the_front_doors_examples_run_after_a_plain_install(page, without_extras):
     """The examples of the README and of Getting started that need no extra (no ``<!-- needs: -->``) run
     where only ``pip install .`` is installed: the extras' packages are missing from that process."""
-    done = _run_without_extras(ROOT / page, tmp_path, "plain")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert f"ran {Path(page).name}" in done.stdout
+    failed = without_extras[(page, "plain")]
+    assert failed is None, failed[-3000:]
 
 
-def test_an_example_that_needs_an_extra_fails_without_it_so_the_plain_run_can_fail(tmp_path):
+@NO_EXTRAS
+def test_an_example_that_needs_an_extra_fails_without_it_so_the_plain_run_can_fail(without_extras):
     """The same run of every block of the README stops at the first that uses xarray, with streamacc's
     error naming the extra: the blocks marked ``needs`` are the ones that need it."""
-    done = _run_without_extras(ROOT / "README.md", tmp_path, "all")
-    assert done.returncode != 0
-    assert "needs xarray: pip install 'streamacc[xarray]'" in done.stderr, done.stderr[-3000:]
+    failed = without_extras[("README.md", "all")]
+    assert failed is not None
+    assert "needs xarray: pip install 'streamacc[xarray]'" in failed, failed[-3000:]
     blocks = examples.find_blocks((ROOT / "README.md").read_text(), "README.md")
     assert [b.needs for b in blocks if b.lang == "python"].count(("xarray",)) == 2
 

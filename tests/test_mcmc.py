@@ -40,6 +40,8 @@ pytestmark = pytest.mark.filterwarnings("error::streamacc.errors.StreamaccWarnin
 
 LENGTH, BLOCK, EVERY = 480, 96, 4  # 5 blocks of 24 kept draws
 SAMPLERS = ["metropolis", "blackjax_rwmh", "blackjax_nuts", "numpyro_hmc"]
+NUTS = pytest.mark.xdist_group("nuts")
+"""The tests of blackjax's NUTS, in one worker of pytest -n: its window adaptation (seconds to compile) made once."""
 NEEDS = {"blackjax_rwmh": "blackjax", "blackjax_nuts": "blackjax", "numpyro_hmc": "numpyro"}
 TESTS = Path(__file__).parent
 
@@ -66,7 +68,7 @@ def write(out, f, carry, length=LENGTH, **kw):
     return streamacc.write(out, f, carry, length=length, **kw)
 
 
-@pytest.mark.parametrize("name", SAMPLERS)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=NUTS) if n == "blackjax_nuts" else n for n in SAMPLERS])
 def test_a_sampler_streams_as_one_lax_scan_and_resumes_and_extends_exactly(tmp_path, standard_promotion, name):
     """The kept draws and the final state are one in-memory ``lax.scan``'s bits; a run failing at its third block
     resumes to the uninterrupted run's files, and a shorter run extended is one longer run."""
@@ -94,6 +96,7 @@ def test_a_sampler_streams_as_one_lax_scan_and_resumes_and_extends_exactly(tmp_p
     assert_same_output(longer, ref)
 
 
+@NUTS
 @pytest.mark.skipif(importlib.util.find_spec("blackjax") is None, reason="needs blackjax")
 def test_parameters_closed_over_are_constants_of_the_compiled_block(tmp_path, standard_promotion):
     """NUTS with its adapted step sizes and mass matrices closed over, not carried: the block is compiled with
@@ -114,7 +117,7 @@ def test_a_changed_proposal_is_caught_by_the_resume(tmp_path, standard_promotion
     out = tmp_path / "out.zarr"
     with pytest.raises(StoreError):
         write(failing(out, "x/c/2/0/0"), f, carry)
-    wider, _ = samplers.blackjax_rwmh(scale=0.9)
+    wider, _ = samplers.blackjax_rwmh(scale=0.9, warm=False)
     files = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     with pytest.raises(ResumeError, match="block"):
         write(out, wider, carry, mode="resume")

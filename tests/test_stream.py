@@ -166,24 +166,44 @@ def test_scan_called_outside_jit_runs_as_its_own_program(tmp_path):
     assert_bits_equal(got, reference(affine, np.float64(0.5), xs, length, 1, False, 1)[0])
 
 
+@pytest.fixture(scope="module")
+def in_place(tmp_path_factory):
+    """``in_place(case)``: the case's reference (final carry, kept ys) and the output of its Stream with blocks
+    handed over in place, as on the CPU (its final carry checked against the reference), made on first use."""
+    made: dict[int, tuple] = {}
+
+    def get(case: int) -> tuple:
+        if case not in made:
+            name, unroll, block, every, reverse, length = CASES[case]
+            f, make = INITS[name]
+            carry, ys = reference(f, make(), inputs(length), length, unroll, reverse, every)
+            out = tmp_path_factory.mktemp("in-place") / "out.zarr"
+            keywords = {"unroll": unroll, "block_size": block, "save_every": every, "reverse": reverse}
+            assert_bits_equal(stream(out, f, make(), inputs(length), length, **keywords), carry)
+            made[case] = carry, ys, out
+        return made[case]
+
+    return get
+
+
+@pytest.mark.xdist_group("stream_io")  # in one worker of pytest -n: each case's in-place run made once
 @pytest.mark.parametrize("how", ["ordered", "chained", "pinned"])
 @pytest.mark.parametrize("case", [6, 12], ids=[str(CASES[6]), str(CASES[12])])
-def test_blocks_cross_by_an_io_callback_to_the_same_bytes(tmp_path, case, how):
+def test_blocks_cross_by_an_io_callback_to_the_same_bytes(tmp_path, in_place, case, how):
     """Off the CPU a block crosses to the host by an ``io_callback`` instead of in place (ordered, chained by a
     token, or from pinned host memory): the same bytes, reversed and odd or thinned, and a typed key in the carry."""
     name, unroll, block, every, reverse, length = CASES[case]
     f, make = INITS[name]
     init, xs = make(), inputs(length)
     keywords = {"unroll": unroll, "block_size": block, "save_every": every, "reverse": reverse}
-    carry, ys = reference(f, init, xs, length, unroll, reverse, every)
+    carry, ys, in_place_out = in_place(case)
     with testing.patched("run.stream.handover", lambda: how):
         got = stream(tmp_path / "io.zarr", f, init, xs, length, **keywords)
     assert_bits_equal(got, carry)
     data = stored(tmp_path / "io.zarr")
     for key, want in ys_by_name(ys).items():
         assert data[key].tobytes() == want.tobytes(), key
-    assert_bits_equal(stream(tmp_path / "in-place.zarr", f, init, xs, length, **keywords), carry)
-    assert_same_output(tmp_path / "io.zarr", tmp_path / "in-place.zarr")
+    assert_same_output(tmp_path / "io.zarr", in_place_out)
 
 
 @pytest.mark.parametrize("how", ["in_place", "ordered", "chained", "pinned"])
@@ -584,26 +604,32 @@ def finish_in_child(out: Path, mode: str) -> None:
     assert proc.returncode == 0, err
 
 
-def child_reference(tmp_path: Path) -> Path:
-    """The child's run, uninterrupted."""
-    out = tmp_path / "reference.zarr"
+@pytest.fixture(scope="module")
+def child_reference(tmp_path_factory) -> Path:
+    """The child's run, uninterrupted (made once for the tests below, which share a worker of pytest -n)."""
+    out = tmp_path_factory.mktemp("child") / "reference.zarr"
     finish_in_child(out, "create")
     return out
 
 
+CHILD_RUNS = pytest.mark.xdist_group("stream_child")
+
+
+@CHILD_RUNS
 @pytest.mark.slow
-def test_a_program_killed_mid_stream_resumes_to_the_bytes_of_an_uninterrupted_run(tmp_path):
+def test_a_program_killed_mid_stream_resumes_to_the_bytes_of_an_uninterrupted_run(tmp_path, child_reference):
     out = tmp_path / "out.zarr"
     proc = start_child(out, "create", 0.05)
     assert kill_at(proc, out, 3, delay=0.2), "the program finished before it could be killed"
     assert 3 <= committed(out) < 64 and not read_manifest(out)["complete"]
     finish_in_child(out, "resume")
-    assert_same_output(out, child_reference(tmp_path))
+    assert_same_output(out, child_reference)
 
 
+@CHILD_RUNS
 @pytest.mark.slow
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_signal_ends_the_program_at_the_next_block_with_its_blocks_safe(tmp_path, signum, code):
+def test_a_signal_ends_the_program_at_the_next_block_with_its_blocks_safe(tmp_path, signum, code, child_reference):
     """The main thread is inside XLA when the signal comes: Python's handler cannot run until XLA returns."""
     out = tmp_path / "out.zarr"
     proc = start_child(out, "create", 0.05)
@@ -623,4 +649,4 @@ def test_a_signal_ends_the_program_at_the_next_block_with_its_blocks_safe(tmp_pa
     manifest = read_manifest(out)
     assert 2 <= manifest["committed_blocks"] < 64 and not manifest["complete"]
     finish_in_child(out, "resume")
-    assert_same_output(out, child_reference(tmp_path))
+    assert_same_output(out, child_reference)

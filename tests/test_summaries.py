@@ -511,10 +511,10 @@ def test_default_windows_of_a_large_state_hold_at_most_a_million_values_at_the_f
         assert finest * size <= 2**20 or windows[0] == 4096
         least = 128 if rows * size >= 2**16 else 16  # windows of at least 128 rows from 2**16 values up
         assert windows[0] == max(default_windows(rows)[0], least) or (-(-rows // (windows[0] // 2))) * size > 2**20
-    out = tmp_path / "state.zarr"  # 1024 values kept apart: 2**10 windows of 1024, not 2**11
-    state = np.ones(1024, np.float32)  # the windows depend on the counts alone: half the bytes of float64
-    streamacc.write(out, lambda u, _: (u * 0.5, u), state, length=2**18, block_size=2**13, progress=False)
-    assert streamacc.info(out).summaries.windows == (256, 4096, 65536)
+    out = tmp_path / "state.zarr"  # 1024 values kept apart: 2**10 windows of 128 rows hold 2**20, the most allowed
+    state = np.ones(1024, np.int8)  # the windows depend on the counts alone: one byte a value
+    streamacc.write(out, lambda u, _: (u, u), state, length=2**17, block_size=2**13, progress=False)
+    assert streamacc.info(out).summaries.windows == (128, 2048, 32768)  # (256, 4096, 65536) had it counted twice
 
 
 def test_a_summary_window_longer_than_the_output_is_refused(tmp_path, capsys):
