@@ -20,7 +20,7 @@ from typing import Any
 
 __all__ = ["origin", "outside", "run_from", "warn"]
 
-_PACKAGE = os.path.join(os.path.dirname(__file__), "")  # as code objects name it; not streamacc_x.py
+_PACKAGE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "")  # streamacc/, not streamacc_x.py
 _THREAD_STARTS = frozenset({threading.__file__, concurrent.futures.thread.__file__})
 """Where a thread's frames begin: a thread's start, or a pool's worker (streamacc's writers)."""
 
