@@ -36,7 +36,7 @@ from ..errors import (
     arg,
 )
 from ..recipes import Job, Recipe, option
-from ..run import Terminated, check_written_length, run_interruptibly, si, still_running
+from ..run import Terminated, check_written_length, run_interruptibly, si
 from ._expr import parse_int
 from ._parser import (
     UsageError,
@@ -373,8 +373,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     The command runs on a thread of its own while this thread waits for it and takes
     Ctrl-C and SIGTERM, so that either ends the command within seconds even while XLA
     computes a long block. Called without ``argv`` (as the program itself), a command that
-    failed or was interrupted while a block still computes leaves it behind: the process
-    exits at once.
+    failed or was interrupted leaves whatever still runs behind (a block in XLA, a copy from
+    the device, a store client's request): the process exits at once with its code.
     """
     own_process = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -382,10 +382,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = run_interruptibly(_main, argv, signals=(signal.SIGINT, signal.SIGTERM), scopes=False)
     except KeyboardInterrupt as exc:
         code = _interrupted(exc, argv, debug=False)
-    if own_process and code != 0 and still_running():
-        # a command that failed or was interrupted while a block computes: XLA cannot be interrupted, and
-        # what it computes would be discarded anyway; left to run into the interpreter's exit, its thread
-        # would be ended inside XLA, which aborts the process (SIGABRT) after the one line was printed
+    if own_process and code != 0:
+        # a command that failed or was interrupted: what its threads still do would be discarded anyway
+        # (XLA cannot be interrupted). Left to run into the interpreter's exit, a thread that is inside
+        # native code then (XLA, or a copy from the device as a lost lease stops a writer) is ended there,
+        # which aborts the process (SIGABRT) after the one line was printed
         _exit_now(code)
     if own_process and "icechunk" in sys.modules:
         # Icechunk's runtime threads, still about as the interpreter finalizes, can abort it (SIGABRT, a bus

@@ -50,7 +50,6 @@ if TYPE_CHECKING:
     from .threads import (
         Terminated as Terminated,
         run_interruptibly as run_interruptibly,
-        still_running as still_running,
     )
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

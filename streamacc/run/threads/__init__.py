@@ -20,7 +20,6 @@ if TYPE_CHECKING:
         interruptible as interruptible,
         on_own_thread as on_own_thread,
         run_interruptibly as run_interruptibly,
-        still_running as still_running,
     )
     from ._pipeline import run_ordered as run_ordered
     from ._wakeup import SignalWatch as SignalWatch

@@ -26,7 +26,6 @@ import signal
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Callable, Generator, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from queue import Empty, SimpleQueue
@@ -43,7 +42,6 @@ __all__ = [
     "interruptible",
     "on_own_thread",
     "run_interruptibly",
-    "still_running",
 ]
 
 T = TypeVar("T")
@@ -153,7 +151,6 @@ class _OwnThread:
         for _ in range(ahead):
             self._requests.put(True)
         thread = threading.Thread(target=self._produce, args=(source, _scopes()), name=name, daemon=True)
-        _started.add(thread)
         _computing.register()
         thread.start()
 
@@ -219,14 +216,6 @@ def interruptible(fn: Callable[P, T]) -> Callable[P, T]:
     return wrapper
 
 
-_started: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
-
-
-def still_running() -> bool:
-    """Whether a thread started here is still running (after an interrupt: stuck in XLA, or in a system call)."""
-    return any(thread.is_alive() for thread in list(_started))
-
-
 def _is_default(signum: int, handler: object) -> bool:
     if signum == signal.SIGINT:
         return handler is signal.default_int_handler
@@ -274,7 +263,6 @@ def run_interruptibly(
 
     STOP.clear()
     thread = threading.Thread(target=work, name="streamacc-run", daemon=True)
-    _started.add(thread)
     saved = {s: signal.getsignal(s) for s in signals}
     for signum, handler in saved.items():
         if _is_default(signum, handler):
