@@ -209,6 +209,10 @@ def test_unroll_tail_joins_the_previous_block(tmp):
     """A tail of unroll..2*unroll-1 steps would run its unrolled loop once; it joins the block before."""
     blocks = list(streamacc.iter_blocks(product_step, np.float64(1.0), length=54, block_size=8, unroll=4))
     assert [(b.start, b.stop) for b in blocks][-2:] == [(32, 40), (40, 54)]
+    from streamacc.engine import Blocking
+
+    assert Blocking(54, 8, unroll=4).last_steps == 54 - 5 * 8  # the tail of 6 joins: a last block of 14
+    assert Blocking(1000, 96).last_steps == 1000 % 96 and Blocking(960, 96).last_steps == 96
     check_exact(CASES[0], 54, 8, False, 4, tmp)
 
 

@@ -46,10 +46,8 @@ def too_big(needed: int, memory: int | None, rows: int) -> InputError:
 
 def _largest_block(plan: Plan) -> int:
     """Steps of the plan's longest block: a full one, or the last, which a short tail under ``unroll`` joins."""
-    count = plan.block_count
-    if count <= 1:
-        return plan.length
-    return max(plan.block_size, plan.length - (count - 1) * plan.block_size)
+    last = plan.blocking.last_steps
+    return last if plan.block_count <= 1 else max(plan.block_size, last)
 
 
 def _row_bytes(plan: Plan) -> int:

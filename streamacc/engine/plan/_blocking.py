@@ -113,6 +113,12 @@ class Blocking:
         """How many blocks the scan runs (see :func:`block_count`)."""
         return block_count(self.length, self.size, self.unroll)
 
+    @property
+    def last_steps(self) -> int:
+        """Steps of the last block in index order (the first run when ``reverse``): the rest of the length,
+        shorter than a block, or longer where a short tail under ``unroll`` joins it."""
+        return self.length - (self.block_count - 1) * self.size
+
     def bounds(self, first: int = 0) -> Iterator[tuple[int, int]]:
         """The ``[start, stop)`` of each block in scan order from block ``first``."""
         return block_bounds(self.length, self.size, self.reverse, first, self.unroll)

@@ -138,9 +138,10 @@ def trailer_problem(
 def missing_from_store(target: Target, manifest: Manifest, sink: ZarrSink, summaries: Summaries | None) -> str | None:
     """What of the committed output ``manifest`` describes the store no longer holds, in words; None when it
     holds all that was asked."""
+    ledger = Ledger(target)
     keys = [MANIFEST_KEY, *(f"{name}/zarr.json" for name in sink.arrays)]
     if not manifest.v2:  # the kept carries' arrays, which a resume starts from
-        carries = Ledger(target).carries(manifest)
+        carries = ledger.carries(manifest)
         keys += [f"{carries.path(i)}/zarr.json" for i in range(len(carries.leaves))]
     if summaries is not None:
         keys += summaries.store.metadata_keys()
@@ -152,7 +153,7 @@ def missing_from_store(target: Target, manifest: Manifest, sink: ZarrSink, summa
     if not blocks:
         return None
     try:
-        problem = trailer_problem(target, Ledger(target), sink, blocks, manifest.identity.blocking.save_every, manifest)
+        problem = trailer_problem(target, ledger, sink, blocks, manifest.identity.blocking.save_every, manifest)
     except VerifyError:  # a block's record, gone with the rest
         return f"the records of blocks {', '.join(map(str, blocks))} are missing or damaged"
     if problem is None:

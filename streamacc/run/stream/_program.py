@@ -107,11 +107,6 @@ class Loop:
     carry: tuple[CarryLeaf, ...]
     index_dtype: np.dtype[Any]
 
-    @property
-    def odd(self) -> int:
-        """The length of the last block in index order (the first run when ``reverse``)."""
-        return self.blocking.length - (self.blocking.block_count - 1) * self.blocking.size
-
     def run(self, length: int) -> Callable[[Any, Any], tuple[Any, list[jax.Array]]]:
         """The engine's block function for blocks of ``length`` steps: ``(carry, xs) -> (carry, ys leaves)``."""
         b = self.blocking
@@ -242,7 +237,7 @@ def streamed(
         after, ys = loop.run(length)(carry, _rows(xs, start, length))
         return after, hand(token, index, *loop.plain(carry), *ys, *loop.plain(after))
 
-    count, size, odd = loop.blocking.block_count, loop.blocking.size, loop.odd
+    count, size, odd = loop.blocking.block_count, loop.blocking.size, loop.blocking.last_steps
     last = count - 1  # the block of index count - 1 may be of another length
     full = count if odd == size else last  # the blocks of block_size steps
 
