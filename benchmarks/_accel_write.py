@@ -20,7 +20,8 @@ from jax import lax
 
 import streamacc
 from streamacc import testing
-from streamacc.run import write_block_bytes
+from streamacc.run import stream_piece_bytes, write_block_bytes
+from streamacc.run.stream import pieces
 
 
 def _fresh(path: Path) -> Path:
@@ -193,18 +194,25 @@ def stream_wide(ctx: Context) -> dict[str, Any]:
             "tables": {"runs": [{"job": f"wide, {m} members", "run": f"Stream, {how}", "steps": n, **row}]}}
 
 
+PIECE_KINDS = ("ys in pieces, ordered", "ys in pieces, carry from the host", "ys in pieces, carry computed")
+"""The loop scenario's kinds whose ys cross as ``stream_piece_bytes`` pieces, as a Stream's do off the CPU."""
+
+
 def loops(ctx: Context) -> dict[str, Any]:
     """The Stream's loop of blocks alone (gp in float32, ``--write-steps``), at the write's default block here and
     at 2**22 steps, each block handing over: one value by an ordered ``io_callback`` (the program's floor); its ys
     by an ordered one, by one a block late (does the copy of block k overlap the compute of k+1?), by an unordered
-    one chained by a token, and from pinned host memory so chained: what each way of crossing costs, the host
-    doing nothing with what it gets. Median of 3 runs, the compile apart."""
+    one chained by a token, from pinned host memory so chained, and as pieces of ``stream_piece_bytes`` (the
+    operands of one ordered callback): with the loop's carry as the program's own, as the buffer a callback
+    returned, and as a select of that over the program's own (what a Stream does): what each way of crossing
+    costs, the host doing nothing with what it gets. Median of 3 runs, the compile apart."""
     from jax.experimental import io_callback
 
     n = ctx.sizes.write_steps
     j = job("gp", n, ctx.folder)
     x0 = jnp.asarray(j.init)
     token = jax.ShapeDtypeStruct((), jnp.int32)
+    most = stream_piece_bytes(ctx.platform)
 
     def nothing(*_: Any) -> None:
         return None
@@ -213,6 +221,8 @@ def loops(ctx: Context) -> dict[str, Any]:
         return np.asarray(t)
 
     def program(kind: str, block: int) -> Any:
+        cuts = pieces(block, 4, most)
+
         def body(k: Any, state: Any) -> Any:
             c, behind, t = state
             c, ys = lax.scan(j.f, c, None, length=block, unroll=j.unroll)
@@ -223,13 +233,19 @@ def loops(ctx: Context) -> dict[str, Any]:
             elif kind == "ys a block late, ordered":
                 io_callback(nothing, None, k, behind, ordered=True)
                 behind = ys
+            elif kind in PIECE_KINDS:
+                io_callback(nothing, None, k, *(lax.slice_in_dim(ys, a, b) for a, b in cuts), ordered=True)
             else:
                 ys = jax.device_put(ys, jax.memory.Space.Host) if kind == "ys pinned, chained" else ys
                 t = io_callback(passed, token, t, k, ys, ordered=False)
             return c, behind, t
 
         def run(x: Any) -> Any:
-            init = (x * jnp.ones((), x.dtype), jnp.zeros((block,), x.dtype), jnp.int32(0))
+            c = x * jnp.ones((), x.dtype)
+            if kind != "ys in pieces, ordered":
+                sent = io_callback(lambda v: np.asarray(v), jax.ShapeDtypeStruct((), x.dtype), c, ordered=True)
+                c = sent if kind == "ys in pieces, carry from the host" else lax.select(sent == sent, sent, c)
+            init = (c, jnp.zeros((block,), x.dtype), jnp.int32(0))
             return lax.fori_loop(0, n // block, body, init)[0]  # whole blocks only
 
         return run
@@ -237,7 +253,7 @@ def loops(ctx: Context) -> dict[str, Any]:
     rows = []
     for block in sorted(b for b in {_default_block(ctx, j.f, j.init, n, j.unroll), min(2**22, n // 4)} if b <= n // 2):
         steps = n // block * block
-        kinds = ["one value, ordered", "ys, ordered", "ys a block late, ordered", "ys, chained"]
+        kinds = ["one value, ordered", "ys, ordered", "ys a block late, ordered", "ys, chained", *PIECE_KINDS]
         if ctx.platform != "tpu":  # on a TPU v5e, JAX 0.10.2's XLA aborts compiling it (a failed check in its
             kinds.append("ys pinned, chained")  # host offloader), taking the process with it
         for kind in kinds:

@@ -14,7 +14,7 @@ from helpers import read_manifest, run
 import streamacc
 from streamacc import testing
 from streamacc.recipes import ACCELERATOR_COMPENSATED_UNROLL, ACCELERATOR_UNROLL, RECIPES, get_recipe, recipe_unroll
-from streamacc.run import stream_handover, write_block_bytes
+from streamacc.run import stream_handover, stream_piece_bytes, write_block_bytes
 
 ACCELERATORS = ["tpu", "gpu", "cuda", "rocm"]
 CPU_UNROLL = {"gp": 8, "affine": 1, "logistic": 1, "randomwalk": 1, "lorenz": 1, "cumsum": 8, "cumprod": 8}
@@ -27,6 +27,7 @@ def test_an_accelerator_takes_its_own_defaults(platform):
     assert recipe_unroll(2, platform, ACCELERATOR_COMPENSATED_UNROLL) == ACCELERATOR_COMPENSATED_UNROLL == 64
     assert write_block_bytes(platform) == 32 * 2**20
     assert stream_handover(platform) == "ordered"
+    assert stream_piece_bytes(platform) == 4 * 2**20
 
 
 @pytest.mark.parametrize("platform", ["cpu", "metal"])

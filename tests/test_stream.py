@@ -9,6 +9,7 @@ processes and threads have deadlines of minutes, far from the seconds a run take
 from __future__ import annotations
 
 import errno
+import itertools
 import shutil
 import signal
 import subprocess
@@ -29,6 +30,7 @@ from jax import lax
 import streamacc
 from streamacc import testing
 from streamacc.errors import InputError, ResumeError, StepFunctionError, StoreError, StreamaccError, StreamaccWarning
+from streamacc.run.stream import pieces
 from streamacc.store import ZarrSink
 
 DEADLINE = 120.0
@@ -191,19 +193,33 @@ def in_place(tmp_path_factory):
 @pytest.mark.parametrize("case", [6, 12], ids=[str(CASES[6]), str(CASES[12])])
 def test_blocks_cross_by_an_io_callback_to_the_same_bytes(tmp_path, in_place, case, how):
     """Off the CPU a block crosses to the host by an ``io_callback`` instead of in place (ordered, chained by a
-    token, or from pinned host memory): the same bytes, reversed and odd or thinned, and a typed key in the carry."""
+    token, or from pinned host memory), each ys leaf in pieces of a few rows: the same bytes, reversed and odd or
+    thinned, and a typed key in the carry."""
     name, unroll, block, every, reverse, length = CASES[case]
     f, make = INITS[name]
     init, xs = make(), inputs(length)
     keywords = {"unroll": unroll, "block_size": block, "save_every": every, "reverse": reverse}
     carry, ys, in_place_out = in_place(case)
-    with testing.patched("run.stream.handover", lambda: how):
+    with testing.patched("run.stream.handover", lambda: how), testing.patched("run.stream.piece_bytes", lambda: 40):
         got = stream(tmp_path / "io.zarr", f, init, xs, length, **keywords)
     assert_bits_equal(got, carry)
     data = stored(tmp_path / "io.zarr")
     for key, want in ys_by_name(ys).items():
         assert data[key].tobytes() == want.tobytes(), key
     assert_same_output(tmp_path / "io.zarr", in_place_out)
+
+
+def test_a_blocks_rows_cross_in_even_pieces_of_at_most_the_bytes_asked_a_row_at_least():
+    for rows in range(41):
+        for row_bytes in (1, 8, 24, 100):
+            for most in (1, 8, 40, 64, 10**6):
+                got = pieces(rows, row_bytes, most)
+                assert got[0][0] == 0 and got[-1][1] == rows
+                assert all(a[1] == b[0] for a, b in itertools.pairwise(got))
+                sizes = [stop - start for start, stop in got]
+                per = max(1, most // row_bytes)  # whole rows a piece may hold
+                assert max(sizes) <= per and max(sizes) - min(sizes) <= 1
+                assert (len(got) - 1) * per < max(rows, 1)  # one piece fewer could not hold them
 
 
 @pytest.mark.parametrize("how", ["in_place", "ordered", "chained", "pinned"])

@@ -36,12 +36,14 @@ if TYPE_CHECKING:
         DEFAULT_WRITE_BLOCK_BYTES as DEFAULT_WRITE_BLOCK_BYTES,
         DEFAULT_WRITE_BLOCK_SIZE as DEFAULT_WRITE_BLOCK_SIZE,
         SHORT_SUMMARY_WINDOW_AT_LEAST as SHORT_SUMMARY_WINDOW_AT_LEAST,
+        STREAM_PIECE_BYTES as STREAM_PIECE_BYTES,
         SUMMARY_STATE_AT_MOST as SUMMARY_STATE_AT_MOST,
         SUMMARY_VALUES_AT_MOST as SUMMARY_VALUES_AT_MOST,
         SUMMARY_WINDOW_AT_LEAST as SUMMARY_WINDOW_AT_LEAST,
         SUMMARY_WINDOWS_AT_LEAST as SUMMARY_WINDOWS_AT_LEAST,
         recipe_unroll as recipe_unroll,
         stream_handover as stream_handover,
+        stream_piece_bytes as stream_piece_bytes,
         write_block_bytes as write_block_bytes,
     )
     from ._dtypes import (

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..base import (
         DEFAULT_WRITE_BLOCK_SIZE as DEFAULT_WRITE_BLOCK_SIZE,
         stream_handover as stream_handover,
+        stream_piece_bytes as stream_piece_bytes,
         write_block_bytes as write_block_bytes,
     )
     from ._materialize import materialize as materialize

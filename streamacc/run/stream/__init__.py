@@ -1,6 +1,6 @@
 """A scan streamed from inside the caller's jitted program: the host object (``_stream``: :class:`Stream`), its
 side of the callbacks and its writer threads (``_host``), the blocks' loop traced into the program
-(``_program``), and its seam (``_seams``).
+(``_program``: ``pieces``, a block's rows as the pieces that cross), and its seams (``_seams``).
 
 These are the names the other rooms and the public face use; each is imported on first use.
 """
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from ...base import lazy_exports
 
 if TYPE_CHECKING:
+    from ._program import pieces as pieces
     from ._seams import SEAMS as SEAMS
     from ._stream import Stream as Stream
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import logging
 import queue
 import threading
@@ -64,15 +65,19 @@ class _Rows:
         self._lock = threading.Lock()
         self._free: dict[tuple[tuple[tuple[int, ...], np.dtype[Any]], ...], list[list[np.ndarray]]] = {}
 
-    def copy(self, ys: tuple[Any, ...]) -> tuple[list[np.ndarray], Callable[[], None]]:
-        """Copies of ``ys`` in a free set of buffers, and the function that frees the set again."""
-        arrays = [np.asarray(y) for y in ys]
-        key = tuple((a.shape, a.dtype) for a in arrays)
+    def copy(self, ys: list[list[Any]]) -> tuple[list[np.ndarray], Callable[[], None]]:
+        """Copies of the ys leaves, each given as pieces of consecutive rows, in a free set of buffers, and the
+        function that frees the set again."""
+        leaves = [[np.asarray(piece) for piece in leaf] for leaf in ys]
+        key = tuple(((sum(p.shape[0] for p in leaf), *leaf[0].shape[1:]), leaf[0].dtype) for leaf in leaves)
         with self._lock:
             free = self._free.setdefault(key, [])
-            rows = free.pop() if free else [np.empty(a.shape, a.dtype) for a in arrays]
-        for row, a in zip(rows, arrays, strict=True):
-            np.copyto(row, a)
+            rows = free.pop() if free else [np.empty(shape, dtype) for shape, dtype in key]
+        for row, leaf in zip(rows, leaves, strict=True):
+            at = 0
+            for piece in leaf:
+                np.copyto(row[at : at + piece.shape[0]], piece)
+                at += piece.shape[0]
 
         def give_back() -> None:
             with self._lock:
@@ -250,10 +255,13 @@ class StreamHost:
         return np.asarray(0, dtype=self.index_dtype)
 
     @_guarded
-    def block(self, index: Any, *arrays: Any) -> None:
-        """Block ``index`` computed: queue it for the writers once a slot is free."""
-        n, names = len(self.carry), len(self.spec.names)
-        carry_in, ys, carry_out = arrays[:n], arrays[n : n + names], arrays[n + names :]
+    def block(self, counts: tuple[int, ...], index: Any, *arrays: Any) -> None:
+        """Block ``index`` computed, each ys leaf as ``counts[i]`` pieces: queue it for the writers once a slot is
+        free."""
+        n = len(self.carry)
+        carry_in, carry_out = arrays[:n], arrays[len(arrays) - n :]
+        ends = np.cumsum((n, *counts)).tolist()
+        ys = [list(arrays[a:b]) for a, b in itertools.pairwise(ends)]
         k = int(index)
         start, stop = next(self.plan.bounds(k))
         while not self._slots.acquire(timeout=POLL_SECONDS):
