@@ -56,7 +56,9 @@ def recipe_unroll(cpu: int, platform: str, accelerator: int = ACCELERATOR_UNROLL
 ACCELERATOR_STREAM_HANDOVER = "ordered"
 """How a Stream's block crosses to the host on a TPU or GPU, where ``buffer_callback`` does
 not lower (TPU) or reads device memory: an ordered ``io_callback`` (see
-``run/stream/_program.py`` for the others, which the accelerator benchmark measures)."""
+``run/stream/_program.py`` for the others, which the accelerator benchmark measures). On a
+TPU v5e, in pieces of ``STREAM_PIECE_BYTES``, a Stream of the float32 progression took 1.30
+times the write's time this way and 1.42 times by token-chained callbacks."""
 
 
 def stream_handover(platform: str) -> str:
