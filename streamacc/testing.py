@@ -20,6 +20,7 @@ lease's clock, how often a run commits. Each wing names those it lets a test rep
 ``run.output.VIRTUAL_COMMIT_SECONDS``     how often a virtual run commits
 ``run.execute.BlockPool``                 the pool of block buffers a local run makes
 ``run.stream.handover``                   how a Stream's blocks cross to the host (in place on the CPU)
+``run.stream.piece_bytes``                the bytes of ys a Stream's block callback takes as one operand
 ========================================  ===================================================
 
 :func:`seams` lists them with what each is called with. A replacement is in place for
