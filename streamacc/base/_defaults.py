@@ -70,10 +70,11 @@ def stream_handover(platform: str) -> str:
 STREAM_PIECE_BYTES = 4 * 2**20
 """Bytes of ys a Stream hands over as one operand of a block's callback at most, where the
 block crosses by ``io_callback`` (a TPU or GPU): each ys leaf crosses as consecutive rows in
-pieces of this size (a row at least). On a TPU v5e a 32 MiB block crossed by one ordered
-callback in 123 ms as one operand, 53 ms as four of 8 MiB and 52 ms as eight of 4 MiB (its
-compute alone about 50 ms), 54 ms as 16 and 58 ms as 32: the chip copies several operands at
-once, as it copies four quarters of an array faster than the whole."""
+pieces of this size (a row at least). On a TPU v5e (the accelerator benchmark's loop
+scenario, run 0106) the float32 progression's loop took 129 ms a block of 32 MiB with the
+block as one operand of an ordered callback and 62 ms with it as eight of 4 MiB, against 50
+ms handing over one value; 35 and 31 ms a block of 16 MiB: the chip copies several operands
+at once, as it copies four quarters of an array faster than the whole."""
 
 
 def stream_piece_bytes(platform: str) -> int:

@@ -10,7 +10,7 @@ them into buffers of its own and writes them on threads of its own. The carry en
 loop through the host too (the program's own initial carry as the host saw it, or a
 resumed run's recorded one), so that the loop never starts from a value XLA could fold
 into it, and is selected over the program's own by a condition XLA cannot know (a carry that
-began as a callback's buffer slowed a TPU's loop 2.4-fold).
+began as a callback's buffer slowed a TPU's loop 2.3-fold).
 
 On the CPU the block's callback is a ``buffer_callback``: the host reads the block straight
 from the program's buffers, where ``io_callback`` would first copy it into freshly allocated
@@ -26,7 +26,7 @@ moved into the host's pinned memory by the program (``jax.device_put`` to
 ``memory_kind="pinned_host"``), as JAX's own tests stream a scan's outputs. By a callback,
 each ys leaf crosses as pieces of consecutive rows of at most ``piece_bytes`` each
 (``_defaults.stream_piece_bytes``), operands of the one callback: on a TPU v5e a 32 MiB
-block crossed in 123 ms as one operand and in 52 ms as eight of 4 MiB, which the chip copies
+block's loop took 129 ms as one operand and 62 ms as eight of 4 MiB, which the chip copies
 at once (the accelerator benchmark's loop scenario). JAX lowers no
 program that moves data to host memory and has an ordered effect, so with ``chained`` and
 ``pinned`` the start, check and finish callbacks are unordered too, each ordered by the
@@ -241,8 +241,8 @@ def _rows(xs: Any, start: Any, length: int) -> Any:
 def _computed(received: Sequence[Any], own: Sequence[Any], first: Any) -> list[Any]:
     """The carry leaves the host sent, as values the program computes (a select of them over its own initial
     carry, by a condition always true that XLA cannot know: the first block's index is never negative). On a
-    TPU v5e a loop whose carry began as the buffer a callback returned ran 2.4 times slower, 134 ms a block
-    of the float32 progression against 55 (its compute 50), and as fast once the carry was computed."""
+    TPU v5e a loop whose carry began as the buffer a callback returned took 141 ms a block of the float32
+    progression against 62 once the carry was computed (the accelerator benchmark's loop scenario)."""
     always = first >= 0
     return [lax.select(always, r, jnp.asarray(o, r.dtype)) for r, o in zip(received, own, strict=True)]
 
