@@ -22,6 +22,7 @@ afterwards.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import itertools
@@ -31,6 +32,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
 from streamacc import testing
@@ -109,6 +111,29 @@ class Killed(Exception):
     """The writer died before this write."""
 
 
+def _loop_tasks() -> set[asyncio.Task[object]]:
+    """The tasks on zarr's event loop (the writes of every zarr store streamacc opens run there)."""
+
+    async def tasks() -> set[asyncio.Task[object]]:
+        return asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
+
+    return sync(tasks())
+
+
+def _settle(before: set[asyncio.Task[object]]) -> None:
+    """Let the tasks started on zarr's loop since ``before`` end: the writes gathered with the one that failed
+    (zarr's ``create_array`` writes its parent group's document beside its own, by ``set_if_not_exists``, which
+    the gate does not see) land now, while the writer is still dead, not in the middle of what a test does next
+    (a resume that cleared the folder, then found the group made again)."""
+
+    async def ended() -> None:
+        started = asyncio.all_tasks() - before - {asyncio.current_task()}
+        if started:
+            await asyncio.wait(started, timeout=60)
+
+    sync(ended())
+
+
 @contextlib.contextmanager
 def dies_at(n: int, seen: list[str] | None = None, *, kill: bool = False) -> Iterator[None]:
     """Within this block, store write number ``n`` (1-based) fails, and so does every one after it: the writer
@@ -150,6 +175,7 @@ def dies_at(n: int, seen: list[str] | None = None, *, kill: bool = False) -> Ite
 
         return call
 
+    before = _loop_tasks()
     testing.replace("store.atomic_write", atomic_write)
     LocalTarget.delete = delete
     LocalStore.set, LocalStore.delete = wrap(saved[2], "set"), wrap(saved[3], "delete")
@@ -157,6 +183,7 @@ def dies_at(n: int, seen: list[str] | None = None, *, kill: bool = False) -> Ite
     try:
         yield
     finally:
+        _settle(before)
         testing.replace("store.atomic_write", saved[0])
         LocalTarget.delete, LocalStore.set, LocalStore.delete, FencedStore.set, FencedStore.delete = saved[1:]
 
