@@ -52,6 +52,10 @@ class Sizes:
     ensemble_members: int
     ensemble_steps: int
     f64_steps: int
+    user_steps: int
+    user_length: int
+    user_unrolls: list[int]
+    user_write_mib: int
 
 
 FULL = Sizes(
@@ -59,6 +63,7 @@ FULL = Sizes(
     recipe_unrolls=[8], exact_length=5000, exact_unrolls=[8], exact_blocks=[128, 1024], ulp_steps=2**16,
     write_steps=2**28, write_blocks=[2**23], wide_members=2**20, wide_steps=256, wide_blocks=[16], disk_mib=1024,
     accuracy_steps=2**24, seed_steps=2**26, ensemble_members=2**20, ensemble_steps=2**12, f64_steps=2**22,
+    user_steps=10, user_length=0, user_unrolls=[1, 8, 64, 128], user_write_mib=1024,
 )  # fmt: skip
 """The sizes on a chip: about six minutes on a TPU v5e in all (the seed's own scan, unroll 1, a minute of it)."""
 
@@ -66,7 +71,8 @@ SMOKE = Sizes(
     d2h_mib=[1, 2], compute_steps=2**12, sweep_unrolls=[1, 8], recipe_unrolls=[], exact_length=200,
     exact_unrolls=[2], exact_blocks=[48], ulp_steps=2**12, write_steps=2**14, write_blocks=[2**12],
     wide_members=2**8, wide_steps=32, wide_blocks=[8], disk_mib=1, accuracy_steps=2**12, seed_steps=2**12,
-    ensemble_members=2**8, ensemble_steps=2**6, f64_steps=2**10,
+    ensemble_members=2**8, ensemble_steps=2**6, f64_steps=2**10, user_steps=3, user_length=512,
+    user_unrolls=[1, 2], user_write_mib=1,
 )  # fmt: skip
 """Toy sizes, for the CPU in seconds: every scenario runs, nothing is measured."""
 
@@ -229,7 +235,10 @@ def device_xs(j: Any) -> Any:
 
 
 def leaves(tree: Any) -> list[np.ndarray]:
-    return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
+    """The leaves of ``tree`` as numpy arrays (a PRNG key's as its data)."""
+    keys = jax.dtypes.extended
+    return [np.asarray(jax.random.key_data(x) if jax.numpy.issubdtype(x.dtype, keys) else x)
+            for x in jax.tree_util.tree_leaves(tree)]  # fmt: skip
 
 
 def first_difference(a: np.ndarray, b: np.ndarray) -> int | None:

@@ -30,6 +30,7 @@ from _accel import (
     leaves,
     timed,
 )
+from _user_steps import STEPS
 from jax import lax
 
 import streamacc
@@ -139,10 +140,28 @@ def _check(name: str, f: Any, init: Any, xs: Any, n: int, unroll: int, blocks: l
     return rows
 
 
+USER_EXACT = ("a multiply-add with sin", "a 3-scalar Euler step")
+"""Users' steps checked beside the unroll issue's table: the multiply-add-heavy ones."""
+
+
+def _user_cases(ctx: Context, n: int) -> list[tuple[str, Any, Any, Any, int]]:
+    """Users' steps (the table's, and ``USER_EXACT``), each at the unroll chosen for its run here."""
+    cases = []
+    for step in STEPS.values():
+        if not (step.table or step.name in USER_EXACT):
+            continue
+        length = step.length if ctx.sizes.user_length == 0 else ctx.sizes.user_length
+        run_xs = None if step.xs is None else step.xs(length)
+        own = int(streamacc.ScanSpec(step.f, step.init(), run_xs, length=length).unroll)
+        cases.append((f"user: {step.name}", step.f, step.init(), None if step.xs is None else step.xs(n), own))
+    return cases
+
+
 def exact(ctx: Context) -> dict[str, Any]:
-    """Each recipe (float32), and a multiply-add step on a scalar and on 256 members, blocked by
+    """Each recipe (float32), a multiply-add step on a scalar and on 256 members, and users' steps, blocked by
     ``streamacc.scan`` against one jitted ``lax.scan`` with the same unroll: the ys and the carry, bit for bit.
-    Unrolls: ``--exact-unrolls`` and each recipe's own here (64 besides, for the multiply-add on a chip)."""
+    Unrolls: ``--exact-unrolls`` and each recipe's own here (64 besides, for the multiply-add on a chip), and
+    for a user's step the one chosen for its run here."""
     n = ctx.sizes.exact_length
     rng = np.random.default_rng(7)
     cases: list[tuple[str, Any, Any, Any, int]] = []
@@ -153,6 +172,7 @@ def exact(ctx: Context) -> dict[str, Any]:
     cases.append(("multiply-add", _muladd, np.float32(0.5), rng.normal(size=n).astype(np.float32), here))
     cases.append(("multiply-add, 256 members", _muladd, np.linspace(0, 1, 256, dtype=np.float32),
                   rng.normal(size=(n, 256)).astype(np.float32), here))  # fmt: skip
+    cases += _user_cases(ctx, n)
     rows: list[dict[str, Any]] = []
     for name, f, init, xs, own in cases:
         for unroll in sorted({*ctx.sizes.exact_unrolls, own}):

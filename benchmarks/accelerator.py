@@ -6,6 +6,9 @@ keeps what it measured; each scenario's failure is recorded and the next one run
 ``python benchmarks/convert.py accelerator FILE`` brings the file into the harness's
 results, which the documentation's Accelerators page shows. Scenarios, in order:
 
+- ``user-steps``: steps as users write them (``_user_steps``), with nothing given: the unroll
+  chosen for each against each unroll's compute (``--user-unrolls``), and ``write``'s time
+  against the fastest compute (a write's copy to the host made early, and when handed over);
 - ``d2h``: device-to-host copies per size (1 to 512 MiB), by ``jax.device_get`` and by
   ``copy_to_host_async``: the block bytes a write should use there;
 - ``compute``: one jitted ``lax.scan`` of each recipe in float32 per unroll (1, 8, 64,
@@ -69,6 +72,7 @@ jax.config.update("jax_enable_x64", False)  # the chip's numbers are float32; th
 
 import _accel  # noqa: E402
 import _accel_compute  # noqa: E402
+import _accel_user  # noqa: E402
 import _accel_write  # noqa: E402
 from _machine import load, machine  # noqa: E402
 
@@ -76,6 +80,7 @@ import streamacc  # noqa: E402
 from streamacc.cli import parse_int  # noqa: E402
 
 SCENARIOS = {
+    "user-steps": _accel_user.user_steps,
     "d2h": _accel_compute.d2h,
     "compute": _accel_compute.compute,
     "exact": _accel_compute.exact,
@@ -91,9 +96,9 @@ SCENARIOS = {
     "loops": _accel_write.loops,
     "stream-pinned": _accel_write.stream("pinned"),
 }
-"""The scenarios in the order they run: what the defaults are chosen by first, the long seed scan late, the
-ensemble that exhausts the device's memory near the end, and last the Stream whose blocks cross through pinned
-host memory, which no chip has run yet."""
+"""The scenarios in the order they run: the unroll chosen for users' steps and what the defaults are chosen by
+first, the long seed scan late, the ensemble that exhausts the device's memory near the end, and last the Stream
+whose blocks cross through pinned host memory, which no chip has run yet."""
 
 
 def _sizes(text: str, many: bool) -> Any:

@@ -97,4 +97,6 @@ def test_a_stream_on_a_tpu_crosses_by_its_callback_to_the_bytes_of_write(tmp_pat
     stored = [zarr.open_group(str(tmp_path / name), mode="r")["y"][...] for name in ("s.zarr", "w.zarr")]
     assert stored[0].tobytes() == stored[1].tobytes()
     stream_id, write_id = (read_manifest(tmp_path / name)["identity"] for name in ("s.zarr", "w.zarr"))
-    assert stream_id["unroll"] == write_id["unroll"] == 1 and stream_id["block_size"] == write_id["block_size"]
+    # on a chip a step that names no unroll gets one of 2 at least (a loop trip is dear there), the same for both
+    assert stream_id["unroll"] == write_id["unroll"] >= 2 and stream_id["block_size"] == write_id["block_size"]
+    assert stream_id["unroll_chosen"] is write_id["unroll_chosen"] is True

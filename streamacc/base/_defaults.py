@@ -53,6 +53,36 @@ def recipe_unroll(cpu: int, platform: str, accelerator: int = ACCELERATOR_UNROLL
     return accelerator if platform in ACCELERATORS else cpu
 
 
+UNROLL_AT_MOST = {"cpu": 8, "accelerator": 64}
+"""The largest unroll chosen for a step that names none (the engine's rule, ``engine/plan/_unroll.py``),
+on a CPU and on a TPU or GPU. On a chip a loop trip costs far more than a cheap step, and 64 was the cheapest
+step's fastest unroll there (128 slower); on a CPU unroll 16 ran cheap steps many times slower than 8. The
+figures are the Accelerators benchmark page's ``user-steps`` scenario."""
+
+LOOP_TRIP_SECONDS = {"cpu": 5e-9, "accelerator": 1.4e-6}
+"""What one trip of a scan's loop costs beyond its step, which an unroll of u saves on all but one step in u: on a
+CPU, what unroll 8 saved a cheap step; on a chip, the median of what the fastest unroll saved the user steps of the
+accelerator benchmark over unroll 1 (a GPU is taken to be as dear, unmeasured)."""
+
+COMPILE_SECONDS_PER_OP = 1e-3
+"""What one operation of a step's program adds to a block's compile per unrolled copy, about: the compile grows
+with the unrolled body (the median over the accelerator benchmark's user steps, and a CPU's is of the same order).
+An unroll is chosen only where the loop trips it saves over the run's length outweigh this."""
+
+UNROLLED_OPS_AT_MOST = 4096
+"""Operations of a step's program times the unroll chosen for it at most: a step drawing random numbers is
+hundreds of operations, and its compile grew to tens of seconds past this while its speed did not."""
+
+CPU_UNROLLED_STEP_AT_MOST = {"operations": 32, "values": 1024, "moved values": 16}
+"""The steps a CPU unrolls when none is named: straight-line programs of at most this many operations, no value
+larger than this many elements, no slicing, stacking or rolling of more than this many (and no loop of their own).
+Unrolled, a CPU ran those up to five times faster, and a 4096-point diffusion, a normal variate a step or an
+inner loop several times slower."""
+
+THINNED_UNROLL_ROW_BYTES_AT_MOST = 64 * 2**10
+"""Bytes of the ys of ``save_every`` steps at most for an unroll to be chosen for a thinned scan: unrolled, a
+thinned block stores every step's y before it keeps every ``save_every``-th (see ``_thinned_scan``)."""
+
 ACCELERATOR_STREAM_HANDOVER = "ordered"
 """How a Stream's block crosses to the host on a TPU or GPU, where ``buffer_callback`` does
 not lower (TPU) or reads device memory: an ordered ``io_callback`` (see

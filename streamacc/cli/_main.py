@@ -100,12 +100,15 @@ def _committed_steps(out: str, options: dict[str, Any] | None) -> int:
         return 0
 
 
-def _unroll(job: Job, mode: Mode, out: str, options: dict[str, Any] | None) -> int:
-    """The unroll of ``job`` here, or of the run it continues, where that run was of the same recipe.
+def _unroll(job: Job, mode: Mode, out: str, options: dict[str, Any] | None, given: int | None) -> int:
+    """The unroll given with ``--unroll``, else that of ``job`` here, or of the run it continues, where that run was
+    of the same recipe.
 
     A recipe's unroll depends on the platform (``_defaults.recipe_unroll``): an output begun on a TPU is
     resumed on a CPU with the TPU's unroll, as its identity records it.
     """
+    if given is not None:
+        return given
     if mode not in ("resume", "extend"):
         return job.unroll
     from ..run import load_manifest
@@ -180,6 +183,7 @@ def cmd_write(args: argparse.Namespace) -> int:
     if size is not None:
         check_written_length(size)  # write's own rule, before the recipe is asked for its steps
     block_size = None if args.block_size is None else parse_int(args.block_size, name=arg("block_size"))
+    given_unroll = None if args.unroll is None else parse_int(args.unroll, name=arg("unroll"), minimum=1)
     save_every = 1 if args.save_every is None else parse_int(args.save_every, name=arg("save_every"))
     mode = _mode(args)
     time_axis = time_options(args)
@@ -187,27 +191,34 @@ def cmd_write(args: argparse.Namespace) -> int:
     params = recipe_params(args, recipe)
     _check_time_step(recipe, params, time_axis)
     check_no_overlap(args.out, params, recipe)
-    job = recipe.make(size, args.dtype, params, options)  # an --input URL takes the same storage options
-    attrs = {**job.attrs, "dtype": check_dtype(args.dtype)}  # the canonical name: 'f8' is recorded as float64
+    dtype = "float64" if args.dtype is None else args.dtype
+    job = recipe.make(size, dtype, params, options)  # an --input URL takes the same storage options
+    attrs = {**job.attrs, "dtype": check_dtype(dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
     from ..engine import Blocking
     from ..run import Layout
 
     # ScanSpec's own, before JAX, with the CPU's unroll: an accelerator's is a multiple of it, and larger
-    Blocking.checked(length=job.length, block_size=block_size, unroll=job.cpu_unroll, save_every=save_every)
+    unroll_here = job.cpu_unroll if given_unroll is None else given_unroll
+    Blocking.checked(length=job.length, block_size=block_size, unroll=unroll_here, save_every=save_every)
 
     layout = Layout(
         names=job.names, dims=job.dims, chunks=chunks_option(args.chunks), codec=args.codec, attrs=attrs,
         array_attrs=array_attrs, time=time_axis, summaries=summary_windows(args), virtual=args.virtual,
     )  # fmt: skip
     _enable_x64()
-    from ..engine import ScanSpec
+    from ..engine import ScanSpec, compute_platform
     from ..run import Dask, Local, cluster_client, info, write
 
-    unroll = _unroll(job, mode, args.out, options)
+    unroll = _unroll(job, mode, args.out, options, given_unroll)
     spec = ScanSpec(
         job.f, job.init, job.xs, length=job.length, block_size=block_size, unroll=unroll, save_every=save_every
     )
+    if args.dtype is None and compute_platform() == "tpu":
+        logging.getLogger("streamacc").info(
+            "float64, the default --dtype, is emulated on a TPU, many times slower than float32; "
+            "--dtype float32 --compensated is the chip's exact mode (errors within an ulp of the exact values)"
+        )
     before = _committed_steps(args.out, options) if mode in ("resume", "extend") else 0
     start = time.perf_counter()
     gc.freeze()  # the CLI owns its process: spare the collector the objects that live for the whole run

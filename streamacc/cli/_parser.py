@@ -144,13 +144,23 @@ def _add_write(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_storage(w, reads_input=True)
     w.add_argument("--size", help="number of steps, e.g. '2**32' (cumsum/cumprod default: the input's length)")
     w.add_argument("--recipe", default="gp", help="recipe name (default gp; see `streamacc recipes`)")
-    w.add_argument("--dtype", default="float64", help="float64 (default) or float32")
+    w.add_argument(
+        "--dtype", default=None,
+        help="float64 (default; emulated on a TPU, where float32 --compensated is exact) or float32",
+    )  # fmt: skip
     w.add_argument(
         "--block-size",
         default=None,
         help=f"steps per block, e.g. '2**22' (default: about {DEFAULT_WRITE_BLOCK_BYTES // 2**20} MiB of output per "
         f"block whatever one step outputs, {DEFAULT_WRITE_BLOCK_SIZE} steps of a float64 series; "
         f"{ACCELERATOR_WRITE_BLOCK_BYTES // 2**20} MiB where JAX computes on a TPU or GPU)",
+    )
+    w.add_argument(
+        "--unroll",
+        default=None,
+        metavar="U",
+        help="lax.scan's unroll, e.g. 8 (default: the recipe's, measured on this platform; a continued run keeps "
+        "the one its output records); part of the output's identity",
     )
     w.add_argument(
         "--chunks",

@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from ._run import (
         carry_pass as carry_pass,
         compute_block as compute_block,
-        compute_platform as compute_platform,
         computes_ahead as computes_ahead,
         run_plan as run_plan,
     )

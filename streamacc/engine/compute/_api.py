@@ -27,7 +27,7 @@ def iter_blocks(
     *,
     length: int | None = None,
     block_size: int | None = None,
-    unroll: int | bool = 1,
+    unroll: int | bool | None = None,
     reverse: bool = False,
     save_every: int = 1,
     carry: Any = None,
@@ -63,10 +63,14 @@ def iter_blocks(
         memory pays only its dispatch, which 8 MiB amortise, and smaller buffers are
         reused rather than mapped afresh; :func:`~streamacc.write`'s blocks hold 32 MiB,
         since each written block also pays its chunk files, their fsync and its commit.
-    unroll : int or bool, default 1
-        ``lax.scan``'s unroll. With ``unroll=u > 1`` XLA may regroup floating-point work
-        inside an unrolled group, so ``block_size`` must be a multiple of ``u`` and at
-        least ``2u`` (and a reverse scan's length a multiple of ``u``).
+    unroll : int or bool, optional
+        ``lax.scan``'s unroll. By default one is chosen for the step, the platform JAX
+        computes on and the length (``ScanSpec(f, init, xs, length=n).unroll`` says which;
+        see :class:`~streamacc.ScanSpec`); pass ``unroll=1`` for ``lax.scan``'s own
+        default. With ``unroll=u > 1`` XLA may regroup floating-point work inside an
+        unrolled group, so ``block_size`` must be a multiple of ``u`` and at least ``2u``
+        (and a reverse scan's length a multiple of ``u``); a chosen unroll lines up with
+        the ``block_size`` given.
     reverse : bool, default False
         Scan from the last step to the first, as ``lax.scan(reverse=True)``.
     save_every : int, default 1
@@ -134,7 +138,7 @@ def scan(
     *,
     length: int | None = None,
     block_size: int | None = None,
-    unroll: int | bool = 1,
+    unroll: int | bool | None = None,
     reverse: bool = False,
     save_every: int = 1,
 ) -> tuple[Carry, Any]:
@@ -160,8 +164,8 @@ def scan(
     block_size : int, optional
         Steps per block; by default about 8 MiB of ys per block (see :func:`iter_blocks`
         for why, and why a write's blocks are larger).
-    unroll : int or bool, default 1
-        ``lax.scan``'s unroll (see :func:`iter_blocks` for the block sizes it allows).
+    unroll : int or bool, optional
+        ``lax.scan``'s unroll; by default chosen for the step (see :func:`iter_blocks`).
     reverse : bool, default False
         Scan from the last step to the first, as ``lax.scan(reverse=True)``.
     save_every : int, default 1

@@ -35,7 +35,8 @@ class BlockKeywords(TypedDict, total=False):
     """How a scan's steps run, as keywords: all of the scan's but its ``length`` (which ``write`` takes apart)."""
 
     block_size: int | None
-    unroll: int | bool
+    unroll: int | bool | None
+    """None (the default): chosen for the step and the platform JAX computes on."""
     reverse: bool
     save_every: int
 
@@ -51,13 +52,13 @@ class Blocking:
     """A scan's steps and how they run: its length, its blocks, ``lax.scan``'s unroll, its direction and thinning.
 
     Made checked from a caller's keywords (:meth:`checked`), or as a run recorded it. The
-    block size is None until the plan chooses one (sized by bytes); the arithmetic of the
-    blocks needs it.
+    block size is None until the plan chooses one (sized by bytes), and so is the unroll
+    (chosen for the step: ``_unroll.choose_unroll``); the arithmetic of the blocks needs both.
     """
 
     length: int
     block_size: int | None = None
-    unroll: int | bool = 1
+    unroll: int | bool | None = None
     reverse: bool = False
     save_every: int = 1
 
@@ -74,17 +75,17 @@ class Blocking:
         every = as_count("save_every", given["save_every"], minimum=1)
         check_save_every(every, n)
         block_size, unroll, reverse = given["block_size"], given["unroll"], given["reverse"]
-        size = None if block_size is None else check_block_size(block_size, n, unroll, every)
-        unrolled = as_unroll(unroll)
+        unrolled = None if unroll is None else as_unroll(unroll)
+        size = None if block_size is None else check_block_size(block_size, n, unrolled, every)
         if not _is_bool(reverse):
             raise InputError(f"{arg('reverse')} must be True or False, got {reverse!r}")
-        if size is not None:
+        if size is not None and unrolled is not None:
             check_grouping(n, size, unrolled, bool(reverse), every)
         return cls(n, size, unrolled, bool(reverse), every)
 
     def sized(self, block_size: int) -> Blocking:
         """This scan in blocks of ``block_size`` steps (whole rows), refused where they break the unroll's groups."""
-        check_grouping(self.length, block_size, self.unroll, self.reverse, self.save_every)
+        check_grouping(self.length, block_size, self.unrolled_by, self.reverse, self.save_every)
         return dataclasses.replace(self, block_size=block_size)
 
     def keywords(self) -> ScanKeywords:
@@ -99,6 +100,13 @@ class Blocking:
         return self.block_size
 
     @property
+    def unrolled_by(self) -> int | bool:
+        """``lax.scan``'s unroll, once chosen (a ValueError before)."""
+        if self.unroll is None:
+            raise ValueError("the unroll is chosen when the scan is planned")
+        return self.unroll
+
+    @property
     def rows(self) -> int:
         """Output rows of the whole scan: one per step, or per ``save_every`` steps."""
         return self.length // self.save_every
@@ -111,7 +119,7 @@ class Blocking:
     @property
     def block_count(self) -> int:
         """How many blocks the scan runs (see :func:`block_count`)."""
-        return block_count(self.length, self.size, self.unroll)
+        return block_count(self.length, self.size, self.unrolled_by)
 
     @property
     def last_steps(self) -> int:
@@ -121,11 +129,11 @@ class Blocking:
 
     def bounds(self, first: int = 0) -> Iterator[tuple[int, int]]:
         """The ``[start, stop)`` of each block in scan order from block ``first``."""
-        return block_bounds(self.length, self.size, self.reverse, first, self.unroll)
+        return block_bounds(self.length, self.size, self.reverse, first, self.unrolled_by)
 
     def span(self, blocks: int) -> tuple[int, int]:
         """The steps ``[start, stop)`` that the first ``blocks`` blocks in scan order cover."""
-        return committed_span(self.length, self.size, self.reverse, blocks, self.unroll)
+        return committed_span(self.length, self.size, self.reverse, blocks, self.unrolled_by)
 
     def rows_of(self, blocks: int) -> tuple[int, int]:
         """The output rows ``[first, last)`` that the first ``blocks`` blocks in scan order fill."""

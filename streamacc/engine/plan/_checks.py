@@ -20,7 +20,7 @@ import numpy as np
 from ...base import as_count, warn
 from ...errors import InputError, StepFunctionError, StreamaccWarning, X64Error, arg
 
-__all__ = ["Carry", "Step", "check_x64", "resolve_length", "step_shapes", "x64_scope"]
+__all__ = ["Carry", "Step", "check_x64", "resolve_length", "step_shapes", "x64_scope", "x_struct"]
 
 Step = Callable[[Any, Any], tuple[Any, Any]]
 """A step function ``f(carry, x) -> (carry, y)``, as ``lax.scan`` takes it (carry, x and y are pytrees)."""
@@ -127,7 +127,9 @@ def _warn_weak(init: Any) -> None:
 
 
 
-def _x_struct(xs: Any) -> Any:
+def x_struct(xs: Any) -> Any:
+    """The shape structs of one step's x of ``xs`` (None without inputs)."""
+
     def one(leaf: Any) -> jax.ShapeDtypeStruct:
         return jax.ShapeDtypeStruct(tuple(leaf.shape[1:]), leaf.dtype)
 
@@ -284,7 +286,7 @@ def step_shapes(f: Step, init: Any, xs: Any) -> tuple[Any, Any]:
             "(@dataclasses.dataclass(frozen=True)) or give it a __hash__"
         ) from None
     carry_in = _carry_struct(init)
-    x = _x_struct(xs)
+    x = x_struct(xs)
     try:
         carry_out, y = _trace_step(f, init, x)
     except (TypeError, AttributeError) as exc:

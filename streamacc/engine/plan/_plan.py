@@ -13,8 +13,10 @@ import numpy as np
 
 from ...base import DEFAULT_BLOCK_BYTES
 from ._blocking import Blocking, ScanKeywords, check_block_size
-from ._checks import Step, check_x64, resolve_length, step_shapes
+from ._checks import Step, check_x64, resolve_length, step_shapes, x_struct
 from ._layout import block_steps, unrolled
+from ._platform import compute_platform
+from ._unroll import choose_unroll
 
 __all__ = ["Plan", "make_plan", "resize"]
 
@@ -27,8 +29,10 @@ class Plan:
     init: Any
     xs: Any
     blocking: Blocking
-    """Its length, blocks (their size chosen), unroll, direction and thinning."""
+    """Its length, blocks (their size chosen), unroll (chosen), direction and thinning."""
     y_struct: Any
+    unroll_chosen: bool = False
+    """Whether the unroll was chosen for the step (``_unroll.choose_unroll``) rather than given."""
 
     @property
     def length(self) -> int:
@@ -40,7 +44,7 @@ class Plan:
 
     @property
     def unroll(self) -> int | bool:
-        return self.blocking.unroll
+        return self.blocking.unrolled_by
 
     @property
     def reverse(self) -> bool:
@@ -98,7 +102,7 @@ def _nbytes(tree: Any, skip: int = 0) -> int:
 
 def _sized(blocking: Blocking, y_struct: Any, xs: Any, block_bytes: int, rows_multiple: int) -> int:
     """Steps per block holding about ``block_bytes`` of ys (or of xs, if larger), in whole ``rows_multiple`` rows."""
-    unroll, save_every = blocking.unroll, blocking.save_every
+    unroll, save_every = blocking.unrolled_by, blocking.save_every
     u = unroll if not isinstance(unroll, bool) else 1
     row_bytes = _nbytes(y_struct) * (save_every if unrolled(unroll) else 1)  # see _thinned_scan
     return block_steps(
@@ -119,27 +123,42 @@ def make_plan(
 
     ``keywords`` are the scan's (``ScanKeywords``). ``block_size`` counts steps; None sizes
     blocks by bytes: about ``block_bytes`` of ys (or of xs, if larger) per block, in a whole
-    number of ``rows_multiple`` output rows.
+    number of ``rows_multiple`` output rows. ``unroll`` None is chosen for the step, the
+    platform JAX computes on and the length (:func:`~._unroll.choose_unroll`).
     """
     scan = keywords.copy()
     scan["length"] = resolve_length(xs, keywords.get("length"))
     asked = Blocking.checked(**scan)
     check_x64(init=init, xs=xs)
     carry_struct, y_struct = step_shapes(f, init, xs)
-    blocking = asked
-    if asked.block_size is None:
-        blocking = asked.sized(_sized(asked, y_struct, xs, block_bytes, rows_multiple))
+    blocking, chosen = asked, asked.unroll is None
+    if chosen:
+        unroll = choose_unroll(
+            f, carry_struct, x_struct(xs), y_struct, length=asked.length, platform=compute_platform(),
+            block_size=asked.block_size, reverse=asked.reverse, save_every=asked.save_every,
+        )  # fmt: skip
+        blocking = dataclasses.replace(asked, unroll=unroll)
+        if asked.block_size is not None:
+            blocking = blocking.sized(asked.block_size)
+    if blocking.block_size is None:
+        blocking = blocking.sized(_sized(blocking, y_struct, xs, block_bytes, rows_multiple))
     init = jax.tree_util.tree_map(lambda leaf, s: jnp.asarray(leaf, dtype=s.dtype), init, carry_struct)
-    return Plan(f, init, xs, blocking, y_struct)
+    return Plan(f, init, xs, blocking, y_struct, chosen)
 
 
 def resize(plan: Plan, *, block_size: int | None = None, block_bytes: int = DEFAULT_BLOCK_BYTES,
-           rows_multiple: int = 1) -> Plan:  # fmt: skip
-    """``plan`` in blocks of ``block_size`` steps, or of about ``block_bytes`` of ys; its step is not traced again."""
+           rows_multiple: int = 1, unroll: tuple[int | bool, bool] | None = None) -> Plan:  # fmt: skip
+    """``plan`` in blocks of ``block_size`` steps, or of about ``block_bytes`` of ys; its step is not traced again.
+
+    ``unroll``, where given, is ``(unroll, chosen)`` in place of the plan's: a continued run's, as it recorded it.
+    """
+    if unroll is not None:
+        blocking = dataclasses.replace(plan.blocking, unroll=unroll[0])
+        plan = dataclasses.replace(plan, blocking=blocking, unroll_chosen=unroll[1])
     if block_size is not None:
         size = check_block_size(block_size, plan.length, plan.unroll, plan.save_every)
     else:
         size = _sized(plan.blocking, plan.y_struct, plan.xs, block_bytes, rows_multiple)
-    if size == plan.block_size:
+    if size == plan.block_size and unroll is None:
         return plan
     return dataclasses.replace(plan, blocking=plan.blocking.sized(size))

@@ -42,8 +42,12 @@ class ScanSpec:
     block_size : int, optional
         Steps per block; by default each entry point sizes blocks by bytes (about 8 MiB
         of ys in memory, 32 MiB when writing).
-    unroll : int or bool, default 1
-        ``lax.scan``'s unroll.
+    unroll : int or bool, optional
+        ``lax.scan``'s unroll. By default one is chosen for the step, the platform JAX
+        computes on and the length (on a TPU or GPU, where a loop trip is dear, up to 64
+        for a cheap step; on a CPU 1, or up to 8 for a small straight-line step in a long
+        run): the output is ``lax.scan(f, init, xs, unroll=spec.unroll)``'s, bit for bit.
+        Pass ``unroll=1`` for ``lax.scan``'s own default.
     reverse : bool, default False
         Scan from the last step to the first.
     save_every : int, default 1
@@ -58,7 +62,9 @@ class ScanSpec:
     block_size : int or None
         Steps per block as given, checked; None leaves the block size to the entry point.
     unroll : int or bool
-        ``lax.scan``'s unroll, checked.
+        ``lax.scan``'s unroll: as given, checked, or the one chosen.
+    unroll_chosen : bool
+        Whether ``unroll`` was chosen for the step (none was given).
     reverse : bool
         Whether the scan runs from the last step to the first.
     save_every : int
@@ -102,14 +108,17 @@ class ScanSpec:
         *,
         length: int | None = None,
         block_size: int | None = None,
-        unroll: int | bool = 1,
+        unroll: int | bool | None = None,
         reverse: bool = False,
         save_every: int = 1,
     ) -> None:
         plan = make_plan(
             f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every
         )
-        asked = dataclasses.replace(plan.blocking, block_size=plan.block_size if block_size is not None else None)
+        asked = dataclasses.replace(
+            plan.blocking, block_size=None if block_size is None else plan.block_size,
+            unroll=None if unroll is None else plan.unroll,
+        )  # fmt: skip
         for field, value in zip(dataclasses.fields(self), (f, init, xs, asked, plan), strict=True):
             object.__setattr__(self, field.name, value)
 
@@ -123,7 +132,11 @@ class ScanSpec:
 
     @property
     def unroll(self) -> int | bool:
-        return self._blocking.unroll
+        return self._plan.unroll
+
+    @property
+    def unroll_chosen(self) -> bool:
+        return self._plan.unroll_chosen
 
     @property
     def reverse(self) -> bool:
@@ -142,15 +155,19 @@ class ScanSpec:
         return dict(self._blocking.keywords())
 
     def plan(self, *, block_bytes: int = DEFAULT_BLOCK_BYTES, rows_multiple: int = 1,
-             default_block_size: int | None = None) -> Plan:  # fmt: skip
+             default_block_size: int | None = None, unroll: tuple[int | bool, bool] | None = None) -> Plan:  # fmt: skip
         """The plan that runs it, without tracing the step again.
 
         Its blocks hold ``block_size`` steps, else ``default_block_size``, else about
-        ``block_bytes`` of ys in a whole number of ``rows_multiple`` rows.
+        ``block_bytes`` of ys in a whole number of ``rows_multiple`` rows; its unroll is the
+        given one, else ``unroll`` (``(unroll, chosen)``: a continued run's), else the one chosen.
         """
-        if self.block_size is not None:
+        if self._blocking.unroll is not None:
+            unroll = None
+        if self.block_size is not None and unroll is None:
             return self._plan
-        return resize(self._plan, block_size=default_block_size, block_bytes=block_bytes, rows_multiple=rows_multiple)
+        size = self.block_size if self.block_size is not None else default_block_size
+        return resize(self._plan, block_size=size, block_bytes=block_bytes, rows_multiple=rows_multiple, unroll=unroll)
 
 
 def as_spec(f: Any, init: Any, xs: Any, **keywords: Any) -> ScanSpec:

@@ -72,6 +72,7 @@ def run_identity(
     ``summaries`` the window lengths (in rows) of the window summaries, ``over_state`` the
     outputs summarised over their whole state (recorded where there are any). A virtual run
     (its data recomputed on reading, not stored) says so; a stored one records nothing of it.
+    An unroll chosen for the step (none given) says so too.
     """
     function, values = fingerprint(plan.f)
     return RunIdentity({
@@ -90,6 +91,7 @@ def run_identity(
         "dims": None if dims is None else {name: list(names) for name, names in dims.items()},
         "time": time,
         "unroll": plan.unroll,
+        **({"unroll_chosen": True} if plan.unroll_chosen else {}),
         "reverse": plan.reverse,
         "codec": codec,
         "arrays": arrays,

@@ -371,10 +371,11 @@ LATER_FIELDS = ("input", "function_values")
 """Identity fields newer than some outputs: one that an output does not record is not compared."""
 
 
-NOT_COMPARED = frozenset({"versions.streamacc"})
-"""Identity fields a continued run may change: the release of streamacc that wrote the output.
-A later release continues any output of the manifest format it reads (``FORMAT``); the bits
-it writes are checked by recomputing the last committed block before anything is written."""
+NOT_COMPARED = frozenset({"versions.streamacc", "unroll_chosen"})
+"""Identity fields a continued run may change: the release of streamacc that wrote the output
+(a later release continues any output of the manifest format it reads, ``FORMAT``; the bits
+it writes are checked by recomputing the last committed block before anything is written),
+and whether its unroll was chosen or given (the unroll itself is compared)."""
 
 
 def identity_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:

@@ -66,6 +66,11 @@ class RunIdentity:
         return Blocking(doc["length"], doc["block_size"], doc["unroll"], doc["reverse"], doc["save_every"])
 
     @property
+    def unroll_chosen(self) -> bool:
+        """Whether the unroll was chosen for the step where none was given (recorded since 1.1)."""
+        return bool(self.doc.get("unroll_chosen", False))
+
+    @property
     def rows(self) -> int:
         """The rows of the run's output arrays: one per step, or per ``save_every`` steps."""
         return self.blocking.rows

@@ -42,7 +42,8 @@ def _continued(spec: ScanSpec, request: Request, stored: RunIdentity | None) -> 
     """What a continued run leaves to the default, taken from the output it continues: its block size and windows.
 
     A block size left to the default is the stored one (for the same ``save_every``), and
-    so are the summaries' windows: a change of the defaults never strands an output.
+    so are the summaries' windows (and the unroll: see :func:`_unroll`): a change of the
+    defaults never strands an output.
     """
     if stored is None:
         return None, request
@@ -81,10 +82,24 @@ def block_bytes_here() -> int:
     return write_block_bytes(compute_platform())
 
 
-def _plan(spec: ScanSpec, request: Request, block_size: int | None, given_xs: bool) -> Plan:
-    check_written_length(spec.length, from_xs=given_xs)
+def _unroll(stored: RunIdentity | None) -> tuple[int | bool, bool] | None:
+    """The unroll a continued run takes where none is given: the stored run's, chosen or given, whatever the
+    platform now (an output of an earlier release keeps the one it recorded)."""
+    if stored is None:
+        return None
+    try:
+        return stored.blocking.unrolled_by, stored.unroll_chosen
+    except (KeyError, TypeError, ValueError):  # none readable: opening the output says what is wrong with it
+        return None
+
+
+def _plan(spec: ScanSpec, request: Request, block_size: int | None, stored: RunIdentity | None) -> Plan:
+    check_written_length(spec.length, from_xs=spec.xs is not None)
     rows_multiple = chunk_rows(request.layout.chunks)
-    return spec.plan(block_bytes=block_bytes_here(), rows_multiple=rows_multiple, default_block_size=block_size)
+    return spec.plan(
+        block_bytes=block_bytes_here(), rows_multiple=rows_multiple, default_block_size=block_size,
+        unroll=_unroll(stored),
+    )  # fmt: skip
 
 
 def plan_output(scan_spec: ScanSpec, request: Request, store: Any, storage_options: dict[str, Any] | None) -> Planned:
@@ -96,7 +111,7 @@ def plan_output(scan_spec: ScanSpec, request: Request, store: Any, storage_optio
     stored = stored_identity(store, storage_options) if request.mode in ("resume", "extend") else None
     asked_default = request.summaries_default
     block_size, request = _continued(scan_spec, request, stored)
-    plan = _plan(scan_spec, request, block_size, given_xs=scan_spec.xs is not None)
+    plan = _plan(scan_spec, request, block_size, stored)
     if request.mode == "extend" and asked_default:
         _warn_fine_summaries(store, request.summaries, plan.rows, request.storage)
     if stored is not None and request.layout.chunks is None and plan.block_size == stored.blocking.block_size:

@@ -186,6 +186,9 @@ class OutputInfo:
         Every how many steps a row is kept (1: every step).
     unroll : int or bool
         ``lax.scan``'s unroll the run used.
+    unroll_chosen : bool
+        Whether that unroll was chosen for the step (none was given; False for an output
+        of a release before 1.1, whose default was 1).
     time : dict or None
         The time axis (``{"step": dt, "start": t0, "units": ...}``), if any.
     versions : dict of str to str
@@ -253,6 +256,7 @@ class OutputInfo:
     nonfinite_array: str | None = None
     carries_every: int = 1
     bookkeeping_bytes: int = 0
+    unroll_chosen: bool = False
 
     def __str__(self) -> str:
         return format_description(self)
@@ -318,7 +322,7 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
             stored_bytes=stored,
             compression_ratio=round(written / stored, 3) if stored else None,
         )
-    unrolled = every > 1 and blocking.unroll is not True and blocking.unroll not in (False, 1)
+    unrolled = every > 1 and blocking.unroll is not True and blocking.unroll not in (False, 1, None)
     computing = block_bytes * every if unrolled else 0  # see engine/compute/_kernels._thinned_scan
     return OutputInfo(
         path=target.label,
@@ -332,7 +336,8 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
         function=ident.function or "",
         block_size=blocking.size,
         save_every=every,
-        unroll=blocking.unroll,
+        unroll=blocking.unrolled_by,
+        unroll_chosen=ident.unroll_chosen,
         time=ident.time,
         versions=ident.versions,
         memory=memory_estimate(block_bytes, chunk_bytes, computing_bytes=computing, carry_bytes=_carry_bytes(manifest)),
@@ -392,7 +397,8 @@ def format_description(about: OutputInfo) -> str:
         f"{about.path}: {about.committed_steps} of {about.total_steps} steps committed, {state}",
         f"  recipe: {about.recipe or about.function}  params: {about.params}",
         f"  block size: {about.block_size} steps ({_mib(mem.block_bytes)} of output)  keeps: {kept}  "
-        f"unroll: {about.unroll}  versions: {about.versions}",
+        f"unroll: {about.unroll} ({'chosen for the step' if about.unroll_chosen else 'given'})  "
+        f"versions: {about.versions}",
         f"  memory to write it: {mem.pool_blocks} block buffers x {_mib(mem.block_bytes)} = "
         f"{_mib(mem.blocks)}, encoders {_mib(mem.encoders)}, carries {_mib(mem.carries)}"
         + (f", every step's y of a computing block {_mib(mem.computing)}" if mem.computing else "")

@@ -1,0 +1,127 @@
+"""The accelerator benchmark's scenario of steps as users write them (``_user_steps``), with nothing given: the
+unroll streamacc chooses against each unroll's compute, and ``write``'s time against the fastest compute.
+
+For each step: the rule's unroll for the step's run (``ScanSpec(f, init, xs, length=n).unroll``, what
+``write`` takes with nothing given) and the program it read; one jitted ``lax.scan`` per unroll of
+``--user-unrolls`` and the chosen one (compile s, ns a step, the compile left out; past
+``--compile-limit`` a compile is recorded as too slow and the larger unrolls are left out); then, for a
+step whose ys fit ``--user-write-mib``, ``streamacc.write`` of the whole run with nothing but ``f``,
+``init`` (and ``xs``) and its length, timed once compiled, against the fastest unroll's compute. For the
+first step the write is timed also with the block's copy to the host made when it is handed over
+(``engine.copies_ahead`` off), as before the copy started as soon as the block was computed.
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+import jax
+import numpy as np
+from _accel import Context, TooSlow, clock, timed
+from _user_steps import STEPS
+from jax import lax
+
+import streamacc
+from streamacc import testing
+from streamacc.engine import step_program
+
+
+def _chosen(step: Any, n: int, xs: Any) -> tuple[int, dict[str, Any]]:
+    """The unroll the rule chooses for the run here, and what it read of the step's program."""
+    init = step.init()
+    spec = streamacc.ScanSpec(step.f, init, xs, length=n)
+    carry = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(np.shape(a), jax.numpy.asarray(a).dtype), init)
+    x = None if xs is None else jax.ShapeDtypeStruct(xs.shape[1:], xs.dtype)
+    program = step_program(step.f, carry, x, jax.devices()[0].platform)
+    return int(spec.unroll), {"operations": program.operations, "loops": program.loops,
+                              "largest value": program.largest, "largest moved": program.moved}  # fmt: skip
+
+
+def _compute(step: Any, n: int, unroll: int, limit: float) -> dict[str, Any]:
+    """One jitted ``lax.scan`` of ``n`` steps at ``unroll`` (a sixteenth of them at 1): compile s, ns a step."""
+    n = max(2 * unroll, n // 16 if unroll == 1 else n)
+    xs = None if step.xs is None else jax.numpy.asarray(step.xs(n))
+
+    def scan(c: Any, x: Any) -> Any:
+        return lax.scan(step.f, c, x, length=n, unroll=unroll)
+
+    t = timed(scan, step.init(), xs, compile_limit=limit, budget_s=1.0)
+    return {"unroll": unroll, "steps": n, "compile s": t["compile_s"], "ns/step": 1e9 * t["wall_s"] / n}
+
+
+def _write(ctx: Context, step: Any, n: int, unroll: int, xs: Any) -> dict[str, Any]:
+    """``streamacc.write`` of the run with nothing given, its blocks compiled first (two blocks, the same unroll
+    given), then timed: ns a step."""
+    spec = streamacc.ScanSpec(step.f, step.init(), xs, length=n)
+    size = spec.plan(block_bytes=streamacc.run.write_block_bytes(ctx.platform)).block_size
+    if n > 2 * size:
+        warm = ctx.folder / "warm.zarr"
+        shutil.rmtree(warm, ignore_errors=True)
+        head = None if xs is None else xs[: 2 * size]
+        streamacc.write(warm, step.f, step.init(), head, length=2 * size, unroll=unroll, progress=False)
+        shutil.rmtree(warm, ignore_errors=True)
+    out = ctx.folder / "user.zarr"
+    shutil.rmtree(out, ignore_errors=True)
+    elapsed = clock()
+    streamacc.write(out, step.f, step.init(), xs, length=n, progress=False)
+    wall = elapsed()
+    recorded = streamacc.info(out).unroll
+    shutil.rmtree(out, ignore_errors=True)
+    return {"write ns/step": 1e9 * wall / n, "write s": wall, "block steps": size, "unroll recorded": recorded}
+
+
+def user_steps(ctx: Context) -> dict[str, Any]:
+    """Each user step: the chosen unroll's compute and the write with nothing given, against the fastest unroll."""
+    sweep_rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    steps = [s for s in STEPS.values() if s.table] + [s for s in STEPS.values() if not s.table]
+    for index, step in enumerate(steps[: ctx.sizes.user_steps]):
+        if ctx.out_of_time():
+            break
+        n = step.length if ctx.sizes.user_length == 0 else ctx.sizes.user_length
+        xs = None if step.xs is None else step.xs(n)
+        chosen, program = _chosen(step, n, xs)
+        mine, too_slow = [], False
+        for unroll in sorted({*ctx.sizes.user_unrolls, chosen}):
+            if ctx.out_of_time() or (too_slow and unroll != chosen):
+                continue  # past a compile too slow, only the chosen unroll is measured
+            try:
+                r = _compute(step, min(n, ctx.sizes.compute_steps), unroll, ctx.compile_limit)
+            except TooSlow as exc:
+                sweep_rows.append({"step": step.name, "unroll": unroll, "note": str(exc), "chosen": unroll == chosen})
+                too_slow = True
+                continue
+            mine.append(r)
+            sweep_rows.append({"step": step.name, **r, "chosen": unroll == chosen})
+        timed_rows = [r for r in mine if "ns/step" in r]
+        if not timed_rows:
+            continue
+        best = min(timed_rows, key=lambda r: r["ns/step"])
+        at = next((r for r in timed_rows if r["unroll"] == chosen), None)
+        row: dict[str, Any] = {
+            "step": step.name, "the issue's table": step.table, "length": n, "chosen unroll": chosen, **program,
+            "chosen ns/step": None if at is None else at["ns/step"],
+            "chosen compile s": None if at is None else at["compile s"],
+            "fastest unroll": best["unroll"], "fastest ns/step": best["ns/step"],
+            "chosen / fastest": None if at is None else at["ns/step"] / best["ns/step"],
+        }  # fmt: skip
+        ys_mib = n * sum(int(np.prod(leaf.shape)) * leaf.dtype.itemsize for leaf in jax.tree_util.tree_leaves(
+            jax.eval_shape(step.f, step.init(), None if xs is None else xs[0])[1])) / 2**20  # fmt: skip
+        if ys_mib <= ctx.sizes.user_write_mib and not ctx.out_of_time():
+            w = _write(ctx, step, n, chosen, xs)
+            row.update(w, **{"write / fastest compute": w["write ns/step"] / best["ns/step"]})
+            if index == 0:
+                with testing.patched("engine.copies_ahead", lambda: False):
+                    late = _write(ctx, step, n, chosen, xs)
+                row["write ns/step, copied when handed over"] = late["write ns/step"]
+        rows.append(row)
+    within = [r["chosen / fastest"] for r in rows if r["chosen / fastest"] is not None]
+    writes = [r["write / fastest compute"] for r in rows if "write / fastest compute" in r]
+    table = [r for r in rows if r["the issue's table"]]
+    return {"figures": {
+        "steps": len(rows), "worst chosen / fastest": max(within, default=None),
+        "worst chosen / fastest, the table's steps": max(
+            (r["chosen / fastest"] for r in table if r["chosen / fastest"] is not None), default=None),
+        "worst write / fastest compute": max(writes, default=None),
+    }, "tables": {"user steps": rows, "compute per unroll": sweep_rows}}  # fmt: skip
