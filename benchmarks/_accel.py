@@ -245,6 +245,7 @@ def first_difference(a: np.ndarray, b: np.ndarray) -> int | None:
     """The first row where ``a`` and ``b`` differ in their bits (None: none)."""
     if a.shape != b.shape:
         return 0
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)  # a chip's arrays may come back in another layout
     rows = a.reshape(len(a), -1).view(np.uint8) if a.ndim else a.reshape(1, -1).view(np.uint8)
     other = b.reshape(len(b), -1).view(np.uint8) if b.ndim else b.reshape(1, -1).view(np.uint8)
     differ = np.flatnonzero((rows != other).any(axis=1))

@@ -14,6 +14,7 @@ first step the write is timed also with the block's copy to the host made when i
 from __future__ import annotations
 
 import shutil
+import sys
 from typing import Any
 
 import jax
@@ -36,6 +37,16 @@ def _chosen(step: Any, n: int, xs: Any) -> tuple[int, dict[str, Any]]:
     program = step_program(step.f, carry, x, jax.devices()[0].platform)
     return int(spec.unroll), {"operations": program.operations, "loops": program.loops,
                               "largest value": program.largest, "largest moved": program.moved}  # fmt: skip
+
+
+SWEEP_BYTES = 2**30
+"""Bytes of ys one timed scan of the sweep keeps on the device at most (a wide step's scan is that much shorter)."""
+
+
+def _y_bytes(step: Any, xs: Any) -> int:
+    """Bytes of one step's y."""
+    y = jax.eval_shape(step.f, step.init(), None if xs is None else xs[0])[1]
+    return sum(int(np.prod(leaf.shape)) * leaf.dtype.itemsize for leaf in jax.tree_util.tree_leaves(y))
 
 
 def _compute(step: Any, n: int, unroll: int, limit: float) -> dict[str, Any]:
@@ -79,43 +90,12 @@ def user_steps(ctx: Context) -> dict[str, Any]:
     for index, step in enumerate(steps[: ctx.sizes.user_steps]):
         if ctx.out_of_time():
             break
-        n = step.length if ctx.sizes.user_length == 0 else ctx.sizes.user_length
-        xs = None if step.xs is None else step.xs(n)
-        chosen, program = _chosen(step, n, xs)
-        mine, too_slow = [], False
-        for unroll in sorted({*ctx.sizes.user_unrolls, chosen}):
-            if ctx.out_of_time() or (too_slow and unroll != chosen):
-                continue  # past a compile too slow, only the chosen unroll is measured
-            try:
-                r = _compute(step, min(n, ctx.sizes.compute_steps), unroll, ctx.compile_limit)
-            except TooSlow as exc:
-                sweep_rows.append({"step": step.name, "unroll": unroll, "note": str(exc), "chosen": unroll == chosen})
-                too_slow = True
-                continue
-            mine.append(r)
-            sweep_rows.append({"step": step.name, **r, "chosen": unroll == chosen})
-        timed_rows = [r for r in mine if "ns/step" in r]
-        if not timed_rows:
-            continue
-        best = min(timed_rows, key=lambda r: r["ns/step"])
-        at = next((r for r in timed_rows if r["unroll"] == chosen), None)
-        row: dict[str, Any] = {
-            "step": step.name, "the issue's table": step.table, "length": n, "chosen unroll": chosen, **program,
-            "chosen ns/step": None if at is None else at["ns/step"],
-            "chosen compile s": None if at is None else at["compile s"],
-            "fastest unroll": best["unroll"], "fastest ns/step": best["ns/step"],
-            "chosen / fastest": None if at is None else at["ns/step"] / best["ns/step"],
-        }  # fmt: skip
-        ys_mib = n * sum(int(np.prod(leaf.shape)) * leaf.dtype.itemsize for leaf in jax.tree_util.tree_leaves(
-            jax.eval_shape(step.f, step.init(), None if xs is None else xs[0])[1])) / 2**20  # fmt: skip
-        if ys_mib <= ctx.sizes.user_write_mib and not ctx.out_of_time():
-            w = _write(ctx, step, n, chosen, xs)
-            row.update(w, **{"write / fastest compute": w["write ns/step"] / best["ns/step"]})
-            if index == 0:
-                with testing.patched("engine.copies_ahead", lambda: False):
-                    late = _write(ctx, step, n, chosen, xs)
-                row["write ns/step, copied when handed over"] = late["write ns/step"]
-        rows.append(row)
+        try:
+            rows.append(_one(ctx, step, index == 0, sweep_rows))
+        except Exception as exc:  # recorded, and the next step measured
+            rows.append({"step": step.name, "the issue's table": step.table, "chosen / fastest": None,
+                         "error": f"{type(exc).__name__}: {str(exc).strip()[:300]}"})  # fmt: skip
+        print(f"  user-steps: {rows[-1]}", file=sys.stderr, flush=True)
     within = [r["chosen / fastest"] for r in rows if r["chosen / fastest"] is not None]
     writes = [r["write / fastest compute"] for r in rows if "write / fastest compute" in r]
     table = [r for r in rows if r["the issue's table"]]
@@ -125,3 +105,43 @@ def user_steps(ctx: Context) -> dict[str, Any]:
             (r["chosen / fastest"] for r in table if r["chosen / fastest"] is not None), default=None),
         "worst write / fastest compute": max(writes, default=None),
     }, "tables": {"user steps": rows, "compute per unroll": sweep_rows}}  # fmt: skip
+
+
+def _one(ctx: Context, step: Any, first: bool, sweep_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One user step's row (its rows of the sweep added to ``sweep_rows``)."""
+    n = step.length if ctx.sizes.user_length == 0 else ctx.sizes.user_length
+    xs = None if step.xs is None else step.xs(n)
+    chosen, program = _chosen(step, n, xs)
+    sweep_n = max(1, min(n, ctx.sizes.compute_steps, SWEEP_BYTES // _y_bytes(step, xs)))
+    mine, too_slow = [], False
+    for unroll in sorted({*ctx.sizes.user_unrolls, chosen}):
+        if ctx.out_of_time() or (too_slow and unroll != chosen):
+            continue  # past a compile too slow, only the chosen unroll is measured
+        try:
+            r = _compute(step, sweep_n, unroll, ctx.compile_limit)
+        except TooSlow as exc:
+            sweep_rows.append({"step": step.name, "unroll": unroll, "note": str(exc), "chosen": unroll == chosen})
+            too_slow = True
+            continue
+        mine.append(r)
+        sweep_rows.append({"step": step.name, **r, "chosen": unroll == chosen})
+    if not mine:
+        return {"step": step.name, "the issue's table": step.table, "chosen unroll": chosen,
+                "chosen / fastest": None, "error": "no unroll compiled in time"}  # fmt: skip
+    best = min(mine, key=lambda r: r["ns/step"])
+    at = next((r for r in mine if r["unroll"] == chosen), None)
+    row: dict[str, Any] = {
+        "step": step.name, "the issue's table": step.table, "length": n, "chosen unroll": chosen, **program,
+        "chosen ns/step": None if at is None else at["ns/step"],
+        "chosen compile s": None if at is None else at["compile s"],
+        "fastest unroll": best["unroll"], "fastest ns/step": best["ns/step"],
+        "chosen / fastest": None if at is None else at["ns/step"] / best["ns/step"],
+    }  # fmt: skip
+    if n * _y_bytes(step, xs) <= ctx.sizes.user_write_mib * 2**20 and not ctx.out_of_time():
+        w = _write(ctx, step, n, chosen, xs)
+        row.update(w, **{"write / fastest compute": w["write ns/step"] / best["ns/step"]})
+        if first:
+            with testing.patched("engine.copies_ahead", lambda: False):
+                late = _write(ctx, step, n, chosen, xs)
+            row["write ns/step, copied when handed over"] = late["write ns/step"]
+    return row
