@@ -6,9 +6,7 @@ For each step: the rule's unroll for the step's run (``ScanSpec(f, init, xs, len
 ``--user-unrolls`` and the chosen one (compile s, ns a step, the compile left out; past
 ``--compile-limit`` a compile is recorded as too slow and the larger unrolls are left out); then, for a
 step whose ys fit ``--user-write-mib``, ``streamacc.write`` of the whole run with nothing but ``f``,
-``init`` (and ``xs``) and its length, timed once compiled, against the fastest unroll's compute. For the
-first step the write is timed also with the block's copy to the host made when it is handed over
-(``engine.copies_ahead`` off), as before the copy started as soon as the block was computed.
+``init`` (and ``xs``) and its length, timed once compiled, against the fastest unroll's compute.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from _user_steps import STEPS
 from jax import lax
 
 import streamacc
-from streamacc import testing
 from streamacc.engine import step_program
 
 
@@ -87,11 +84,11 @@ def user_steps(ctx: Context) -> dict[str, Any]:
     sweep_rows: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
     steps = [s for s in STEPS.values() if s.table] + [s for s in STEPS.values() if not s.table]
-    for index, step in enumerate(steps[: ctx.sizes.user_steps]):
+    for step in steps[: ctx.sizes.user_steps]:
         if ctx.out_of_time():
             break
         try:
-            rows.append(_one(ctx, step, index == 0, sweep_rows))
+            rows.append(_one(ctx, step, sweep_rows))
         except Exception as exc:  # recorded, and the next step measured
             rows.append({"step": step.name, "the issue's table": step.table, "chosen / fastest": None,
                          "error": f"{type(exc).__name__}: {str(exc).strip()[:300]}"})  # fmt: skip
@@ -107,7 +104,7 @@ def user_steps(ctx: Context) -> dict[str, Any]:
     }, "tables": {"user steps": rows, "compute per unroll": sweep_rows}}  # fmt: skip
 
 
-def _one(ctx: Context, step: Any, first: bool, sweep_rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _one(ctx: Context, step: Any, sweep_rows: list[dict[str, Any]]) -> dict[str, Any]:
     """One user step's row (its rows of the sweep added to ``sweep_rows``)."""
     n = step.length if ctx.sizes.user_length == 0 else ctx.sizes.user_length
     xs = None if step.xs is None else step.xs(n)
@@ -140,8 +137,4 @@ def _one(ctx: Context, step: Any, first: bool, sweep_rows: list[dict[str, Any]])
     if n * _y_bytes(step, xs) <= ctx.sizes.user_write_mib * 2**20 and not ctx.out_of_time():
         w = _write(ctx, step, n, chosen, xs)
         row.update(w, **{"write / fastest compute": w["write ns/step"] / best["ns/step"]})
-        if first:
-            with testing.patched("engine.copies_ahead", lambda: False):
-                late = _write(ctx, step, n, chosen, xs)
-            row["write ns/step, copied when handed over"] = late["write ns/step"]
     return row

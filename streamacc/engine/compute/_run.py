@@ -38,18 +38,7 @@ def _dispatch(plan: Plan, pool: BlockPool, carry: Any, start: int, stop: int) ->
     xs = block_xs(plan, start, stop)
     lease = pool.acquire() if stop - start == plan.block_size else None  # only full blocks share buffers
     carry, out = run_block(plan, carry, xs, stop - start, pool.buffers(lease, plan.out_structs(stop - start)))
-    if _copies_ahead():
-        for o in out:
-            o.copy_to_host_async()
     return _Computed(start, stop, out, carry, lease, spent_rows(plan, xs, stop - start))
-
-
-def _copies_ahead() -> bool:
-    """Whether a block's ys start to cross to the host as soon as they are computed, before they are handed over:
-    off the CPU (where the host reads them in place). Crossing so, a block's copy overlaps the next block's compute
-    and runs at the speed of an asynchronous copy, which on a TPU v5e is several times a synchronous one's (the
-    accelerator benchmark's ``write`` scenario measures both)."""
-    return computes_ahead()
 
 
 def run_block(
