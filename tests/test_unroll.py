@@ -91,6 +91,23 @@ def test_on_a_chip_a_large_program_or_a_loop_of_its_own_keeps_the_unroll_small()
     assert chosen(newton, SCALAR, 2**40, "tpu", X) == 2
 
 
+def stacked(c, _):
+    x, y, z = c[0], c[1], c[2]
+    c = c + np.float32(1e-3) * jnp.stack([10 * (y - x), x * (28 - z) - y, x * y - np.float32(8 / 3) * z])
+    return c, c
+
+
+def test_on_a_chip_a_step_of_short_vectors_is_unrolled_less_and_less_again_where_it_stacks_them():
+    """Vectors shorter than a register row: at most 8, and 4 where the step slices or stacks them (a state built
+    with ``jnp.stack``); the same state as a tuple of scalars unrolls as a scalar step does."""
+    program = step_program(stacked, *_structs(stacked, np.ones(3, np.float32))[:2], "tpu")
+    assert program.short == 3 and program.short_moved
+    assert chosen(stacked, np.ones(3, np.float32), 2**32, "tpu") == 4
+    assert chosen(members, np.ones(3, np.float32), 2**32, "tpu", np.ones(3, np.float32)) == 8
+    assert chosen(euler, (SCALAR,) * 3, 2**32, "tpu") == 64
+    assert chosen(stacked, np.ones(3, np.float32), 2**32, "cpu") == 8  # a CPU's rule has no such limit
+
+
 def test_on_a_chip_a_wide_state_or_a_thinned_large_y_is_not_unrolled_past_its_blocks():
     assert chosen(members, np.ones(2**20, np.float32), 2**30, "tpu", np.ones(2**20, np.float32)) == 1
     field = np.ones(4096, np.float32)

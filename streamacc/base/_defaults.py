@@ -73,6 +73,16 @@ UNROLLED_OPS_AT_MOST = 4096
 """Operations of a step's program times the unroll chosen for it at most: a step drawing random numbers is
 hundreds of operations, and its compile grew to tens of seconds past this while its speed did not."""
 
+SHORT_VECTOR_UNROLL_AT_MOST = {"values": 8, "moved": 4}
+"""The unroll chosen on a TPU or GPU for a step whose values include vectors shorter than ``SHORT_VECTOR`` (of 2
+values or more), and for one that slices or stacks such vectors (a state built with ``jnp.stack``). On a TPU v5e a
+3-vector multiply-add ran fastest at 8 (1.5 times slower at 64), and a 3-vector Euler step built with
+``jnp.stack`` ran as fast at 2 or 4 as at any unroll but compiled for over 25 s at 8 in blocks of 2**19 steps.
+A state of a few scalars kept as a tuple of them unrolls as a scalar step does."""
+
+SHORT_VECTOR = 128
+"""Values of a vector a TPU pads to a row of its registers (one row's lanes): see ``SHORT_VECTOR_UNROLL_AT_MOST``."""
+
 CPU_UNROLLED_STEP_AT_MOST = {"operations": 32, "values": 1024, "moved values": 16}
 """The steps a CPU unrolls when none is named: straight-line programs of at most this many operations, no value
 larger than this many elements, no slicing, stacking or rolling of more than this many (and no loop of their own).

@@ -11,10 +11,11 @@ and versions gets the same unroll, whatever the machine is doing):
    the largest value it slices, stacks or rolls.
 2. The unrolls allowed: powers of two up to ``UNROLL_AT_MOST`` (8 on a CPU, 64 on a chip),
    with the unrolled body at most ``UNROLLED_OPS_AT_MOST`` operations; on a chip at least
-   2 and, for a step with a loop of its own, at most 2; on a CPU only a small straight-line
-   step (``CPU_UNROLLED_STEP_AT_MOST``) unrolls at all. Two unrolled groups fit in the
-   smallest default block, and a thinned scan unrolls only where a block's every-step ys
-   stay small.
+   2, for a step with a loop of its own at most 2, and for one of vectors shorter than a
+   register row at most 8 (4 where it slices or stacks them: ``SHORT_VECTOR_UNROLL_AT_MOST``);
+   on a CPU only a small straight-line step (``CPU_UNROLLED_STEP_AT_MOST``) unrolls at all.
+   Two unrolled groups fit in the smallest default block, and a thinned scan unrolls only
+   where a block's every-step ys stay small.
 3. Of those, the unroll whose saving over the run's length (``LOOP_TRIP_SECONDS`` a trip,
    on all but one step in u) most outweighs its compile (``COMPILE_SECONDS_PER_OP`` per
    operation per unrolled copy); ties go to the smaller.
@@ -39,6 +40,8 @@ from ...base import (
     CPU_UNROLLED_STEP_AT_MOST,
     DEFAULT_BLOCK_BYTES,
     LOOP_TRIP_SECONDS,
+    SHORT_VECTOR,
+    SHORT_VECTOR_UNROLL_AT_MOST,
     THINNED_UNROLL_ROW_BYTES_AT_MOST,
     UNROLL_AT_MOST,
     UNROLLED_OPS_AT_MOST,
@@ -73,6 +76,10 @@ class StepProgram:
     """Elements of the largest value any operation takes or makes."""
     moved: int
     """Elements of the largest value that an operation slices, stacks, rolls, gathers or transposes (0: none)."""
+    short: int
+    """Elements of the largest value shorter than ``SHORT_VECTOR`` and of 2 elements or more (0: none)."""
+    short_moved: bool
+    """Whether an operation slices, stacks, rolls, gathers or transposes such a short vector."""
 
 
 @dataclasses.dataclass
@@ -81,13 +88,18 @@ class _Function:
     loops: bool = False
     largest: int = 1
     moved: int = 0
+    short: int = 0
+    short_moved: bool = False
     calls: list[str] = dataclasses.field(default_factory=list)
 
 
-def _elements(line: str) -> int:
-    """Elements of the largest tensor named on one line of a lowered program (1 for scalars)."""
-    sizes = [math.prod(int(d) for d in dims.split("x") if d) for dims in _TENSOR.findall(line)]
-    return max(sizes, default=1)
+def _sizes(line: str) -> list[int]:
+    """Elements of each tensor named on one line of a lowered program (1 for a scalar)."""
+    return [math.prod(int(d) for d in dims.split("x") if d) for dims in _TENSOR.findall(line)]
+
+
+def _short(sizes: list[int]) -> int:
+    return max((n for n in sizes if 2 <= n < SHORT_VECTOR), default=0)
 
 
 def _read(text: str) -> StepProgram:
@@ -106,12 +118,15 @@ def _read(text: str) -> StepProgram:
         op = _OPERATION.match(line)
         if op is None or op.group(1) in _NOT_COUNTED:
             continue
-        size = _elements(line)
+        sizes = _sizes(line)
+        size, short = max(sizes, default=1), _short(sizes)
         current.operations += 1
         current.loops |= op.group(1) == "while"
         current.largest = max(current.largest, size)
+        current.short = max(current.short, short)
         if op.group(1) in _MOVES:
             current.moved = max(current.moved, size)
+            current.short_moved |= short > 0
 
     def total(name: str, seen: frozenset[str]) -> StepProgram:
         own = functions.get(name, _Function())
@@ -121,6 +136,8 @@ def _read(text: str) -> StepProgram:
             own.loops or any(p.loops for p in parts),
             max([own.largest, *(p.largest for p in parts)]),
             max([own.moved, *(p.moved for p in parts)]),
+            max([own.short, *(p.short for p in parts)]),
+            own.short_moved or any(p.short_moved for p in parts),
         )
 
     return total("main", frozenset({"main"}))
@@ -138,7 +155,7 @@ def step_program(f: Step, carry: Any, x: Any, platform: str) -> StepProgram:
             return _read(traced.lower(lowering_platforms=(target,)).as_text())
         except Exception:
             continue
-    return StepProgram(UNROLLED_OPS_AT_MOST + 1, True, 1, 0)
+    return StepProgram(UNROLLED_OPS_AT_MOST + 1, True, 1, 0, 0, False)
 
 
 def _kind(platform: str) -> str:
@@ -204,6 +221,8 @@ def choose_unroll(
             return 1
         if program.loops:
             most = min(most, 2)
+        if kind == "accelerator" and program.short:
+            most = min(most, SHORT_VECTOR_UNROLL_AT_MOST["moved" if program.short_moved else "values"])
         most = max(least, min(most, _at_most(UNROLLED_OPS_AT_MOST // max(program.operations, 1))))
         chosen = max(_powers(least, most), key=lambda u: (_gain(u, length, trip, program.operations), -u))
     chosen = min(chosen, max(most, 1))

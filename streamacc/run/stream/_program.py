@@ -118,7 +118,7 @@ class Loop:
     def run(self, length: int) -> Callable[[Any, Any], tuple[Any, list[jax.Array]]]:
         """The engine's block function for blocks of ``length`` steps: ``(carry, xs) -> (carry, ys leaves)``."""
         b = self.blocking
-        return block_function(self.f, length, b.unroll, b.reverse, b.save_every)
+        return block_function(self.f, length, b.unrolled_by, b.reverse, b.save_every)
 
     def plain(self, carry: Any) -> list[Any]:
         return [leaf.plain(x) for leaf, x in zip(self.carry, jax.tree_util.tree_leaves(carry), strict=True)]
