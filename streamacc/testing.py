@@ -13,8 +13,8 @@ lease's clock, how often a run commits. Each wing names those it lets a test rep
 ``store.remove_tree_contents``            an overwritten local output's old files deleted
 ``store.icechunk_commit_seconds``         the most seconds between two commits to Icechunk
 ``store.lease.time``                      the clock and sleep of the writer lease
-``engine.physical_memory``                the machine's memory, as the block checks ask it
 ``engine.platform``                       the platform JAX computes on, whose defaults a run takes
+``engine.physical_memory``                the machine's memory, as the block checks ask it
 ``summaries.SLICE_BYTES``                 the slice a block's windows are reduced in
 ``run.output.PUBLISH_SECONDS``            how often the root's progress is refreshed
 ``run.output.VIRTUAL_COMMIT_SECONDS``     how often a virtual run commits
