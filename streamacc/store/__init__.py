@@ -48,7 +48,11 @@ if TYPE_CHECKING:
         storable as storable,
         stored_crc32c as stored_crc32c,
     )
-    from .lease import describe_store_failure as describe_store_failure, is_store_failure as is_store_failure
+    from .lease import (
+        FencedStore as FencedStore,
+        describe_store_failure as describe_store_failure,
+        is_store_failure as is_store_failure,
+    )
     from .targets import (
         BOOKKEEPING as BOOKKEEPING,
         LEASE_KEY as LEASE_KEY,
@@ -57,6 +61,7 @@ if TYPE_CHECKING:
         IcechunkTarget as IcechunkTarget,
         LocalTarget as LocalTarget,
         RegularChunkGrid as RegularChunkGrid,
+        SessionStore as SessionStore,
         StoreTarget as StoreTarget,
         Target as Target,
         aligned_empty as aligned_empty,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ...base import lazy_exports
 
 if TYPE_CHECKING:
-    from ._checked import CheckedStore as CheckedStore
+    from ._checked import CheckedStore as CheckedStore, ranged as ranged
     from ._identity import (
         carry_digest as carry_digest,
         describe_function as describe_function,
