@@ -250,7 +250,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     _enable_x64()
     from ..run import verify_recipe_output
 
-    report = verify_recipe_output(args.out, blocks=blocks, storage_options=storage_options(args.storage_option))
+    options = storage_options(args.storage_option)
+    report = verify_recipe_output(args.out, blocks=blocks, storage_options=options, repair=args.repair)
+    if report.repaired:
+        which = ", ".join("the initial carry" if b == 0 else f"after block {b - 1}" for b in report.repaired)
+        _out(f"{args.out}: rebuilt {len(report.repaired)} damaged kept carries by recomputation ({which})")
     summaries = f"; {report.summary_windows} summary windows match" if report.summary_windows else ""
     committed = report.committed_blocks
     fewer = f" (the output has only {committed})" if isinstance(blocks, int) and blocks > committed else ""
