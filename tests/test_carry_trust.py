@@ -6,7 +6,8 @@ kept carries as an attacker or a failing disk would (a chunk flipped or removed,
 carry's included; the arrays' metadata edited; the manifest's spacing edited) or a data chunk
 behind its trailer, and checks that a resume and an extension refuse it in one line naming the
 file, leave every file as it was, and that ``verify(repair=True)`` rebuilds what the data can
-rebuild, byte for byte. Also here: carries that the data's codec compresses.
+rebuild, byte for byte. Also here: attributes ``open`` cannot decode, and carries that the
+data's codec compresses.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 from helpers import read_manifest, rewind, root_says, run, store_files, write_manifest
 
 import streamacc
-from streamacc.errors import ResumeError, VerifyError
+from streamacc.errors import InputError, ResumeError, VerifyError
 
 WIDTH, LENGTH, BLOCK = 1024, 64, 8
 CARRIES = "_streamacc/carries/leaf_0"
@@ -215,6 +216,20 @@ def test_a_refused_extension_leaves_the_output_byte_for_byte(copy):
         continue_(out, "extend")
     assert store_files(out) == before
     assert streamacc.info(out).complete
+
+
+@pytest.mark.parametrize(
+    ("attrs", "named"),
+    [({"_FillValue": 0}, "_FillValue=0"), ({"scale_factor": "abc", "long_name": "u"}, "scale_factor='abc'"),
+     ({"units": "days since never"}, "units='days since never'")],
+)  # fmt: skip
+def test_attributes_open_cannot_decode_are_refused_before_anything_is_written(tmp_path, attrs, named):
+    out = tmp_path / "out.zarr"
+    with pytest.raises(InputError, match=rf"array_attrs of 'y' hold {named}, which streamacc.open cannot decode"):
+        write(out, 16, array_attrs={"y": attrs})
+    assert not out.exists()
+    write(out, 16, array_attrs={"y": {"units": "days since 2000-01-01", "scale_factor": 2.0}})
+    assert streamacc.open(out).y.shape == (16, WIDTH)
 
 
 def test_a_mostly_zero_field_keeps_its_carries_within_a_tenth_of_its_data(tmp_path):

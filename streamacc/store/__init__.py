@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         array_document as array_document,
         compare_chunks as compare_chunks,
         compressors_for as compressors_for,
+        decoding_attributes as decoding_attributes,
         fingerprint_of as fingerprint_of,
         is_virtual as is_virtual,
         netcdf_safe as netcdf_safe,
