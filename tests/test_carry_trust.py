@@ -6,8 +6,8 @@ kept carries as an attacker or a failing disk would (a chunk flipped or removed,
 carry's included; the arrays' metadata edited; the manifest's spacing edited) or a data chunk
 behind its trailer, and checks that a resume and an extension refuse it in one line naming the
 file, leave every file as it was, and that ``verify(repair=True)`` rebuilds what the data can
-rebuild, byte for byte. Also here: attributes ``open`` cannot decode, and carries that the
-data's codec compresses.
+rebuild, byte for byte. Also here: attributes ``open`` cannot decode, a link loop given as the
+output, and carries that the data's codec compresses.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import read_manifest, rewind, root_says, run, store_files, write_manifest
+from helpers import read_manifest, rewind, root_says, run, store_files, tree, write_manifest
 
 import streamacc
-from streamacc.errors import InputError, ResumeError, VerifyError
+from streamacc.errors import InputError, NoOutputError, ResumeError, VerifyError
 
 WIDTH, LENGTH, BLOCK = 1024, 64, 8
 CARRIES = "_streamacc/carries/leaf_0"
@@ -230,6 +230,18 @@ def test_attributes_open_cannot_decode_are_refused_before_anything_is_written(tm
     assert not out.exists()
     write(out, 16, array_attrs={"y": {"units": "days since 2000-01-01", "scale_factor": 2.0}})
     assert streamacc.open(out).y.shape == (16, WIDTH)
+
+
+def test_a_link_loop_is_named_and_nothing_is_written(tmp_path, capfd):
+    (tmp_path / "loop").symlink_to("loop")
+    before = tree(tmp_path)
+    for args in (["info", "loop"], ["write", "loop", "--size", "16"], ["verify", "loop"],
+                 ["write", "loop/out.zarr", "--size", "16"]):  # fmt: skip
+        code, line = run(*args[:1], tmp_path / args[1], *args[2:], capfd=capfd)
+        assert code == 2 and "runs into a loop of symbolic links" in line, (args, line)
+    with pytest.raises(NoOutputError, match="loop of symbolic links"):
+        streamacc.info(tmp_path / "loop")
+    assert tree(tmp_path) == before
 
 
 def test_a_mostly_zero_field_keeps_its_carries_within_a_tenth_of_its_data(tmp_path):
