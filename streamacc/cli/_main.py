@@ -14,6 +14,7 @@ shown, as ``streamacc: ...``; ``--debug`` adds other libraries' and tracebacks.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import gc
 import logging
@@ -392,6 +393,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # native code then (XLA, or a copy from the device as a lost lease stops a writer) is ended there,
         # which aborts the process (SIGABRT) after the one line was printed
         _exit_now(code)
+    if own_process and "zarr.core.sync" in sys.modules:
+        from ..store import settle_event_loop
+
+        # run before zarr's own exit handler (registered earlier, as zarr was imported), which closes its loop
+        # still running on a busy machine, printing a warning and a traceback after the command's answer
+        atexit.register(settle_event_loop)
     if own_process and "icechunk" in sys.modules:
         # Icechunk's runtime threads, still about as the interpreter finalizes, can abort it (SIGABRT, a bus
         # error) after the command's answer; whatever the command wrote is committed by now

@@ -70,6 +70,7 @@ if TYPE_CHECKING:
         close_store_sessions as close_store_sessions,
         open_target as open_target,
         read_into as read_into,
+        settle_event_loop as settle_event_loop,
         sync as sync,
     )
 

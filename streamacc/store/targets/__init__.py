@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         HasEndianness as HasEndianness,
         HasItemSize as HasItemSize,
         RegularChunkGrid as RegularChunkGrid,
+        settle_event_loop as settle_event_loop,
         sync as sync,
     )
 
