@@ -94,12 +94,12 @@ def _create(o: Opening) -> Output:
     every = carry_every(sum(leaf.nbytes for leaf in leaves), spec.block_nbytes, virtual=spec.storage.virtual)
     carries = CarryStore(target, leaves, codec=spec.codec, boundaries=spec.total_blocks + 1)
     init = [a for a, _ in o.init]
+    kept = {"every": every, "leaves": [leaf.to_json() for leaf in leaves], "init": carries.checksums(init)}
     manifest = Manifest(
         spec.identity,
         total_blocks=spec.total_blocks,
         stored=spec.storage.stored_blocks(),
-        carries={"every": every, "leaves": [leaf.to_json() for leaf in leaves], "init": carries.checksums(init),
-                 CARRY_CODEC: spec.codec},  # fmt: skip
+        carries={**kept, CARRY_CODEC: spec.codec},
     )
     keep = {MANIFEST_KEY, LEASE_KEY}
     clear = not set(target.list_keys()) <= keep

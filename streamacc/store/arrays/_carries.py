@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ...base import dtype_from_name, dtype_name
-from ..targets import BOOKKEEPING, Target, sync
+from ..targets import BOOKKEEPING, Target
 from ._codecs import compressors_for, decompress
 from ._documents import stored_crc32c
 
@@ -100,6 +100,8 @@ def _documents(leaves: tuple[CarryLeaf, ...], codec: str | None, boundaries: int
     from zarr.buffer import default_buffer_prototype
     from zarr.codecs import BytesCodec, Crc32cCodec
     from zarr.storage import MemoryStore
+
+    from ..targets import sync
 
     store = MemoryStore()
     group = zarr.open_group(store, path=CARRIES, mode="w", attributes={"description": _DESCRIPTION})
@@ -285,6 +287,8 @@ class CarryStore:
         """Each leaf's chunk of the carry ``values`` as :meth:`write` stores it, encoded in memory."""
         from zarr.buffer import default_buffer_prototype
         from zarr.storage import MemoryStore
+
+        from ..targets import sync
 
         store = MemoryStore()
         prototype = default_buffer_prototype()
