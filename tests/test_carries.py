@@ -1,7 +1,8 @@
 """Kept carries: binary Zarr arrays written once, every few blocks when the carry is large beside a block's data.
 
-A 1024-value float64 state in blocks of 8 steps keeps its carry after every third block (8 KiB
-of carry against 64 KiB of data a block: within 5% needs one in three) and after its last.
+A 1024-value float64 state in blocks of 8 steps, stored uncompressed, keeps its carry after every
+third block (8 KiB of carry against 64 KiB of data a block: within 5% needs one in three) and after
+its last.
 References are numpy's recurrence and one ``lax.scan``; runs killed at a kept carry resume to
 the bytes of one never interrupted.
 """
@@ -50,7 +51,7 @@ def states(steps: int) -> list[np.ndarray]:
 @pytest.fixture(scope="module")
 def wide(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wide") / "out.zarr"
-    streamacc.write(out, halve, init(), length=LENGTH, block_size=BLOCK, progress=False)
+    streamacc.write(out, halve, init(), length=LENGTH, block_size=BLOCK, codec="none", progress=False)
     return out
 
 
@@ -110,15 +111,17 @@ def test_a_damaged_kept_carry_is_refused_by_its_checksum(wide, tmp_path):
         streamacc.verify(out, halve, init())
     assert store_files(out) == before
     with pytest.raises(streamacc.errors.ResumeError, match=r"block 5 .* chunk _streamacc/carries/leaf_0/c/6/0 do not"):
-        streamacc.write(out, halve, init(), length=2 * LENGTH, block_size=BLOCK, mode="extend", progress=False)
+        streamacc.write(out, halve, init(), length=2 * LENGTH, block_size=BLOCK, mode="extend", codec="none",
+                        progress=False)  # fmt: skip
 
 
 def test_an_extension_of_a_large_carry_is_the_longer_run(wide, tmp_path):
     """The stored run's last block (its carry kept as the run's last) is recomputed from the carry after block 6."""
     out, longer = tmp_path / "out.zarr", tmp_path / "longer.zarr"
     shutil.copytree(wide, out)
-    streamacc.write(out, halve, init(), length=3 * LENGTH, block_size=BLOCK, mode="extend", progress=False)
-    streamacc.write(longer, halve, init(), length=3 * LENGTH, block_size=BLOCK, progress=False)
+    streamacc.write(out, halve, init(), length=3 * LENGTH, block_size=BLOCK, mode="extend", codec="none",
+                    progress=False)  # fmt: skip
+    streamacc.write(longer, halve, init(), length=3 * LENGTH, block_size=BLOCK, codec="none", progress=False)
     assert_same_output(out, longer)
 
 

@@ -20,6 +20,18 @@ def lines(value: str) -> list[str]:
     return [line.strip() for line in value.strip().splitlines() if line.strip()]
 
 
+def test_zarr_is_bounded_by_the_releases_the_suite_runs_against():
+    """streamacc wraps zarr's stores, whose methods a zarr release may add (tests/test_wrappers.py): the
+    requirement names the last release the suite ran against, and this run's zarr is within it."""
+    import zarr
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    (requirement,) = [Requirement(r) for r in lines(setup_cfg()["options"]["install_requires"]) if r.startswith("zarr")]
+    assert any(spec.operator in ("<", "<=", "==", "~=") for spec in requirement.specifier), requirement
+    assert Version(zarr.__version__) in requirement.specifier, (zarr.__version__, str(requirement))
+
+
 def test_py_typed_is_shipped():
     config = setup_cfg()
     assert (ROOT / "streamacc" / "py.typed").is_file()

@@ -296,6 +296,13 @@ def test_plot_from_inside_an_output_draws_beside_it_and_never_into_it(finished, 
     assert (finished.parent / "named.png").read_bytes().startswith(PNG)
 
 
+def test_a_folder_named_like_the_bookkeeping_makes_no_output(finished, tmp_path, capsys):
+    """``pics/_streamacc`` is the user's folder, not an output's bookkeeping: a picture may go into ``pics``."""
+    (tmp_path / "pics" / "_streamacc").mkdir(parents=True)
+    code, _, err = run("plot", finished, "-o", tmp_path / "pics" / "a.png", capsys=capsys)
+    assert code == 0 and err == "" and (tmp_path / "pics" / "a.png").read_bytes().startswith(PNG)
+
+
 def test_every_label_is_inside_the_picture_and_the_colour_bar_beside_the_map(tmp_path, capsys, drawn):
     # the margins are measured from the labels (no layout engine): nothing is cut off, whatever the labels are
     streamacc.write(tmp_path / "vec.zarr", lambda c, _: (c + 1.0, c * np.arange(5.0)), np.float64(0.0), length=2000,

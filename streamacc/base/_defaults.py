@@ -138,6 +138,11 @@ after every block, or after every few where the carry is large beside a block's 
 extension or ``verify`` recomputes the blocks since the last kept carry, so this costs them up to
 that many blocks of compute (see ``CARRIES_EVERY_AT_MOST``)."""
 
+CARRY_ALWAYS_KEPT_BELOW = 1024
+"""A carry that stores in fewer bytes is kept after every block, whatever the block's data: each block's
+record takes a few hundred bytes anyway, and a block's chunks and a small carry both store mostly their
+codec's fixed bytes (blosc's 16-byte header and the 4-byte CRC-32C for a scalar's 8)."""
+
 CARRIES_EVERY_AT_MOST = 8
 """Blocks between two kept carries at most, whatever the carry's size: a thin output of a wide
 state (a scalar diagnostic of a large field) has blocks of many steps, and a resume recomputes

@@ -14,6 +14,7 @@ shown, as ``streamacc: ...``; ``--debug`` adds other libraries' and tracebacks.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import gc
 import logging
@@ -261,7 +262,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     _enable_x64()
     from ..run import verify_recipe_output
 
-    report = verify_recipe_output(args.out, blocks=blocks, storage_options=storage_options(args.storage_option))
+    options = storage_options(args.storage_option)
+    report = verify_recipe_output(args.out, blocks=blocks, storage_options=options, repair=args.repair)
+    if report.repaired:
+        which = ", ".join("the initial carry" if b == 0 else f"after block {b - 1}" for b in report.repaired)
+        _out(f"{args.out}: rebuilt {len(report.repaired)} damaged kept carries by recomputation ({which})")
     summaries = f"; {report.summary_windows} summary windows match" if report.summary_windows else ""
     committed = report.committed_blocks
     fewer = f" (the output has only {committed})" if isinstance(blocks, int) and blocks > committed else ""
@@ -399,6 +404,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # native code then (XLA, or a copy from the device as a lost lease stops a writer) is ended there,
         # which aborts the process (SIGABRT) after the one line was printed
         _exit_now(code)
+    if own_process and "zarr.core.sync" in sys.modules:
+        from ..store import settle_event_loop
+
+        # run before zarr's own exit handler (registered earlier, as zarr was imported), which closes its loop
+        # still running on a busy machine, printing a warning and a traceback after the command's answer
+        atexit.register(settle_event_loop)
     if own_process and "icechunk" in sys.modules:
         # Icechunk's runtime threads, still about as the interpreter finalizes, can abort it (SIGABRT, a bus
         # error) after the command's answer; whatever the command wrote is committed by now

@@ -256,6 +256,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="'all' (default) or N, the number of blocks to recompute, spread evenly, first and last included "
         "(all of them where the output has N or fewer)",
     )
+    verify.add_argument(
+        "--repair",
+        action="store_true",
+        help="first rebuild damaged kept carries by recomputing the blocks before them (which must match their "
+        "stored chunks), under the output's writer lock",
+    )
     plot = sub.add_parser("plot", help="draw an output (or a range of steps) from its summaries into a PNG")
     _add_common(plot, top=False)
     plot.add_argument("out", metavar="OUT", help="path or fsspec URL of an output streamacc wrote")

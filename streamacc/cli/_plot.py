@@ -13,6 +13,7 @@ here, and only when the command runs.
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from pathlib import Path
@@ -50,9 +51,15 @@ def default_path(out: str, name: str) -> str:
 
 
 def _inside_an_output(target: str) -> Path | None:
-    """The streamacc output (a local folder with ``_streamacc/``) that file ``target`` would land in, if any."""
+    """The streamacc output (a local folder whose ``_streamacc/zarr.json`` holds a manifest) that file ``target``
+    would land in, if any: a folder of the user's named ``_streamacc`` makes none."""
     for folder in Path(target).resolve().parents:
-        if (folder / "_streamacc").is_dir():
+        try:
+            doc = json.loads((folder / "_streamacc" / "zarr.json").read_bytes())
+        except (OSError, ValueError):
+            continue
+        attributes = doc.get("attributes") if isinstance(doc, dict) else None
+        if isinstance(attributes, dict) and "streamacc_manifest" in attributes:
             return folder
     return None
 

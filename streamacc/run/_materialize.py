@@ -33,7 +33,15 @@ from ..engine import (
 )
 from ..errors import InputError, VerifyError, arg
 from ..store import ZarrSink, open_target, progress_attrs
-from .bookkeeping import BlockRecord, Ledger, Manifest, bookkeeping_listing, check_structure, load_manifest
+from .bookkeeping import (
+    BlockRecord,
+    Ledger,
+    Manifest,
+    bookkeeping_listing,
+    carries_problem,
+    check_structure,
+    load_manifest,
+)
 from .execute import Progress
 from .output import Batch, remove_partial_writes
 from .recompute import recompute_plan
@@ -223,6 +231,9 @@ def materialize(
         target = session.target
         manifest = load_manifest(target)  # under the lock: what it holds now
         check_structure(target, manifest)
+        problem = carries_problem(target, manifest)  # what it recomputes from, and writes beside
+        if problem is not None:
+            raise VerifyError(f"{target.label}: {problem}")
         plan, x64 = recompute_plan(target, manifest, f=f, init=init, xs=xs, storage_options=storage_options)
         blocks = _blocks(manifest, plan, steps, target.label)
         names = manifest.identity.names

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         array_document as array_document,
         compare_chunks as compare_chunks,
         compressors_for as compressors_for,
+        decoding_attributes as decoding_attributes,
         fingerprint_of as fingerprint_of,
         is_virtual as is_virtual,
         netcdf_safe as netcdf_safe,
@@ -48,7 +49,11 @@ if TYPE_CHECKING:
         storable as storable,
         stored_crc32c as stored_crc32c,
     )
-    from .lease import describe_store_failure as describe_store_failure, is_store_failure as is_store_failure
+    from .lease import (
+        FencedStore as FencedStore,
+        describe_store_failure as describe_store_failure,
+        is_store_failure as is_store_failure,
+    )
     from .targets import (
         BOOKKEEPING as BOOKKEEPING,
         LEASE_KEY as LEASE_KEY,
@@ -57,6 +62,7 @@ if TYPE_CHECKING:
         IcechunkTarget as IcechunkTarget,
         LocalTarget as LocalTarget,
         RegularChunkGrid as RegularChunkGrid,
+        SessionStore as SessionStore,
         StoreTarget as StoreTarget,
         Target as Target,
         aligned_empty as aligned_empty,
@@ -64,6 +70,7 @@ if TYPE_CHECKING:
         close_store_sessions as close_store_sessions,
         open_target as open_target,
         read_into as read_into,
+        settle_event_loop as settle_event_loop,
         sync as sync,
     )
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ...base import lazy_exports
 
 if TYPE_CHECKING:
-    from ._checked import CheckedStore as CheckedStore
+    from ._checked import CheckedStore as CheckedStore, ranged as ranged
     from ._identity import (
         carry_digest as carry_digest,
         describe_function as describe_function,
@@ -30,9 +30,12 @@ if TYPE_CHECKING:
         Ledger as Ledger,
         carry_description as carry_description,
         carry_every as carry_every,
+        carry_name as carry_name,
+        damaged_carry as damaged_carry,
         load_manifest as load_manifest,
     )
     from ._manifest import (
+        CARRY_CODEC as CARRY_CODEC,
         FORMAT as FORMAT,
         FORMAT_2 as FORMAT_2,
         LEGACY_MANIFEST_KEY as LEGACY_MANIFEST_KEY,
@@ -54,9 +57,14 @@ if TYPE_CHECKING:
     )
     from ._root import bookkeeping_listing as bookkeeping_listing, root_problem as root_problem
     from ._runidentity import RunIdentity as RunIdentity
-    from ._trailers import missing_from_store as missing_from_store, trailer_problem as trailer_problem
+    from ._trailers import (
+        carry_problem as carry_problem,
+        missing_from_store as missing_from_store,
+        trailer_problem as trailer_problem,
+    )
     from ._trust import (
         arrays_problem as arrays_problem,
+        carries_problem as carries_problem,
         check_settled_root as check_settled_root,
         check_structure as check_structure,
         contradicts_itself as contradicts_itself,

@@ -9,8 +9,9 @@ lost its lease, or damaged in place, is refused with streamacc's error naming it
 being returned as data (or failing in zarr's codec), and a committed chunk that is missing is an
 error too, never the fill value. It costs a CRC-32C per chunk read (zarr computes one more) and one
 read of a record segment per 64 blocks, each parsed once however many chunks are read at once
-(the last few segments are kept); nothing else. Only whole-chunk reads of the run's
-arrays within the committed blocks are checked (``open`` reads nothing else of them).
+(the last few segments are kept); nothing else. Every read of a chunk of the run's arrays
+within the committed blocks is checked, however zarr asks for it (``get``, a part of a chunk,
+``get_partial_values``, ``_get_many``): a part is returned once its whole chunk passed.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import asyncio
 import collections
 import contextlib
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from zarr.abc.buffer import Buffer, BufferPrototype
@@ -31,7 +33,7 @@ from ...store import ChunkWriter, plain_document, stored_crc32c
 from ._ledger import Ledger
 from ._manifest import RECORDS_ATTR, SEGMENT, Manifest, node_attribute
 
-__all__ = ["CheckedStore"]
+__all__ = ["CheckedStore", "ranged"]
 
 KEPT_SEGMENTS = 16
 """Record segments a reader keeps parsed (each the start and checksums of 64 blocks)."""
@@ -40,8 +42,26 @@ _Records = list[tuple[Any, Any]]
 """A segment's records as a reader keeps them: each block's first step and its chunks' CRC-32Cs."""
 
 
+def ranged(buf: Buffer, byte_range: ByteRequest, prototype: BufferPrototype) -> Buffer:
+    """The part of ``buf`` that ``byte_range`` asks for, as a store returns it."""
+    from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+
+    data = buf.to_bytes()
+    if isinstance(byte_range, RangeByteRequest):
+        data = data[byte_range.start : byte_range.end]
+    elif isinstance(byte_range, OffsetByteRequest):
+        data = data[byte_range.offset :]
+    elif isinstance(byte_range, SuffixByteRequest):
+        data = data[-byte_range.suffix :]
+    return prototype.buffer.from_bytes(data)
+
+
 class CheckedStore(WrapperStore[Store]):
     """``store`` (an output's, read-only) with each committed chunk of the run's arrays checked on read."""
+
+    FORWARDED = frozenset({"set", "set_if_not_exists", "_set_many", "delete", "delete_dir", "clear", "exists",
+                           "is_empty", "list", "list_prefix", "list_dir"})  # fmt: skip
+    """What it leaves to the store inside: it checks what is read of chunks, and nothing else."""
 
     def __init__(self, store: Store, label: str, manifest: Manifest) -> None:
         super().__init__(store)
@@ -61,6 +81,15 @@ class CheckedStore(WrapperStore[Store]):
         clone = object.__new__(type(self))
         clone.__dict__.update(self.__dict__, _store=store)
         return clone
+
+    @classmethod
+    async def open(cls, store_cls: type[Store], *args: Any, **kwargs: Any) -> CheckedStore:
+        """``store_cls(*args, **kwargs)`` opened, its chunks checked as the keyword arguments ``label`` and
+        ``manifest`` say (as zarr's ``WrapperStore.open`` opens a wrapper, which builds it from the store alone)."""
+        label, manifest = kwargs.pop("label"), kwargs.pop("manifest")
+        store = store_cls(*args, **kwargs)
+        await store._open()
+        return cls(store, label, manifest)
 
     async def _writer(self, name: str) -> ChunkWriter | None:
         """Array ``name``'s chunk layout, from its own metadata (read once), or None where it has none."""
@@ -123,12 +152,10 @@ class CheckedStore(WrapperStore[Store]):
         return records[pos] if pos < len(records) else (None, None)
 
     async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
-        buf = await self._store.get(key, prototype, byte_range)
-        if byte_range is not None:
-            return buf
         where = await self._where(key)
         if where is None:
-            return buf
+            return await self._store.get(key, prototype, byte_range)
+        buf = await self._store.get(key, prototype)  # whole: a part of a chunk is returned once the chunk passed
         name, k, tile, row_chunk = where
         if buf is None:  # zarr would return the fill value (NaN, 0) as data
             raise VerifyError(
@@ -157,7 +184,14 @@ class CheckedStore(WrapperStore[Store]):
                 f"block {k} recorded), so it is not returned; run `streamacc verify` on it, and rewrite the output "
                 "if it confirms the damage"
             )
-        return buf
+        return buf if byte_range is None else ranged(buf, byte_range, prototype)
+
+    async def get_partial_values(
+        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+    ) -> list[Buffer | None]:
+        return list(await asyncio.gather(*(self.get(key, prototype, part) for key, part in key_ranges)))
+
+    _get_many = Store._get_many  # each request through this store's own get
 
     def __repr__(self) -> str:
         return f"CheckedStore({self._store!r})"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...base import CARRIES_EVERY_AT_MOST, CARRY_SHARE_AT_MOST
+from ...base import CARRIES_EVERY_AT_MOST, CARRY_ALWAYS_KEPT_BELOW, CARRY_SHARE_AT_MOST
 from ...errors import NoOutputError, VerifyError, arg
 from ...store import BOOKKEEPING, CarryDamaged, CarryLeaf, CarryStore, Target
 from ._manifest import (
@@ -37,7 +37,7 @@ from ._manifest import (
 if TYPE_CHECKING:
     from ...engine import HostLeaf
 
-__all__ = ["CACHED_SEGMENTS", "Ledger", "carry_every", "load_manifest"]
+__all__ = ["CACHED_SEGMENTS", "Ledger", "carry_every", "carry_name", "damaged_carry", "load_manifest"]
 
 CACHED_SEGMENTS = 4
 """Parsed record segments a ledger keeps: a resume, a verify or a read walks them in order."""
@@ -45,12 +45,14 @@ CACHED_SEGMENTS = 4
 
 def carry_every(carry_nbytes: int, block_nbytes: int, *, virtual: bool = False) -> int:
     """Every how many blocks a new run keeps its carry: as often as keeps the carries within
-    ``CARRY_SHARE_AT_MOST`` of the data's bytes, at least every ``CARRIES_EVERY_AT_MOST`` blocks.
+    ``CARRY_SHARE_AT_MOST`` of the data's bytes, at least every ``CARRIES_EVERY_AT_MOST`` blocks,
+    and after every block for a carry below ``CARRY_ALWAYS_KEPT_BELOW`` bytes.
 
-    ``block_nbytes`` is the bytes of the ys one block stores. A virtual run stores no data: its
-    carries are what a reader recomputes its blocks from, so it keeps every one.
+    ``carry_nbytes`` and ``block_nbytes`` are the bytes of a carry and of the ys one block stores.
+    A virtual run stores no data: its carries are what a reader recomputes its blocks from, so it
+    keeps every one.
     """
-    if virtual or block_nbytes <= 0:
+    if virtual or block_nbytes <= 0 or carry_nbytes < CARRY_ALWAYS_KEPT_BELOW:
         return 1
     return max(1, min(CARRIES_EVERY_AT_MOST, math.ceil(carry_nbytes / (CARRY_SHARE_AT_MOST * block_nbytes))))
 
@@ -154,10 +156,12 @@ class Ledger:
         return rec
 
     def carries(self, manifest: Manifest) -> CarryStore:
-        """The kept carries of a format 3 output."""
-        if self._carries is None:
-            self._carries = CarryStore(self.target, manifest.carry_leaves)
-        return self._carries
+        """The kept carries of a format 3 output (of the run ``manifest`` describes: its boundaries, its codec)."""
+        leaves, codec, boundaries = manifest.carry_leaves, manifest.carries_codec, manifest.total_blocks + 1
+        known = self._carries
+        if known is None or (known.leaves, known.codec, known.boundaries_of_run) != (leaves, codec, boundaries):
+            known = self._carries = CarryStore(self.target, leaves, codec=codec, boundaries=boundaries)
+        return known
 
     def carry_checksums(self, manifest: Manifest, boundary: int) -> list[int] | None:
         """The CRC-32Cs of the carry kept after ``boundary`` committed blocks (format 3), or None where none is."""
@@ -200,10 +204,7 @@ class Ledger:
         try:
             values = self.carries(manifest).read(boundary, crcs)
         except CarryDamaged as exc:
-            raise VerifyError(
-                f"the carry kept after block {boundary - 1} of {self.target.label} is damaged ({exc}), so the blocks "
-                f"after it cannot be recomputed from it; rewrite the output with {arg('mode', 'overwrite')}"
-            ) from None
+            raise VerifyError(damaged_carry(self.target.label, boundary, str(exc))) from None
         return [(value, leaf.key) for value, leaf in zip(values, manifest.carry_leaves, strict=True)]
 
     def kept_carry(self, manifest: Manifest, boundary: int) -> list[HostLeaf]:
@@ -219,6 +220,22 @@ class Ledger:
     def write_carry(self, manifest: Manifest, boundary: int, carry: Sequence[HostLeaf]) -> tuple[list[str], list[int]]:
         """Write the carry after ``boundary`` blocks (not yet durable): its keys and each leaf's CRC-32C."""
         return self.carries(manifest).write(boundary, [np.asarray(a) for a, _ in carry])
+
+
+def carry_name(boundary: int) -> str:
+    """The carry at ``boundary`` in words: the initial carry, or the carry kept after block ``boundary - 1``."""
+    return "the initial carry" if boundary == 0 else f"the carry kept after block {boundary - 1}"
+
+
+def damaged_carry(label: str, boundary: int, what: str) -> str:
+    """The refusal of a kept carry that is damaged (``what``), and how to rebuild it: it follows from the carry
+    kept before it (or the run's ``init``) through the blocks between, as ``verify`` recomputes them."""
+    source = "from init" if boundary == 0 else "from the blocks before it"
+    return (
+        f"{carry_name(boundary)} of {label} is damaged ({what}), so the blocks after it cannot be recomputed from "
+        f"it; rebuild it {source} with verify and {arg('repair', True)}, which recomputes it and checks it against "
+        "its record before writing it"
+    )
 
 
 def carry_description(init: Sequence[HostLeaf]) -> list[CarryLeaf]:

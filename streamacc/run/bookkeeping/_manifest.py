@@ -25,7 +25,7 @@ import numpy as np
 
 from ...base import dtype_from_name, dtype_name, warn
 from ...errors import ResumeError, StreamaccWarning, VerifyError, arg
-from ...store import BOOKKEEPING, CarryLeaf
+from ...store import BOOKKEEPING, CODECS, CarryLeaf
 from ._runidentity import RunIdentity
 
 if TYPE_CHECKING:
@@ -143,6 +143,9 @@ def _is_int(value: Any) -> bool:
 
 
 CARRY_KEYS = frozenset({"every", "leaves", "init"})
+CARRY_CODEC = "codec"
+"""The key of a manifest's ``carries`` that names the codec its carries are compressed with (the data's); absent
+where they are not compressed (outputs written before they were)."""
 
 
 @dataclasses.dataclass
@@ -168,9 +171,10 @@ class Manifest:
     the first block whose carry holds one. None (and absent from the stored manifest, as in outputs
     written before it was recorded) when none was found."""
     carries: dict[str, Any] | None = None
-    """Format 3: how the run keeps its carries: ``{"every": K, "leaves": [leaf, ...], "init": [crc, ...]}``, a
-    carry kept after every K-th block (and the last), each leaf as ``CarryLeaf.to_json`` describes it, and the
-    CRC-32C of each leaf's chunk of the initial carry (boundary 0)."""
+    """Format 3: how the run keeps its carries: ``{"every": K, "leaves": [leaf, ...], "init": [crc, ...],
+    "codec": name}``, a carry kept after every K-th block (and the last), each leaf as ``CarryLeaf.to_json``
+    describes it, the CRC-32C of each leaf's chunk of the initial carry (boundary 0), and the codec their chunks
+    are compressed with (absent: not compressed, as outputs written before they were)."""
     format: str = FORMAT
 
     def to_json(self) -> bytes:
@@ -191,15 +195,23 @@ class Manifest:
         return self.format == FORMAT_2
 
     @property
+    def carries_codec(self) -> str | None:
+        """The codec the kept carries are compressed with (format 3), or None where they are not."""
+        assert self.carries is not None
+        codec: str | None = self.carries.get(CARRY_CODEC)
+        return codec
+
+    @property
     def carry_leaves(self) -> list[CarryLeaf]:
         """The leaves of the run's carry as they are stored (format 3)."""
         assert self.carries is not None
         return [CarryLeaf.from_json(doc) for doc in self.carries["leaves"]]
 
-    def keeps_carry(self, boundary: int) -> bool:
-        """Whether a writer keeps the carry after ``boundary`` blocks: every K-th, and the run's last (format 3)."""
+    def keeps_carry(self, boundary: int, every: int | None = None) -> bool:
+        """Whether a writer keeps the carry after ``boundary`` blocks: every K-th (``every``, or as the manifest
+        says), and the run's last (format 3)."""
         assert self.carries is not None
-        return boundary % self.carries["every"] == 0 or boundary == self.total_blocks
+        return boundary % (every or self.carries["every"]) == 0 or boundary == self.total_blocks
 
     @property
     def virtual(self) -> bool:
@@ -309,8 +321,10 @@ class Manifest:
 
 def _check_carries(carries: Any) -> None:
     """Raise ValueError, KeyError or TypeError unless ``carries`` has the form of a manifest's ``carries``."""
-    if not isinstance(carries, dict) or set(carries) != CARRY_KEYS:
+    if not isinstance(carries, dict) or set(carries) - {CARRY_CODEC} != CARRY_KEYS:
         raise ValueError("a malformed record of the carries")
+    if CARRY_CODEC in carries and carries[CARRY_CODEC] not in CODECS:
+        raise ValueError("an unknown codec of the carries")
     every, leaves, init = carries["every"], carries["leaves"], carries["init"]
     if not (_is_int(every) and every >= 1 and isinstance(leaves, list) and isinstance(init, list)):
         raise ValueError("a malformed record of the carries")

@@ -6,7 +6,8 @@ each block was committed. Comparing the trailers with the records finds a chunk 
 from another run, one missing, or one rewritten since its commit, with no decoding and
 no recomputation: a resume checks every committed chunk this way, and ``verify`` every
 chunk of the blocks it does not recompute (those it recomputes get every byte checked).
-The chunks of the carries kept after the blocks are checked the same way. What it cannot
+The chunks of the carries kept after the blocks (and of the initial carry) are checked the
+same way, apart (:func:`carry_problem`): the data can rebuild a damaged carry. What it cannot
 see is a chunk damaged in place behind an intact trailer; that is what the full checksum
 and the recomputation of ``verify`` are for.
 
@@ -27,65 +28,54 @@ from typing import TYPE_CHECKING
 
 from ...engine import rows_in
 from ...errors import VerifyError
-from ...store import CarryStore, Target, ZarrSink, stored_crc32c
-from ._ledger import Ledger
+from ...store import Target, ZarrSink, stored_crc32c
+from ._ledger import Ledger, carry_name
 from ._manifest import MANIFEST_KEY, Manifest
 
 if TYPE_CHECKING:
     from ...summaries import Summaries
 
-__all__ = ["BATCH_CHUNKS", "missing_from_store", "trailer_problem"]
+__all__ = ["BATCH_CHUNKS", "carry_problem", "missing_from_store", "trailer_problem"]
 
 BATCH_CHUNKS = 1024
 """Chunks whose trailers are read in one go (their keys and records held meanwhile)."""
 
+_Expected = tuple[int, str, int]
+"""(where: a block or a boundary, chunk key, recorded CRC-32C, or -1 where the record is malformed: the key is then
+what is wrong with it)."""
 
-def _expected(
-    ledger: Ledger, sink: ZarrSink, blocks: Iterable[int], save_every: int, carries: CarryStore | None
-) -> Iterator[tuple[int, int, int, str, int]]:
-    """(block, start, stop, chunk key, recorded CRC-32C) for every chunk of ``blocks``, in order, and of the
-    carry kept after each (with ``carries``)."""
+
+def _data_chunks(ledger: Ledger, sink: ZarrSink, blocks: Iterable[int], save_every: int) -> Iterator[_Expected]:
     for k in blocks:
         rec = ledger.block(k)
-        if carries is not None and rec.carry is not None:
-            keys = carries.keys(k + 1)
-            if len(rec.carry) != len(keys):
-                yield k, rec.start, rec.stop, f"{len(rec.carry)} checksums for the {len(keys)} leaves of its carry", -1
-            else:
-                yield from ((k, rec.start, rec.stop, key, crc) for key, crc in zip(keys, rec.carry, strict=True))
         rows = rows_in(rec.start, rec.stop, save_every)  # records count steps, chunks hold rows
         for name in sink.arrays:
             keys, recorded = sink.chunk_keys(name, *rows), rec.crc32c.get(name, [])
             if len(recorded) != len(keys):
-                yield k, rec.start, rec.stop, f"{name}: {len(recorded)} checksums for {len(keys)} chunks", -1
+                yield k, f"its record has {name}: {len(recorded)} checksums for {len(keys)} chunks", -1
                 continue
             for key, crc in zip(keys, recorded, strict=True):
-                yield k, rec.start, rec.stop, key, crc
+                yield k, key, crc
 
 
-Problem = tuple[int, int, int, str]
-"""(block, its first step, its stop, what is wrong)."""
+def _carry_chunks(ledger: Ledger, manifest: Manifest, blocks: Iterable[int]) -> Iterator[_Expected]:
+    carries = ledger.carries(manifest)
+    for k in blocks:
+        for boundary in (0, k + 1) if k == 0 else (k + 1,):
+            crcs = ledger.carry_checksums(manifest, boundary)
+            if crcs is None:
+                continue
+            keys = carries.keys(boundary)
+            if len(crcs) != len(keys):
+                yield boundary, f"its record has {len(crcs)} checksums for the {len(keys)} leaves of the carry", -1
+                continue
+            yield from ((boundary, key, crc) for key, crc in zip(keys, crcs, strict=True))
 
 
-def trailer_problem(
-    target: Target,
-    ledger: Ledger,
-    sink: ZarrSink,
-    blocks: Iterable[int],
-    save_every: int = 1,
-    manifest: Manifest | None = None,
-    *,
-    whole: bool = False,
-) -> Problem | None:
-    """The first chunk of ``blocks`` (in the order given) whose trailer is not its recorded CRC-32C.
-
-    With the output's ``manifest``, the chunks of the carries kept after those blocks too. With
-    ``whole``, each chunk is read whole and its bytes checked against its trailer too (a chunk
-    damaged in place behind an intact trailer is found): what a resume does, since it keeps
-    them. None when every chunk passes.
-    """
-    carries = None if manifest is None or manifest.v2 else ledger.carries(manifest)
-    batch: list[tuple[int, int, int, str, int]] = []
+def _first_problem(target: Target, expected: Iterator[_Expected], whole: bool) -> tuple[int, str] | None:
+    """The first of ``expected`` whose stored chunk does not end with its recorded CRC-32C: (where, what), or
+    None. With ``whole``, each chunk is read whole and its bytes checked against its trailer too."""
+    batch: list[_Expected] = []
 
     def last_bytes(keys: list[str]) -> list[bytes | None]:
         if not whole:
@@ -101,31 +91,25 @@ def trailer_problem(
                 out.append(bytes(raw[-4:]))
         return out
 
-    def check() -> Problem | None:
-        tails = last_bytes([key for *_, key, crc in batch if crc >= 0])
-        found = iter(tails)
-        for k, start, stop, key, crc in batch:
+    def check() -> tuple[int, str] | None:
+        found = iter(last_bytes([key for _, key, crc in batch if crc >= 0]))
+        for where, key, crc in batch:
             if crc < 0:
-                return k, start, stop, f"its record has {key}"
+                return where, key
             tail = next(found)
             if tail == b"":
-                return k, start, stop, f"the stored bytes of chunk {key} do not match their checksum (corrupted chunk)"
+                return where, f"the stored bytes of chunk {key} do not match their checksum (corrupted chunk)"
             if tail is None or len(tail) < 4:
-                return k, start, stop, f"chunk {key} is missing"
+                return where, f"chunk {key} {target.missing(key)}"
             stored = int.from_bytes(tail, "little")
             if stored != crc:
-                return (
-                    k,
-                    start,
-                    stop,
-                    (
-                        f"chunk {key} is not the chunk it committed (its CRC-32C is {stored:08x}, its record says "
-                        f"{crc:08x}): it was replaced or copied from elsewhere"
-                    ),
+                return where, (
+                    f"chunk {key} is not the chunk it committed (its CRC-32C is {stored:08x}, its record says "
+                    f"{crc:08x}): it was replaced or copied from elsewhere"
                 )
         return None
 
-    for item in _expected(ledger, sink, blocks, save_every, carries):
+    for item in expected:
         batch.append(item)
         if len(batch) >= BATCH_CHUNKS:
             problem = check()
@@ -133,6 +117,38 @@ def trailer_problem(
                 return problem
             batch.clear()
     return check() if batch else None
+
+
+Problem = tuple[int, int, int, str]
+"""(block, its first step, its stop, what is wrong)."""
+
+
+def trailer_problem(
+    target: Target, ledger: Ledger, sink: ZarrSink, blocks: Iterable[int], save_every: int = 1, *, whole: bool = False
+) -> Problem | None:
+    """The first data chunk of ``blocks`` (in the order given) whose trailer is not its recorded CRC-32C.
+
+    With ``whole``, each chunk is read whole and its bytes checked against its trailer too (a
+    chunk damaged in place behind an intact trailer is found): what a resume does, since it
+    keeps them. None when every chunk passes.
+    """
+    problem = _first_problem(target, _data_chunks(ledger, sink, blocks, save_every), whole)
+    if problem is None:
+        return None
+    k, what = problem
+    rec = ledger.block(k)
+    return k, rec.start, rec.stop, what
+
+
+def carry_problem(
+    target: Target, ledger: Ledger, manifest: Manifest, blocks: Iterable[int], *, whole: bool = False
+) -> tuple[int, str] | None:
+    """The first carry kept after one of ``blocks`` (and the initial carry, with block 0) whose chunks do not end
+    with their recorded CRC-32Cs (with ``whole``, read whole, or whose bytes do not give them): (its boundary,
+    what is wrong), or None. Nothing for a format 2 output, whose carries are in its records."""
+    if manifest.v2:
+        return None
+    return _first_problem(target, _carry_chunks(ledger, manifest, blocks), whole)
 
 
 def missing_from_store(target: Target, manifest: Manifest, sink: ZarrSink, summaries: Summaries | None) -> str | None:
@@ -149,14 +165,19 @@ def missing_from_store(target: Target, manifest: Manifest, sink: ZarrSink, summa
         if target.read(key) is None:
             return f"{key} is missing"
     last = manifest.committed_blocks - 1
-    blocks = sorted({k for k in (0, last) if k >= 0 and manifest.stores(k)})
+    blocks = sorted({k for k in (0, last) if k >= 0})
     if not blocks:
         return None
     try:
-        problem = trailer_problem(target, ledger, sink, blocks, manifest.identity.blocking.save_every, manifest)
+        problem = trailer_problem(
+            target, ledger, sink, [k for k in blocks if manifest.stores(k)], manifest.identity.blocking.save_every
+        )
+        carry = None if problem is not None else carry_problem(target, ledger, manifest, blocks)
     except VerifyError:  # a block's record, gone with the rest
         return f"the records of blocks {', '.join(map(str, blocks))} are missing or damaged"
-    if problem is None:
-        return None
-    k, start, stop, what = problem
-    return f"block {k} (steps {start}-{stop}): {what}"
+    if problem is not None:
+        k, start, stop, found = problem
+        return f"block {k} (steps {start}-{stop}): {found}"
+    if carry is not None:
+        return f"{carry_name(carry[0])}: {carry[1]}"
+    return None

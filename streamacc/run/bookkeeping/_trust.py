@@ -19,11 +19,18 @@ from typing import Any
 
 from ...errors import NoOutputError, VerifyError, arg
 from ...store import Target, array_document, is_virtual
-from ._ledger import load_manifest
+from ._ledger import Ledger, load_manifest
 from ._manifest import Manifest
 from ._root import root_problem
 
-__all__ = ["arrays_problem", "check_settled_root", "check_structure", "contradicts_itself", "trusted_manifest"]
+__all__ = [
+    "arrays_problem",
+    "carries_problem",
+    "check_settled_root",
+    "check_structure",
+    "contradicts_itself",
+    "trusted_manifest",
+]
 
 ATTEMPTS = 5
 """Times a reader reads the manifest again when what it read disagrees with a newer manifest."""
@@ -39,12 +46,16 @@ def _lagging(recorded: dict[str, Any], stored: dict[str, Any], manifest: Manifes
     return same_else and isinstance(shape[0], int) and manifest.rows()[1] <= shape[0] < want[0]
 
 
-def arrays_problem(target: Target, manifest: Manifest) -> str | None:
-    """How the run's arrays' stored metadata differs from what the manifest recorded, or None."""
+def arrays_problem(target: Target, manifest: Manifest, *, declared: bool = True) -> str | None:
+    """How the run's arrays' stored metadata differs from what the manifest recorded, or None.
+
+    Arrays some of whose chunks are not stored must be declared virtual; not asked without
+    ``declared`` (an extension of a materialized virtual output declares them so later).
+    """
     recorded = manifest.arrays
     for name in manifest.identity.names:
         raw = target.read(f"{name}/zarr.json")
-        if manifest.recomputes and raw is not None and not is_virtual(raw):
+        if declared and manifest.recomputes and raw is not None and not is_virtual(raw):
             return (
                 f"array {name!r} is declared a plain array ({name}/zarr.json) though some of its chunks are not "
                 "stored, so plain Zarr readers would read fill values as data"
@@ -59,6 +70,37 @@ def arrays_problem(target: Target, manifest: Manifest) -> str | None:
         changed = sorted(k for k in recorded[name].keys() | stored.keys() if recorded[name].get(k) != stored.get(k))
         if changed:
             return f"the metadata of array {name!r} changed since it was written ({', '.join(changed)})"
+    return None
+
+
+def carries_problem(
+    target: Target, manifest: Manifest, ledger: Ledger | None = None, *, metadata: bool = True
+) -> str | None:
+    """What is wrong with how the kept carries are stored and how to mend it, in words, or None (format 2:
+    nothing to check).
+
+    Their arrays' metadata must be what the manifest's leaves, the run's blocks and the
+    carries' codec make it (anything else would read, or write, every carry in another
+    form; not asked without ``metadata``), and the committed blocks' records must name a
+    carry exactly after the blocks where the manifest's spacing keeps one (every K-th, and
+    the run's last).
+    """
+    if manifest.v2:
+        return None
+    ledger = ledger or Ledger(target)
+    problem = ledger.carries(manifest).metadata_problem(manifest.committed_blocks) if metadata else None
+    if problem is not None:
+        return f"{problem}; rewrite it as the manifest says with verify and {arg('repair', True)}"
+    assert manifest.carries is not None
+    every = manifest.carries["every"]
+    for k in range(manifest.committed_blocks):
+        kept, keeps = ledger.block(k, manifest).carry is not None, manifest.keeps_carry(k + 1)
+        if kept != keeps:
+            return (
+                f"its manifest keeps a carry after every {every} blocks (carries.every) and the run's last, but the "
+                f"record of block {k} names {'one' if kept else 'none'} after it: the manifest and the records "
+                f"disagree, so neither can be trusted; rewrite the output with {arg('mode', 'overwrite')}"
+            )
     return None
 
 

@@ -4,8 +4,9 @@ Only the last block of the stored run is not what the longer run writes: it ends
 old length (its last chunk padded), or holds a short tail that a longer run puts in a
 block of its own (the unroll rule of ``engine/plan/_layout.block_count``). So the extension
 keeps every block before it, and recomputes from it on, from the carry its record holds.
-Every committed chunk's trailer is checked first, as a resume checks it, so that a damaged
-output is refused as it stands rather than after its manifest became the longer run's.
+What the resume after it checks (every committed chunk read whole, the kept carries, the
+blocks since the last kept carry recomputed) is checked first, so that a damaged output is
+refused as it stands rather than after its manifest became the longer run's.
 
 The root metadata is first rewritten to claim nothing (no progress, no consolidated
 metadata), so that it agrees with the output at every step that follows. The new
@@ -38,10 +39,9 @@ from ..bookkeeping import (
     contradicts_itself,
     identity_differences,
     same_function,
-    trailer_problem,
 )
 
-__all__ = ["extend_manifest", "finish_extension"]
+__all__ = ["apply_extension", "finish_extension", "plan_extension"]
 
 _LEADING = re.compile(r"^(\w+)\[\d+")
 
@@ -62,18 +62,17 @@ RowReader = Callable[[str, int, int], Any]
 """``rows(name, a, b)``: rows ``[a, b)`` of output ``name`` of the stored run."""
 
 
-def extend_manifest(
+def plan_extension(
     target: Target, identity: RunIdentity, manifest: Manifest, total_blocks: int, read_rows: RowReader | None = None
 ) -> Manifest | None:
-    """Turn ``manifest`` (a finished run) into that of the longer run ``identity``, durably; the lock is held.
+    """The manifest of the longer run ``identity`` that ``manifest`` (a finished run) becomes; nothing is written.
 
-    Returns the new manifest, or None when no block can be kept (the stored run was one
-    block): the longer run then simply starts afresh. ``read_rows`` reads the stored run's rows
-    (for its summaries' open window); by default from its chunks, which a virtual run
-    does not store: it passes a reader that recomputes them. A virtual run's arrays are
-    declared virtual again before anything else changes (its new blocks are not stored). Refuses, touching nothing, an
-    unfinished or inconsistent run, a shorter length, a reverse scan, and any other
-    difference between the runs.
+    Returns None when no block can be kept (the stored run was one block): the longer run
+    then simply starts afresh. ``read_rows`` reads the stored run's rows (for its summaries'
+    open window); by default from its chunks, which a virtual run does not store: it passes a
+    reader that recomputes them. Refuses an unfinished or inconsistent run, a shorter length,
+    a reverse scan, and any other difference between the runs. What is kept is checked
+    before :func:`apply_extension` changes anything, as the resume that follows checks it.
     """
     label, old, new = target.label, manifest.identity, identity
     problem = manifest.inconsistency()
@@ -104,13 +103,6 @@ def extend_manifest(
     ledger = Ledger(target)
     every = old.blocking.save_every
     sink = ZarrSink.open(target, new.names)
-    stored_blocks = [k for k in range(manifest.committed_blocks) if manifest.stores(k)]
-    bad = trailer_problem(target, ledger, sink, stored_blocks, every, manifest)
-    if bad is not None:  # checked before anything changes: a resume would find it after the extension
-        k, start, stop, what = bad
-        raise _refuse(
-            label, f"block {k} (steps {start}-{stop}) is bad: {what}; rewrite it with {arg('mode', 'overwrite')}"
-        )
     carry = ledger.block(kept, manifest).carry_in if manifest.v2 else None  # format 3 keeps it apart
     rows = new.rows
     arrays = {name: {**doc, "shape": [rows, *doc["shape"][1:]]} for name, doc in manifest.arrays.items()}
@@ -132,13 +124,23 @@ def extend_manifest(
     block_rows = new.blocking.size // every
     read = read_rows if read_rows is not None else (lambda name, a, b: sink.arrays[name][a:b])
     extended.summaries = extension_tail(target, manifest, extended.committed_rows, block_rows, read)
+    return extended
+
+
+def apply_extension(target: Target, extended: Manifest) -> None:
+    """Make the output the longer run's whose manifest :func:`plan_extension` made, durably; the lock is held.
+
+    The root first claims nothing; a virtual run's arrays are declared virtual again before
+    anything else changes (its new blocks are not stored); then the manifest, then the
+    arrays' shapes (:func:`finish_extension`).
+    """
+    sink = ZarrSink.open(target, extended.identity.names)
     target.check_lock()
     sink.retract_root()  # from here until the resume publishes it, readers read the arrays' own metadata
-    if manifest.virtual:
+    if extended.virtual:
         sink.declare_virtual()
-    ledger.save(extended)
+    Ledger(target).save(extended)
     finish_extension(target, extended)
-    return extended
 
 
 def finish_extension(target: Target, manifest: Manifest) -> None:
@@ -146,7 +148,7 @@ def finish_extension(target: Target, manifest: Manifest) -> None:
     the summaries their longer arrays, and the kept carries as many boundaries as the run's blocks plus one."""
     if not manifest.v2:
         carries = Ledger(target).carries(manifest)
-        if carries.boundaries() != manifest.total_blocks + 1:
+        if 0 < carries.boundaries() < manifest.total_blocks + 1:  # unreadable metadata is for the checks to refuse
             carries.resize(manifest.total_blocks + 1)
     if manifest.recomputes:  # a virtual run's arrays stay declared so while blocks are not stored
         ZarrSink.open(target, manifest.identity.names).declare_virtual()

@@ -20,6 +20,7 @@ from ...errors import OutputExistsError, ResumeError, StreamaccWarning, VerifyEr
 from ...store import LEASE_KEY, CarryStore, Target, ZarrSink
 from ...summaries import Summaries
 from ..bookkeeping import (
+    CARRY_CODEC,
     LEGACY_MANIFEST_KEY,
     MANIFEST_ATTR,
     MANIFEST_KEY,
@@ -33,7 +34,7 @@ from ..bookkeeping import (
     root_problem,
 )
 from ._debris import only_leftovers, remove_partial_writes
-from ._extend import RowReader, extend_manifest, finish_extension, nothing_to_extend, other_length
+from ._extend import RowReader, apply_extension, finish_extension, nothing_to_extend, other_length, plan_extension
 from ._options import Mode
 from ._output import BlockResult, Output
 from ._spec import OutputSpec
@@ -89,14 +90,16 @@ def _create(o: Opening) -> Output:
     recognisably streamacc's that claims no block; then clear the rest; then create."""
     target, spec, ledger = o.target, o.spec, o.ledger
     leaves = carry_description(o.init)
+    # until the first block is stored and its bytes tell (``Output``), judged against the raw bytes
     every = carry_every(sum(leaf.nbytes for leaf in leaves), spec.block_nbytes, virtual=spec.storage.virtual)
-    carries = CarryStore(target, leaves)
+    carries = CarryStore(target, leaves, codec=spec.codec, boundaries=spec.total_blocks + 1)
     init = [a for a, _ in o.init]
+    kept = {"every": every, "leaves": [leaf.to_json() for leaf in leaves], "init": carries.checksums(init)}
     manifest = Manifest(
         spec.identity,
         total_blocks=spec.total_blocks,
         stored=spec.storage.stored_blocks(),
-        carries={"every": every, "leaves": [leaf.to_json() for leaf in leaves], "init": carries.checksums(init)},
+        carries={**kept, CARRY_CODEC: spec.codec},
     )
     keep = {MANIFEST_KEY, LEASE_KEY}
     clear = not set(target.list_keys()) <= keep
@@ -116,7 +119,7 @@ def _create(o: Opening) -> Output:
         virtual=spec.storage.virtual,
     )
     summaries = Summaries.create(target, spec.identity, spec.arrays, spec.codec, spec.dims)
-    carries.create(spec.total_blocks + 1, every=every)
+    carries.create()
     keys, _ = carries.write(0, init)
     target.make_durable([*keys, *(f"{name}/zarr.json" for name in spec.arrays)])
     manifest.arrays = {name: doc for name, doc in sink.documents().items() if doc is not None}
@@ -189,9 +192,10 @@ def _continue(o: Opening) -> Output:
     """Resume the stored run, or extend it first (a finished run, to a longer length), after every check.
 
     Before anything is written: the same run, a self-consistent manifest, safe contents,
-    and ``check_resumable`` (which recomputes the last committed block). A run that never
-    committed a block starts afresh. An extended output becomes the longer run's, with
-    every block but the last kept (see ``_extend``), and then resumes.
+    and ``check_resumable`` (every committed chunk and kept carry, and the last committed
+    block recomputed). A run that never committed a block starts afresh. An extended output
+    becomes the longer run's, with every block but the last kept (see ``_extend``), once what
+    it keeps passed those checks, and then resumes: a refused run leaves the output as it was.
     """
     target, spec, ledger = o.target, o.spec, o.ledger
     target.check_contents()
@@ -201,7 +205,7 @@ def _continue(o: Opening) -> Output:
         raise ResumeError(_written_from_python(target.label, o.mode, manifest))
     extending = o.mode == "extend" and manifest.length != spec.identity.blocking.length
     if extending:
-        extended = extend_manifest(target, spec.identity, manifest, spec.total_blocks, o.rows)
+        extended = plan_extension(target, spec.identity, manifest, spec.total_blocks, o.rows)
         if extended is None:
             return _create(o)  # the stored run was a single block: nothing to keep
         manifest = extended
@@ -214,14 +218,24 @@ def _continue(o: Opening) -> Output:
         raise ResumeError(f"cannot resume: {contradicts_itself(target.label, problem)}")
     if manifest.committed_blocks == 0:
         return _create(o)  # killed before its first commit: the arrays may be half made, or not made at all
-    finish_extension(target, manifest)
-    remove_partial_writes(target, [*spec.names, *manifest.arrays])
+    checked = None
+    if extending:  # what it keeps is checked as the output stands, before anything changes
+        checked = Output(target, spec, manifest, ZarrSink.open(target, spec.names), None, o.on_commit)
+        checked.extending = True
+        o.check_resumable(checked)
+        apply_extension(target, manifest)
+    else:
+        finish_extension(target, manifest)
     try:
         summaries = Summaries.load(target, manifest.identity, manifest.summaries, manifest.committed_rows)
     except VerifyError as exc:
         raise ResumeError(f"cannot resume: {one_line(exc)}") from None
     output = Output(target, spec, manifest, ZarrSink.open(target, spec.names), summaries, o.on_commit)
-    o.check_resumable(output)
+    if checked is None:
+        o.check_resumable(output)
+    else:
+        output.continue_as(checked)
+    remove_partial_writes(target, [*spec.names, *manifest.arrays])
     if not manifest.v2:  # a killed writer's carries past the commit, or an extended run's last: not the run's now
         output.ledger.carries(manifest).remove_past(manifest.committed_blocks)
     if summaries is not None:

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ...base import origin, run_from, warn
 from ...engine import HostLeaf
 from ...errors import LockedError, StoreError, StreamaccWarning, arg
@@ -24,6 +26,7 @@ from ..bookkeeping import (
     Ledger,
     Manifest,
     bookkeeping_listing,
+    carry_every,
     describe_nonfinite,
     encode_leaves,
     missing_from_store,
@@ -91,6 +94,7 @@ class Output:
         self._batch: Batch[BlockResult] = Batch()  # a virtual run's blocks computed and not yet committed
         self._carry: list[HostLeaf] | None = None  # the carry entering the first block, once known
         self._site = origin()  # the caller's line, where the warning of a NaN points from the writer threads
+        self.extending = False  # checked before an extension changes the output (see ``_open``)
 
     @property
     def data_sink(self) -> ZarrSink | None:
@@ -118,6 +122,11 @@ class Output:
     def resume_from(self, carry: list[HostLeaf]) -> None:
         """Continue from ``carry``, the carry after the committed blocks as their check recomputed it."""
         self._carry = carry
+
+    def continue_as(self, checked: Output) -> None:
+        """Continue from where ``checked`` was found to end: this output's committed blocks, checked by a resume's
+        check before an extension made the output the longer run's (its arrays, carries and summaries)."""
+        self._carry = checked._carry
 
     @property
     def complete(self) -> bool:
@@ -174,8 +183,11 @@ class Output:
         first = self.manifest.committed_blocks
         if [r.index for r in results] != list(range(first, first + len(results))):
             raise AssertionError(f"blocks {[r.index for r in results]} committed out of order after {first}")
-        recs = self._records(results)
         changes: dict[str, Any] = {}
+        every = None if self.manifest.v2 else self._carries_every(results)
+        if every is not None and self.manifest.carries is not None and every != self.manifest.carries["every"]:
+            changes["carries"] = {**self.manifest.carries, "every": every}
+        recs = self._records(results, every)
         if self.summaries is not None and not self.spec.storage.batched:  # a batch was folded as it came
             self.summaries.fold(results)  # starts writing the summary chunks these blocks complete
         found = next((r.nonfinite for r in results if r.nonfinite is not None), None)
@@ -202,8 +214,27 @@ class Output:
             for result in results:
                 self.on_commit(result)
 
-    def _records(self, results: tuple[BlockResult, ...]) -> list[BlockRecord]:
-        """The blocks' records, after writing the carries the run keeps after them (durably)."""
+    def _carries_every(self, results: tuple[BlockResult, ...]) -> int:
+        """Every how many blocks the run keeps its carry (format 3): as its manifest says, but at its first commit,
+        which judges it against the stored bytes of the first block's data and of the carry after it.
+
+        Both are compressed: a field that is mostly zero stores a few percent of its bytes, its
+        carry too, and a carry that compresses worse than the data is kept less often. The
+        manifest that commits the first block records it, so a resumed run keeps the carries
+        an uninterrupted one keeps.
+        """
+        m = self.manifest
+        assert m.carries is not None
+        if m.committed_blocks or m.virtual or m.carries_codec is None:
+            every: int = m.carries["every"]
+            return every
+        first = results[0]
+        carry = self.ledger.carries(m).encoded([np.asarray(a) for a, _ in first.carry_out])
+        return carry_every(sum(len(chunk) for chunk in carry), first.stored)
+
+    def _records(self, results: tuple[BlockResult, ...], every: int | None) -> list[BlockRecord]:
+        """The blocks' records, after writing the carries the run keeps after them (durably), one every ``every``
+        blocks (format 3)."""
         m = self.manifest
         if m.v2:
             return [
@@ -212,7 +243,7 @@ class Output:
         recs, keys = [], []
         for r in results:
             crcs = None
-            if m.keeps_carry(r.index + 1):
+            if m.keeps_carry(r.index + 1, every):
                 written, crcs = self.ledger.write_carry(m, r.index + 1, r.carry_out)
                 keys += written
             recs.append(BlockRecord(r.index, r.start, r.stop, r.crc32c, carry=crcs))

@@ -20,6 +20,7 @@ from ...engine import Plan, ScanSpec, compute_platform
 from ...errors import StreamaccWarning, arg
 from ...store import Target
 from ..bookkeeping import RunIdentity
+from ._decodable import check_decodable
 from ._layout import chunk_rows, stored_chunks
 from ._options import Mode, Request, Storage, check_written_length
 from ._spec import OutputSpec, output_spec, stored_identity
@@ -117,7 +118,10 @@ def plan_output(scan_spec: ScanSpec, request: Request, store: Any, storage_optio
     if stored is not None and request.layout.chunks is None and plan.block_size == stored.blocking.block_size:
         chunks = stored_chunks(stored.chunks, plan.block_rows)
         request = dataclasses.replace(request, layout=dataclasses.replace(request.layout, chunks=chunks))
-    return Planned(plan, request, output_spec(plan, request), stored)
+    spec = output_spec(plan, request)
+    if request.mode in ("create", "overwrite"):  # a continued run's arrays are the stored run's
+        check_decodable(spec)
+    return Planned(plan, request, spec, stored)
 
 
 def again(target: Target, mode: Mode) -> str:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     )
     from ._virtual import (
         RECYCLED_BLOCKS as RECYCLED_BLOCKS,
+        RecomputingStore as RecomputingStore,
         recompute_plan as recompute_plan,
         recomputed_rows as recomputed_rows,
         recomputing_store as recomputing_store,

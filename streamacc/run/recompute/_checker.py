@@ -36,7 +36,10 @@ from ..bookkeeping import (
     Ledger,
     Manifest,
     arrays_problem,
+    carries_problem,
+    carry_problem,
     contradicts_itself,
+    damaged_carry,
     trailer_problem,
 )
 from ..threads import on_own_thread, run_ordered
@@ -57,6 +60,7 @@ class Checker:
         # each checked block's pieces, in scan order
         self.seen: Callable[[int, dict[str, BlockPieces]], None] | None = None
         self.ended: dict[int, list[HostLeaf]] = {}  # the carry each block checked ended with
+        self.rebuild: set[int] = set()  # boundaries whose kept carries are damaged: recomputed, never read
 
     def fail(self, what: str) -> VerifyError:
         return VerifyError(f"{self.target.label}: {what}; rewrite the output with {arg('mode', 'overwrite')}")
@@ -89,11 +93,19 @@ class Checker:
         if problem is not None:
             raise VerifyError(contradicts_itself(self.target.label, problem))
 
-    def arrays_unchanged(self) -> None:
-        """Each of the run's arrays has exactly the metadata it was created with (see ``array_document``)."""
-        problem = arrays_problem(self.target, self.manifest)
+    def arrays_unchanged(self, *, declared: bool = True) -> None:
+        """Each of the run's arrays has exactly the metadata it was created with (see ``array_document``); without
+        ``declared``, whether they are declared virtual is not asked (see ``arrays_problem``)."""
+        problem = arrays_problem(self.target, self.manifest, declared=declared)
         if problem is not None:
             raise self.fail(problem)
+
+    def carries_agree(self) -> None:
+        """The kept carries' arrays have the metadata the manifest makes them, and the records keep a carry
+        exactly where the manifest's spacing does (see ``carries_problem``)."""
+        problem = carries_problem(self.target, self.manifest, self.ledger)
+        if problem is not None:
+            raise VerifyError(f"{self.target.label}: {problem}")
 
     @property
     def sink(self) -> ZarrSink:
@@ -121,14 +133,18 @@ class Checker:
                     raise self.bad_block(k, start, stop, f"chunk {missing[0]} is missing")
 
     def trailers_match(self, blocks: Iterable[int], *, whole: bool = False) -> None:
-        """Every chunk of ``blocks`` (those storing data) ends with the CRC-32C its block record names; with
-        ``whole``, read whole, its bytes give that checksum too."""
-        blocks = self.stored_blocks(blocks)
+        """Every chunk of ``blocks`` (those storing data), and of the carries kept after them (and the initial
+        carry, with block 0), ends with the CRC-32C its record names; with ``whole``, read whole, its bytes give
+        that checksum too."""
+        blocks = list(blocks)
         problem = trailer_problem(
-            self.target, self.ledger, self.sink, blocks, self.plan.save_every, self.manifest, whole=whole
+            self.target, self.ledger, self.sink, self.stored_blocks(blocks), self.plan.save_every, whole=whole
         )
         if problem is not None:
             raise self.bad_block(*problem)
+        carry = carry_problem(self.target, self.ledger, self.manifest, blocks, whole=whole)
+        if carry is not None:
+            raise VerifyError(damaged_carry(self.target.label, *carry))
 
     def _record(self, k: int) -> BlockRecord:
         """Block ``k``'s record, checked against the layout."""
@@ -155,7 +171,10 @@ class Checker:
         """
         out: set[int] = set()
         for k in chosen:
-            out.update(range(self.ledger.kept_before(self.manifest, k), k + 1))
+            start = self.ledger.kept_before(self.manifest, k)
+            while start in self.rebuild and start > 0:  # from the kept carry before it
+                start = self.ledger.kept_before(self.manifest, start - 1)
+            out.update(range(start, k + 1))
         return sorted(out)
 
     def _recomputed(self, chosen: Iterable[int], pool: BlockPool) -> Iterator[_Recomputed]:
@@ -171,13 +190,13 @@ class Checker:
         for k in self.chain(chosen):
             try:
                 rec = self._record(k)
-                kept = self.ledger.carry(m, k)
+                kept = None if k in self.rebuild else self.ledger.carry(m, k)
                 if kept is not None:
                     carry = from_host(kept, plan.init)
                 else:
                     assert previous is not None and previous[0] == k - 1  # the chain holds the blocks since a kept one
                     carry = previous[1]
-                after = self.ledger.carry(m, k + 1)
+                after = None if k + 1 in self.rebuild else self.ledger.carry(m, k + 1)
                 block = compute_block(plan, carry, rec.start, rec.stop, pool=pool)
                 previous = (k, block.carry)
                 yield _Recomputed(k, rec, after, block)

@@ -10,11 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from ...engine import Plan
 from ...errors import InputError
 from ...recipes import Job, get_recipe
 from ...store import open_target
 from ..bookkeeping import Manifest, trusted_manifest
-from ._verify import VerifyReport, plan_for, verify_plan
+from ._verify import VerifyReport, plan_for, verify_plan, verify_repairing
 
 __all__ = ["recorded_job", "verify_recipe_output"]
 
@@ -31,9 +32,17 @@ def recorded_job(manifest: Manifest, label: str, storage_options: dict[str, Any]
 
 
 def verify_recipe_output(
-    store: Any, *, blocks: str | int = "all", storage_options: dict[str, Any] | None = None
+    store: Any, *, blocks: str | int = "all", storage_options: dict[str, Any] | None = None, repair: bool = False
 ) -> VerifyReport:
-    """Verify an output written by ``streamacc write``, rebuilding its recipe from the manifest."""
+    """Verify an output written by ``streamacc write``, rebuilding its recipe from the manifest (and first its
+    damaged kept carries, with ``repair``: see ``streamacc.verify``)."""
+    if repair:
+
+        def plan_of(manifest: Manifest, label: str) -> Plan:
+            job = recorded_job(manifest, label, storage_options)
+            return plan_for(manifest, job.f, job.init, job.xs)
+
+        return verify_repairing(store, storage_options, blocks, plan_of)
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = trusted_manifest(target)
     job = recorded_job(manifest, target.label, storage_options)

@@ -11,6 +11,7 @@ Only the run's own arrays are judged, so variables a user added later change not
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from ...base import as_count
@@ -23,7 +24,7 @@ from ...engine import (
     make_plan,
     step_of,
 )
-from ...errors import InputError, ResumeError, VerifyError, one_line
+from ...errors import InputError, ResumeError, VerifyError, arg, one_line
 from ...store import Target, open_target
 from ...summaries import Summaries, SummaryCheck
 from ..bookkeeping import (
@@ -38,6 +39,7 @@ from ..bookkeeping import (
 from ..output import Output
 from ..threads import interruptible
 from ._checker import Checker
+from ._repair import repair_carries
 
 __all__ = [
     "VerifyReport",
@@ -73,6 +75,9 @@ class VerifyReport:
         Whether the run finished.
     summary_windows : int
         Summary rows compared with the data or with the rows below them (0 without summaries).
+    repaired : tuple of int
+        The boundaries whose kept carries ``repair=True`` rebuilt before the check (0 is the
+        initial carry; boundary b the carry kept after block b - 1).
 
     Examples
     --------
@@ -94,6 +99,7 @@ class VerifyReport:
     total_steps: int
     complete: bool
     summary_windows: int = 0  # summary rows compared with the data or with the rows below them
+    repaired: tuple[int, ...] = ()  # the boundaries whose kept carries were rebuilt first
 
 
 def select_blocks(committed: int, blocks: str | int) -> list[int]:
@@ -115,6 +121,7 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
     """
     checker = Checker(target, manifest, plan)
     checker.manifest_agrees()
+    checker.carries_agree()
     chosen = checker.chain(select_blocks(manifest.committed_blocks, blocks))
     if len(chosen) < manifest.committed_blocks:  # the others at least have the chunks they committed
         checker.trailers_match(k for k in range(manifest.committed_blocks) if k not in set(chosen))
@@ -156,13 +163,16 @@ def check_resumable(output: Output, plan: Plan, *, last_block: bool = True) -> N
     last = output.manifest.committed_blocks - 1
     try:
         checker.manifest_agrees()
-        checker.arrays_unchanged()
+        checker.arrays_unchanged(declared=not output.extending)  # an extension declares them where it must
+        checker.carries_agree()
         checker.chunks_present()
         checker.trailers_match(range(output.manifest.committed_blocks), whole=True)
         if last_block:
             checker.block(last)
             output.resume_from(checker.ended[last])
     except VerifyError as exc:
+        if output.extending:
+            raise ResumeError(f"cannot extend: {one_line(exc)}; the output is left as it was") from None
         raise ResumeError(f"cannot resume: {one_line(exc)}") from None
 
 
@@ -192,6 +202,22 @@ def resume_chain(output: Output) -> range:
     return range(output.ledger.kept_before(output.manifest, last), last + 1)
 
 
+def verify_repairing(
+    store: Any, storage_options: dict[str, Any] | None, blocks: str | int, plan_of: Callable[[Manifest, str], Plan]
+) -> VerifyReport:
+    """Rebuild the damaged kept carries of ``store`` under its writer lock (see ``_repair``), then verify it.
+
+    ``plan_of(manifest, label)`` is the plan that recomputes the output's blocks.
+    """
+    target = open_target(store, storage_options=storage_options)
+    with target.lock(arg("repair", True)):
+        manifest = trusted_manifest(target)
+        plan = plan_of(manifest, target.label)
+        repaired = repair_carries(target, manifest, plan)
+        report = verify_plan(target, plan, manifest, blocks=blocks)
+    return dataclasses.replace(report, repaired=tuple(repaired))
+
+
 def check_function(manifest: Manifest, f: Step, label: str) -> None:
     """Refuse a step function ``f`` that is not the one the output of ``manifest`` (at ``label``) records."""
     recorded = manifest.identity.function
@@ -218,6 +244,7 @@ def verify(
     *,
     blocks: str | int = "all",
     storage_options: dict[str, Any] | None = None,
+    repair: bool = False,
 ) -> VerifyReport:
     """Check an output against its manifest, recomputing its blocks from the carries it keeps.
 
@@ -253,6 +280,13 @@ def verify(
         last included).
     storage_options : dict, optional
         fsspec options for a URL ``store``.
+    repair : bool, default False
+        First rebuild the kept carries that are damaged (missing, rewritten, or their
+        metadata changed), under the output's writer lock: each is recomputed from the carry
+        kept before it (``init`` for the first) through the blocks between, which must
+        recompute to their stored chunks, and written only if it is exactly the carry its
+        record names (``VerifyReport.repaired`` lists them). Damaged data, records or
+        manifest are refused as without it.
 
     Returns
     -------
@@ -301,6 +335,13 @@ def verify(
             "them; an output of `streamacc write` is verified by `streamacc verify PATH`"
         )
     f, init, xs = step_of(f, init, xs, needs_init=True)
+    if repair:
+
+        def plan_of(manifest: Manifest, label: str) -> Plan:
+            check_function(manifest, f, label)
+            return plan_for(manifest, f, init, xs)
+
+        return verify_repairing(store, storage_options, blocks, plan_of)
     target = open_target(store, storage_options=storage_options, read_only=True)
     check_function(load_manifest(target), f, target.label)
     manifest = trusted_manifest(target)

@@ -23,11 +23,13 @@ import concurrent.futures
 import json
 import os
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, Store
+from zarr.buffer import default_buffer_prototype
 from zarr.storage import WrapperStore
 
 from ...base import dtype_from_name
@@ -43,8 +45,8 @@ from ...engine import (
     x64_scope,
 )
 from ...errors import InputError, VerifyError, arg
-from ...store import ChunkWriter, plain_document
-from ..bookkeeping import CheckedStore, Ledger, Manifest, decode_leaves
+from ...store import ChunkWriter, open_target, plain_document
+from ..bookkeeping import CheckedStore, Ledger, Manifest, decode_leaves, ranged
 
 __all__ = [
     "CACHE_BYTES",
@@ -84,12 +86,16 @@ class RecomputingStore(WrapperStore[Store]):
     which are stored.
     """
 
+    FORWARDED = frozenset({"set", "set_if_not_exists", "_set_many", "delete", "delete_dir", "clear", "is_empty",
+                           "list", "list_prefix", "list_dir"})  # fmt: skip
+    """What it leaves to the store inside: it serves what is read of the arrays' chunks and metadata, and
+    nothing else (zarr lists no chunk to read one)."""
+
     def __init__(
         self, target: Any, manifest: Manifest, plan: Plan, *, cache_bytes: int = CACHE_BYTES, x64: bool = True
     ) -> None:
         checked = CheckedStore(target.store, target.label, manifest)
         super().__init__(checked)
-        self._target_read = target.read
         self.label = target.label
         self.manifest = manifest
         self.plan = plan
@@ -100,14 +106,23 @@ class RecomputingStore(WrapperStore[Store]):
         self._save_every = blocking.save_every
         self._blocks = blocking.block_count
         self._block_rows = blocking.block_rows
-        self._writers = {name: self._writer(name) for name in self._names}  # stored chunks read through the checks
+        self._writers: dict[str, ChunkWriter] = {}  # each array's layout (see _layouts)
+        self._laid_out = False
         self._target = target
         self._reset()
 
-    def _writer(self, name: str) -> ChunkWriter:
-        """Array ``name``'s layout, reading its stored chunks (checked, decoded by their own codecs)."""
-        raw = self._target_read(f"{name}/zarr.json")
-        return ChunkWriter.of_document(self._store, name, plain_document(json.loads(raw))[0])
+    async def _layouts(self) -> dict[str, ChunkWriter]:
+        """Each array's layout, its stored chunks read through the checks; read from the store on the first request
+        (an array not made is read as the store holds it: nothing of it)."""
+        if not self._laid_out:
+            prototype = default_buffer_prototype()
+            for name in self._names:
+                buf = await self._store.get(f"{name}/zarr.json", prototype)
+                if buf is not None:
+                    doc = plain_document(json.loads(buf.to_bytes()))[0]
+                    self._writers[name] = ChunkWriter.of_document(self._store, name, doc)
+            self._laid_out = True
+        return self._writers
 
     def _reset(self) -> None:
         self._cache: collections.OrderedDict[int, tuple[dict[str, np.ndarray], int]] = collections.OrderedDict()
@@ -125,10 +140,19 @@ class RecomputingStore(WrapperStore[Store]):
         clone.__dict__.update(self.__dict__, _store=store)
         return clone
 
+    @classmethod
+    async def open(cls, store_cls: type[Store], *args: Any, **kwargs: Any) -> RecomputingStore:
+        """The output in ``store_cls(*args, **kwargs)``, opened, read as the keyword arguments ``manifest`` and
+        ``plan`` say (as zarr's ``WrapperStore.open`` opens a wrapper, which builds it from the store alone)."""
+        manifest, plan = kwargs.pop("manifest"), kwargs.pop("plan")
+        store = store_cls(*args, **kwargs)
+        await store._open()
+        return cls(open_target(store), manifest, plan)
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         live = ("_cache", "_computing", "_served_chunks", "_lock", "_ledger_lock", "_pool", "_buffers", "_ledger")
-        for key in (*live, "_served", "_target_read"):  # this process's: remade by _reset
+        for key in (*live, "_served"):  # this process's: remade by _reset
             state.pop(key, None)
         return state
 
@@ -171,7 +195,7 @@ class RecomputingStore(WrapperStore[Store]):
 
     async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
         name, _, rest = key.partition("/")
-        if name not in self._names:
+        if name not in await self._layouts():
             return await self._store.get(key, prototype, byte_range)
         raw: bytes | memoryview
         if rest == "zarr.json":
@@ -185,13 +209,20 @@ class RecomputingStore(WrapperStore[Store]):
                 return None
             raw = chunk
         buf = prototype.buffer.from_bytes(raw)
-        return buf if byte_range is None else _ranged(buf, byte_range, prototype)
+        return buf if byte_range is None else ranged(buf, byte_range, prototype)
 
     async def exists(self, key: str) -> bool:
         name, _, rest = key.partition("/")
-        if name in self._names and rest == "zarr.json":
+        if name in await self._layouts() and rest == "zarr.json":
             return True
         return await self._store.exists(key)
+
+    async def get_partial_values(
+        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+    ) -> list[Buffer | None]:
+        return list(await asyncio.gather(*(self.get(key, prototype, part) for key, part in key_ranges)))
+
+    _get_many = Store._get_many  # each request through this store's own get
 
     # --- chunks ------------------------------------------------------------------------
 
@@ -322,19 +353,6 @@ def _leaves(tree: Any) -> list[Any]:
     import jax
 
     return list(jax.tree_util.tree_leaves(tree))
-
-
-def _ranged(buf: Buffer, byte_range: ByteRequest, prototype: BufferPrototype) -> Buffer:
-    from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
-
-    data = buf.to_bytes()
-    if isinstance(byte_range, RangeByteRequest):
-        data = data[byte_range.start : byte_range.end]
-    elif isinstance(byte_range, OffsetByteRequest):
-        data = data[byte_range.offset :]
-    elif isinstance(byte_range, SuffixByteRequest):
-        data = data[-byte_range.suffix :]
-    return prototype.buffer.from_bytes(data)
 
 
 def _needs_x64(manifest: Manifest) -> bool:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         VIRTUAL as VIRTUAL,
         ArraySpec as ArraySpec,
         array_document as array_document,
+        decoding_attributes as decoding_attributes,
         is_virtual as is_virtual,
         netcdf_safe as netcdf_safe,
         plain_document as plain_document,

@@ -4,27 +4,34 @@ A run keeps the carry entering some of its blocks (every block's for a narrow ca
 few blocks' for a wide one: the run's bookkeeping decides) so that any block can be
 recomputed from the nearest carry before it. Each leaf is an array
 ``_streamacc/carries/leaf_{i}`` of shape ``[boundaries, *leaf shape]`` whose chunk ``b``
-holds the carry after ``b`` blocks (in scan order), written once, uncompressed, with its
-CRC-32C trailer (zarr's ``crc32c`` codec), so that a checker reads four bytes to compare a
-carry with its record and any Zarr reader reads the carries as a checkpoint series
-(boundaries not kept read as the fill value). A dtype Zarr cannot store (bfloat16 and the
-other ml_dtypes types) is stored as the unsigned integers of its bits, with its name in the
-array's ``streamacc_dtype`` attribute; a PRNG key leaf is stored as its key data, with its
-implementation in ``streamacc_key``. Host arrays in, host arrays out: no JAX.
+holds the carry after ``b`` blocks (in scan order), written once, compressed with the data's
+codec and ending with its CRC-32C trailer (zarr's ``crc32c`` codec), so that a checker reads
+four bytes to compare a carry with its record and any Zarr reader reads the carries as a
+checkpoint series (boundaries not kept read as the fill value). Outputs written before the
+carries were compressed (their manifest names no codec) keep them uncompressed. A dtype Zarr
+cannot store (bfloat16 and the other ml_dtypes types) is stored as the unsigned integers of
+its bits, with its name in the array's ``streamacc_dtype`` attribute; a PRNG key leaf is
+stored as its key data, with its implementation in ``streamacc_key``.
+
+Every leaf's metadata follows from the leaves, the codec and the number of boundaries
+(:meth:`CarryStore.documents`): it is written from there, chunks are encoded from there,
+and the stored metadata is checked against it before a carry is read or written
+(:meth:`CarryStore.metadata_problem`). Host arrays in, host arrays out: no JAX.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Sequence
 from typing import Any
 
-import google_crc32c
 import numpy as np
 
 from ...base import dtype_from_name, dtype_name
 from ..targets import BOOKKEEPING, Target
+from ._codecs import compressors_for, decompress
 from ._documents import stored_crc32c
 
 __all__ = ["CARRIES", "CarryDamaged", "CarryLeaf", "CarryStore"]
@@ -33,6 +40,7 @@ CARRIES = f"{BOOKKEEPING}/carries"
 """The group of the kept carries."""
 
 _NATIVE_KINDS = "biufc"  # what Zarr v3 stores under the dtype's own name
+_DESCRIPTION = "the carry entering a block, kept at every few block boundaries (see the manifest)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +57,7 @@ class CarryLeaf:
 
     @property
     def chunk_nbytes(self) -> int:
-        """The bytes of its chunk before the checksum: an axis of length 0 is stored as one fill value."""
+        """The bytes of its chunk before compression: an axis of length 0 is stored as one fill value."""
         return int(np.prod([max(1, n) for n in self.shape], dtype=np.int64)) * self.stored_dtype.itemsize
 
     @property
@@ -84,12 +92,75 @@ def _fill(dtype: np.dtype[Any]) -> Any:
     return np.nan if dtype.kind in "fc" else (False if dtype.kind == "b" else 0)
 
 
-class CarryStore:
-    """The kept carries of one output: written chunk by chunk as blocks commit, read back checked."""
+@functools.lru_cache(maxsize=16)
+def _documents(leaves: tuple[CarryLeaf, ...], codec: str | None, boundaries: int) -> tuple[bytes, ...]:
+    """The group's ``zarr.json`` and each leaf's, as zarr writes them for these leaves, codec and boundaries (made
+    in memory)."""
+    import zarr
+    from zarr.buffer import default_buffer_prototype
+    from zarr.codecs import BytesCodec, Crc32cCodec
+    from zarr.storage import MemoryStore
 
-    def __init__(self, target: Target, leaves: Sequence[CarryLeaf]) -> None:
+    from ..targets import sync
+
+    store = MemoryStore()
+    group = zarr.open_group(store, path=CARRIES, mode="w", attributes={"description": _DESCRIPTION})
+    for i, leaf in enumerate(leaves):
+        attributes: dict[str, Any] = {}
+        if leaf.stored_dtype != leaf.dtype:
+            attributes["streamacc_dtype"] = dtype_name(leaf.dtype)
+        if leaf.key is not None:
+            attributes["streamacc_key"] = leaf.key
+        group.create_array(
+            f"leaf_{i}",
+            shape=(boundaries, *leaf.shape),
+            chunks=(1, *(max(1, n) for n in leaf.shape)),
+            dtype=leaf.stored_dtype,
+            fill_value=_fill(leaf.stored_dtype),
+            serializer=BytesCodec(),
+            compressors=[*(compressors_for(codec) if codec is not None else []), Crc32cCodec()],
+            dimension_names=["boundary", *(f"leaf_{i}_dim_{d + 1}" for d in range(len(leaf.shape)))],
+            attributes=attributes,
+        )
+    prototype = default_buffer_prototype()
+    keys = [f"{CARRIES}/zarr.json", *(f"{CARRIES}/leaf_{i}/zarr.json" for i in range(len(leaves)))]
+    found = [sync(store.get(key, prototype)) for key in keys]
+    return tuple(buf.to_bytes() for buf in found if buf is not None)
+
+
+def _normalized(doc: Any) -> dict[str, Any]:
+    """An array's metadata document as zarr writes it back once read: what it means, not how it was spelt.
+
+    Raises (ValueError, TypeError, KeyError, ...) where it is no Zarr v3 array's metadata.
+    """
+    from zarr.buffer import default_buffer_prototype
+
+    from ..targets import ArrayV3Metadata
+    from ._datatypes import register_data_types
+
+    register_data_types()
+    if not isinstance(doc, dict):
+        raise TypeError("not a JSON object")
+    buffers = ArrayV3Metadata.from_dict(dict(doc)).to_buffer_dict(default_buffer_prototype())
+    out: dict[str, Any] = json.loads(buffers["zarr.json"].to_bytes())
+    return out
+
+
+class CarryStore:
+    """The kept carries of one output: written chunk by chunk as blocks commit, read back checked.
+
+    ``codec`` is the name of the data's codec their chunks are compressed with (None: not
+    compressed, as outputs written before carries were), and ``boundaries`` the run's blocks
+    plus one.
+    """
+
+    def __init__(
+        self, target: Target, leaves: Sequence[CarryLeaf], *, codec: str | None = None, boundaries: int = 1
+    ) -> None:
         self.target = target
         self.leaves = list(leaves)
+        self.codec = codec
+        self.boundaries_of_run = boundaries
         self._writers: list[Any] | None = None
 
     @staticmethod
@@ -104,61 +175,67 @@ class CarryStore:
     def keys(self, boundary: int) -> list[str]:
         return [self.key(i, boundary) for i in range(len(self.leaves))]
 
-    def create(self, boundaries: int, *, every: int) -> None:
-        """Create the group and its arrays for ``boundaries`` boundaries (the run's blocks plus one), durably."""
-        import zarr
-        from zarr.codecs import BytesCodec, Crc32cCodec
+    def documents(self, boundaries: int | None = None) -> tuple[bytes, ...]:
+        """Each leaf's ``zarr.json`` as it must be stored, for ``boundaries`` (default: the run's)."""
+        count = self.boundaries_of_run if boundaries is None else boundaries
+        return _documents(tuple(self.leaves), self.codec, count)[1:]
 
-        group = zarr.open_group(
-            self.target.store,
-            path=CARRIES,
-            mode="a",
-            attributes={
-                "description": "the carry entering a block, kept at every few block boundaries (see the manifest)",
-                "every": every,
-            },
-        )
-        for i, leaf in enumerate(self.leaves):
-            attributes: dict[str, Any] = {}
-            if leaf.stored_dtype != leaf.dtype:
-                attributes["streamacc_dtype"] = dtype_name(leaf.dtype)
-            if leaf.key is not None:
-                attributes["streamacc_key"] = leaf.key
-            group.create_array(
-                f"leaf_{i}",
-                shape=(boundaries, *leaf.shape),
-                chunks=(1, *(max(1, n) for n in leaf.shape)),
-                dtype=leaf.stored_dtype,
-                fill_value=_fill(leaf.stored_dtype),
-                serializer=BytesCodec(),
-                compressors=[Crc32cCodec()],
-                dimension_names=["boundary", *(f"leaf_{i}_dim_{d + 1}" for d in range(len(leaf.shape)))],
-                attributes=attributes,
-                config={"write_empty_chunks": True},
-                overwrite=True,
-            )
-        documents = [f"{self.path(i)}/zarr.json" for i in range(len(self.leaves))]
-        self.target.make_durable([f"{CARRIES}/zarr.json", *documents])
-        self._writers = None
+    def create(self) -> None:
+        """Write the group and its arrays' metadata for the run's boundaries, durably (no chunk is kept yet)."""
+        group = _documents(tuple(self.leaves), self.codec, self.boundaries_of_run)[0]
+        self.target.write(f"{CARRIES}/zarr.json", group)
+        self._write_documents(self.boundaries_of_run)
 
     def resize(self, boundaries: int) -> None:
         """Give every leaf's array ``boundaries`` boundaries (an extended run), durably."""
-        import zarr
+        self.boundaries_of_run = boundaries
+        self._write_documents(boundaries)
 
-        for i, leaf in enumerate(self.leaves):
-            zarr.open_array(self.target.store, path=self.path(i), mode="r+", zarr_format=3).resize(
-                (boundaries, *leaf.shape)
-            )
+    def _write_documents(self, boundaries: int) -> None:
+        for i, document in enumerate(self.documents(boundaries)):
+            self.target.write(f"{self.path(i)}/zarr.json", document)
         self.target.make_durable([f"{self.path(i)}/zarr.json" for i in range(len(self.leaves))])
         self._writers = None
 
     def boundaries(self) -> int:
         """How many boundaries each leaf's array has (its first axis), as stored; 0 when it is missing."""
-        raw = self.target.read(f"{self.path(0)}/zarr.json") if self.leaves else None
         try:
+            raw = self.target.read(f"{self.path(0)}/zarr.json") if self.leaves else None
             return int(json.loads(raw)["shape"][0]) if raw is not None else 0
-        except (ValueError, KeyError, TypeError, IndexError):
+        except (ValueError, KeyError, TypeError, IndexError, OSError):
             return 0
+
+    def metadata_problem(self, committed: int) -> str | None:
+        """What is wrong with the stored metadata of the carries' arrays, in words, or None.
+
+        Each leaf's must mean what :meth:`documents` says, its boundaries at most the run's
+        and at least the ``committed`` blocks' plus one (an extension gives them the longer
+        run's once its manifest is saved).
+        """
+        for i, expected in enumerate(self.documents()):
+            where = f"{self.path(i)}/zarr.json"
+            try:
+                raw = self.target.read(where)
+            except OSError as exc:
+                return f"the metadata of the kept carries ({where}) cannot be read ({exc.strerror or exc})"
+            if raw is None:
+                return f"the metadata of the kept carries ({where}) is missing"
+            try:
+                stored = _normalized(json.loads(raw))
+            except Exception:  # not JSON, or no array zarr reads
+                return f"the metadata of the kept carries ({where}) is not the Zarr array metadata streamacc wrote"
+            want = _normalized(json.loads(expected))
+            shape, runs = stored.get("shape"), want["shape"]
+            first = shape[0] if isinstance(shape, list) and shape and shape[1:] == runs[1:] else None
+            if isinstance(first, int) and committed + 1 <= first <= runs[0]:  # an extension's (lagging), or its own
+                stored["shape"] = runs
+            changed = sorted(k for k in stored.keys() | want.keys() if stored.get(k) != want.get(k))
+            if changed:
+                return (
+                    f"the metadata of the kept carries ({where}) is not what the manifest says it must be "
+                    f"({', '.join(changed)} changed)"
+                )
+        return None
 
     def remove_past(self, boundary: int) -> list[str]:
         """Remove every stored carry chunk after ``boundary`` (a killed writer's, or an extended run's last, which
@@ -173,25 +250,25 @@ class CarryStore:
                     removed.append(key)
         return removed
 
-    def _chunk_writers(self) -> list[Any]:
-        if self._writers is None:
-            from ._chunks import ChunkWriter
+    def _chunk_writers(self, store: Any) -> list[Any]:
+        from ._chunks import ChunkWriter
 
-            writers = []
-            for i in range(len(self.leaves)):
-                raw = self.target.read(f"{self.path(i)}/zarr.json")
-                if raw is None:
-                    raise FileNotFoundError(f"{self.path(i)}/zarr.json is missing")
-                writers.append(ChunkWriter.of_document(self.target.store, self.path(i), json.loads(raw)))
-            self._writers = writers
-        return self._writers
+        return [
+            ChunkWriter.of_document(store, self.path(i), json.loads(document))
+            for i, document in enumerate(self.documents())
+        ]
 
     def write(self, boundary: int, values: Sequence[np.ndarray]) -> tuple[list[str], list[int]]:
-        """Write the carry at ``boundary`` (one host array per leaf, not yet durable); its keys and CRC-32Cs."""
+        """Write the carry at ``boundary`` (one host array per leaf, not yet durable); its keys and CRC-32Cs.
+
+        Encoded as the metadata the run's carries must have says (never as a stored document
+        says, which may have been changed).
+        """
+        if self._writers is None:
+            self._writers = self._chunk_writers(self.target.store)
         keys, crcs = [], []
-        for writer, leaf, value in zip(self._chunk_writers(), self.leaves, values, strict=True):
-            data = np.ascontiguousarray(value).reshape(leaf.shape).view(leaf.stored_dtype)[None]
-            (chunk,) = writer.write(boundary, data)
+        for writer, leaf, value in zip(self._writers, self.leaves, values, strict=True):
+            (chunk,) = writer.write(boundary, self._chunk(leaf, value))
             crc = chunk.crc32c
             if crc is None:  # zarr encoded it itself
                 raw = self.target.read(chunk.key)
@@ -202,31 +279,64 @@ class CarryStore:
             crcs.append(int(crc))
         return keys, crcs
 
+    @staticmethod
+    def _chunk(leaf: CarryLeaf, value: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(value).reshape(leaf.shape).view(leaf.stored_dtype)[None]
+
+    def encoded(self, values: Sequence[np.ndarray]) -> list[bytes]:
+        """Each leaf's chunk of the carry ``values`` as :meth:`write` stores it, encoded in memory."""
+        from zarr.buffer import default_buffer_prototype
+        from zarr.storage import MemoryStore
+
+        from ..targets import sync
+
+        store = MemoryStore()
+        prototype = default_buffer_prototype()
+        out = []
+        for writer, leaf, value in zip(self._chunk_writers(store), self.leaves, values, strict=True):
+            (chunk,) = writer.write(0, self._chunk(leaf, value))
+            buf = sync(store.get(chunk.key, prototype))
+            assert buf is not None
+            out.append(buf.to_bytes())
+        return out
+
     def checksums(self, values: Sequence[np.ndarray]) -> list[int]:
         """The CRC-32C each leaf's chunk of the carry ``values`` gets when written, computed without writing it."""
-        out = []
-        for leaf, value in zip(self.leaves, values, strict=True):
-            chunk = np.full([max(1, n) for n in leaf.shape], _fill(leaf.stored_dtype), dtype=leaf.stored_dtype)
-            data = np.asarray(value).reshape(leaf.shape).view(leaf.stored_dtype)
-            chunk[tuple(slice(0, n) for n in leaf.shape)] = data
-            out.append(int(google_crc32c.value(chunk.tobytes())))
-        return out
+        return [int.from_bytes(raw[-4:], "little") for raw in self.encoded(values)]
 
     def read(self, boundary: int, crcs: Sequence[int]) -> list[np.ndarray]:
         """The carry at ``boundary``, each leaf's chunk checked against its recorded CRC-32C.
 
-        Raises :class:`CarryDamaged` naming the chunk when one is missing or not the one recorded.
+        Raises :class:`CarryDamaged` naming the chunk and what is wrong with it when one is
+        missing, unreadable, or not the one recorded.
         """
         if len(crcs) != len(self.leaves):
             raise CarryDamaged(f"{len(crcs)} checksums recorded for the {len(self.leaves)} leaves of the carry")
         out = []
         for i, (leaf, crc) in enumerate(zip(self.leaves, crcs, strict=True)):
             key = self.key(i, boundary)
-            raw = self.target.read(key)
-            if raw is None:
-                raise CarryDamaged(f"carry chunk {key} is missing")
-            if len(raw) != leaf.chunk_nbytes + 4 or stored_crc32c(raw) != crc:
-                raise CarryDamaged(f"carry chunk {key} is not the one recorded (its bytes or CRC-32C differ)")
-            body = np.frombuffer(raw, dtype=leaf.stored_dtype, count=int(np.prod(leaf.shape, dtype=np.int64)))
-            out.append(body.view(leaf.dtype).reshape(leaf.shape).copy())
+            body = self._body(key, crc)
+            if len(body) != leaf.chunk_nbytes:
+                raise CarryDamaged(f"chunk {key} holds {len(body)} bytes where its leaf has {leaf.chunk_nbytes}")
+            data = np.frombuffer(body, dtype=leaf.stored_dtype, count=int(np.prod(leaf.shape, dtype=np.int64)))
+            out.append(data.view(leaf.dtype).reshape(leaf.shape).copy())
         return out
+
+    def _body(self, key: str, crc: int) -> bytes:
+        """Chunk ``key``'s bytes before compression, once its stored bytes are the ones recorded (CRC-32C ``crc``)."""
+        try:
+            raw = self.target.read(key)
+        except OSError as exc:
+            raise CarryDamaged(f"chunk {key} cannot be read ({exc.strerror or exc})") from None
+        if raw is None:
+            raise CarryDamaged(f"chunk {key} {self.target.missing(key)}")
+        trailer = int.from_bytes(raw[-4:], "little") if len(raw) >= 4 else None
+        if trailer != crc:
+            what = "is too short to be a chunk" if trailer is None else f"ends with the CRC-32C {trailer:08x}"
+            raise CarryDamaged(f"chunk {key} {what}, where its record says {crc:08x}: it is not the chunk written")
+        if stored_crc32c(raw) is None:
+            raise CarryDamaged(f"the stored bytes of chunk {key} do not match their checksum (damaged in place)")
+        try:
+            return decompress(self.codec, raw[:-4])
+        except Exception:  # what its codec says of bytes it did not write
+            raise CarryDamaged(f"the stored bytes of chunk {key} cannot be decoded") from None

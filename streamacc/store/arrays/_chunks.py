@@ -234,17 +234,20 @@ class ChunkWriter:
     def of_document(cls, store: Any, path: str, document: dict[str, Any]) -> ChunkWriter:
         """The writer of the array whose metadata is ``document`` (its parsed ``zarr.json``), made without I/O.
 
-        Raises ValueError, TypeError or KeyError when the document is not a Zarr v3 array's.
+        Every chunk it writes is stored, even one equal to the fill value (zarr's own write
+        included, where the codecs are not encoded here). Raises ValueError, TypeError or
+        KeyError when the document is not a Zarr v3 array's.
         """
         from zarr import AsyncArray
         from zarr.storage import StorePath
 
-        from ..targets import ArrayV3Metadata
+        from ..targets import ArrayConfig, ArrayV3Metadata
         from ._datatypes import register_data_types
 
         register_data_types()
         metadata = ArrayV3Metadata.from_dict(dict(document))
-        return cls(zarr.Array(AsyncArray(metadata, StorePath(store, path))))
+        config = ArrayConfig.from_dict({"write_empty_chunks": True})
+        return cls(zarr.Array(AsyncArray(metadata, StorePath(store, path), config)))
 
     @functools.cached_property
     def _tile_positions(self) -> dict[tuple[int, ...], int]:

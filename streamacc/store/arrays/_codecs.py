@@ -18,7 +18,7 @@ from ...errors import InputError
 if TYPE_CHECKING:
     from zarr.abc.codec import BytesBytesCodec
 
-__all__ = ["CODECS", "DEFAULT_CODEC", "MAX_CHUNK_BYTES", "compressors_for"]
+__all__ = ["CODECS", "DEFAULT_CODEC", "MAX_CHUNK_BYTES", "compressors_for", "decompress"]
 
 MAX_CHUNK_BYTES = 2**31 - 1 - 16
 """The largest chunk (uncompressed) c-blosc compresses (its BLOSC_MAX_BUFFERSIZE: INT_MAX
@@ -52,6 +52,22 @@ CODECS: dict[str, Callable[[], list[BytesBytesCodec]]] = {
     "blosc-zstd-bitshuffle": _blosc("zstd", "bitshuffle"),
 }
 """Codec name -> factory of the zarr ``compressors`` list."""
+
+
+def decompress(name: str | None, data: bytes) -> bytes:
+    """``data`` compressed by codec ``name`` (None: no compressor), decompressed as zarr's codec would.
+
+    Raises what the codec raises of bytes it cannot decode.
+    """
+    if name is None or name == "none":
+        return bytes(data)
+    if name == "zstd":
+        from numcodecs import zstd
+
+        return bytes(zstd.decompress(data))
+    from numcodecs import blosc
+
+    return bytes(blosc.decompress(data))
 
 
 def compressors_for(name: str) -> list[BytesBytesCodec]:

@@ -82,6 +82,9 @@ class FencedStore(WrapperStore[Store]):
     module's docstring).
     """
 
+    FORWARDED: frozenset[str] = frozenset()
+    """What it leaves to the store inside: nothing, every request is fenced or bounded."""
+
     def __init__(self, store: Store, fence: Fence) -> None:
         super().__init__(store)
         self._fence = fence
@@ -89,6 +92,15 @@ class FencedStore(WrapperStore[Store]):
 
     def _with_store(self, store: Store) -> FencedStore:
         return type(self)(store, self._fence)
+
+    @classmethod
+    async def open(cls, store_cls: type[Store], *args: Any, **kwargs: Any) -> FencedStore:
+        """``store_cls(*args, **kwargs)`` opened and fenced by the keyword argument ``fence`` (as zarr's
+        ``WrapperStore.open`` opens a wrapper, which builds it from the store alone)."""
+        fence = kwargs.pop("fence")
+        store = store_cls(*args, **kwargs)
+        await store._open()
+        return cls(store, fence)
 
     def __eq__(self, value: object) -> bool:
         return isinstance(value, FencedStore) and self._store == value._store
@@ -180,6 +192,8 @@ class FencedStore(WrapperStore[Store]):
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
         for key in await self._listed(self._store.list_dir(prefix)):
             yield key
+
+    _get_many = Store._get_many  # each request through this store's own get, bounded
 
     async def connect(self) -> None:
         """Create the S3 client now and hook it, so that even the first request is fenced as it is sent."""

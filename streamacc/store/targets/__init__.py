@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ._localtarget import LocalTarget as LocalTarget
     from ._opentarget import open_target as open_target
     from ._seams import SEAMS as SEAMS
+    from ._sessionstore import SessionStore as SessionStore
     from ._storetarget import StoreTarget as StoreTarget
     from ._target import BOOKKEEPING as BOOKKEEPING, LEASE_KEY as LEASE_KEY, Target as Target
     from ._zarrapi import (
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
         HasEndianness as HasEndianness,
         HasItemSize as HasItemSize,
         RegularChunkGrid as RegularChunkGrid,
+        settle_event_loop as settle_event_loop,
         sync as sync,
     )
 

@@ -163,6 +163,12 @@ class LocalTarget(Target):
     def absence(self) -> str:
         return "is an empty folder, not a streamacc output" if self.root.is_dir() else "does not exist"
 
+    def missing(self, key: str) -> str:
+        path = self._path(key)
+        return (
+            "is a folder where a file belongs: remove it" if path.is_dir() and not path.is_symlink() else "is missing"
+        )
+
     def make_durable(self, keys: list[str], *, drop_cache: bool = False) -> None:
         dirs = set()
         for key in keys:

@@ -9,6 +9,7 @@ repository the branch a writer commits to or the ref a reader opens.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import sys
@@ -64,6 +65,19 @@ def _is_icechunk(store: object) -> bool:
     return type(store).__module__.split(".", 1)[0] == "icechunk"
 
 
+def _refuse_link_loop(root: Path, text: str) -> None:
+    """Refuse a path that runs into a loop of symbolic links (it, or a folder on its way): the system reads it as
+    absent, but nothing can be created there either."""
+    try:
+        os.stat(root)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NoOutputError(
+                f"{text} runs into a loop of symbolic links (following them leads back to where they start), so no "
+                "output is there and none can be made there; remove or correct the link, or choose another output path"
+            ) from None
+
+
 def open_target(
     store: Any, *, storage_options: dict[str, Any] | None = None, read_only: bool = False, follow: str | None = None
 ) -> Target:
@@ -112,6 +126,7 @@ def open_target(
     if storage_options:
         raise InputError(f"{arg('storage_options')} apply only to URLs such as s3://bucket/out.zarr, not to {text!r}")
     root = (Path(text).expanduser() if url else Path(text)).absolute()  # a path is taken as open() takes it
+    _refuse_link_loop(root, text)
     if root.exists() and not root.is_dir():
         if read_only:  # a reader's: the path is wrong, not the output's place
             raise NoOutputError(f"{text} is a file, not a streamacc output (an output is a folder); check the path")

@@ -19,6 +19,7 @@ import contextlib
 import re
 import threading
 from collections.abc import AsyncIterator, Iterable, Iterator
+from typing import Any
 
 from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, Store
@@ -46,19 +47,34 @@ class SessionStore(WrapperStore[Store]):
     are held here until :meth:`quiet` (see the module's docstring).
     """
 
+    FORWARDED: frozenset[str] = frozenset()
+    """What it leaves to the store inside: nothing, every request goes to the session of the moment."""
+
     def __init__(self, store: Store) -> None:
         super().__init__(store)
+        self._held: dict[str, bytes] = {}
+        self._live()
+
+    def _live(self) -> None:
+        """What lives in this process alone: the requests in flight, and the locks that wait for them."""
         self._state = threading.Condition()
         self._active = 0
         self._committing = False
-        self._held: dict[str, bytes] = {}
         self._passing = asyncio.Lock()  # one pass at a time: two sets of one key in flight could land in any order
+
+    def __getstate__(self) -> dict[str, Any]:
+        with self._state:
+            return {"_store": self._store, "_held": dict(self._held)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._live()
 
     def _with_store(self, store: Store) -> SessionStore:
         return type(self)(store)
 
     def __eq__(self, value: object) -> bool:
-        return value is self
+        return isinstance(value, SessionStore) and self._store == value._store
 
     def __hash__(self) -> int:
         return hash(id(self))
@@ -129,6 +145,7 @@ class SessionStore(WrapperStore[Store]):
         self._store = store
 
     async def set(self, key: str, value: Buffer) -> None:
+        self._check_writable()  # a document held is as written: a read-only session refuses it first
         document = key.endswith("zarr.json")
         if document and self.hold(key, value.to_bytes()):
             return
@@ -164,6 +181,8 @@ class SessionStore(WrapperStore[Store]):
         async with self._entered(passing=held is not None) as store:
             await self._settled()
             return await store.get(key, prototype, byte_range)
+
+    _get_many = Store._get_many  # each request through this store's own get: a held document is returned
 
     async def get_partial_values(
         self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]

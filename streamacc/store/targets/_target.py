@@ -150,6 +150,10 @@ class Target:
         """What a reader finds here when nothing is stored (:meth:`exists` is False), in words."""
         return "does not exist"
 
+    def missing(self, key: str) -> str:
+        """Why ``key`` reads as nothing, in words that follow its name: ``is missing``."""
+        return "is missing"
+
     def elsewhere(self) -> str:
         """Where else a writer refused here (its place holds someone else's data) may write, in words."""
         return "choose another output path"
