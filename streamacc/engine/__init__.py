@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         same_leaves as same_leaves,
         scan as scan,
         to_host as to_host,
+        until_block_function as until_block_function,
     )
     from .plan import (
         BLOCK_KEYWORDS as BLOCK_KEYWORDS,
@@ -49,9 +50,11 @@ if TYPE_CHECKING:
         BlockKeywords as BlockKeywords,
         Carry as Carry,
         Plan as Plan,
+        Predicate as Predicate,
         ScanKeywords as ScanKeywords,
         ScanSpec as ScanSpec,
         Step as Step,
+        Until as Until,
         as_spec as as_spec,
         block_bounds as block_bounds,
         block_count as block_count,
@@ -64,6 +67,7 @@ if TYPE_CHECKING:
         row_step as row_step,
         rows_in as rows_in,
         step_of as step_of,
+        until_of as until_of,
         x64_scope as x64_scope,
     )
 

@@ -1,5 +1,5 @@
-"""The compiled block functions: ``lax.scan`` itself per block (thinned, or the carry alone), cached per
-step function and block length."""
+"""The compiled block functions: ``lax.scan`` itself per block (thinned, or the carry alone, or testing the scan's
+condition after each step), cached per step function and block length."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..plan import Step, unrolled
+from ..plan import Predicate, Step, unrolled
 
-__all__ = ["block_function", "cached", "carry_scan_fn", "scan_fn", "x0"]
+__all__ = ["block_function", "cached", "carry_scan_fn", "scan_fn", "until_block_function", "until_fn", "x0"]
 
 
 def _carry_only(f: Step) -> Step:
@@ -159,3 +159,54 @@ def carry_scan_fn(f: Step, length: int, unroll: int | bool, reverse: bool) -> Ca
         return lax.scan(step, carry, xs, length=length, unroll=unroll, reverse=reverse)[0]
 
     return jax.jit(run)
+
+
+def _testing(f: Step, until: Predicate, armed: jax.Array) -> Step:
+    """``f`` on a state that also counts the block's steps and holds the first (from ``armed`` on) where ``until``
+    held: ``(carry, step, first)``, ``first`` -1 while it has not held. From the step after it on, the carry is held
+    as that step left it (the steps still run, and their ys are never kept)."""
+
+    def step(state: tuple[Any, jax.Array, jax.Array], x: Any) -> tuple[tuple[Any, jax.Array, jax.Array], Any]:
+        carry, i, first = state
+        new, y = f(carry, x)
+        held = first >= 0
+        hit = jnp.logical_and(jnp.logical_and(jnp.logical_not(held), i >= armed), until(new, y))
+        carry = jax.tree_util.tree_map(lambda old, now: jnp.where(held, old, now), carry, new)
+        return (carry, i + 1, jnp.where(hit, i, first)), y
+
+    return step
+
+
+@functools.lru_cache(maxsize=256)
+def until_fn(
+    f: Step, until: Predicate, length: int, unroll: int | bool, into: bool, every: int = 1
+) -> Callable[..., tuple[Any, list[jax.Array], jax.Array]]:
+    """One block of a scan with a condition: ``(carry, xs, armed[, out]) -> (carry, ys leaves, first)``.
+
+    ``lax.scan`` (or its thinned form) of the step that tests ``until`` after each step from
+    the block's step ``armed`` on; ``first`` is the block's step where it first held (-1:
+    none), and ``carry`` the carry that step left (the block's last, where none). With
+    ``into``, the ys are written into the donated buffers ``out``, as :func:`scan_fn` writes them.
+    """
+
+    def run(carry: Any, xs: Any, armed: jax.Array) -> tuple[Any, list[jax.Array], jax.Array]:
+        state = (carry, jnp.int32(0), jnp.int32(-1))
+        step = _testing(f, until, armed)
+        if every == 1:
+            state, ys = lax.scan(step, state, xs, length=length, unroll=unroll)
+        else:
+            state, ys = _thinned_scan(step, state, xs, length, unroll, False, every)
+        return state[0], jax.tree_util.tree_leaves(ys), state[2]
+
+    def run_into(carry: Any, xs: Any, armed: jax.Array, out: list[jax.Array]) -> tuple[Any, list[jax.Array], Any]:
+        carry, ys, first = run(carry, xs, armed)
+        return carry, [lax.dynamic_update_slice_in_dim(o, y, 0, 0) for o, y in zip(out, ys, strict=True)], first
+
+    return jax.jit(run_into, donate_argnums=3) if into else jax.jit(run)
+
+
+def until_block_function(
+    f: Step, until: Predicate, length: int, unroll: int | bool, save_every: int = 1
+) -> Callable[[Any, Any, Any], tuple[Any, list[jax.Array], jax.Array]]:
+    """:func:`block_function` for a scan with a condition: ``(carry, xs, armed) -> (carry, ys leaves, first)``."""
+    return cached(until_fn, f, until, length, unroll, False, save_every)

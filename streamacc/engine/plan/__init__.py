@@ -2,8 +2,9 @@
 
 ``_blocking`` holds a scan's settings (``Blocking``: its length, blocks, unroll, direction
 and thinning, with their checks and arithmetic, no JAX), ``_layout`` cuts a length into
-blocks (pure arithmetic), ``_checks`` validates arguments, ``_plan`` validates and plans a
-blocked scan, ``_spec`` is a scan's description (``ScanSpec``) made into a plan.
+blocks (pure arithmetic), ``_checks`` validates arguments, ``_until`` a scan's condition
+(``Until``) and its checks, ``_plan`` validates and plans a blocked scan, ``_spec`` is a
+scan's description (``ScanSpec``) made into a plan.
 
 These are the names the engine and its other room use; each is imported on first use.
 """
@@ -36,6 +37,13 @@ if TYPE_CHECKING:
         unrolled as unrolled,
     )
     from ._plan import Plan as Plan, make_plan as make_plan, resize as resize
-    from ._spec import ScanSpec as ScanSpec, as_spec as as_spec, same_carry as same_carry, step_of as step_of
+    from ._spec import (
+        ScanSpec as ScanSpec,
+        as_spec as as_spec,
+        same_carry as same_carry,
+        step_of as step_of,
+        until_of as until_of,
+    )
+    from ._until import Predicate as Predicate, Until as Until
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

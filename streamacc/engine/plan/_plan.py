@@ -1,4 +1,4 @@
-"""A blocked scan validated and planned: its length, blocks, unroll, thinning and output shape."""
+"""A blocked scan validated and planned: its length, blocks, unroll, thinning, condition and output shape."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ...base import DEFAULT_BLOCK_BYTES
 from ._blocking import Blocking, ScanKeywords, check_block_size
 from ._checks import Step, check_x64, resolve_length, step_shapes
 from ._layout import block_steps, unrolled
+from ._until import Predicate, Until, check_until
 
 __all__ = ["Plan", "make_plan", "resize"]
 
@@ -29,6 +30,8 @@ class Plan:
     blocking: Blocking
     """Its length, blocks (their size chosen), unroll, direction and thinning."""
     y_struct: Any
+    until: Until | None = None
+    """Its condition, tested after each step (None: it runs to its length)."""
 
     @property
     def length(self) -> int:
@@ -113,24 +116,27 @@ def make_plan(
     *,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     rows_multiple: int = 1,
+    until: Predicate | None = None,
     **keywords: Unpack[ScanKeywords],
 ) -> Plan:
     """Validate the arguments of a blocked scan, raising :class:`InputError` on any problem.
 
     ``keywords`` are the scan's (``ScanKeywords``). ``block_size`` counts steps; None sizes
     blocks by bytes: about ``block_bytes`` of ys (or of xs, if larger) per block, in a whole
-    number of ``rows_multiple`` output rows.
+    number of ``rows_multiple`` output rows. ``until`` is the scan's condition, if any.
     """
     scan = keywords.copy()
     scan["length"] = resolve_length(xs, keywords.get("length"))
     asked = Blocking.checked(**scan)
     check_x64(init=init, xs=xs)
     carry_struct, y_struct = step_shapes(f, init, xs)
+    if until is not None:
+        check_until(until, carry_struct, y_struct, reverse=asked.reverse)
     blocking = asked
     if asked.block_size is None:
         blocking = asked.sized(_sized(asked, y_struct, xs, block_bytes, rows_multiple))
     init = jax.tree_util.tree_map(lambda leaf, s: jnp.asarray(leaf, dtype=s.dtype), init, carry_struct)
-    return Plan(f, init, xs, blocking, y_struct)
+    return Plan(f, init, xs, blocking, y_struct, None if until is None else Until(until))
 
 
 def resize(plan: Plan, *, block_size: int | None = None, block_bytes: int = DEFAULT_BLOCK_BYTES,
