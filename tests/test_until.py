@@ -7,15 +7,21 @@ compared at ``unroll=1``, where the step with its condition compiles to the step
 
 from __future__ import annotations
 
+import dataclasses
+import re
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_bits_equal
+import xarray as xr
+import zarr
+from helpers import assert_bits_equal, assert_same_output, dies_at, read_manifest, store_files
 from jax import lax
 
 import streamacc
-from streamacc.errors import InputError, StepFunctionError
+from streamacc.errors import InputError, ResumeError, StepFunctionError, VerifyError
 
 XS = np.linspace(0.0, 5.0, 600)
 INIT = np.float64(1.0)
@@ -99,11 +105,15 @@ def test_a_pytree_carry_is_held_as_the_step_where_the_condition_held_left_it():
     assert_bits_equal(ys, cut(K))
 
 
-def test_with_unroll_blocks_of_any_size_compute_the_step_with_its_condition_alike():
-    """With ``unroll`` > 1 XLA compiles the condition into the unrolled steps: blocks of any size give the same bits."""
+def test_with_unroll_every_entry_point_computes_the_step_with_its_condition_alike(tmp_path):
+    """With ``unroll`` > 1 XLA compiles the condition into the unrolled steps: blocks of any size, ``write`` and
+    ``scan`` give the same bits."""
     want = streamacc.scan(step, INIT, XS, block_size=600, unroll=4, until=UNTIL)
     for block_size in (32, 96):
         assert_bits_equal(streamacc.scan(step, INIT, XS, block_size=block_size, unroll=4, until=UNTIL), want)
+    carry = write(tmp_path / "out.zarr", unroll=4)
+    assert_bits_equal(carry, want[0])
+    assert_bits_equal(dict(streamacc.open(tmp_path / "out.zarr").data_vars), want[1])
 
 
 class Unhashable:
@@ -138,9 +148,153 @@ def test_a_condition_that_cannot_be_tested_after_each_step_is_refused_in_one_lin
         assert "\n" not in str(refused.value)
 
 
-def test_a_condition_is_given_once():
+def test_a_condition_is_given_once_and_not_to_a_virtual_output(tmp_path):
     spec = streamacc.ScanSpec(step, INIT, XS, until=UNTIL)
     assert spec.until is UNTIL and repr(spec).endswith(f"until={UNTIL!r})")
     with pytest.raises(InputError, match="drop until"):
         streamacc.scan(spec, until=UNTIL)
     assert_bits_equal(streamacc.scan(spec), streamacc.scan(step, INIT, XS, until=UNTIL))
+    with pytest.raises(InputError, match=r"until cannot end a virtual output.*virtual=False"):
+        write(tmp_path / "virtual.zarr", virtual=True)
+    assert not (tmp_path / "virtual.zarr").exists()
+
+
+# --- the output ------------------------------------------------------------------------------------------------------
+
+
+def test_an_output_that_ended_holds_its_steps_alone_for_every_reader(tmp_path):
+    out, plain = tmp_path / "out.zarr", tmp_path / "plain.zarr"
+    carry = write(out)
+    assert_bits_equal(carry, WHOLE["c"][K])
+    assert_bits_equal({name: v.values for name, v in streamacc.open(out).data_vars.items()}, cut(K))
+    assert xr.open_zarr(out)["c"].shape == (K + 1,) and zarr.open_group(str(out))["sq"].shape == (K + 1,)
+    # the chunks are those of a run of k + 1 steps: the last one padded with the fill value, no step after k stored
+    streamacc.write(plain, step, INIT, XS[: K + 1], block_size=32, chunks=16, progress=False)
+    for name in ("c", "sq"):
+        chunks = {key: data for key, data in store_files(out).items() if key.startswith(f"{name}/c/")}
+        assert chunks == {key: data for key, data in store_files(plain).items() if key.startswith(f"{name}/c/")}
+    about = streamacc.info(out)
+    assert (about.complete, about.ended_at, about.committed_steps, about.total_steps) == (True, K, K + 1, 600)
+    assert about.until.startswith(f"{__name__}.above.<locals>.until code:")
+    assert f"{K + 1} of 600 steps committed, complete, ended on its condition at step {K}" in str(about)
+    report = streamacc.verify(out, step, INIT, XS, until=UNTIL)
+    assert (report.complete, report.committed_steps, report.committed_blocks) == (True, K + 1, K // 32 + 1)
+    assert report.summary_windows > 0
+    table = streamacc.overview(out)
+    assert int(table.step[-1]) <= K < int(table.step[-1]) + table.attrs["window"]
+    assert float(table["c_max"].max()) == WHOLE["c"][K]
+    assert streamacc.to_arviz(out)["posterior"].sizes["draw"] == K + 1
+    with pytest.raises(InputError, match="pass it as until"):
+        streamacc.verify(out, step, INIT, XS)
+    with pytest.raises(VerifyError, match=r"with the condition .*, not until .*limit changed\); pass the condition"):
+        streamacc.verify(out, step, INIT, XS, until=above(1.6))
+
+
+def test_a_run_killed_at_any_write_of_its_end_resumes_to_the_same_files(tmp_path):
+    """Killed at each store write from the commit before its last block on (its last block's chunks and carry, the
+    record and manifest that say where it ended, the arrays cut there, the manifest and root that call it complete)
+    and at one write before: ``mode="resume"`` ends it as the run never interrupted, file for file."""
+    ref = tmp_path / "ref" / "out.zarr"
+    write(ref)
+    writes: list[str] = []
+    with dies_at(0, writes):
+        write(tmp_path / "dry" / "out.zarr")
+    records = [i for i, what in enumerate(writes) if "records_" in what]
+    end = writes.index("write c/zarr.json")  # the arrays cut after step k: the run's finish
+    assert writes[end + 1 : end + 3] == ["write sq/zarr.json", "write _streamacc/zarr.json"]
+    for n in [records[1] + 1, *range(records[-2] + 2, len(writes) + 1)]:
+        out = tmp_path / str(n) / "out.zarr"
+        with dies_at(n), pytest.raises(Exception, match=f"^{re.escape(writes[n - 1])}$"):
+            write(out)
+        complete = read_manifest(out)["complete"]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            carry = write(out, mode="resume")
+        said = [str(w.message).partition(" is ")[2] for w in caught]
+        assert said == (
+            [f"already complete (it ended on its condition at step {K}); nothing to do"] if complete else []
+        )
+        assert_bits_equal(carry, WHOLE["c"][K])
+        assert_same_output(out, ref)
+
+
+def test_a_resume_with_another_condition_is_refused_and_named(tmp_path):
+    out = tmp_path / "out.zarr"
+    write(out)
+    before = store_files(out)
+    with pytest.raises(ResumeError, match=r"different run \(until: .*until's closed-over limit changed\)"):
+        write(out, mode="resume", until=above(1.6))
+    with pytest.raises(ResumeError, match=r"different run \(until: stored '.*', now None\)"):
+        write(out, mode="resume", until=None)
+    plain = tmp_path / "plain.zarr"
+    write(plain, until=None)
+    with pytest.raises(ResumeError, match=r"different run \(until: stored None, now '.*until code:"):
+        write(plain, mode="resume")
+    with pytest.warns(
+        streamacc.errors.StreamaccWarning, match=rf"already complete \(it ended on its condition at step {K}\)"
+    ):
+        assert_bits_equal(write(out, mode="resume"), WHOLE["c"][K])
+    assert store_files(out) == before
+
+
+# --- extended past its end -------------------------------------------------------------------------------------------
+
+
+def test_an_output_extended_past_its_end_without_a_condition_is_the_run_of_the_whole_length(tmp_path):
+    out, ref = tmp_path / "out.zarr", tmp_path / "ref.zarr"
+    write(out)
+    carry = write(out, mode="extend", until=None)
+    assert_bits_equal(carry, WHOLE["c"][-1])
+    write(ref, until=None)
+    assert_same_output(out, ref)
+    assert streamacc.verify(out, step, INIT, XS).complete
+
+
+@pytest.mark.parametrize(
+    ("limit", "block_size"), [(2.0, 32), (1.0, 32), (2.0, 1024)], ids=["later", "held_before", "one_block"]
+)
+def test_an_output_extended_past_its_end_tests_its_new_condition_from_the_step_after(tmp_path, limit, block_size):
+    """The new condition is tested from step k + 1 on: one that held before ends the extension there."""
+    out = tmp_path / "out.zarr"
+    write(out, block_size=block_size)
+    then = first_step(limit, tested_from=K + 1)
+    carry = write(out, mode="extend", until=above(limit), block_size=block_size)
+    assert_bits_equal(carry, WHOLE["c"][then])
+    assert (then == K + 1) == (limit == 1.0)
+    assert_bits_equal({name: v.values for name, v in streamacc.open(out).data_vars.items()}, cut(then))
+    about = streamacc.info(out)
+    assert (about.ended_at, about.complete) == (then, True)
+    assert read_manifest(out)["identity"]["until_from"] == K + 1
+    assert streamacc.verify(out, step, INIT, XS, until=above(limit)).committed_steps == then + 1
+    with pytest.raises(ResumeError, match=r"length=\d+ is all of the \d+ steps it holds.*pass a length above"):
+        streamacc.write(out, step, INIT, XS[: then + 1], until=None, mode="extend", progress=False)
+
+
+def test_an_unrolled_output_extends_only_with_its_own_condition(tmp_path):
+    out = tmp_path / "out.zarr"
+    write(out, unroll=4)
+    before = store_files(out)
+    with pytest.raises(ResumeError, match=r"unroll=4, which compiles the condition into every step.*pass the until"):
+        write(out, unroll=4, mode="extend", until=None)
+    assert store_files(out) == before
+    want = streamacc.scan(step, INIT, XS, block_size=32, unroll=4, until=UNTIL)[1]["c"]
+    write(out, unroll=4, mode="extend")  # the same condition, tested from the step after its end
+    got = streamacc.open(out)["c"].values
+    assert len(got) > K + 1 and got[: K + 1].tobytes() == want.tobytes()
+
+
+def test_block_records_the_condition_as_a_frozen_dataclass_by_its_values(tmp_path):
+    """A condition may be a frozen dataclass, recorded by its fields, as a recipe's step is."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Above:
+        limit: float
+
+        def __call__(self, c, y):
+            return c > self.limit
+
+    out = tmp_path / "out.zarr"
+    write(out, until=Above(1.5))
+    assert streamacc.info(out).until.endswith("Above(limit=1.5)")
+    with pytest.raises(ResumeError, match=r"until: stored '.*Above\(limit=1\.5\)', now '.*Above\(limit=2\.0\)'"):
+        write(out, until=Above(2.0), mode="resume")
