@@ -283,6 +283,55 @@ def test_an_unrolled_output_extends_only_with_its_own_condition(tmp_path):
     assert len(got) > K + 1 and got[: K + 1].tobytes() == want.tobytes()
 
 
+# --- inside jit ------------------------------------------------------------------------------------------------------
+
+
+def growth(c, _):
+    c = c * 1.01 + 1e-3
+    return c, c
+
+
+def test_a_streams_loop_stops_after_the_block_where_its_condition_held(tmp_path):
+    """A length of 2**40 steps is only the most: the loop of blocks stops (as write's engine does), and the Stream
+    writes write's bytes, its carry the step's where the condition held."""
+    ys = np.asarray(lax.scan(growth, np.float64(1.0), length=1000)[1])
+    k = int(np.argmax(ys > 100.0))  # the step where the carry first passes 100
+    want = ys[k]
+    keywords = {"length": 2**40, "block_size": 64, "chunks": 32, "until": lambda c, y: c > 100.0, "unroll": 1}
+    with streamacc.Stream(tmp_path / "stream.zarr", growth, progress=False, **keywords) as stream:
+        carry = jax.jit(stream.scan)(np.float64(1.0))
+    assert float(carry) == want
+    written = streamacc.write(tmp_path / "write.zarr", growth, np.float64(1.0), progress=False, **keywords)
+    assert float(written) == want and streamacc.info(tmp_path / "write.zarr").ended_at == k
+    assert_same_output(tmp_path / "stream.zarr", tmp_path / "write.zarr")
+
+
+def run_stream(out, **keywords):
+    with streamacc.Stream(out, growth, progress=False, **STREAMED, **keywords) as stream:
+        return jax.jit(stream.scan)(np.float64(1.0))
+
+
+STREAMED = {"length": 1000, "block_size": 64, "chunks": 32, "until": lambda c, y: c > 100.0}
+
+
+def test_a_stream_killed_at_its_end_resumes_to_the_same_files(tmp_path):
+    """Killed at its last block's record (before the commit that says where it ended) and as its arrays are cut
+    there: the resumed Stream ends the output as the run never interrupted, and returns its carry."""
+    ref = tmp_path / "ref" / "out.zarr"
+    want = run_stream(ref)
+    writes: list[str] = []
+    with dies_at(0, writes):
+        run_stream(tmp_path / "dry" / "out.zarr")
+    last_record = max(i for i, what in enumerate(writes) if "records_" in what) + 1
+    for n in (last_record, writes.index("write y/zarr.json") + 1):
+        out = tmp_path / str(n) / "out.zarr"
+        with dies_at(n), pytest.raises(Exception, match=f"^{re.escape(writes[n - 1])}$"):
+            run_stream(out)
+        assert not read_manifest(out)["complete"]
+        assert_bits_equal(run_stream(out, mode="resume"), want)
+        assert_same_output(out, ref)
+
+
 def test_block_records_the_condition_as_a_frozen_dataclass_by_its_values(tmp_path):
     """A condition may be a frozen dataclass, recorded by its fields, as a recipe's step is."""
 
