@@ -135,6 +135,8 @@ def compute_block(plan: Plan, carry: Any, start: int, stop: int, *, pool: BlockP
     """Compute the single block ``[start, stop)`` from the carry entering it (a block task, or a check).
 
     With ``pool`` the block is computed into one of its buffers; release the block when done.
+    With a condition, the block runs to where the layout of the whole length ends it, and is
+    cut after the step where the condition held in it, if it did (``Block.ended``).
     """
     pool = BlockPool(0) if pool is None else pool
     return _hand_over(plan, pool, _dispatch(plan, pool, carry, start, stop))

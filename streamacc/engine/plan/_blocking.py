@@ -134,7 +134,7 @@ class Blocking:
     def last_steps(self) -> int:
         """Steps of the last block in index order (the first run when ``reverse``): the rest of the length,
         shorter than a block, or longer where a short tail under ``unroll`` joins it."""
-        return self.length - (self.block_count - 1) * self.size
+        return self.length - (block_count(self.length, self.size, self.unroll) - 1) * self.size
 
     def bounds(self, first: int = 0) -> Iterator[tuple[int, int]]:
         """The ``[start, stop)`` of each block in scan order from block ``first`` (the last cut at the ``end``)."""

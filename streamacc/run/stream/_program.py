@@ -316,37 +316,38 @@ def streamed(
             token = host_call(host.check, index, token, k_index, *ys, *loop.plain(carry), *found, ordered=ordered)
     hand = _handing_over(host, loop.index_dtype, how, n, 1 if tested else 0)
 
-    def one(index: Any, state: tuple[Any, Any, Any], start: Any, length: int) -> tuple[Any, Any, Any]:
-        carry, token, _ = state
+    # the loop's state: the carry, the token, and with a condition the step where it held in the last block
+    def one(index: Any, state: tuple[Any, ...], start: Any, length: int) -> tuple[Any, ...]:
+        carry, token = state[:2]
         after, ys, held = loop.run(length)(carry, _rows(xs, start, length), start)
         found = (held,) if tested else ()
-        return after, hand(token, index, *loop.plain(carry), *ys, *loop.plain(after), *found), held
+        return after, hand(token, index, *loop.plain(carry), *ys, *loop.plain(after), *found), *found
 
     count, size, odd = loop.blocking.block_count, loop.blocking.size, loop.blocking.last_steps
     last = count - 1  # the block of index count - 1 may be of another length
     full = count if odd == size else last  # the blocks of block_size steps
 
-    def body(state: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:
-        index, carry, token, held = state
+    def body(state: tuple[Any, ...]) -> tuple[Any, ...]:
+        index = state[0]
         k = last - index if loop.blocking.reverse else index  # the block's place in index order
-        return index + 1, *one(index, (carry, token, held), k * size, size)
+        return index + 1, *one(index, state[1:], k * size, size)
 
-    def going(state: tuple[Any, Any, Any, Any], end: int) -> Any:
+    def going(state: tuple[Any, ...], end: int) -> Any:
         """Whether the loop runs another block: one is left, and the condition has not held (a dynamic bound)."""
         more = state[0] < end
         return jnp.logical_and(more, state[3] < 0) if tested else more
 
-    def full_blocks(begin_at: Any, end: int, state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+    def full_blocks(begin_at: Any, end: int, state: tuple[Any, ...]) -> tuple[Any, ...]:
         if end <= 0:
             return state
-        begun = (jnp.asarray(begin_at, loop.index_dtype), *state)
-        looped = lax.while_loop(functools.partial(going, end=end), body, begun)
-        return looped[1], looped[2], looped[3]
+        looped = lax.while_loop(functools.partial(going, end=end), body, (jnp.asarray(begin_at, loop.index_dtype),
+                                                                           *state))  # fmt: skip
+        return tuple(looped[1:])
 
-    def odd_block(index: int, state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+    def odd_block(index: int, state: tuple[Any, ...]) -> tuple[Any, ...]:
         return one(jnp.asarray(index, loop.index_dtype), state, last * size, odd)
 
-    state = (carry, token, jnp.int32(-1))
+    state: tuple[Any, ...] = (carry, token, *((jnp.int32(-1),) if tested else ()))
     if odd == size:
         state = full_blocks(first, count, state)
     elif loop.blocking.reverse:  # the odd block runs first
@@ -354,9 +355,9 @@ def streamed(
         state = full_blocks(jnp.maximum(first, 1), count, state)
     else:
         state = full_blocks(first, full, state)
-        runs = jnp.logical_and(first <= last, state[2] < 0)  # not after the block where the condition held
+        runs = jnp.logical_and(first <= last, state[2] < 0) if tested else first <= last  # none after the end
         state = lax.cond(runs, lambda s: odd_block(last, s), lambda s: s, state)
-    carry, token, _ = state
+    carry, token = state[:2]
     structs = tuple(leaf.struct for leaf in loop.carry)
     final = host_call(host.finish, structs, token, *loop.plain(carry), ordered=ordered)
     return loop.wrapped(treedef, final)
