@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..base import DEFAULT_BLOCK_SIZE as DEFAULT_BLOCK_SIZE
     from .compute import (
         POOL_MIN_BYTES as POOL_MIN_BYTES,
+        PROBED as PROBED,
         SEAMS as SEAMS,
         Block as Block,
         BlockPool as BlockPool,
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
         same_leaves as same_leaves,
         scan as scan,
         to_host as to_host,
-        until_block_function as until_block_function,
+        until_block_functions as until_block_functions,
     )
     from .plan import (
         BLOCK_KEYWORDS as BLOCK_KEYWORDS,

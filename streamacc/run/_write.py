@@ -121,8 +121,8 @@ def write(
     Returns
     -------
     pytree of jax.Array
-        The carry after the last step (``lax.scan``'s first result), also when resuming a
-        run that was already complete.
+        The carry after the last step (``lax.scan``'s first result; with ``until``, the
+        step where it held), also when resuming a run that was already complete.
 
     Raises
     ------

@@ -1,8 +1,9 @@
 """Running a plan block by block: dispatch into the pool's buffers, hand over, the carry pass.
 
-A plan with a condition (``until``) runs each block with the step that tests it after each
-step (``until_fn``); the block where it first held is handed over cut after that step, with
-the carry that step left, and no block follows it.
+A plan with a condition (``until``) runs each block with the step that also tests it after
+each step (``probe_fn``); the block where it held is run again by the step that finds the
+first step where it held and holds the carry there (``until_fn``), and handed over with its
+ys cut after that step, with the carry that step left; no block follows it.
 """
 
 from __future__ import annotations
@@ -17,12 +18,20 @@ import numpy as np
 
 from ..plan import Plan, rows_in
 from ._block import Block
-from ._kernels import cached, carry_scan_fn, scan_fn, until_fn
+from ._kernels import PROBED, cached, carry_scan_fn, probe_fn, scan_fn, until_fn
 from ._pool import POOL_MIN_BYTES, BlockPool, _Lease, fresh_buffers, pool_size
 from ._rows import block_xs, let_go, spent_rows
 from ._scopes import jax_option
 
-__all__ = ["carry_pass", "compute_block", "compute_platform", "computes_ahead", "run_block", "run_plan"]
+__all__ = [
+    "carry_pass",
+    "compute_block",
+    "compute_platform",
+    "computes_ahead",
+    "found",
+    "run_block",
+    "run_plan",
+]
 
 
 CALLER_HELD = 1
@@ -39,7 +48,8 @@ class _Computed:
     carry: Any
     lease: _Lease | None  # its pool slot's lease (dropped unseen, it gives the slot back); None when XLA allocated out
     rows: tuple[weakref.ref[Any], ...]  # its host rows, let go of once its values are ready
-    first: jax.Array | None = None  # with a condition: the block's step where it first held (-1: none)
+    found: jax.Array | None = None  # with a condition: whether it held (see run_block)
+    carry_in: Any = None  # with a condition: the carry entering the block
 
 
 def _dispatch(plan: Plan, pool: BlockPool, carry: Any, start: int, stop: int) -> _Computed:
@@ -47,8 +57,10 @@ def _dispatch(plan: Plan, pool: BlockPool, carry: Any, start: int, stop: int) ->
     xs = block_xs(plan, start, stop)
     lease = pool.acquire() if stop - start == plan.block_size else None  # only full blocks share buffers
     buffers = pool.buffers(lease, plan.out_structs(stop - start))
-    carry, out, first = run_block(plan, carry, xs, stop - start, buffers, start=start)
-    return _Computed(start, stop, out, carry, lease, spent_rows(plan, xs, stop - start), first)
+    entering = carry
+    carry, out, where = run_block(plan, carry, xs, stop - start, buffers, start=start)
+    tested = None if where is None else entering
+    return _Computed(start, stop, out, carry, lease, spent_rows(plan, xs, stop - start), where, tested)
 
 
 def _runs_to(plan: Plan, start: int, stop: int) -> int:
@@ -61,41 +73,54 @@ def run_block(
     plan: Plan, carry: Any, xs: Any, length: int, out: list[jax.Array] | None, *, start: int = 0
 ) -> tuple[Any, list[jax.Array], jax.Array | None]:
     """One block of ``length`` steps from ``carry`` (beginning at step ``start``): its carry and ys, written into
-    the donated ``out``, and, with a condition, the block's step where it first held (-1: none; else None).
+    the donated ``out``, and with a condition whether it held: -1 after none of the block's steps, ``PROBED``
+    after one (:func:`found` finds it); None without a condition.
 
     ``out`` is None only for ys without zero buffers (a PRNG key's); XLA allocates those.
     """
     if plan.until is not None:
-        tested = (plan.f, plan.until.predicate, length, plan.unroll)
-        armed = np.int32(min(max(plan.until.armed - start, 0), length))
-        if out is None:
-            return cached(until_fn, *tested, False, plan.save_every)(carry, xs, armed)
-        return cached(until_fn, *tested, True, plan.save_every)(carry, xs, armed, out)
+        armed = _armed(plan, start, length)
+        probe = cached(probe_fn, plan.f, plan.until.predicate, length, plan.unroll, out is not None, plan.save_every,
+                       bool(armed))  # fmt: skip
+        given = (np.int32(armed),) if armed else ()
+        return probe(carry, xs, *given) if out is None else probe(carry, xs, *given, out)
     shape = (plan.f, length, plan.unroll, plan.reverse)
     if out is None:
         return *cached(scan_fn, *shape, False, plan.save_every)(carry, xs), None
     return *cached(scan_fn, *shape, True, plan.save_every)(carry, xs, out), None
 
 
-def _ended(first: jax.Array | None) -> int | None:
-    """The block's step where its condition first held, or None (none held, or the plan has none)."""
-    if first is None:
-        return None
+def _armed(plan: Plan, start: int, length: int) -> int:
+    """The first step of the block beginning at ``start`` that its condition is tested on (0 but in an extension)."""
+    assert plan.until is not None
+    return min(max(plan.until.armed - start, 0), length)
+
+
+def found(plan: Plan, where: jax.Array | None, carry: Any, start: int, stop: int) -> tuple[int | None, Any]:
+    """The block's step where the condition first held (None: none, or no condition), and the carry that step
+    left: the block run again from ``carry``, the carry entering it (its rows of the inputs read again), by the
+    step that finds that step and holds the carry there."""
+    if where is None or int(where) != PROBED:
+        return None, None
+    assert plan.until is not None  # only a plan with a condition probes
+    finder = cached(until_fn, plan.f, plan.until.predicate, stop - start, plan.unroll, False, plan.save_every)
+    held, _, first = finder(carry, block_xs(plan, start, stop), np.int32(_armed(plan, start, stop - start)))
     k = int(first)
-    return k if k >= 0 else None
+    return (k, held) if k >= 0 else (None, None)
 
 
 def _hand_over(plan: Plan, pool: BlockPool, done: _Computed) -> Block:
     hosts = pool.hand_over(done.lease, done.out)
     let_go(done.rows)
-    stop, k = done.stop, _ended(done.first)
-    if k is not None:  # cut after the step where the condition held: its rows, no more
-        stop = done.start + k + 1
+    stop, carry = done.stop, done.carry
+    k, held = found(plan, done.found, done.carry_in, done.start, done.stop)
+    if k is not None:  # cut after the step where the condition held: its rows, no more, and its carry
+        stop, carry = done.start + k + 1, held
         kept = len(range(*rows_in(done.start, stop, plan.save_every)))
         hosts = [host[:kept] for host in hosts]
     ys = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(plan.y_struct), hosts)
     release = None if done.lease is None else done.lease.release
-    return Block(done.start, stop, ys, done.carry, release, save_every=plan.save_every, ended=k is not None)
+    return Block(done.start, stop, ys, carry, release, save_every=plan.save_every, ended=k is not None)
 
 
 def carry_pass(
@@ -124,8 +149,11 @@ def carry_pass(
         else:  # the block function itself (its kept rows are few): the carry has its bits by construction
             n = stop - start
             out = spare[n] if n in spare else fresh_buffers(plan.out_structs(n))
-            carry, spare[n], first = run_block(plan, carry, xs, n, out, start=start)
-            k = _ended(first)
+            entering = carry
+            carry, spare[n], where = run_block(plan, carry, xs, n, out, start=start)
+            k, held = found(plan, where, entering, start, stop)
+            if k is not None:
+                carry = held
         yield start, stop if k is None else start + k + 1, carry
         if k is not None:
             return
@@ -219,10 +247,12 @@ def run_plan(
         done = _dispatch(plan, pool, carry, start, stop)
         carry = done.carry
         if pending is not None:
-            ended = _ended(pending.first) is not None
-            # handed over without a local name: the generator must not keep the block's
+            block = _hand_over(plan, pool, pending)
+            ended = block.ended
+            yield block
+            # dropped before the next block is dispatched: the generator must not keep the block's
             # views alive while it computes the next one, or its buffer could not be reused
-            yield _hand_over(plan, pool, pending)
+            del block
             if ended:
                 return  # the block dispatched after the one where the condition held is dropped unseen
         pending = done

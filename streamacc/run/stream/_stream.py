@@ -405,8 +405,10 @@ class Stream:
                 "the run's identity cannot record; pass it in the carry instead, where every block records it "
                 f"(JAX: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})"
             ) from exc
-        # the host's copies; in the program, its ys and a block to spare for XLA's own
-        session.check_memory(planned.plan, host=self.inflight, program=2, asked=scan_spec.block_size,
+        # the host's copies; in the program, its ys and a block to spare for XLA's own (and with a condition, the
+        # ys of the block run again to find the step where it held)
+        program = 2 if planned.plan.until is None else 3
+        session.check_memory(planned.plan, host=self.inflight, program=program, asked=scan_spec.block_size,
                              who="this stream")  # fmt: skip
         return planned, recorded
 
