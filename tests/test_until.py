@@ -309,7 +309,7 @@ def test_a_streams_loop_stops_after_the_block_where_its_condition_held(tmp_path)
 
 
 def run_stream(out, **keywords):
-    with streamacc.Stream(out, growth, progress=False, **STREAMED, **keywords) as stream:
+    with streamacc.Stream(out, growth, progress=False, **{**STREAMED, **keywords}) as stream:
         return jax.jit(stream.scan)(np.float64(1.0))
 
 
@@ -334,7 +334,22 @@ def test_a_stream_killed_at_its_end_resumes_to_the_same_files(tmp_path):
         assert_same_output(out, ref)
 
 
-def test_block_records_the_condition_as_a_frozen_dataclass_by_its_values(tmp_path):
+def test_a_stream_extends_an_output_past_its_end_as_write_does(tmp_path):
+    """Its program tests the new condition from the step after the old end (in the block holding it), as write's
+    engine does: the same files."""
+    stream, written = tmp_path / "stream.zarr", tmp_path / "write.zarr"
+    run_stream(stream)
+    streamacc.write(written, growth, np.float64(1.0), progress=False, **STREAMED)
+    further = {**STREAMED, "until": lambda c, y: c > 120.0, "mode": "extend"}
+    carry = run_stream(stream, **further)
+    assert_bits_equal(carry, streamacc.write(written, growth, np.float64(1.0), progress=False, **further))
+    ys = np.asarray(lax.scan(growth, np.float64(1.0), length=1000)[1])
+    then = int(np.argmax(ys > 120.0))  # the condition holds after every step from there: none before the old end
+    assert float(carry) == ys[then] and streamacc.info(stream).ended_at == then
+    assert_same_output(stream, written)
+
+
+def test_a_condition_that_is_a_frozen_dataclass_is_recorded_by_its_values(tmp_path):
     """A condition may be a frozen dataclass, recorded by its fields, as a recipe's step is."""
 
     @dataclasses.dataclass(frozen=True)

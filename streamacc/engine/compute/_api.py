@@ -90,7 +90,8 @@ def iter_blocks(
         runs it all. The ys are those of one ``lax.scan`` over the whole length, cut
         after step ``k``; with ``unroll`` > 1, XLA compiles the unrolled steps together
         with the condition, which can change the last bits of some steps, as another
-        unroll can. Hashable, as ``f``; not with ``reverse``.
+        unroll can, and the carry of step ``k`` is the one its block gives when it runs
+        again to find ``k``. Hashable, as ``f``; not with ``reverse``.
 
     Yields
     ------

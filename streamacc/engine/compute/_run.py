@@ -23,15 +23,7 @@ from ._pool import POOL_MIN_BYTES, BlockPool, _Lease, fresh_buffers, pool_size
 from ._rows import block_xs, let_go, spent_rows
 from ._scopes import jax_option
 
-__all__ = [
-    "carry_pass",
-    "compute_block",
-    "compute_platform",
-    "computes_ahead",
-    "found",
-    "run_block",
-    "run_plan",
-]
+__all__ = ["carry_pass", "compute_block", "compute_platform", "computes_ahead", "run_block", "run_plan"]
 
 
 CALLER_HELD = 1
@@ -48,7 +40,7 @@ class _Computed:
     carry: Any
     lease: _Lease | None  # its pool slot's lease (dropped unseen, it gives the slot back); None when XLA allocated out
     rows: tuple[weakref.ref[Any], ...]  # its host rows, let go of once its values are ready
-    found: jax.Array | None = None  # with a condition: whether it held (see run_block)
+    probed: jax.Array | None = None  # with a condition: whether it held (see run_block)
     carry_in: Any = None  # with a condition: the carry entering the block
 
 
@@ -113,7 +105,7 @@ def _hand_over(plan: Plan, pool: BlockPool, done: _Computed) -> Block:
     hosts = pool.hand_over(done.lease, done.out)
     let_go(done.rows)
     stop, carry = done.stop, done.carry
-    k, held = found(plan, done.found, done.carry_in, done.start, done.stop)
+    k, held = found(plan, done.probed, done.carry_in, done.start, done.stop)
     if k is not None:  # cut after the step where the condition held: its rows, no more, and its carry
         stop, carry = done.start + k + 1, held
         kept = len(range(*rows_in(done.start, stop, plan.save_every)))
