@@ -73,7 +73,8 @@ def write(
         arrays); only one block's rows are read at a time.
     length : int, optional
         The number of steps, at least 1; required without ``xs``, and equal to its length
-        with it (``xs`` of no rows are refused, as ``length=0`` is).
+        with it (``xs`` of no rows are refused, as ``length=0`` is). With ``until``, the
+        most the run takes.
     mode : {"create", "overwrite", "resume", "extend"}, default "create"
         What to do with an output that is already there. ``"create"`` refuses it;
         ``"overwrite"`` starts afresh; ``"resume"`` continues an interrupted run with

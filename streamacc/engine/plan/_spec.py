@@ -39,7 +39,8 @@ class ScanSpec:
     xs : pytree of arrays, optional
         Inputs sliced along their first axis, one row per step.
     length : int, optional
-        The number of steps; required without ``xs``, equal to its length with it.
+        The number of steps; required without ``xs``, equal to its length with it (with
+        ``until``, the most the scan runs).
     block_size : int, optional
         Steps per block; by default each entry point sizes blocks by bytes (about 8 MiB
         of ys in memory, 32 MiB when writing).

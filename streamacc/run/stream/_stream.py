@@ -105,7 +105,8 @@ class Stream:
         using no value traced in the program (pass those in the carry): its code and the
         values it uses are part of the run's identity. Each leaf of ``y`` becomes an array.
     length : int
-        The number of steps, at least 1 (equal to the length of ``xs``, where given).
+        The number of steps, at least 1 (equal to the length of ``xs``, where given); with
+        ``until``, the most the run takes.
     mode : {"create", "overwrite", "resume", "extend"}, default "create"
         What to do with an output that is already there, as for :func:`~streamacc.write`.
     layout : Layout, optional
