@@ -82,7 +82,13 @@ def test_a_scan_ends_after_the_first_step_where_its_condition_holds(block_size, 
     assert_bits_equal(blocks[-1].carry, WHOLE["c"][K])
 
 
-def test_a_condition_that_never_holds_runs_the_whole_length_and_one_that_holds_at_once_keeps_one_step():
+def test_a_condition_that_never_holds_runs_the_whole_length_and_one_that_holds_at_once_keeps_one_step(tmp_path):
+    for limit, k in ((100.0, None), (0.0, 0)):
+        out = tmp_path / f"{limit}.zarr"
+        write(out, until=above(limit))
+        about = streamacc.info(out)
+        assert (about.complete, about.ended_at, about.committed_steps) == (True, k, 600 if k is None else 1)
+        assert_bits_equal(streamacc.open(out)["c"].values, WHOLE["c"] if k is None else WHOLE["c"][:1])
     carry, ys = streamacc.scan(step, INIT, XS, block_size=64, until=above(100.0))
     assert_bits_equal(ys, WHOLE) and assert_bits_equal(carry, WHOLE["c"][-1])
     carry, ys = streamacc.scan(step, INIT, XS, block_size=64, until=above(0.0))
