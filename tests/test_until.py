@@ -76,7 +76,7 @@ def test_a_scan_ends_after_the_first_step_where_its_condition_holds(block_size, 
     carry, ys = streamacc.scan(step, INIT, XS, block_size=block_size, save_every=every, until=UNTIL, unroll=1)
     assert_bits_equal(ys, cut(K, every))
     assert_bits_equal(carry, WHOLE["c"][K])  # the carry step k left
-    blocks = list(streamacc.iter_blocks(step, INIT, XS, block_size=block_size, save_every=every, until=UNTIL))
+    blocks = list(streamacc.iter_blocks(step, INIT, XS, block_size=block_size, save_every=every, until=UNTIL, unroll=1))
     assert [b.ended for b in blocks] == [False] * (len(blocks) - 1) + [True]
     assert blocks[-1].stop == K + 1 and blocks[-1].start <= K and len(blocks) == K // block_size + 1
     assert_bits_equal(blocks[-1].carry, WHOLE["c"][K])
@@ -89,11 +89,11 @@ def test_a_condition_that_never_holds_runs_the_whole_length_and_one_that_holds_a
         about = streamacc.info(out)
         assert (about.complete, about.ended_at, about.committed_steps) == (True, k, 600 if k is None else 1)
         assert_bits_equal(streamacc.open(out)["c"].values, WHOLE["c"] if k is None else WHOLE["c"][:1])
-    carry, ys = streamacc.scan(step, INIT, XS, block_size=64, until=above(100.0))
+    carry, ys = streamacc.scan(step, INIT, XS, block_size=64, until=above(100.0), unroll=1)
     assert_bits_equal(ys, WHOLE) and assert_bits_equal(carry, WHOLE["c"][-1])
-    carry, ys = streamacc.scan(step, INIT, XS, block_size=64, until=above(0.0))
+    carry, ys = streamacc.scan(step, INIT, XS, block_size=64, until=above(0.0), unroll=1)
     assert_bits_equal(ys, cut(0)) and assert_bits_equal(carry, WHOLE["c"][0])
-    assert [(b.start, b.stop, b.ended) for b in streamacc.iter_blocks(step, INIT, XS, until=above(0.0))] == [
+    assert [(b.start, b.stop, b.ended) for b in streamacc.iter_blocks(step, INIT, XS, until=above(0.0), unroll=1)] == [
         (0, 1, True)
     ]
 
@@ -106,7 +106,9 @@ def test_a_pytree_carry_is_held_as_the_step_where_the_condition_held_left_it():
         c, y = step(c, x)
         return (c, n + 1), y
 
-    (c, n), ys = streamacc.scan(counted, (INIT, np.int64(0)), XS, block_size=50, until=lambda carry, y: y["c"] > 1.5)
+    (c, n), ys = streamacc.scan(
+        counted, (INIT, np.int64(0)), XS, block_size=50, unroll=1, until=lambda carry, y: y["c"] > 1.5
+    )
     assert int(n) == K + 1 and float(c) == WHOLE["c"][K]
     assert_bits_equal(ys, cut(K))
 
@@ -177,7 +179,7 @@ def test_an_output_that_ended_holds_its_steps_alone_for_every_reader(tmp_path):
     assert_bits_equal({name: v.values for name, v in streamacc.open(out).data_vars.items()}, cut(K))
     assert xr.open_zarr(out)["c"].shape == (K + 1,) and zarr.open_group(str(out))["sq"].shape == (K + 1,)
     # the chunks are those of a run of k + 1 steps: the last one padded with the fill value, no step after k stored
-    streamacc.write(plain, step, INIT, XS[: K + 1], block_size=32, chunks=16, progress=False)
+    streamacc.write(plain, step, INIT, XS[: K + 1], block_size=32, chunks=16, unroll=1, progress=False)
     for name in ("c", "sq"):
         chunks = {key: data for key, data in store_files(out).items() if key.startswith(f"{name}/c/")}
         assert chunks == {key: data for key, data in store_files(plain).items() if key.startswith(f"{name}/c/")}
@@ -275,7 +277,7 @@ def test_an_output_extended_past_its_end_tests_its_new_condition_from_the_step_a
     assert read_manifest(out)["identity"]["until_from"] == K + 1
     assert streamacc.verify(out, step, INIT, XS, until=above(limit)).committed_steps == then + 1
     with pytest.raises(ResumeError, match=r"length=\d+ is all of the \d+ steps it holds.*pass a length above"):
-        streamacc.write(out, step, INIT, XS[: then + 1], until=None, mode="extend", progress=False)
+        streamacc.write(out, step, INIT, XS[: then + 1], until=None, mode="extend", unroll=1, progress=False)
 
 
 def test_an_unrolled_output_extends_only_with_its_own_condition(tmp_path):
@@ -319,7 +321,7 @@ def run_stream(out, **keywords):
         return jax.jit(stream.scan)(np.float64(1.0))
 
 
-STREAMED = {"length": 1000, "block_size": 64, "chunks": 32, "until": lambda c, y: c > 100.0}
+STREAMED = {"length": 1000, "block_size": 64, "chunks": 32, "unroll": 1, "until": lambda c, y: c > 100.0}
 
 
 def test_a_stream_killed_at_its_end_resumes_to_the_same_files(tmp_path):
