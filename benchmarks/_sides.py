@@ -83,7 +83,36 @@ def make_input(path: str, n: int) -> dict[str, Any]:
     return {"n": n}
 
 
-SIDES = {"carry": carry, "slices": slices, "read": read, "make_input": make_input}
+def never_held(x: Any, y: Any) -> Any:
+    """A condition that is one comparison and never holds: the run goes on to its length."""
+    return x < 0.0
+
+
+def until(mode: str, steps: int, condition: bool, out: str = "") -> dict[str, Any]:
+    """The headline's job (the ``gp`` recipe's float64 step and unroll) with a condition that never holds, or none:
+    ``mode`` ``"write"``, ``streamacc.write`` into ``out`` as ``streamacc write OUT --size N`` writes it; ``"blocks"``,
+    ``iter_blocks`` consumed in memory (the compute alone). ``run_s`` excludes importing JAX and streamacc."""
+    import jax
+
+    import streamacc
+    from streamacc.recipes import get_recipe
+
+    jax.config.update("jax_enable_x64", True)
+    job = get_recipe("gp").build(steps, "float64")
+    condition_given = {"until": never_held} if condition else {}
+    t0 = time.perf_counter()
+    if mode == "write":
+        attrs = {**job.attrs, "dtype": "float64"}  # as the command line records them
+        streamacc.write(out, job.f, job.init, length=steps, unroll=job.unroll, names=job.names, attrs=attrs,
+                        progress=False, **condition_given)  # fmt: skip
+        last = None
+    else:
+        for block in streamacc.iter_blocks(job.f, job.init, length=steps, unroll=job.unroll, **condition_given):
+            last = float(block.carry)
+    return {"run_s": time.perf_counter() - t0, **({"final": last} if last is not None else {})}
+
+
+SIDES = {"carry": carry, "slices": slices, "read": read, "make_input": make_input, "until": until}
 
 if __name__ == "__main__":
     print(json.dumps(SIDES[sys.argv[1]](**json.loads(sys.argv[2]))))

@@ -1,10 +1,13 @@
-"""What the window summaries cost: the write with and without them, and their reductions alone."""
+"""What the window summaries cost: the write with and without them, and their reductions alone; and what a
+run's condition (``until``) costs: the write, and the compute alone, with one that never holds and without."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from _harness import chunk_digest
@@ -50,6 +53,53 @@ def test_summaries_cost(scenario, size):
     if "ref" in med:
         extra = med["ref"]["CPU s"] / base["CPU s"] - 1
         scenario.figures["ref's extra CPU over no summaries %"] = round(100 * extra, 1)
+    assert scenario.figures["data chunks identical"]
+
+
+def until(**kw: object) -> list:
+    return [sys.executable, Path(__file__).resolve().parent / "_sides.py", "until", json.dumps(kw)]
+
+
+@pytest.mark.benchmark(group="until-cost")
+@pytest.mark.sizes("2**20")
+def test_until_cost(scenario, size):
+    """The headline's job with a condition that is one comparison and never holds (``x < 0``, so the whole
+    length runs), and without one, alternating: ``streamacc.write`` (the whole write, chunks, summaries and
+    commits) and ``iter_blocks`` consumed in memory (the compute alone); the medians of their wall and CPU, the
+    ratios with to without, round by round, and whether the two writes' data chunks are the same bytes."""
+    steps = parse_int(size, name="--size")
+    sides = {
+        "write, until": {"mode": "write", "condition": True},
+        "write": {"mode": "write", "condition": False},
+        "blocks, until": {"mode": "blocks", "condition": True},
+        "blocks": {"mode": "blocks", "condition": False},
+    }
+    digests: dict[str, str] = {}
+
+    def one_round(i: int) -> None:
+        order = list(sides.items())
+        for name, kw in order if i % 2 == 0 else reversed(order):
+            out = scenario.folder / f"{name.replace(', ', '-')}.zarr"
+            shutil.rmtree(out, ignore_errors=True)
+            scenario.run(until(steps=steps, out=str(out), **kw), name, round=i + 1)
+            if kw["mode"] == "write":
+                digests[name] = chunk_digest(out)
+                shutil.rmtree(out)
+
+    scenario.rounds(one_round, default=3)
+    for base in ("write", "blocks"):
+        med = {name: scenario.medians(name, "wall s", "CPU s", "run_s") for name in (f"{base}, until", base)}
+        mine = [r for r in scenario.rows if r["side"] == f"{base}, until"]
+        theirs = [r for r in scenario.rows if r["side"] == base]
+        ratios = [round(a["run_s"] / b["run_s"], 3) for a, b in zip(mine, theirs, strict=True)]
+        scenario.figures.update({
+            f"{base}: median run s, until": round(med[f"{base}, until"]["run_s"], 2),
+            f"{base}: median run s, none": round(med[base]["run_s"], 2),
+            f"{base}: until / none, run s (medians)": round(med[f"{base}, until"]["run_s"] / med[base]["run_s"], 3),
+            f"{base}: until / none, CPU (medians)": round(med[f"{base}, until"]["CPU s"] / med[base]["CPU s"], 3),
+            f"{base}: until / none, run s (each round)": ", ".join(map(str, ratios)),
+        })  # fmt: skip
+    scenario.figures["data chunks identical"] = digests["write, until"] == digests["write"]
     assert scenario.figures["data chunks identical"]
 
 

@@ -222,3 +222,16 @@ def test_the_runs_own_summary_writes_are_no_debris_of_a_killed_worker(tmp_path, 
     f = lambda c, _: (c * 1.5 + 1.0, c)  # noqa: E731
     local, remote = write_both(tmp_path, client, f, np.float64(0.0), length=1024, block_size=256)
     assert_same_output(remote, local)
+
+
+def test_a_run_that_ends_on_its_condition_is_the_single_process_run(tmp_path, client):
+    """The carry pass finds the block where the condition held and stops there; its task cuts it there too."""
+    xs = np.random.default_rng(6).normal(size=2000)
+
+    def step(c, x):
+        c = 0.99 * c + 0.1 * x
+        return c, c
+
+    local, remote = write_both(tmp_path, client, step, np.float64(0.0), xs, block_size=128, until=lambda c, y: c > 0.9)
+    assert_same_output(remote, local)
+    assert 128 < streamacc.info(remote).ended_at < 1999

@@ -117,7 +117,7 @@ def test_write_takes_few_parameters_and_its_keywords_are_those_of_its_objects():
     where = {field.name for field in (*dataclasses.fields(streamacc.Local), *dataclasses.fields(streamacc.Dask))}
     assert set(keywords.__annotations__) == scan | layout | where
     assert set(parameters) - {"keywords"} == {
-        "store", "f", "init", "xs", "length", "mode", "layout", "executor", "storage_options", "progress",
+        "store", "f", "init", "xs", "length", "mode", "layout", "executor", "storage_options", "progress", "until",
     }  # fmt: skip
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..base import DEFAULT_BLOCK_SIZE as DEFAULT_BLOCK_SIZE
     from .compute import (
         POOL_MIN_BYTES as POOL_MIN_BYTES,
+        PROBED as PROBED,
         SEAMS as SEAMS,
         Block as Block,
         BlockPool as BlockPool,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
         same_leaves as same_leaves,
         scan as scan,
         to_host as to_host,
+        until_block_functions as until_block_functions,
     )
     from .plan import (
         BLOCK_KEYWORDS as BLOCK_KEYWORDS,
@@ -48,9 +50,11 @@ if TYPE_CHECKING:
         BlockKeywords as BlockKeywords,
         Carry as Carry,
         Plan as Plan,
+        Predicate as Predicate,
         ScanKeywords as ScanKeywords,
         ScanSpec as ScanSpec,
         Step as Step,
+        Until as Until,
         as_spec as as_spec,
         block_bounds as block_bounds,
         block_count as block_count,
@@ -66,6 +70,7 @@ if TYPE_CHECKING:
         rows_in as rows_in,
         step_of as step_of,
         step_program as step_program,
+        until_of as until_of,
         x64_scope as x64_scope,
     )
 

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Unpack
 
-from ..engine import Carry, ScanSpec, as_spec, from_host, to_host
+from ..engine import Carry, Predicate, ScanSpec, as_spec, from_host, to_host
 from .execute import Dask, Local, WriteKeywords, executor_for, split_keywords
 from .output import Layout, Mode, check_request, check_written_length, plan_output
 from .recompute import check_resumable, recomputed_rows
@@ -40,6 +40,7 @@ def write(
     executor: Local | Dask | None = None,
     storage_options: dict[str, Any] | None = None,
     progress: bool = True,
+    until: Predicate | None = None,
     **keywords: Unpack[WriteKeywords],
 ) -> Carry:
     """Run ``jax.lax.scan(f, init, xs, length)`` block by block into a Zarr group; return the final carry.
@@ -72,7 +73,8 @@ def write(
         arrays); only one block's rows are read at a time.
     length : int, optional
         The number of steps, at least 1; required without ``xs``, and equal to its length
-        with it (``xs`` of no rows are refused, as ``length=0`` is).
+        with it (``xs`` of no rows are refused, as ``length=0`` is). With ``until``, the
+        most the run takes.
     mode : {"create", "overwrite", "resume", "extend"}, default "create"
         What to do with an output that is already there. ``"create"`` refuses it;
         ``"overwrite"`` starts afresh; ``"resume"`` continues an interrupted run with
@@ -90,6 +92,19 @@ def write(
         fsspec options for a URL ``store`` (endpoint, credentials).
     progress : bool, default True
         Show a progress bar on a terminal.
+    until : callable, optional
+        The run's condition, ``until(carry, y) -> bool``: a JAX function of the carry after
+        a step and that step's y that returns one boolean, tested after each step. The run
+        ends after the first step ``k`` where it holds, that step included, and ``length``
+        (or the length of ``xs``) is the most it runs. The output then holds steps ``0`` to
+        ``k``, its arrays ``k + 1`` rows long (of ``save_every``-th steps, ``(k + 1) //
+        save_every``), is complete, and :func:`~streamacc.info` says where it ended; the carry
+        returned is the one step ``k`` left. Its code and the values it uses are part of the
+        run's identity, as ``f``'s are: a resume with another condition is refused. With
+        ``mode="extend"`` the output continues past the step where it ended, to a longer
+        ``length``, with the condition given then (tested from the step after, or none).
+        Not with ``reverse`` nor a virtual output. See the guide's page "Runs that end on a
+        condition".
     **keywords
         The keywords of :class:`~streamacc.ScanSpec` (``block_size``, ``unroll``,
         ``reverse``, ``save_every``), of :class:`~streamacc.Layout` (``names``, ``dims``,
@@ -110,8 +125,8 @@ def write(
     Returns
     -------
     pytree of jax.Array
-        The carry after the last step (``lax.scan``'s first result), also when resuming a
-        run that was already complete.
+        The carry after the last step (``lax.scan``'s first result; with ``until``, the
+        step where it held), also when resuming a run that was already complete.
 
     Raises
     ------
@@ -145,7 +160,7 @@ def write(
     scan_keywords, layout, where = split_keywords(layout, executor, keywords)
     if length is not None:
         check_written_length(length)  # before the scan's own check, which takes 0
-    scan_spec = as_spec(f, init, xs, length=length, **scan_keywords)
+    scan_spec = as_spec(f, init, xs, length=length, until=until, **scan_keywords)
     planned = plan_output(scan_spec, check_request(mode=mode, layout=layout, reverse=scan_spec.reverse), store,
                           storage_options)  # fmt: skip
     plan, request, spec, stored = planned.plan, planned.request, planned.spec, planned.stored
@@ -172,7 +187,8 @@ def write(
         session.bar.begin(done)
         output.warn_nonfinite(before=True)  # found by the run this one continues: said once, as it starts
         with session.translated():
-            blocks.run(plan, output)
+            if not output.ended:  # a run that ended on its condition has only its finish left
+                blocks.run(plan, output)
             session.finish()
     carry: Carry = from_host(output.carry, plan.init)
     return carry

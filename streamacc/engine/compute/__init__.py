@@ -20,7 +20,11 @@ if TYPE_CHECKING:
     from ._api import iter_blocks as iter_blocks, scan as scan
     from ._block import Block as Block
     from ._carry import HostLeaf as HostLeaf, from_host as from_host, same_leaves as same_leaves, to_host as to_host
-    from ._kernels import block_function as block_function
+    from ._kernels import (
+        PROBED as PROBED,
+        block_function as block_function,
+        until_block_functions as until_block_functions,
+    )
     from ._memory import check_memory as check_memory
     from ._pool import POOL_MIN_BYTES as POOL_MIN_BYTES, BlockPool as BlockPool, PoolStats as PoolStats
     from ._run import (

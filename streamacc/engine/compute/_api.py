@@ -11,7 +11,7 @@ import numpy.typing as npt
 
 from ...base import as_count
 from ...errors import InputError, arg
-from ..plan import Carry, ScanSpec, Step, as_spec, same_carry
+from ..plan import Carry, Plan, Predicate, ScanSpec, Step, as_spec, same_carry
 from ._block import Block
 from ._memory import check_memory, physical_memory, too_big
 from ._pool import pool_size
@@ -32,6 +32,7 @@ def iter_blocks(
     save_every: int = 1,
     carry: Any = None,
     first_block: int = 0,
+    until: Predicate | None = None,
 ) -> Iterator[Block]:
     """Run ``lax.scan(f, init, xs, length)`` block by block in bounded memory, yielding each block.
 
@@ -83,6 +84,18 @@ def iter_blocks(
     first_block : int, default 0
         The block to start from, in scan order: with the carry that entered it, the
         blocks from there on are those of the whole run, bit for bit.
+    until : callable, optional
+        The scan's condition, ``until(carry, y) -> bool``: a JAX function of the carry
+        after a step and that step's y (as ``f`` returns them) that returns one boolean.
+        It is tested after each step, and the scan ends after the first step ``k`` where
+        it holds, that step included: the last block stops at ``k + 1``, its ``carry``
+        is the carry step ``k`` left, and its ``ended`` is True. ``length`` (or the
+        length of ``xs``) is then the most the scan runs: a condition that never holds
+        runs it all. The ys are those of one ``lax.scan`` over the whole length, cut
+        after step ``k``; with ``unroll`` > 1, XLA compiles the unrolled steps together
+        with the condition, which can change the last bits of some steps, as another
+        unroll can, and the carry of step ``k`` is the one its block gives when it runs
+        again to find ``k``. Hashable, as ``f``; not with ``reverse``.
 
     Yields
     ------
@@ -116,8 +129,9 @@ def iter_blocks(
     8192 10000 (1808,) 1.0001000049...
     """
     spec = as_spec(
-        f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every
-    )
+        f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every,
+        until=until,
+    )  # fmt: skip
     plan = spec.plan()
     check_memory(plan, pool_size(CALLER_HELD, ahead=computes_ahead()), asked=spec.block_size, who="iter_blocks")
     first = as_count("first_block", first_block, minimum=0)
@@ -141,6 +155,7 @@ def scan(
     unroll: int | bool | None = None,
     reverse: bool = False,
     save_every: int = 1,
+    until: Predicate | None = None,
 ) -> tuple[Carry, Any]:
     """``jax.lax.scan`` computed block by block, with ``ys`` assembled in host memory.
 
@@ -170,11 +185,15 @@ def scan(
         Scan from the last step to the first, as ``lax.scan(reverse=True)``.
     save_every : int, default 1
         Keep the ys of every ``save_every``-th step only: ``lax.scan(...)[1][k-1::k]``.
+    until : callable, optional
+        The scan's condition, ``until(carry, y) -> bool``, tested after each step: the
+        scan ends after the first step where it holds, and ``length`` is the most it
+        runs (see :func:`iter_blocks`).
 
     Returns
     -------
     carry : pytree of jax.Array
-        The carry after the last step.
+        The carry after the last step (the step where ``until`` held, where it did).
     ys : pytree of numpy.ndarray
         The ys of every step (or of every ``save_every``-th), stacked along a leading axis.
 
@@ -201,11 +220,20 @@ def scan(
     array([ 1.,  3.,  6., 10., 15., 21., 28., 36., 45., 55.], dtype=float32)
     >>> bool((ys == jax.lax.scan(step, np.float32(0), xs)[1]).all())
     True
+
+    A scan that ends on a condition, here once the total passes 20:
+
+    >>> carry, ys = streamacc.scan(step, np.float32(0), xs, until=lambda total, y: total > 20)
+    >>> ys, float(carry)
+    (array([ 1.,  3.,  6., 10., 15., 21.], dtype=float32), 21.0)
     """
     spec = as_spec(
-        f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every
-    )
+        f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every,
+        until=until,
+    )  # fmt: skip
     plan = spec.plan()
+    if plan.until is not None:
+        return _scan_until(plan, spec)
 
     def empty(s: jax.ShapeDtypeStruct) -> npt.NDArray[Any]:
         return np.empty((plan.rows, *s.shape), dtype=s.dtype)
@@ -230,3 +258,24 @@ def scan(
         carry = block.carry
         block.release()
     return carry, ys
+
+
+def _scan_until(plan: Plan, spec: ScanSpec) -> tuple[Any, Any]:
+    """:func:`scan` of a plan with a condition: its blocks' ys gathered as they come, up to the one where it held
+    (the length is only the most it runs, so no output of that length is made beforehand)."""
+    check_memory(plan, pool_size(CALLER_HELD, ahead=computes_ahead()), asked=spec.block_size, who="scan")
+    parts: list[list[npt.NDArray[Any]]] = []
+    carry = plan.init
+    for block in run_plan(plan):
+        parts.append([np.array(y) for y in jax.tree_util.tree_leaves(block.ys)])
+        carry = block.carry
+        block.release()
+    leaves = jax.tree_util.tree_leaves(plan.y_struct)
+    try:
+        joined = [
+            np.concatenate([part[i] for part in parts]) if parts else np.empty((0, *s.shape), s.dtype)
+            for i, s in enumerate(leaves)
+        ]
+    except MemoryError:
+        raise too_big(sum(sum(p.nbytes for p in part) for part in parts), physical_memory(), plan.rows) from None
+    return carry, jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(plan.y_struct), joined)

@@ -32,6 +32,10 @@ class Block:
         next block (in a reverse scan, the block before it).
     save_every : int
         The block keeps the y of steps ``k-1, 2k-1, ...`` (``k = save_every``); 1 keeps all.
+    ended : bool
+        Whether the scan's condition (``until``) held in this block: the block ends after
+        the step where it first held (``stop - 1``), its ``carry`` is the carry that step
+        left, and no block follows.
 
     Examples
     --------
@@ -51,6 +55,7 @@ class Block:
     carry: Any
     _release: Callable[[], None] | None = dataclasses.field(default=None, repr=False, compare=False)
     save_every: int = 1
+    ended: bool = False
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -63,9 +68,9 @@ class Block:
         """
         return range(*rows_in(self.start, self.stop, self.save_every))
 
-    def __reduce__(self) -> tuple[Callable[..., Block], tuple[int, int, Any, Any, int]]:
+    def __reduce__(self) -> tuple[Callable[..., Block], tuple[int, int, Any, Any, int, bool]]:
         # a copy holds no buffer of the pool
-        return _rebuild_block, (self.start, self.stop, self.ys, self.carry, self.save_every)
+        return _rebuild_block, (self.start, self.stop, self.ys, self.carry, self.save_every, self.ended)
 
     def release(self) -> None:
         """Give this block's buffers back for reuse by a later block; ``ys`` must not be read after.
@@ -78,5 +83,5 @@ class Block:
             self._release()
 
 
-def _rebuild_block(start: int, stop: int, ys: Any, carry: Any, save_every: int) -> Block:
-    return Block(start, stop, ys, carry, save_every=save_every)
+def _rebuild_block(start: int, stop: int, ys: Any, carry: Any, save_every: int, ended: bool = False) -> Block:
+    return Block(start, stop, ys, carry, save_every=save_every, ended=ended)

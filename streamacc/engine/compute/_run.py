@@ -1,4 +1,10 @@
-"""Running a plan block by block: dispatch into the pool's buffers, hand over, the carry pass."""
+"""Running a plan block by block: dispatch into the pool's buffers, hand over, the carry pass.
+
+A plan with a condition (``until``) runs each block with the step that also tests it after
+each step (``probe_fn``); the block where it held is run again by the step that finds the
+first step where it held and holds the carry there (``until_fn``), and handed over with its
+ys cut after that step, with the carry that step left; no block follows it.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +14,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import jax
+import numpy as np
 
-from ..plan import Plan, compute_platform
+from ..plan import Plan, compute_platform, rows_in
 from ._block import Block
-from ._kernels import cached, carry_scan_fn, scan_fn
+from ._kernels import PROBED, cached, carry_scan_fn, probe_fn, scan_fn, until_fn
 from ._pool import POOL_MIN_BYTES, BlockPool, _Lease, fresh_buffers, pool_size
 from ._rows import block_xs, let_go, spent_rows
 
@@ -32,34 +39,79 @@ class _Computed:
     carry: Any
     lease: _Lease | None  # its pool slot's lease (dropped unseen, it gives the slot back); None when XLA allocated out
     rows: tuple[weakref.ref[Any], ...]  # its host rows, let go of once its values are ready
+    probed: jax.Array | None = None  # with a condition: whether it held (see run_block)
+    carry_in: Any = None  # with a condition: the carry entering the block
 
 
 def _dispatch(plan: Plan, pool: BlockPool, carry: Any, start: int, stop: int) -> _Computed:
+    stop = _runs_to(plan, start, stop)
     xs = block_xs(plan, start, stop)
     lease = pool.acquire() if stop - start == plan.block_size else None  # only full blocks share buffers
-    carry, out = run_block(plan, carry, xs, stop - start, pool.buffers(lease, plan.out_structs(stop - start)))
-    return _Computed(start, stop, out, carry, lease, spent_rows(plan, xs, stop - start))
+    buffers = pool.buffers(lease, plan.out_structs(stop - start))
+    entering = carry
+    carry, out, where = run_block(plan, carry, xs, stop - start, buffers, start=start)
+    tested = None if where is None else entering
+    return _Computed(start, stop, out, carry, lease, spent_rows(plan, xs, stop - start), where, tested)
+
+
+def _runs_to(plan: Plan, start: int, stop: int) -> int:
+    """Where the block beginning at ``start`` ends as it runs: ``stop``, or, with a condition (a block cut where
+    it held included), where the layout of the whole length ends it: the condition cuts it again."""
+    return stop if plan.blocking.end is None and plan.until is None else plan.blocking.layout_stop(start)
 
 
 def run_block(
-    plan: Plan, carry: Any, xs: Any, length: int, out: list[jax.Array] | None
-) -> tuple[Any, list[jax.Array]]:
-    """One block of ``length`` steps from ``carry``: its carry and ys, written into the donated ``out``.
+    plan: Plan, carry: Any, xs: Any, length: int, out: list[jax.Array] | None, *, start: int = 0
+) -> tuple[Any, list[jax.Array], jax.Array | None]:
+    """One block of ``length`` steps from ``carry`` (beginning at step ``start``): its carry and ys, written into
+    the donated ``out``, and with a condition whether it held: -1 after none of the block's steps, ``PROBED``
+    after one (:func:`found` finds it); None without a condition.
 
     ``out`` is None only for ys without zero buffers (a PRNG key's); XLA allocates those.
     """
+    if plan.until is not None:
+        armed = _armed(plan, start, length)
+        probe = cached(probe_fn, plan.f, plan.until.predicate, length, plan.unroll, out is not None, plan.save_every,
+                       bool(armed))  # fmt: skip
+        given = (np.int32(armed),) if armed else ()
+        return probe(carry, xs, *given) if out is None else probe(carry, xs, *given, out)
     shape = (plan.f, length, plan.unroll, plan.reverse)
     if out is None:
-        return cached(scan_fn, *shape, False, plan.save_every)(carry, xs)
-    return cached(scan_fn, *shape, True, plan.save_every)(carry, xs, out)
+        return *cached(scan_fn, *shape, False, plan.save_every)(carry, xs), None
+    return *cached(scan_fn, *shape, True, plan.save_every)(carry, xs, out), None
+
+
+def _armed(plan: Plan, start: int, length: int) -> int:
+    """The first step of the block beginning at ``start`` that its condition is tested on (0 but in an extension)."""
+    assert plan.until is not None
+    return min(max(plan.until.armed - start, 0), length)
+
+
+def found(plan: Plan, where: jax.Array | None, carry: Any, start: int, stop: int) -> tuple[int | None, Any]:
+    """The block's step where the condition first held (None: none, or no condition), and the carry that step
+    left: the block run again from ``carry``, the carry entering it (its rows of the inputs read again), by the
+    step that finds that step and holds the carry there."""
+    if where is None or int(where) != PROBED:
+        return None, None
+    assert plan.until is not None  # only a plan with a condition probes
+    finder = cached(until_fn, plan.f, plan.until.predicate, stop - start, plan.unroll, False, plan.save_every)
+    held, _, first = finder(carry, block_xs(plan, start, stop), np.int32(_armed(plan, start, stop - start)))
+    k = int(first)
+    return (k, held) if k >= 0 else (None, None)
 
 
 def _hand_over(plan: Plan, pool: BlockPool, done: _Computed) -> Block:
     hosts = pool.hand_over(done.lease, done.out)
     let_go(done.rows)
+    stop, carry = done.stop, done.carry
+    k, held = found(plan, done.probed, done.carry_in, done.start, done.stop)
+    if k is not None:  # cut after the step where the condition held: its rows, no more, and its carry
+        stop, carry = done.start + k + 1, held
+        kept = len(range(*rows_in(done.start, stop, plan.save_every)))
+        hosts = [host[:kept] for host in hosts]
     ys = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(plan.y_struct), hosts)
     release = None if done.lease is None else done.lease.release
-    return Block(done.start, done.stop, ys, done.carry, release, save_every=plan.save_every)
+    return Block(done.start, stop, ys, carry, release, save_every=plan.save_every, ended=k is not None)
 
 
 def carry_pass(
@@ -74,25 +126,36 @@ def carry_pass(
     it alongside its ys would differ here (Lorenz-63's RK4 did, in 1 of its first
     31,000 steps); callers compare with the full
     block. ``exact`` runs the block function itself, its ys computed and dropped: the bits
-    of the full block by construction, at the cost of one block's ys at a time.
+    of the full block by construction, at the cost of one block's ys at a time; so does a
+    plan with a condition, whose pass ends with the block where it held (cut there).
     """
     carry = plan.init if carry is None else carry
     spare: dict[int, list[jax.Array] | None] = {}  # per block length: ys buffers, donated from block to block
     for start, stop in plan.bounds(first_block):
+        stop = _runs_to(plan, start, stop)
         xs = block_xs(plan, start, stop)
-        if plan.save_every == 1 and not exact:
+        k = None
+        if plan.save_every == 1 and not exact and plan.until is None:
             carry = cached(carry_scan_fn, plan.f, stop - start, plan.unroll, plan.reverse)(carry, xs)
         else:  # the block function itself (its kept rows are few): the carry has its bits by construction
             n = stop - start
             out = spare[n] if n in spare else fresh_buffers(plan.out_structs(n))
-            carry, spare[n] = run_block(plan, carry, xs, n, out)
-        yield start, stop, carry
+            entering = carry
+            carry, spare[n], where = run_block(plan, carry, xs, n, out, start=start)
+            k, held = found(plan, where, entering, start, stop)
+            if k is not None:
+                carry = held
+        yield start, stop if k is None else start + k + 1, carry
+        if k is not None:
+            return
 
 
 def compute_block(plan: Plan, carry: Any, start: int, stop: int, *, pool: BlockPool | None = None) -> Block:
     """Compute the single block ``[start, stop)`` from the carry entering it (a block task, or a check).
 
     With ``pool`` the block is computed into one of its buffers; release the block when done.
+    With a condition, the block runs to where the layout of the whole length ends it, and is
+    cut after the step where the condition held in it, if it did (``Block.ended``).
     """
     pool = BlockPool(0) if pool is None else pool
     return _hand_over(plan, pool, _dispatch(plan, pool, carry, start, stop))
@@ -146,20 +209,27 @@ def run_plan(
     if not ahead:
         for start, stop in plan.bounds(first_block):
             block = compute_block(plan, carry, start, stop, pool=pool)
-            carry = block.carry
+            carry, ended = block.carry, block.ended
             yield block
             # dropped before the next block is computed: a block the caller dropped
             # unreleased must give its buffer back before the next one takes a slot
             del block
+            if ended:
+                return
         return
     pending = None
     for start, stop in plan.bounds(first_block):
         done = _dispatch(plan, pool, carry, start, stop)
         carry = done.carry
         if pending is not None:
-            # handed over without a local name: the generator must not keep the block's
+            block = _hand_over(plan, pool, pending)
+            ended = block.ended
+            yield block
+            # dropped before the next block is dispatched: the generator must not keep the block's
             # views alive while it computes the next one, or its buffer could not be reused
-            yield _hand_over(plan, pool, pending)
+            del block
+            if ended:
+                return  # the block dispatched after the one where the condition held is dropped unseen
         pending = done
     if pending is not None:
         yield _hand_over(plan, pool, pending)

@@ -2,10 +2,11 @@
 
 ``_blocking`` holds a scan's settings (``Blocking``: its length, blocks, unroll, direction
 and thinning, with their checks and arithmetic, no JAX), ``_layout`` cuts a length into
-blocks (pure arithmetic), ``_checks`` validates arguments, ``_unroll`` chooses the unroll of a
-step that names none, ``_platform`` says where JAX computes (the ``engine.platform`` seam,
-``_seams``), ``_plan`` validates and plans a blocked scan, ``_spec`` is a scan's description
-(``ScanSpec``) made into a plan.
+blocks (pure arithmetic), ``_checks`` validates arguments, ``_until`` a scan's condition
+(``Until``) and its checks, ``_unroll`` chooses the unroll of a step that names none,
+``_platform`` says where JAX computes (the ``engine.platform`` seam, ``_seams``), ``_plan``
+validates and plans a blocked scan, ``_spec`` is a scan's description (``ScanSpec``) made
+into a plan.
 
 These are the names the engine and its other room use; each is imported on first use.
 """
@@ -40,7 +41,14 @@ if TYPE_CHECKING:
     from ._plan import Plan as Plan, make_plan as make_plan, resize as resize
     from ._platform import compute_platform as compute_platform
     from ._seams import SEAMS as SEAMS
-    from ._spec import ScanSpec as ScanSpec, as_spec as as_spec, same_carry as same_carry, step_of as step_of
+    from ._spec import (
+        ScanSpec as ScanSpec,
+        as_spec as as_spec,
+        same_carry as same_carry,
+        step_of as step_of,
+        until_of as until_of,
+    )
     from ._unroll import StepProgram as StepProgram, choose_unroll as choose_unroll, step_program as step_program
+    from ._until import Predicate as Predicate, Until as Until
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -2,14 +2,16 @@
 
 The five settings (``length``, ``block_size``, ``unroll``, ``reverse``, ``save_every``) are
 declared here and nowhere else: :class:`ScanKeywords` types them as keywords, their defaults
-are :class:`Blocking`'s, and every check that refuses one, with its message, is here. Pure
-arithmetic: no JAX, so that reading an output's identity and refusing a bad command line never
-import it.
+are :class:`Blocking`'s, and every check that refuses one, with its message, is here. A run
+that ended on its condition (``until``) before its length also knows its ``end``, which its
+arithmetic respects. Pure arithmetic: no JAX, so that reading an output's identity and
+refusing a bad command line never import it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Iterator
 from typing import Any, TypedDict, Unpack, cast
@@ -54,6 +56,9 @@ class Blocking:
     Made checked from a caller's keywords (:meth:`checked`), or as a run recorded it. The
     block size is None until the plan chooses one (sized by bytes), and so is the unroll
     (chosen for the step: ``_unroll.choose_unroll``); the arithmetic of the blocks needs both.
+    ``end`` is None but for a run that ended on its condition: the steps it holds (the step
+    where the condition held, plus one); its blocks are then the first of ``length``'s
+    layout, the last cut at ``end`` (see :meth:`ended`). It is no keyword of the scan.
     """
 
     length: int
@@ -61,6 +66,7 @@ class Blocking:
     unroll: int | bool | None = None
     reverse: bool = False
     save_every: int = 1
+    end: int | None = dataclasses.field(default=None, kw_only=True)
 
     @classmethod
     def checked(cls, **keywords: Unpack[ScanKeywords]) -> Blocking:
@@ -90,7 +96,18 @@ class Blocking:
 
     def keywords(self) -> ScanKeywords:
         """The settings as the scan's keywords."""
-        return cast(ScanKeywords, {field.name: getattr(self, field.name) for field in dataclasses.fields(self)})
+        return cast(ScanKeywords, {name: getattr(self, name) for name in SCAN_DEFAULTS})
+
+    def ended(self, end: int | None) -> Blocking:
+        """This scan as a run that ended on its condition holds it: its first ``end`` steps (None: all of them)."""
+        if end is not None and not (0 < end <= self.length and not self.reverse):
+            raise ValueError(f"a run of {self.length} steps cannot end after {end}")
+        return dataclasses.replace(self, end=end)
+
+    @property
+    def steps(self) -> int:
+        """The steps the run holds: its ``end`` where it ended on its condition, else its ``length``."""
+        return self.length if self.end is None else self.end
 
     @property
     def size(self) -> int:
@@ -108,8 +125,8 @@ class Blocking:
 
     @property
     def rows(self) -> int:
-        """Output rows of the whole scan: one per step, or per ``save_every`` steps."""
-        return self.length // self.save_every
+        """Output rows of the whole scan: one per step, or per ``save_every`` steps (up to its ``end``)."""
+        return self.steps // self.save_every
 
     @property
     def block_rows(self) -> int:
@@ -118,22 +135,32 @@ class Blocking:
 
     @property
     def block_count(self) -> int:
-        """How many blocks the scan runs (see :func:`block_count`)."""
-        return block_count(self.length, self.size, self.unrolled_by)
+        """How many blocks the scan runs (see :func:`block_count`); up to the one holding its ``end``."""
+        count = block_count(self.length, self.size, self.unrolled_by)
+        return count if self.end is None else min((self.end - 1) // self.size, count - 1) + 1
 
     @property
     def last_steps(self) -> int:
         """Steps of the last block in index order (the first run when ``reverse``): the rest of the length,
         shorter than a block, or longer where a short tail under ``unroll`` joins it."""
-        return self.length - (self.block_count - 1) * self.size
+        return self.length - (block_count(self.length, self.size, self.unrolled_by) - 1) * self.size
 
     def bounds(self, first: int = 0) -> Iterator[tuple[int, int]]:
-        """The ``[start, stop)`` of each block in scan order from block ``first``."""
-        return block_bounds(self.length, self.size, self.reverse, first, self.unrolled_by)
+        """The ``[start, stop)`` of each block in scan order from block ``first`` (the last cut at the ``end``)."""
+        every = block_bounds(self.length, self.size, self.reverse, first, self.unrolled_by)
+        if self.end is None:
+            return every
+        return ((start, min(stop, self.end)) for start, stop in itertools.islice(every, self.block_count - first))
+
+    def layout_stop(self, start: int) -> int:
+        """Where the block beginning at step ``start`` ends in the layout of the whole ``length`` (past the ``end``
+        of a run that ended in it): the steps its block function runs."""
+        return next(block_bounds(self.length, self.size, self.reverse, start // self.size, self.unrolled_by))[1]
 
     def span(self, blocks: int) -> tuple[int, int]:
         """The steps ``[start, stop)`` that the first ``blocks`` blocks in scan order cover."""
-        return committed_span(self.length, self.size, self.reverse, blocks, self.unrolled_by)
+        start, stop = committed_span(self.length, self.size, self.reverse, blocks, self.unrolled_by)
+        return (start, stop) if self.end is None else (start, min(stop, self.end))
 
     def rows_of(self, blocks: int) -> tuple[int, int]:
         """The output rows ``[first, last)`` that the first ``blocks`` blocks in scan order fill."""
@@ -141,7 +168,9 @@ class Blocking:
 
 
 SCAN_DEFAULTS: dict[str, Any] = {
-    f.name: None if f.default is dataclasses.MISSING else f.default for f in dataclasses.fields(Blocking)
+    f.name: None if f.default is dataclasses.MISSING else f.default
+    for f in dataclasses.fields(Blocking)
+    if not f.kw_only  # the end a run reached: no keyword of the scan
 }
 """The scan's keywords and their defaults, as ``scan``, ``iter_blocks`` and ``write`` take them."""
 

@@ -20,7 +20,18 @@ import numpy as np
 from ...base import as_count, warn
 from ...errors import InputError, StepFunctionError, StreamaccWarning, X64Error, arg
 
-__all__ = ["Carry", "Step", "check_x64", "resolve_length", "step_shapes", "x64_scope", "x_struct"]
+__all__ = [
+    "UNTRACEABLE",
+    "Carry",
+    "Step",
+    "check_x64",
+    "describe",
+    "resolve_length",
+    "step_shapes",
+    "untraceable",
+    "x64_scope",
+    "x_struct",
+]
 
 Step = Callable[[Any, Any], tuple[Any, Any]]
 """A step function ``f(carry, x) -> (carry, y)``, as ``lax.scan`` takes it (carry, x and y are pytrees)."""
@@ -136,8 +147,10 @@ def x_struct(xs: Any) -> Any:
     return None if xs is None else jax.tree_util.tree_map(one, xs)
 
 
-def _describe(struct: Any) -> str:
+def describe(struct: Any) -> str:
+    """A pytree of shape structs in words: ``float64[]``, ``{'x': float32[4]}``."""
     return str(jax.tree_util.tree_map(lambda s: f"{s.dtype}{list(s.shape)}", struct))
+
 
 
 def _identity(tree: Any) -> Any:
@@ -184,6 +197,9 @@ _UNTRACEABLE: dict[type[Exception], tuple[str, str]] = {
 }
 """What each of JAX's errors for a step that cannot be traced means, and the fix (the most specific first)."""
 
+UNTRACEABLE = tuple(_UNTRACEABLE)
+"""JAX's errors for a function that cannot be traced."""
+
 
 def _code_of(f: Any) -> CodeType | None:
     """The code object of a step function: a function's, a partial's, or a callable object's ``__call__``."""
@@ -215,8 +231,10 @@ def _describe_step(f: Any) -> str:
     return "f" if name == "f" else f"f ({name})"
 
 
-def _untraceable(f: Step, exc: Exception) -> StepFunctionError:
-    """The one-line error for a step that JAX cannot trace, naming the line of ``f`` where it failed."""
+def untraceable(f: Step, exc: Exception, name: str | None = None) -> StepFunctionError:
+    """The one-line error for a step that JAX cannot trace, naming the line of ``f`` where it failed.
+
+    ``name`` names the function (``until``) where it is not the step ``f``."""
     what, fix = next(v for k, v in _UNTRACEABLE.items() if isinstance(exc, k))
     where = _failed_in(f, exc.__traceback__)
     code = _code_of(f)
@@ -227,10 +245,10 @@ def _untraceable(f: Step, exc: Exception) -> StepFunctionError:
         at = f" at {filename}:{lineno}" + (f" (`{source}`)" if source else "")
         exc.with_traceback(where)  # its chained traceback starts in f: JAX's own frames say nothing more
     elif code is not None:
-        defined = f", in f defined at {code.co_filename}:{code.co_firstlineno}"
+        defined = f", in {name or 'f'} defined at {code.co_filename}:{code.co_firstlineno}"
     jax_says = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return StepFunctionError(
-        f"{_describe_step(f)} must be traceable by JAX, but{at} {what}{defined}; {fix} (JAX: {jax_says})"
+        f"{name or _describe_step(f)} must be traceable by JAX, but{at} {what}{defined}; {fix} (JAX: {jax_says})"
     )
 
 
@@ -238,10 +256,10 @@ def _trace_step(f: Step, carry: Any, x: Any) -> tuple[Any, Any]:
     try:
         out = jax.eval_shape(f, carry, x)
     except tuple(_UNTRACEABLE) as exc:
-        raise _untraceable(f, exc) from exc
+        raise untraceable(f, exc) from exc
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
         raise StepFunctionError(
-            f"f must return a (carry, y) pair, got {_describe(out)}; end f with `return new_carry, y`"
+            f"f must return a (carry, y) pair, got {describe(out)}; end f with `return new_carry, y`"
         )
     return out[0], out[1]
 
@@ -254,7 +272,7 @@ def _check_carry(carry_in: Any, carry_out: Any) -> None:
     )
     if not same:
         raise StepFunctionError(
-            f"f changes the carry from {_describe(carry_in)} to {_describe(carry_out)}; the carry must keep "
+            f"f changes the carry from {describe(carry_in)} to {describe(carry_out)}; the carry must keep "
             "its structure, shapes and dtypes across a step: cast the new carry (e.g. .astype) or fix init"
         )
 

@@ -1,4 +1,4 @@
-"""A blocked scan validated and planned: its length, blocks, unroll, thinning and output shape."""
+"""A blocked scan validated and planned: its length, blocks, unroll, thinning, condition and output shape."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from ._checks import Step, check_x64, resolve_length, step_shapes, x_struct
 from ._layout import block_steps, unrolled
 from ._platform import compute_platform
 from ._unroll import choose_unroll
+from ._until import Predicate, Until, check_until
 
 __all__ = ["Plan", "make_plan", "resize"]
 
@@ -33,6 +34,8 @@ class Plan:
     y_struct: Any
     unroll_chosen: bool = False
     """Whether the unroll was chosen for the step (``_unroll.choose_unroll``) rather than given."""
+    until: Until | None = None
+    """Its condition, tested after each step (None: it runs to its length)."""
 
     @property
     def length(self) -> int:
@@ -117,6 +120,7 @@ def make_plan(
     *,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     rows_multiple: int = 1,
+    until: Predicate | None = None,
     **keywords: Unpack[ScanKeywords],
 ) -> Plan:
     """Validate the arguments of a blocked scan, raising :class:`InputError` on any problem.
@@ -124,13 +128,16 @@ def make_plan(
     ``keywords`` are the scan's (``ScanKeywords``). ``block_size`` counts steps; None sizes
     blocks by bytes: about ``block_bytes`` of ys (or of xs, if larger) per block, in a whole
     number of ``rows_multiple`` output rows. ``unroll`` None is chosen for the step, the
-    platform JAX computes on and the length (:func:`~._unroll.choose_unroll`).
+    platform JAX computes on and the length (:func:`~._unroll.choose_unroll`). ``until`` is
+    the scan's condition, if any.
     """
     scan = keywords.copy()
     scan["length"] = resolve_length(xs, keywords.get("length"))
     asked = Blocking.checked(**scan)
     check_x64(init=init, xs=xs)
     carry_struct, y_struct = step_shapes(f, init, xs)
+    if until is not None:
+        check_until(until, carry_struct, y_struct, reverse=asked.reverse)
     blocking, chosen = asked, asked.unroll is None
     if chosen:
         unroll = choose_unroll(
@@ -143,7 +150,7 @@ def make_plan(
     if blocking.block_size is None:
         blocking = blocking.sized(_sized(blocking, y_struct, xs, block_bytes, rows_multiple))
     init = jax.tree_util.tree_map(lambda leaf, s: jnp.asarray(leaf, dtype=s.dtype), init, carry_struct)
-    return Plan(f, init, xs, blocking, y_struct, chosen)
+    return Plan(f, init, xs, blocking, y_struct, chosen, None if until is None else Until(until))
 
 
 def resize(plan: Plan, *, block_size: int | None = None, block_bytes: int = DEFAULT_BLOCK_BYTES,

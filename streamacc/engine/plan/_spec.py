@@ -13,8 +13,9 @@ from ...errors import InputError, arg
 from ._blocking import SCAN_DEFAULTS, Blocking
 from ._checks import Step
 from ._plan import Plan, make_plan, resize
+from ._until import Predicate
 
-__all__ = ["ScanSpec", "as_spec", "same_carry", "step_of"]
+__all__ = ["ScanSpec", "as_spec", "same_carry", "step_of", "until_of"]
 
 
 @dataclasses.dataclass(frozen=True, init=False, eq=False)
@@ -38,7 +39,8 @@ class ScanSpec:
     xs : pytree of arrays, optional
         Inputs sliced along their first axis, one row per step.
     length : int, optional
-        The number of steps; required without ``xs``, equal to its length with it.
+        The number of steps; required without ``xs``, equal to its length with it (with
+        ``until``, the most the scan runs).
     block_size : int, optional
         Steps per block; by default each entry point sizes blocks by bytes (about 8 MiB
         of ys in memory, 32 MiB when writing).
@@ -52,11 +54,18 @@ class ScanSpec:
         Scan from the last step to the first.
     save_every : int, default 1
         Keep the ys of every ``save_every``-th step only.
+    until : callable, optional
+        The scan's condition, ``until(carry, y) -> bool``, a JAX function of the carry
+        after a step and that step's y returning one boolean: the scan ends after the
+        first step where it holds, and ``length`` is the most it runs (see
+        :func:`~streamacc.iter_blocks`). Hashable, as ``f``; not with ``reverse``.
 
     Attributes
     ----------
     f, init, xs : callable, pytree, pytree or None
         The step, the initial carry and the inputs, as given.
+    until : callable or None
+        The scan's condition, as given.
     length : int
         The number of steps (from ``xs`` where not given).
     block_size : int or None
@@ -96,6 +105,7 @@ class ScanSpec:
     f: Step
     init: Any
     xs: Any
+    until: Predicate | None
     _blocking: Blocking
     """The scan's settings as given, checked (its block size None where left to the entry point)."""
     _plan: Plan
@@ -111,15 +121,17 @@ class ScanSpec:
         unroll: int | bool | None = None,
         reverse: bool = False,
         save_every: int = 1,
+        until: Predicate | None = None,
     ) -> None:
         plan = make_plan(
-            f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every
-        )
+            f, init, xs, length=length, block_size=block_size, unroll=unroll, reverse=reverse, save_every=save_every,
+            until=until,
+        )  # fmt: skip
         asked = dataclasses.replace(
             plan.blocking, block_size=None if block_size is None else plan.block_size,
             unroll=None if unroll is None else plan.unroll,
         )  # fmt: skip
-        for field, value in zip(dataclasses.fields(self), (f, init, xs, asked, plan), strict=True):
+        for field, value in zip(dataclasses.fields(self), (f, init, xs, until, asked, plan), strict=True):
             object.__setattr__(self, field.name, value)
 
     @property
@@ -148,6 +160,8 @@ class ScanSpec:
 
     def __repr__(self) -> str:
         shown = {"f": self.f, "init": self.init, "xs": self.xs, **self.keywords()}
+        if self.until is not None:
+            shown["until"] = self.until
         return f"{type(self).__qualname__}({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
 
     def keywords(self) -> dict[str, Any]:
@@ -170,11 +184,11 @@ class ScanSpec:
         return resize(self._plan, block_size=size, block_bytes=block_bytes, rows_multiple=rows_multiple, unroll=unroll)
 
 
-def as_spec(f: Any, init: Any, xs: Any, **keywords: Any) -> ScanSpec:
+def as_spec(f: Any, init: Any, xs: Any, *, until: Predicate | None = None, **keywords: Any) -> ScanSpec:
     """``f`` itself if it is a :class:`ScanSpec` (and nothing else is given), else the spec of the arguments."""
     if not isinstance(f, ScanSpec):
-        return ScanSpec(f, init, xs, **keywords)
-    extra = [arg(name) for name, value in (("init", init), ("xs", xs)) if value is not None]
+        return ScanSpec(f, init, xs, until=until, **keywords)
+    extra = [arg(name) for name, value in (("init", init), ("xs", xs), ("until", until)) if value is not None]
     extra += [arg(name, value) for name, value in keywords.items() if not _is_default(value, SCAN_DEFAULTS[name])]
     if extra:
         given = ", ".join(extra)
@@ -212,3 +226,12 @@ def step_of(f: Any, init: Any, xs: Any, *, needs_init: bool = False) -> tuple[St
         return f, init, xs
     as_spec(f, init, xs)
     return f.f, f.init, f.xs
+
+
+def until_of(f: Any, until: Predicate | None) -> Predicate | None:
+    """The condition: ``until``, or a :class:`ScanSpec`'s (given alone)."""
+    if not isinstance(f, ScanSpec):
+        return until
+    if until is not None:
+        as_spec(f, None, None, until=until)  # refused: the spec holds it
+    return f.until

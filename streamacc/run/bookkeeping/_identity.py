@@ -73,6 +73,9 @@ def run_identity(
     outputs summarised over their whole state (recorded where there are any). A virtual run
     (its data recomputed on reading, not stored) says so; a stored one records nothing of it.
     An unroll chosen for the step (none given) says so too.
+    A run with a condition records it as its step (``until``, ``until_values``) and, where it
+    is tested from a later step than the first (an extension), that step (``until_from``);
+    one without records nothing of it.
     """
     function, values = fingerprint(plan.f)
     return RunIdentity({
@@ -99,4 +102,15 @@ def run_identity(
         **({"summaries_over_state": list(over_state)} if over_state else {}),
         "versions": {"streamacc": __version__, "jax": jax.__version__, "backend": jax.default_backend()},
         **({"virtual": True} if virtual else {}),
+        **_condition(plan),
     })
+
+
+def _condition(plan: Plan) -> dict[str, Any]:
+    """The identity's fields of a run's condition (none without one)."""
+    if plan.until is None:
+        return {}
+    description, values = fingerprint(plan.until.predicate)
+    armed = plan.until.armed
+    return {"until": description, **({"until_values": values} if values else {}),
+            **({"until_from": armed} if armed else {})}  # fmt: skip

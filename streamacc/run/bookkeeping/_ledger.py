@@ -157,7 +157,7 @@ class Ledger:
 
     def carries(self, manifest: Manifest) -> CarryStore:
         """The kept carries of a format 3 output (of the run ``manifest`` describes: its boundaries, its codec)."""
-        leaves, codec, boundaries = manifest.carry_leaves, manifest.carries_codec, manifest.total_blocks + 1
+        leaves, codec, boundaries = manifest.carry_leaves, manifest.carries_codec, manifest.carry_boundaries
         known = self._carries
         if known is None or (known.leaves, known.codec, known.boundaries_of_run) != (leaves, codec, boundaries):
             known = self._carries = CarryStore(self.target, leaves, codec=codec, boundaries=boundaries)

@@ -29,7 +29,7 @@ from ...store import BOOKKEEPING, CODECS, CarryLeaf
 from ._runidentity import RunIdentity
 
 if TYPE_CHECKING:
-    from ...engine import HostLeaf  # a type only: reading a manifest never imports JAX
+    from ...engine import Blocking, HostLeaf  # types only: reading a manifest never imports JAX
 
 __all__ = [
     "FORMAT",
@@ -175,13 +175,17 @@ class Manifest:
     "codec": name}``, a carry kept after every K-th block (and the last), each leaf as ``CarryLeaf.to_json``
     describes it, the CRC-32C of each leaf's chunk of the initial carry (boundary 0), and the codec their chunks
     are compressed with (absent: not compressed, as outputs written before they were)."""
+    ended_at: int | None = None
+    """The step where the run's condition (``until``) held, its last: recorded with the block that holds it, whose
+    record ends after it; the run's blocks are then those up to that block (``total_blocks``). None (and absent
+    from the stored manifest) for a run that has not ended on its condition."""
     format: str = FORMAT
 
     def to_json(self) -> bytes:
         # its fields hold JSON values alone, so a shallow dict serializes as ``asdict``'s deep copy would
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "format"}
         fields["identity"] = self.identity.to_json()
-        for optional in ("stored", "nonfinite", "carries"):
+        for optional in ("stored", "nonfinite", "carries", "ended_at"):
             if fields[optional] is None:
                 del fields[optional]  # recorded as before the field existed: older readers read it
         if self.format != FORMAT_2:
@@ -265,6 +269,8 @@ class Manifest:
             manifest = cls(RunIdentity.from_json(doc.pop("identity")), **doc, format=form)
             if not _nonfinite_form(manifest.nonfinite):
                 raise ValueError("a malformed record of the first non-finite step")
+            if manifest.ended_at is not None and not _is_int(manifest.ended_at):
+                raise ValueError("a malformed record of the step where the run ended")
             if manifest.carry is not None:
                 decode_leaves(manifest.carry)
             if manifest.carries is not None:
@@ -277,16 +283,29 @@ class Manifest:
         return manifest
 
     @property
+    def blocking(self) -> Blocking:
+        """The run's blocks as its identity lays them out, up to the step where it ended on its condition, if it did."""
+        blocking = self.identity.blocking
+        return blocking if self.ended_at is None else blocking.ended(self.ended_at + 1)
+
+    @property
+    def carry_boundaries(self) -> int:
+        """The boundaries its kept carries' arrays have room for: its length's blocks plus one, a run that ended on
+        its condition included (its carries were laid out before it ended)."""
+        return self.identity.blocking.block_count + 1
+
+    @property
     def length(self) -> int:
-        return self.identity.blocking.length
+        """The run's steps: its length, or those up to the step where it ended on its condition."""
+        return self.blocking.steps
 
     def span(self, blocks: int | None = None) -> tuple[int, int]:
         """The steps covered by the first ``blocks`` committed blocks (default: all committed)."""
-        return self.identity.blocking.span(self.committed_blocks if blocks is None else blocks)
+        return self.blocking.span(self.committed_blocks if blocks is None else blocks)
 
     def rows(self, blocks: int | None = None) -> tuple[int, int]:
         """The output rows the first ``blocks`` committed blocks (default: all committed) fill."""
-        return self.identity.blocking.rows_of(self.committed_blocks if blocks is None else blocks)
+        return self.blocking.rows_of(self.committed_blocks if blocks is None else blocks)
 
     @property
     def committed_rows(self) -> int:
@@ -297,7 +316,7 @@ class Manifest:
     def inconsistency(self) -> str | None:
         """Why this manifest contradicts itself, or None when its counts agree with its layout."""
         try:
-            total = self.identity.blocking.block_count
+            total = self.blocking.block_count
         except (KeyError, TypeError, ValueError, ZeroDivisionError):
             return "its identity has no valid layout"
         if self.total_blocks != total:
@@ -310,6 +329,8 @@ class Manifest:
             return f"it counts {self.committed_steps} committed steps where {self.committed_blocks} blocks hold {held}"
         if self.complete and self.committed_blocks != total:
             return f"it says complete with only {self.committed_blocks} of {total} blocks committed"
+        if self.ended_at is not None and self.committed_blocks != total:
+            return f"it says its run ended at step {self.ended_at} before the block holding it was committed"
         if self.v2 and self.carry is None:
             return "it holds no carry"
         if self.virtual != (self.stored is not None) or not _ranges_in(self.stored, self.committed_blocks):
@@ -392,25 +413,32 @@ it writes are checked by recomputing the last committed block before anything is
 and whether its unroll was chosen or given (the unroll itself is compared)."""
 
 
+FUNCTIONS = ("function", "until")
+"""The identity's fields that describe a function (the step, the condition), each with its values in
+``FIELD_values``."""
+
+
 def identity_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """Each field where two run identities differ, as 'field: stored X, now Y'."""
     current = {k: v for k, v in current.items() if k in stored or k not in LATER_FIELDS}
     a, b = _flatten(stored), _flatten(json.loads(json.dumps(current)))
     fields = sorted((a.keys() | b.keys()) - NOT_COMPARED)
     diffs = {k: f"{k}: stored {a.get(k)!r}, now {b.get(k)!r}" for k in fields if a.get(k) != b.get(k)}
-    values = [k for k in diffs if k.startswith("function_values.")]
-    for k in values:
-        del diffs[k]
-    changed = changed_values(stored, current) if values and "function" in diffs else None
-    if changed is not None:
-        diffs["function"] = f"function: {changed}"
+    for function in FUNCTIONS:
+        values = [k for k in diffs if k.startswith(f"{function}_values.")]
+        for k in values:
+            del diffs[k]
+        changed = changed_values(stored, current, function) if values and function in diffs else None
+        if changed is not None:
+            diffs[function] = f"{function}: {changed}"
     return list(diffs.values())
 
 
-def changed_values(stored: dict[str, Any], current: dict[str, Any]) -> str | None:
-    """The values a step function uses that changed, named, where only they differ (its name and code the same)."""
-    old, new = stored.get("function_values"), current.get("function_values")
-    name, now = (str(ident.get("function")).partition(" values:")[0] for ident in (stored, current))
+def changed_values(stored: dict[str, Any], current: dict[str, Any], function: str = "function") -> str | None:
+    """The values a step function (or the ``function`` field's other function: ``until``) uses that changed, named,
+    where only they differ (its name and code the same)."""
+    old, new = stored.get(f"{function}_values"), current.get(f"{function}_values")
+    name, now = (str(ident.get(function)).partition(" values:")[0] for ident in (stored, current))
     if not (isinstance(old, dict) and isinstance(new, dict)) or name != now:
         return None
     changed = [label for label in sorted(old.keys() | new.keys()) if old.get(label) != new.get(label)]
@@ -455,6 +483,9 @@ def require_same_run(stored: Manifest, identity: RunIdentity, label: str) -> Non
     current = identity.to_json()
     if same_function(stored.identity.function, current["function"], label):
         current = {**current, "function": stored.identity.function}
+    until = stored.identity.to_json().get("until")
+    if isinstance(until, str) and "until" in current and _same_but_run_as_a_script(until, current["until"]):
+        current = {**current, "until": until}
     diffs = identity_differences(stored.identity.to_json(), current)
     if diffs:
         raise ResumeError(

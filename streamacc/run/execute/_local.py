@@ -105,9 +105,17 @@ def write_block(
     suspects = {} if summary is None or pieces is None else summary.nonfinite(pieces, ys)
     bad = first_nonfinite(ys, block.rows.start, suspects, reverse)
     nonfinite = None if bad is None else (row_step(bad[0], block.save_every), bad[1])
-    crcs, stored = ({}, 0) if sink is None else sink.write(block.rows.start, block.rows.stop, ys)
+    crcs: dict[str, list[int]]
+    if sink is None:
+        crcs, stored = {}, 0
+    elif block.ended:  # the run's last rows: its arrays end after them
+        crcs, stored = sink.write(block.rows.start, block.rows.stop, ys, end=True)
+    else:
+        crcs, stored = sink.write(block.rows.start, block.rows.stop, ys)
     block.release()  # durable: its buffer may take a later block
-    return BlockResult(index, block.start, block.stop, carry_in, carry_out, crcs, nbytes, stored, pieces, nonfinite)
+    return BlockResult(
+        index, block.start, block.stop, carry_in, carry_out, crcs, nbytes, stored, pieces, nonfinite, block.ended
+    )
 
 
 @dataclasses.dataclass(frozen=True)

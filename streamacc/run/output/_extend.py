@@ -46,9 +46,14 @@ __all__ = ["apply_extension", "finish_extension", "plan_extension"]
 _LEADING = re.compile(r"^(\w+)\[\d+")
 
 
+CONDITION = ("until", "until_values", "until_from")
+"""The identity's fields of a run's condition, which an extension may change: it tests its own from its first step."""
+
+
 def _without_length(identity: dict[str, Any]) -> dict[str, Any]:
-    """``identity`` (as JSON) without what its length decides: the length, the arrays' rows, the inputs' rows."""
-    out = {k: v for k, v in identity.items() if k != "length"}
+    """``identity`` (as JSON) without what its length decides: the length, the arrays' rows, the inputs' rows, and
+    the condition that may end it."""
+    out = {k: v for k, v in identity.items() if k != "length" and k not in CONDITION}
     out["arrays"] = {name: [dtype, shape[1:]] for name, (dtype, shape) in identity.get("arrays", {}).items()}
     out["xs"] = [_LEADING.sub(r"\1[N", str(x)) for x in identity.get("xs", [])]
     return out
@@ -84,11 +89,12 @@ def plan_extension(
             f"its run is not finished ({manifest.committed_steps} of {manifest.length} steps committed); finish it "
             f"first with {arg('mode', 'resume')} and {arg('length', manifest.length)}, then extend it",
         )
-    if new.blocking.length < old.blocking.length:
+    held = manifest.length
+    if new.blocking.length < held or (manifest.ended_at is not None and new.blocking.length == held):
         raise _refuse(
             label,
-            f"{arg('length', new.blocking.length)} is shorter than the {old.blocking.length} steps it holds, and "
-            f"extending only lengthens; pass a {arg('length')} above {old.blocking.length}",
+            f"{arg('length', new.blocking.length)} is {'shorter than' if new.blocking.length < held else 'all of'} the "
+            f"{held} steps it holds, and extending only lengthens; pass a {arg('length')} above {held}",
         )
     if old.blocking.reverse:
         raise _refuse(label, "a reverse scan starts from its last step, so a longer one changes every value; rerun "
@@ -97,6 +103,7 @@ def plan_extension(
     if diffs:
         raise _refuse(label, f"the longer run would differ in more than its length ({'; '.join(diffs)}); pass the "
                              "original settings")  # fmt: skip
+    _check_condition(label, old, new)
     kept = manifest.committed_blocks - 1
     if kept <= 0:
         return None  # nothing kept: the longer run starts afresh
@@ -115,6 +122,7 @@ def plan_extension(
         committed_steps=0,
         carry=carry,
         complete=False,
+        ended_at=None,  # the longer run goes on past it, testing its own condition from the step after
         stored=None if manifest.stored is None else [[a, min(b, kept)] for a, b in manifest.stored if a < kept],
     )
     start, stop = extended.span()
@@ -143,13 +151,33 @@ def apply_extension(target: Target, extended: Manifest) -> None:
     finish_extension(target, extended)
 
 
+def _check_condition(label: str, old: RunIdentity, new: RunIdentity) -> None:
+    """Refuse an extension that changes the condition of a run whose steps are unrolled.
+
+    With ``unroll`` > 1, XLA compiles the condition into the unrolled steps, so the blocks
+    the extension recomputes (the stored run's last, and the blocks it checks first) would
+    not give the stored bits under another condition; with ``unroll=1`` they do.
+    """
+    unroll = old.blocking.unroll
+    if unroll is False or (unroll == 1 and unroll is not True):
+        return
+    stored, asked = ({k: ident.to_json().get(k) for k in CONDITION[:2]} for ident in (old, new))
+    if stored != asked:
+        raise _refuse(
+            label,
+            f"its run has {arg('unroll', unroll)}, which compiles the condition into every step (see "
+            f"{arg('until')}), so its steps recompute to the same bits only with the same condition; pass the "
+            f"{arg('until')} it was written with, or rewrite it with {arg('mode', 'overwrite')}",
+        )
+
+
 def finish_extension(target: Target, manifest: Manifest) -> None:
     """Give each array the rows ``manifest`` records where only its shape lags behind (an interrupted extension),
     the summaries their longer arrays, and the kept carries as many boundaries as the run's blocks plus one."""
     if not manifest.v2:
         carries = Ledger(target).carries(manifest)
-        if 0 < carries.boundaries() < manifest.total_blocks + 1:  # unreadable metadata is for the checks to refuse
-            carries.resize(manifest.total_blocks + 1)
+        if 0 < carries.boundaries() < manifest.carry_boundaries:  # unreadable metadata is for the checks to refuse
+            carries.resize(manifest.carry_boundaries)
     if manifest.recomputes:  # a virtual run's arrays stay declared so while blocks are not stored
         ZarrSink.open(target, manifest.identity.names).declare_virtual()
     _grow_arrays(target, manifest)
@@ -180,7 +208,7 @@ def other_length(label: str, manifest: Manifest, identity: RunIdentity) -> Resum
     run asked to go on, the stored length for a run still to finish (an extension that was
     interrupted included). None where the length is the same, or more than it differs.
     """
-    stored, asked = manifest.length, identity.blocking.length
+    stored, asked = manifest.identity.blocking.length, identity.blocking.length
     if stored == asked:
         return None
     old, new = dict(manifest.identity.to_json()), identity.to_json()
@@ -188,6 +216,12 @@ def other_length(label: str, manifest: Manifest, identity: RunIdentity) -> Resum
         old["function"] = new["function"]
     if identity_differences(_without_length(old), _without_length(new)):
         return None
+    if manifest.ended_at is not None:
+        return ResumeError(
+            f"cannot resume {label}: its run ended on its condition at step {manifest.ended_at} (of at most {stored} "
+            f"steps), and {arg('length', asked)} asks for another run; continue it past that step with "
+            f"{arg('mode', 'extend')} and the condition to end it now, or pass {arg('length', stored)} to resume it"
+        )
     if manifest.complete and asked > stored:
         return ResumeError(
             f"cannot resume {label}: it holds a finished run of {stored} steps, and {arg('length', asked)} asks for "

@@ -203,7 +203,9 @@ def _continue(o: Opening) -> Output:
     assert manifest is not None
     if manifest.identity.recipe is None and spec.identity.recipe is not None:
         raise ResumeError(_written_from_python(target.label, o.mode, manifest))
-    extending = o.mode == "extend" and manifest.length != spec.identity.blocking.length
+    # an extension lengthens a finished run, or continues one that ended on its condition past its end
+    lengthened = manifest.length != spec.identity.blocking.length or manifest.ended_at is not None
+    extending = o.mode == "extend" and lengthened
     if extending:
         extended = plan_extension(target, spec.identity, manifest, spec.total_blocks, o.rows)
         if extended is None:

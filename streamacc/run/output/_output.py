@@ -65,6 +65,8 @@ class BlockResult:
     summary: dict[str, BlockPieces] | None = None
     # the block's first step in scan order holding a NaN or an infinity, and its output (None: the carry after it)
     nonfinite: tuple[int, str | None] | None = None
+    # the run's condition held in the block, after its step stop - 1: the run's last block
+    ended: bool = False
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -131,6 +133,11 @@ class Output:
     @property
     def complete(self) -> bool:
         return self.manifest.complete
+
+    @property
+    def ended(self) -> bool:
+        """Whether the run ended on its condition: it has no block left to compute (it may still be to finish)."""
+        return self.manifest.ended_at is not None
 
     @property
     def summary_plan(self) -> SummaryPlan | None:
@@ -200,6 +207,8 @@ class Output:
             changes["summaries"] = self.summaries.tail()
         if self.manifest.v2:
             changes["carry"] = encode_leaves(results[-1].carry_out)
+        if results[-1].ended:  # the run's last block: its blocks are those up to it
+            changes.update(ended_at=results[-1].stop - 1, total_blocks=results[-1].index + 1)
         self._save(
             committed_blocks=first + len(results),
             committed_steps=self.manifest.committed_steps + sum(len(r) for r in results),
@@ -243,7 +252,7 @@ class Output:
         recs, keys = [], []
         for r in results:
             crcs = None
-            if m.keeps_carry(r.index + 1, every):
+            if m.keeps_carry(r.index + 1, every) or r.ended:  # the run's last carry is kept
                 written, crcs = self.ledger.write_carry(m, r.index + 1, r.carry_out)
                 keys += written
             recs.append(BlockRecord(r.index, r.start, r.stop, r.crc32c, carry=crcs))
@@ -277,14 +286,21 @@ class Output:
         return remove_partial_writes(self.target, [*self.spec.names, *self.manifest.arrays])
 
     def finish(self) -> None:
-        """Mark the run complete, in the manifest and then in the root attributes."""
+        """Mark the run complete, in the manifest and then in the root attributes.
+
+        A run that ended on its condition first ends its arrays after the step where it held
+        (their last chunk was padded as it was written), so that every reader sees its steps alone.
+        """
         if self._batch.waiting:
             self._commit(tuple(self._batch.take()))
         self._check_kept()
+        changes: dict[str, Any] = {}
+        if self.ended:
+            changes["arrays"] = {**self.manifest.arrays, **self.sink.cut(self.manifest.rows()[1])}
         if self.summaries is None:
-            self._save(complete=True)
+            self._save(complete=True, **changes)
         else:
-            self._save(complete=True, summaries=self.summaries.finish())
+            self._save(complete=True, summaries=self.summaries.finish(), **changes)
         self.publish(force=True)
         self.target.checkpoint(self._progress(), final=True, tag=f"{self.manifest.length}-steps")
 

@@ -17,13 +17,13 @@ from typing import Any
 
 from ...base import DEFAULT_SUMMARY_WINDOWS, warn, write_block_bytes
 from ...engine import Plan, ScanSpec, compute_platform
-from ...errors import StreamaccWarning, arg
+from ...errors import InputError, StreamaccWarning, arg
 from ...store import Target
-from ..bookkeeping import RunIdentity
+from ..bookkeeping import Manifest, RunIdentity
 from ._decodable import check_decodable
 from ._layout import chunk_rows, stored_chunks
 from ._options import Mode, Request, Storage, check_written_length
-from ._spec import OutputSpec, output_spec, stored_identity
+from ._spec import OutputSpec, output_spec, stored_manifest
 
 __all__ = ["Planned", "again", "block_bytes_here", "plan_output"]
 
@@ -109,10 +109,13 @@ def plan_output(scan_spec: ScanSpec, request: Request, store: Any, storage_optio
     A resumed or extended run reads the stored run's identity (without its lock: what is
     wrong with the output, opening it says) and takes what it leaves to the defaults from it.
     """
-    stored = stored_identity(store, storage_options) if request.mode in ("resume", "extend") else None
+    manifest = stored_manifest(store, storage_options) if request.mode in ("resume", "extend") else None
+    stored = None if manifest is None else manifest.identity
     asked_default = request.summaries_default
     block_size, request = _continued(scan_spec, request, stored)
     plan = _plan(scan_spec, request, block_size, stored)
+    if plan.until is not None:
+        plan = _tested_from(plan, request, manifest)
     if request.mode == "extend" and asked_default:
         _warn_fine_summaries(store, request.summaries, plan.rows, request.storage)
     if stored is not None and request.layout.chunks is None and plan.block_size == stored.blocking.block_size:
@@ -122,6 +125,30 @@ def plan_output(scan_spec: ScanSpec, request: Request, store: Any, storage_optio
     if request.mode in ("create", "overwrite"):  # a continued run's arrays are the stored run's
         check_decodable(spec)
     return Planned(plan, request, spec, stored)
+
+
+def _tested_from(plan: Plan, request: Request, manifest: Manifest | None) -> Plan:
+    """``plan``, whose condition is tested from the step a continued run tests it from.
+
+    An extension of a finished run (one that ended on its condition, or is lengthened)
+    tests the condition given now from the step after the stored run's last; a resumed run
+    (an interrupted extension included) from where the stored run tested its own.
+    """
+    assert plan.until is not None
+    if request.storage.virtual:
+        raise InputError(
+            f"{arg('until')} cannot end a virtual output, whose blocks are recomputed from f alone when read; pass "
+            f"{arg('virtual', False)}, or leave {arg('until')} out"
+        )
+    if manifest is None:
+        return plan
+    armed = manifest.identity.to_json().get("until_from", 0)
+    lengthened = manifest.ended_at is not None or plan.length > manifest.length
+    if request.mode == "extend" and manifest.complete and lengthened:
+        armed = manifest.length
+    if not isinstance(armed, int) or armed <= 0:
+        return plan
+    return dataclasses.replace(plan, until=dataclasses.replace(plan.until, armed=armed))
 
 
 def again(target: Target, mode: Mode) -> str:

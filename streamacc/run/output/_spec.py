@@ -22,12 +22,12 @@ from ...engine import Plan
 from ...errors import InputError, arg
 from ...store import ArraySpec, open_target, storable
 from ...summaries import over_state, summarized_names, too_long
-from ..bookkeeping import Ledger, RunIdentity, run_identity
+from ..bookkeeping import Ledger, Manifest, RunIdentity, run_identity
 from ._layout import RESERVED, array_dims, resolve_chunks
 from ._options import STORED, Request, Storage
 from ._time import check_span, time_attrs
 
-__all__ = ["OutputSpec", "output_names", "output_spec", "stored_identity"]
+__all__ = ["OutputSpec", "output_names", "output_spec", "stored_identity", "stored_manifest"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,11 +219,18 @@ def stored_identity(store: Any, storage_options: dict[str, Any] | None) -> RunId
     Whatever is wrong with the output, opening it under its lock says so; here it only
     means that nothing is taken from it.
     """
+    manifest = stored_manifest(store, storage_options)
+    return None if manifest is None else manifest.identity
+
+
+def stored_manifest(store: Any, storage_options: dict[str, Any] | None) -> Manifest | None:
+    """The manifest of the run stored at ``store``, or None where there is none to read (see
+    :func:`stored_identity`)."""
     try:
         target = open_target(store, storage_options=storage_options, read_only=True)
         manifest = Ledger(target).load()
         if manifest is not None:
-            _ = manifest.identity.blocking  # an identity without a layout is none to read either
+            _ = manifest.blocking.block_count  # an identity without a layout is none to read either
     except Exception:
         return None
-    return None if manifest is None else manifest.identity
+    return manifest

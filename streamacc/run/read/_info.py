@@ -170,9 +170,9 @@ class OutputInfo:
     committed_rows : int
         Output rows the committed steps fill (``committed_steps // save_every``).
     total_steps : int
-        Steps of the whole run (its ``length``).
+        Steps of the whole run (its ``length``; with a condition, the most it runs).
     complete : bool
-        Whether the run finished.
+        Whether the run finished (to its length, or ended on its condition).
     recipe : str or None
         The command line's recipe that wrote it (None for a Python step function).
     params : dict or None
@@ -219,6 +219,12 @@ class OutputInfo:
     bookkeeping_bytes : int
         Bytes the kept carries, the block records and the manifest take in the store (the
         summaries' are in ``summaries``).
+    until : str or None
+        The run's condition (``until``), as its identity records it (``module.name
+        code:<crc> values:<crc>``); None for a run without one.
+    ended_at : int or None
+        The step where the run's condition held, its last (``committed_steps`` is one
+        more); None where it did not end on its condition.
 
     Examples
     --------
@@ -257,6 +263,8 @@ class OutputInfo:
     carries_every: int = 1
     bookkeeping_bytes: int = 0
     unroll_chosen: bool = False
+    until: str | None = None
+    ended_at: int | None = None
 
     def __str__(self) -> str:
         return format_description(self)
@@ -349,6 +357,8 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
         nonfinite_array=None if manifest.nonfinite is None else manifest.nonfinite["array"],
         carries_every=1 if manifest.carries is None else manifest.carries["every"],
         bookkeeping_bytes=sum(n for key, n in target.sizes(f"{BOOKKEEPING}/").items() if not key.startswith(SUMMARIES)),
+        until=ident.to_json().get("until"),
+        ended_at=manifest.ended_at,
     )
 
 
@@ -385,7 +395,7 @@ def _mib(nbytes: int) -> str:
 def format_description(about: OutputInfo) -> str:
     """``about`` as the lines ``streamacc info`` prints."""
     if about.complete:
-        state = "complete"
+        state = "complete" if about.ended_at is None else f"complete, ended on its condition at step {about.ended_at}"
     elif about.recipe is None:  # only its step function continues it: the command line cannot
         state = 'incomplete (written from Python: continue it with streamacc.write(path, f, init, mode="resume"))'
     else:
@@ -404,6 +414,8 @@ def format_description(about: OutputInfo) -> str:
         + (f", every step's y of a computing block {_mib(mem.computing)}" if mem.computing else "")
         + f": {_mib(mem.total)} beyond Python, JAX and zarr",
     ]
+    if about.until is not None:
+        lines.append(f"  until: {about.until}")
     if about.virtual:
         lines.append(
             f"  virtual: the data of {about.stored_blocks} of {about.committed_blocks} committed blocks are stored"

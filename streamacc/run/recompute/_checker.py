@@ -219,11 +219,16 @@ class Checker:
         rec, block = item.rec, item.block
         assert rec is not None and block is not None
         try:
+            if block.stop != rec.stop:  # the condition ended it elsewhere
+                what = f"its condition (until) ends it after step {block.stop - 1}, its record after {rec.stop - 1}"
+                raise self.not_recomputed(item.index, rec.start, rec.stop, what)
             rows = rows_in(rec.start, rec.stop, self.plan.save_every)
             ys = dict(zip(self.sink.arrays, jax.tree_util.tree_leaves(block.ys), strict=True))
             stored = self.manifest.stores(item.index)  # a virtual block's data are its recomputation
             found = {
-                name: compare_chunks(self.sink.writers[name], self.target, rows[0], ys[name], rec.crc32c[name])
+                name: compare_chunks(
+                    self.sink.writers[name], self.target, rows[0], ys[name], rec.crc32c[name], end=block.ended
+                )
                 for name in self.sink.arrays
                 if stored
             }

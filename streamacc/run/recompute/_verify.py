@@ -19,10 +19,13 @@ from ...engine import (
     Block,
     HostLeaf,
     Plan,
+    Predicate,
     ScanSpec,
     Step,
+    Until,
     make_plan,
     step_of,
+    until_of,
 )
 from ...errors import InputError, ResumeError, VerifyError, arg, one_line
 from ...store import Target, open_target
@@ -119,6 +122,7 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
 
     ``manifest`` is one whose structure is trusted already (:func:`trust.trusted_manifest`).
     """
+    plan = as_recorded(plan, manifest)
     checker = Checker(target, manifest, plan)
     checker.manifest_agrees()
     checker.carries_agree()
@@ -127,8 +131,9 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
         checker.trailers_match(k for k in range(manifest.committed_blocks) if k not in set(chosen))
     summaries = Summaries.load(target, manifest.identity, manifest.summaries, manifest.committed_rows)
     check = None
-    if summaries is not None:
-        check = SummaryCheck(summaries, plan.rows, len(chosen) == manifest.committed_blocks, checker.fail)
+    if summaries is not None:  # summarised as the whole length's rows (a run that ended leaves its last window open)
+        rows = manifest.identity.rows
+        check = SummaryCheck(summaries, rows, len(chosen) == manifest.committed_blocks, checker.fail)
         checker.summary, checker.seen = summaries.plan, check.block
     checker.blocks(chosen)
     if check is not None:
@@ -159,7 +164,7 @@ def check_resumable(output: Output, plan: Plan, *, last_block: bool = True) -> N
     caller recomputes those blocks itself (a
     Stream, whose inputs only its program holds) and has them judged by :func:`check_recomputed`.
     """
-    checker = Checker(output.target, output.manifest, plan, output.sink)
+    checker = Checker(output.target, output.manifest, as_recorded(plan, output.manifest), output.sink)
     last = output.manifest.committed_blocks - 1
     try:
         checker.manifest_agrees()
@@ -184,7 +189,7 @@ def check_recomputed(output: Output, plan: Plan, k: int, block: Block, carry: li
     JAX (the recomputation is the caller's: a Stream's program); ``block`` is released. The
     last block's carry is the one the run resumes from.
     """
-    checker = Checker(output.target, output.manifest, plan, output.sink)
+    checker = Checker(output.target, output.manifest, as_recorded(plan, output.manifest), output.sink)
     try:
         checker.judge(k, block, carry, output.ledger.carry(output.manifest, k + 1))
     except VerifyError as exc:
@@ -230,9 +235,46 @@ def check_function(manifest: Manifest, f: Step, label: str) -> None:
         )
 
 
-def plan_for(manifest: Manifest, f: Step, init: Any, xs: Any) -> Plan:
-    """The plan of the recorded run: its length and block layout, with this step and inputs."""
-    return make_plan(f, init, xs, **manifest.identity.blocking.keywords())
+def plan_for(manifest: Manifest, f: Step, init: Any, xs: Any, until: Predicate | None = None) -> Plan:
+    """The plan of the recorded run: its length and block layout, with this step, inputs and condition (tested
+    from the step the run tested it from), up to the step where it ended on it."""
+    plan = make_plan(f, init, xs, until=until, **manifest.identity.blocking.keywords())
+    armed = manifest.identity.to_json().get("until_from", 0)
+    if plan.until is not None and isinstance(armed, int) and armed > 0:
+        plan = dataclasses.replace(plan, until=Until(plan.until.predicate, armed))
+    return as_recorded(plan, manifest)
+
+
+def as_recorded(plan: Plan, manifest: Manifest) -> Plan:
+    """``plan``, which runs the recorded run, cut where that run ended on its condition (if it did)."""
+    if manifest.ended_at is None or plan.blocking.end is not None:
+        return plan
+    return dataclasses.replace(plan, blocking=plan.blocking.ended(manifest.ended_at + 1))
+
+
+def check_condition(manifest: Manifest, until: Predicate | None, label: str) -> None:
+    """Refuse a condition ``until`` that is not the one the output of ``manifest`` (at ``label``) records: its
+    blocks recompute with it (with ``unroll`` > 1 their bits depend on it), and where it held is recorded."""
+    recorded = manifest.identity.to_json().get("until")
+    if until is None and recorded is None:
+        return
+    if until is None:
+        raise InputError(
+            f"{label} was written by a run with a condition ({recorded}), which its blocks recompute with: pass it "
+            f"as {arg('until')}"
+        )
+    current, values = fingerprint(until)
+    if recorded is None:
+        raise VerifyError(
+            f"{label} was written by a run without a condition, not with {arg('until')} {current}; leave "
+            f"{arg('until')} out"
+        )
+    if not same_function(recorded, current, label):
+        changed = changed_values(manifest.identity.to_json(), {"until": current, "until_values": values}, "until")
+        raise VerifyError(
+            f"{label} was written with the condition {recorded}, not {arg('until')} {current}"
+            f"{f' ({changed})' if changed else ''}; pass the condition (and the values it uses) that wrote it"
+        )
 
 
 @interruptible
@@ -245,6 +287,7 @@ def verify(
     blocks: str | int = "all",
     storage_options: dict[str, Any] | None = None,
     repair: bool = False,
+    until: Predicate | None = None,
 ) -> VerifyReport:
     """Check an output against its manifest, recomputing its blocks from the carries it keeps.
 
@@ -287,6 +330,10 @@ def verify(
         recompute to their stored chunks, and written only if it is exactly the carry its
         record names (``VerifyReport.repaired`` lists them). Damaged data, records or
         manifest are refused as without it.
+    until : callable, optional
+        The condition the output was written with, if it was (the same code and values),
+        or in the ``ScanSpec``: its blocks recompute with it, and the block where it held
+        must end after the step its record ends after.
 
     Returns
     -------
@@ -334,6 +381,7 @@ def verify(
             "carry: pass streamacc.verify(store, f, init) (and xs, if the run had inputs), or a ScanSpec holding "
             "them; an output of `streamacc write` is verified by `streamacc verify PATH`"
         )
+    until = until_of(f, until)
     f, init, xs = step_of(f, init, xs, needs_init=True)
     if repair:
 
@@ -343,7 +391,9 @@ def verify(
 
         return verify_repairing(store, storage_options, blocks, plan_of)
     target = open_target(store, storage_options=storage_options, read_only=True)
-    check_function(load_manifest(target), f, target.label)
+    recorded = load_manifest(target)
+    check_function(recorded, f, target.label)
+    check_condition(recorded, until, target.label)
     manifest = trusted_manifest(target)
-    plan = plan_for(manifest, f, init, xs)
+    plan = plan_for(manifest, f, init, xs, until)
     return verify_plan(target, plan, manifest, blocks=blocks)

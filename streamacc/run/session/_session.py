@@ -169,7 +169,9 @@ class RunSession:
         assert self.output is not None and self.length is not None
         if not self.output.complete:
             return False
-        warn(f"{self.target.label} is already complete ({self.length} steps); nothing to do", StreamaccWarning)
+        m = self.output.manifest
+        held = f"{m.length} steps" if m.ended_at is None else f"it ended on its condition at step {m.ended_at}"
+        warn(f"{self.target.label} is already complete ({held}); nothing to do", StreamaccWarning)
         return True
 
     def finish(self) -> None:

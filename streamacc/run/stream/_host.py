@@ -29,7 +29,7 @@ from typing import Any, ParamSpec, TypeVar
 import numpy as np
 
 from ...base import Site, run_from
-from ...engine import Block, HostLeaf, Plan
+from ...engine import Block, HostLeaf, Plan, rows_in
 from ...errors import InputError, one_line
 from ...store import Target
 from ..bookkeeping import carry_digest
@@ -97,6 +97,7 @@ class _Item:
     carry_in: list[HostLeaf]
     carry_out: list[HostLeaf]
     release: Callable[[], None]
+    ended: bool = False  # the run's condition held in the block, after its step stop - 1
 
 
 def _host_leaves(leaves: tuple[CarryLeaf, ...], values: tuple[Any, ...]) -> list[HostLeaf]:
@@ -225,7 +226,7 @@ class StreamHost:
             spec = dataclasses.replace(self.spec, identity=self.spec.identity.with_init(carry_digest(init)))
             output = self.session.open_output(spec, init=init, check_resumable=_changed_meanwhile)
         output.warn_nonfinite(before=True)
-        first = self.plan.block_count if output.complete else output.first_block
+        first = self.plan.block_count if output.complete or output.ended else output.first_block
         self.bar.begin(output.manifest.committed_steps)
         if output.first_block and not output.complete:
             log.info("resuming %s at step %d of %d", self.target.label, output.manifest.committed_steps,
@@ -247,10 +248,12 @@ class StreamHost:
         ``token``: judged against what is stored; a token."""
         assert self.output is not None and self.check_chain is not None
         names = len(self.spec.names)
+        arrays, held = self._held(arrays)
         ys, after = arrays[:names], arrays[names:]
         k = int(index)
         _, start, stop = next(bounds for bounds in self.check_chain if bounds[0] == k)
-        block = Block(start, stop, [np.asarray(y) for y in ys], None, save_every=self.plan.save_every)
+        stop, rows = self._cut(start, stop, held, [np.asarray(y) for y in ys])
+        block = Block(start, stop, rows, None, save_every=self.plan.save_every, ended=held >= 0)
         check_recomputed(self.output, self.plan, k, block, _host_leaves(self.carry, tuple(after)))
         return np.asarray(0, dtype=self.index_dtype)
 
@@ -259,11 +262,15 @@ class StreamHost:
         """Block ``index`` computed, each ys leaf as ``counts[i]`` pieces: queue it for the writers once a slot is
         free."""
         n = len(self.carry)
+        arrays, held = self._held(arrays)
         carry_in, carry_out = arrays[:n], arrays[len(arrays) - n :]
         ends = np.cumsum((n, *counts)).tolist()
         ys = [list(arrays[a:b]) for a, b in itertools.pairwise(ends)]
         k = int(index)
         start, stop = next(self.plan.bounds(k))
+        if held >= 0:  # the rows up to the step where the condition held, no more
+            stop = start + held + 1
+            ys = [_first_rows(leaf, len(range(*rows_in(start, stop, self.plan.save_every)))) for leaf in ys]
         while not self._slots.acquire(timeout=POLL_SECONDS):
             self.check_running()
         rows, give_back = self._rows.copy(ys)
@@ -276,8 +283,23 @@ class StreamHost:
                 self._slots.release()
 
         item = _Item(k, start, stop, rows, _host_leaves(self.carry, carry_in), _host_leaves(self.carry, carry_out),
-                     release)  # fmt: skip
+                     release, held >= 0)  # fmt: skip
         self._queue.put(item)
+
+    def _held(self, arrays: tuple[Any, ...]) -> tuple[tuple[Any, ...], int]:
+        """The arrays a callback got, without the step where the condition held (last, with a condition), and
+        that step (-1: none, or no condition)."""
+        if self.plan.until is None:
+            return arrays, -1
+        return arrays[:-1], int(np.asarray(arrays[-1]))
+
+    def _cut(self, start: int, stop: int, held: int, ys: list[np.ndarray]) -> tuple[int, list[np.ndarray]]:
+        """A block's stop and ys, cut after the step where the condition held in it (if it did)."""
+        if held < 0:
+            return stop, ys
+        stop = start + held + 1
+        kept = len(range(*rows_in(start, stop, self.plan.save_every)))
+        return stop, [y[:kept] for y in ys]
 
     @_guarded
     def finish(self, token: Any, *carry: Any) -> tuple[Any, ...]:
@@ -305,7 +327,8 @@ class StreamHost:
 
         def work(item: _Item) -> BlockResult:
             ys, item.ys = item.ys, []  # held by this write alone until its block is durable and released
-            block = Block(item.start, item.stop, ys, None, item.release, save_every=self.plan.save_every)
+            block = Block(item.start, item.stop, ys, None, item.release, save_every=self.plan.save_every,
+                          ended=item.ended)  # fmt: skip
             try:
                 return write_block(output.data_sink, names, item.index, block, item.carry_in, item.carry_out,
                                    output.summary_plan, reverse=self.plan.reverse)  # fmt: skip
@@ -348,6 +371,17 @@ class StreamHost:
         self._end_writer()
         if self.output is not None:
             self.output.close()
+
+
+def _first_rows(pieces: list[Any], rows: int) -> list[Any]:
+    """The first ``rows`` rows of a ys leaf handed over as pieces of consecutive rows."""
+    kept, left = [], rows
+    for piece in pieces:
+        if left <= 0:
+            break
+        kept.append(piece[:left])
+        left -= piece.shape[0]
+    return kept or [pieces[0][:0]]
 
 
 def _changed_meanwhile(output: Output) -> None:

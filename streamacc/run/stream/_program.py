@@ -4,9 +4,13 @@ The blocks are write's (``engine.block_bounds``): the full ones run in a ``lax.w
 over a block index that starts where the host says (0, or a resumed run's first uncommitted
 block), each running the engine's own block function (``lax.scan`` itself, or its thinned
 form) on its rows of ``xs``; the one block of another length (the last in index order, the
-first run when ``reverse``) runs under ``lax.cond``, skipped once committed. After each block
-a callback hands its index, the carries around it and its ys to the host, which copies
-them into buffers of its own and writes them on threads of its own. The carry enters the
+first run when ``reverse``) runs under ``lax.cond``, skipped once committed. With a
+condition (``until``) each block runs the engine's block function that tests it after each
+step, and the loop's bound is dynamic: it stops after the block where the condition held
+(and the odd block is skipped then), so no block past it is computed. After each block
+a callback hands its index, the carries around it and its ys to the host (and where the
+condition held in it, if it did), which copies them into buffers of its own and writes
+them on threads of its own. The carry enters the
 loop through the host too (the program's own initial carry as the host saw it, or a
 resumed run's recorded one), so that the loop never starts from a value XLA could fold
 into it, and is selected over the program's own by a condition XLA cannot know (a carry that
@@ -54,7 +58,7 @@ from jax.custom_batching import custom_vmap
 from jax.experimental import io_callback
 
 from ...base import stream_handover, stream_piece_bytes
-from ...engine import Blocking, Step, block_function, compute_platform
+from ...engine import PROBED, Blocking, Step, Until, block_function, compute_platform, until_block_functions
 
 try:
     from jax.experimental.buffer_callback import buffer_callback
@@ -94,12 +98,12 @@ class Host(Protocol):
 
     def check(self, token: Any, index: Any, *arrays: Any) -> Any:
         """A committed block ``index`` recomputed (after the callback that made ``token``): its ys, then the carry
-        leaving it; returns a token (any index)."""
+        leaving it (and with a condition the block's step where it first held); returns a token (any index)."""
 
     def block(self, counts: tuple[int, ...], index: Any, *arrays: Any) -> None:
         """Block ``index`` (in scan order) computed: the carry entering it, its ys (each leaf as ``counts[i]``
-        pieces of consecutive rows), the carry leaving it. The arrays may be views of the program's buffers,
-        valid only during the call."""
+        pieces of consecutive rows), the carry leaving it, and with a condition the block's step where it first
+        held (-1: none). The arrays may be views of the program's buffers, valid only during the call."""
 
     def finish(self, token: Any, *carry: Any) -> tuple[Any, ...]:
         """The carry after the last block; returned once every block is committed."""
@@ -114,11 +118,49 @@ class Loop:
     """The scan's length, blocks (their size chosen), unroll, direction and thinning."""
     carry: tuple[CarryLeaf, ...]
     index_dtype: np.dtype[Any]
+    until: Until | None = None
+    """The scan's condition (None: it runs to its length)."""
 
-    def run(self, length: int) -> Callable[[Any, Any], tuple[Any, list[jax.Array]]]:
-        """The engine's block function for blocks of ``length`` steps: ``(carry, xs) -> (carry, ys leaves)``."""
+    def run(self, length: int) -> Callable[[Any, Any, Any], tuple[Any, list[jax.Array], Any]]:
+        """The engine's block function for blocks of ``length`` steps beginning at step ``start``: ``(carry, xs,
+        start) -> (carry, ys leaves, first)``, ``first`` the block's step where the condition first held (-1: none,
+        or no condition). With a condition, the engine's probe, and where it saw the condition hold, its finder
+        (under ``lax.cond``): the step where it held, and the carry that step left, as the engine's blocks have
+        them."""
         b = self.blocking
-        return block_function(self.f, length, b.unrolled_by, b.reverse, b.save_every)
+        if self.until is None:
+            plain = block_function(self.f, length, b.unrolled_by, b.reverse, b.save_every)
+
+            def run(carry: Any, xs: Any, start: Any) -> tuple[Any, list[jax.Array], Any]:
+                return *plain(carry, xs), jnp.int32(-1)
+
+            return run
+        probe, probe_from, finder = until_block_functions(self.f, self.until.predicate, length, b.unrolled_by,
+                                                          b.save_every)  # fmt: skip
+        armed = self.until.armed
+
+        def again(entering: Any, xs: Any, tested_from: Any, after: Any) -> tuple[Any, Any]:
+            """The carry of the step where the condition held, and that step (-1: none, as the finder ran)."""
+            held, ys, first = finder(entering, xs, tested_from)
+            held = lax.optimization_barrier((held, ys))[0]  # its ys computed, as the engine's finder computes them
+            chosen: tuple[Any, Any] = lax.cond(first >= 0, lambda: (held, first), lambda: (after, jnp.int32(-1)))
+            return chosen
+
+        def run_until(carry: Any, xs: Any, start: Any) -> tuple[Any, list[jax.Array], Any]:
+            if not armed:
+                tested_from: Any = np.int32(0)
+                after, ys, found = probe(carry, xs)
+            else:  # an extended run: tested from the step after its old end
+                if isinstance(start, int):
+                    tested_from = np.int32(min(max(armed - start, 0), length))
+                else:
+                    tested_from = jnp.clip(armed - start, 0, length).astype(jnp.int32)
+                after, ys, found = probe_from(carry, xs, tested_from)
+            after, first = lax.cond(found == PROBED, again, lambda e, x, t, a: (a, jnp.int32(-1)), carry, xs,
+                                    tested_from, after)  # fmt: skip
+            return after, ys, first
+
+        return run_until
 
     def plain(self, carry: Any) -> list[Any]:
         return [leaf.plain(x) for leaf, x in zip(self.carry, jax.tree_util.tree_leaves(carry), strict=True)]
@@ -189,13 +231,15 @@ def _split(ys: Sequence[Any]) -> tuple[list[Any], tuple[int, ...]]:
     return out, tuple(counts)
 
 
-def _handing_over(host: Host, index_dtype: np.dtype[Any], how: str, n: int) -> Callable[..., Any]:
+def _handing_over(host: Host, index_dtype: np.dtype[Any], how: str, n: int, extra: int = 0) -> Callable[..., Any]:
     """``hand(token, index, *arrays) -> token``: the block callback (``arrays``: the ``n`` leaves of the carry
-    entering the block, its ys, the carry leaving it), called after the callback that made ``token``."""
+    entering the block, its ys, the carry leaving it, and ``extra`` scalars: the step where the condition held),
+    called after the callback that made ``token``."""
+    after = n + extra  # the arrays after the ys
 
     def crossing(arrays: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[int, ...]]:
-        ys, counts = _split(arrays[n : len(arrays) - n])
-        return (*arrays[:n], *ys, *arrays[len(arrays) - n :]), counts
+        ys, counts = _split(arrays[n : len(arrays) - after])
+        return (*arrays[:n], *ys, *arrays[len(arrays) - after :]), counts
 
     if how == "ordered":
 
@@ -222,7 +266,7 @@ def _handing_over(host: Host, index_dtype: np.dtype[Any], how: str, n: int) -> C
         return chained
 
     def in_place(ctx: Any, out: Any, token: Any, index: Any, *arrays: Any) -> None:
-        host.block((1,) * (len(arrays) - 2 * n), np.asarray(index), *(np.asarray(a) for a in arrays))
+        host.block((1,) * (len(arrays) - n - after), np.asarray(index), *(np.asarray(a) for a in arrays))
         np.asarray(out)[...] = np.asarray(token)
 
     assert buffer_callback is not None
@@ -277,40 +321,50 @@ def streamed(
     first = started[0]
     carry = loop.wrapped(treedef, _computed(started[1 : 1 + n], own, first))
     token = first  # what each callback takes from the one before it
+    tested = loop.until is not None  # the step where the condition held crosses with each block
     judged = check()
     if judged is not None:
         carry = loop.wrapped(treedef, _computed(started[1 + n :], own, first))
         index = jax.ShapeDtypeStruct((), loop.index_dtype)
         for k, start, stop in judged:
-            carry, ys = loop.run(stop - start)(carry, _rows(xs, start, stop - start))
+            carry, ys, held = loop.run(stop - start)(carry, _rows(xs, start, stop - start), start)
             k_index = np.asarray(k, dtype=loop.index_dtype)
-            token = host_call(host.check, index, token, k_index, *ys, *loop.plain(carry), ordered=ordered)
-    hand = _handing_over(host, loop.index_dtype, how, n)
+            found = (held,) if tested else ()
+            token = host_call(host.check, index, token, k_index, *ys, *loop.plain(carry), *found, ordered=ordered)
+    hand = _handing_over(host, loop.index_dtype, how, n, 1 if tested else 0)
 
-    def one(index: Any, state: tuple[Any, Any], start: Any, length: int) -> tuple[Any, Any]:
-        carry, token = state
-        after, ys = loop.run(length)(carry, _rows(xs, start, length))
-        return after, hand(token, index, *loop.plain(carry), *ys, *loop.plain(after))
+    # the loop's state: the carry, the token, and with a condition the step where it held in the last block
+    def one(index: Any, state: tuple[Any, ...], start: Any, length: int) -> tuple[Any, ...]:
+        carry, token = state[:2]
+        after, ys, held = loop.run(length)(carry, _rows(xs, start, length), start)
+        found = (held,) if tested else ()
+        return after, hand(token, index, *loop.plain(carry), *ys, *loop.plain(after), *found), *found
 
     count, size, odd = loop.blocking.block_count, loop.blocking.size, loop.blocking.last_steps
     last = count - 1  # the block of index count - 1 may be of another length
     full = count if odd == size else last  # the blocks of block_size steps
 
-    def body(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
-        index, carry, token = state
+    def body(state: tuple[Any, ...]) -> tuple[Any, ...]:
+        index = state[0]
         k = last - index if loop.blocking.reverse else index  # the block's place in index order
-        return index + 1, *one(index, (carry, token), k * size, size)
+        return index + 1, *one(index, state[1:], k * size, size)
 
-    def full_blocks(begin_at: Any, end: int, state: tuple[Any, Any]) -> tuple[Any, Any]:
+    def going(state: tuple[Any, ...], end: int) -> Any:
+        """Whether the loop runs another block: one is left, and the condition has not held (a dynamic bound)."""
+        more = state[0] < end
+        return jnp.logical_and(more, state[3] < 0) if tested else more
+
+    def full_blocks(begin_at: Any, end: int, state: tuple[Any, ...]) -> tuple[Any, ...]:
         if end <= 0:
             return state
-        looped = lax.while_loop(lambda s: s[0] < end, body, (jnp.asarray(begin_at, loop.index_dtype), *state))
-        return looped[1], looped[2]
+        looped = lax.while_loop(functools.partial(going, end=end), body, (jnp.asarray(begin_at, loop.index_dtype),
+                                                                           *state))  # fmt: skip
+        return tuple(looped[1:])
 
-    def odd_block(index: int, state: tuple[Any, Any]) -> tuple[Any, Any]:
+    def odd_block(index: int, state: tuple[Any, ...]) -> tuple[Any, ...]:
         return one(jnp.asarray(index, loop.index_dtype), state, last * size, odd)
 
-    state = (carry, token)
+    state: tuple[Any, ...] = (carry, token, *((jnp.int32(-1),) if tested else ()))
     if odd == size:
         state = full_blocks(first, count, state)
     elif loop.blocking.reverse:  # the odd block runs first
@@ -318,8 +372,9 @@ def streamed(
         state = full_blocks(jnp.maximum(first, 1), count, state)
     else:
         state = full_blocks(first, full, state)
-        state = lax.cond(first <= last, lambda s: odd_block(last, s), lambda s: s, state)
-    carry, token = state
+        runs = jnp.logical_and(first <= last, state[2] < 0) if tested else first <= last  # none after the end
+        state = lax.cond(runs, lambda s: odd_block(last, s), lambda s: s, state)
+    carry, token = state[:2]
     structs = tuple(leaf.struct for leaf in loop.carry)
     final = host_call(host.finish, structs, token, *loop.plain(carry), ordered=ordered)
     return loop.wrapped(treedef, final)

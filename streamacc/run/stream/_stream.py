@@ -26,6 +26,7 @@ from ...engine import (
     Blocking,
     Carry,
     HostLeaf,
+    Predicate,
     ScanSpec,
     Step,
     from_host,
@@ -104,7 +105,8 @@ class Stream:
         using no value traced in the program (pass those in the carry): its code and the
         values it uses are part of the run's identity. Each leaf of ``y`` becomes an array.
     length : int
-        The number of steps, at least 1 (equal to the length of ``xs``, where given).
+        The number of steps, at least 1 (equal to the length of ``xs``, where given); with
+        ``until``, the most the run takes.
     mode : {"create", "overwrite", "resume", "extend"}, default "create"
         What to do with an output that is already there, as for :func:`~streamacc.write`.
     layout : Layout, optional
@@ -114,6 +116,12 @@ class Stream:
         fsspec options for a URL ``store``.
     progress : bool, default True
         Show a progress bar on a terminal.
+    until : callable, optional
+        The run's condition, ``until(carry, y) -> bool``, tested after each step, as for
+        :func:`~streamacc.write`: the run ends after the first step where it holds, and
+        ``length`` is the most it runs. The program's loop of blocks stops after the block
+        where it held (no block past it is computed), and :meth:`scan` returns the carry
+        that step left.
     **keywords
         The keywords of :func:`~streamacc.write` that apply: the scan's (``block_size``,
         ``unroll``, ``reverse``, ``save_every``), the layout's (``names``, ``dims``,
@@ -173,6 +181,7 @@ class Stream:
         layout: Layout | None = None,
         storage_options: dict[str, Any] | None = None,
         progress: bool = True,
+        until: Predicate | None = None,
         **keywords: Unpack[WriteKeywords],
     ) -> None:
         given: dict[str, Any] = dict(keywords)
@@ -198,6 +207,7 @@ class Stream:
         self.store = store
         self.length = asked.length
         self._f = f
+        self._until = until
         self._scan_keywords = scan_keywords
         self._request = check_request(mode=mode, layout=checked_layout, reverse=asked.reverse)
         self.mode: Mode = self._request.mode
@@ -329,7 +339,8 @@ class Stream:
         Returns
         -------
         pytree of jax.Array
-            The carry after the last step, once every block is committed.
+            The carry after the last step (with a condition, the step where it held), once
+            every block is committed.
 
         Raises
         ------
@@ -387,7 +398,7 @@ class Stream:
         else:
             init = jax.tree_util.tree_unflatten(treedef, [placeholder(leaf) for leaf in leaves])
         try:
-            scan_spec = ScanSpec(self._f, init, xs, length=self.length, **self._scan_keywords)
+            scan_spec = ScanSpec(self._f, init, xs, length=self.length, until=self._until, **self._scan_keywords)
             planned = plan_output(scan_spec, self._request, self.store, self._storage_options)
         except TRACED as exc:
             raise InputError(
@@ -395,8 +406,10 @@ class Stream:
                 "the run's identity cannot record; pass it in the carry instead, where every block records it "
                 f"(JAX: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})"
             ) from exc
-        # the host's copies; in the program, its ys and a block to spare for XLA's own
-        session.check_memory(planned.plan, host=self.inflight, program=2, asked=scan_spec.block_size,
+        # the host's copies; in the program, its ys and a block to spare for XLA's own (and with a condition, the
+        # ys of the block run again to find the step where it held)
+        program = 2 if planned.plan.until is None else 3
+        session.check_memory(planned.plan, host=self.inflight, program=program, asked=scan_spec.block_size,
                              who="this stream")  # fmt: skip
         return planned, recorded
 
@@ -450,6 +463,6 @@ class Stream:
                 check[0] = host.check_chain
             return tuple(started)
 
-        loop = Loop(plan.f, plan.blocking, crossing, index_dtype)
+        loop = Loop(plan.f, plan.blocking, crossing, index_dtype, plan.until)
         final: Carry = streamed(loop, host, init, xs, begin=begin, check=lambda: check[0])
         return final

@@ -329,14 +329,16 @@ class ChunkWriter:
         out[size : size + _CRC.size] = np.frombuffer(_CRC.pack(value), dtype=np.uint8)
         return out[: size + _CRC.size], value
 
-    def write(self, start: int, data: np.ndarray) -> list[EncodedChunk]:
+    def write(self, start: int, data: np.ndarray, *, end: bool = False) -> list[EncodedChunk]:
         """Store rows ``[start, start + len(data))`` as whole chunks; ``start`` must be a chunk boundary.
 
-        ``data`` must end on a chunk boundary too, or at the end of the array. Chunks are
+        ``data`` must end on a chunk boundary too, or at the end of the array, or, with
+        ``end``, where the array is to end (a run that ended on its condition): its last
+        chunk is padded with the fill value, as an array's last chunk is. Chunks are
         returned in the order of :meth:`keys`.
         """
         stop = start + len(data)
-        if not self.encodes(start, data):
+        if not self.encodes(start, data, end=end):
             self.array[start:stop] = data
             return [EncodedChunk(key, -1, None) for key in self.keys(start, stop)]
         store = self.array.store_path.store
@@ -357,14 +359,14 @@ class ChunkWriter:
             written.append(EncodedChunk(key, encoded.nbytes, crc))
         return written
 
-    def encodes(self, start: int, data: np.ndarray) -> bool:
+    def encodes(self, start: int, data: np.ndarray, *, end: bool = False) -> bool:
         """Whether rows ``[start, start + len(data))`` are encoded here (else zarr writes them itself).
 
         They must cover whole chunks: ``start`` on a chunk boundary, the end on one or at the
-        end of the array.
+        end of the array (or, with ``end``, where it is to end).
         """
         stop = start + len(data)
-        if start % self.chunk or (stop % self.chunk and stop != self.array.shape[0]):
+        if start % self.chunk or (stop % self.chunk and stop != self.array.shape[0] and not end):
             raise ValueError(f"rows {start}-{stop} do not cover whole chunks of {self.chunk}")
         return self._layout is not None and data.dtype == self.array.dtype
 

@@ -54,11 +54,13 @@ class ChunkCheck:
 
 
 def compare_chunks(
-    writer: ChunkWriter, target: Target, start: int, rows: np.ndarray, recorded: list[int]
+    writer: ChunkWriter, target: Target, start: int, rows: np.ndarray, recorded: list[int], *, end: bool = False
 ) -> ChunkCheck:
-    """Compare the stored chunks of rows ``[start, start + len(rows))`` with ``rows`` and their recorded CRC-32Cs."""
+    """Compare the stored chunks of rows ``[start, start + len(rows))`` with ``rows`` and their recorded CRC-32Cs.
+
+    With ``end``, the rows are the last of a run that ended on its condition (see ``ChunkWriter.write``)."""
     keys = writer.keys(start, start + len(rows))
-    mine = writer.encoded(start, rows) if writer.encodes(start, rows) else None
+    mine = writer.encoded(start, rows) if writer.encodes(start, rows, end=end) else None
     differing = []
     for i, (key, crc) in enumerate(zip(keys, recorded, strict=True)):
         encoded = next(mine) if mine is not None else None

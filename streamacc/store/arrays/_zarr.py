@@ -240,17 +240,40 @@ class ZarrSink:
         root["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": members}
         self.target.write("zarr.json", json.dumps(root, indent=1, allow_nan=False).encode())
 
+    def cut(self, rows: int) -> dict[str, dict[str, Any]]:
+        """End every array at ``rows`` rows (a run that ended on its condition), durably; their metadata as a run
+        records it.
+
+        Only the shape in each ``zarr.json`` changes (as zarr writes it): the chunks past the
+        end were never written, and the last one was padded with the fill value when it was
+        (see :meth:`write`). An array already that short is left as it is.
+        """
+        keys = []
+        for name in self.arrays:
+            raw = self.target.read(f"{name}/zarr.json")
+            doc = json.loads(raw) if raw is not None else None
+            if isinstance(doc, dict) and isinstance(doc.get("shape"), list) and doc["shape"][:1] > [rows]:
+                self.target.write(f"{name}/zarr.json", document_bytes({**doc, "shape": [rows, *doc["shape"][1:]]}))
+                keys.append(f"{name}/zarr.json")
+        self.target.make_durable(keys)
+        self._members = None  # the root lists them as they are now
+        return {name: doc for name, doc in self.documents().items() if doc is not None}
+
     def chunk_keys(self, name: str, start: int, stop: int) -> list[str]:
         """The keys of the chunks of array ``name`` holding rows ``[start, stop)``, in the order they are written."""
         return self.writers[name].keys(start, stop)
 
-    def write(self, start: int, stop: int, ys: Mapping[str, np.ndarray]) -> tuple[dict[str, list[int]], int]:
+    def write(
+        self, start: int, stop: int, ys: Mapping[str, np.ndarray], *, end: bool = False
+    ) -> tuple[dict[str, list[int]], int]:
         """Write rows ``[start, stop)`` of every array and make them durable.
 
-        Returns each array's per-chunk CRC-32C (the value zarr's ``crc32c`` codec appends
-        to the stored chunk) and the bytes stored.
+        With ``end``, the arrays are to end at ``stop`` (a run that ended on its condition:
+        see :meth:`cut`), and their last chunk is padded with the fill value. Returns each
+        array's per-chunk CRC-32C (the value zarr's ``crc32c`` codec appends to the stored
+        chunk) and the bytes stored.
         """
-        chunks = {name: self.writers[name].write(start, np.asarray(data)) for name, data in ys.items()}
+        chunks = {name: self.writers[name].write(start, np.asarray(data), end=end) for name, data in ys.items()}
         self.target.make_durable([c.key for written in chunks.values() for c in written], drop_cache=True)
         crcs, stored = {}, 0
         for name, written in chunks.items():
