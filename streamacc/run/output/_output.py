@@ -87,6 +87,7 @@ class Output:
         self.ledger = Ledger(target)
         self.on_commit = on_commit
         self._published = 0.0
+        self._first_commit = True  # the first commit publishes at once: a reader sees progress from the start
         self._listing: dict[str, dict[str, Any]] | None = None
         self._batch: Batch[BlockResult] = Batch()  # a virtual run's blocks computed and not yet committed
         self._carry: list[HostLeaf] | None = None  # the carry entering the first block, once known
@@ -139,10 +140,11 @@ class Output:
         for name, value in changes.items():
             setattr(self.manifest, name, value)
 
-    def publish(self, *, force: bool = False) -> None:
-        """Refresh the root attributes with the committed steps (at most every few seconds unless forced)."""
+    def publish(self, *, force: bool = False, due: bool = False) -> None:
+        """Refresh the root attributes with the committed steps: at most every few seconds, unless ``due`` (this
+        run's first commit) or forced (which also lists the bookkeeping's nodes again)."""
         now = time.monotonic()
-        if force or now - self._published >= PUBLISH_SECONDS:
+        if force or due or now - self._published >= PUBLISH_SECONDS:
             m = self.manifest
             if force or self._listing is None:  # the bookkeeping's nodes change only between a run's parts
                 self._listing = bookkeeping_listing(self.target, m)
@@ -196,7 +198,8 @@ class Output:
         self._carry = results[-1].carry_out
         if "nonfinite" in changes:
             self.warn_nonfinite()
-        self.publish()
+        self.publish(due=self._first_commit)
+        self._first_commit = False
         self.target.checkpoint(self._progress(), nbytes=sum(r.stored for r in results))
         if self.on_commit is not None:
             for result in results:
