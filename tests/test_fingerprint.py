@@ -7,6 +7,7 @@ recommends deleting data that may be fine.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import warnings
@@ -208,8 +209,12 @@ def test_a_function_run_as_a_script_is_the_same_function_imported(tmp_path, monk
     out = tmp_path / "out.zarr"
     run_warm([sys.executable, module, out], check=True, timeout=120)
     assert read_manifest(out)["identity"]["function"].startswith("__main__.step code:")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import heatmod
+    # sys.path itself, not monkeypatch.syspath_prepend: that warns (PytestRemovedIn10Warning) wherever a library
+    # of the suite has loaded pkg_resources
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    importlib.invalidate_caches()
+    heatmod = importlib.import_module("heatmod")
+    monkeypatch.delitem(sys.modules, "heatmod")
 
     report = streamacc.verify(out, heatmod.step, np.arange(4.0))
     assert report.committed_blocks == 4

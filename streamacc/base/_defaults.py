@@ -34,8 +34,9 @@ def write_block_bytes(platform: str) -> int:
 
 ACCELERATOR_UNROLL = 64
 """The ``lax.scan`` unroll of a built-in recipe of a few operations a step on a TPU or GPU: a
-loop trip costs far more there than such a step's arithmetic (on a TPU v5e a scalar float32
-step took 680 ns at unroll 1, 20 ns at 8 and 5.5 ns at 64), where on a CPU each recipe keeps
+loop trip costs far more there than such a step's arithmetic (on a TPU v5e the float32 gp
+recipe took 677 ns a step at unroll 1, 87 ns at 8 and 6.1 ns at 64: the Accelerators benchmark
+page, run 0098), where on a CPU each recipe keeps
 the unroll it runs fastest at (1, 2 or 8)."""
 
 ACCELERATOR_COMPENSATED_UNROLL = 64
