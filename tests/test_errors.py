@@ -4,8 +4,10 @@ survive a pickle round trip (the way an error comes back from a dask worker)."""
 
 from __future__ import annotations
 
+import os
 import pickle
 
+import jax
 import numpy as np
 import pytest
 
@@ -177,3 +179,43 @@ def test_the_command_line_prints_a_warning_in_its_own_terms(tmp_path, capsys):
         "those, rewrite it with --overwrite, or begin an output meant to grow with --summary-windows "
         "4096,65536,1048576\n"
     ) in capsys.readouterr().err
+
+
+def _diverges(x):
+    """A host check of the step (as equinox's ``error_if`` or diffrax's ``max_steps``): it raises past a limit set
+    outside the step (the environment), so that fixing it leaves the step, and the run's identity, the same."""
+    if x > int(os.environ.get("STREAMACC_TEST_LIMIT", "40")):
+        raise ValueError(f"diverged at {x}")
+
+
+def _checked_step(x, _):
+    jax.debug.callback(_diverges, x)
+    return x + 1, x
+
+
+@pytest.mark.parametrize("how", ["write", "stream"])
+def test_a_step_failing_at_run_time_says_its_block_what_is_committed_and_how_to_resume(tmp_path, monkeypatch, how):
+    """One message: the block and its steps, the steps committed, JAX's error chained, and the way on; the cause fixed
+    (outside the step), the resume continues and ends equal to one scan."""
+    out = tmp_path / "out.zarr"
+
+    def run(mode):
+        if how == "write":
+            return streamacc.write(out, _checked_step, np.int32(0), length=64, block_size=16, mode=mode,
+                                   progress=False)  # fmt: skip
+        with streamacc.Stream(out, _checked_step, length=64, block_size=16, mode=mode, progress=False) as stream:
+            return jax.jit(lambda c: stream.scan(c))(np.int32(0))
+
+    with pytest.raises(streamacc.errors.StepError) as caught:
+        run("create")
+    assert str(caught.value) == (
+        f"the step failed at run time in block 2 (steps 32 to 48) of {out} (ValueError: diverged at 41); the 32 "
+        "steps before it are committed: with a cause outside the step fixed (memory, a file it reads), rerun with "
+        "mode='resume' to continue from there; a step changed to fix it is another run, which mode='overwrite' "
+        "writes afresh"
+    )
+    assert isinstance(caught.value.__cause__, jax.errors.JaxRuntimeError)
+    assert streamacc.info(out).committed_steps == 32
+    monkeypatch.setenv("STREAMACC_TEST_LIMIT", "100")
+    assert int(run("resume")) == 64
+    np.testing.assert_array_equal(streamacc.open(out)["y"].values, np.arange(64))

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         POOL_MIN_BYTES as POOL_MIN_BYTES,
         SEAMS as SEAMS,
         Block as Block,
+        BlockFailed as BlockFailed,
         BlockPool as BlockPool,
         HostLeaf as HostLeaf,
         PoolStats as PoolStats,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import weakref
 from collections.abc import Iterator
@@ -16,7 +17,48 @@ from ._pool import POOL_MIN_BYTES, BlockPool, _Lease, fresh_buffers, pool_size
 from ._rows import block_xs, let_go, spent_rows
 from ._scopes import jax_option
 
-__all__ = ["carry_pass", "compute_block", "compute_platform", "computes_ahead", "run_block", "run_plan"]
+__all__ = ["BlockFailed", "carry_pass", "compute_block", "compute_platform", "computes_ahead", "run_block", "run_plan"]
+
+
+class BlockFailed(jax.errors.JaxRuntimeError):
+    """The computation of the block of steps ``[start, stop)`` failed at run time: the step raised there (an
+    exception in a host callback, a runtime check such as equinox's ``error_if``, diffrax's ``max_steps``), or the
+    device did (out of memory). Still a ``JaxRuntimeError``, caused by JAX's own, as a caller of ``iter_blocks``
+    caught before; ``error`` is its one line. It survives pickling (a cluster's block task)."""
+
+    def __init__(self, start: int, stop: int, error: str) -> None:
+        super().__init__(f"the block of steps {start} to {stop} failed: {error}")
+        self.start, self.stop, self.error = start, stop, error
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.start, self.stop, self.error))
+
+    @classmethod
+    def of(cls, start: int, stop: int, exc: jax.errors.JaxRuntimeError) -> BlockFailed:
+        """The failure ``exc`` of the block of steps ``[start, stop)``."""
+        return cls(start, stop, _what_failed(str(exc)))
+
+
+@contextlib.contextmanager
+def _failing(start: int, stop: int) -> Iterator[None]:
+    """Raise a run-time failure of the block of steps ``[start, stop)`` as :class:`BlockFailed`, naming its steps."""
+    try:
+        yield
+    except BlockFailed:
+        raise
+    except jax.errors.JaxRuntimeError as exc:
+        raise BlockFailed.of(start, stop, exc) from exc
+
+
+def _what_failed(text: str) -> str:
+    """The one line that says what failed in a ``JaxRuntimeError``'s text: where a callback raised, the last line of
+    its traceback (``ValueError: diverged``), not XLA's preamble and the frames; else its first line."""
+    lines = text.split("\n--------------------")[0].splitlines()
+    if "Traceback (most recent call last):" in text:
+        last = [line.strip() for line in lines if line.strip() and not line.startswith((" ", "\t"))]
+        if last:
+            return last[-1][:500]
+    return (lines[0].strip() if lines else "")[:500]
 
 
 CALLER_HELD = 1
@@ -38,7 +80,8 @@ class _Computed:
 def _dispatch(plan: Plan, pool: BlockPool, carry: Any, start: int, stop: int) -> _Computed:
     xs = block_xs(plan, start, stop)
     lease = pool.acquire() if stop - start == plan.block_size else None  # only full blocks share buffers
-    carry, out = run_block(plan, carry, xs, stop - start, pool.buffers(lease, plan.out_structs(stop - start)))
+    with _failing(start, stop):
+        carry, out = run_block(plan, carry, xs, stop - start, pool.buffers(lease, plan.out_structs(stop - start)))
     return _Computed(start, stop, out, carry, lease, spent_rows(plan, xs, stop - start))
 
 
@@ -56,7 +99,8 @@ def run_block(
 
 
 def _hand_over(plan: Plan, pool: BlockPool, done: _Computed) -> Block:
-    hosts = pool.hand_over(done.lease, done.out)
+    with _failing(done.start, done.stop):  # a device computes asynchronously: its failure shows here
+        hosts = pool.hand_over(done.lease, done.out)
     let_go(done.rows)
     ys = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(plan.y_struct), hosts)
     release = None if done.lease is None else done.lease.release
@@ -81,12 +125,13 @@ def carry_pass(
     spare: dict[int, list[jax.Array] | None] = {}  # per block length: ys buffers, donated from block to block
     for start, stop in plan.bounds(first_block):
         xs = block_xs(plan, start, stop)
-        if plan.save_every == 1 and not exact:
-            carry = cached(carry_scan_fn, plan.f, stop - start, plan.unroll, plan.reverse)(carry, xs)
-        else:  # the block function itself (its kept rows are few): the carry has its bits by construction
-            n = stop - start
-            out = spare[n] if n in spare else fresh_buffers(plan.out_structs(n))
-            carry, spare[n] = run_block(plan, carry, xs, n, out)
+        with _failing(start, stop):
+            if plan.save_every == 1 and not exact:
+                carry = cached(carry_scan_fn, plan.f, stop - start, plan.unroll, plan.reverse)(carry, xs)
+            else:  # the block function itself (its kept rows are few): the carry has its bits by construction
+                n = stop - start
+                out = spare[n] if n in spare else fresh_buffers(plan.out_structs(n))
+                carry, spare[n] = run_block(plan, carry, xs, n, out)
         yield start, stop, carry
 
 

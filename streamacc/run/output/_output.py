@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ...base import origin, run_from, warn
-from ...engine import HostLeaf
-from ...errors import LockedError, StoreError, StreamaccWarning, arg
+from ...engine import BlockFailed, HostLeaf
+from ...errors import LockedError, StepError, StoreError, StreamaccError, StreamaccWarning, arg
 from ...store import Target, ZarrSink, describe_store_failure, is_store_failure, progress_attrs
 from ...summaries import BlockPieces, Summaries, SummaryPlan
 from ..bookkeeping import (
@@ -281,6 +281,24 @@ class Output:
         if self.summaries is not None:
             self.summaries.close()
 
+    def step_failure(self, exc: BlockFailed, length: int) -> StepError:
+        """The error for the step failing at run time in the block of steps ``[exc.start, exc.stop)``: that block,
+        what is committed, and how to continue (the caller chains JAX's error)."""
+        blocking = self.manifest.identity.blocking
+        index = next((k for k, (a, _) in enumerate(blocking.bounds()) if a == exc.start), None)
+        block = f"block {index} (steps {exc.start} to {exc.stop})" if index is not None else f"steps {exc.start} to {exc.stop}"
+        committed = self.manifest.committed_steps
+        what = f"the step failed at run time in {block} of {self.target.label} ({exc.error})"
+        if committed == 0:
+            return StepError(f"{what}; nothing is committed yet: fix the cause and rerun with {arg('mode', 'overwrite')}")
+        before = committed == exc.start and not blocking.reverse
+        kept = f"the {committed} steps before it are" if before else f"{committed} of {length} steps are"
+        return StepError(
+            f"{what}; {kept} committed: with a cause outside the step fixed (memory, a file it reads), rerun with "
+            f"{arg('mode', 'resume')} to continue from there; a step changed to fix it is another run, which "
+            f"{arg('mode', 'overwrite')} writes afresh"
+        )
+
     def _kept(self) -> tuple[int, bool] | None:
         """What the store's manifest still commits for this run, read back: its steps, and whether another
         run's manifest replaced it (a writer that took the output over); None when it cannot be read."""
@@ -294,13 +312,15 @@ class Output:
             return 0, True
         return stored.committed_steps, False
 
-    def failure(self, exc: Exception, length: int) -> StoreError | None:
+    def failure(self, exc: Exception, length: int) -> StreamaccError | None:
         """The error for a store that failed mid-run, saying what is kept as the store itself now tells.
 
         Also for a lost lease whose store has lost this run's committed steps (the lease gone with
-        the rest of the store, or another writer's output in their place). None for any other
-        exception, which the caller raises as it is.
+        the rest of the store, or another writer's output in their place), and for a step that failed
+        at run time (:meth:`step_failure`). None for any other exception, which the caller raises as it is.
         """
+        if isinstance(exc, BlockFailed):
+            return self.step_failure(exc, length)
         store_failed = is_store_failure(exc)
         if not (store_failed or isinstance(exc, LockedError)):
             return None

@@ -158,6 +158,8 @@ class StreamHost:
         """The committed blocks the program recomputes before its first new one (a resumed run's last, and those
         since the carry kept before it): ``(index, start, stop)`` in scan order; None when it recomputes none."""
         self.failure: BaseException | None = None
+        self.first_block: int | None = None  # the block the program computes first (once it started)
+        self.last_block: int | None = None  # the last block the program handed over
         self.started = False
         self.finished = False
         self.closed = False
@@ -186,6 +188,14 @@ class StreamHost:
     def running(self) -> bool:
         """Whether the program is between its start and finish callbacks, and nothing failed."""
         return self.started and not self.finished and self.failure is None
+
+    def failing_block(self) -> tuple[int, int] | None:
+        """The steps ``(start, stop)`` of the block the program was computing when it failed: the one after the last
+        it handed over (None before it started, or after its last)."""
+        if self.first_block is None:
+            return None
+        k = self.first_block if self.last_block is None else self.last_block + 1
+        return next(self.plan.bounds(k), None) if k < self.plan.block_count else None
 
     def fail(self, exc: BaseException) -> None:
         """Record ``exc`` (the first failure wins) and let the writers and every waiting callback go."""
@@ -226,6 +236,7 @@ class StreamHost:
             output = self.session.open_output(spec, init=init, check_resumable=_changed_meanwhile)
         output.warn_nonfinite(before=True)
         first = self.plan.block_count if output.complete else output.first_block
+        self.first_block = first
         self.bar.begin(output.manifest.committed_steps)
         if output.first_block and not output.complete:
             log.info("resuming %s at step %d of %d", self.target.label, output.manifest.committed_steps,
@@ -263,6 +274,7 @@ class StreamHost:
         ends = np.cumsum((n, *counts)).tolist()
         ys = [list(arrays[a:b]) for a, b in itertools.pairwise(ends)]
         k = int(index)
+        self.last_block = k
         start, stop = next(self.plan.bounds(k))
         while not self._slots.acquire(timeout=POLL_SECONDS):
             self.check_running()

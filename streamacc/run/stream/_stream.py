@@ -23,6 +23,7 @@ import numpy as np
 
 from ...base import DEFAULT_STREAM_INFLIGHT, Site, outside, warn
 from ...engine import (
+    BlockFailed,
     Blocking,
     Carry,
     HostLeaf,
@@ -295,6 +296,12 @@ class Stream:
                 )
                 refused.__cause__ = exc
                 return refused
+            failing = host.failing_block() if isinstance(exc, jax.errors.JaxRuntimeError) else None
+            if failing is not None and host.output is not None:  # the step failed inside the program
+                mapped = host.session.failed(BlockFailed.of(*failing, exc))
+                if mapped is not None:
+                    mapped.__cause__ = exc
+                    return mapped
             if exc is None and host.started and not host.finished:
                 return StreamaccError(
                     f"the program's stream to {host.target.label} ended before its last block; its committed blocks "
