@@ -12,10 +12,11 @@ import json
 import sys
 import warnings
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import MANIFEST, array_bytes, failing, read_manifest, run_warm, store_files, write_manifest
+from helpers import MANIFEST, array_bytes, failing, read_manifest, rewind, run_warm, store_files, write_manifest
 
 import streamacc
 from streamacc.run.bookkeeping import describe_function
@@ -221,3 +222,72 @@ def test_a_function_run_as_a_script_is_the_same_function_imported(tmp_path, monk
     heatmod.RATE = 0.5  # another value: no longer the same function, script or not
     with pytest.raises(streamacc.errors.VerifyError, match=r"was written by __main__\.step"):
         streamacc.verify(out, heatmod.step, np.arange(4.0))
+
+
+XS = np.linspace(0.0, 1.0, 4096, dtype=np.float32)
+
+
+def _halving(c, x):
+    c = c * np.float32(0.5) + x
+    return c, c
+
+
+def _halved(xs: np.ndarray) -> np.ndarray:
+    """The outputs of ``_halving`` from 0, by a numpy loop (each step's product by 0.5 is exact, its sum one
+    rounding, as in XLA)."""
+    out, c = np.empty(len(xs), dtype=np.float32), np.float32(0.0)
+    for i, x in enumerate(xs):
+        c = np.float32(c * np.float32(0.5) + x)
+        out[i] = c
+    return out
+
+
+def test_inputs_are_known_by_their_values_whatever_array_holds_them(tmp_path):
+    """(No summaries: a rewound manifest's tail would still describe every block.) numpy's rows extended by JAX's or a memmap's of the same values are the same run; a changed committed input
+    is refused before anything is written, and an identity recorded by streamacc 1.0 (its inputs by type name)
+    still continues."""
+    out = tmp_path / "out.zarr"
+    streamacc.write(out, _halving, np.float32(0.0), XS[:2048], block_size=512, summaries=False, progress=False)
+    assert read_manifest(out)["identity"]["xs"] == ["array[2048]:<f4"]
+    changed = XS.copy()
+    changed[10] += 1  # an input of a committed step
+    before = store_files(out)
+    with pytest.raises(streamacc.errors.ResumeError, match=r"xs_values: .* for its first 2048 steps"):
+        streamacc.write(out, _halving, np.float32(0.0), jnp.asarray(changed), block_size=512, mode="extend",
+                        summaries=False, progress=False)  # fmt: skip
+    assert store_files(out) == before
+    np.save(tmp_path / "xs.npy", XS)
+    streamacc.write(out, _halving, np.float32(0.0), np.load(tmp_path / "xs.npy", mmap_mode="r"), block_size=512,
+                    mode="extend", summaries=False, progress=False)  # fmt: skip
+    np.testing.assert_array_equal(streamacc.open(out)["y"].values, _halved(XS))
+    manifest = rewind(out, 6, 3072)
+    manifest["identity"]["xs"] = ["ndarray[4096]:<f4"]  # as 1.0 and the releases before recorded a numpy input
+    del manifest["identity"]["xs_values"]
+    write_manifest(out, manifest)
+    streamacc.write(out, _halving, np.float32(0.0), jnp.asarray(XS), block_size=512, mode="resume", summaries=False, progress=False)
+    np.testing.assert_array_equal(streamacc.open(out)["y"].values, _halved(XS))
+
+
+def test_a_stream_and_write_of_one_job_record_the_same_files_and_resume_each_other(tmp_path):
+    def stream(out, mode="create"):
+        with streamacc.Stream(out, _halving, length=4096, block_size=512, mode=mode, summaries=False, progress=False) as s:
+            jax.jit(lambda c, x: s.scan(c, x))(np.float32(0.0), jnp.asarray(XS))
+
+    def write(out, mode="create"):
+        streamacc.write(out, _halving, np.float32(0.0), XS, block_size=512, mode=mode, summaries=False, progress=False)
+
+    streamed, written = tmp_path / "streamed.zarr", tmp_path / "written.zarr"
+    stream(streamed)
+    write(written)
+    assert store_files(streamed) == store_files(written)
+    for out, resume in ((streamed, write), (written, stream)):  # a killed run of the one, resumed by the other
+        rewind(out, 3, 1536)
+        resume(out, mode="resume")
+        np.testing.assert_array_equal(streamacc.open(out)["y"].values, _halved(XS))
+    other = XS.copy()
+    other[5] = 7.0
+    rewind(written, 3, 1536)
+    with pytest.raises(streamacc.errors.ResumeError, match="the values of the inputs of its 4096 steps differ"):
+        with streamacc.Stream(written, _halving, length=4096, block_size=512, mode="resume", summaries=False, progress=False) as s:
+            jax.jit(lambda c, x: s.scan(c, x))(np.float32(0.0), jnp.asarray(other))
+    assert read_manifest(written)["committed_blocks"] == 3

@@ -23,6 +23,7 @@ from ..bookkeeping import (
     BlockRecord,
     Ledger,
     Manifest,
+    RunIdentity,
     bookkeeping_listing,
     describe_nonfinite,
     encode_leaves,
@@ -139,6 +140,11 @@ class Output:
         self.ledger.save(dataclasses.replace(self.manifest, **changes))
         for name, value in changes.items():
             setattr(self.manifest, name, value)
+
+    def record_identity(self, identity: RunIdentity) -> None:
+        """Save the manifest with ``identity``, the same run's completed (a Stream's inputs' values, known only once
+        its program starts), before any block of this run is committed."""
+        self._save(identity=identity)
 
     def publish(self, *, force: bool = False, due: bool = False) -> None:
         """Refresh the root attributes with the committed steps: at most every few seconds, unless ``due`` (this

@@ -146,8 +146,9 @@ def _check_array_attrs(array_attrs: dict[str, dict[str, Any]], names: list[str])
     return array_attrs
 
 
-def output_spec(plan: Plan, request: Request) -> OutputSpec:
-    """The output a run of ``plan`` asked for by ``request`` must produce, checked against the step's ``y``."""
+def output_spec(plan: Plan, request: Request, *, prefixes: Sequence[int] = ()) -> OutputSpec:
+    """The output a run of ``plan`` asked for by ``request`` must produce, checked against the step's ``y``
+    (``prefixes``: the lengths whose inputs' values its identity keeps beside it, for an extension)."""
     layout = request.layout
     names = output_names(plan.y_struct, layout.names)
     attrs = {**layout.attrs, "streamacc_version": __version__, **time_attrs(layout.time)}
@@ -199,6 +200,7 @@ def output_spec(plan: Plan, request: Request) -> OutputSpec:
         summaries=windows,
         over_state=over,
         virtual=request.storage.virtual,
+        prefixes=prefixes,
     )
     return OutputSpec(
         identity,

@@ -30,9 +30,9 @@ import numpy as np
 
 from ...base import Site, run_from
 from ...engine import Block, HostLeaf, Plan
-from ...errors import InputError, one_line
+from ...errors import InputError, ResumeError, arg, one_line
 from ...store import Target
-from ..bookkeeping import carry_digest
+from ..bookkeeping import RunIdentity, carry_digest, input_values
 from ..execute import Progress, write_block
 from ..output import BlockResult, Output, OutputSpec
 from ..recompute import check_recomputed
@@ -150,8 +150,11 @@ class StreamHost:
         inflight: int,
         site: Site | None,
         check: list[tuple[int, int, int]] | None = None,
+        stored: RunIdentity | None = None,
     ) -> None:
         self.session, self.spec, self.plan = session, spec, plan
+        self.stored = stored
+        """The identity of the run this one continues (None: a new run): its inputs' values are checked at the start."""
         self.carry, self.index_dtype = carry, index_dtype
         self.inflight, self.site = inflight, site
         self.check_chain = check
@@ -218,11 +221,34 @@ class StreamHost:
         if self.failure is not None:
             raise self.stopped()
 
+    def _check_values(self, output: Output, kept: list[str], values: list[str] | None) -> None:
+        """Refuse a continued run whose inputs' values differ from the stored run's over the steps it holds (``kept``:
+        theirs now), before any block runs; an extension then records the longer run's (its identity was saved
+        before the program's inputs were known)."""
+        assert self.stored is not None
+        stored = self.stored.to_json().get("xs_values")
+        if stored is None:
+            return  # written before the values were recorded: its inputs are known by their shapes alone
+        if stored != kept:
+            raise ResumeError(
+                f"cannot {'extend' if self.stored.blocking.length < self.plan.length else 'resume'} "
+                f"{self.target.label}: it was written by a different run (xs_values: stored {stored!r}, now {kept!r}: "
+                f"the values of the inputs of its {self.stored.blocking.length} steps differ); rerun with the original "
+                f"inputs, or use {arg('mode', 'overwrite')} to start afresh"
+            )
+        if output.manifest.identity.to_json().get("xs_values") != values:
+            output.record_identity(output.manifest.identity.with_values(values))
+
     # --- the callbacks -----------------------------------------------------------------------
 
     @_guarded
-    def start(self, *carry: Any) -> tuple[Any, ...]:
-        """The program begins: open a new output with its initial carry; return the first block and its carry."""
+    def start(self, *arrays: Any) -> tuple[Any, ...]:
+        """The program begins: open a new output with its initial carry and its inputs' values (``arrays``: the
+        carry's leaves, then the inputs'), or check a resumed one's inputs; return the first block and its carry."""
+        carry, xs = arrays[: len(self.carry)], arrays[len(self.carry) :]
+        before = None if self.stored is None else self.stored.blocking.length
+        digests = input_values([np.asarray(x) for x in xs], [self.plan.length, before or 0]) if xs else None
+        values = None if digests is None else digests[self.plan.length]
         if self.started:
             raise InputError(
                 "the program streamed once already: a Stream streams one run of its program; open a new Stream (with "
@@ -232,8 +258,11 @@ class StreamHost:
         output = self.output
         if output is None:
             init = _host_leaves(self.carry, carry)
-            spec = dataclasses.replace(self.spec, identity=self.spec.identity.with_init(carry_digest(init)))
-            output = self.session.open_output(spec, init=init, check_resumable=_changed_meanwhile)
+            identity = self.spec.identity.with_init(carry_digest(init)).with_values(values)
+            output = self.session.open_output(dataclasses.replace(self.spec, identity=identity), init=init,
+                                              check_resumable=_changed_meanwhile)  # fmt: skip
+        elif self.stored is not None and digests is not None and before is not None:
+            self._check_values(output, digests[before], values)
         output.warn_nonfinite(before=True)
         first = self.plan.block_count if output.complete else output.first_block
         self.first_block = first

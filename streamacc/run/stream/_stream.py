@@ -442,7 +442,7 @@ class Stream:
         assert self._session is not None
         self._host = host = StreamHost(
             session=self._session, spec=planned.spec, plan=plan, carry=crossing,
-            index_dtype=index_dtype, inflight=self.inflight, site=self._site,
+            index_dtype=index_dtype, inflight=self.inflight, site=self._site, stored=planned.stored,
         )  # fmt: skip
         init = jax.tree_util.tree_unflatten(treedef, [
             leaf if c.impl is not None else jnp.asarray(leaf, dtype=c.dtype) for leaf, c in zip(
@@ -451,7 +451,7 @@ class Stream:
 
         def begin(plain: list[Any], ordered: bool) -> tuple[Any, ...]:
             results = (jax.ShapeDtypeStruct((), index_dtype), *[c.struct for c in crossing] * 2)
-            started = host_call(host.start, results, *plain, ordered=ordered)
+            started = host_call(host.start, results, *plain, *jax.tree_util.tree_leaves(xs), ordered=ordered)
             if recorded is not None:
                 outside_trace(lambda: self._open_stored(planned, recorded, xs is not None))
                 check[0] = host.check_chain
