@@ -43,7 +43,9 @@ def step(c, x):
 
 
 def write(out, **kw):
-    kw = {"block_size": BLOCK, "progress": False, "attrs": ATTRS, **kw}
+    # summaries asked for: the default leaves an output this small without them (its overview reads its data)
+    kw = {"block_size": BLOCK, "progress": False, "attrs": ATTRS, **({} if kw.get("reverse") else {"summaries": [16, 256]}),
+          **kw}  # fmt: skip
     return streamacc.write(out, step, INIT, kw.pop("xs", XS), **kw)
 
 

@@ -179,7 +179,8 @@ def output_spec(plan: Plan, request: Request, *, prefixes: Sequence[int] = ()) -
     over = [n for n in summarized if n in over] if windows else []
     if request.summaries_default and windows:
         largest = max((size for n, size in sizes.items() if n not in over), default=1)
-        windows = request.storage.windows(plan.rows, largest)
+        windows = request.storage.windows(plan.rows, largest, values=plan.rows * sum(sizes.values()))
+        over = over if windows else []
     elif request.mode in ("create", "overwrite"):  # a continued run's windows are the stored run's
         error = too_long(windows, plan.rows)
         if error is not None:
