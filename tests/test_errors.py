@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
+import time
 
 import jax
 import numpy as np
@@ -59,9 +61,9 @@ REFUSALS = {
         {"length": 100, "summaries": [3, 5]},
         InputError,
         "summaries=[3, 5] does not give increasing window lengths in steps, each a multiple of the one before; "
-        "pass e.g. summaries=[4096, 65536, 1048576]",
+        "pass e.g. summaries=[4096, 16384, 65536, 262144, 1048576]",
         "--summary-windows 3,5 does not give increasing window lengths in steps, each a multiple of the one before; "
-        "pass e.g. --summary-windows 4096,65536,1048576",
+        "pass e.g. --summary-windows 4096,16384,65536,262144,1048576",
     ),
 }
 
@@ -163,21 +165,22 @@ def test_the_command_line_prints_a_bad_option_in_its_own_terms(tmp_path, capsys)
     assert main(["write", str(out), "--size", "64", "--summary-windows", "3,5", "--no-progress"]) == 2
     assert capsys.readouterr().err == (
         "streamacc: error: --summary-windows 3,5 does not give increasing window lengths in steps, each a "
-        "multiple of the one before; pass e.g. --summary-windows 4096,65536,1048576\n"
+        "multiple of the one before; pass e.g. --summary-windows 4096,16384,65536,262144,1048576\n"
     )
     assert not out.exists()
 
 
 def test_the_command_line_prints_a_warning_in_its_own_terms(tmp_path, capsys):
     out = tmp_path / "grow.zarr"
-    assert main(["write", str(out), "--size", "1000", "--no-progress"]) == 0
+    assert main(["write", str(out), "--size", "1000", "--summary-windows", "16,256", "--no-progress"]) == 0
     capsys.readouterr()
     assert main(["write", str(out), "--size", "2**18", "--no-progress", "--extend"]) == 0
     assert (
         f"streamacc: {out} keeps the summary levels it was begun with, windows of [16, 256] rows, so its 262144 "
-        "rows get 16384 windows at the finest level (the default for 262144 rows is [256, 4096, 65536]); to have "
+        "rows get 16384 windows at the finest level (the default for 262144 rows is [256, 1024, 4096, 16384, 65536]); "
+        "to have "
         "those, rewrite it with --overwrite, or begin an output meant to grow with --summary-windows "
-        "4096,65536,1048576\n"
+        "4096,16384,65536,262144,1048576\n"
     ) in capsys.readouterr().err
 
 
@@ -219,3 +222,24 @@ def test_a_step_failing_at_run_time_says_its_block_what_is_committed_and_how_to_
     monkeypatch.setenv("STREAMACC_TEST_LIMIT", "100")
     assert int(run("resume")) == 64
     np.testing.assert_array_equal(streamacc.open(out)["y"].values, np.arange(64))
+
+
+def _slow(x):
+    time.sleep(0.01)
+
+
+def _slow_step(x, _):
+    jax.debug.callback(_slow, x)
+    return x + 1, x
+
+
+def test_blocks_that_take_long_are_said_once_with_the_block_size_that_commits_often(tmp_path, seam):
+    """Past ``SLOW_BLOCK_SECONDS`` a block (16 steps of 10 ms here, against 0.1 s) is said once, with the block size
+    that commits about every ten seconds: hundreds of steps, not one block more per warning."""
+    seam("run.output.SLOW_BLOCK_SECONDS", 0.1)
+    with pytest.warns(StreamaccWarning, match="took") as caught:
+        streamacc.write(tmp_path / "out.zarr", _slow_step, np.int32(0), length=64, block_size=16, progress=False)
+    (said,) = [str(w.message) for w in caught if "took" in str(w.message)]
+    found = re.search(r"a block of 16 steps took [\d.]+ s to compute and commit, so a run killed loses up to that much; "
+                      r"a new run with block_size=(\d+) commits about every 10 s", said)  # fmt: skip
+    assert found is not None and 16 < int(found[1]) <= 1000, said

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         as_spec as as_spec,
         block_bounds as block_bounds,
         block_count as block_count,
+        block_size_near as block_size_near,
         block_steps as block_steps,
         check_length as check_length,
         committed_span as committed_span,

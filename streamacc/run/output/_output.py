@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...base import origin, run_from, warn
-from ...engine import BlockFailed, HostLeaf
+from ...engine import BlockFailed, HostLeaf, block_size_near
 from ...errors import LockedError, StepError, StoreError, StreamaccError, StreamaccWarning, arg
 from ...store import Target, ZarrSink, describe_store_failure, is_store_failure, progress_attrs
 from ...summaries import BlockPieces, Summaries, SummaryPlan
@@ -40,6 +40,13 @@ log = logging.getLogger("streamacc")
 
 PUBLISH_SECONDS = 5.0
 """How often, at most, the root attributes are refreshed with the committed step count while writing."""
+
+SLOW_BLOCK_SECONDS = 60.0
+"""A block that takes longer than this to compute and commit (the first one's compile included) makes the run say
+so, once: a kill loses a whole block, and a smaller ``block_size`` commits more often."""
+
+COMMIT_EVERY_SECONDS = 10.0
+"""About how often the ``block_size`` that notice suggests commits."""
 
 VIRTUAL_COMMIT_SECONDS = 1.0
 """How often a virtual run commits the blocks it has computed. A virtual block costs milliseconds
@@ -89,6 +96,8 @@ class Output:
         self.on_commit = on_commit
         self._published = 0.0
         self._first_commit = True  # the first commit publishes at once: a reader sees progress from the start
+        self._last_commit = time.monotonic()  # when the block now computed began, about (see _notice_slow_blocks)
+        self._slow_said = False
         self._listing: dict[str, dict[str, Any]] | None = None
         self._batch: Batch[BlockResult] = Batch()  # a virtual run's blocks computed and not yet committed
         self._carry: list[HostLeaf] | None = None  # the carry entering the first block, once known
@@ -140,6 +149,26 @@ class Output:
         self.ledger.save(dataclasses.replace(self.manifest, **changes))
         for name, value in changes.items():
             setattr(self.manifest, name, value)
+
+    def _notice_slow_blocks(self, results: tuple[BlockResult, ...]) -> None:
+        """Say once that blocks take longer than ``SLOW_BLOCK_SECONDS`` each (the time since the commit before, or
+        since the output opened), with the ``block_size`` that would commit about every ``COMMIT_EVERY_SECONDS``."""
+        now = time.monotonic()
+        seconds, self._last_commit = (now - self._last_commit) / len(results), now
+        if self._slow_said or seconds <= SLOW_BLOCK_SECONDS:
+            return
+        self._slow_said = True
+        blocking = self.manifest.identity.blocking
+        steps = max(len(r) for r in results)
+        unroll = blocking.unroll if isinstance(blocking.unroll, int) and not isinstance(blocking.unroll, bool) else 1
+        size = block_size_near(max(1, int(steps * COMMIT_EVERY_SECONDS / seconds)), unroll, blocking.save_every)
+        warn(
+            f"{self.target.label}: a block of {steps} steps took {seconds:.{0 if seconds >= 10 else 1}f} s to compute "
+            "and commit, so a run "
+            f"killed loses up to that much; a new run with {arg('block_size', size)} commits about every "
+            f"{COMMIT_EVERY_SECONDS:.0f} s (this output keeps the block size it began with)",
+            StreamaccWarning,
+        )
 
     def record_identity(self, identity: RunIdentity) -> None:
         """Save the manifest with ``identity``, the same run's completed (a Stream's inputs' values, known only once
@@ -206,6 +235,7 @@ class Output:
             self.warn_nonfinite()
         self.publish(due=self._first_commit)
         self._first_commit = False
+        self._notice_slow_blocks(results)
         self.target.checkpoint(self._progress(), nbytes=sum(r.stored for r in results))
         if self.on_commit is not None:
             for result in results:
