@@ -130,7 +130,7 @@ class SummaryStore:
     def _build(
         specs: Mapping[str, ArraySpec],
         windows: list[int],
-        chunks: Mapping[str, int],
+        chunks: Mapping[str, Sequence[int]],
         codec: str,
         dims: Mapping[str, Sequence[str | None]],
         over: Mapping[str, Sequence[str]],
@@ -162,7 +162,7 @@ class SummaryStore:
                     made[name, window, stat] = group.create_array(
                         f"{name}_{stat}",
                         shape=(n, *shape[1:]),
-                        chunks=(max(1, min(chunks[name], n)), *shape[1:]),
+                        chunks=(max(1, min(chunks[name][windows.index(window)], n)), *shape[1:]),
                         dtype=dt,
                         fill_value=_fill(dt),
                         compressors=compressors,
@@ -185,7 +185,7 @@ class SummaryStore:
         specs: Mapping[str, ArraySpec],
         *,
         windows: list[int],
-        chunks: Mapping[str, int],
+        chunks: Mapping[str, Sequence[int]],
         codec: str,
         dims: Mapping[str, Sequence[str | None]],
         over: Mapping[str, Sequence[str]] | None = None,
@@ -201,7 +201,7 @@ class SummaryStore:
         specs: Mapping[str, ArraySpec],
         *,
         windows: list[int],
-        chunks: Mapping[str, int],
+        chunks: Mapping[str, Sequence[int]],
         codec: str,
         dims: Mapping[str, Sequence[str | None]],
         over: Mapping[str, Sequence[str]] | None = None,
@@ -224,6 +224,19 @@ class SummaryStore:
         for key in store.metadata_keys():
             sync(target.store.set(key, documents[key]))
         return store
+
+    def chunks(self, name: str) -> list[int] | None:
+        """The windows per chunk of each level of output ``name``, as its arrays were written (None where a level's
+        document cannot be read: what reads it says what is wrong). Outputs written before 1.1 have one chunk size
+        for every level; later ones longer chunks at the coarser levels (see ``_pyramid.level_chunks``)."""
+        found = []
+        for window in self.windows:
+            try:
+                doc = json.loads(self.target.read(f"{level_path(window)}/{name}_min/zarr.json") or b"null")
+                found.append(int(doc["chunk_grid"]["configuration"]["chunk_shape"][0]))
+            except Exception:  # unreadable here: the reads say why
+                return None
+        return found
 
     def metadata_keys(self) -> list[str]:
         return _metadata_keys(self.windows, self._arrays)

@@ -105,7 +105,7 @@ class _Layout:
 
     windows: list[int]
     pyramids: dict[str, Pyramid]
-    chunks: dict[str, int]
+    chunks: dict[str, list[int]]
     shapes: dict[str, ArraySpec]
     dims: dict[str, tuple[str | None, ...]]
     over: dict[str, list[str]]
@@ -156,7 +156,7 @@ class Summaries:
         shapes = {n: ((specs[n][0][0],), specs[n][1]) if n in over else specs[n] for n in names}
         summary_dims = {n: tuple(dims[n][:1]) if n in over else tuple(dims[n]) for n in names}
         over_dims = {n: [str(d) for d in dims[n][1:]] for n in names if n in over}
-        chunks = {n: pyramids[n].levels[0].chunk for n in names}
+        chunks = {n: [level.chunk for level in pyramids[n].levels] for n in names}
         return _Layout(windows, pyramids, chunks, shapes, summary_dims, over_dims)
 
     @classmethod
@@ -212,7 +212,7 @@ class Summaries:
         pyramids = {}
         sizes = _state_sizes(run, names)
         for name in names:
-            pyramid = Pyramid.new(windows, run.rows, sizes[name])
+            pyramid = Pyramid.new(windows, run.rows, sizes[name], store.chunks(name))
             if tail is not None:
                 if name not in tail:
                     raise damaged(target, f"its tail has no entry for {name!r}")
