@@ -24,7 +24,7 @@ from ...engine import row_step, rows_in  # arithmetic only: overview imports no 
 from ...errors import InputError, NoOutputError, arg
 from ...store import open_target, progress_attrs
 from ...summaries import Rows, Summaries, over_state, reduce_steps, summarized_names
-from ..bookkeeping import CheckedStore, Manifest, trusted_manifest
+from ..bookkeeping import Manifest, trusted_manifest
 from ..output import times
 
 if TYPE_CHECKING:
@@ -165,6 +165,7 @@ def _data_table(target: Any, manifest: Manifest, points: int, steps: Any) -> Tab
     import zarr
 
     from ...store import register_data_types
+    from ..bookkeeping import CheckedStore  # zarr's: imported only to draw an output from its data
 
     ident = manifest.identity
     start, stop = manifest.span()
