@@ -240,6 +240,9 @@ def test_blocks_that_take_long_are_said_once_with_the_block_size_that_commits_of
     with pytest.warns(StreamaccWarning, match="took") as caught:
         streamacc.write(tmp_path / "out.zarr", _slow_step, np.int32(0), length=64, block_size=16, progress=False)
     (said,) = [str(w.message) for w in caught if "took" in str(w.message)]
-    found = re.search(r"a block of 16 steps took [\d.]+ s to compute and commit, so a run killed loses up to that much; "
-                      r"a new run with block_size=(\d+) commits about every 10 s", said)  # fmt: skip
+    found = re.search(
+        r"a block of 16 steps took [\d.]+ s to compute and commit, so a run killed loses up to that much; "
+        r"a new run with block_size=(\d+) commits about every 10 s",
+        said,
+    )
     assert found is not None and 16 < int(found[1]) <= 1000, said

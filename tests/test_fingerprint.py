@@ -242,52 +242,54 @@ def _halved(xs: np.ndarray) -> np.ndarray:
     return out
 
 
+# no summaries (as an output this small has by default): a rewound manifest's tail would still describe every block
+RUN = {"block_size": 512, "summaries": False, "progress": False}
+
+
 def test_inputs_are_known_by_their_values_whatever_array_holds_them(tmp_path):
-    """(No summaries: a rewound manifest's tail would still describe every block.) numpy's rows extended by JAX's or a memmap's of the same values are the same run; a changed committed input
+    """numpy's rows extended by JAX's or a memmap's of the same values are the same run; a changed committed input
     is refused before anything is written, and an identity recorded by streamacc 1.0 (its inputs by type name)
     still continues."""
     out = tmp_path / "out.zarr"
-    streamacc.write(out, _halving, np.float32(0.0), XS[:2048], block_size=512, summaries=False, progress=False)
+    streamacc.write(out, _halving, np.float32(0.0), XS[:2048], **RUN)
     assert read_manifest(out)["identity"]["xs"] == ["array[2048]:<f4"]
     changed = XS.copy()
     changed[10] += 1  # an input of a committed step
     before = store_files(out)
     with pytest.raises(streamacc.errors.ResumeError, match=r"xs_values: .* for its first 2048 steps"):
-        streamacc.write(out, _halving, np.float32(0.0), jnp.asarray(changed), block_size=512, mode="extend",
-                        summaries=False, progress=False)  # fmt: skip
+        streamacc.write(out, _halving, np.float32(0.0), jnp.asarray(changed), mode="extend", **RUN)
     assert store_files(out) == before
     np.save(tmp_path / "xs.npy", XS)
-    streamacc.write(out, _halving, np.float32(0.0), np.load(tmp_path / "xs.npy", mmap_mode="r"), block_size=512,
-                    mode="extend", summaries=False, progress=False)  # fmt: skip
+    streamacc.write(out, _halving, np.float32(0.0), np.load(tmp_path / "xs.npy", mmap_mode="r"), mode="extend", **RUN)
     np.testing.assert_array_equal(streamacc.open(out)["y"].values, _halved(XS))
     manifest = rewind(out, 6, 3072)
     manifest["identity"]["xs"] = ["ndarray[4096]:<f4"]  # as 1.0 and the releases before recorded a numpy input
     del manifest["identity"]["xs_values"]
     write_manifest(out, manifest)
-    streamacc.write(out, _halving, np.float32(0.0), jnp.asarray(XS), block_size=512, mode="resume", summaries=False, progress=False)
+    streamacc.write(out, _halving, np.float32(0.0), jnp.asarray(XS), mode="resume", **RUN)
     np.testing.assert_array_equal(streamacc.open(out)["y"].values, _halved(XS))
 
 
-def test_a_stream_and_write_of_one_job_record_the_same_files_and_resume_each_other(tmp_path):
-    def stream(out, mode="create"):
-        with streamacc.Stream(out, _halving, length=4096, block_size=512, mode=mode, summaries=False, progress=False) as s:
-            jax.jit(lambda c, x: s.scan(c, x))(np.float32(0.0), jnp.asarray(XS))
+def _streamed(out, xs, mode="create"):
+    with streamacc.Stream(out, _halving, length=4096, mode=mode, **RUN) as stream:
+        jax.jit(lambda c, x: stream.scan(c, x))(np.float32(0.0), jnp.asarray(xs))
 
-    def write(out, mode="create"):
-        streamacc.write(out, _halving, np.float32(0.0), XS, block_size=512, mode=mode, summaries=False, progress=False)
+
+def test_a_stream_and_write_of_one_job_record_the_same_files_and_resume_each_other(tmp_path):
+    def written_(out, xs, mode="create"):
+        streamacc.write(out, _halving, np.float32(0.0), xs, mode=mode, **RUN)
 
     streamed, written = tmp_path / "streamed.zarr", tmp_path / "written.zarr"
-    stream(streamed)
-    write(written)
+    _streamed(streamed, XS)
+    written_(written, XS)
     assert store_files(streamed) == store_files(written)
-    for out, resume in ((streamed, write), (written, stream)):  # a killed run of the one, resumed by the other
+    for out, resume in ((streamed, written_), (written, _streamed)):  # a killed run of the one, resumed by the other
         rewind(out, 3, 1536)
-        resume(out, mode="resume")
+        resume(out, XS, mode="resume")
         np.testing.assert_array_equal(streamacc.open(out)["y"].values, _halved(XS))
     other = XS.copy()
     other[5] = 7.0
     rewind(written, 3, 1536)
     with pytest.raises(streamacc.errors.ResumeError, match="the values of the inputs of its 4096 steps differ"):
-        with streamacc.Stream(written, _halving, length=4096, block_size=512, mode="resume", summaries=False, progress=False) as s:
-            jax.jit(lambda c, x: s.scan(c, x))(np.float32(0.0), jnp.asarray(other))
+        _streamed(written, other, mode="resume")
     assert read_manifest(written)["committed_blocks"] == 3

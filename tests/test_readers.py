@@ -44,8 +44,8 @@ def step(c, x):
 
 def write(out, **kw):
     # summaries asked for: the default leaves an output this small without them (its overview reads its data)
-    kw = {"block_size": BLOCK, "progress": False, "attrs": ATTRS, **({} if kw.get("reverse") else {"summaries": [16, 256]}),
-          **kw}  # fmt: skip
+    asked = {} if kw.get("reverse") else {"summaries": [16, 256]}  # a reverse scan has none
+    kw = {"block_size": BLOCK, "progress": False, "attrs": ATTRS, **asked, **kw}
     return streamacc.write(out, step, INIT, kw.pop("xs", XS), **kw)
 
 

@@ -599,8 +599,10 @@ def test_an_extension_far_beyond_a_short_outputs_levels_warns_that_it_keeps_them
         grow(2**18, mode="extend")
     (warning,) = [w for w in caught if "summary levels" in str(w.message)]
     text = str(warning.message)
-    assert "keeps the summary levels it was begun with, windows of [16, 256] rows, so its 262144 rows get 16384 " \
-           "windows at the finest level (the default for 262144 rows is [256, 1024, 4096, 16384, 65536])" in text  # fmt: skip
+    assert (
+        "keeps the summary levels it was begun with, windows of [16, 256] rows, so its 262144 rows get 16384 windows "
+        "at the finest level (the default for 262144 rows is [256, 1024, 4096, 16384, 65536])"
+    ) in text
     assert "rewrite it with mode='overwrite', or begin an output meant to grow with summaries=[4096, 16384, " in text
     assert streamacc.info(out).summaries.windows == (16, 256)
 

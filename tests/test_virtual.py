@@ -201,7 +201,8 @@ def test_a_long_virtual_output_keeps_its_default_summaries_to_a_million_windows(
         finest = windows[0]
         assert finest <= 2**16 and (-(-rows // finest) * size <= 2**20 or finest == 2**16 or finest >= rows)
         assert finest <= 4096 or -(-rows // (finest // 2)) * size > 2**20  # no shorter window would do
-        assert windows == [w for w in (finest, 4 * finest, 16 * finest, 64 * finest, 256 * finest) if w <= max(rows, finest)]
+        levels = (finest, 4 * finest, 16 * finest, 64 * finest, 256 * finest)
+        assert windows == [w for w in levels if w <= max(rows, finest)]
     for rows in (1, 1000, 2**22, 2**32):  # where the default keeps a million windows, a virtual output has the same
         assert default_windows(rows, virtual=True) == default_windows(rows)
     assert default_windows(2**34, virtual=True) == [2**14, 2**16, 2**18, 2**20, 2**22]

@@ -20,7 +20,7 @@ from ._scopes import jax_option
 __all__ = ["BlockFailed", "carry_pass", "compute_block", "compute_platform", "computes_ahead", "run_block", "run_plan"]
 
 
-class BlockFailed(jax.errors.JaxRuntimeError):
+class BlockFailed(jax.errors.JaxRuntimeError):  # type: ignore[misc]  # jaxlib's class comes without types
     """The computation of the block of steps ``[start, stop)`` failed at run time: the step raised there (an
     exception in a host callback, a runtime check such as equinox's ``error_if``, diffrax's ``max_steps``), or the
     device did (out of memory). Still a ``JaxRuntimeError``, caused by JAX's own, as a caller of ``iter_blocks``

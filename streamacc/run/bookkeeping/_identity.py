@@ -46,7 +46,7 @@ def _digestible(leaf: Any) -> bool:
     """Whether the values of input ``leaf`` are digested: an array (numpy's, a memmap, JAX's, Zarr's), not a reader of
     a stored input's rows (a recipe's ``--input``, known by its store's fingerprint, ``input``)."""
     if isinstance(leaf, (np.ndarray, jax.Array)):
-        return not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+        return not jax.numpy.issubdtype(leaf.dtype, jax.dtypes.prng_key)
     return type(leaf).__module__.split(".")[0] == "zarr" and type(leaf).__name__ == "Array"
 
 
@@ -71,7 +71,7 @@ def input_values(leaves: Sequence[Any], marks: Sequence[int]) -> dict[int, list[
             while done < end:
                 upto = min(end, done + step)
                 piece = np.ascontiguousarray(np.asarray(leaf[done:upto]), dtype=dtype)
-                crc = zlib.crc32(piece.reshape(-1).view(np.uint8), crc)
+                crc = zlib.crc32(piece.reshape(-1).view(np.uint8).data, crc)  # its bytes, not copied
                 done = upto
             digests[end].append(f"crc32:{crc:08x}")
     return digests
@@ -117,28 +117,31 @@ def run_identity(
     leaves = jax.tree_util.tree_leaves(plan.xs)
     digests = input_values(leaves, [plan.length, *prefixes]) if leaves else None
     xs_values = {} if digests is None else {"xs_values": digests[plan.length]}
-    return RunIdentity({
-        **_input_contents(plan.xs),
-        "function": function,
-        **({"function_values": values} if values else {}),
-        "recipe": attrs.get("recipe"),
-        "params": attrs.get("params"),
-        "init": carry_digest(to_host(plan.init)),
-        "xs": _describe_xs(plan.xs),
-        **xs_values,
-        "length": plan.length,
-        "block_size": plan.block_size,
-        "chunk": next(iter(chunks.values()))[0] if chunks else plan.block_rows,
-        "chunks": {name: list(shape) for name, shape in chunks.items()},
-        "save_every": plan.save_every,
-        "dims": None if dims is None else {name: list(names) for name, names in dims.items()},
-        "time": time,
-        "unroll": plan.unroll,
-        "reverse": plan.reverse,
-        "codec": codec,
-        "arrays": arrays,
-        "summaries": list(summaries or []),
-        **({"summaries_over_state": list(over_state)} if over_state else {}),
-        "versions": {"streamacc": __version__, "jax": jax.__version__, "backend": jax.default_backend()},
-        **({"virtual": True} if virtual else {}),
-    }, {n: digests[n] for n in prefixes} if digests is not None else {})
+    return RunIdentity(
+        {
+            **_input_contents(plan.xs),
+            "function": function,
+            **({"function_values": values} if values else {}),
+            "recipe": attrs.get("recipe"),
+            "params": attrs.get("params"),
+            "init": carry_digest(to_host(plan.init)),
+            "xs": _describe_xs(plan.xs),
+            **xs_values,
+            "length": plan.length,
+            "block_size": plan.block_size,
+            "chunk": next(iter(chunks.values()))[0] if chunks else plan.block_rows,
+            "chunks": {name: list(shape) for name, shape in chunks.items()},
+            "save_every": plan.save_every,
+            "dims": None if dims is None else {name: list(names) for name, names in dims.items()},
+            "time": time,
+            "unroll": plan.unroll,
+            "reverse": plan.reverse,
+            "codec": codec,
+            "arrays": arrays,
+            "summaries": list(summaries or []),
+            **({"summaries_over_state": list(over_state)} if over_state else {}),
+            "versions": {"streamacc": __version__, "jax": jax.__version__, "backend": jax.default_backend()},
+            **({"virtual": True} if virtual else {}),
+        },
+        {n: digests[n] for n in prefixes} if digests is not None else {},
+    )

@@ -322,11 +322,13 @@ class Output:
         what is committed, and how to continue (the caller chains JAX's error)."""
         blocking = self.manifest.identity.blocking
         index = next((k for k, (a, _) in enumerate(blocking.bounds()) if a == exc.start), None)
-        block = f"block {index} (steps {exc.start} to {exc.stop})" if index is not None else f"steps {exc.start} to {exc.stop}"
+        steps = f"steps {exc.start} to {exc.stop}"
+        block = steps if index is None else f"block {index} ({steps})"
         committed = self.manifest.committed_steps
         what = f"the step failed at run time in {block} of {self.target.label} ({exc.error})"
         if committed == 0:
-            return StepError(f"{what}; nothing is committed yet: fix the cause and rerun with {arg('mode', 'overwrite')}")
+            fix = f"fix the cause and rerun with {arg('mode', 'overwrite')}"
+            return StepError(f"{what}; nothing is committed yet: {fix}")
         before = committed == exc.start and not blocking.reverse
         kept = f"the {committed} steps before it are" if before else f"{committed} of {length} steps are"
         return StepError(

@@ -246,8 +246,8 @@ class StreamHost:
         """The program begins: open a new output with its initial carry and its inputs' values (``arrays``: the
         carry's leaves, then the inputs'), or check a resumed one's inputs; return the first block and its carry."""
         carry, xs = arrays[: len(self.carry)], arrays[len(self.carry) :]
-        before = None if self.stored is None else self.stored.blocking.length
-        digests = input_values([np.asarray(x) for x in xs], [self.plan.length, before or 0]) if xs else None
+        held = None if self.stored is None else self.stored.blocking.length  # the steps the stored run holds
+        digests = input_values([np.asarray(x) for x in xs], [self.plan.length, held or 0]) if xs else None
         values = None if digests is None else digests[self.plan.length]
         if self.started:
             raise InputError(
@@ -261,8 +261,8 @@ class StreamHost:
             identity = self.spec.identity.with_init(carry_digest(init)).with_values(values)
             output = self.session.open_output(dataclasses.replace(self.spec, identity=identity), init=init,
                                               check_resumable=_changed_meanwhile)  # fmt: skip
-        elif self.stored is not None and digests is not None and before is not None:
-            self._check_values(output, digests[before], values)
+        elif digests is not None and held is not None:
+            self._check_values(output, digests[held], values)
         output.warn_nonfinite(before=True)
         first = self.plan.block_count if output.complete else output.first_block
         self.first_block = first
