@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import zarr
 from helpers import MANIFEST, array_bytes, failing, read_manifest, rewind, run_warm, store_files, write_manifest
 
 import streamacc
@@ -262,6 +263,19 @@ def test_inputs_are_known_by_their_values_whatever_array_holds_them(tmp_path):
     np.save(tmp_path / "xs.npy", XS)
     streamacc.write(out, _halving, np.float32(0.0), np.load(tmp_path / "xs.npy", mmap_mode="r"), mode="extend", **RUN)
     np.testing.assert_array_equal(streamacc.open(out)["y"].values, _halved(XS))
+    stored = zarr.create_array(tmp_path / "xs.zarr", shape=(4096,), chunks=(1024,), dtype="float32")
+    stored[:] = XS
+    rewind(out, 6, 3072)
+    streamacc.write(out, _halving, np.float32(0.0), stored, mode="resume", **RUN)  # Zarr's rows, the same values
+    from_zarr = tmp_path / "from-zarr.zarr"
+    streamacc.write(from_zarr, _halving, np.float32(0.0), stored, **RUN)
+    rewind(from_zarr, 6, 3072)
+    streamacc.write(from_zarr, _halving, np.float32(0.0), stored, mode="resume", **RUN)  # its chunks unchanged
+    stored[10] = 5.0
+    for target in (out, from_zarr):
+        rewind(target, 6, 3072)
+        with pytest.raises(streamacc.errors.ResumeError, match="xs_values"):
+            streamacc.write(target, _halving, np.float32(0.0), stored, mode="resume", **RUN)
     manifest = rewind(out, 6, 3072)
     manifest["identity"]["xs"] = ["ndarray[4096]:<f4"]  # as 1.0 and the releases before recorded a numpy input
     del manifest["identity"]["xs_values"]

@@ -87,6 +87,20 @@ def _input_contents(xs: Any) -> dict[str, list[str]]:
     return {"input": prints} if prints else {}
 
 
+def _unchanged(
+    stored: RunIdentity, contents: dict[str, list[str]], leaves: list[Any], length: int
+) -> dict[int, list[str]] | None:
+    """The digests of the stored run's inputs where this run's are the same Zarr arrays, their chunks unchanged
+    (``contents``: their fingerprints): a resume need not read them again. None where any input is another kind,
+    or the stored run recorded no digests, or its length differs."""
+    doc = stored.to_json()
+    if not leaves or "xs_values" not in doc or doc.get("length") != length or doc.get("input") != contents.get("input"):
+        return None
+    if any(fingerprint_of(leaf) is None for leaf in leaves):
+        return None
+    return {length: list(doc["xs_values"])}
+
+
 def run_identity(
     plan: Plan,
     *,
@@ -100,6 +114,7 @@ def run_identity(
     over_state: list[str] | None = None,
     virtual: bool = False,
     prefixes: Sequence[int] = (),
+    stored: RunIdentity | None = None,
 ) -> RunIdentity:
     """The identity of a write: function, inputs, layout, codec and versions.
 
@@ -112,14 +127,19 @@ def run_identity(
     The inputs are recorded by shape and dtype (``xs``) and by their values (``xs_values``,
     see :func:`input_values`); ``prefixes`` are shorter lengths whose inputs' digests the
     identity keeps beside it, unrecorded (``RunIdentity.prefixes``: what an extension compares).
+    ``stored`` is the identity of the run this one resumes, whose digests a Zarr input whose
+    chunks are unchanged keeps, unread.
     """
     function, values = fingerprint(plan.f)
     leaves = jax.tree_util.tree_leaves(plan.xs)
-    digests = input_values(leaves, [plan.length, *prefixes]) if leaves else None
+    contents = _input_contents(plan.xs)
+    digests = _unchanged(stored, contents, leaves, plan.length) if stored is not None and not prefixes else None
+    if digests is None and leaves:
+        digests = input_values(leaves, [plan.length, *prefixes])
     xs_values = {} if digests is None else {"xs_values": digests[plan.length]}
     return RunIdentity(
         {
-            **_input_contents(plan.xs),
+            **contents,
             "function": function,
             **({"function_values": values} if values else {}),
             "recipe": attrs.get("recipe"),

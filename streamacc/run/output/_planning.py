@@ -104,7 +104,7 @@ def plan_output(scan_spec: ScanSpec, request: Request, store: Any, storage_optio
         request = dataclasses.replace(request, layout=dataclasses.replace(request.layout, chunks=chunks))
     extends = stored is not None and request.mode == "extend" and stored.blocking.length < plan.length
     prefixes = [stored.blocking.length] if stored is not None and extends else []  # its inputs' values compared
-    return Planned(plan, request, output_spec(plan, request, prefixes=prefixes), stored)
+    return Planned(plan, request, output_spec(plan, request, prefixes=prefixes, stored=stored), stored)
 
 
 def again(target: Target, mode: Mode) -> str:

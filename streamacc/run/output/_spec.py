@@ -146,9 +146,12 @@ def _check_array_attrs(array_attrs: dict[str, dict[str, Any]], names: list[str])
     return array_attrs
 
 
-def output_spec(plan: Plan, request: Request, *, prefixes: Sequence[int] = ()) -> OutputSpec:
+def output_spec(
+    plan: Plan, request: Request, *, prefixes: Sequence[int] = (), stored: RunIdentity | None = None
+) -> OutputSpec:
     """The output a run of ``plan`` asked for by ``request`` must produce, checked against the step's ``y``
-    (``prefixes``: the lengths whose inputs' values its identity keeps beside it, for an extension)."""
+    (``prefixes``: the lengths whose inputs' values its identity keeps beside it, for an extension; ``stored``: the
+    identity of the run it continues, see ``run_identity``)."""
     layout = request.layout
     names = output_names(plan.y_struct, layout.names)
     attrs = {**layout.attrs, "streamacc_version": __version__, **time_attrs(layout.time)}
@@ -202,6 +205,7 @@ def output_spec(plan: Plan, request: Request, *, prefixes: Sequence[int] = ()) -
         over_state=over,
         virtual=request.storage.virtual,
         prefixes=prefixes,
+        stored=stored,
     )
     return OutputSpec(
         identity,
