@@ -165,14 +165,13 @@ class Summaries:
         target: Target,
         run: SummarizedRun,
         specs: Mapping[str, ArraySpec],
-        codec: str,
         dims: Mapping[str, Sequence[str | None]],
     ) -> Summaries | None:
         """Create the summary arrays of a new run (None when it has no summaries)."""
         layout = cls._layout(run, specs, dims)
         if layout is None:
             return None
-        store = SummaryStore.create(target, layout.shapes, windows=layout.windows, chunks=layout.chunks, codec=codec,
+        store = SummaryStore.create(target, layout.shapes, windows=layout.windows, chunks=layout.chunks,
                                     dims=layout.dims, over=layout.over)  # fmt: skip
         target.make_durable(store.metadata_keys())
         return cls(target, store, layout.pyramids, run.rows, frozenset(run.over_state))
@@ -182,14 +181,13 @@ class Summaries:
         cls,
         run: SummarizedRun,
         specs: Mapping[str, ArraySpec],
-        codec: str,
         dims: Mapping[str, Sequence[str | None]],
     ) -> dict[str, bytes]:
         """The metadata documents :meth:`create` stores for a run, by key (none when it has no summaries)."""
         layout = cls._layout(run, specs, dims)
         if layout is None:
             return {}
-        return SummaryStore.expected(layout.shapes, windows=layout.windows, chunks=layout.chunks, codec=codec,
+        return SummaryStore.expected(layout.shapes, windows=layout.windows, chunks=layout.chunks,
                                      dims=layout.dims, over=layout.over)  # fmt: skip
 
     @classmethod

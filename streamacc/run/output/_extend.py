@@ -165,7 +165,7 @@ def finish_extension(target: Target, manifest: Manifest) -> None:
     ident = manifest.identity
     specs = {name: ((shape[0], *shape[1:]), dtype_from_name(dtype)) for name, (dtype, shape) in ident.arrays.items()}
     dims = {name: tuple(doc.get("dimension_names") or ()) for name, doc in manifest.arrays.items()}
-    rebuild_stale_arrays(target, ident, manifest.summaries, specs, ident.codec, dims)
+    rebuild_stale_arrays(target, ident, manifest.summaries, specs, dims)
 
 
 def _grow_arrays(target: Target, manifest: Manifest) -> None:

@@ -115,7 +115,7 @@ def _create(o: Opening) -> Output:
         array_attrs=spec.array_attrs,
         virtual=spec.storage.virtual,
     )
-    summaries = Summaries.create(target, spec.identity, spec.arrays, spec.codec, spec.dims)
+    summaries = Summaries.create(target, spec.identity, spec.arrays, spec.dims)
     carries.create(spec.total_blocks + 1, every=every)
     keys, _ = carries.write(0, init)
     target.make_durable([*keys, *(f"{name}/zarr.json" for name in spec.arrays)])
