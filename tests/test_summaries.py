@@ -491,17 +491,17 @@ def test_default_windows_follow_the_output_length_thinned_or_short(tmp_path):
         assert least <= windows[0] <= 4096
         assert windows[0] == least or (rows // windows[0] >= 1024 and (windows[0] == 4096 or rows // windows[0] < 2048))
     out = tmp_path / "thinned.zarr"
-    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**23, save_every=64, progress=False)
-    assert streamacc.info(out).summaries.windows == (128, 512, 2048, 8192, 32768)  # 2**17 rows
-    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**24, save_every=64, mode="extend",
+    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**25, save_every=64, progress=False)
+    assert streamacc.info(out).summaries.windows == (512, 2048, 8192, 32768, 131072)  # 2**19 rows
+    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**26, save_every=64, mode="extend",
                     progress=False)  # fmt: skip
-    assert streamacc.info(out).summaries.windows == (128, 512, 2048, 8192, 32768)  # an extension keeps its levels
+    assert streamacc.info(out).summaries.windows == (512, 2048, 8192, 32768, 131072)  # an extension keeps its levels
 
 
 def test_the_overview_reads_the_windows_its_picture_needs_not_four_times_as_many(tmp_path):
     """Levels 4 apart: the picture of ``points`` windows reads a level of fewer than 4 times as many, and of
     exactly as many where the length is ``points`` times a level's window (2**30 steps: 4096 of 2**18 steps;
-    levels 16 apart read 16,384 there). 2**17 steps drawn in 256 windows read 256 of 512 steps, not 1024 of 128."""
+    levels 16 apart read 16,384 there). 2**19 steps drawn in 256 windows read 256 of 2048 steps, not 1024 of 512."""
     from streamacc.summaries import default_windows
 
     for rows in (2**26, 2**28, 2**30, 2**31, 2**32, 3 * 2**29):  # up to 4096 windows of the coarsest, 2**20
@@ -509,10 +509,10 @@ def test_the_overview_reads_the_windows_its_picture_needs_not_four_times_as_many
         read = min(n for n in (-(-rows // w) for w in windows) if n >= 4096)  # the coarsest level giving 4096
         assert read < 4 * 4096 and (read == 4096 or rows not in (2**26, 2**28, 2**30, 2**32)), (rows, read)
     out = tmp_path / "out.zarr"
-    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**17, progress=False)
+    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**19, progress=False)
     ds = streamacc.overview(out, points=256)
-    assert ds.sizes["step"] == 256 and ds.attrs["window"] == 512
-    np.testing.assert_array_equal(ds["y_max"].values, np.arange(511, 2**17, 512, dtype=np.float64))
+    assert ds.sizes["step"] == 256 and ds.attrs["window"] == 2048
+    np.testing.assert_array_equal(ds["y_max"].values, np.arange(2047, 2**19, 2048, dtype=np.float64))
 
 def test_a_small_output_has_no_summaries_and_its_overview_draws_every_row_from_its_data(tmp_path, capsys):
     """A 4096-row output (2**16 steps, every 16th kept) is drawn from its data in 4096 windows of a row each (its

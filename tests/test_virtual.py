@@ -65,7 +65,7 @@ CASES = {
         ensemble,
         (jax.random.key(0), jnp.zeros(1000)),
         None,
-        {"length": 1200, "block_size": 200, "save_every": 10, "dims": {"y": ["path"]}},
+        {"length": 3000, "block_size": 200, "save_every": 10, "dims": {"y": ["path"]}},  # 300 rows: not small
     ),
     "field_256x256_time": (
         field,

@@ -161,11 +161,12 @@ SHORT_SUMMARY_WINDOW_AT_LEAST = 16
 """Rows the finest default window holds at least in an output of fewer than 2**16 values (a virtual one: a
 stored output that small has no summaries, see ``SMALL_OUTPUT_VALUES``)."""
 
-SMALL_OUTPUT_VALUES = 2**16
+SMALL_OUTPUT_VALUES = 2**18
 """Values (rows times each row's values, every summarised array together) a stored output holds at most to get
-no window summaries by default: ``overview`` and ``streamacc plot`` read its data instead, which draws every row
-(a 4096-row output: 4096 windows of one row, where summaries gave 256 of 16), and the summaries' dozen small
-files would have been a quarter of a 2**16-step output's bytes on disk (44.6 KB beside 157 KB). A virtual output,
+no window summaries by default: ``overview`` and ``streamacc plot`` read its data instead (2 MiB of float64 at
+most), which draws every row (a 4096-row output: 4096 windows of one row, where summaries gave 256 of 16). Their
+metadata documents and small files weigh on a short output: a quarter of a 2**16-step output's bytes (44.6 KB
+beside 157 KB), 11.6% of a 2**18-step series', 5.8% of a 2**19-step one's (``streamacc info``). A virtual output,
 whose data are recomputed, keeps its summaries."""
 
 OVERVIEW_DATA_VALUES_AT_MOST = 2**22

@@ -150,6 +150,21 @@ def choose_level(windows: list[int], a: int, b: int, points: int) -> int:
     return best
 
 
+def _columns(target: Any, name: str, rows: Rows, whole: bool) -> dict[str, Column]:
+    """Output ``name``'s ``NAME_min``, ``NAME_max`` and ``NAME_mean`` of the windows ``rows`` (``whole``: each window's
+    statistics over every value of its steps), with the array's dimensions and its long name and units."""
+    meta = _node(target, f"{name}/zarr.json")
+    trailing = [str(d) for d in (meta.get("dimension_names") or [])[1:]]
+    attrs = {k: v for k, v in meta.get("attributes", {}).items() if k in ("long_name", "units")}
+    dims: tuple[str, ...] = ("step", *trailing)
+    if whole:
+        dims, attrs = ("step",), {**attrs, "over": trailing}
+    return {
+        f"{name}_{stat}": Column(f"{name}_{stat}", dims, np.asarray(getattr(rows, stat)), {**attrs, "statistic": stat})
+        for stat in ("min", "max", "mean")
+    }
+
+
 def _small(manifest: Manifest) -> bool:
     """Whether ``overview`` draws an output without summaries from its data: stored (not virtual), holding an array
     to summarise and at most ``OVERVIEW_DATA_VALUES_AT_MOST`` committed values of them."""
@@ -192,15 +207,7 @@ def _data_table(target: Any, manifest: Manifest, points: int, steps: Any) -> Tab
         if name in whole:  # one window's statistics over every value of its steps, as its summaries would be
             data = data.reshape(len(data), -1)
         stats = _windows_of(data, lo, hi, w, first, last, name in whole)
-        meta = _node(target, f"{name}/zarr.json")
-        trailing = [str(d) for d in (meta.get("dimension_names") or [])[1:]]
-        attrs = {k: v for k, v in meta.get("attributes", {}).items() if k in ("long_name", "units")}
-        dims: tuple[str, ...] = ("step", *trailing)
-        if name in whole:
-            dims, attrs = ("step",), {**attrs, "over": trailing}
-        for stat in ("min", "max", "mean"):
-            key = f"{name}_{stat}"
-            data_vars[key] = Column(key, dims, np.asarray(getattr(stats, stat)), {**attrs, "statistic": stat})
+        data_vars.update(_columns(target, name, stats, name in whole))
     root = _node(target, "zarr.json").get("attributes", {})
     table_attrs = {k: v for k, v in root.items() if not k.startswith("streamacc_")}
     table_attrs.update({"window": w * every, "windows": [w * every], "first_step": a, "stop_step": b})
@@ -236,8 +243,10 @@ def overview(
     ``step`` (then the array's own trailing dimensions). The level of summaries read is
     the coarsest whose windows over the committed steps (or ``steps``) number at least
     ``points``, or the finest where the output is short. Only the summaries and the
-    manifest are read, never the data and never JAX, so it works with the data deleted,
+    manifest are read, not the data and never JAX, so it works with the data deleted,
     while a run writes (it shows the steps committed when it opened) and on object stores.
+    An output without summaries (a small one has none: at most 2**18 values) is drawn
+    from its data, where it holds at most 2**22 values, in windows of a power of two rows.
 
     Parameters
     ----------
@@ -346,15 +355,7 @@ def overview_table(
         if first <= level.emitted < last and partial is not None:
             parts.append(partial)
         rows = parts[0] if len(parts) == 1 else Rows.concat(parts)
-        meta = _node(target, f"{name}/zarr.json")
-        trailing = [str(d) for d in (meta.get("dimension_names") or [])[1:]]
-        attrs = {k: v for k, v in meta.get("attributes", {}).items() if k in ("long_name", "units")}
-        dims: tuple[str, ...] = ("step", *trailing)
-        if name in summaries.plan.over_state:  # one window's statistics over every value of its steps
-            dims, attrs = ("step",), {**attrs, "over": trailing}
-        for stat in ("min", "max", "mean"):
-            key = f"{name}_{stat}"
-            data_vars[key] = Column(key, dims, np.asarray(getattr(rows, stat)), {**attrs, "statistic": stat})
+        data_vars.update(_columns(target, name, rows, name in summaries.plan.over_state))
     steps_ = step_labels(np.arange(first, last, dtype=np.int64) * w, manifest)
     table_attrs = {k: v for k, v in root.items() if not k.startswith("streamacc_")}
     table_attrs.update({"window": w * every, "windows": [v * every for v in windows], "first_step": a, "stop_step": b})
