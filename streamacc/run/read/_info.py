@@ -145,7 +145,7 @@ class SummaryInfo:
     Examples
     --------
     >>> streamacc.info("gp.zarr").summaries.windows
-    (1024, 16384, 262144)
+    (1024, 4096, 16384, 65536, 262144)
     """
 
     windows: tuple[int, ...]
