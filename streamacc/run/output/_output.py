@@ -42,8 +42,9 @@ PUBLISH_SECONDS = 5.0
 """How often, at most, the root attributes are refreshed with the committed step count while writing."""
 
 SLOW_BLOCK_SECONDS = 60.0
-"""A block that takes longer than this to compute and commit (the first one's compile included) makes the run say
-so, once: a kill loses a whole block, and a smaller ``block_size`` commits more often."""
+"""A block that takes longer than this to compute and commit makes the run say so, once: a kill loses a whole block,
+and a smaller ``block_size`` commits more often. A run's first block, whose time holds the step's compile, only past
+ten times this."""
 
 COMMIT_EVERY_SECONDS = 10.0
 """About how often the ``block_size`` that notice suggests commits."""
@@ -155,17 +156,17 @@ class Output:
         since the output opened), with the ``block_size`` that would commit about every ``COMMIT_EVERY_SECONDS``."""
         now = time.monotonic()
         seconds, self._last_commit = (now - self._last_commit) / len(results), now
-        if self._slow_said or seconds <= SLOW_BLOCK_SECONDS:
+        if self._slow_said or seconds <= SLOW_BLOCK_SECONDS * (10 if self._first_commit else 1):
             return
         self._slow_said = True
         blocking = self.manifest.identity.blocking
         steps = max(len(r) for r in results)
         unroll = blocking.unroll if isinstance(blocking.unroll, int) and not isinstance(blocking.unroll, bool) else 1
         size = block_size_near(max(1, int(steps * COMMIT_EVERY_SECONDS / seconds)), unroll, blocking.save_every)
+        took = f"{seconds:.{0 if seconds >= 10 else 1}f} s"
         warn(
-            f"{self.target.label}: a block of {steps} steps took {seconds:.{0 if seconds >= 10 else 1}f} s to compute "
-            "and commit, so a run "
-            f"killed loses up to that much; a new run with {arg('block_size', size)} commits about every "
+            f"{self.target.label}: a block of {steps} steps took {took} to compute and commit, so a run killed loses "
+            f"up to that much; a new run with {arg('block_size', size)} commits about every "
             f"{COMMIT_EVERY_SECONDS:.0f} s (this output keeps the block size it began with)",
             StreamaccWarning,
         )
@@ -234,8 +235,8 @@ class Output:
         if "nonfinite" in changes:
             self.warn_nonfinite()
         self.publish(due=self._first_commit)
-        self._first_commit = False
         self._notice_slow_blocks(results)
+        self._first_commit = False
         self.target.checkpoint(self._progress(), nbytes=sum(r.stored for r in results))
         if self.on_commit is not None:
             for result in results:
