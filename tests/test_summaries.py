@@ -514,6 +514,7 @@ def test_the_overview_reads_the_windows_its_picture_needs_not_four_times_as_many
     assert ds.sizes["step"] == 256 and ds.attrs["window"] == 2048
     np.testing.assert_array_equal(ds["y_max"].values, np.arange(2047, 2**19, 2048, dtype=np.float64))
 
+
 def test_a_small_output_has_no_summaries_and_its_overview_draws_every_row_from_its_data(tmp_path, capsys):
     """A 4096-row output (2**16 steps, every 16th kept) is drawn from its data in 4096 windows of a row each (its
     summaries gave 256); a 2**16-step write keeps no summary file beside its data; extended from small, an
@@ -529,7 +530,7 @@ def test_a_small_output_has_no_summaries_and_its_overview_draws_every_row_from_i
         np.testing.assert_array_equal(ds[f"y_{stat}"].values, steps.astype(np.float64))  # one row: the value
     ds = streamacc.overview(out, points=60, steps=(40, 4000))  # windows of 4 rows, from row 0 (step 15) on
     rows = np.arange(0, 4096, dtype=np.float64) * 16 + 15
-    want = rows[: 252].reshape(63, 4)
+    want = rows[:252].reshape(63, 4)
     np.testing.assert_array_equal(ds["y_min"].values, want.min(axis=1)[:63])
     np.testing.assert_array_equal(ds["y_mean"].values, want.mean(axis=1)[:63])
     assert ds.attrs["window"] == 64 and ds["step"].values[0] == 15
