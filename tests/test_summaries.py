@@ -653,3 +653,28 @@ def test_verify_takes_a_summary_zero_of_either_sign_from_an_earlier_release(tmp_
     low[...] = np.where(stored == 0, 1e-300, stored)
     with pytest.raises(VerifyError, match="do not match its data"):
         streamacc.verify(out, zeros_step, np.int64(0))
+
+
+def test_coarse_levels_write_few_files_their_chunks_unchanged_for_older_outputs(tmp_path):
+    """The summaries' own cost at 2**30 steps: a coarser level's chunks span the finest's steps times the levels'
+    factor, up to 512 KiB a statistic (5 levels 4 apart write 284 files there, not 340), and are checksummed, not
+    compressed (a picture reads them without numcodecs); an output's chunks are read back as it was written."""
+    from streamacc.summaries import level_chunks
+
+    series, state = [2**12, 2**14, 2**16, 2**18, 2**20], [4, 16, 64, 256, 1024]
+    assert level_chunks(series, 1) == [4096, 16384, 65536, 65536, 65536]
+    assert level_chunks(state, 1024) == [4, 16, 64, 64, 64]  # 32 KiB of float64 at the finest, 512 KiB at most
+    rows = 2**30
+    files = sum(-(-(-(-rows // w)) // c) for w, c in zip(series, level_chunks(series, 1), strict=True)) * 4
+    assert files == 284
+    out = tmp_path / "out.zarr"
+    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**20, summaries=[16, 64, 256],
+                    block_size=2**16, progress=False)  # fmt: skip
+    for window, chunk in ((16, 4096), (64, 16384), (256, 4096)):  # the coarsest's capped at its 4096 windows
+        doc = json.loads((out / "_streamacc" / "summaries" / f"w{window}" / "y_min" / "zarr.json").read_text())
+        assert doc["chunk_grid"]["configuration"]["chunk_shape"] == [chunk]
+        assert [c["name"] for c in doc["codecs"]] == ["bytes", "crc32c"]
+    with pytest.warns(streamacc.errors.StreamaccWarning, match="keeps the summary levels"):  # an extension: its own
+        streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**21, block_size=2**16,
+                        mode="extend", progress=False)  # fmt: skip
+    assert streamacc.verify(out, lambda c, _: (c + 1.0, c), np.float64(0.0)).summary_windows > 0
