@@ -14,7 +14,9 @@ so that its data and carries compress some hundredfold.
   the ys brought to the host and dropped: the compute alone.
 - ``zarr``: the same blocks computed and written by zarr alone (``array[a:b] = ys``) into an
   array with the chunks and codec ``write`` chooses, every file fsynced at the end.
-- ``baseline``: a write of 16 steps of a scalar: the memory the libraries take themselves.
+- ``baseline``: ``streamacc.write`` of 16 steps of a float32 scalar, nothing else: the memory that
+  Python, JAX, zarr and streamacc take themselves, which ``test_wide.py`` subtracts from each
+  write's peak ("peak beyond the baseline") to compare it with ``info``'s estimate.
 - ``write``: ``streamacc.write`` of the job with its defaults, to a folder or (``"icechunk":
   true``) an Icechunk repository; it reports each commit's time (the first and the last
   tenth of them), the bookkeeping's share of the data's stored bytes, and what

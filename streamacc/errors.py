@@ -35,6 +35,7 @@ __all__ = [
     "OutputExistsError",
     "Part",
     "ResumeError",
+    "StepError",
     "StepFunctionError",
     "StoreError",
     "StreamaccError",
@@ -470,6 +471,33 @@ class LockedError(StoreError):
     streamacc.errors.LockedError: busy.zarr is being written by pid ...; wait for it to finish or stop it, then
     rerun with mode='overwrite'
     >>> os.close(fd)
+    """
+
+
+class StepError(StreamaccError, RuntimeError):
+    """The step function failed at run time, while a block was computed: an exception in a host callback, a
+    runtime check (equinox's ``error_if``, diffrax's ``max_steps``), or the device itself.
+
+    Its message names the block and its steps, the steps committed before it (safe on the
+    store), and how to continue; the error JAX raised is its ``__cause__``. Also a
+    ``RuntimeError``.
+
+    Examples
+    --------
+    >>> import jax, numpy as np, streamacc
+    >>> def check(x):
+    ...     if x > 40:
+    ...         raise ValueError(f"diverged at {x}")
+    >>> def step(x, _):
+    ...     jax.debug.callback(check, x)
+    ...     return x + 1, x
+    >>> streamacc.write("fails.zarr", step, np.int32(0), length=64, block_size=16, progress=False)
+    Traceback (most recent call last):
+    ...
+    streamacc.errors.StepError: the step failed at run time in block 2 (steps 32 to 48) of fails.zarr (ValueError:
+    diverged at 41); the 32 steps before it are committed: with a cause outside the step fixed (memory, a file it
+    reads), rerun with mode='resume' to continue from there; a step changed to fix it is another run, which
+    mode='overwrite' writes afresh
     """
 
 

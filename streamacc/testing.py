@@ -17,6 +17,7 @@ lease's clock, how often a run commits. Each wing names those it lets a test rep
 ``engine.physical_memory``                the machine's memory, as the block checks ask it
 ``summaries.SLICE_BYTES``                 the slice a block's windows are reduced in
 ``run.output.PUBLISH_SECONDS``            how often the root's progress is refreshed
+``run.output.SLOW_BLOCK_SECONDS``         the seconds a block takes past which a run says so
 ``run.output.VIRTUAL_COMMIT_SECONDS``     how often a virtual run commits
 ``run.execute.BlockPool``                 the pool of block buffers a local run makes
 ``run.stream.handover``                   how a Stream's blocks cross to the host (in place on the CPU)

@@ -242,6 +242,20 @@ def test_info_describes_the_output(gp_out, capsys):
     assert "block size: 64" in text
 
 
+def test_info_and_extend_count_the_blocks_a_short_run_holds(tmp_path, capsys):
+    """A run shorter than its block size is one block of its own length; an extension writes the last block of the
+    run again (200 steps in blocks of 64 are 64 + 64 + 72), and its line counts those steps in its rate."""
+    out = tmp_path / "gp.zarr"
+    assert run_cli("write", out, "--size", "100", *QUIET) == 0
+    assert run_cli("info", out) == 0
+    assert "block size: 100 steps, the whole run in one block" in capsys.readouterr().out
+    assert run_cli("write", out, "--size", "200", "--block-size", "64", "--overwrite", *QUIET) == 0
+    capsys.readouterr()
+    assert run_cli("write", out, "--size", "300", "--extend", *QUIET) == 0
+    line = capsys.readouterr().out
+    assert "wrote 172 steps (1.38kB), extended at step 200 (steps 128-200 written again: its last block)" in line
+
+
 def test_verify_accepts_a_good_output(gp_out, capsys):
     assert run_cli("verify", gp_out) == 0
     assert "OK, 16 of 16 committed blocks" in capsys.readouterr().out

@@ -4,8 +4,12 @@ survive a pickle round trip (the way an error comes back from a dask worker)."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import re
+import time
 
+import jax
 import numpy as np
 import pytest
 
@@ -57,9 +61,9 @@ REFUSALS = {
         {"length": 100, "summaries": [3, 5]},
         InputError,
         "summaries=[3, 5] does not give increasing window lengths in steps, each a multiple of the one before; "
-        "pass e.g. summaries=[4096, 65536, 1048576]",
+        "pass e.g. summaries=[4096, 16384, 65536, 262144, 1048576]",
         "--summary-windows 3,5 does not give increasing window lengths in steps, each a multiple of the one before; "
-        "pass e.g. --summary-windows 4096,65536,1048576",
+        "pass e.g. --summary-windows 4096,16384,65536,262144,1048576",
     ),
 }
 
@@ -161,19 +165,84 @@ def test_the_command_line_prints_a_bad_option_in_its_own_terms(tmp_path, capsys)
     assert main(["write", str(out), "--size", "64", "--summary-windows", "3,5", "--no-progress"]) == 2
     assert capsys.readouterr().err == (
         "streamacc: error: --summary-windows 3,5 does not give increasing window lengths in steps, each a "
-        "multiple of the one before; pass e.g. --summary-windows 4096,65536,1048576\n"
+        "multiple of the one before; pass e.g. --summary-windows 4096,16384,65536,262144,1048576\n"
     )
     assert not out.exists()
 
 
 def test_the_command_line_prints_a_warning_in_its_own_terms(tmp_path, capsys):
     out = tmp_path / "grow.zarr"
-    assert main(["write", str(out), "--size", "1000", "--no-progress"]) == 0
+    assert main(["write", str(out), "--size", "1000", "--summary-windows", "16,256", "--no-progress"]) == 0
     capsys.readouterr()
     assert main(["write", str(out), "--size", "2**18", "--no-progress", "--extend"]) == 0
     assert (
         f"streamacc: {out} keeps the summary levels it was begun with, windows of [16, 256] rows, so its 262144 "
-        "rows get 16384 windows at the finest level (the default for 262144 rows is [256, 4096, 65536]); to have "
+        "rows get 16384 windows at the finest level (the default for 262144 rows is [256, 1024, 4096, 16384, 65536]); "
+        "to have "
         "those, rewrite it with --overwrite, or begin an output meant to grow with --summary-windows "
-        "4096,65536,1048576\n"
+        "4096,16384,65536,262144,1048576\n"
     ) in capsys.readouterr().err
+
+
+def _diverges(x):
+    """A host check of the step (as equinox's ``error_if`` or diffrax's ``max_steps``): it raises past a limit set
+    outside the step (the environment), so that fixing it leaves the step, and the run's identity, the same."""
+    if x > int(os.environ.get("STREAMACC_TEST_LIMIT", "40")):
+        raise ValueError(f"diverged at {x}")
+
+
+def _checked_step(x, _):
+    jax.debug.callback(_diverges, x)
+    return x + 1, x
+
+
+@pytest.mark.parametrize("how", ["write", "stream"])
+def test_a_step_failing_at_run_time_says_its_block_what_is_committed_and_how_to_resume(tmp_path, monkeypatch, how):
+    """One message: the block and its steps, the steps committed, JAX's error chained, and the way on; the cause fixed
+    (outside the step), the resume continues and ends equal to one scan."""
+    out = tmp_path / "out.zarr"
+
+    def run(mode):
+        if how == "write":
+            return streamacc.write(out, _checked_step, np.int32(0), length=64, block_size=16, mode=mode,
+                                   progress=False)  # fmt: skip
+        with streamacc.Stream(out, _checked_step, length=64, block_size=16, mode=mode, progress=False) as stream:
+            return jax.jit(lambda c: stream.scan(c))(np.int32(0))
+
+    with pytest.raises(streamacc.errors.StepError) as caught:
+        run("create")
+    assert str(caught.value) == (
+        f"the step failed at run time in block 2 (steps 32 to 48) of {out} (ValueError: diverged at 41); the 32 "
+        "steps before it are committed: with a cause outside the step fixed (memory, a file it reads), rerun with "
+        "mode='resume' to continue from there; a step changed to fix it is another run, which mode='overwrite' "
+        "writes afresh"
+    )
+    assert isinstance(caught.value.__cause__, jax.errors.JaxRuntimeError)
+    assert streamacc.info(out).committed_steps == 32
+    monkeypatch.setenv("STREAMACC_TEST_LIMIT", "100")
+    assert int(run("resume")) == 64
+    np.testing.assert_array_equal(streamacc.open(out)["y"].values, np.arange(64))
+
+
+def _slow(x):
+    time.sleep(0.01)
+
+
+def _slow_step(x, _):
+    jax.debug.callback(_slow, x)
+    return x + 1, x
+
+
+def test_blocks_that_take_long_are_said_once_with_the_block_size_that_commits_often(tmp_path, seam):
+    """Past ``SLOW_BLOCK_SECONDS`` a block (16 steps of 10 ms here, against 0.1 s) is said once, with the block size
+    that commits about every ten seconds: hundreds of steps, not one block more per warning."""
+    seam("run.output.SLOW_BLOCK_SECONDS", 0.1)
+    with pytest.warns(StreamaccWarning, match="took") as caught:
+        streamacc.write(tmp_path / "out.zarr", _slow_step, np.int32(0), length=64, block_size=16, progress=False)
+    (said,) = [str(w.message) for w in caught if "took" in str(w.message)]
+    found = re.search(
+        r"a block of 16 steps took [\d.]+ s to compute and commit, so a run killed loses up to that much; "
+        r"a new run with block_size=(\d+) commits about every 10 s",
+        said,
+    )
+    assert found is not None and 16 < int(found[1]) <= 1000, said

@@ -7,14 +7,17 @@ recommends deleting data that may be fine.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import warnings
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import MANIFEST, array_bytes, failing, read_manifest, run_warm, store_files, write_manifest
+import zarr
+from helpers import MANIFEST, array_bytes, failing, read_manifest, rewind, run_warm, store_files, write_manifest
 
 import streamacc
 from streamacc.run.bookkeeping import describe_function
@@ -208,11 +211,99 @@ def test_a_function_run_as_a_script_is_the_same_function_imported(tmp_path, monk
     out = tmp_path / "out.zarr"
     run_warm([sys.executable, module, out], check=True, timeout=120)
     assert read_manifest(out)["identity"]["function"].startswith("__main__.step code:")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import heatmod
+    # sys.path itself, not monkeypatch.syspath_prepend: that warns (PytestRemovedIn10Warning) wherever a library
+    # of the suite has loaded pkg_resources
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    importlib.invalidate_caches()
+    heatmod = importlib.import_module("heatmod")
+    monkeypatch.delitem(sys.modules, "heatmod")
 
     report = streamacc.verify(out, heatmod.step, np.arange(4.0))
     assert report.committed_blocks == 4
     heatmod.RATE = 0.5  # another value: no longer the same function, script or not
     with pytest.raises(streamacc.errors.VerifyError, match=r"was written by __main__\.step"):
         streamacc.verify(out, heatmod.step, np.arange(4.0))
+
+
+XS = np.linspace(0.0, 1.0, 4096, dtype=np.float32)
+
+
+def _halving(c, x):
+    c = c * np.float32(0.5) + x
+    return c, c
+
+
+def _halved(xs: np.ndarray) -> np.ndarray:
+    """The outputs of ``_halving`` from 0, by a numpy loop (each step's product by 0.5 is exact, its sum one
+    rounding, as in XLA)."""
+    out, c = np.empty(len(xs), dtype=np.float32), np.float32(0.0)
+    for i, x in enumerate(xs):
+        c = np.float32(c * np.float32(0.5) + x)
+        out[i] = c
+    return out
+
+
+# no summaries (as an output this small has by default): a rewound manifest's tail would still describe every block
+RUN = {"block_size": 512, "summaries": False, "progress": False}
+
+
+def test_inputs_are_known_by_their_values_whatever_array_holds_them(tmp_path):
+    """numpy's rows extended by JAX's or a memmap's of the same values are the same run; a changed committed input
+    is refused before anything is written, and an identity recorded by streamacc 1.0 (its inputs by type name)
+    still continues."""
+    out = tmp_path / "out.zarr"
+    streamacc.write(out, _halving, np.float32(0.0), XS[:2048], **RUN)
+    assert read_manifest(out)["identity"]["xs"] == ["array[2048]:<f4"]
+    changed = XS.copy()
+    changed[10] += 1  # an input of a committed step
+    before = store_files(out)
+    with pytest.raises(streamacc.errors.ResumeError, match=r"xs_values: .* for its first 2048 steps"):
+        streamacc.write(out, _halving, np.float32(0.0), jnp.asarray(changed), mode="extend", **RUN)
+    assert store_files(out) == before
+    np.save(tmp_path / "xs.npy", XS)
+    streamacc.write(out, _halving, np.float32(0.0), np.load(tmp_path / "xs.npy", mmap_mode="r"), mode="extend", **RUN)
+    np.testing.assert_array_equal(streamacc.open(out)["y"].values, _halved(XS))
+    stored = zarr.create_array(tmp_path / "xs.zarr", shape=(4096,), chunks=(1024,), dtype="float32")
+    stored[:] = XS
+    rewind(out, 6, 3072)
+    streamacc.write(out, _halving, np.float32(0.0), stored, mode="resume", **RUN)  # Zarr's rows, the same values
+    from_zarr = tmp_path / "from-zarr.zarr"
+    streamacc.write(from_zarr, _halving, np.float32(0.0), stored, **RUN)
+    rewind(from_zarr, 6, 3072)
+    streamacc.write(from_zarr, _halving, np.float32(0.0), stored, mode="resume", **RUN)  # its chunks unchanged
+    stored[10] = 5.0
+    for target in (out, from_zarr):
+        rewind(target, 6, 3072)
+        with pytest.raises(streamacc.errors.ResumeError, match="xs_values"):
+            streamacc.write(target, _halving, np.float32(0.0), stored, mode="resume", **RUN)
+    manifest = rewind(out, 6, 3072)
+    manifest["identity"]["xs"] = ["ndarray[4096]:<f4"]  # as 1.0 and the releases before recorded a numpy input
+    del manifest["identity"]["xs_values"]
+    write_manifest(out, manifest)
+    streamacc.write(out, _halving, np.float32(0.0), jnp.asarray(XS), mode="resume", **RUN)
+    np.testing.assert_array_equal(streamacc.open(out)["y"].values, _halved(XS))
+
+
+def _streamed(out, xs, mode="create"):
+    with streamacc.Stream(out, _halving, length=4096, mode=mode, **RUN) as stream:
+        jax.jit(lambda c, x: stream.scan(c, x))(np.float32(0.0), jnp.asarray(xs))
+
+
+def test_a_stream_and_write_of_one_job_record_the_same_files_and_resume_each_other(tmp_path):
+    def written_(out, xs, mode="create"):
+        streamacc.write(out, _halving, np.float32(0.0), xs, mode=mode, **RUN)
+
+    streamed, written = tmp_path / "streamed.zarr", tmp_path / "written.zarr"
+    _streamed(streamed, XS)
+    written_(written, XS)
+    assert store_files(streamed) == store_files(written)
+    for out, resume in ((streamed, written_), (written, _streamed)):  # a killed run of the one, resumed by the other
+        rewind(out, 3, 1536)
+        resume(out, XS, mode="resume")
+        np.testing.assert_array_equal(streamacc.open(out)["y"].values, _halved(XS))
+    other = XS.copy()
+    other[5] = 7.0
+    rewind(written, 3, 1536)
+    with pytest.raises(streamacc.errors.ResumeError, match="the values of the inputs of its 4096 steps differ"):
+        _streamed(written, other, mode="resume")
+    assert read_manifest(written)["committed_blocks"] == 3

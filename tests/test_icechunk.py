@@ -134,7 +134,7 @@ def test_a_repository_holds_the_plain_folders_bytes_and_verifies(tmp_path, plain
     info, folder = streamacc.info(url), streamacc.info(plain(SMALL))
     assert info.complete
     assert info.arrays["x"].stored_bytes == folder.arrays["x"].stored_bytes  # sizes from the manifest
-    assert info.summaries.stored_bytes == folder.summaries.stored_bytes
+    assert info.summaries == folder.summaries  # none, for an output this small
     assert streamacc.overview(url) is not None
 
 

@@ -100,3 +100,16 @@ def test_mypy_finds_the_installed_package_and_the_carry_write_returns(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout
     assert 'Revealed type is "numpy.float64"' in proc.stdout
+
+
+def test_the_version_is_the_changelogs_latest_and_writes_the_format_the_format_page_names():
+    """The package says the release of the changelog's top section, and the format page's "written by streamacc X
+    and later" holds for it (1.0.0 said so of format 3, which it never wrote)."""
+    from packaging.version import Version
+
+    import streamacc
+
+    top = re.search(r"^## (\S+)", (ROOT / "docs" / "changelog.md").read_text(), re.M)
+    assert top is not None and top[1] == streamacc.__version__
+    since = re.search(r"written by streamacc (\S+) and later", (ROOT / "docs" / "reference" / "format.md").read_text())
+    assert since is not None and Version(streamacc.__version__) >= Version(since[1])

@@ -45,7 +45,8 @@ def drawn(monkeypatch) -> list:
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     out = tmp_path_factory.mktemp("plot") / "gp.zarr"
-    assert main(["write", str(out), "--size", "3000", "--block-size", "512", "--no-progress"]) == 0
+    assert main(["write", str(out), "--size", "3000", "--block-size", "512", "--summary-windows", "16,256",
+                 "--no-progress"]) == 0  # fmt: skip
     return out
 
 
@@ -57,7 +58,17 @@ def test_a_finished_output_beside_itself(finished, capsys, drawn):
     (figure,) = drawn
     title = figure.axes[0].get_title()
     assert title.startswith("gp {") and "ratio" in title and "unfinished" not in title
-    assert "x: 188 windows of 16 steps, 3000 steps in all" in title  # the default levels of 3000 rows: 16, 256
+    assert "x: 188 windows of 16 steps, 3000 steps in all" in title  # 188 windows of its finest level, 16 rows
+
+
+def test_a_small_output_is_drawn_from_its_data_a_step_a_window(tmp_path, capsys, drawn):
+    """3000 steps have no summaries: the picture is its data, every step."""
+    out = tmp_path / "gp.zarr"
+    assert main(["write", str(out), "--size", "3000", "--no-progress"]) == 0
+    code, _, err = run("plot", out, capsys=capsys)
+    assert code == 0 and err == ""
+    (figure,) = drawn
+    assert "x: 3000 windows of 1 step, 3000 steps in all" in figure.axes[0].get_title()
 
 
 def test_a_range_of_steps_and_another_file(finished, tmp_path, capsys):
@@ -237,7 +248,8 @@ def test_summaries_linked_from_another_output_are_refused(tmp_path, finished):
     import shutil
 
     other, out = tmp_path / "other.zarr", tmp_path / "out.zarr"
-    assert main(["write", str(other), "--size", "3000", "--block-size", "512", "--ratio", "1.5", "--no-progress"]) == 0
+    assert main(["write", str(other), "--size", "3000", "--block-size", "512", "--ratio", "1.5", "--summary-windows",
+                 "16,256", "--no-progress"]) == 0  # fmt: skip
     shutil.copytree(finished, out)
     shutil.rmtree(out / "_streamacc" / "summaries")
     (out / "_streamacc" / "summaries").symlink_to(other / "_streamacc" / "summaries")

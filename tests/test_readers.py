@@ -43,7 +43,9 @@ def step(c, x):
 
 
 def write(out, **kw):
-    kw = {"block_size": BLOCK, "progress": False, "attrs": ATTRS, **kw}
+    # summaries asked for: the default leaves an output this small without them (its overview reads its data)
+    asked = {} if kw.get("reverse") else {"summaries": [16, 256]}  # a reverse scan has none
+    kw = {"block_size": BLOCK, "progress": False, "attrs": ATTRS, **asked, **kw}
     return streamacc.write(out, step, INIT, kw.pop("xs", XS), **kw)
 
 
@@ -120,6 +122,23 @@ def test_attributes_and_open_stay_true_while_the_run_goes(tmp_path, monkeypatch,
     stops = [min((k + 1) * BLOCK, LENGTH) for k in range(16)]
     assert seen == [(k * BLOCK, stop, stop) for k, stop in enumerate(stops)]
     assert xr.open_zarr(out).attrs["streamacc_complete"] == 1
+
+
+def test_the_root_says_the_first_commit_at_once_then_every_few_seconds(tmp_path, monkeypatch, seam):
+    """A plain reader of the root sees the first block as soon as it is committed, however long the refresh
+    interval; later commits wait for it (an hour here: none)."""
+    out = tmp_path / "out.zarr"
+    seam("run.output.PUBLISH_SECONDS", 3600.0)
+    seen = []
+    real = Output.commit
+
+    def commit(self, *results):
+        real(self, *results)
+        seen.append(json.loads((out / "zarr.json").read_text())["attributes"]["streamacc_committed_steps"])
+
+    monkeypatch.setattr(Output, "commit", commit)
+    write(out, xs=XS[: 4 * BLOCK])
+    assert seen == [BLOCK, BLOCK, BLOCK, BLOCK]
 
 
 def test_open_of_a_reverse_scan_returns_the_committed_end(tmp_path):

@@ -481,13 +481,13 @@ def test_a_disk_that_stays_full_ends_the_program(tmp_path, written):
     assert_same_output(out, written)
 
 
-def test_a_resume_whose_inputs_changed_is_refused_by_the_block_it_recomputes_first(tmp_path, written):
-    """The inputs live in the program: the last committed block is recomputed there and judged on the host."""
+def test_a_resume_whose_inputs_changed_is_refused_as_the_program_starts(tmp_path, written):
+    """The inputs live in the program: their values reach the host as it starts, before any block runs."""
     out = tmp_path / "out.zarr"
     with pytest.raises(StoreError):
         within(DEADLINE, lambda: run_job(failing(out, "y/c/4/0")))
     other = jnp.tile(inputs(LENGTH)[:, None], 16).at[300].add(1.0)  # in block 3, the last committed
-    with pytest.raises(ResumeError, match=r"block 3 .* does not recompute to what is stored"):
+    with pytest.raises(ResumeError, match=r"the values of the inputs of its 1000 steps differ"):
         within(DEADLINE, lambda: run_job(out, mode="resume", xs=other))
     assert read_manifest(out)["committed_blocks"] == 4
     within(DEADLINE, lambda: run_job(out, mode="resume"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 import shutil
 import warnings
 
@@ -427,13 +428,16 @@ def test_no_summaries_reverse_and_bad_windows(tmp_path):
     write(off, summaries=False)
     assert not (off / "_streamacc" / "summaries").exists()
     assert "summaries: none" in str(streamacc.info(off))
+    np.testing.assert_array_equal(streamacc.overview(off)["b_max"].values, streamacc.open(off)["b"].values)  # small
+    big = tmp_path / "big.zarr"
+    streamacc.write(big, lambda c, _: (c + np.float32(1.0), c), np.float32(0.0), length=2**22 + 1, summaries=False,
+                    progress=False)  # fmt: skip
     with pytest.raises(NoOutputError, match=r"has no summaries .*summaries=False"):
-        streamacc.overview(off)
+        streamacc.overview(big)
     rev = tmp_path / "rev.zarr"
     write(rev, reverse=True, summaries=True)
     assert not (rev / "_streamacc" / "summaries").exists()
-    with pytest.raises(NoOutputError, match="a reverse scan"):
-        streamacc.overview(rev)
+    np.testing.assert_array_equal(streamacc.overview(rev)["b_min"].values, streamacc.open(rev)["b"].values)
     for bad in ([8, 12], [0, 8], [16, 8], "8", [8.0], 3):
         with pytest.raises(InputError, match="summaries"):
             write(tmp_path / "bad.zarr", summaries=bad)
@@ -477,23 +481,68 @@ def test_default_windows_follow_the_output_length_thinned_or_short(tmp_path):
     fewer (the summaries of windows of one row took three times an output's data)."""
     from streamacc.summaries import default_windows
 
-    assert default_windows(2**18) == [256, 4096, 65536] and default_windows(2**40) == [2**12, 2**16, 2**20]
-    assert default_windows(2**16) == [128, 2048, 32768] and default_windows(500) == [16, 256]
+    assert default_windows(2**18) == [256, 1024, 4096, 16384, 65536]
+    assert default_windows(2**40) == [2**12, 2**14, 2**16, 2**18, 2**20]
+    assert default_windows(2**16) == [128, 512, 2048, 8192, 32768] and default_windows(500) == [16, 64, 256]
     assert default_windows(10) == [16] and default_windows(500, 200) == [128]  # one partial window
     for rows in (1, 1000, 1024, 3000, 65537, 2**22 - 1, 2**22, 2**33):
         windows = default_windows(rows)
-        assert all(b == 16 * a for a, b in itertools.pairwise(windows)) and all(w <= rows for w in windows[1:])
+        assert all(b == 4 * a for a, b in itertools.pairwise(windows)) and all(w <= rows for w in windows[1:])
         least = 128 if rows >= 2**16 else 16
         assert least <= windows[0] <= 4096
         assert windows[0] == least or (rows // windows[0] >= 1024 and (windows[0] == 4096 or rows // windows[0] < 2048))
     out = tmp_path / "thinned.zarr"
-    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**15, save_every=16, progress=False)
-    assert streamacc.info(out).summaries.windows == (16, 256)  # 2048 rows
+    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**25, save_every=64, progress=False)
+    assert streamacc.info(out).summaries.windows == (512, 2048, 8192, 32768, 131072)  # 2**19 rows
+    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**26, save_every=64, mode="extend",
+                    progress=False)  # fmt: skip
+    assert streamacc.info(out).summaries.windows == (512, 2048, 8192, 32768, 131072)  # an extension keeps its levels
+
+
+def test_the_overview_reads_the_windows_its_picture_needs_not_four_times_as_many(tmp_path):
+    """Levels 4 apart: the picture of ``points`` windows reads a level of fewer than 4 times as many, and of
+    exactly as many where the length is ``points`` times a level's window (2**30 steps: 4096 of 2**18 steps;
+    levels 16 apart read 16,384 there). 2**19 steps drawn in 256 windows read 256 of 2048 steps, not 1024 of 512."""
+    from streamacc.summaries import default_windows
+
+    for rows in (2**26, 2**28, 2**30, 2**31, 2**32, 3 * 2**29):  # up to 4096 windows of the coarsest, 2**20
+        windows = default_windows(rows)
+        read = min(n for n in (-(-rows // w) for w in windows) if n >= 4096)  # the coarsest level giving 4096
+        assert read < 4 * 4096 and (read == 4096 or rows not in (2**26, 2**28, 2**30, 2**32)), (rows, read)
+    out = tmp_path / "out.zarr"
+    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**19, progress=False)
+    ds = streamacc.overview(out, points=256)
+    assert ds.sizes["step"] == 256 and ds.attrs["window"] == 2048
+    np.testing.assert_array_equal(ds["y_max"].values, np.arange(2047, 2**19, 2048, dtype=np.float64))
+
+
+def test_a_small_output_has_no_summaries_and_its_overview_draws_every_row_from_its_data(tmp_path, capsys):
+    """A 4096-row output (2**16 steps, every 16th kept) is drawn from its data in 4096 windows of a row each (its
+    summaries gave 256); a 2**16-step write keeps no summary file beside its data; extended from small, an
+    output keeps none, and its overview reads windows of two rows."""
+    out = tmp_path / "thinned.zarr"
+    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**16, save_every=16, progress=False)
+    assert streamacc.info(out).summaries is None and not (out / "_streamacc" / "summaries").exists()
     ds = streamacc.overview(out)
-    assert ds.sizes["step"] == 128 and ds.attrs["window"] == 16 * 16
+    assert ds.sizes["step"] == 4096 and ds.attrs["window"] == 16 and ds.attrs["windows"] == [16]
+    steps = np.arange(15, 2**16, 16)
+    np.testing.assert_array_equal(ds["step"].values, steps)
+    for stat in ("min", "max", "mean"):
+        np.testing.assert_array_equal(ds[f"y_{stat}"].values, steps.astype(np.float64))  # one row: the value
+    ds = streamacc.overview(out, points=60, steps=(40, 4000))  # windows of 4 rows, from row 0 (step 15) on
+    rows = np.arange(0, 4096, dtype=np.float64) * 16 + 15
+    want = rows[:252].reshape(63, 4)
+    np.testing.assert_array_equal(ds["y_min"].values, want.min(axis=1)[:63])
+    np.testing.assert_array_equal(ds["y_mean"].values, want.mean(axis=1)[:63])
+    assert ds.attrs["window"] == 64 and ds["step"].values[0] == 15
     streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**17, save_every=16, mode="extend",
                     progress=False)  # fmt: skip
-    assert streamacc.info(out).summaries.windows == (16, 256)  # an extended output keeps its levels
+    ds = streamacc.overview(out)
+    assert ds.attrs["window"] == 32 and ds.sizes["step"] == 4096
+    np.testing.assert_array_equal(ds["y_max"].values, np.arange(31, 2**17, 32, dtype=np.float64))
+    small = tmp_path / "small.zarr"
+    assert streamacc.cli.main(["write", str(small), "--size", "2**16", "--no-progress"]) == 0
+    assert not (small / "_streamacc" / "summaries").exists() and "summaries" not in capsys.readouterr().out
 
 
 def test_default_windows_of_a_large_state_hold_at_most_a_million_values_at_the_finest(tmp_path):
@@ -501,10 +550,11 @@ def test_default_windows_of_a_large_state_hold_at_most_a_million_values_at_the_f
     never windows longer than a long output's finest (4096 rows)."""
     from streamacc.summaries import default_windows
 
-    assert default_windows(2**17) == [128, 2048, 32768]
-    assert default_windows(2**17, 4096) == [512, 8192, 131072]  # 256 windows of 4096 values
-    assert default_windows(2**14, 256 * 256) == [1024, 16384]  # a 256x256 field: 16 windows
-    assert default_windows(2**40, 4096) == [2**12, 2**16, 2**20] and default_windows(2**12, 2**20) == [2**12]
+    assert default_windows(2**17) == [128, 512, 2048, 8192, 32768]
+    assert default_windows(2**17, 4096) == [512, 2048, 8192, 32768, 131072]  # 256 windows of 4096 values
+    assert default_windows(2**14, 256 * 256) == [1024, 4096, 16384]  # a 256x256 field: 16 windows
+    assert default_windows(2**40, 4096) == [2**12, 2**14, 2**16, 2**18, 2**20]
+    assert default_windows(2**12, 2**20) == [2**12]
     for rows, size in itertools.product((100, 5000, 2**17 + 3, 2**22), (1, 3, 1000, 4096, 65536)):
         windows = default_windows(rows, size)
         finest = -(-rows // windows[0])
@@ -514,7 +564,7 @@ def test_default_windows_of_a_large_state_hold_at_most_a_million_values_at_the_f
     out = tmp_path / "state.zarr"  # 1024 values kept apart: 2**10 windows of 128 rows hold 2**20, the most allowed
     state = np.ones(1024, np.int8)  # the windows depend on the counts alone: one byte a value
     streamacc.write(out, lambda u, _: (u, u), state, length=2**17, block_size=2**13, progress=False)
-    assert streamacc.info(out).summaries.windows == (128, 2048, 32768)  # (256, 4096, 65536) had it counted twice
+    assert streamacc.info(out).summaries.windows == (128, 512, 2048, 8192, 32768)  # 256 first had it counted twice
 
 
 def test_a_summary_window_longer_than_the_output_is_refused(tmp_path, capsys):
@@ -534,7 +584,7 @@ def test_a_summary_window_longer_than_the_output_is_refused(tmp_path, capsys):
 
 
 def test_an_extension_far_beyond_a_short_outputs_levels_warns_that_it_keeps_them(tmp_path):
-    """A 1000-step output gets windows of 16 and 256 rows; extended to 2**18 steps it keeps them (the default then
+    """A 1000-step output with windows of 16 and 256 rows, extended to 2**18 steps, keeps them (the default then
     is 16 times longer), and says so, naming how to have the default levels."""
     import warnings
 
@@ -543,17 +593,19 @@ def test_an_extension_far_beyond_a_short_outputs_levels_warns_that_it_keeps_them
     def grow(length, **kw):
         return streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=length, progress=False, **kw)
 
-    grow(1000)
+    grow(1000, summaries=[16, 256])  # a small output has none by default
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        grow(3000, mode="extend")  # the default for 3000 rows is [16, 256]: the same, nothing to say
+        grow(3000, mode="extend")  # the default for 3000 rows has the same finest window: nothing to say
     with pytest.warns(streamacc.errors.StreamaccWarning) as caught:
         grow(2**18, mode="extend")
     (warning,) = [w for w in caught if "summary levels" in str(w.message)]
     text = str(warning.message)
-    assert "keeps the summary levels it was begun with, windows of [16, 256] rows, so its 262144 rows get 16384 " \
-           "windows at the finest level (the default for 262144 rows is [256, 4096, 65536])" in text  # fmt: skip
-    assert "rewrite it with mode='overwrite', or begin an output meant to grow with summaries=[4096, 65536, " in text
+    assert (
+        "keeps the summary levels it was begun with, windows of [16, 256] rows, so its 262144 rows get 16384 windows "
+        "at the finest level (the default for 262144 rows is [256, 1024, 4096, 16384, 65536])"
+    ) in text
+    assert "rewrite it with mode='overwrite', or begin an output meant to grow with summaries=[4096, 16384, " in text
     assert streamacc.info(out).summaries.windows == (16, 256)
 
 
@@ -602,3 +654,27 @@ def test_verify_takes_a_summary_zero_of_either_sign_from_an_earlier_release(tmp_
     low[...] = np.where(stored == 0, 1e-300, stored)
     with pytest.raises(VerifyError, match="do not match its data"):
         streamacc.verify(out, zeros_step, np.int64(0))
+
+
+def test_coarse_levels_write_few_files_their_chunks_unchanged_for_older_outputs(tmp_path):
+    """The summaries' own cost at 2**30 steps: a coarser level's chunks span the finest's steps times the levels'
+    factor, up to 512 KiB a statistic (5 levels 4 apart write 284 files there, not 340), and are checksummed, not
+    compressed (a picture reads them without numcodecs); an output's chunks are read back as it was written."""
+    from streamacc.summaries import level_chunks
+
+    series, state = [2**12, 2**14, 2**16, 2**18, 2**20], [4, 16, 64, 256, 1024]
+    assert level_chunks(series, 1) == [4096, 16384, 65536, 65536, 65536]
+    assert level_chunks(state, 1024) == [4, 16, 64, 64, 64]  # 32 KiB of float64 at the finest, 512 KiB at most
+    windows = [2**30 // w for w in series]  # 2**30 steps
+    assert sum(math.ceil(n / c) for n, c in zip(windows, level_chunks(series, 1), strict=True)) * 4 == 284
+    out = tmp_path / "out.zarr"
+    streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**20, summaries=[16, 64, 256],
+                    block_size=2**16, progress=False)  # fmt: skip
+    for window, chunk in ((16, 4096), (64, 16384), (256, 4096)):  # the coarsest's capped at its 4096 windows
+        doc = json.loads((out / "_streamacc" / "summaries" / f"w{window}" / "y_min" / "zarr.json").read_text())
+        assert doc["chunk_grid"]["configuration"]["chunk_shape"] == [chunk]
+        assert [c["name"] for c in doc["codecs"]] == ["bytes", "crc32c"]
+    with pytest.warns(streamacc.errors.StreamaccWarning, match="keeps the summary levels"):  # an extension: its own
+        streamacc.write(out, lambda c, _: (c + 1.0, c), np.float64(0.0), length=2**21, block_size=2**16,
+                        mode="extend", progress=False)  # fmt: skip
+    assert streamacc.verify(out, lambda c, _: (c + 1.0, c), np.float64(0.0)).summary_windows > 0

@@ -65,7 +65,7 @@ CASES = {
         ensemble,
         (jax.random.key(0), jnp.zeros(1000)),
         None,
-        {"length": 1200, "block_size": 200, "save_every": 10, "dims": {"y": ["path"]}},
+        {"length": 3000, "block_size": 200, "save_every": 10, "dims": {"y": ["path"]}},  # 300 rows: not small
     ),
     "field_256x256_time": (
         field,
@@ -93,8 +93,11 @@ def write_both(tmp_path: Path, case: str, **extra):
     f, init, xs, kw = CASES[case]
     kw = {**kw, **extra}
     stored, virtual = tmp_path / "stored.zarr", tmp_path / "virtual.zarr"
-    streamacc.write(stored, f, init, xs, progress=False, **kw)
     streamacc.write(virtual, f, init, xs, progress=False, virtual=True, **kw)
+    streamacc.write(stored, f, init, xs, progress=False, **kw)
+    windows = read_manifest(virtual)["identity"]["summaries"]
+    if read_manifest(stored)["identity"]["summaries"] != windows:  # a small stored output has none by default
+        streamacc.write(stored, f, init, xs, progress=False, mode="overwrite", **{**kw, "summaries": windows})
     return stored, virtual, (f, init, xs)
 
 
@@ -198,11 +201,12 @@ def test_a_long_virtual_output_keeps_its_default_summaries_to_a_million_windows(
         finest = windows[0]
         assert finest <= 2**16 and (-(-rows // finest) * size <= 2**20 or finest == 2**16 or finest >= rows)
         assert finest <= 4096 or -(-rows // (finest // 2)) * size > 2**20  # no shorter window would do
-        assert windows == [w for w in (finest, 16 * finest, 256 * finest) if w <= max(rows, finest)]
+        levels = (finest, 4 * finest, 16 * finest, 64 * finest, 256 * finest)
+        assert windows == [w for w in levels if w <= max(rows, finest)]
     for rows in (1, 1000, 2**22, 2**32):  # where the default keeps a million windows, a virtual output has the same
         assert default_windows(rows, virtual=True) == default_windows(rows)
-    assert default_windows(2**34, virtual=True) == [2**14, 2**18, 2**22]
-    assert default_windows(2**63 - 1, virtual=True) == [2**16, 2**20, 2**24]
+    assert default_windows(2**34, virtual=True) == [2**14, 2**16, 2**18, 2**20, 2**22]
+    assert default_windows(2**63 - 1, virtual=True) == [2**16, 2**18, 2**20, 2**22, 2**24]
 
     def count(c, x):
         return c + x, c + x
@@ -212,7 +216,7 @@ def test_a_long_virtual_output_keeps_its_default_summaries_to_a_million_windows(
         with pytest.raises(RuntimeError, match="the input ends here"):
             streamacc.write(out, count, np.float64(0), OnesUntil(2**40, 2**14), block_size=2**12, names="x",
                             virtual=virtual, progress=False)  # fmt: skip
-        assert streamacc.info(out).summaries.windows == (finest, 16 * finest, 256 * finest)
+        assert streamacc.info(out).summaries.windows == (finest, 4 * finest, 16 * finest, 64 * finest, 256 * finest)
 
 
 def test_a_virtual_write_killed_mid_run_resumes_to_the_same_output(seam):

@@ -34,8 +34,9 @@ def write_block_bytes(platform: str) -> int:
 
 ACCELERATOR_UNROLL = 64
 """The ``lax.scan`` unroll of a built-in recipe of a few operations a step on a TPU or GPU: a
-loop trip costs far more there than such a step's arithmetic (on a TPU v5e a scalar float32
-step took 680 ns at unroll 1, 20 ns at 8 and 5.5 ns at 64), where on a CPU each recipe keeps
+loop trip costs far more there than such a step's arithmetic (on a TPU v5e the float32 gp
+recipe took 677 ns a step at unroll 1, 87 ns at 8 and 6.1 ns at 64: the Accelerators benchmark
+page, run 0098), where on a CPU each recipe keeps
 the unroll it runs fastest at (1, 2 or 8)."""
 
 ACCELERATOR_COMPENSATED_UNROLL = 64
@@ -167,13 +168,19 @@ DEFAULT_CODEC = "blosc-lz4"
 """Blosc LZ4 with byte shuffle: it compresses smooth series well and encodes faster than
 a disk writes, where zarr's default (zstd) costs more CPU than the write it saves."""
 
-DEFAULT_SUMMARY_WINDOWS = (2**12, 2**16, 2**20)
+DEFAULT_SUMMARY_WINDOWS = (2**12, 2**14, 2**16, 2**18, 2**20)
 """Rows per window of the summaries' levels (min, max, mean) of a long output, finest first.
-A factor of 16 between levels keeps a picture of any length within 16x of the windows it
-needs; the finest, 2**12, keeps the summaries of a float64 output under 1% of its
-compressed bytes (3 float64 and one int64 per 2**12 rows); the coarsest, 2**20, gives the
+A factor of 4 between levels gives a picture of ``points`` windows from a level of fewer than
+4 times as many (of 1 or 2 times for a length of a power of two: ``overview(points=4096)`` of
+2**30 steps reads 4096 windows, where levels 16 apart read 16,384); the finest, 2**12, keeps
+the summaries of a float64 output under 1% of its compressed bytes (3 float64 and one int64
+per 2**12 rows, the levels above it a third as much again); the coarsest, 2**20, gives the
 4096 windows of a 2**32-step output's picture from four chunks per statistic. A shorter
-output (or one thinned by ``save_every``) gets finer windows: see ``SUMMARY_WINDOWS_AT_LEAST``."""
+output (or one thinned by ``save_every``) gets finer windows: see ``SUMMARY_WINDOWS_AT_LEAST``.
+Outputs written before 1.1 keep their levels, 16 apart."""
+
+VIRTUAL_SUMMARY_WINDOW_AT_MOST = 2**16
+"""Rows the finest default window of a virtual output holds at most (see ``SUMMARY_VALUES_AT_MOST``)."""
 
 SUMMARY_WINDOWS_AT_LEAST = 1024
 """Windows the finest default level gives at least (fewer for an output shorter than 1024
@@ -196,7 +203,21 @@ outweighs their rows anyway, gets windows of ``SHORT_SUMMARY_WINDOW_AT_LEAST`` r
 a picture of 3000 steps then has 188 windows."""
 
 SHORT_SUMMARY_WINDOW_AT_LEAST = 16
-"""Rows the finest default window holds at least in an output of fewer than 2**16 values."""
+"""Rows the finest default window holds at least in an output of fewer than 2**16 values (a virtual one: a
+stored output that small has no summaries, see ``SMALL_OUTPUT_VALUES``)."""
+
+SMALL_OUTPUT_VALUES = 2**18
+"""Values (rows times each row's values, every summarised array together) a stored output holds at most to get
+no window summaries by default: ``overview`` and ``streamacc plot`` read its data instead (2 MiB of float64 at
+most), which draws every row (a 4096-row output: 4096 windows of one row, where summaries gave 256 of 16). Their
+metadata documents and small files weigh on a short output: a quarter of a 2**16-step output's bytes (44.6 KB
+beside 157 KB), 11.6% of a 2**18-step series', 5.8% of a 2**19-step one's (``streamacc info``). A virtual output,
+whose data are recomputed, keeps its summaries."""
+
+OVERVIEW_DATA_VALUES_AT_MOST = 2**22
+"""Values of an output without summaries that ``overview`` reads to draw it, at most (32 MiB of float64, a
+fraction of a second): a small output, or one written with ``summaries=False`` or grown by extension from a
+small one. A larger one without summaries is refused, with the way to get them."""
 
 SUMMARY_STATE_AT_MOST = 1024
 """Values of one step's output that the summaries keep apart at most: an output whose step
@@ -215,7 +236,7 @@ write of a large state more than its picture gains (a 2**17-step heat equation g
 windows, not 1024).
 
 A virtual output's finest default level holds at most this many, its windows growing past
-the finest of ``DEFAULT_SUMMARY_WINDOWS`` up to the next (2**16): its summaries are most of
+the finest of ``DEFAULT_SUMMARY_WINDOWS`` up to ``VIRTUAL_SUMMARY_WINDOW_AT_MOST`` (2**16): its summaries are most of
 what it stores, so fewer, longer windows keep a virtual output a small fraction of the
 stored one. Windows of up to 2**16 steps, not longer, so that a run of 2**63 steps stopped
 after a few billion still has windows to draw."""

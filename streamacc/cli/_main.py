@@ -90,15 +90,18 @@ def _enable_x64() -> None:
     jax.config.update("jax_enable_x64", True)  # the CLI owns its process: float64 must stay float64
 
 
-def _committed_steps(out: str, options: dict[str, Any] | None) -> int:
-    """How many steps ``out`` has committed already (its manifest alone); 0 where it holds no readable run."""
+def _committed_steps(out: str, options: dict[str, Any] | None) -> tuple[int, int]:
+    """How many steps ``out`` has committed already, and the step its extension computes on from (the start of its
+    last block, which an extension writes again), from its manifest alone; 0 where it holds no readable run."""
     from ..run import load_manifest
     from ..store import open_target
 
     try:
-        return load_manifest(open_target(out, storage_options=options, read_only=True)).committed_steps
+        manifest = load_manifest(open_target(out, storage_options=options, read_only=True))
+        kept = manifest.identity.blocking.span(max(manifest.committed_blocks - 1, 0))
+        return manifest.committed_steps, kept[1] - kept[0]
     except Exception:  # only a count for the summary line: whatever is wrong, write() itself will say
-        return 0
+        return 0, 0
 
 
 def _unroll(job: Job, mode: Mode, out: str, options: dict[str, Any] | None, given: int | None) -> int:
@@ -125,12 +128,14 @@ def _unroll(job: Job, mode: Mode, out: str, options: dict[str, Any] | None, give
     return unroll
 
 
-def summary(about: Any, before: int, seconds: float, how: str = "resumed") -> str:
+def summary(about: Any, before: int, seconds: float, how: str = "resumed", again: int | None = None) -> str:
     """The line ``write`` prints on success: steps and bytes written, time, rates, bytes stored, compression.
 
     ``about`` is :func:`streamacc.info` of the finished output, ``before`` the steps it
     had committed before this run (``how``: resumed or extended), ``seconds`` this run's
-    wall time. Bytes count the rows stored (every ``save_every``-th step).
+    wall time. Bytes count the rows stored (every ``save_every``-th step). An extension
+    writes the last block of the run it extends again (from step ``again``), so its steps
+    and rate count them.
     """
     import numpy as np
 
@@ -141,12 +146,15 @@ def summary(about: Any, before: int, seconds: float, how: str = "resumed") -> st
     ratio = f"{rows * row_bytes / stored:.2f}x" if stored else "n/a"
     kept = "" if every == 1 else f" ({rows} rows, every {every}th step)"
     kept = f"stored {si(stored)}B for {committed} steps{kept} (compression {ratio})"
-    steps = committed - before
-    if steps == 0:
+    if committed == before:
         return f"{about.path}: nothing to write, all {committed} steps were committed already; {kept}"
-    rate = steps / max(seconds, 1e-9)
-    out_bytes = (rows - before // every) * row_bytes
     resumed = f", {how} at step {before}," if before else ""
+    again = before if again is None else again
+    if again < before:
+        resumed = f", {how} at step {before} (steps {again}-{before} written again: its last block),"
+    steps = committed - again
+    rate = steps / max(seconds, 1e-9)
+    out_bytes = (rows - again // every) * row_bytes
     return (
         f"{about.path}: wrote {steps} steps ({si(out_bytes)}B){resumed} in {seconds:.2f} s "
         f"({si(rate)} steps/s, {si(out_bytes / max(seconds, 1e-9))}B/s); {kept}"
@@ -220,7 +228,7 @@ def cmd_write(args: argparse.Namespace) -> int:
             "float64, the default --dtype, is emulated on a TPU, many times slower than float32; "
             "--dtype float32 --compensated is the chip's exact mode (errors within an ulp of the exact values)"
         )
-    before = _committed_steps(args.out, options) if mode in ("resume", "extend") else 0
+    before, again = _committed_steps(args.out, options) if mode in ("resume", "extend") else (0, 0)
     start = time.perf_counter()
     gc.freeze()  # the CLI owns its process: spare the collector the objects that live for the whole run
     with _warnings_as_messages(args.debug), cluster_client(workers, args.scheduler) as client:
@@ -228,7 +236,8 @@ def cmd_write(args: argparse.Namespace) -> int:
         write(args.out, spec, mode=mode, layout=layout, executor=where, storage_options=options,
               progress=not args.no_progress)  # fmt: skip
     how = "extended" if mode == "extend" else "resumed"
-    _out(summary(info(args.out, storage_options=options), before, time.perf_counter() - start, how))
+    seconds = time.perf_counter() - start
+    _out(summary(info(args.out, storage_options=options), before, seconds, how, again if mode == "extend" else None))
     return 0
 
 

@@ -89,7 +89,12 @@ def _title(ds: Any, name: str, long_name: str | None) -> str:
         head += f"\nunfinished: steps {start} to {start + done} of {total} committed"
     if long_name:
         head += "\n" + (long_name if len(long_name) <= 100 else long_name[:99] + "...")
-    return f"{head}\n{name}: {ds.sizes['step']} windows of {ds.attrs['window']} steps, {total} steps in all"
+    return f"{head}\n{name}: {ds.sizes['step']} windows of {_steps(ds.attrs['window'])}, {total} steps in all"
+
+
+def _steps(window: int) -> str:
+    """``window`` steps, as a person writes them (a small output is drawn from its data, a window a step)."""
+    return "1 step" if window == 1 else f"{window} steps"
 
 
 def _dims(names: tuple[str, ...]) -> str:
@@ -111,12 +116,12 @@ def _x(ds: Any, edges: np.ndarray) -> np.ndarray:
 def _step_label(ds: Any, window: int) -> str:
     axis = _time_axis(ds)
     if axis is None:
-        return f"step (windows of {window} steps)"
+        return f"step (windows of {_steps(window)})"
     units = axis.get("units") or ""
     if " since " in f" {units} ":  # dates
-        return f"time (windows of {window} steps)"
+        return f"time (windows of {_steps(window)})"
     span = f"{window * axis['step']:g}{' ' + units if units else ''}"
-    return f"time{f' [{units}]' if units else ''} (windows of {window} steps, {span})"
+    return f"time{f' [{units}]' if units else ''} (windows of {_steps(window)}, {span})"
 
 
 def _series(ax: Any, steps: np.ndarray, low: Any, high: Any, mean: Any, label: str = "") -> None:

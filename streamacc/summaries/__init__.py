@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ._check import SummaryCheck as SummaryCheck
     from ._extension import extension_tail as extension_tail, rebuild_stale_arrays as rebuild_stale_arrays
     from ._plain import plain_array as plain_array, plain_group as plain_group
-    from ._pyramid import BlockPieces as BlockPieces
+    from ._pyramid import BlockPieces as BlockPieces, level_chunks as level_chunks
     from ._reduce import Rows as Rows, reduce_steps as reduce_steps
     from ._seams import SEAMS as SEAMS
     from ._store import (

@@ -73,7 +73,6 @@ def rebuild_stale_arrays(
     run: SummarizedRun,
     record: dict[str, Any] | None,
     specs: Mapping[str, ArraySpec],
-    codec: str,
     dims: Mapping[str, Sequence[str | None]],
 ) -> None:
     """Make the summary arrays those of ``run`` where an extension left them the shorter run's, or half made.
@@ -86,7 +85,7 @@ def rebuild_stale_arrays(
     """
     if record is None:
         return
-    expected = Summaries.expected_documents(run, specs, codec, dims)
+    expected = Summaries.expected_documents(run, specs, dims)
     if not expected:
         return
     try:
@@ -99,7 +98,7 @@ def rebuild_stale_arrays(
         return
     for key in target.list_keys(f"{SUMMARIES}/"):
         target.delete(key)
-    created = Summaries.create(target, run, specs, codec, dims)
+    created = Summaries.create(target, run, specs, dims)
     if created is not None:
         created.close()
 

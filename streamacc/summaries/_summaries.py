@@ -105,7 +105,7 @@ class _Layout:
 
     windows: list[int]
     pyramids: dict[str, Pyramid]
-    chunks: dict[str, int]
+    chunks: dict[str, list[int]]
     shapes: dict[str, ArraySpec]
     dims: dict[str, tuple[str | None, ...]]
     over: dict[str, list[str]]
@@ -156,7 +156,7 @@ class Summaries:
         shapes = {n: ((specs[n][0][0],), specs[n][1]) if n in over else specs[n] for n in names}
         summary_dims = {n: tuple(dims[n][:1]) if n in over else tuple(dims[n]) for n in names}
         over_dims = {n: [str(d) for d in dims[n][1:]] for n in names if n in over}
-        chunks = {n: pyramids[n].levels[0].chunk for n in names}
+        chunks = {n: [level.chunk for level in pyramids[n].levels] for n in names}
         return _Layout(windows, pyramids, chunks, shapes, summary_dims, over_dims)
 
     @classmethod
@@ -165,14 +165,13 @@ class Summaries:
         target: Target,
         run: SummarizedRun,
         specs: Mapping[str, ArraySpec],
-        codec: str,
         dims: Mapping[str, Sequence[str | None]],
     ) -> Summaries | None:
         """Create the summary arrays of a new run (None when it has no summaries)."""
         layout = cls._layout(run, specs, dims)
         if layout is None:
             return None
-        store = SummaryStore.create(target, layout.shapes, windows=layout.windows, chunks=layout.chunks, codec=codec,
+        store = SummaryStore.create(target, layout.shapes, windows=layout.windows, chunks=layout.chunks,
                                     dims=layout.dims, over=layout.over)  # fmt: skip
         target.make_durable(store.metadata_keys())
         return cls(target, store, layout.pyramids, run.rows, frozenset(run.over_state))
@@ -182,14 +181,13 @@ class Summaries:
         cls,
         run: SummarizedRun,
         specs: Mapping[str, ArraySpec],
-        codec: str,
         dims: Mapping[str, Sequence[str | None]],
     ) -> dict[str, bytes]:
         """The metadata documents :meth:`create` stores for a run, by key (none when it has no summaries)."""
         layout = cls._layout(run, specs, dims)
         if layout is None:
             return {}
-        return SummaryStore.expected(layout.shapes, windows=layout.windows, chunks=layout.chunks, codec=codec,
+        return SummaryStore.expected(layout.shapes, windows=layout.windows, chunks=layout.chunks,
                                      dims=layout.dims, over=layout.over)  # fmt: skip
 
     @classmethod
@@ -212,7 +210,7 @@ class Summaries:
         pyramids = {}
         sizes = _state_sizes(run, names)
         for name in names:
-            pyramid = Pyramid.new(windows, run.rows, sizes[name])
+            pyramid = Pyramid.new(windows, run.rows, sizes[name], store.chunks(name))
             if tail is not None:
                 if name not in tail:
                     raise damaged(target, f"its tail has no entry for {name!r}")

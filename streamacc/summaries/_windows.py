@@ -15,6 +15,7 @@ from ..base import (
     SUMMARY_VALUES_AT_MOST,
     SUMMARY_WINDOW_AT_LEAST,
     SUMMARY_WINDOWS_AT_LEAST,
+    VIRTUAL_SUMMARY_WINDOW_AT_MOST,
 )
 from ..errors import InputError, arg
 
@@ -30,15 +31,15 @@ def default_windows(rows: int, state_size: int = 1, virtual: bool = False) -> li
     gives at least 1024 windows, of at least ``_defaults.SUMMARY_WINDOW_AT_LEAST`` rows (of
     ``SHORT_SUMMARY_WINDOW_AT_LEAST`` for an output of fewer than 2**16 values), or fewer
     where its states are large (``_defaults.SUMMARY_VALUES_AT_MOST``), and coarser levels by
-    16 no longer than the output. A ``virtual`` output, whose summaries are most of what it
+    ``LEVEL_FACTOR`` (4) no longer than the output. A ``virtual`` output, whose summaries are most of what it
     stores, keeps to ``SUMMARY_VALUES_AT_MOST`` values per statistic at the finest level with
-    windows of up to ``DEFAULT_SUMMARY_WINDOWS[1]`` rows: longer ones would leave a run stopped long
+    windows of up to ``VIRTUAL_SUMMARY_WINDOW_AT_MOST`` rows: longer ones would leave a run stopped long
     before its length (one of 2**63 steps) with no complete window to draw.
     """
     finest = SUMMARY_WINDOW_AT_LEAST if rows * state_size >= 2**16 else SHORT_SUMMARY_WINDOW_AT_LEAST
     while finest * 2 <= DEFAULT_SUMMARY_WINDOWS[0] and rows // (finest * 2) >= SUMMARY_WINDOWS_AT_LEAST:
         finest *= 2
-    longest = DEFAULT_SUMMARY_WINDOWS[1] if virtual else DEFAULT_SUMMARY_WINDOWS[0]
+    longest = VIRTUAL_SUMMARY_WINDOW_AT_MOST if virtual else DEFAULT_SUMMARY_WINDOWS[0]
     while (finest * 2 <= DEFAULT_SUMMARY_WINDOWS[0] or (finest * 2 <= longest and finest < rows)) and (
         -(-rows // finest) * state_size > SUMMARY_VALUES_AT_MOST
     ):

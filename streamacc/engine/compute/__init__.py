@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ._memory import check_memory as check_memory
     from ._pool import POOL_MIN_BYTES as POOL_MIN_BYTES, BlockPool as BlockPool, PoolStats as PoolStats
     from ._run import (
+        BlockFailed as BlockFailed,
         carry_pass as carry_pass,
         compute_block as compute_block,
         computes_ahead as computes_ahead,

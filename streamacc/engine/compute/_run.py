@@ -8,6 +8,7 @@ ys cut after that step, with the carry that step left; no block follows it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import weakref
 from collections.abc import Iterator
@@ -22,7 +23,48 @@ from ._kernels import PROBED, cached, carry_scan_fn, probe_fn, scan_fn, until_fn
 from ._pool import POOL_MIN_BYTES, BlockPool, _Lease, fresh_buffers, pool_size
 from ._rows import block_xs, let_go, spent_rows
 
-__all__ = ["carry_pass", "compute_block", "computes_ahead", "run_block", "run_plan"]
+__all__ = ["BlockFailed", "carry_pass", "compute_block", "computes_ahead", "run_block", "run_plan"]
+
+
+class BlockFailed(jax.errors.JaxRuntimeError):  # type: ignore[misc]  # jaxlib's class comes without types
+    """The computation of the block of steps ``[start, stop)`` failed at run time: the step raised there (an
+    exception in a host callback, a runtime check such as equinox's ``error_if``, diffrax's ``max_steps``), or the
+    device did (out of memory). Still a ``JaxRuntimeError``, caused by JAX's own, as a caller of ``iter_blocks``
+    caught before; ``error`` is its one line. It survives pickling (a cluster's block task)."""
+
+    def __init__(self, start: int, stop: int, error: str) -> None:
+        super().__init__(f"the block of steps {start} to {stop} failed: {error}")
+        self.start, self.stop, self.error = start, stop, error
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.start, self.stop, self.error))
+
+    @classmethod
+    def of(cls, start: int, stop: int, exc: jax.errors.JaxRuntimeError) -> BlockFailed:
+        """The failure ``exc`` of the block of steps ``[start, stop)``."""
+        return cls(start, stop, _what_failed(str(exc)))
+
+
+@contextlib.contextmanager
+def _failing(start: int, stop: int) -> Iterator[None]:
+    """Raise a run-time failure of the block of steps ``[start, stop)`` as :class:`BlockFailed`, naming its steps."""
+    try:
+        yield
+    except BlockFailed:
+        raise
+    except jax.errors.JaxRuntimeError as exc:
+        raise BlockFailed.of(start, stop, exc) from exc
+
+
+def _what_failed(text: str) -> str:
+    """The one line that says what failed in a ``JaxRuntimeError``'s text: where a callback raised, the last line of
+    its traceback (``ValueError: diverged``), not XLA's preamble and the frames; else its first line."""
+    lines = text.split("\n--------------------")[0].splitlines()
+    if "Traceback (most recent call last):" in text:
+        last = [line.strip() for line in lines if line.strip() and not line.startswith((" ", "\t"))]
+        if last:
+            return last[-1][:500]
+    return (lines[0].strip() if lines else "")[:500]
 
 
 CALLER_HELD = 1
@@ -49,7 +91,8 @@ def _dispatch(plan: Plan, pool: BlockPool, carry: Any, start: int, stop: int) ->
     lease = pool.acquire() if stop - start == plan.block_size else None  # only full blocks share buffers
     buffers = pool.buffers(lease, plan.out_structs(stop - start))
     entering = carry
-    carry, out, where = run_block(plan, carry, xs, stop - start, buffers, start=start)
+    with _failing(start, stop):
+        carry, out, where = run_block(plan, carry, xs, stop - start, buffers, start=start)
     tested = None if where is None else entering
     return _Computed(start, stop, out, carry, lease, spent_rows(plan, xs, stop - start), where, tested)
 
@@ -101,7 +144,8 @@ def found(plan: Plan, where: jax.Array | None, carry: Any, start: int, stop: int
 
 
 def _hand_over(plan: Plan, pool: BlockPool, done: _Computed) -> Block:
-    hosts = pool.hand_over(done.lease, done.out)
+    with _failing(done.start, done.stop):  # a device computes asynchronously: its failure shows here
+        hosts = pool.hand_over(done.lease, done.out)
     let_go(done.rows)
     stop, carry = done.stop, done.carry
     k, held = found(plan, done.probed, done.carry_in, done.start, done.stop)
@@ -135,16 +179,17 @@ def carry_pass(
         stop = _runs_to(plan, start, stop)
         xs = block_xs(plan, start, stop)
         k = None
-        if plan.save_every == 1 and not exact and plan.until is None:
-            carry = cached(carry_scan_fn, plan.f, stop - start, plan.unroll, plan.reverse)(carry, xs)
-        else:  # the block function itself (its kept rows are few): the carry has its bits by construction
-            n = stop - start
-            out = spare[n] if n in spare else fresh_buffers(plan.out_structs(n))
-            entering = carry
-            carry, spare[n], where = run_block(plan, carry, xs, n, out, start=start)
-            k, held = found(plan, where, entering, start, stop)
-            if k is not None:
-                carry = held
+        with _failing(start, stop):
+            if plan.save_every == 1 and not exact and plan.until is None:
+                carry = cached(carry_scan_fn, plan.f, stop - start, plan.unroll, plan.reverse)(carry, xs)
+            else:  # the block function itself (its kept rows are few): the carry has its bits by construction
+                n = stop - start
+                out = spare[n] if n in spare else fresh_buffers(plan.out_structs(n))
+                entering = carry
+                carry, spare[n], where = run_block(plan, carry, xs, n, out, start=start)
+                k, held = found(plan, where, entering, start, stop)
+                if k is not None:
+                    carry = held
         yield start, stop if k is None else start + k + 1, carry
         if k is not None:
             return

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         Blocking as Blocking,
         BlockKeywords as BlockKeywords,
         ScanKeywords as ScanKeywords,
+        block_size_near as block_size_near,
         check_length as check_length,
     )
     from ._checks import Carry as Carry, Step as Step, x64_scope as x64_scope

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         carry_digest as carry_digest,
         describe_function as describe_function,
         fingerprint as fingerprint,
+        input_values as input_values,
         run_identity as run_identity,
     )
     from ._ledger import (

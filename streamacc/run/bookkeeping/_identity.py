@@ -15,10 +15,11 @@ from ...store import fingerprint_of
 from ._fingerprint import describe_function, fingerprint
 from ._runidentity import RunIdentity
 
-__all__ = ["carry_digest", "describe_function", "fingerprint", "run_identity"]
+__all__ = ["carry_digest", "describe_function", "fingerprint", "input_values", "run_identity"]
 
-_JAX_ARRAY = "ArrayImpl"
-"""The type name of a concrete ``jax.Array``, as an input that is one is described."""
+VALUES_PIECE_BYTES = 64 * 2**20
+"""Bytes of an input read and checksummed at a time for its values' digest: its memory stays this, whatever the
+input's size (a memmap or a Zarr array is read piece by piece)."""
 
 
 def carry_digest(leaves: list[tuple[np.ndarray, Any]]) -> str:
@@ -30,15 +31,50 @@ def carry_digest(leaves: list[tuple[np.ndarray, Any]]) -> str:
 
 
 def _describe_xs(xs: Any) -> list[str]:
+    """Each input leaf by its shape and dtype alone (``array[N]:<f4``), whatever kind of array holds it (numpy, a
+    memmap, JAX, Zarr, traced in a Stream's program) and wherever it lives: its values are ``xs_values``."""
+
     def one(leaf: Any) -> str:
-        whole = getattr(leaf, "whole", None)  # a view of all of a stored array's rows is named as the array
+        whole = getattr(leaf, "whole", None)  # a view of all of a stored array's rows is described as the array
         leaf = leaf if whole is None else whole
-        where = getattr(leaf, "store_path", None) or getattr(leaf, "source", None)
-        # an input known by its shape alone is a jax.Array traced inside a program (a Stream's)
-        kind = _JAX_ARRAY if isinstance(leaf, jax.ShapeDtypeStruct) else type(leaf).__name__
-        return f"{kind}{list(leaf.shape)}:{np.dtype(leaf.dtype).str}" + (f"@{where}" if where else "")
+        return f"array{list(leaf.shape)}:{np.dtype(leaf.dtype).str}"
 
     return [one(leaf) for leaf in jax.tree_util.tree_leaves(xs)]
+
+
+def _digestible(leaf: Any) -> bool:
+    """Whether the values of input ``leaf`` are digested: an array (numpy's, a memmap, JAX's, Zarr's), not a reader of
+    a stored input's rows (a recipe's ``--input``, known by its store's fingerprint, ``input``)."""
+    if isinstance(leaf, (np.ndarray, jax.Array)):
+        return not jax.numpy.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+    return type(leaf).__module__.split(".")[0] == "zarr" and type(leaf).__name__ == "Array"
+
+
+def input_values(leaves: Sequence[Any], marks: Sequence[int]) -> dict[int, list[str]] | None:
+    """The digest of each input leaf's values (``crc32:`` and 8 hex digits, CRC-32 of its rows' little-endian bytes
+    in C order) over its first ``mark`` rows, for each of ``marks`` (a longer run's digest and the prefix it extends
+    come from one read). None when a leaf is not an array whose values are digested (see :func:`_digestible`).
+
+    Read ``VALUES_PIECE_BYTES`` at a time; the checksum runs at several GiB/s, beside a run that reads every row.
+    """
+    if not all(_digestible(leaf) for leaf in leaves):
+        return None
+    ends = sorted(set(marks))
+    digests: dict[int, list[str]] = {end: [] for end in ends}
+    for leaf in leaves:
+        dtype = np.dtype(leaf.dtype)
+        dtype = dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
+        row_bytes = max(1, int(np.prod(leaf.shape[1:], dtype=np.int64)) * dtype.itemsize)
+        step = max(1, VALUES_PIECE_BYTES // row_bytes)
+        crc, done = 0, 0
+        for end in ends:
+            while done < end:
+                upto = min(end, done + step)
+                piece = np.ascontiguousarray(np.asarray(leaf[done:upto]), dtype=dtype)
+                crc = zlib.crc32(piece.reshape(-1).view(np.uint8).data, crc)  # its bytes, not copied
+                done = upto
+            digests[end].append(f"crc32:{crc:08x}")
+    return digests
 
 
 def _input_contents(xs: Any) -> dict[str, list[str]]:
@@ -49,6 +85,20 @@ def _input_contents(xs: Any) -> dict[str, list[str]]:
     """
     prints = [p for p in map(fingerprint_of, jax.tree_util.tree_leaves(xs)) if p is not None]
     return {"input": prints} if prints else {}
+
+
+def _unchanged(
+    stored: RunIdentity, contents: dict[str, list[str]], leaves: list[Any], length: int
+) -> dict[int, list[str]] | None:
+    """The digests of the stored run's inputs where this run's are the same Zarr arrays, their chunks unchanged
+    (``contents``: their fingerprints): a resume need not read them again. None where any input is another kind,
+    or the stored run recorded no digests, or its length differs."""
+    doc = stored.to_json()
+    if not leaves or "xs_values" not in doc or doc.get("length") != length or doc.get("input") != contents.get("input"):
+        return None
+    if any(fingerprint_of(leaf) is None for leaf in leaves):
+        return None
+    return {length: list(doc["xs_values"])}
 
 
 def run_identity(
@@ -63,6 +113,8 @@ def run_identity(
     summaries: list[int] | None = None,
     over_state: list[str] | None = None,
     virtual: bool = False,
+    prefixes: Sequence[int] = (),
+    stored: RunIdentity | None = None,
 ) -> RunIdentity:
     """The identity of a write: function, inputs, layout, codec and versions.
 
@@ -72,38 +124,52 @@ def run_identity(
     ``summaries`` the window lengths (in rows) of the window summaries, ``over_state`` the
     outputs summarised over their whole state (recorded where there are any). A virtual run
     (its data recomputed on reading, not stored) says so; a stored one records nothing of it.
-    An unroll chosen for the step (none given) says so too.
+    The inputs are recorded by shape and dtype (``xs``) and by their values (``xs_values``,
+    see :func:`input_values`); ``prefixes`` are shorter lengths whose inputs' digests the
+    identity keeps beside it, unrecorded (``RunIdentity.prefixes``: what an extension compares).
+    ``stored`` is the identity of the run this one resumes, whose digests a Zarr input whose
+    chunks are unchanged keeps, unread. An unroll chosen for the step (none given) says so.
     A run with a condition records it as its step (``until``, ``until_values``) and, where it
     is tested from a later step than the first (an extension), that step (``until_from``);
     one without records nothing of it.
     """
     function, values = fingerprint(plan.f)
-    return RunIdentity({
-        **_input_contents(plan.xs),
-        "function": function,
-        **({"function_values": values} if values else {}),
-        "recipe": attrs.get("recipe"),
-        "params": attrs.get("params"),
-        "init": carry_digest(to_host(plan.init)),
-        "xs": _describe_xs(plan.xs),
-        "length": plan.length,
-        "block_size": plan.block_size,
-        "chunk": next(iter(chunks.values()))[0] if chunks else plan.block_rows,
-        "chunks": {name: list(shape) for name, shape in chunks.items()},
-        "save_every": plan.save_every,
-        "dims": None if dims is None else {name: list(names) for name, names in dims.items()},
-        "time": time,
-        "unroll": plan.unroll,
-        **({"unroll_chosen": True} if plan.unroll_chosen else {}),
-        "reverse": plan.reverse,
-        "codec": codec,
-        "arrays": arrays,
-        "summaries": list(summaries or []),
-        **({"summaries_over_state": list(over_state)} if over_state else {}),
-        "versions": {"streamacc": __version__, "jax": jax.__version__, "backend": jax.default_backend()},
-        **({"virtual": True} if virtual else {}),
-        **_condition(plan),
-    })
+    leaves = jax.tree_util.tree_leaves(plan.xs)
+    contents = _input_contents(plan.xs)
+    digests = _unchanged(stored, contents, leaves, plan.length) if stored is not None and not prefixes else None
+    if digests is None and leaves:
+        digests = input_values(leaves, [plan.length, *prefixes])
+    xs_values = {} if digests is None else {"xs_values": digests[plan.length]}
+    return RunIdentity(
+        {
+            **contents,
+            "function": function,
+            **({"function_values": values} if values else {}),
+            "recipe": attrs.get("recipe"),
+            "params": attrs.get("params"),
+            "init": carry_digest(to_host(plan.init)),
+            "xs": _describe_xs(plan.xs),
+            **xs_values,
+            "length": plan.length,
+            "block_size": plan.block_size,
+            "chunk": next(iter(chunks.values()))[0] if chunks else plan.block_rows,
+            "chunks": {name: list(shape) for name, shape in chunks.items()},
+            "save_every": plan.save_every,
+            "dims": None if dims is None else {name: list(names) for name, names in dims.items()},
+            "time": time,
+            "unroll": plan.unroll,
+            **({"unroll_chosen": True} if plan.unroll_chosen else {}),
+            "reverse": plan.reverse,
+            "codec": codec,
+            "arrays": arrays,
+            "summaries": list(summaries or []),
+            **({"summaries_over_state": list(over_state)} if over_state else {}),
+            "versions": {"streamacc": __version__, "jax": jax.__version__, "backend": jax.default_backend()},
+            **({"virtual": True} if virtual else {}),
+            **_condition(plan),
+        },
+        {n: digests[n] for n in prefixes} if digests is not None else {},
+    )
 
 
 def _condition(plan: Plan) -> dict[str, Any]:

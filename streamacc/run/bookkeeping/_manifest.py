@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -402,7 +403,7 @@ def _flatten(doc: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-LATER_FIELDS = ("input", "function_values")
+LATER_FIELDS = ("input", "function_values", "xs_values")
 """Identity fields newer than some outputs: one that an output does not record is not compared."""
 
 
@@ -418,8 +419,31 @@ FUNCTIONS = ("function", "until")
 ``FIELD_values``."""
 
 
+_XS_KIND = re.compile(r"^\w+(\[[^\]]*\]:[^@]*)(@.*)?$")
+
+
+def _by_values(stored: dict[str, Any], current: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Two identities as their inputs compare: by shape and dtype whatever kind of array held them and wherever it
+    lived (streamacc 1.0 recorded ``ndarray[N]:<f4``, a Stream ``ArrayImpl[N]:<f4``, a Zarr input ``Array[N]:<f4@
+    file://in.zarr``), and by their values where both record them (a stored input's fingerprint, ``input``, then
+    says no more). Where the current run does not know its inputs' values yet (a Stream's, until its program
+    starts), they are left to it to compare."""
+    stored, current = dict(stored), dict(current)
+    for ident in (stored, current):
+        if isinstance(ident.get("xs"), list):
+            ident["xs"] = [_XS_KIND.sub(r"array\1", x) if isinstance(x, str) else x for x in ident["xs"]]
+    if "xs_values" in stored and "xs_values" in current:
+        stored.pop("input", None)
+        current.pop("input", None)
+    elif "xs_values" not in current:
+        stored.pop("xs_values", None)
+    return stored, current
+
+
 def identity_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Each field where two run identities differ, as 'field: stored X, now Y'."""
+    """Each field where two run identities differ, as 'field: stored X, now Y' (inputs by their values, see
+    :func:`_by_values`)."""
+    stored, current = _by_values(stored, current)
     current = {k: v for k, v in current.items() if k in stored or k not in LATER_FIELDS}
     a, b = _flatten(stored), _flatten(json.loads(json.dumps(current)))
     fields = sorted((a.keys() | b.keys()) - NOT_COMPARED)

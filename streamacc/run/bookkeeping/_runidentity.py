@@ -45,6 +45,8 @@ class RunIdentity:
     """
 
     doc: dict[str, Any]
+    prefixes: dict[int, list[str]] = dataclasses.field(default_factory=dict, compare=False)
+    """The digests of the inputs' values over shorter lengths, unrecorded (see ``run_identity``): by length."""
 
     @classmethod
     def from_json(cls, doc: Any) -> RunIdentity:
@@ -57,7 +59,12 @@ class RunIdentity:
 
     def with_init(self, digest: str) -> RunIdentity:
         """The identity with the digest of the initial carry (known once a program's carry is)."""
-        return RunIdentity({**self.doc, "init": digest})
+        return RunIdentity({**self.doc, "init": digest}, self.prefixes)
+
+    def with_values(self, values: list[str] | None) -> RunIdentity:
+        """The identity with the digests of its inputs' values (known once a program's inputs are; None: none)."""
+        doc = {k: v for k, v in self.doc.items() if k != "xs_values"}
+        return RunIdentity(doc if values is None else {**doc, "xs_values": values}, self.prefixes)
 
     @functools.cached_property
     def blocking(self) -> Blocking:

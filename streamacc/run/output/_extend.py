@@ -51,12 +51,22 @@ CONDITION = ("until", "until_values", "until_from")
 
 
 def _without_length(identity: dict[str, Any]) -> dict[str, Any]:
-    """``identity`` (as JSON) without what its length decides: the length, the arrays' rows, the inputs' rows, and
-    the condition that may end it."""
-    out = {k: v for k, v in identity.items() if k != "length" and k not in CONDITION}
+    """``identity`` (as JSON) without what its length decides: the length, the arrays' rows, the inputs' rows and
+    values (an extension compares those of the rows it keeps: :func:`_changed_inputs`), and the condition that
+    may end it."""
+    out = {k: v for k, v in identity.items() if k not in ("length", "xs_values") and k not in CONDITION}
     out["arrays"] = {name: [dtype, shape[1:]] for name, (dtype, shape) in identity.get("arrays", {}).items()}
     out["xs"] = [_LEADING.sub(r"\1[N", str(x)) for x in identity.get("xs", [])]
     return out
+
+
+def _changed_inputs(old: RunIdentity, new: RunIdentity) -> list[str]:
+    """The difference between the values of the stored run's inputs and those of the longer run's first rows (none
+    where either run's are not known: an output written before they were recorded, a Stream's before it starts)."""
+    stored, now = old.to_json().get("xs_values"), new.prefixes.get(old.blocking.length)
+    if stored is None or now is None or stored == now:
+        return []
+    return [f"xs_values: stored {stored!r}, now {now!r} for its first {old.blocking.length} steps"]
 
 
 def _refuse(label: str, why: str) -> ResumeError:
@@ -100,6 +110,7 @@ def plan_extension(
         raise _refuse(label, "a reverse scan starts from its last step, so a longer one changes every value; rerun "
                              f"it with {arg('mode', 'overwrite')}")  # fmt: skip
     diffs = identity_differences(_without_length(old.to_json()), _without_length(new.to_json()))
+    diffs += _changed_inputs(old, new)
     if diffs:
         raise _refuse(label, f"the longer run would differ in more than its length ({'; '.join(diffs)}); pass the "
                              "original settings")  # fmt: skip
@@ -184,7 +195,7 @@ def finish_extension(target: Target, manifest: Manifest) -> None:
     ident = manifest.identity
     specs = {name: ((shape[0], *shape[1:]), dtype_from_name(dtype)) for name, (dtype, shape) in ident.arrays.items()}
     dims = {name: tuple(doc.get("dimension_names") or ()) for name, doc in manifest.arrays.items()}
-    rebuild_stale_arrays(target, ident, manifest.summaries, specs, ident.codec, dims)
+    rebuild_stale_arrays(target, ident, manifest.summaries, specs, dims)
 
 
 def _grow_arrays(target: Target, manifest: Manifest) -> None:

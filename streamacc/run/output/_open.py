@@ -118,7 +118,7 @@ def _create(o: Opening) -> Output:
         array_attrs=spec.array_attrs,
         virtual=spec.storage.virtual,
     )
-    summaries = Summaries.create(target, spec.identity, spec.arrays, spec.codec, spec.dims)
+    summaries = Summaries.create(target, spec.identity, spec.arrays, spec.dims)
     carries.create()
     keys, _ = carries.write(0, init)
     target.make_durable([*keys, *(f"{name}/zarr.json" for name in spec.arrays)])

@@ -17,7 +17,14 @@ import json
 from collections.abc import Mapping, Sequence, Set as AbstractSet
 from typing import Any, Literal, TypeVar
 
-from ...base import DEFAULT_CODEC, DEFAULT_INFLIGHT, DEFAULT_VIRTUAL_INFLIGHT, as_choice, as_count
+from ...base import (
+    DEFAULT_CODEC,
+    DEFAULT_INFLIGHT,
+    DEFAULT_VIRTUAL_INFLIGHT,
+    SMALL_OUTPUT_VALUES,
+    as_choice,
+    as_count,
+)
 from ...engine import check_length
 from ...errors import InputError, arg, one_line
 from ...store import CODECS
@@ -241,8 +248,11 @@ class Storage:
         """The manifest's spans of blocks whose data are stored: none yet (virtual), or None for every block."""
         return [] if self.virtual else None
 
-    def windows(self, rows: int, state_size: int) -> list[int]:
-        """The default summary levels of ``rows`` rows of states of ``state_size`` values."""
+    def windows(self, rows: int, state_size: int, values: int | None = None) -> list[int]:
+        """The default summary levels of ``rows`` rows of states of ``state_size`` values: none for a stored output
+        of at most ``SMALL_OUTPUT_VALUES`` ``values`` (all its summarised arrays'), whose overview reads its data."""
+        if values is not None and values <= SMALL_OUTPUT_VALUES and not self.virtual:
+            return []
         return default_windows(rows, state_size, virtual=self.virtual)
 
     def computes_blocks(self, summarised: bool) -> bool:

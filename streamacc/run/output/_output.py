@@ -17,14 +17,15 @@ from typing import Any
 import numpy as np
 
 from ...base import origin, run_from, warn
-from ...engine import HostLeaf
-from ...errors import LockedError, StoreError, StreamaccWarning, arg
+from ...engine import BlockFailed, HostLeaf, block_size_near
+from ...errors import LockedError, StepError, StoreError, StreamaccError, StreamaccWarning, arg
 from ...store import Target, ZarrSink, describe_store_failure, is_store_failure, progress_attrs
 from ...summaries import BlockPieces, Summaries, SummaryPlan
 from ..bookkeeping import (
     BlockRecord,
     Ledger,
     Manifest,
+    RunIdentity,
     bookkeeping_listing,
     carry_every,
     describe_nonfinite,
@@ -42,6 +43,14 @@ log = logging.getLogger("streamacc")
 
 PUBLISH_SECONDS = 5.0
 """How often, at most, the root attributes are refreshed with the committed step count while writing."""
+
+SLOW_BLOCK_SECONDS = 60.0
+"""A block that takes longer than this to compute and commit makes the run say so, once: a kill loses a whole block,
+and a smaller ``block_size`` commits more often. A run's first block, whose time holds the step's compile, only past
+ten times this."""
+
+COMMIT_EVERY_SECONDS = 10.0
+"""About how often the ``block_size`` that notice suggests commits."""
 
 VIRTUAL_COMMIT_SECONDS = 1.0
 """How often a virtual run commits the blocks it has computed. A virtual block costs milliseconds
@@ -92,6 +101,9 @@ class Output:
         self.ledger = Ledger(target)
         self.on_commit = on_commit
         self._published = 0.0
+        self._first_commit = True  # the first commit publishes at once: a reader sees progress from the start
+        self._last_commit = time.monotonic()  # when the block now computed began, about (see _notice_slow_blocks)
+        self._slow_said = False
         self._listing: dict[str, dict[str, Any]] | None = None
         self._batch: Batch[BlockResult] = Batch()  # a virtual run's blocks computed and not yet committed
         self._carry: list[HostLeaf] | None = None  # the carry entering the first block, once known
@@ -155,10 +167,36 @@ class Output:
         for name, value in changes.items():
             setattr(self.manifest, name, value)
 
-    def publish(self, *, force: bool = False) -> None:
-        """Refresh the root attributes with the committed steps (at most every few seconds unless forced)."""
+    def _notice_slow_blocks(self, results: tuple[BlockResult, ...]) -> None:
+        """Say once that blocks take longer than ``SLOW_BLOCK_SECONDS`` each (the time since the commit before, or
+        since the output opened), with the ``block_size`` that would commit about every ``COMMIT_EVERY_SECONDS``."""
         now = time.monotonic()
-        if force or now - self._published >= PUBLISH_SECONDS:
+        seconds, self._last_commit = (now - self._last_commit) / len(results), now
+        if self._slow_said or seconds <= SLOW_BLOCK_SECONDS * (10 if self._first_commit else 1):
+            return
+        self._slow_said = True
+        blocking = self.manifest.identity.blocking
+        steps = max(len(r) for r in results)
+        unroll = blocking.unroll if isinstance(blocking.unroll, int) and not isinstance(blocking.unroll, bool) else 1
+        size = block_size_near(max(1, int(steps * COMMIT_EVERY_SECONDS / seconds)), unroll, blocking.save_every)
+        took = f"{seconds:.{0 if seconds >= 10 else 1}f} s"
+        warn(
+            f"{self.target.label}: a block of {steps} steps took {took} to compute and commit, so a run killed loses "
+            f"up to that much; a new run with {arg('block_size', size)} commits about every "
+            f"{COMMIT_EVERY_SECONDS:.0f} s (this output keeps the block size it began with)",
+            StreamaccWarning,
+        )
+
+    def record_identity(self, identity: RunIdentity) -> None:
+        """Save the manifest with ``identity``, the same run's completed (a Stream's inputs' values, known only once
+        its program starts), before any block of this run is committed."""
+        self._save(identity=identity)
+
+    def publish(self, *, force: bool = False, due: bool = False) -> None:
+        """Refresh the root attributes with the committed steps: at most every few seconds, unless ``due`` (this
+        run's first commit) or forced (which also lists the bookkeeping's nodes again)."""
+        now = time.monotonic()
+        if force or due or now - self._published >= PUBLISH_SECONDS:
             m = self.manifest
             if force or self._listing is None:  # the bookkeeping's nodes change only between a run's parts
                 self._listing = bookkeeping_listing(self.target, m)
@@ -217,7 +255,9 @@ class Output:
         self._carry = results[-1].carry_out
         if "nonfinite" in changes:
             self.warn_nonfinite()
-        self.publish()
+        self.publish(due=self._first_commit)
+        self._notice_slow_blocks(results)
+        self._first_commit = False
         self.target.checkpoint(self._progress(), nbytes=sum(r.stored for r in results))
         if self.on_commit is not None:
             for result in results:
@@ -325,6 +365,26 @@ class Output:
         if self.summaries is not None:
             self.summaries.close()
 
+    def step_failure(self, exc: BlockFailed, length: int) -> StepError:
+        """The error for the step failing at run time in the block of steps ``[exc.start, exc.stop)``: that block,
+        what is committed, and how to continue (the caller chains JAX's error)."""
+        blocking = self.manifest.identity.blocking
+        index = next((k for k, (a, _) in enumerate(blocking.bounds()) if a == exc.start), None)
+        steps = f"steps {exc.start} to {exc.stop}"
+        block = steps if index is None else f"block {index} ({steps})"
+        committed = self.manifest.committed_steps
+        what = f"the step failed at run time in {block} of {self.target.label} ({exc.error})"
+        if committed == 0:
+            fix = f"fix the cause and rerun with {arg('mode', 'overwrite')}"
+            return StepError(f"{what}; nothing is committed yet: {fix}")
+        before = committed == exc.start and not blocking.reverse
+        kept = f"the {committed} steps before it are" if before else f"{committed} of {length} steps are"
+        return StepError(
+            f"{what}; {kept} committed: with a cause outside the step fixed (memory, a file it reads), rerun with "
+            f"{arg('mode', 'resume')} to continue from there; a step changed to fix it is another run, which "
+            f"{arg('mode', 'overwrite')} writes afresh"
+        )
+
     def _kept(self) -> tuple[int, bool] | None:
         """What the store's manifest still commits for this run, read back: its steps, and whether another
         run's manifest replaced it (a writer that took the output over); None when it cannot be read."""
@@ -338,13 +398,15 @@ class Output:
             return 0, True
         return stored.committed_steps, False
 
-    def failure(self, exc: Exception, length: int) -> StoreError | None:
+    def failure(self, exc: Exception, length: int) -> StreamaccError | None:
         """The error for a store that failed mid-run, saying what is kept as the store itself now tells.
 
         Also for a lost lease whose store has lost this run's committed steps (the lease gone with
-        the rest of the store, or another writer's output in their place). None for any other
-        exception, which the caller raises as it is.
+        the rest of the store, or another writer's output in their place), and for a step that failed
+        at run time (:meth:`step_failure`). None for any other exception, which the caller raises as it is.
         """
+        if isinstance(exc, BlockFailed):
+            return self.step_failure(exc, length)
         store_failed = is_store_failure(exc)
         if not (store_failed or isinstance(exc, LockedError)):
             return None

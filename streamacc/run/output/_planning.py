@@ -121,7 +121,9 @@ def plan_output(scan_spec: ScanSpec, request: Request, store: Any, storage_optio
     if stored is not None and request.layout.chunks is None and plan.block_size == stored.blocking.block_size:
         chunks = stored_chunks(stored.chunks, plan.block_rows)
         request = dataclasses.replace(request, layout=dataclasses.replace(request.layout, chunks=chunks))
-    spec = output_spec(plan, request)
+    extends = stored is not None and request.mode == "extend" and stored.blocking.length < plan.length
+    prefixes = [stored.blocking.length] if stored is not None and extends else []  # its inputs' values compared
+    spec = output_spec(plan, request, prefixes=prefixes, stored=stored)
     if request.mode in ("create", "overwrite"):  # a continued run's arrays are the stored run's
         check_decodable(spec)
     return Planned(plan, request, spec, stored)

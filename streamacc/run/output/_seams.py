@@ -12,6 +12,10 @@ SEAMS = {
         "PUBLISH_SECONDS: the least time between two refreshes of the root's progress attributes",
         (_output, "PUBLISH_SECONDS"),
     ),
+    "SLOW_BLOCK_SECONDS": Seam(
+        "SLOW_BLOCK_SECONDS: the seconds a block takes to compute and commit, past which the run says so once",
+        (_output, "SLOW_BLOCK_SECONDS"),
+    ),
     "VIRTUAL_COMMIT_SECONDS": Seam(
         "VIRTUAL_COMMIT_SECONDS: about how long a virtual run's blocks wait to commit together",
         (_output, "VIRTUAL_COMMIT_SECONDS"),

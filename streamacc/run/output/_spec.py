@@ -146,8 +146,12 @@ def _check_array_attrs(array_attrs: dict[str, dict[str, Any]], names: list[str])
     return array_attrs
 
 
-def output_spec(plan: Plan, request: Request) -> OutputSpec:
-    """The output a run of ``plan`` asked for by ``request`` must produce, checked against the step's ``y``."""
+def output_spec(
+    plan: Plan, request: Request, *, prefixes: Sequence[int] = (), stored: RunIdentity | None = None
+) -> OutputSpec:
+    """The output a run of ``plan`` asked for by ``request`` must produce, checked against the step's ``y``
+    (``prefixes``: the lengths whose inputs' values its identity keeps beside it, for an extension; ``stored``: the
+    identity of the run it continues, see ``run_identity``)."""
     layout = request.layout
     names = output_names(plan.y_struct, layout.names)
     attrs = {**layout.attrs, "streamacc_version": __version__, **time_attrs(layout.time)}
@@ -178,7 +182,8 @@ def output_spec(plan: Plan, request: Request) -> OutputSpec:
     over = [n for n in summarized if n in over] if windows else []
     if request.summaries_default and windows:
         largest = max((size for n, size in sizes.items() if n not in over), default=1)
-        windows = request.storage.windows(plan.rows, largest)
+        windows = request.storage.windows(plan.rows, largest, values=plan.rows * sum(sizes.values()))
+        over = over if windows else []
     elif request.mode in ("create", "overwrite"):  # a continued run's windows are the stored run's
         error = too_long(windows, plan.rows)
         if error is not None:
@@ -199,6 +204,8 @@ def output_spec(plan: Plan, request: Request) -> OutputSpec:
         summaries=windows,
         over_state=over,
         virtual=request.storage.virtual,
+        prefixes=prefixes,
+        stored=stored,
     )
     return OutputSpec(
         identity,

@@ -145,7 +145,7 @@ class SummaryInfo:
     Examples
     --------
     >>> streamacc.info("gp.zarr").summaries.windows
-    (1024, 16384, 262144)
+    (1024, 4096, 16384, 65536, 262144)
     """
 
     windows: tuple[int, ...]
@@ -392,6 +392,16 @@ def _mib(nbytes: int) -> str:
     return f"{nbytes / 2**30:.2f} GiB"
 
 
+def _block(about: OutputInfo, output: str) -> str:
+    """The steps a block holds (``output``: its bytes of output): a run shorter than its block size is one block."""
+    if about.block_size < about.total_steps:
+        return f"{about.block_size} steps ({output} of output)"
+    return (
+        f"{about.total_steps} steps, the whole run in one block ({output} of output; blocks of {about.block_size} "
+        "steps if it is extended)"
+    )
+
+
 def format_description(about: OutputInfo) -> str:
     """``about`` as the lines ``streamacc info`` prints."""
     if about.complete:
@@ -406,7 +416,7 @@ def format_description(about: OutputInfo) -> str:
     lines = [
         f"{about.path}: {about.committed_steps} of {about.total_steps} steps committed, {state}",
         f"  recipe: {about.recipe or about.function}  params: {about.params}",
-        f"  block size: {about.block_size} steps ({_mib(mem.block_bytes)} of output)  keeps: {kept}  "
+        f"  block size: {_block(about, _mib(mem.block_bytes))}  keeps: {kept}  "
         f"unroll: {about.unroll} ({'chosen for the step' if about.unroll_chosen else 'given'})  "
         f"versions: {about.versions}",
         f"  memory to write it: {mem.pool_blocks} block buffers x {_mib(mem.block_bytes)} = "

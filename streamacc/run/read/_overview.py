@@ -2,9 +2,11 @@
 
 A picture of 2**32 steps needs a few thousand windows, not 32 GiB: this reads the level
 of summaries that gives at least ``points`` windows (a few chunks of a few KiB) and the
-committed tail, never the data, and never imports JAX. It works with the data chunks
+committed tail, not the data, and never imports JAX. It works with the data chunks
 deleted, on object stores, and while a run is still writing (it shows exactly the steps
-committed when it opened).
+committed when it opened). A small output has no summaries (``SMALL_OUTPUT_VALUES``): its
+data are read instead, a few hundred KiB, in windows as fine as ``points`` asks (one row each
+for 4096 rows).
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...base import as_count
+from ...base import OVERVIEW_DATA_VALUES_AT_MOST, as_count
 from ...engine import row_step, rows_in  # arithmetic only: overview imports no JAX
 from ...errors import InputError, NoOutputError, arg
 from ...store import open_target, progress_attrs
-from ...summaries import Rows, Summaries
+from ...summaries import Rows, Summaries, over_state, reduce_steps, summarized_names
 from ..bookkeeping import Manifest, trusted_manifest
 from ..output import times
 
@@ -148,6 +150,90 @@ def choose_level(windows: list[int], a: int, b: int, points: int) -> int:
     return best
 
 
+def _columns(target: Any, name: str, rows: Rows, whole: bool) -> dict[str, Column]:
+    """Output ``name``'s ``NAME_min``, ``NAME_max`` and ``NAME_mean`` of the windows ``rows`` (``whole``: each window's
+    statistics over every value of its steps), with the array's dimensions and its long name and units."""
+    meta = _node(target, f"{name}/zarr.json")
+    trailing = [str(d) for d in (meta.get("dimension_names") or [])[1:]]
+    attrs = {k: v for k, v in meta.get("attributes", {}).items() if k in ("long_name", "units")}
+    dims: tuple[str, ...] = ("step", *trailing)
+    if whole:
+        dims, attrs = ("step",), {**attrs, "over": trailing}
+    return {
+        f"{name}_{stat}": Column(f"{name}_{stat}", dims, np.asarray(getattr(rows, stat)), {**attrs, "statistic": stat})
+        for stat in ("min", "max", "mean")
+    }
+
+
+def _small(manifest: Manifest) -> bool:
+    """Whether ``overview`` draws an output without summaries from its data: stored (not virtual), holding an array
+    to summarise and at most ``OVERVIEW_DATA_VALUES_AT_MOST`` committed values of them."""
+    names = summarized_names(manifest.identity.arrays)
+    values = sum(math.prod(manifest.identity.arrays[n][1][1:]) for n in names) * manifest.committed_rows
+    return bool(names) and not manifest.virtual and 0 < values <= OVERVIEW_DATA_VALUES_AT_MOST
+
+
+def _data_table(target: Any, manifest: Manifest, points: int, steps: Any) -> Table:
+    """:func:`overview_table` of an output without summaries, from its committed data (see :func:`_small`): windows
+    of a power of two rows, the longest that still gives ``points`` of them (one row each for a short output),
+    reduced as the summaries reduce theirs."""
+    import zarr
+
+    from ...store import register_data_types
+    from ..bookkeeping import CheckedStore  # zarr's: imported only to draw an output from its data
+
+    ident = manifest.identity
+    start, stop = manifest.span()
+    every = ident.blocking.save_every
+    a, b = _range(steps, start, stop)
+    ra, rb = rows_in(a, b, every)
+    if ra >= rb:
+        raise InputError(f"steps {a} to {b} hold no stored row (every {every}th step is kept); choose a longer range")
+    w = 1
+    while (rb - 1) // (2 * w) - ra // (2 * w) + 1 >= points:
+        w *= 2
+    first, last = ra // w, (rb - 1) // w + 1
+    low, high = manifest.rows()  # the committed rows: windows reach past [ra, rb) to whole ones, within these
+    register_data_types()
+    group = zarr.open_group(CheckedStore(target.store, target.label, manifest), mode="r", zarr_format=3)
+    names = summarized_names(ident.arrays)
+    whole = set(over_state({n: math.prod(ident.arrays[n][1][1:]) for n in names}))
+    data_vars = {}
+    for name in names:
+        array = group[name]
+        assert isinstance(array, zarr.Array)
+        lo, hi = max(first * w, low), min(last * w, high)
+        data = np.asarray(array[lo:hi])
+        if name in whole:  # one window's statistics over every value of its steps, as its summaries would be
+            data = data.reshape(len(data), -1)
+        stats = _windows_of(data, lo, hi, w, first, last, name in whole)
+        data_vars.update(_columns(target, name, stats, name in whole))
+    root = _node(target, "zarr.json").get("attributes", {})
+    table_attrs = {k: v for k, v in root.items() if not k.startswith("streamacc_")}
+    table_attrs.update({"window": w * every, "windows": [w * every], "first_step": a, "stop_step": b})
+    progress = progress_attrs((start, stop), manifest.length, manifest.complete)
+    labels = step_labels(np.arange(first, last, dtype=np.int64) * w, manifest)
+    return Table(data_vars, labels, table_attrs, progress, ident.time)
+
+
+def _windows_of(data: np.ndarray, lo: int, hi: int, w: int, first: int, last: int, whole: bool) -> Rows:
+    """The statistics of windows ``first`` to ``last`` of ``w`` rows, ``data`` being rows ``[lo, hi)``: the windows
+    lying whole inside in one batch, a window cut by either end alone (``whole``: over every value of its rows)."""
+    parts = []
+    inner = (-(-lo // w), hi // w)  # the windows inside [lo, hi)
+    for k in range(first, min(inner[0], last)):
+        rows = data[: min((k + 1) * w, hi) - lo]
+        parts.append(reduce_steps(rows.reshape(-1) if whole else rows, 0).one().rows())
+    if inner[1] > inner[0]:
+        body = data[inner[0] * w - lo : inner[1] * w - lo]
+        shaped = body.reshape(inner[1] - inner[0], w * body.shape[1]) if whole else body.reshape(-1, w, *body.shape[1:])
+        parts.append(reduce_steps(shaped, 1).rows())
+    for k in range(max(inner[1], first, inner[0]), last):
+        rows = data[max(k * w, lo) - lo :]
+        parts.append(reduce_steps(rows.reshape(-1) if whole else rows, 0).one().rows())
+    return parts[0] if len(parts) == 1 else Rows.concat(parts)
+
+
 def overview(
     store: Any, points: int = 4096, storage_options: dict[str, Any] | None = None, *, steps: Any = None
 ) -> xarray.Dataset:
@@ -157,8 +243,10 @@ def overview(
     ``step`` (then the array's own trailing dimensions). The level of summaries read is
     the coarsest whose windows over the committed steps (or ``steps``) number at least
     ``points``, or the finest where the output is short. Only the summaries and the
-    manifest are read, never the data and never JAX, so it works with the data deleted,
+    manifest are read, not the data and never JAX, so it works with the data deleted,
     while a run writes (it shows the steps committed when it opened) and on object stores.
+    An output without summaries (a small one has none: at most 2**18 values) is drawn
+    from its data, where it holds at most 2**22 values, in windows of a power of two rows.
 
     Parameters
     ----------
@@ -227,6 +315,8 @@ def overview_table(
     manifest = trusted_manifest(target)  # what open, info and verify refuse (a link, a named pipe) is not read
     ident = manifest.identity
     summaries = Summaries.load(target, ident, manifest.summaries, manifest.committed_rows)
+    if summaries is None and _small(manifest):
+        return _data_table(target, manifest, points, steps)
     if summaries is None:
         if not ident.names:
             raise NoOutputError(
@@ -237,8 +327,9 @@ def overview_table(
             fix = "a reverse scan, which writes none); read its data with streamacc.open(path)"
         else:
             fix = (
-                "summaries=False or an older streamacc); read its data with streamacc.open(path), or rewrite it "
-                "with summaries on"
+                "summaries=False or an older streamacc, or grown from a small output, and its data are too many "
+                f"to draw from: more than {OVERVIEW_DATA_VALUES_AT_MOST} values); read its data with "
+                "streamacc.open(path), or rewrite it with summaries on"
             )
         raise NoOutputError(f"{target.label} has no summaries (written with {fix}")
     start, stop = manifest.span()
@@ -264,15 +355,7 @@ def overview_table(
         if first <= level.emitted < last and partial is not None:
             parts.append(partial)
         rows = parts[0] if len(parts) == 1 else Rows.concat(parts)
-        meta = _node(target, f"{name}/zarr.json")
-        trailing = [str(d) for d in (meta.get("dimension_names") or [])[1:]]
-        attrs = {k: v for k, v in meta.get("attributes", {}).items() if k in ("long_name", "units")}
-        dims: tuple[str, ...] = ("step", *trailing)
-        if name in summaries.plan.over_state:  # one window's statistics over every value of its steps
-            dims, attrs = ("step",), {**attrs, "over": trailing}
-        for stat in ("min", "max", "mean"):
-            key = f"{name}_{stat}"
-            data_vars[key] = Column(key, dims, np.asarray(getattr(rows, stat)), {**attrs, "statistic": stat})
+        data_vars.update(_columns(target, name, rows, name in summaries.plan.over_state))
     steps_ = step_labels(np.arange(first, last, dtype=np.int64) * w, manifest)
     table_attrs = {k: v for k, v in root.items() if not k.startswith("streamacc_")}
     table_attrs.update({"window": w * every, "windows": [v * every for v in windows], "first_step": a, "stop_step": b})

@@ -21,8 +21,8 @@ from types import TracebackType
 from typing import Any
 
 from ...base import warn
-from ...engine import HostLeaf, Plan, check_memory
-from ...errors import StoreError, StreamaccWarning, arg
+from ...engine import BlockFailed, HostLeaf, Plan, check_memory
+from ...errors import StoreError, StreamaccError, StreamaccWarning, arg
 from ...store import Target, describe_store_failure, is_store_failure, open_target
 from ..execute import Progress
 from ..output import BlockResult, Mode, Output, OutputSpec, RowReader, again, block_bytes_here, open_output
@@ -186,7 +186,7 @@ class RunSession:
 
     # --- failures ---------------------------------------------------------------------------------
 
-    def failed(self, exc: Exception) -> StoreError | None:
+    def failed(self, exc: Exception) -> StreamaccError | None:
         """The error ``exc`` is raised as, in the writer's terms; None to raise ``exc`` as it is.
 
         Once the output is open, a store that failed says which steps are committed and how to
@@ -212,4 +212,4 @@ class RunSession:
             error = self.failed(exc)
             if error is None:
                 raise
-            raise error from exc
+            raise error from (exc.__cause__ or exc) if isinstance(exc, BlockFailed) else exc  # JAX's own error

@@ -30,9 +30,9 @@ import numpy as np
 
 from ...base import Site, run_from
 from ...engine import Block, HostLeaf, Plan, rows_in
-from ...errors import InputError, one_line
+from ...errors import InputError, ResumeError, arg, one_line
 from ...store import Target
-from ..bookkeeping import carry_digest
+from ..bookkeeping import RunIdentity, carry_digest, input_values
 from ..execute import Progress, write_block
 from ..output import BlockResult, Output, OutputSpec
 from ..recompute import check_recomputed
@@ -151,14 +151,19 @@ class StreamHost:
         inflight: int,
         site: Site | None,
         check: list[tuple[int, int, int]] | None = None,
+        stored: RunIdentity | None = None,
     ) -> None:
         self.session, self.spec, self.plan = session, spec, plan
+        self.stored = stored
+        """The identity of the run this one continues (None: a new run): its inputs' values are checked at the start."""
         self.carry, self.index_dtype = carry, index_dtype
         self.inflight, self.site = inflight, site
         self.check_chain = check
         """The committed blocks the program recomputes before its first new one (a resumed run's last, and those
         since the carry kept before it): ``(index, start, stop)`` in scan order; None when it recomputes none."""
         self.failure: BaseException | None = None
+        self.first_block: int | None = None  # the block the program computes first (once it started)
+        self.last_block: int | None = None  # the last block the program handed over
         self.started = False
         self.finished = False
         self.closed = False
@@ -188,6 +193,14 @@ class StreamHost:
         """Whether the program is between its start and finish callbacks, and nothing failed."""
         return self.started and not self.finished and self.failure is None
 
+    def failing_block(self) -> tuple[int, int] | None:
+        """The steps ``(start, stop)`` of the block the program was computing when it failed: the one after the last
+        it handed over (None before it started, or after its last)."""
+        if self.first_block is None:
+            return None
+        k = self.first_block if self.last_block is None else self.last_block + 1
+        return next(self.plan.bounds(k), None) if k < self.plan.block_count else None
+
     def fail(self, exc: BaseException) -> None:
         """Record ``exc`` (the first failure wins) and let the writers and every waiting callback go."""
         with self._lock:
@@ -209,11 +222,34 @@ class StreamHost:
         if self.failure is not None:
             raise self.stopped()
 
+    def _check_values(self, output: Output, kept: list[str], values: list[str] | None) -> None:
+        """Refuse a continued run whose inputs' values differ from the stored run's over the steps it holds (``kept``:
+        theirs now), before any block runs; an extension then records the longer run's (its identity was saved
+        before the program's inputs were known)."""
+        assert self.stored is not None
+        stored = self.stored.to_json().get("xs_values")
+        if stored is None:
+            return  # written before the values were recorded: its inputs are known by their shapes alone
+        if stored != kept:
+            raise ResumeError(
+                f"cannot {'extend' if self.stored.blocking.length < self.plan.length else 'resume'} "
+                f"{self.target.label}: it was written by a different run (xs_values: stored {stored!r}, now {kept!r}: "
+                f"the values of the inputs of its {self.stored.blocking.length} steps differ); rerun with the original "
+                f"inputs, or use {arg('mode', 'overwrite')} to start afresh"
+            )
+        if output.manifest.identity.to_json().get("xs_values") != values:
+            output.record_identity(output.manifest.identity.with_values(values))
+
     # --- the callbacks -----------------------------------------------------------------------
 
     @_guarded
-    def start(self, *carry: Any) -> tuple[Any, ...]:
-        """The program begins: open a new output with its initial carry; return the first block and its carry."""
+    def start(self, *arrays: Any) -> tuple[Any, ...]:
+        """The program begins: open a new output with its initial carry and its inputs' values (``arrays``: the
+        carry's leaves, then the inputs'), or check a resumed one's inputs; return the first block and its carry."""
+        carry, xs = arrays[: len(self.carry)], arrays[len(self.carry) :]
+        held = None if self.stored is None else self.stored.blocking.length  # the steps the stored run holds
+        digests = input_values([np.asarray(x) for x in xs], [self.plan.length, held or 0]) if xs else None
+        values = None if digests is None else digests[self.plan.length]
         if self.started:
             raise InputError(
                 "the program streamed once already: a Stream streams one run of its program; open a new Stream (with "
@@ -223,10 +259,14 @@ class StreamHost:
         output = self.output
         if output is None:
             init = _host_leaves(self.carry, carry)
-            spec = dataclasses.replace(self.spec, identity=self.spec.identity.with_init(carry_digest(init)))
-            output = self.session.open_output(spec, init=init, check_resumable=_changed_meanwhile)
+            identity = self.spec.identity.with_init(carry_digest(init)).with_values(values)
+            output = self.session.open_output(dataclasses.replace(self.spec, identity=identity), init=init,
+                                              check_resumable=_changed_meanwhile)  # fmt: skip
+        elif digests is not None and held is not None:
+            self._check_values(output, digests[held], values)
         output.warn_nonfinite(before=True)
         first = self.plan.block_count if output.complete or output.ended else output.first_block
+        self.first_block = first
         self.bar.begin(output.manifest.committed_steps)
         if output.first_block and not output.complete:
             log.info("resuming %s at step %d of %d", self.target.label, output.manifest.committed_steps,
@@ -267,6 +307,7 @@ class StreamHost:
         ends = np.cumsum((n, *counts)).tolist()
         ys = [list(arrays[a:b]) for a, b in itertools.pairwise(ends)]
         k = int(index)
+        self.last_block = k
         start, stop = next(self.plan.bounds(k))
         if held >= 0:  # the rows up to the step where the condition held, no more
             stop = start + held + 1

@@ -23,6 +23,7 @@ import numpy as np
 
 from ...base import DEFAULT_STREAM_INFLIGHT, Site, outside, warn
 from ...engine import (
+    BlockFailed,
     Blocking,
     Carry,
     HostLeaf,
@@ -305,6 +306,12 @@ class Stream:
                 )
                 refused.__cause__ = exc
                 return refused
+            failing = host.failing_block() if isinstance(exc, jax.errors.JaxRuntimeError) else None
+            if failing is not None and host.output is not None:  # the step failed inside the program
+                mapped = host.session.failed(BlockFailed.of(*failing, exc))
+                if mapped is not None:
+                    mapped.__cause__ = exc
+                    return mapped
             if exc is None and host.started and not host.finished:
                 return StreamaccError(
                     f"the program's stream to {host.target.label} ended before its last block; its committed blocks "
@@ -448,7 +455,7 @@ class Stream:
         assert self._session is not None
         self._host = host = StreamHost(
             session=self._session, spec=planned.spec, plan=plan, carry=crossing,
-            index_dtype=index_dtype, inflight=self.inflight, site=self._site,
+            index_dtype=index_dtype, inflight=self.inflight, site=self._site, stored=planned.stored,
         )  # fmt: skip
         init = jax.tree_util.tree_unflatten(treedef, [
             leaf if c.impl is not None else jnp.asarray(leaf, dtype=c.dtype) for leaf, c in zip(
@@ -457,7 +464,7 @@ class Stream:
 
         def begin(plain: list[Any], ordered: bool) -> tuple[Any, ...]:
             results = (jax.ShapeDtypeStruct((), index_dtype), *[c.struct for c in crossing] * 2)
-            started = host_call(host.start, results, *plain, ordered=ordered)
+            started = host_call(host.start, results, *plain, *jax.tree_util.tree_leaves(xs), ordered=ordered)
             if recorded is not None:
                 outside_trace(lambda: self._open_stored(planned, recorded, xs is not None))
                 check[0] = host.check_chain
