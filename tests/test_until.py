@@ -260,6 +260,19 @@ def test_an_output_extended_past_its_end_without_a_condition_is_the_run_of_the_w
     assert streamacc.verify(out, step, INIT, XS).complete
 
 
+def test_an_output_extended_to_less_than_its_first_length_is_the_run_of_that_length(tmp_path):
+    """Its kept carries were laid out for the first, longer length: the room past the new run's is left unused."""
+    out, ref = tmp_path / "out.zarr", tmp_path / "ref.zarr"
+    write(out)
+    n = K + 1 + 40
+    assert n < len(XS)
+    carry = streamacc.write(out, step, INIT, XS[:n], block_size=32, chunks=16, mode="extend", unroll=1, progress=False)
+    assert_bits_equal(carry, WHOLE["c"][n - 1])
+    streamacc.write(ref, step, INIT, XS[:n], block_size=32, chunks=16, unroll=1, progress=False)
+    assert_same_output(out, ref)
+    assert streamacc.verify(out, step, INIT, XS[:n]).complete
+
+
 @pytest.mark.parametrize(
     ("limit", "block_size"), [(2.0, 32), (1.0, 32), (2.0, 1024)], ids=["later", "held_before", "one_block"]
 )

@@ -187,7 +187,9 @@ def finish_extension(target: Target, manifest: Manifest) -> None:
     the summaries their longer arrays, and the kept carries as many boundaries as the run's blocks plus one."""
     if not manifest.v2:
         carries = Ledger(target).carries(manifest)
-        if 0 < carries.boundaries() < manifest.carry_boundaries:  # unreadable metadata is for the checks to refuse
+        # fewer where the extension was cut short, more where the run ended on its condition before a longer length;
+        # none readable is for the checks to refuse
+        if 0 < carries.boundaries() != manifest.carry_boundaries:
             carries.resize(manifest.carry_boundaries)
     if manifest.recomputes:  # a virtual run's arrays stay declared so while blocks are not stored
         ZarrSink.open(target, manifest.identity.names).declare_virtual()
