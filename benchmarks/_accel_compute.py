@@ -34,7 +34,7 @@ from _user_steps import STEPS
 from jax import lax
 
 import streamacc
-from streamacc.recipes import ACCELERATOR_COMPENSATED_UNROLL, ACCELERATOR_UNROLL, recipe_unroll
+from streamacc.base import ACCELERATOR_COMPENSATED_UNROLL, ACCELERATOR_UNROLL, recipe_unroll
 
 
 def d2h(ctx: Context) -> dict[str, Any]:

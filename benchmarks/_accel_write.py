@@ -20,7 +20,7 @@ from jax import lax
 
 import streamacc
 from streamacc import testing
-from streamacc.run import stream_piece_bytes, write_block_bytes
+from streamacc.base import stream_piece_bytes, write_block_bytes
 from streamacc.run.stream import pieces
 
 

@@ -83,8 +83,9 @@ def side_compute(out: str, steps: int) -> dict:
     """The blocks streamacc writes, computed and dropped: the compute floor of the job."""
     import numpy as np
 
-    from streamacc.base import DEFAULT_WRITE_BLOCK_BYTES
-    from streamacc.engine import BlockPool, make_plan, pool_size, run_plan
+    from streamacc.base import DEFAULT_WRITE_BLOCK_BYTES, pool_size
+    from streamacc.engine.compute import BlockPool, run_plan
+    from streamacc.engine.plan import make_plan
 
     _x64()
     t0 = time.perf_counter()
@@ -250,7 +251,7 @@ def side_chunks_write(out: str, state: str, steps: int, chunks: str) -> dict:
 
     import streamacc
     from streamacc.base import DEFAULT_WRITE_BLOCK_BYTES
-    from streamacc.engine import make_plan
+    from streamacc.engine.plan import make_plan
     from streamacc.run.output._layout import default_chunks
 
     _x64()

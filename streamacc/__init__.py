@@ -22,25 +22,23 @@ from .base import lazy_exports
 from .errors import StreamaccError as StreamaccError
 
 if TYPE_CHECKING:
-    from .engine import Block as Block, ScanSpec as ScanSpec, iter_blocks as iter_blocks, scan as scan
-    from .run import (
+    from .engine.compute import Block as Block, iter_blocks as iter_blocks, scan as scan
+    from .engine.plan import ScanSpec as ScanSpec
+    from .run import materialize as materialize, write as write
+    from .run.execute import Dask as Dask, Local as Local
+    from .run.output import Layout as Layout
+    from .run.read import (
         ArrayInfo as ArrayInfo,
-        Dask as Dask,
-        Layout as Layout,
-        Local as Local,
         OutputInfo as OutputInfo,
-        Stream as Stream,
         SummaryInfo as SummaryInfo,
-        VerifyReport as VerifyReport,
         info as info,
-        materialize as materialize,
         open as open,
         overview as overview,
         to_arviz as to_arviz,
-        verify as verify,
-        write as write,
     )
-    from .store import register_data_types as register_data_types
+    from .run.recompute import VerifyReport as VerifyReport, verify as verify
+    from .run.stream import Stream as Stream
+    from .store.arrays import register_data_types as register_data_types
 
 __getattr__, _, _lazy = lazy_exports(__name__, __file__)
 __all__ = sorted(["StreamaccError", "__version__", "errors", *_lazy])

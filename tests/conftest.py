@@ -184,7 +184,7 @@ def s3_server(aws_credentials: None) -> Iterator[S3Server]:
     """moto's S3 server for the whole session."""
     pytest.importorskip("s3fs")
     pytest.importorskip("moto.server")
-    from streamacc.store import close_store_sessions
+    from streamacc.store.targets import close_store_sessions
 
     server, described = start_server()
     try:
@@ -221,7 +221,7 @@ def dask_client(aws_credentials: None) -> Iterator[Any]:
     pytest.importorskip("distributed")
     import dask
 
-    from streamacc.run import cluster_client
+    from streamacc.run.execute import cluster_client
 
     # no statistical profiler sampling each worker's threads every 10 ms: diagnostics the tests never read,
     # which cost the idle cluster a few CPU-seconds a minute

@@ -144,8 +144,8 @@ def dies_at(n: int, seen: list[str] | None = None, *, kill: bool = False) -> Ite
     ``seen`` collects what each write was (``n=0``: none fails). With ``kill``, the process
     is SIGKILLed at write ``n`` instead.
     """
-    from streamacc.store import LocalTarget
     from streamacc.store.lease import FencedStore
+    from streamacc.store.targets import LocalTarget
 
     saved = (testing.current("store.atomic_write"), LocalTarget.delete, LocalStore.set, LocalStore.delete,
              FencedStore.set, FencedStore.delete)  # fmt: skip

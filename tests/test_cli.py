@@ -27,7 +27,7 @@ from helpers import assert_bits_equal, held_lock, read_manifest, rewind, root_sa
 import streamacc
 from streamacc.cli import main
 from streamacc.recipes import RECIPES
-from streamacc.run import si
+from streamacc.run.execute import si
 
 QUIET = ["--no-progress"]
 

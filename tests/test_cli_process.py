@@ -153,7 +153,7 @@ def test_head_reads_the_first_line_of_recipes():
 
 LOGGING = """
     import logging, sys
-    import streamacc.run
+    import streamacc.run.read
     from streamacc.cli import main
 
     def talk(path, storage_options=None):  # the library the info command calls, as it logs
@@ -162,7 +162,7 @@ LOGGING = """
         logging.getLogger("streamacc").info("resuming out.zarr at step 4 of 8")
         return f"{path} described"
 
-    streamacc.run.info = talk
+    streamacc.run.read.info = talk
     sys.exit(main(sys.argv[1:]))
 """
 

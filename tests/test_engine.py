@@ -209,7 +209,7 @@ def test_unroll_tail_joins_the_previous_block(tmp):
     """A tail of unroll..2*unroll-1 steps would run its unrolled loop once; it joins the block before."""
     blocks = list(streamacc.iter_blocks(product_step, np.float64(1.0), length=54, block_size=8, unroll=4))
     assert [(b.start, b.stop) for b in blocks][-2:] == [(32, 40), (40, 54)]
-    from streamacc.engine import Blocking
+    from streamacc.base import Blocking
 
     assert Blocking(54, 8, unroll=4).last_steps == 54 - 5 * 8  # the tail of 6 joins: a last block of 14
     assert Blocking(1000, 96, unroll=1).last_steps == 1000 % 96 and Blocking(960, 96, unroll=1).last_steps == 96
@@ -318,7 +318,8 @@ def test_reads_only_the_current_block(how, reverse):
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
 def test_next_block_dispatched_before_handover_only_ahead(reverse, ahead):
     """Computing ahead (by default on an accelerator, not on a CPU) dispatches block k+1 before handing k over."""
-    from streamacc.engine import computes_ahead, make_plan, run_plan
+    from streamacc.engine.compute import computes_ahead, run_plan
+    from streamacc.engine.plan import make_plan
 
     length, block_size = 70, 8
     rec = ReadRecorder(DATA[:length, 0].copy())

@@ -26,12 +26,13 @@ from zarr.storage import FsspecStore
 
 import streamacc
 from streamacc.cli import main
-from streamacc.engine import make_plan, to_host
+from streamacc.engine.compute import to_host
+from streamacc.engine.plan import make_plan
 from streamacc.errors import LockedError
 from streamacc.recipes import get_recipe
 from streamacc.run.execute import BlockTask, SinkSpec, run_block_tasks
-from streamacc.store import LEASE_KEY
 from streamacc.store.lease import FencedStore, Lease, open_lease_store
+from streamacc.store.targets import LEASE_KEY
 
 pytest.importorskip("moto.server")
 

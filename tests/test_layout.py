@@ -18,8 +18,8 @@ import xarray as xr
 import zarr
 
 import streamacc
-from streamacc.engine import DEFAULT_BLOCK_SIZE, block_steps, make_plan
-from streamacc.run import DEFAULT_WRITE_BLOCK_SIZE
+from streamacc.base import DEFAULT_BLOCK_SIZE, DEFAULT_WRITE_BLOCK_SIZE, block_steps
+from streamacc.engine.plan import make_plan
 from streamacc.run.output import check_request, default_chunks, divisor_at_most, output_spec, resolve_chunks
 
 MIB = 2**20

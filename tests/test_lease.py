@@ -26,8 +26,8 @@ import zarr
 from helpers import Bucket, Popen, start_server, stripping_proxy
 
 from streamacc.errors import InputError, LockedError
-from streamacc.store import LEASE_KEY
 from streamacc.store.lease import LEASE_ENV, Holder, Lease, lease_seconds, open_lease_store
+from streamacc.store.targets import LEASE_KEY
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")

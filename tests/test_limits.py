@@ -20,7 +20,7 @@ import zarr
 from helpers import OnesUntil
 
 import streamacc
-from streamacc.engine import MAX_LENGTH, block_bounds, block_count, committed_span
+from streamacc.base import MAX_LENGTH, block_bounds, block_count, committed_span
 from streamacc.run.output import Output
 from streamacc.run.recompute import select_blocks
 

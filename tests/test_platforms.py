@@ -13,8 +13,15 @@ from helpers import read_manifest, run
 
 import streamacc
 from streamacc import testing
-from streamacc.recipes import ACCELERATOR_COMPENSATED_UNROLL, ACCELERATOR_UNROLL, RECIPES, get_recipe, recipe_unroll
-from streamacc.run import stream_handover, stream_piece_bytes, write_block_bytes
+from streamacc.base import (
+    ACCELERATOR_COMPENSATED_UNROLL,
+    ACCELERATOR_UNROLL,
+    recipe_unroll,
+    stream_handover,
+    stream_piece_bytes,
+    write_block_bytes,
+)
+from streamacc.recipes import RECIPES, get_recipe
 
 ACCELERATORS = ["tpu", "gpu", "cuda", "rocm"]
 CPU_UNROLL = {"gp": 8, "affine": 1, "logistic": 1, "randomwalk": 1, "lorenz": 1, "cumsum": 8, "cumprod": 8}

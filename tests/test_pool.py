@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 from jax import lax
 
-from streamacc.engine import POOL_MIN_BYTES, BlockPool, computes_ahead, make_plan, pool_size, run_plan
+from streamacc.base import pool_size
+from streamacc.engine.compute import POOL_MIN_BYTES, BlockPool, computes_ahead, run_plan
+from streamacc.engine.plan import make_plan
 
 DATA = np.random.default_rng(7).normal(size=(200, 3))
 

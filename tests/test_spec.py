@@ -12,7 +12,7 @@ from helpers import assert_bits_equal, assert_same_output
 from jax import lax
 
 import streamacc
-from streamacc.engine import SCAN_DEFAULTS, ScanKeywords
+from streamacc.base import SCAN_DEFAULTS, ScanKeywords
 from streamacc.errors import InputError, StepFunctionError
 
 

@@ -31,7 +31,7 @@ from helpers import new_bucket
 
 import streamacc.store
 from streamacc.errors import LockedError, StoreError
-from streamacc.store import LEASE_KEY, Target, open_target, read_into, sync
+from streamacc.store.targets import LEASE_KEY, Target, open_target, read_into, sync
 
 COMMAND = "--resume"
 """The fix a refused writer is told of."""

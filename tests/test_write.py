@@ -25,7 +25,7 @@ import zarr
 
 import streamacc
 from streamacc.run.execute import Progress, si
-from streamacc.store import CODECS
+from streamacc.store.arrays import CODECS
 
 N = 100  # not a multiple of BLOCK: the last block is short
 BLOCK = 16

@@ -16,8 +16,26 @@ from typing import TYPE_CHECKING
 from ._lazy import lazy_exports as lazy_exports
 
 if TYPE_CHECKING:
+    from ._blocking import (
+        BLOCK_KEYWORDS as BLOCK_KEYWORDS,
+        MAX_LENGTH as MAX_LENGTH,
+        SCAN_DEFAULTS as SCAN_DEFAULTS,
+        Blocking as Blocking,
+        BlockKeywords as BlockKeywords,
+        ScanKeywords as ScanKeywords,
+        block_bounds as block_bounds,
+        block_count as block_count,
+        block_size_near as block_size_near,
+        block_steps as block_steps,
+        check_block_size as check_block_size,
+        check_length as check_length,
+        committed_span as committed_span,
+        pool_size as pool_size,
+        row_step as row_step,
+        rows_in as rows_in,
+        unrolled as unrolled,
+    )
     from ._callsite import Site as Site, origin as origin, outside as outside, run_from as run_from, warn as warn
-    from ._checks import as_choice as as_choice, as_count as as_count, as_unroll as as_unroll
     from ._defaults import (
         ACCELERATOR_COMPENSATED_UNROLL as ACCELERATOR_COMPENSATED_UNROLL,
         ACCELERATOR_STREAM_HANDOVER as ACCELERATOR_STREAM_HANDOVER,
@@ -58,14 +76,17 @@ if TYPE_CHECKING:
         stream_piece_bytes as stream_piece_bytes,
         write_block_bytes as write_block_bytes,
     )
-    from ._dtypes import (
+    from ._lazy import lazy_exports as lazy_exports, listed_exports as listed_exports
+    from ._seams import Seam as Seam
+    from ._values import (
+        as_choice as as_choice,
+        as_count as as_count,
+        as_unroll as as_unroll,
         dtype_from_name as dtype_from_name,
         dtype_name as dtype_name,
         is_bfloat16 as is_bfloat16,
         is_float as is_float,
         numpy_float as numpy_float,
     )
-    from ._lazy import lazy_exports as lazy_exports, listed_exports as listed_exports
-    from ._seams import Seam as Seam
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

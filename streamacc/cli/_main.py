@@ -27,17 +27,11 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import (
-    InputError,
-    NoOutputError,
-    OutputExistsError,
-    ResumeError,
-    StreamaccError,
-    StreamaccWarning,
-    arg,
-)
+from ..errors import InputError, NoOutputError, OutputExistsError, ResumeError, StreamaccError, StreamaccWarning, arg
 from ..recipes import Job, Recipe, option
-from ..run import Terminated, check_written_length, run_interruptibly, si
+from ..run.execute import si
+from ..run.output import check_written_length
+from ..run.threads import Terminated, run_interruptibly
 from ._expr import parse_int
 from ._parser import (
     UsageError,
@@ -54,7 +48,7 @@ from ._parser import (
 )
 
 if TYPE_CHECKING:
-    from ..run import Mode
+    from ..run.output import Mode
 from ._spelling import cli_message, cli_terms
 
 __all__ = ["build_parser", "main", "storage_options"]
@@ -93,8 +87,8 @@ def _enable_x64() -> None:
 def _committed_steps(out: str, options: dict[str, Any] | None) -> tuple[int, int]:
     """How many steps ``out`` has committed already, and the step its extension computes on from (the start of its
     last block, which an extension writes again), from its manifest alone; 0 where it holds no readable run."""
-    from ..run import load_manifest
-    from ..store import open_target
+    from ..run.bookkeeping import load_manifest
+    from ..store.targets import open_target
 
     try:
         manifest = load_manifest(open_target(out, storage_options=options, read_only=True))
@@ -115,8 +109,8 @@ def _unroll(job: Job, mode: Mode, out: str, options: dict[str, Any] | None, give
         return given
     if mode not in ("resume", "extend"):
         return job.unroll
-    from ..run import load_manifest
-    from ..store import open_target
+    from ..run.bookkeeping import load_manifest
+    from ..store.targets import open_target
 
     try:
         identity = load_manifest(open_target(out, storage_options=options, read_only=True)).identity
@@ -204,8 +198,8 @@ def cmd_write(args: argparse.Namespace) -> int:
     job = recipe.make(size, dtype, params, options)  # an --input URL takes the same storage options
     attrs = {**job.attrs, "dtype": check_dtype(dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
-    from ..engine import Blocking
-    from ..run import Layout
+    from ..base import Blocking
+    from ..run.output import Layout
 
     # ScanSpec's own, before JAX, with the CPU's unroll: an accelerator's is a multiple of it, and larger
     unroll_here = job.cpu_unroll if given_unroll is None else given_unroll
@@ -216,8 +210,10 @@ def cmd_write(args: argparse.Namespace) -> int:
         array_attrs=array_attrs, time=time_axis, summaries=summary_windows(args), virtual=args.virtual,
     )  # fmt: skip
     _enable_x64()
-    from ..engine import ScanSpec, compute_platform
-    from ..run import Dask, Local, cluster_client, info, write
+    from ..engine.plan import ScanSpec, compute_platform
+    from ..run import write
+    from ..run.execute import Dask, Local, cluster_client
+    from ..run.read import info
 
     unroll = _unroll(job, mode, args.out, options, given_unroll)
     spec = ScanSpec(
@@ -260,7 +256,7 @@ def _warnings_as_messages(debug: bool) -> Iterator[None]:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from ..run import info
+    from ..run.read import info
 
     _out(str(info(args.out, storage_options=storage_options(args.storage_option))))
     return 0
@@ -269,7 +265,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     blocks = "all" if args.blocks == "all" else parse_int(args.blocks, name=arg("blocks"), minimum=1)
     _enable_x64()
-    from ..run import verify_recipe_output
+    from ..run.recompute import verify_recipe_output
 
     options = storage_options(args.storage_option)
     report = verify_recipe_output(args.out, blocks=blocks, storage_options=options, repair=args.repair)
@@ -292,7 +288,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def _writer(out: str, options: dict[str, Any] | None) -> str | None:
     """Who is writing ``out`` now (its lock or lease tells), or None; a question that fails answers None."""
-    from ..store import open_target
+    from ..store.targets import open_target
 
     try:
         return open_target(out, storage_options=options, read_only=True).writer()
@@ -304,7 +300,8 @@ def cmd_materialize(args: argparse.Namespace) -> int:
     steps = step_range(args.steps)
     options = storage_options(args.storage_option)
     _enable_x64()
-    from ..run import info, materialize
+    from ..run import materialize
+    from ..run.read import info
 
     start = time.perf_counter()
     with _warnings_as_messages(args.debug):
@@ -414,7 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # which aborts the process (SIGABRT) after the one line was printed
         _exit_now(code)
     if own_process and "zarr.core.sync" in sys.modules:
-        from ..store import settle_event_loop
+        from ..store.targets import settle_event_loop
 
         # run before zarr's own exit handler (registered earlier, as zarr was imported), which closes its loop
         # still running on a busy machine, printing a warning and a traceback after the command's answer

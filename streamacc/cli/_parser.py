@@ -14,15 +14,10 @@ import sys
 from typing import Any, NoReturn
 
 from .._version import __version__
-from ..base import (
-    ACCELERATOR_WRITE_BLOCK_BYTES,
-    DEFAULT_CODEC,
-    DEFAULT_WRITE_BLOCK_BYTES,
-    DEFAULT_WRITE_BLOCK_SIZE,
-)
+from ..base import ACCELERATOR_WRITE_BLOCK_BYTES, DEFAULT_CODEC, DEFAULT_WRITE_BLOCK_BYTES, DEFAULT_WRITE_BLOCK_SIZE
 from ..errors import InputError, arg
 from ..recipes import Recipe, option, refusal
-from ..store import CODECS
+from ..store.arrays import CODECS
 from ._expr import parse_int, parse_number
 
 __all__ = [

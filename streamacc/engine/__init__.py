@@ -18,7 +18,24 @@ from typing import TYPE_CHECKING
 from ..base import lazy_exports
 
 if TYPE_CHECKING:
-    from ..base import DEFAULT_BLOCK_SIZE as DEFAULT_BLOCK_SIZE
+    from ..base import (
+        BLOCK_KEYWORDS as BLOCK_KEYWORDS,
+        DEFAULT_BLOCK_SIZE as DEFAULT_BLOCK_SIZE,
+        MAX_LENGTH as MAX_LENGTH,
+        SCAN_DEFAULTS as SCAN_DEFAULTS,
+        Blocking as Blocking,
+        BlockKeywords as BlockKeywords,
+        ScanKeywords as ScanKeywords,
+        block_bounds as block_bounds,
+        block_count as block_count,
+        block_size_near as block_size_near,
+        block_steps as block_steps,
+        check_length as check_length,
+        committed_span as committed_span,
+        pool_size as pool_size,
+        row_step as row_step,
+        rows_in as rows_in,
+    )
     from .compute import (
         POOL_MIN_BYTES as POOL_MIN_BYTES,
         PROBED as PROBED,
@@ -44,32 +61,17 @@ if TYPE_CHECKING:
         until_block_functions as until_block_functions,
     )
     from .plan import (
-        BLOCK_KEYWORDS as BLOCK_KEYWORDS,
-        MAX_LENGTH as MAX_LENGTH,
-        SCAN_DEFAULTS as SCAN_DEFAULTS,
-        Blocking as Blocking,
-        BlockKeywords as BlockKeywords,
         Carry as Carry,
         Plan as Plan,
         Predicate as Predicate,
-        ScanKeywords as ScanKeywords,
         ScanSpec as ScanSpec,
         Step as Step,
         Until as Until,
         as_spec as as_spec,
-        block_bounds as block_bounds,
-        block_count as block_count,
-        block_size_near as block_size_near,
-        block_steps as block_steps,
-        check_length as check_length,
         choose_unroll as choose_unroll,
-        committed_span as committed_span,
         compute_platform as compute_platform,
         make_plan as make_plan,
-        pool_size as pool_size,
         resize as resize,
-        row_step as row_step,
-        rows_in as rows_in,
         step_of as step_of,
         step_program as step_program,
         until_of as until_of,

@@ -12,17 +12,7 @@ from typing import Any
 
 from ..base import ACCELERATOR_COMPENSATED_UNROLL
 from ..errors import InputError, arg
-from ._base import (
-    COMPENSATED,
-    Job,
-    Param,
-    Recipe,
-    Step,
-    check_dtype,
-    check_size,
-    recipe_attrs,
-    resolve_params,
-)
+from ._base import COMPENSATED, Job, Param, Recipe, Step, check_dtype, check_size, recipe_attrs, resolve_params
 from ._input import Rows
 
 __all__ = ["CUMPROD", "CUMSUM", "Cumulative", "Rows", "open_input"]

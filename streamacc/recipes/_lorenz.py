@@ -12,17 +12,7 @@ import dataclasses
 from typing import Any
 
 from ..errors import InputError, arg
-from ._base import (
-    Job,
-    Param,
-    Recipe,
-    Step,
-    check_dtype,
-    check_overflow,
-    check_size,
-    recipe_attrs,
-    resolve_params,
-)
+from ._base import Job, Param, Recipe, Step, check_dtype, check_overflow, check_size, recipe_attrs, resolve_params
 
 __all__ = ["LORENZ", "Lorenz"]
 

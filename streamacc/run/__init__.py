@@ -48,9 +48,6 @@ if TYPE_CHECKING:
     )
     from .recompute import VerifyReport as VerifyReport, verify as verify, verify_recipe_output as verify_recipe_output
     from .stream import Stream as Stream
-    from .threads import (
-        Terminated as Terminated,
-        run_interruptibly as run_interruptibly,
-    )
+    from .threads import Terminated as Terminated, run_interruptibly as run_interruptibly
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

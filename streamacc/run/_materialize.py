@@ -18,21 +18,12 @@ from typing import Any
 
 import jax
 
-from ..base import as_count
-from ..engine import (
-    Block,
-    BlockPool,
-    Plan,
-    compute_block,
-    from_host,
-    pool_size,
-    same_leaves,
-    step_of,
-    to_host,
-    x64_scope,
-)
+from ..base import as_count, pool_size
+from ..engine.compute import Block, BlockPool, compute_block, from_host, same_leaves, to_host
+from ..engine.plan import Plan, step_of, x64_scope
 from ..errors import InputError, VerifyError, arg
-from ..store import ZarrSink, open_target, progress_attrs
+from ..store.arrays import ZarrSink, progress_attrs
+from ..store.targets import open_target
 from .bookkeeping import (
     BlockRecord,
     Ledger,

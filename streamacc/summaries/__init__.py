@@ -29,11 +29,7 @@ if TYPE_CHECKING:
         SummaryStore as SummaryStore,
         listing as listing,
     )
-    from ._summaries import (
-        Summaries as Summaries,
-        SummaryPlan as SummaryPlan,
-        summarized_names as summarized_names,
-    )
+    from ._summaries import Summaries as Summaries, SummaryPlan as SummaryPlan, summarized_names as summarized_names
     from ._windows import (
         check_windows as check_windows,
         default_windows as default_windows,

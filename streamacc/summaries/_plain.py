@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ..store import Target, stored_crc32c
+from ..store.arrays import stored_crc32c
+from ..store.targets import Target
 
 __all__ = ["PlainArray", "plain_array", "plain_group"]
 

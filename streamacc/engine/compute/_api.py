@@ -9,12 +9,11 @@ import jax
 import numpy as np
 import numpy.typing as npt
 
-from ...base import as_count
+from ...base import as_count, pool_size
 from ...errors import InputError, arg
 from ..plan import Carry, Plan, Predicate, ScanSpec, Step, as_spec, same_carry
 from ._block import Block
 from ._memory import check_memory, physical_memory, too_big
-from ._pool import pool_size
 from ._run import CALLER_HELD, computes_ahead, run_plan
 
 __all__ = ["iter_blocks", "scan"]

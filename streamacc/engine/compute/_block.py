@@ -6,9 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from ..plan import (
-    rows_in,
-)
+from ...base import rows_in
 
 __all__ = ["Block"]
 

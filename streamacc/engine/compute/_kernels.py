@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..plan import Predicate, Step, unrolled
+from ...base import unrolled
+from ..plan import Predicate, Step
 
 __all__ = [
     "PROBED",

@@ -7,9 +7,9 @@ import os
 
 import jax
 
-from ...base import DEFAULT_BLOCK_BYTES
+from ...base import DEFAULT_BLOCK_BYTES, unrolled
 from ...errors import InputError, arg
-from ..plan import Plan, unrolled
+from ..plan import Plan
 
 __all__ = ["block_memory", "check_memory", "physical_memory", "too_big"]
 

@@ -32,7 +32,7 @@ import jax
 import numpy as np
 import numpy.typing as npt
 
-from ..plan import pool_size
+from ...base import pool_size
 
 __all__ = ["POOL_MIN_BYTES", "BlockPool", "PoolStats", "fresh_buffers", "pool_size"]
 

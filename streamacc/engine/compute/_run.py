@@ -17,10 +17,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..plan import Plan, compute_platform, rows_in
+from ...base import pool_size, rows_in
+from ..plan import Plan, compute_platform
 from ._block import Block
 from ._kernels import PROBED, cached, carry_scan_fn, probe_fn, scan_fn, until_fn
-from ._pool import POOL_MIN_BYTES, BlockPool, _Lease, fresh_buffers, pool_size
+from ._pool import POOL_MIN_BYTES, BlockPool, _Lease, fresh_buffers
 from ._rows import block_xs, let_go, spent_rows
 
 __all__ = ["BlockFailed", "carry_pass", "compute_block", "computes_ahead", "run_block", "run_plan"]

@@ -18,27 +18,25 @@ from typing import TYPE_CHECKING
 from ...base import lazy_exports
 
 if TYPE_CHECKING:
-    from ._blocking import (
+    from ...base import (
         BLOCK_KEYWORDS as BLOCK_KEYWORDS,
+        MAX_LENGTH as MAX_LENGTH,
         SCAN_DEFAULTS as SCAN_DEFAULTS,
         Blocking as Blocking,
         BlockKeywords as BlockKeywords,
         ScanKeywords as ScanKeywords,
-        block_size_near as block_size_near,
-        check_length as check_length,
-    )
-    from ._checks import Carry as Carry, Step as Step, x64_scope as x64_scope
-    from ._layout import (
-        MAX_LENGTH as MAX_LENGTH,
         block_bounds as block_bounds,
         block_count as block_count,
+        block_size_near as block_size_near,
         block_steps as block_steps,
+        check_length as check_length,
         committed_span as committed_span,
         pool_size as pool_size,
         row_step as row_step,
         rows_in as rows_in,
         unrolled as unrolled,
     )
+    from ._checks import Carry as Carry, Step as Step, x64_scope as x64_scope
     from ._plan import Plan as Plan, make_plan as make_plan, resize as resize
     from ._platform import compute_platform as compute_platform
     from ._seams import SEAMS as SEAMS

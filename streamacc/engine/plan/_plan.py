@@ -11,10 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...base import DEFAULT_BLOCK_BYTES
-from ._blocking import Blocking, ScanKeywords, check_block_size
+from ...base import DEFAULT_BLOCK_BYTES, Blocking, ScanKeywords, block_steps, check_block_size, unrolled
 from ._checks import Step, check_x64, resolve_length, step_shapes, x_struct
-from ._layout import block_steps, unrolled
 from ._platform import compute_platform
 from ._unroll import choose_unroll
 from ._until import Predicate, Until, check_until

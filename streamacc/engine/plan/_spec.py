@@ -8,9 +8,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ...base import DEFAULT_BLOCK_BYTES
+from ...base import DEFAULT_BLOCK_BYTES, SCAN_DEFAULTS, Blocking
 from ...errors import InputError, arg
-from ._blocking import SCAN_DEFAULTS, Blocking
 from ._checks import Step
 from ._plan import Plan, make_plan, resize
 from ._until import Predicate

@@ -19,13 +19,8 @@ from ...base import lazy_exports
 
 if TYPE_CHECKING:
     from ._checked import CheckedStore as CheckedStore, ranged as ranged
-    from ._identity import (
-        carry_digest as carry_digest,
-        describe_function as describe_function,
-        fingerprint as fingerprint,
-        input_values as input_values,
-        run_identity as run_identity,
-    )
+    from ._fingerprint import describe_function as describe_function, fingerprint as fingerprint
+    from ._identity import carry_digest as carry_digest, input_values as input_values, run_identity as run_identity
     from ._ledger import (
         CACHED_SEGMENTS as CACHED_SEGMENTS,
         Ledger as Ledger,

@@ -10,8 +10,9 @@ import jax
 import numpy as np
 
 from ..._version import __version__
-from ...engine import Plan, to_host
-from ...store import fingerprint_of
+from ...engine.compute import to_host
+from ...engine.plan import Plan
+from ...store.arrays import fingerprint_of
 from ._fingerprint import describe_function, fingerprint
 from ._runidentity import RunIdentity
 

@@ -21,7 +21,8 @@ import numpy as np
 
 from ...base import CARRIES_EVERY_AT_MOST, CARRY_ALWAYS_KEPT_BELOW, CARRY_SHARE_AT_MOST
 from ...errors import NoOutputError, VerifyError, arg
-from ...store import BOOKKEEPING, CarryDamaged, CarryLeaf, CarryStore, Target
+from ...store.arrays import CarryDamaged, CarryLeaf, CarryStore
+from ...store.targets import BOOKKEEPING, Target
 from ._manifest import (
     LEGACY_MANIFEST_KEY,
     MANIFEST_KEY,
@@ -35,7 +36,7 @@ from ._manifest import (
 )
 
 if TYPE_CHECKING:
-    from ...engine import HostLeaf
+    from ...engine.compute import HostLeaf
 
 __all__ = ["CACHED_SEGMENTS", "Ledger", "carry_every", "carry_name", "damaged_carry", "load_manifest"]
 

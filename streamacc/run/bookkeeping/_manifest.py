@@ -26,11 +26,13 @@ import numpy as np
 
 from ...base import dtype_from_name, dtype_name, warn
 from ...errors import ResumeError, StreamaccWarning, VerifyError, arg
-from ...store import BOOKKEEPING, CODECS, CarryLeaf
+from ...store.arrays import CODECS, CarryLeaf
+from ...store.targets import BOOKKEEPING
 from ._runidentity import RunIdentity
 
 if TYPE_CHECKING:
-    from ...engine import Blocking, HostLeaf  # types only: reading a manifest never imports JAX
+    from ...base import Blocking  # types only: reading a manifest never imports JAX
+    from ...engine.compute import HostLeaf
 
 __all__ = [
     "FORMAT",

@@ -15,7 +15,7 @@ import dataclasses
 import functools
 from typing import Any
 
-from ...engine import Blocking
+from ...base import Blocking
 
 __all__ = ["LEGACY_FIELDS", "RunIdentity"]
 

@@ -26,9 +26,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from ...engine import rows_in
+from ...base import rows_in
 from ...errors import VerifyError
-from ...store import Target, ZarrSink, stored_crc32c
+from ...store.arrays import ZarrSink, stored_crc32c
+from ...store.targets import Target
 from ._ledger import Ledger, carry_name
 from ._manifest import MANIFEST_KEY, Manifest
 

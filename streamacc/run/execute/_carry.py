@@ -26,8 +26,9 @@ from collections.abc import Iterator
 import jax
 import numpy as np
 
-from ...engine import HostLeaf, Plan, carry_pass, compute_block, from_host, same_leaves, to_host
-from ...store import Target
+from ...engine.compute import HostLeaf, carry_pass, compute_block, from_host, same_leaves, to_host
+from ...engine.plan import Plan
+from ...store.targets import Target
 from ..output import BlockResult, Output
 from ..threads import check_stop, on_own_thread
 

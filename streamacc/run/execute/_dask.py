@@ -29,22 +29,22 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from ...engine import (
+from ...base import pool_size
+from ...engine.compute import (
     Block,
     BlockPool,
     HostLeaf,
-    Plan,
     carry_pass,
     compute_block,
     from_host,
     jax_option,
-    pool_size,
     same_leaves,
     to_host,
-    x64_scope,
 )
+from ...engine.plan import Plan, x64_scope
 from ...errors import CarryMismatchError, InputError, StreamaccError, arg
-from ...store import LocalTarget, StoreTarget, Target, ZarrSink, open_target
+from ...store.arrays import ZarrSink
+from ...store.targets import LocalTarget, StoreTarget, Target, open_target
 from ...summaries import SummaryPlan
 from ..output import BlockResult, Output
 from ..threads import check_stop, on_own_thread, run_ordered

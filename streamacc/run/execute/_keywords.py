@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from ...engine import BLOCK_KEYWORDS, BlockKeywords
+from ...base import BLOCK_KEYWORDS, BlockKeywords
 from ...errors import InputError, arg
 from ..output import LAYOUT_FIELDS, Layout
 from ._where import EXECUTOR_FIELDS, Dask, Local

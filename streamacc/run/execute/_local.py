@@ -17,20 +17,11 @@ from typing import Protocol
 import jax
 import numpy as np
 
-from ...base import DEFAULT_INFLIGHT
-from ...engine import (
-    Block,
-    BlockPool,
-    HostLeaf,
-    Plan,
-    computes_ahead,
-    from_host,
-    pool_size,
-    row_step,
-    run_plan,
-    to_host,
-)
-from ...store import Target, ZarrSink
+from ...base import DEFAULT_INFLIGHT, pool_size, row_step
+from ...engine.compute import Block, BlockPool, HostLeaf, computes_ahead, from_host, run_plan, to_host
+from ...engine.plan import Plan
+from ...store.arrays import ZarrSink
+from ...store.targets import Target
 from ...summaries import SummaryPlan
 from ..output import BlockResult, Output
 from ..threads import check_stop, on_own_thread, run_ordered

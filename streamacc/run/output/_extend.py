@@ -30,16 +30,10 @@ from typing import Any
 
 from ...base import dtype_from_name
 from ...errors import NoOutputError, ResumeError, arg
-from ...store import Target, ZarrSink, array_document, resize_arrays
+from ...store.arrays import ZarrSink, array_document, resize_arrays
+from ...store.targets import Target
 from ...summaries import extension_tail, rebuild_stale_arrays
-from ..bookkeeping import (
-    Ledger,
-    Manifest,
-    RunIdentity,
-    contradicts_itself,
-    identity_differences,
-    same_function,
-)
+from ..bookkeeping import Ledger, Manifest, RunIdentity, contradicts_itself, identity_differences, same_function
 
 __all__ = ["apply_extension", "finish_extension", "plan_extension"]
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from ...errors import InputError, arg
-from ...store import MAX_CHUNK_BYTES
+from ...store.arrays import MAX_CHUNK_BYTES
 
 __all__ = [
     "CHUNK_BYTES",

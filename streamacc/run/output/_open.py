@@ -15,9 +15,10 @@ import logging
 from collections.abc import Callable
 
 from ...base import warn
-from ...engine import HostLeaf
+from ...engine.compute import HostLeaf
 from ...errors import OutputExistsError, ResumeError, StreamaccWarning, VerifyError, arg, one_line
-from ...store import LEASE_KEY, CarryStore, Target, ZarrSink
+from ...store.arrays import CarryStore, ZarrSink
+from ...store.targets import LEASE_KEY, Target
 from ...summaries import Summaries
 from ..bookkeeping import (
     CARRY_CODEC,

@@ -24,10 +24,10 @@ from ...base import (
     SMALL_OUTPUT_VALUES,
     as_choice,
     as_count,
+    check_length,
 )
-from ...engine import check_length
 from ...errors import InputError, arg, one_line
-from ...store import CODECS
+from ...store.arrays import CODECS
 from ...summaries import check_windows, default_windows
 from ._layout import chunk_rows
 from ._time import check_time

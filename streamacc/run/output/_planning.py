@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...base import DEFAULT_SUMMARY_WINDOWS, warn, write_block_bytes
-from ...engine import Plan, ScanSpec, compute_platform
+from ...engine.plan import Plan, ScanSpec, compute_platform
 from ...errors import InputError, StreamaccWarning, arg
-from ...store import Target
+from ...store.targets import Target
 from ..bookkeeping import Manifest, RunIdentity
 from ._decodable import check_decodable
 from ._layout import chunk_rows, stored_chunks

@@ -15,7 +15,8 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import InputError
-from ...store import PROGRESS_ATTRS, open_target, progress_attrs, register_data_types
+from ...store.arrays import PROGRESS_ATTRS, progress_attrs, register_data_types
+from ...store.targets import open_target
 from ..bookkeeping import CheckedStore, trusted_manifest
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ def open(
     (5.0, 64, 1)
     """
     if f is not None:  # JAX only for a step function: reading a stored output imports none
-        from ...engine import step_of
+        from ...engine.plan import step_of
 
         f, init, xs = step_of(f, init, xs)
     try:

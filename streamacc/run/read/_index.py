@@ -25,7 +25,7 @@ import xarray as xr
 from xarray.core.indexing import CoordinateTransformIndexingAdapter, IndexSelResult
 from xarray.indexes import CoordinateTransform, CoordinateTransformIndex
 
-from ...engine import row_step
+from ...base import row_step
 from ..output import is_calendar, times
 
 __all__ = ["StepIndex", "StepTransform"]

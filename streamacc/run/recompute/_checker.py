@@ -15,21 +15,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from ...base import DEFAULT_INFLIGHT
-from ...engine import (
-    Block,
-    BlockPool,
-    HostLeaf,
-    Plan,
-    compute_block,
-    from_host,
-    pool_size,
-    rows_in,
-    same_leaves,
-    to_host,
-)
+from ...base import DEFAULT_INFLIGHT, pool_size, rows_in
+from ...engine.compute import Block, BlockPool, HostLeaf, compute_block, from_host, same_leaves, to_host
+from ...engine.plan import Plan
 from ...errors import VerifyError, arg, one_line
-from ...store import Target, ZarrSink, compare_chunks
+from ...store.arrays import ZarrSink, compare_chunks
+from ...store.targets import Target
 from ...summaries import BlockPieces, SummaryPlan
 from ..bookkeeping import (
     BlockRecord,

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from ...engine import Plan
+from ...engine.plan import Plan
 from ...errors import InputError
 from ...recipes import Job, get_recipe
-from ...store import open_target
+from ...store.targets import open_target
 from ..bookkeeping import Manifest, trusted_manifest
 from ._verify import VerifyReport, plan_for, verify_plan, verify_repairing
 

@@ -12,9 +12,11 @@ refused as ``verify`` refuses it. The caller holds the writer lock.
 
 from __future__ import annotations
 
-from ...engine import HostLeaf, Plan, to_host
+from ...engine.compute import HostLeaf, to_host
+from ...engine.plan import Plan
 from ...errors import VerifyError, arg
-from ...store import CarryDamaged, Target
+from ...store.arrays import CarryDamaged
+from ...store.targets import Target
 from ..bookkeeping import Manifest, carries_problem, carry_name
 from ._checker import Checker
 

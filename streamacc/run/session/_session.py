@@ -21,9 +21,11 @@ from types import TracebackType
 from typing import Any
 
 from ...base import warn
-from ...engine import BlockFailed, HostLeaf, Plan, check_memory
+from ...engine.compute import BlockFailed, HostLeaf, check_memory
+from ...engine.plan import Plan
 from ...errors import StoreError, StreamaccError, StreamaccWarning, arg
-from ...store import Target, describe_store_failure, is_store_failure, open_target
+from ...store.lease import describe_store_failure, is_store_failure
+from ...store.targets import Target, open_target
 from ..execute import Progress
 from ..output import BlockResult, Mode, Output, OutputSpec, RowReader, again, block_bytes_here, open_output
 

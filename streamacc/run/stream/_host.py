@@ -28,10 +28,11 @@ from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
-from ...base import Site, run_from
-from ...engine import Block, HostLeaf, Plan, rows_in
+from ...base import Site, rows_in, run_from
+from ...engine.compute import Block, HostLeaf
+from ...engine.plan import Plan
 from ...errors import InputError, ResumeError, arg, one_line
-from ...store import Target
+from ...store.targets import Target
 from ..bookkeeping import RunIdentity, carry_digest, input_values
 from ..execute import Progress, write_block
 from ..output import BlockResult, Output, OutputSpec

@@ -57,8 +57,9 @@ from jax import lax
 from jax.custom_batching import custom_vmap
 from jax.experimental import io_callback
 
-from ...base import stream_handover, stream_piece_bytes
-from ...engine import PROBED, Blocking, Step, Until, block_function, compute_platform, until_block_functions
+from ...base import Blocking, stream_handover, stream_piece_bytes
+from ...engine.compute import PROBED, block_function, until_block_functions
+from ...engine.plan import Step, Until, compute_platform
 
 try:
     from jax.experimental.buffer_callback import buffer_callback

@@ -21,18 +21,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...base import DEFAULT_STREAM_INFLIGHT, Site, outside, warn
-from ...engine import (
-    BlockFailed,
-    Blocking,
-    Carry,
-    HostLeaf,
-    Predicate,
-    ScanSpec,
-    Step,
-    from_host,
-    to_host,
-)
+from ...base import DEFAULT_STREAM_INFLIGHT, Blocking, Site, outside, warn
+from ...engine.compute import BlockFailed, HostLeaf, from_host, to_host
+from ...engine.plan import Carry, Predicate, ScanSpec, Step
 from ...errors import InputError, ResumeError, StepFunctionError, StreamaccError, StreamaccWarning, arg
 from ..execute import WriteKeywords, split_keywords
 from ..output import Layout, Mode, Planned, check_request, check_written_length, plan_output

@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...engine import HostLeaf, caller_scopes
+from ...engine.compute import HostLeaf, caller_scopes
 from ...errors import InputError
-from ...store import Target
+from ...store.targets import Target
 from ..bookkeeping import Ledger, decode_leaves
 from ._host import CALLBACK_LOGGER, Stopped
 from ._program import CarryLeaf
