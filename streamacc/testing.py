@@ -3,8 +3,8 @@
 Most failures are best injected through the store a run writes to (a zarr store whose
 ``set`` raises at one key, passed to :func:`streamacc.write`). A few happen where no store
 wrapper reaches: a local folder's files, which streamacc writes itself, a machine's memory, a
-lease's clock, how often a run commits. Each wing names those it lets a test replace, its
-*seams*, and this module replaces them by name, ``WING.NAME``:
+lease's clock, how often a run commits. Those a test may replace are its *seams*, listed here
+in one table, each by the wing that holds it, ``WING.NAME``; this module replaces them by name:
 
 ========================================  ===================================================
 ``store.write_new``                       a data chunk written to a local folder
@@ -30,47 +30,141 @@ manager, or :func:`replace` and :func:`restore` where no ``with`` block spans th
 dask worker, a process that is killed). Nothing here is needed to use streamacc, and the
 seams are streamacc's internals: they change when its internals do.
 
-:func:`listed_exports` reads the names a package's ``__init__`` exports lazily, as each of
-streamacc's wings lists them, for tests of how a package is laid out.
+:func:`listed_exports` reads the names a package's ``__init__`` exports lazily, as ``streamacc``
+lists them, for tests of how a package is laid out.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .base import listed_exports
-
-if TYPE_CHECKING:
-    from .base import Seam
 
 __all__ = ["current", "listed_exports", "original", "patched", "replace", "restore", "seams"]
 
 
-def _wings() -> dict[str, dict[str, Seam]]:
-    """Each wing's (or room's) seams by its dotted name under ``streamacc``: imports the wings, JAX among them."""
-    from . import engine, store, summaries
-    from .run import execute, output, stream
-    from .store import lease
+class _Seam:
+    """One replaceable value: what it is, and the ``(module, attribute)`` pairs that hold it.
 
-    return {
-        "store": store.SEAMS,
-        "store.lease": lease.SEAMS,
-        "engine": engine.SEAMS,
-        "summaries": summaries.SEAMS,
-        "run.output": output.SEAMS,
-        "run.execute": execute.SEAMS,
-        "run.stream": stream.SEAMS,
-    }
+    Parameters
+    ----------
+    about : str
+        What the value is and how it is called, for a test's author.
+    *sites : tuple of (object, str)
+        Every module (or class) attribute that holds the value; the first holds it as its wing
+        defines it, and all hold the same object.
+    """
+
+    def __init__(self, about: str, *sites: tuple[object, str]) -> None:
+        if not sites:
+            raise ValueError("a seam is held somewhere")
+        self.about = about
+        self.sites = sites
+        self.original: Any = getattr(*sites[0])
+        """The wing's own value, whatever a test has put in its place since."""
+        for owner, attribute in sites[1:]:
+            if getattr(owner, attribute) is not self.original:
+                raise ValueError(f"{owner!r}.{attribute} does not hold the seam's value")
+
+    def current(self) -> Any:
+        """The value in place now."""
+        return getattr(*self.sites[0])
+
+    def replace(self, value: object) -> Any:
+        """Put ``value`` in place at every site; returns the value it replaces."""
+        previous = self.current()
+        for owner, attribute in self.sites:
+            setattr(owner, attribute, value)
+        return previous
 
 
-def _seam(name: str) -> Seam:
-    wing, _, short = name.rpartition(".")
-    found = _wings().get(wing, {}).get(short)
-    if found is None:
-        raise KeyError(f"streamacc has no seam {name!r}; its seams are {', '.join(seams())}")
-    return found
+_SEAMS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "store.write_new": (
+        "write_new(path, data): a data chunk written to a local folder, into a temp file renamed over it",
+        ("streamacc.store.arrays._chunks.write_new",),
+    ),
+    "store.write_all": (
+        "write_all(fd, view): the bytes of a local file written to its descriptor, by write_new and atomic_write",
+        ("streamacc.store.targets._files._write_all",),
+    ),
+    "store.atomic_write": (
+        "atomic_write(path, data): each key a local folder's target writes itself (metadata, manifests), durably",
+        ("streamacc.store.targets._localtarget.atomic_write",),
+    ),
+    "store.remove_tree_contents": (
+        "remove_tree_contents(root, keep): an overwritten local output's old files deleted, walking the folder",
+        ("streamacc.store.targets._localtarget.remove_tree_contents",),
+    ),
+    "store.icechunk_commit_seconds": (
+        "COMMIT_SECONDS: the most seconds an Icechunk writer goes between two commits (0: a commit every block)",
+        ("streamacc.store.targets._icechunk.COMMIT_SECONDS",),
+    ),
+    "store.lease.time": (
+        "time: the module the lease reads its clock from (time.monotonic) and waits with (time.sleep)",
+        ("streamacc.store.lease._lease.time",),
+    ),
+    "engine.platform": (
+        "platform(): the platform JAX computes on ('cpu', 'tpu', 'gpu', ...), whose defaults a run takes (the "
+        "unroll chosen for a step, the recipes' unroll, the write's block bytes, a Stream's hand-over) and which "
+        "computes a block ahead off the CPU",
+        ("streamacc.engine.plan._platform._platform",),
+    ),
+    "engine.physical_memory": (
+        "physical_memory(): this machine's memory in bytes (None when unknown), which the block checks compare with",
+        ("streamacc.engine.compute._memory.physical_memory", "streamacc.engine.compute._api.physical_memory"),
+    ),
+    "summaries.SLICE_BYTES": (
+        "SLICE_BYTES: the bytes of rows a block's windows are reduced in at a time",
+        ("streamacc.summaries._reduce.SLICE_BYTES",),
+    ),
+    "run.output.PUBLISH_SECONDS": (
+        "PUBLISH_SECONDS: the least time between two refreshes of the root's progress attributes",
+        ("streamacc.run.output._output.PUBLISH_SECONDS",),
+    ),
+    "run.output.SLOW_BLOCK_SECONDS": (
+        "SLOW_BLOCK_SECONDS: the seconds a block takes to compute and commit, past which the run says so once",
+        ("streamacc.run.output._output.SLOW_BLOCK_SECONDS",),
+    ),
+    "run.output.VIRTUAL_COMMIT_SECONDS": (
+        "VIRTUAL_COMMIT_SECONDS: about how long a virtual run's blocks wait to commit together",
+        ("streamacc.run.output._output.VIRTUAL_COMMIT_SECONDS",),
+    ),
+    "run.execute.BlockPool": (
+        "BlockPool(size): the class of the pool of block buffers a local run makes",
+        ("streamacc.run.execute._local.BlockPool",),
+    ),
+    "run.stream.handover": (
+        "handover(): how a block crosses to the host: 'in_place' (a buffer_callback reads the program's buffers, "
+        "on the CPU), 'ordered' (an ordered io_callback, other platforms), 'chained' (an io_callback ordered by a "
+        "token it passes on) or 'pinned' (as 'chained', the ys first moved to pinned host memory)",
+        ("streamacc.run.stream._program._handover",),
+    ),
+    "run.stream.piece_bytes": (
+        "piece_bytes(): the bytes of ys a block's callback takes as one operand at most, where a block crosses by "
+        "io_callback ('ordered', 'chained', 'pinned'): each ys leaf crosses as pieces of consecutive rows",
+        ("streamacc.run.stream._program._piece_bytes",),
+    ),
+}
+"""The seams by name: what each is, and every module attribute that holds its value (the first as the wing
+defines it; a function imported into the module that calls it is held there too, and replaced there). The one
+place that names streamacc's private modules: a seam is the very attribute a wing's module holds."""
+
+
+@functools.cache
+def _seam(name: str) -> _Seam:
+    """Seam ``name``, made on first use (importing its wing, JAX among them): its original is what is in place then."""
+    if name not in _SEAMS:
+        raise KeyError(f"streamacc has no seam {name!r}; its seams are {', '.join(_SEAMS)}")
+    about, sites = _SEAMS[name]
+    held = []
+    for site in sites:
+        module, attribute = site.rsplit(".", 1)
+        held.append((importlib.import_module(module), attribute))
+    return _Seam(about, *held)
 
 
 def seams() -> dict[str, str]:
@@ -81,7 +175,7 @@ def seams() -> dict[str, str]:
     dict of str to str
         The seams, by name.
     """
-    return {f"{wing}.{name}": seam.about for wing, found in _wings().items() for name, seam in found.items()}
+    return {name: about for name, (about, _) in _SEAMS.items()}
 
 
 def current(name: str) -> Any:

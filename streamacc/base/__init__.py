@@ -1,11 +1,11 @@
 """The foundations every wing stands on: plain Python and numpy, no JAX, no Zarr.
 
 - ``_defaults``: the defaults chosen by benchmark, each with the reason it holds;
-- ``_checks``: argument checks that need nothing but Python, shared by the library and the
-  command line;
-- ``_dtypes``: dtypes by name, ``bfloat16`` included;
+- ``_values``: values as a caller gives them, checked with nothing but Python (shared by the
+  library and the command line), and dtypes by name, ``bfloat16`` included;
+- ``_blocking``: a scan's steps and how they run in blocks (:class:`Blocking`), and the
+  arithmetic of blocks, rows and spans;
 - ``_callsite``: where a warning points (the caller's line, even from streamacc's threads);
-- ``_seams``: the values a wing lets a test replace;
 - ``_lazy``: the lazy re-exports each wing's ``__init__`` is made of.
 """
 
@@ -77,7 +77,6 @@ if TYPE_CHECKING:
         write_block_bytes as write_block_bytes,
     )
     from ._lazy import lazy_exports as lazy_exports, listed_exports as listed_exports
-    from ._seams import Seam as Seam
     from ._values import (
         as_choice as as_choice,
         as_count as as_count,

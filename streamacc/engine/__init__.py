@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from .compute import (
         POOL_MIN_BYTES as POOL_MIN_BYTES,
         PROBED as PROBED,
-        SEAMS as SEAMS,
         Block as Block,
         BlockFailed as BlockFailed,
         BlockPool as BlockPool,

@@ -7,8 +7,8 @@ clients, the link-safe, fsynced file primitives), ``arrays`` what an output hold
 Zarr sink, the chunk encoder, codecs, data types, metadata documents, the comparison of
 stored chunks for verify, the carries kept at block boundaries, an input array's
 fingerprint), and ``lease`` the writer lease on object stores and which exceptions mean a
-store failed. They are in layers, each importing only from those below it: ``_seams``
-(the rooms' seams under one name), ``arrays``, ``targets``, ``lease``.
+store failed. They are in layers, each importing only from those below it: ``arrays``,
+``targets``, ``lease``.
 
 These are the names the other wings use; each is imported on first use, so that
 ``streamacc.store.CODECS`` costs no Zarr import.
@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 from ..base import lazy_exports
 
 if TYPE_CHECKING:
-    from ._seams import SEAMS as SEAMS
     from .arrays import (
         CARRIES as CARRIES,
         CODECS as CODECS,

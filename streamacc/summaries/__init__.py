@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from ._plain import plain_array as plain_array, plain_group as plain_group
     from ._pyramid import BlockPieces as BlockPieces, level_chunks as level_chunks
     from ._reduce import Rows as Rows, reduce_steps as reduce_steps
-    from ._seams import SEAMS as SEAMS
     from ._store import (
         LISTED_GROUP as LISTED_GROUP,
         SUMMARIES as SUMMARIES,

@@ -35,6 +35,5 @@ if TYPE_CHECKING:
         run_plan as run_plan,
     )
     from ._scopes import caller_scopes as caller_scopes, jax_option as jax_option
-    from ._seams import SEAMS as SEAMS
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -4,7 +4,7 @@
 and thinning, with their checks and arithmetic, no JAX), ``_layout`` cuts a length into
 blocks (pure arithmetic), ``_checks`` validates arguments, ``_until`` a scan's condition
 (``Until``) and its checks, ``_unroll`` chooses the unroll of a step that names none,
-``_platform`` says where JAX computes (the ``engine.platform`` seam, ``_seams``), ``_plan``
+``_platform`` says where JAX computes (the ``engine.platform`` seam), ``_plan``
 validates and plans a blocked scan, ``_spec`` is a scan's description (``ScanSpec``) made
 into a plan.
 
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from ._checks import Carry as Carry, Step as Step, x64_scope as x64_scope
     from ._plan import Plan as Plan, make_plan as make_plan, resize as resize
     from ._platform import compute_platform as compute_platform
-    from ._seams import SEAMS as SEAMS
     from ._spec import (
         ScanSpec as ScanSpec,
         as_spec as as_spec,

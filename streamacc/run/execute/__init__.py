@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from ._keywords import WriteKeywords as WriteKeywords, split_keywords as split_keywords
     from ._local import Executor as Executor, LocalExecutor as LocalExecutor, write_block as write_block
     from ._progress import MIN_BAR as MIN_BAR, Progress as Progress, Rates as Rates, clock as clock, si as si
-    from ._seams import SEAMS as SEAMS
     from ._where import EXECUTOR_FIELDS as EXECUTOR_FIELDS, Dask as Dask, Local as Local, executor_for as executor_for
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -46,7 +46,6 @@ if TYPE_CHECKING:
         block_bytes_here as block_bytes_here,
         plan_output as plan_output,
     )
-    from ._seams import SEAMS as SEAMS
     from ._spec import OutputSpec as OutputSpec, output_spec as output_spec, stored_identity as stored_identity
     from ._time import is_calendar as is_calendar, times as times
 

@@ -13,7 +13,6 @@ from ...base import lazy_exports
 
 if TYPE_CHECKING:
     from ._program import pieces as pieces
-    from ._seams import SEAMS as SEAMS
     from ._stream import Stream as Stream
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -39,7 +39,6 @@ if TYPE_CHECKING:
         stored_crc32c as stored_crc32c,
     )
     from ._fingerprint import fingerprint_of as fingerprint_of
-    from ._seams import SEAMS as SEAMS
     from ._zarr import ZarrSink as ZarrSink, resize_arrays as resize_arrays
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from ._fence import FencedStore as FencedStore, unwrap as unwrap
     from ._lease import LEASE_ENV as LEASE_ENV, Lease as Lease, LeaseView as LeaseView, lease_seconds as lease_seconds
     from ._leasestore import Holder as Holder, open_lease_store as open_lease_store
-    from ._seams import SEAMS as SEAMS
     from ._storeerrors import describe_store_failure as describe_store_failure, is_store_failure as is_store_failure
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

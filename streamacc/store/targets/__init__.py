@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from ._icechunk import IcechunkTarget as IcechunkTarget
     from ._localtarget import LocalTarget as LocalTarget
     from ._opentarget import open_target as open_target
-    from ._seams import SEAMS as SEAMS
     from ._sessionstore import SessionStore as SessionStore
     from ._storetarget import StoreTarget as StoreTarget
     from ._target import BOOKKEEPING as BOOKKEEPING, LEASE_KEY as LEASE_KEY, Target as Target
