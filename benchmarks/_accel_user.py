@@ -22,7 +22,7 @@ from _user_steps import STEPS
 from jax import lax
 
 import streamacc
-from streamacc.engine.plan import step_program
+from streamacc.engine import step_program
 
 
 def _chosen(step: Any, n: int, xs: Any) -> tuple[int, dict[str, Any]]:

@@ -170,9 +170,8 @@ def _blocks(n: int, block: int, compute: str):
 
     jax.config.update("jax_enable_x64", True)
     from streamacc.base._blocking import pool_size
-    from streamacc.engine.compute import run_plan
-    from streamacc.engine.compute._pool import BlockPool
-    from streamacc.engine.plan import make_plan
+    from streamacc.engine import make_plan, run_plan
+    from streamacc.engine._memory import BlockPool
     from streamacc.recipes import get_recipe
 
     job = get_recipe("gp").build(n, "float64")

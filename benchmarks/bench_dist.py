@@ -69,8 +69,7 @@ def parts(size: int, block: int, workdir: Path, blocks_measured: int) -> dict:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    from streamacc.engine.compute import carry_pass, to_host
-    from streamacc.engine.plan import make_plan
+    from streamacc.engine import carry_pass, make_plan, to_host
     from streamacc.recipes import get_recipe
     from streamacc.run.execute import BLOCKS_PER_TASK, BlockTask, SinkSpec, run_block_tasks
     from streamacc.run.output import check_request, open_output, output_spec

@@ -150,9 +150,8 @@ def run_throughput(
     from jax import lax
 
     import streamacc
-    from streamacc.engine.compute import run_plan
-    from streamacc.engine.compute._pool import BlockPool
-    from streamacc.engine.plan import make_plan
+    from streamacc.engine import make_plan, run_plan
+    from streamacc.engine._memory import BlockPool
 
     init = np.float64(1.0)
     block_sizes = [bs for bs in block_sizes if bs <= length]

@@ -84,8 +84,7 @@ def side_compute(out: str, steps: int) -> dict:
     import numpy as np
 
     from streamacc.base import DEFAULT_WRITE_BLOCK_BYTES, pool_size
-    from streamacc.engine.compute import BlockPool, run_plan
-    from streamacc.engine.plan import make_plan
+    from streamacc.engine import BlockPool, make_plan, run_plan
 
     _x64()
     t0 = time.perf_counter()
@@ -251,7 +250,7 @@ def side_chunks_write(out: str, state: str, steps: int, chunks: str) -> dict:
 
     import streamacc
     from streamacc.base import DEFAULT_WRITE_BLOCK_BYTES
-    from streamacc.engine.plan import make_plan
+    from streamacc.engine import make_plan
     from streamacc.run.output._layout import default_chunks
 
     _x64()

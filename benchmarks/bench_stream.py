@@ -85,8 +85,7 @@ def _loop(steps: int, full: bool, io: bool) -> dict[str, Any]:
     from jax.experimental import io_callback
     from jax.experimental.buffer_callback import buffer_callback
 
-    from streamacc.engine.compute import block_function
-    from streamacc.engine.plan import make_plan, resize
+    from streamacc.engine import block_function, make_plan, resize
 
     jax.config.update("jax_enable_x64", True)
     job = _job(steps)

@@ -22,8 +22,7 @@ from .base import lazy_exports
 from .errors import StreamaccError as StreamaccError
 
 if TYPE_CHECKING:
-    from .engine.compute import Block as Block, iter_blocks as iter_blocks, scan as scan
-    from .engine.plan import ScanSpec as ScanSpec
+    from .engine import Block as Block, ScanSpec as ScanSpec, iter_blocks as iter_blocks, scan as scan
     from .run import materialize as materialize, write as write
     from .run.execute import Dask as Dask, Local as Local
     from .run.output import Layout as Layout

@@ -111,11 +111,11 @@ _SEAMS: dict[str, tuple[str, tuple[str, ...]]] = {
         "platform(): the platform JAX computes on ('cpu', 'tpu', 'gpu', ...), whose defaults a run takes (the "
         "unroll chosen for a step, the recipes' unroll, the write's block bytes, a Stream's hand-over) and which "
         "computes a block ahead off the CPU",
-        ("streamacc.engine.plan._platform._platform",),
+        ("streamacc.engine._config._platform",),
     ),
     "engine.physical_memory": (
         "physical_memory(): this machine's memory in bytes (None when unknown), which the block checks compare with",
-        ("streamacc.engine.compute._memory.physical_memory", "streamacc.engine.compute._api.physical_memory"),
+        ("streamacc.engine._memory.physical_memory", "streamacc.engine._scan.physical_memory"),
     ),
     "summaries.SLICE_BYTES": (
         "SLICE_BYTES: the bytes of rows a block's windows are reduced in at a time",

@@ -15,8 +15,7 @@ from helpers import assert_same_output, imported_by
 
 import streamacc
 from streamacc.cli import main
-from streamacc.engine.compute import carry_pass
-from streamacc.engine.plan import make_plan
+from streamacc.engine import carry_pass, make_plan
 from streamacc.recipes import get_recipe
 
 # --- Lorenz-63 on a cluster ------------------------------------------------------------------

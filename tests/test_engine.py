@@ -318,8 +318,7 @@ def test_reads_only_the_current_block(how, reverse):
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
 def test_next_block_dispatched_before_handover_only_ahead(reverse, ahead):
     """Computing ahead (by default on an accelerator, not on a CPU) dispatches block k+1 before handing k over."""
-    from streamacc.engine.compute import computes_ahead, run_plan
-    from streamacc.engine.plan import make_plan
+    from streamacc.engine import computes_ahead, make_plan, run_plan
 
     length, block_size = 70, 8
     rec = ReadRecorder(DATA[:length, 0].copy())

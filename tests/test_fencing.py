@@ -26,8 +26,7 @@ from zarr.storage import FsspecStore
 
 import streamacc
 from streamacc.cli import main
-from streamacc.engine.compute import to_host
-from streamacc.engine.plan import make_plan
+from streamacc.engine import make_plan, to_host
 from streamacc.errors import LockedError
 from streamacc.recipes import get_recipe
 from streamacc.run.execute import BlockTask, SinkSpec, run_block_tasks

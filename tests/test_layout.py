@@ -19,7 +19,7 @@ import zarr
 
 import streamacc
 from streamacc.base import DEFAULT_BLOCK_SIZE, DEFAULT_WRITE_BLOCK_SIZE, block_steps
-from streamacc.engine.plan import make_plan
+from streamacc.engine import make_plan
 from streamacc.run.output import check_request, default_chunks, divisor_at_most, output_spec, resolve_chunks
 
 MIB = 2**20

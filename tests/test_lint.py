@@ -81,13 +81,13 @@ def test_import_contracts_kept():
 
 
 VIOLATIONS = [
-    ("engine/plan/_plan.py", "from ...run import write", "streamacc.run", "Wings in layers"),
+    ("engine/_plan.py", "from ..run import write", "streamacc.run", "Wings in layers"),
     ("store/targets/_files.py", "from ...engine import Plan", "streamacc.engine", "Wings in layers"),
     ("run/read/_index.py", "from ..execute import LocalExecutor", "streamacc.run.execute", "Rooms of run in layers"),
     ("run/bookkeeping/_manifest.py", "from ..output import Output", "streamacc.run.output", "Rooms of run in layers"),
     ("store/lease/_fence.py", "from ..targets import Target", "streamacc.store.targets", "Rooms of store in layers"),
     ("summaries/_pyramid.py", "import jax", "jax", "Store and summaries never import JAX"),
-    ("engine/plan/_plan.py", "import zarr", "zarr", "The engine is pure computation"),
+    ("engine/_plan.py", "import zarr", "zarr", "The engine is pure computation"),
     ("store/arrays/_codecs.py", "import jax", "jax", "Store and summaries never import JAX"),
 ]
 """One forbidden import per contract and more: (module, the line added, what it imports, the contract it breaks)."""
@@ -182,7 +182,7 @@ def reaches_from_tests(folder: Path, package_root: Path) -> list[str]:
     """Each reach of a file under ``folder`` into a private streamacc module, as 'file:line: module'.
 
     An import of one (``import streamacc.store.arrays._chunks``, ``from streamacc.store.targets import
-    _files``), a dotted name given to a call (``import_module("streamacc.engine.compute._api")``,
+    _files``), a dotted name given to a call (``import_module("streamacc.engine._scan")``,
     ``monkeypatch.setattr("streamacc.store.arrays._chunks.write_new", ...)``), and an attribute of a
     streamacc module the file imported (``streamacc.store.targets._target``, ``arrays._chunks`` after
     ``import streamacc.store.arrays as arrays``).
@@ -241,7 +241,7 @@ def test_a_test_reaching_into_a_private_module_is_found(tmp_path):
         "from streamacc.cli._expr import parse_int\n"
         "from streamacc.engine import make_plan\n"
         "from streamacc import __version__, errors\n"
-        "importlib.import_module('streamacc.engine.compute._api')\n"
+        "importlib.import_module('streamacc.engine._scan')\n"
         "monkeypatch.setattr('streamacc.store.targets._target.atomic_write', None)\n"
         "streamacc.store.targets._target.atomic_write = None\n"
         "output._output.PUBLISH_SECONDS = 0.0\n"
@@ -251,7 +251,7 @@ def test_a_test_reaching_into_a_private_module_is_found(tmp_path):
         "tests/test_probe.py:3: streamacc.store.arrays._chunks",
         "tests/test_probe.py:5: streamacc.store.targets._files",
         "tests/test_probe.py:6: streamacc.cli._expr",
-        "tests/test_probe.py:9: streamacc.engine.compute._api",
+        "tests/test_probe.py:9: streamacc.engine._scan",
         "tests/test_probe.py:10: streamacc.store.targets._target",
         "tests/test_probe.py:11: streamacc.store.targets._target",
         "tests/test_probe.py:12: streamacc.run.output._output",

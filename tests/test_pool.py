@@ -20,8 +20,7 @@ import pytest
 from jax import lax
 
 from streamacc.base import pool_size
-from streamacc.engine.compute import POOL_MIN_BYTES, BlockPool, computes_ahead, run_plan
-from streamacc.engine.plan import make_plan
+from streamacc.engine import POOL_MIN_BYTES, BlockPool, computes_ahead, make_plan, run_plan
 
 DATA = np.random.default_rng(7).normal(size=(200, 3))
 

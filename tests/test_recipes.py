@@ -248,8 +248,7 @@ def test_a_blocks_input_rows_are_freed_before_the_next_blocks_are_read(tmp_path,
     import gc
     import weakref
 
-    from streamacc.engine.compute import run_plan
-    from streamacc.engine.plan import make_plan
+    from streamacc.engine import make_plan, run_plan
     from streamacc.recipes import Rows
 
     steps = 2**19  # 4 MiB of float64 rows per block, as large as the engine lets go of

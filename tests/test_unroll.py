@@ -14,7 +14,7 @@ from helpers import read_manifest, run
 from jax import lax
 
 import streamacc
-from streamacc.engine.plan import ScanSpec, choose_unroll, step_program
+from streamacc.engine import ScanSpec, choose_unroll, step_program
 
 
 def multiply(c, _):

@@ -55,7 +55,7 @@ def recipe_unroll(cpu: int, platform: str, accelerator: int = ACCELERATOR_UNROLL
 
 
 UNROLL_AT_MOST = {"cpu": 8, "accelerator": 64}
-"""The largest unroll chosen for a step that names none (the engine's rule, ``engine/plan/_unroll.py``),
+"""The largest unroll chosen for a step that names none (the engine's rule, ``engine/_unroll.py``),
 on a CPU and on a TPU or GPU. On a chip a loop trip costs far more than a cheap step, and 64 was the cheapest
 step's fastest unroll there (128 slower); on a CPU unroll 16 ran cheap steps many times slower than 8. The
 figures are the Accelerators benchmark page's ``user-steps`` scenario."""

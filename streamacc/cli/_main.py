@@ -210,7 +210,7 @@ def cmd_write(args: argparse.Namespace) -> int:
         array_attrs=array_attrs, time=time_axis, summaries=summary_windows(args), virtual=args.virtual,
     )  # fmt: skip
     _enable_x64()
-    from ..engine.plan import ScanSpec, compute_platform
+    from ..engine import ScanSpec, compute_platform
     from ..run import write
     from ..run.execute import Dask, Local, cluster_client
     from ..run.read import info

@@ -1,11 +1,15 @@
 """The blocked scan: a long ``lax.scan`` as a chain of cached, jitted block scans.
 
 Knows JAX and numpy, and nothing of Zarr, files, writer threads or progress: it yields
-finished blocks and lets the caller decide where they go. Its rooms: ``plan`` what a
-blocked scan will do (its settings, its layout arithmetic, its checks, its plan and spec,
-no compiled code), and ``compute`` running it (the compiled block functions, a block's
-rows in, the blocks out and their pooled buffers, the memory check, carries as host data,
-a thread's JAX configuration, the entry points ``iter_blocks`` and ``scan``).
+finished blocks and lets the caller decide where they go. ``_checks`` checks a step, its
+arguments and its condition (``Until``), ``_unroll`` chooses the unroll of a step that names
+none, ``_plan`` is a scan's description (``ScanSpec``) made into a ``Plan``, ``_config`` where
+and how JAX computes (the platform, 64-bit types, a thread's configuration carried to another),
+``_kernels`` the compiled block functions (``lax.scan`` itself), ``_memory`` a block's memory
+(the pooled output buffers, its rows of the inputs, the check against the machine's memory),
+``_run`` runs a plan block by block (the ``Block`` it yields, the carry pass, carries as host
+data), and ``_scan`` holds the in-memory entry points ``iter_blocks`` and ``scan``. A scan's
+settings and the arithmetic of its blocks are ``streamacc.base``'s (``Blocking``).
 
 These are the names the other wings use; each is imported on first use, so importing
 the wing costs nothing until then.
@@ -36,45 +40,46 @@ if TYPE_CHECKING:
         row_step as row_step,
         rows_in as rows_in,
     )
-    from .compute import (
-        POOL_MIN_BYTES as POOL_MIN_BYTES,
-        PROBED as PROBED,
-        Block as Block,
-        BlockFailed as BlockFailed,
-        BlockPool as BlockPool,
-        HostLeaf as HostLeaf,
-        PoolStats as PoolStats,
-        block_function as block_function,
+    from ._checks import Carry as Carry, Predicate as Predicate, Step as Step, Until as Until
+    from ._config import (
         caller_scopes as caller_scopes,
-        carry_pass as carry_pass,
-        check_memory as check_memory,
-        compute_block as compute_block,
-        computes_ahead as computes_ahead,
-        from_host as from_host,
-        iter_blocks as iter_blocks,
+        compute_platform as compute_platform,
         jax_option as jax_option,
-        run_plan as run_plan,
-        same_leaves as same_leaves,
-        scan as scan,
-        to_host as to_host,
+        x64_scope as x64_scope,
+    )
+    from ._kernels import (
+        PROBED as PROBED,
+        block_function as block_function,
         until_block_functions as until_block_functions,
     )
-    from .plan import (
-        Carry as Carry,
+    from ._memory import (
+        POOL_MIN_BYTES as POOL_MIN_BYTES,
+        BlockPool as BlockPool,
+        PoolStats as PoolStats,
+        check_memory as check_memory,
+    )
+    from ._plan import (
         Plan as Plan,
-        Predicate as Predicate,
         ScanSpec as ScanSpec,
-        Step as Step,
-        Until as Until,
         as_spec as as_spec,
-        choose_unroll as choose_unroll,
-        compute_platform as compute_platform,
         make_plan as make_plan,
         resize as resize,
         step_of as step_of,
-        step_program as step_program,
         until_of as until_of,
-        x64_scope as x64_scope,
     )
+    from ._run import (
+        Block as Block,
+        BlockFailed as BlockFailed,
+        HostLeaf as HostLeaf,
+        carry_pass as carry_pass,
+        compute_block as compute_block,
+        computes_ahead as computes_ahead,
+        from_host as from_host,
+        run_plan as run_plan,
+        same_leaves as same_leaves,
+        to_host as to_host,
+    )
+    from ._scan import iter_blocks as iter_blocks, scan as scan
+    from ._unroll import choose_unroll as choose_unroll, step_program as step_program
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

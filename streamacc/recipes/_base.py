@@ -101,7 +101,7 @@ class Job:
     @property
     def unroll(self) -> int:
         from ..base import ACCELERATOR_UNROLL, recipe_unroll
-        from ..engine.plan import compute_platform
+        from ..engine import compute_platform
 
         return recipe_unroll(self.cpu_unroll, compute_platform(), self.accelerator_unroll or ACCELERATOR_UNROLL)
 

@@ -68,7 +68,7 @@ class RandomWalk(Step):
 def _key_data(seed: int) -> Any:
     import jax
 
-    from ..engine.plan import x64_scope
+    from ..engine import x64_scope
 
     with x64_scope(True):  # a seed past 2**31 would be truncated to 32 bits without it
         return jax.random.key_data(jax.random.key(seed))

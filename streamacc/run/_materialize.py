@@ -19,8 +19,7 @@ from typing import Any
 import jax
 
 from ..base import as_count, pool_size
-from ..engine.compute import Block, BlockPool, compute_block, from_host, same_leaves, to_host
-from ..engine.plan import Plan, step_of, x64_scope
+from ..engine import Block, BlockPool, Plan, compute_block, from_host, same_leaves, step_of, to_host, x64_scope
 from ..errors import InputError, VerifyError, arg
 from ..store.arrays import ZarrSink, progress_attrs
 from ..store.targets import open_target

@@ -15,8 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Unpack
 
-from ..engine.compute import from_host, to_host
-from ..engine.plan import Carry, Predicate, ScanSpec, as_spec
+from ..engine import Carry, Predicate, ScanSpec, as_spec, from_host, to_host
 from .execute import Dask, Local, WriteKeywords, executor_for, split_keywords
 from .output import Layout, Mode, check_request, check_written_length, plan_output
 from .recompute import check_resumable, recomputed_rows

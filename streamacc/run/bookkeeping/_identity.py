@@ -10,8 +10,7 @@ import jax
 import numpy as np
 
 from ..._version import __version__
-from ...engine.compute import to_host
-from ...engine.plan import Plan
+from ...engine import Plan, to_host
 from ...store.arrays import fingerprint_of
 from ._fingerprint import describe_function, fingerprint
 from ._runidentity import RunIdentity

@@ -36,7 +36,7 @@ from ._manifest import (
 )
 
 if TYPE_CHECKING:
-    from ...engine.compute import HostLeaf
+    from ...engine import HostLeaf
 
 __all__ = ["CACHED_SEGMENTS", "Ledger", "carry_every", "carry_name", "damaged_carry", "load_manifest"]
 

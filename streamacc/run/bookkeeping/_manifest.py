@@ -32,7 +32,7 @@ from ._runidentity import RunIdentity
 
 if TYPE_CHECKING:
     from ...base import Blocking  # types only: reading a manifest never imports JAX
-    from ...engine.compute import HostLeaf
+    from ...engine import HostLeaf
 
 __all__ = [
     "FORMAT",

@@ -26,8 +26,7 @@ from collections.abc import Iterator
 import jax
 import numpy as np
 
-from ...engine.compute import HostLeaf, carry_pass, compute_block, from_host, same_leaves, to_host
-from ...engine.plan import Plan
+from ...engine import HostLeaf, Plan, carry_pass, compute_block, from_host, same_leaves, to_host
 from ...store.targets import Target
 from ..output import BlockResult, Output
 from ..threads import check_stop, on_own_thread

@@ -30,18 +30,19 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...base import pool_size
-from ...engine.compute import (
+from ...engine import (
     Block,
     BlockPool,
     HostLeaf,
+    Plan,
     carry_pass,
     compute_block,
     from_host,
     jax_option,
     same_leaves,
     to_host,
+    x64_scope,
 )
-from ...engine.plan import Plan, x64_scope
 from ...errors import CarryMismatchError, InputError, StreamaccError, arg
 from ...store.arrays import ZarrSink
 from ...store.targets import LocalTarget, StoreTarget, Target, open_target

@@ -18,8 +18,7 @@ import jax
 import numpy as np
 
 from ...base import DEFAULT_INFLIGHT, pool_size, row_step
-from ...engine.compute import Block, BlockPool, HostLeaf, computes_ahead, from_host, run_plan, to_host
-from ...engine.plan import Plan
+from ...engine import Block, BlockPool, HostLeaf, Plan, computes_ahead, from_host, run_plan, to_host
 from ...store.arrays import ZarrSink
 from ...store.targets import Target
 from ...summaries import SummaryPlan

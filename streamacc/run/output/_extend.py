@@ -2,7 +2,7 @@
 
 Only the last block of the stored run is not what the longer run writes: it ends at the
 old length (its last chunk padded), or holds a short tail that a longer run puts in a
-block of its own (the unroll rule of ``engine/plan/_layout.block_count``). So the extension
+block of its own (the unroll rule of ``base.block_count``). So the extension
 keeps every block before it, and recomputes from it on, from the carry its record holds.
 What the resume after it checks (every committed chunk read whole, the kept carries, the
 blocks since the last kept carry recomputed) is checked first, so that a damaged output is

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 
 from ...base import warn
-from ...engine.compute import HostLeaf
+from ...engine import HostLeaf
 from ...errors import OutputExistsError, ResumeError, StreamaccWarning, VerifyError, arg, one_line
 from ...store.arrays import CarryStore, ZarrSink
 from ...store.targets import LEASE_KEY, Target

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ...base import block_size_near, origin, run_from, warn
-from ...engine.compute import BlockFailed, HostLeaf
+from ...engine import BlockFailed, HostLeaf
 from ...errors import LockedError, StepError, StoreError, StreamaccError, StreamaccWarning, arg
 from ...store.arrays import ZarrSink, progress_attrs
 from ...store.lease import describe_store_failure, is_store_failure

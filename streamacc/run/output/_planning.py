@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...base import DEFAULT_SUMMARY_WINDOWS, warn, write_block_bytes
-from ...engine.plan import Plan, ScanSpec, compute_platform
+from ...engine import Plan, ScanSpec, compute_platform
 from ...errors import InputError, StreamaccWarning, arg
 from ...store.targets import Target
 from ..bookkeeping import Manifest, RunIdentity

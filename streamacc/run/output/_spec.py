@@ -18,7 +18,7 @@ import numpy as np
 
 from ..._version import __version__
 from ...base import dtype_name
-from ...engine.plan import Plan
+from ...engine import Plan
 from ...errors import InputError, arg
 from ...store.arrays import ArraySpec, storable
 from ...store.targets import open_target

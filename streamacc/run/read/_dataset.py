@@ -123,7 +123,7 @@ def open(
     (5.0, 64, 1)
     """
     if f is not None:  # JAX only for a step function: reading a stored output imports none
-        from ...engine.plan import step_of
+        from ...engine import step_of
 
         f, init, xs = step_of(f, init, xs)
     try:

@@ -1,7 +1,7 @@
 """The ``step`` (and ``time``) index of ``streamacc.open``: label selection by arithmetic, at any length.
 
 Output row ``p`` of a run holds step ``first + p * stride`` (``row_step`` of
-``engine/plan/_layout``: ``stride`` is ``save_every``), and with a time axis the time
+``base/_blocking``: ``stride`` is ``save_every``), and with a time axis the time
 ``start + step * dt``. :class:`StepIndex` is an xarray index over those two coordinates
 that never materialises their labels: ``sel`` by label, slice or array (exact, or with
 ``method='nearest'``, ``'pad'``, ``'backfill'``), ``.loc``, ``isel``, ``where(...,

@@ -7,10 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ...base import (
-    DEFAULT_INFLIGHT,
-    pool_size,  # arithmetic only: describing an output imports no JAX
-)
+from ...base import DEFAULT_INFLIGHT, pool_size
 from ...store.arrays import ZarrSink
 from ...store.targets import BOOKKEEPING, open_target
 from ...summaries import SUMMARIES, summarized_names
@@ -334,7 +331,7 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
             compression_ratio=round(written / stored, 3) if stored else None,
         )
     unrolled = every > 1 and blocking.unroll is not True and blocking.unroll not in (False, 1, None)
-    computing = block_bytes * every if unrolled else 0  # see engine/compute/_kernels._thinned_scan
+    computing = block_bytes * every if unrolled else 0  # see engine/_kernels._thinned_scan
     return OutputInfo(
         path=target.label,
         arrays=arrays,

@@ -19,12 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...base import (  # arithmetic only: overview imports no JAX
-    OVERVIEW_DATA_VALUES_AT_MOST,
-    as_count,
-    row_step,
-    rows_in,
-)
+from ...base import OVERVIEW_DATA_VALUES_AT_MOST, as_count, row_step, rows_in
 from ...errors import InputError, NoOutputError, arg
 from ...store.arrays import progress_attrs
 from ...store.targets import open_target
@@ -39,7 +34,7 @@ __all__ = ["Column", "Table", "overview", "overview_table", "step_labels"]
 
 
 def step_labels(rows: np.ndarray, manifest: Manifest) -> np.ndarray:
-    """The step each output row holds (``engine/plan/_layout.row_step``: every step, or every ``save_every``-th)."""
+    """The step each output row holds (``base.row_step``: every step, or every ``save_every``-th)."""
     steps: np.ndarray = row_step(np.asarray(rows, dtype=np.int64), manifest.identity.blocking.save_every)
     return steps
 

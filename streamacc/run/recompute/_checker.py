@@ -16,8 +16,7 @@ import jax
 import numpy as np
 
 from ...base import DEFAULT_INFLIGHT, pool_size, rows_in
-from ...engine.compute import Block, BlockPool, HostLeaf, compute_block, from_host, same_leaves, to_host
-from ...engine.plan import Plan
+from ...engine import Block, BlockPool, HostLeaf, Plan, compute_block, from_host, same_leaves, to_host
 from ...errors import VerifyError, arg, one_line
 from ...store.arrays import ZarrSink, compare_chunks
 from ...store.targets import Target

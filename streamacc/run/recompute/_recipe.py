@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ...engine.plan import Plan
+from ...engine import Plan
 from ...errors import InputError
 from ...recipes import Job, get_recipe
 from ...store.targets import open_target

@@ -12,8 +12,7 @@ refused as ``verify`` refuses it. The caller holds the writer lock.
 
 from __future__ import annotations
 
-from ...engine.compute import HostLeaf, to_host
-from ...engine.plan import Plan
+from ...engine import HostLeaf, Plan, to_host
 from ...errors import VerifyError, arg
 from ...store.arrays import CarryDamaged
 from ...store.targets import Target

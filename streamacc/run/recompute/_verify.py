@@ -15,8 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...base import as_count
-from ...engine.compute import Block, HostLeaf
-from ...engine.plan import Plan, Predicate, ScanSpec, Step, Until, make_plan, step_of, until_of
+from ...engine import Block, HostLeaf, Plan, Predicate, ScanSpec, Step, Until, make_plan, step_of, until_of
 from ...errors import InputError, ResumeError, VerifyError, arg, one_line
 from ...store.targets import Target, open_target
 from ...summaries import Summaries, SummaryCheck

@@ -33,8 +33,7 @@ from zarr.buffer import default_buffer_prototype
 from zarr.storage import WrapperStore
 
 from ...base import dtype_from_name, rows_in
-from ...engine.compute import BlockPool, PoolStats, compute_block, from_host, same_leaves, to_host
-from ...engine.plan import Plan, x64_scope
+from ...engine import BlockPool, Plan, PoolStats, compute_block, from_host, same_leaves, to_host, x64_scope
 from ...errors import InputError, VerifyError, arg
 from ...store.arrays import ChunkWriter, plain_document
 from ...store.targets import open_target

@@ -21,8 +21,7 @@ from types import TracebackType
 from typing import Any
 
 from ...base import warn
-from ...engine.compute import BlockFailed, HostLeaf, check_memory
-from ...engine.plan import Plan
+from ...engine import BlockFailed, HostLeaf, Plan, check_memory
 from ...errors import StoreError, StreamaccError, StreamaccWarning, arg
 from ...store.lease import describe_store_failure, is_store_failure
 from ...store.targets import Target, open_target

@@ -29,8 +29,7 @@ from typing import Any, ParamSpec, TypeVar
 import numpy as np
 
 from ...base import Site, rows_in, run_from
-from ...engine.compute import Block, HostLeaf
-from ...engine.plan import Plan
+from ...engine import Block, HostLeaf, Plan
 from ...errors import InputError, ResumeError, arg, one_line
 from ...store.targets import Target
 from ..bookkeeping import RunIdentity, carry_digest, input_values

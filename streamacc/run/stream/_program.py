@@ -58,8 +58,7 @@ from jax.custom_batching import custom_vmap
 from jax.experimental import io_callback
 
 from ...base import Blocking, stream_handover, stream_piece_bytes
-from ...engine.compute import PROBED, block_function, until_block_functions
-from ...engine.plan import Step, Until, compute_platform
+from ...engine import PROBED, Step, Until, block_function, compute_platform, until_block_functions
 
 try:
     from jax.experimental.buffer_callback import buffer_callback

@@ -22,8 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...base import DEFAULT_STREAM_INFLIGHT, Blocking, Site, outside, warn
-from ...engine.compute import BlockFailed, HostLeaf, from_host, to_host
-from ...engine.plan import Carry, Predicate, ScanSpec, Step
+from ...engine import BlockFailed, Carry, HostLeaf, Predicate, ScanSpec, Step, from_host, to_host
 from ...errors import InputError, ResumeError, StepFunctionError, StreamaccError, StreamaccWarning, arg
 from ..execute import WriteKeywords, split_keywords
 from ..output import Layout, Mode, Planned, check_request, check_written_length, plan_output

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...engine.compute import HostLeaf, caller_scopes
+from ...engine import HostLeaf, caller_scopes
 from ...errors import InputError
 from ...store.targets import Target
 from ..bookkeeping import Ledger, decode_leaves

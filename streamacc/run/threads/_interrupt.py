@@ -79,7 +79,7 @@ def _scopes() -> Callable[[], AbstractContextManager[Any]]:
     """This thread's JAX scopes to enter on another thread (none before JAX is imported)."""
     if "jax" not in sys.modules:
         return nullcontext
-    from ...engine.compute import caller_scopes
+    from ...engine import caller_scopes
 
     return caller_scopes()
 

@@ -34,7 +34,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ...base import (
+from ..base import (
     ACCELERATORS,
     COMPILE_SECONDS_PER_OP,
     CPU_UNROLLED_STEP_AT_MOST,

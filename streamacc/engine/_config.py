@@ -1,5 +1,6 @@
-"""The calling thread's JAX configuration, carried to the thread that computes for it.
+"""Where and how JAX computes: the platform, 64-bit types, and the calling thread's configuration.
 
+The defaults chosen per platform ask :func:`compute_platform` (the ``engine.platform`` seam).
 ``jax.enable_x64``, ``jax.numpy_dtype_promotion``, ``jax.default_matmul_precision`` and
 ``jax.default_device`` are context managers that set a value for the current thread
 only. A caller who writes ``with jax.enable_x64(True): streamacc.write(...)`` expects
@@ -16,9 +17,37 @@ from typing import Any
 
 import jax
 
-from ..plan import x64_scope
+__all__ = ["caller_scopes", "compute_platform", "jax_option", "x64_scope"]
 
-__all__ = ["caller_scopes", "jax_option"]
+
+def compute_platform() -> str:
+    """The platform JAX computes on from the calling thread (``jax.default_device`` included): ``cpu``, ``tpu``,
+    ``gpu`` ..., which the defaults chosen per platform ask (``streamacc.base``)."""
+    return _platform()
+
+
+def _platform() -> str:
+    device: jax.Device | str | None = getattr(jax.config, "jax_default_device")  # noqa: B009 (a run-time option)
+    if device is None:
+        return jax.default_backend()
+    if isinstance(device, str):  # a platform name
+        return device
+    platform: str = device.platform  # jaxlib's Device comes without type information
+    return platform
+
+
+def x64_scope(on: bool) -> Any:
+    """A context manager in which JAX computes with (or without) 64-bit types, on this thread only.
+
+    Used where streamacc must not depend on the process's setting (a cluster worker, a
+    64-bit seed); jax < 0.8 has it only under ``jax.experimental``.
+    """
+    scope: Any = getattr(jax, "enable_x64", None)
+    if scope is None:
+        from jax import experimental
+
+        scope = experimental.enable_x64  # type: ignore[attr-defined]
+    return scope(on)
 
 
 def jax_option(name: str) -> Any:

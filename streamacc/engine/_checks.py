@@ -1,11 +1,17 @@
-"""Argument checks for the block engine.
+"""A step function, its arguments and its condition checked before any work starts.
 
 Each check turns a bad argument into one :class:`InputError` sentence that names the
-argument and the fix, before any work starts, instead of a deep JAX traceback later.
+argument and the fix, instead of a deep JAX traceback later. A scan's condition,
+``until(carry, y) -> bool``, ends the run after the first step where it holds: :class:`Until`
+is the condition as a plan holds it (the predicate, and the first step it is tested on), and
+:func:`check_until` refuses, in one line that names ``until``, a predicate the engine cannot
+test after each step: one that is not a function of ``(carry, y)``, that JAX cannot trace, or
+that returns anything but one boolean.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import linecache
@@ -17,21 +23,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...base import as_count, warn
-from ...errors import InputError, StepFunctionError, StreamaccWarning, X64Error, arg
+from ..base import as_count, warn
+from ..errors import InputError, StepFunctionError, StreamaccWarning, X64Error, arg
 
 __all__ = [
     "UNTRACEABLE",
     "Carry",
+    "Predicate",
     "Step",
+    "Until",
+    "check_until",
     "check_x64",
     "describe",
     "resolve_length",
     "step_shapes",
     "untraceable",
-    "x64_scope",
     "x_struct",
 ]
+
 
 Step = Callable[[Any, Any], tuple[Any, Any]]
 """A step function ``f(carry, x) -> (carry, y)``, as ``lax.scan`` takes it (carry, x and y are pytrees)."""
@@ -83,20 +92,6 @@ def _dtype_of(leaf: Any) -> np.dtype[Any] | None:
         return None if dtype is None else np.dtype(dtype)
     except TypeError:
         return None  # e.g. a PRNG key dtype, which has no 64-bit question
-
-
-def x64_scope(on: bool) -> Any:
-    """A context manager in which JAX computes with (or without) 64-bit types, on this thread only.
-
-    Used where streamacc must not depend on the process's setting (a cluster worker, a
-    64-bit seed); jax < 0.8 has it only under ``jax.experimental``.
-    """
-    scope: Any = getattr(jax, "enable_x64", None)
-    if scope is None:
-        from jax import experimental
-
-        scope = experimental.enable_x64  # type: ignore[attr-defined]
-    return scope(on)
 
 
 def check_x64(**trees: Any) -> None:
@@ -329,3 +324,76 @@ def step_shapes(f: Step, init: Any, xs: Any) -> tuple[Any, Any]:
                 "emit plain arrays as y, e.g. jax.random.key_data(key) instead of a PRNG key"
             )
     return carry_out, y
+
+
+Predicate = Callable[[Any, Any], Any]
+"""A scan's condition, ``until(carry, y) -> bool``: the carry after a step and that step's y, as JAX arrays."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Until:
+    """A scan's condition as its plan holds it: ``predicate``, tested after each step from step ``armed`` on.
+
+    ``armed`` is 0 but for an output extended past the step where its condition held: the
+    condition given then is tested from the step after that one.
+    """
+
+    predicate: Predicate
+    armed: int = 0
+
+
+def _takes_two(until: Any) -> bool:
+    """Whether ``until`` can be called as ``until(carry, y)`` (True where Python cannot tell)."""
+    try:
+        signature = inspect.signature(until)
+    except (TypeError, ValueError):  # a builtin or an object without a signature: tracing tells
+        return True
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        return False
+    return True
+
+
+def check_until(until: Any, carry: Any, y: Any, *, reverse: bool) -> None:
+    """Refuse a condition that cannot be tested after each step of a scan whose carry and y are ``carry`` and ``y``
+    (shape structs), in one line that names ``until``."""
+    if not callable(until):
+        raise InputError(
+            f"{arg('until')} must be a function until(carry, y) -> bool, tested after each step, got "
+            f"{type(until).__name__}; pass e.g. until=lambda carry, y: y < 1e-6"
+        )
+    try:
+        hash(until)
+    except TypeError:
+        raise InputError(
+            f"{arg('until')} must be hashable, as f must (a function, or a frozen dataclass), but "
+            f"{type(until).__name__} is not; make it a frozen dataclass or give it a __hash__"
+        ) from None
+    if not _takes_two(until):
+        raise InputError(
+            f"{arg('until')} must take two arguments, the carry after a step and that step's y: until(carry, y) -> "
+            f"bool, got until{inspect.signature(until)}"
+        )
+    if reverse:
+        raise InputError(
+            f"{arg('until')} ends a scan after the first step in scan order where it holds, and a reverse scan's "
+            f"output could then not begin at step 0; pass {arg('reverse', False)}, or leave {arg('until')} out"
+        )
+    try:
+        out = jax.eval_shape(until, carry, y)
+    except UNTRACEABLE as exc:
+        raise untraceable(until, exc, name="until") from exc
+    except (TypeError, KeyError, IndexError, AttributeError, ValueError) as exc:
+        raise StepFunctionError(
+            f"{arg('until')} failed on a step's carry {describe(carry)} and y {describe(y)} "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())}); it is called as until(carry, y) after each step"
+        ) from exc
+    if not isinstance(out, jax.ShapeDtypeStruct) or out.shape != () or out.dtype != jnp.bool_:
+        got = describe(out)
+        fix = (
+            "reduce it to one, e.g. jnp.all(...) or jnp.any(...)"
+            if isinstance(out, jax.ShapeDtypeStruct) and out.dtype == jnp.bool_
+            else "return a comparison, e.g. until=lambda carry, y: y < 1e-6"
+        )
+        raise StepFunctionError(f"{arg('until')} must return one boolean after each step, got {got}; {fix}")

@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ...base import unrolled
-from ..plan import Predicate, Step
+from ..base import unrolled
+from ._checks import Predicate, Step
 
 __all__ = [
     "PROBED",

@@ -1,9 +1,13 @@
-"""Running a plan block by block: dispatch into the pool's buffers, hand over, the carry pass.
+"""Running a plan block by block: dispatch into the pool's buffers, hand over the :class:`Block`, the carry pass.
 
 A plan with a condition (``until``) runs each block with the step that also tests it after
 each step (``probe_fn``); the block where it held is run again by the step that finds the
 first step where it held and holds the carry there (``until_fn``), and handed over with its
 ys cut after that step, with the carry that step left; no block follows it.
+
+A carry is a pytree of small JAX arrays, possibly typed PRNG keys; as plain host data (a list
+of (numpy array, key implementation or None) leaves, and back, exactly) it is recorded and
+continued elsewhere.
 """
 
 from __future__ import annotations
@@ -11,20 +15,147 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
 
-from ...base import pool_size, rows_in
-from ..plan import Plan, compute_platform
-from ._block import Block
+from ..base import pool_size, rows_in
+from ._config import compute_platform
 from ._kernels import PROBED, cached, carry_scan_fn, probe_fn, scan_fn, until_fn
-from ._pool import POOL_MIN_BYTES, BlockPool, _Lease, fresh_buffers
-from ._rows import block_xs, let_go, spent_rows
+from ._memory import POOL_MIN_BYTES, BlockPool, _Lease, block_xs, fresh_buffers, let_go, spent_rows
+from ._plan import Plan
 
-__all__ = ["BlockFailed", "carry_pass", "compute_block", "computes_ahead", "run_block", "run_plan"]
+__all__ = [
+    "Block", "BlockFailed", "HostLeaf", "carry_pass", "compute_block", "computes_ahead", "from_host", "run_block",
+    "run_plan", "same_leaves", "to_host",
+]
+
+
+HostLeaf = tuple[npt.NDArray[Any], str | None]
+
+
+def _leaf_to_host(leaf: Any) -> HostLeaf:
+    leaf = jnp.asarray(leaf)
+    if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        return np.asarray(jax.random.key_data(leaf)), str(jax.random.key_impl(leaf))
+    return np.asarray(leaf), None
+
+
+def to_host(carry: Any) -> list[HostLeaf]:
+    """The leaves of ``carry`` as host arrays, each tagged with its PRNG key implementation."""
+    return [_leaf_to_host(leaf) for leaf in jax.tree_util.tree_leaves(carry)]
+
+
+def _placed(array: npt.NDArray[Any], like: Any) -> jax.Array:
+    """``array`` on the device, sharded as ``like`` where that is a ``jax.Array`` sharded over several devices."""
+    sharding = getattr(like, "sharding", None) if isinstance(like, jax.Array) else None
+    if sharding is None or len(sharding.device_set) < 2:
+        return jnp.asarray(array)
+    placed: jax.Array = jax.device_put(array, sharding)
+    return placed
+
+
+def from_host(leaves: list[HostLeaf], like: Any) -> Any:
+    """Rebuild a carry with the tree structure of ``like`` from :func:`to_host` leaves.
+
+    A leaf whose counterpart in ``like`` is sharded over several devices (an ensemble's members
+    spread over the devices of a mesh) is sharded so again; any other goes to the default device.
+    """
+    treedef = jax.tree_util.tree_structure(like)
+    arrays = []
+    for (a, impl), model in zip(leaves, jax.tree_util.tree_leaves(like), strict=True):
+        if impl:
+            data = model if not isinstance(model, jax.Array) else jax.random.key_data(model)
+            arrays.append(jax.random.wrap_key_data(_placed(a, data), impl=impl))
+        else:
+            arrays.append(_placed(a, model))
+    return jax.tree_util.tree_unflatten(treedef, arrays)
+
+
+def same_leaves(a: list[HostLeaf], b: list[HostLeaf]) -> bool:
+    """Whether two host carries are the same bit for bit (dtypes, shapes, bytes and key implementations)."""
+    return len(a) == len(b) and all(
+        x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes() and i == j
+        for (x, i), (y, j) in zip(a, b, strict=True)
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """One finished block of a blocked scan, as :func:`iter_blocks` yields it.
+
+    Attributes
+    ----------
+    start : int
+        The first step the block covers (steps ``[start, stop)`` of the whole scan).
+    stop : int
+        The step after the block's last.
+    ys : pytree of numpy.ndarray
+        The ys of the block's steps, one host array per leaf of ``y`` with leading axis
+        ``len(block.rows)``: every step's y, or every ``save_every``-th. Read-only; on a
+        CPU they are views of the engine's recycled buffers (see :meth:`release`).
+    carry : pytree of jax.Array
+        The carry after the block's last step in scan order: the carry that enters the
+        next block (in a reverse scan, the block before it).
+    save_every : int
+        The block keeps the y of steps ``k-1, 2k-1, ...`` (``k = save_every``); 1 keeps all.
+    ended : bool
+        Whether the scan's condition (``until``) held in this block: the block ends after
+        the step where it first held (``stop - 1``), its ``carry`` is the carry that step
+        left, and no block follows.
+
+    Examples
+    --------
+    >>> import numpy as np, streamacc
+    >>> def count(c, _):
+    ...     return c + 1, c
+    >>> block = next(streamacc.iter_blocks(count, np.int32(0), length=10, block_size=4))
+    >>> block.start, block.stop, len(block), block.ys, int(block.carry)
+    (0, 4, 4, array([0, 1, 2, 3], dtype=int32), 4)
+    >>> block.rows
+    range(0, 4)
+    """
+
+    start: int
+    stop: int
+    ys: Any
+    carry: Any
+    _release: Callable[[], None] | None = dataclasses.field(default=None, repr=False, compare=False)
+    save_every: int = 1
+    ended: bool = False
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def rows(self) -> range:
+        """The output rows this block's ys fill: ``range(start, stop)``, or the kept rows when thinned.
+
+        Output row ``r`` holds the y of step ``r * save_every + save_every - 1``.
+        """
+        return range(*rows_in(self.start, self.stop, self.save_every))
+
+    def __reduce__(self) -> tuple[Callable[..., Block], tuple[int, int, Any, Any, int, bool]]:
+        # a copy holds no buffer of the pool
+        return _rebuild_block, (self.start, self.stop, self.ys, self.carry, self.save_every, self.ended)
+
+    def release(self) -> None:
+        """Give this block's buffers back for reuse by a later block; ``ys`` must not be read after.
+
+        Optional: without it a buffer is reused once every reference to ``ys`` is gone.
+        Call it where references linger after the last read, e.g. in a writer, once the
+        block's chunks are durable. Calling it again does nothing.
+        """
+        if self._release is not None:
+            self._release()
+
+
+def _rebuild_block(start: int, stop: int, ys: Any, carry: Any, save_every: int, ended: bool = False) -> Block:
+    return Block(start, stop, ys, carry, save_every=save_every, ended=ended)
 
 
 class BlockFailed(jax.errors.JaxRuntimeError):  # type: ignore[misc]  # jaxlib's class comes without types

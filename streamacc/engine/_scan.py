@@ -9,12 +9,12 @@ import jax
 import numpy as np
 import numpy.typing as npt
 
-from ...base import as_count, pool_size
-from ...errors import InputError, arg
-from ..plan import Carry, Plan, Predicate, ScanSpec, Step, as_spec, same_carry
-from ._block import Block
+from ..base import as_count, pool_size
+from ..errors import InputError, arg
+from ._checks import Carry, Predicate, Step
 from ._memory import check_memory, physical_memory, too_big
-from ._run import CALLER_HELD, computes_ahead, run_plan
+from ._plan import Plan, ScanSpec, as_spec, same_carry
+from ._run import CALLER_HELD, Block, computes_ahead, run_plan
 
 __all__ = ["iter_blocks", "scan"]
 
