@@ -76,7 +76,7 @@ def approach(name: str) -> Callable:
 
 
 def light_streamacc() -> None:
-    """Make ``streamacc.store.arrays._codecs``, ``streamacc.store.targets._files`` and
+    """Make ``streamacc.store._encoding``, ``streamacc.store._files`` and
     ``streamacc.run.threads._pipeline`` importable without running ``streamacc/__init__`` at all.
 
     These three modules need only the standard library and zarr; a stub package keeps
@@ -104,7 +104,7 @@ def import_zarr() -> None:
     import numpy  # noqa: F401
     import zarr  # noqa: F401
 
-    import streamacc.store.arrays._codecs  # noqa: F401
+    import streamacc.store._encoding  # noqa: F401
 
 
 def fsync_tree(root: Path) -> None:
@@ -131,7 +131,7 @@ def create_x(out: Path, n: int, chunk: int, codec: str):
     import numpy as np
     import zarr
 
-    from streamacc.store.arrays._codecs import compressors_for
+    from streamacc.store._encoding import compressors_for
 
     group = zarr.open_group(str(out), mode="w")
     return group.create_array(
@@ -348,7 +348,7 @@ def run_precomputed(args: argparse.Namespace) -> dict:
     """Zarr alone: one precomputed block written N/B times, with streamacc's pipeline and fsyncs."""
     import_zarr()
     from streamacc.run.threads._pipeline import run_ordered
-    from streamacc.store.targets._files import fsync_dir, fsync_file
+    from streamacc.store._files import fsync_dir, fsync_file
 
     t0 = time.perf_counter()
     arr = create_x(args.out, args.size, args.chunk, args.codec)

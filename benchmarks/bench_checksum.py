@@ -8,7 +8,7 @@ checks on every read), blosc-lz4 compression into a reused buffer and decompress
 The GIL column is from the sources, not measured: CPython's zlib releases the GIL for
 buffers over 5 KiB; google_crc32c's C extension (``_crc32c.c``) never does, so a CRC-32C
 of a raw 32 MiB chunk stops every other Python thread for about 2 ms; ctypes calls (the
-blosc compression of ``streamacc.store.arrays._chunks``) and numcodecs' decompression release it::
+blosc compression of ``streamacc.store._chunks``) and numcodecs' decompression release it::
 
     python benchmarks/bench_checksum.py --chunk '2**22' --repeat 20
 """
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     import zarr  # noqa: F401  (sets numcodecs.blosc.use_threads = False, as in a write)
 
     from streamacc.cli._expr import parse_int
-    from streamacc.store.arrays._chunks import _BLOSC_OVERHEAD, _Blosc
+    from streamacc.store._chunks import _BLOSC_OVERHEAD, _Blosc
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--chunk", default="2**22", help="steps per chunk (float64)")

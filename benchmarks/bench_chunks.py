@@ -20,7 +20,7 @@ Options (codec blosc-lz4, byte shuffle, level 5 everywhere):
   zarr-chunk/4, /8       chunk = block/4 or block/8, one ``array[s:e] =`` per block
   zarr-shard/8           one shard per block, inner chunks of block/8
   pipeline               the array's codec pipeline called directly, then ``store.set``
-  writer                 ``streamacc.store.arrays._chunks.ChunkWriter``: blosc into per-thread reused buffers
+  writer                 ``streamacc.store._chunks.ChunkWriter``: blosc into per-thread reused buffers
   writer-chunk/8         the same with chunk = block/8
   +crc32c-codec          the array also has zarr's crc32c codec (readers check it)
   +zlib-raw, +crc32c-raw a checksum of the raw block in the writer thread (zlib.crc32, google_crc32c)
@@ -128,7 +128,7 @@ def _writer(array, spec: dict):
         return write
     if spec["method"] == "pipeline":
         return _pipeline_writer(array)
-    from streamacc.store.arrays._chunks import ChunkWriter
+    from streamacc.store._chunks import ChunkWriter
 
     writer = ChunkWriter(array)
     assert writer.direct

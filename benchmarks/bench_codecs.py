@@ -35,7 +35,7 @@ from _approaches import enable_x64, fsync_tree  # noqa: E402
 from _harness import disk_bytes  # noqa: E402
 
 from streamacc import base  # noqa: E402
-from streamacc.store.arrays import CODECS  # noqa: E402
+from streamacc.base import CODEC_NAMES as CODECS  # noqa: E402
 
 SECTIONS = ("codec", "block", "inflight", "chunk")
 GiB, MiB = 2**30, 2**20

@@ -73,7 +73,7 @@ def parts(size: int, block: int, workdir: Path, blocks_measured: int) -> dict:
     from streamacc.recipes import get_recipe
     from streamacc.run.execute import BLOCKS_PER_TASK, BlockTask, SinkSpec, run_block_tasks
     from streamacc.run.output import check_request, open_output, output_spec
-    from streamacc.store.targets import open_target
+    from streamacc.store import open_target
 
     results = {}
     for name, params in RECIPES.items():

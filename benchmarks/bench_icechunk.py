@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     import streamacc
     from streamacc import testing
     from streamacc.cli import main as cli, parse_int
-    from streamacc.store.targets import IcechunkTarget
+    from streamacc.store import IcechunkTarget
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", default="2**26", help="steps")

@@ -41,7 +41,7 @@ from _approaches import COMPUTE_ONLY, WRITERS, gp_block  # noqa: E402
 from _harness import disk_bytes  # noqa: E402
 
 from streamacc import base  # noqa: E402
-from streamacc.store.arrays import CODECS  # noqa: E402
+from streamacc.base import CODEC_NAMES as CODECS  # noqa: E402
 
 GP_APPROACHES = tuple(a for a in WRITERS if a != "dask-blelloch-axisnone")
 DEFAULT_APPROACHES = GP_APPROACHES + COMPUTE_ONLY

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     )
     from .run.recompute import VerifyReport as VerifyReport, verify as verify
     from .run.stream import Stream as Stream
-    from .store.arrays import register_data_types as register_data_types
+    from .store import register_data_types as register_data_types
 
 __getattr__, _, _lazy = lazy_exports(__name__, __file__)
 __all__ = sorted(["StreamaccError", "__version__", "errors", *_lazy])

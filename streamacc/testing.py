@@ -85,27 +85,27 @@ class _Seam:
 _SEAMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "store.write_new": (
         "write_new(path, data): a data chunk written to a local folder, into a temp file renamed over it",
-        ("streamacc.store.arrays._chunks.write_new",),
+        ("streamacc.store._chunks.write_new",),
     ),
     "store.write_all": (
         "write_all(fd, view): the bytes of a local file written to its descriptor, by write_new and atomic_write",
-        ("streamacc.store.targets._files._write_all",),
+        ("streamacc.store._files._write_all",),
     ),
     "store.atomic_write": (
         "atomic_write(path, data): each key a local folder's target writes itself (metadata, manifests), durably",
-        ("streamacc.store.targets._localtarget.atomic_write",),
+        ("streamacc.store._localtarget.atomic_write",),
     ),
     "store.remove_tree_contents": (
         "remove_tree_contents(root, keep): an overwritten local output's old files deleted, walking the folder",
-        ("streamacc.store.targets._localtarget.remove_tree_contents",),
+        ("streamacc.store._localtarget.remove_tree_contents",),
     ),
     "store.icechunk_commit_seconds": (
         "COMMIT_SECONDS: the most seconds an Icechunk writer goes between two commits (0: a commit every block)",
-        ("streamacc.store.targets._icechunk.COMMIT_SECONDS",),
+        ("streamacc.store._icechunk.COMMIT_SECONDS",),
     ),
     "store.lease.time": (
         "time: the module the lease reads its clock from (time.monotonic) and waits with (time.sleep)",
-        ("streamacc.store.lease._lease.time",),
+        ("streamacc.store._lease.time",),
     ),
     "engine.platform": (
         "platform(): the platform JAX computes on ('cpu', 'tpu', 'gpu', ...), whose defaults a run takes (the "

@@ -184,7 +184,7 @@ def s3_server(aws_credentials: None) -> Iterator[S3Server]:
     """moto's S3 server for the whole session."""
     pytest.importorskip("s3fs")
     pytest.importorskip("moto.server")
-    from streamacc.store.targets import close_store_sessions
+    from streamacc.store import close_store_sessions
 
     server, described = start_server()
     try:

@@ -144,8 +144,7 @@ def dies_at(n: int, seen: list[str] | None = None, *, kill: bool = False) -> Ite
     ``seen`` collects what each write was (``n=0``: none fails). With ``kill``, the process
     is SIGKILLed at write ``n`` instead.
     """
-    from streamacc.store.lease import FencedStore
-    from streamacc.store.targets import LocalTarget
+    from streamacc.store import FencedStore, LocalTarget
 
     saved = (testing.current("store.atomic_write"), LocalTarget.delete, LocalStore.set, LocalStore.delete,
              FencedStore.set, FencedStore.delete)  # fmt: skip
@@ -265,7 +264,7 @@ def pause_before_check(at: int) -> None:
     import contextvars
     import threading
 
-    from streamacc.store.lease import FencedStore, Lease
+    from streamacc.store import FencedStore, Lease
 
     real_check = Lease.check
     count = itertools.count(1)

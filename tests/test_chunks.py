@@ -16,7 +16,7 @@ import pytest
 import zarr
 from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
 
-from streamacc.store.arrays import ChunkWriter
+from streamacc.store import ChunkWriter
 
 CHUNK = 64
 
@@ -162,7 +162,7 @@ def test_chunks_split_along_trailing_axes_match_zarr_bytes(tmp_path, codec, shap
 
 def test_encode_buffers_are_shared_by_threads_and_made_only_for_overlaps():
     """A block's chunks take one buffer; a thread after it reuses it, and only blocks encoded at once need more."""
-    from streamacc.store.arrays import EncodeBuffers
+    from streamacc.store import EncodeBuffers
 
     buffers = EncodeBuffers()
     with buffers.lease(1000) as first:

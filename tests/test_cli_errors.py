@@ -23,7 +23,7 @@ from helpers import failing, held_lock, listing, run_warm
 import streamacc
 from streamacc.cli import main
 from streamacc.errors import StoreError
-from streamacc.store.targets import LocalTarget
+from streamacc.store import LocalTarget
 
 LOCK = "out.zarr"  # writers lock the output folder itself
 

@@ -18,7 +18,7 @@ import pytest
 from helpers import SMALL, rewind, run, tree
 
 from streamacc.cli import main
-from streamacc.store.targets import open_target
+from streamacc.store import open_target
 
 
 @pytest.fixture(scope="module")

@@ -234,7 +234,7 @@ def test_full_disk_at_the_manifest_then_resume(tmp_path, refs, at):
 
 def test_atomic_write_that_fails_keeps_the_old_file_and_no_temp(tmp_path, monkeypatch):
     """A local folder's fsync is the system's: no store wrapper reaches it, so the system call itself fails."""
-    from streamacc.store.targets import atomic_write
+    from streamacc.store import atomic_write
 
     path = tmp_path / "manifest.json"
     path.write_bytes(b"old")

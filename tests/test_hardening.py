@@ -43,7 +43,7 @@ from helpers import (
 
 import streamacc
 from streamacc.cli import main
-from streamacc.store.targets import LocalTarget
+from streamacc.store import LocalTarget
 
 BIG = ["--size", "2**20", "--block-size", "2**14", "--codec", "none", "--no-progress"]  # 64 blocks
 

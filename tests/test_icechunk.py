@@ -66,7 +66,7 @@ def keys_of(store) -> dict[str, bytes]:
     """Every key of a zarr store with its bytes."""
     from zarr.buffer import default_buffer_prototype
 
-    from streamacc.store.targets import sync
+    from streamacc.store import sync
 
     async def collect() -> list[str]:
         return [key async for key in store.list_prefix("")]
@@ -88,7 +88,7 @@ def head_steps(path: Path) -> int:
         return -1
     from zarr.buffer import default_buffer_prototype
 
-    from streamacc.store.targets import sync
+    from streamacc.store import sync
 
     raw = sync(store.get(MANIFEST, default_buffer_prototype()))
     if raw is None:
@@ -141,7 +141,7 @@ def test_a_repository_holds_the_plain_folders_bytes_and_verifies(tmp_path, plain
 def test_between_commits_the_writer_reads_its_group_documents_and_the_commit_holds_the_last(tmp_path):
     from zarr.buffer import default_buffer_prototype
 
-    from streamacc.store.targets import open_target, sync
+    from streamacc.store import open_target, sync
 
     repo_path = tmp_path / "repo"
     target = open_target(f"icechunk://{repo_path}")

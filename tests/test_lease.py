@@ -26,8 +26,7 @@ import zarr
 from helpers import Bucket, Popen, start_server, stripping_proxy
 
 from streamacc.errors import InputError, LockedError
-from streamacc.store.lease import LEASE_ENV, Holder, Lease, lease_seconds, open_lease_store
-from streamacc.store.targets import LEASE_KEY
+from streamacc.store import LEASE_ENV, LEASE_KEY, Holder, Lease, lease_seconds, open_lease_store
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -196,7 +195,7 @@ def test_release_deletes_the_lease(s3_bucket):
 HOLDER_SCRIPT = textwrap.dedent(
     """
     import sys, time, fsspec
-    from streamacc.store.lease import Lease
+    from streamacc.store import Lease
     fs = fsspec.filesystem("s3", endpoint_url=sys.argv[1])
     Lease.acquire(fs, sys.argv[2], "out", ttl=1.0)
     print("held", flush=True)

@@ -82,13 +82,13 @@ def test_import_contracts_kept():
 
 VIOLATIONS = [
     ("engine/_plan.py", "from ..run import write", "streamacc.run", "Wings in layers"),
-    ("store/targets/_files.py", "from ...engine import Plan", "streamacc.engine", "Wings in layers"),
+    ("store/_files.py", "from ..engine import Plan", "streamacc.engine", "Wings in layers"),
     ("run/read/_index.py", "from ..execute import LocalExecutor", "streamacc.run.execute", "Rooms of run in layers"),
     ("run/bookkeeping/_manifest.py", "from ..output import Output", "streamacc.run.output", "Rooms of run in layers"),
-    ("store/lease/_fence.py", "from ..targets import Target", "streamacc.store.targets", "Rooms of store in layers"),
+    ("store/_fence.py", "from ._target import Target", "streamacc.store._target", "Store in layers"),
     ("summaries/_pyramid.py", "import jax", "jax", "Store and summaries never import JAX"),
     ("engine/_plan.py", "import zarr", "zarr", "The engine is pure computation"),
-    ("store/arrays/_codecs.py", "import jax", "jax", "Store and summaries never import JAX"),
+    ("store/_encoding.py", "import jax", "jax", "Store and summaries never import JAX"),
 ]
 """One forbidden import per contract and more: (module, the line added, what it imports, the contract it breaks)."""
 
@@ -181,11 +181,11 @@ DOTTED = re.compile(r"streamacc(?:\.\w+)+")
 def reaches_from_tests(folder: Path, package_root: Path) -> list[str]:
     """Each reach of a file under ``folder`` into a private streamacc module, as 'file:line: module'.
 
-    An import of one (``import streamacc.store.arrays._chunks``, ``from streamacc.store.targets import
+    An import of one (``import streamacc.store._chunks``, ``from streamacc.store import
     _files``), a dotted name given to a call (``import_module("streamacc.engine._scan")``,
-    ``monkeypatch.setattr("streamacc.store.arrays._chunks.write_new", ...)``), and an attribute of a
-    streamacc module the file imported (``streamacc.store.targets._target``, ``arrays._chunks`` after
-    ``import streamacc.store.arrays as arrays``).
+    ``monkeypatch.setattr("streamacc.store._chunks.write_new", ...)``), and an attribute of a
+    streamacc module the file imported (``streamacc.store._target``, ``output._output`` after
+    ``import streamacc.run.output as output``).
     """
     found = []
     for path in sorted(folder.rglob("*.py")):
@@ -235,25 +235,25 @@ def test_a_test_reaching_into_a_private_module_is_found(tmp_path):
     probe.write_text(
         "import importlib\n"
         "import streamacc.store\n"
-        "import streamacc.store.arrays._chunks\n"
+        "import streamacc.store._chunks\n"
         "import streamacc.run.output as output\n"
-        "from streamacc.store.targets import _files, open_target\n"
+        "from streamacc.store import _files, open_target\n"
         "from streamacc.cli._expr import parse_int\n"
         "from streamacc.engine import make_plan\n"
         "from streamacc import __version__, errors\n"
         "importlib.import_module('streamacc.engine._scan')\n"
-        "monkeypatch.setattr('streamacc.store.targets._target.atomic_write', None)\n"
-        "streamacc.store.targets._target.atomic_write = None\n"
+        "monkeypatch.setattr('streamacc.store._target.atomic_write', None)\n"
+        "streamacc.store._target.atomic_write = None\n"
         "output._output.PUBLISH_SECONDS = 0.0\n"
         "self._store, errors.InputError, streamacc.store.open_target\n"
     )
     assert reaches_from_tests(tmp_path / "tests", ROOT / "streamacc") == [
-        "tests/test_probe.py:3: streamacc.store.arrays._chunks",
-        "tests/test_probe.py:5: streamacc.store.targets._files",
+        "tests/test_probe.py:3: streamacc.store._chunks",
+        "tests/test_probe.py:5: streamacc.store._files",
         "tests/test_probe.py:6: streamacc.cli._expr",
         "tests/test_probe.py:9: streamacc.engine._scan",
-        "tests/test_probe.py:10: streamacc.store.targets._target",
-        "tests/test_probe.py:11: streamacc.store.targets._target",
+        "tests/test_probe.py:10: streamacc.store._target",
+        "tests/test_probe.py:11: streamacc.store._target",
         "tests/test_probe.py:12: streamacc.run.output._output",
     ]
 

@@ -25,7 +25,7 @@ import streamacc
 from streamacc import testing
 from streamacc.errors import ResumeError, StoreError, StreamaccWarning
 from streamacc.run.bookkeeping import Ledger
-from streamacc.store.arrays import ZarrSink
+from streamacc.store import ZarrSink
 
 LENGTH, BLOCK = 5000, 512  # 10 blocks, the last one short
 BLOCKS = -(-LENGTH // BLOCK)

@@ -31,7 +31,7 @@ from helpers import new_bucket
 
 import streamacc.store
 from streamacc.errors import LockedError, StoreError
-from streamacc.store.targets import LEASE_KEY, Target, open_target, read_into, sync
+from streamacc.store import LEASE_KEY, Target, open_target, read_into, sync
 
 COMMAND = "--resume"
 """The fix a refused writer is told of."""
@@ -78,7 +78,7 @@ TARGETS = {"_localtarget", "_storetarget", "_icechunk"}
 
 def store_imports(name: str) -> set[str]:
     """The store's own modules that its module ``name`` imports, at its top or inside a function."""
-    tree = ast.parse((Path(streamacc.store.__file__).parent / "targets" / f"{name}.py").read_text())
+    tree = ast.parse((Path(streamacc.store.__file__).parent / f"{name}.py").read_text())
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 1:

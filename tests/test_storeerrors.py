@@ -16,7 +16,7 @@ from helpers import start_server
 from zarr.storage import FsspecStore
 
 from streamacc.errors import InputError, LockedError, StoreError
-from streamacc.store.lease import describe_store_failure, is_store_failure
+from streamacc.store import describe_store_failure, is_store_failure
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")

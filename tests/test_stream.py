@@ -31,7 +31,7 @@ import streamacc
 from streamacc import testing
 from streamacc.errors import InputError, ResumeError, StepFunctionError, StoreError, StreamaccError, StreamaccWarning
 from streamacc.run.stream import pieces
-from streamacc.store.arrays import ZarrSink
+from streamacc.store import ZarrSink
 
 DEADLINE = 120.0
 

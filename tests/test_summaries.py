@@ -294,7 +294,7 @@ def test_overview_needs_only_the_summaries(tmp_path, written):
 
 
 def test_summaries_as_streamacc_writes_them_are_read_without_zarr_as_zarr_reads_them(written):
-    from streamacc.store.targets import open_target
+    from streamacc.store import open_target
     from streamacc.summaries import plain_array, plain_group
 
     out = written[24]

@@ -107,7 +107,7 @@ def test_chunks_are_checked_without_decoding_them(compressed, monkeypatch):
 
 
 def test_chunks_another_encoder_wrote_are_compared_by_value(compressed, monkeypatch):
-    from streamacc.store.arrays import ChunkWriter
+    from streamacc.store import ChunkWriter
 
     real = ChunkWriter.encode
 

@@ -25,7 +25,7 @@ import streamacc
 from streamacc.errors import InputError, StoreError, VerifyError
 from streamacc.run.bookkeeping import trusted_manifest
 from streamacc.run.recompute import RECYCLED_BLOCKS, recomputed_variables, recomputing_store
-from streamacc.store.targets import open_target
+from streamacc.store import open_target
 
 jax.config.update("jax_enable_x64", True)
 

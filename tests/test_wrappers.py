@@ -28,8 +28,7 @@ from zarr.testing.store import StoreTests
 import streamacc
 from streamacc.run.bookkeeping import CheckedStore, load_manifest
 from streamacc.run.recompute import RecomputingStore, recompute_plan
-from streamacc.store.lease import FencedStore
-from streamacc.store.targets import SessionStore, open_target
+from streamacc.store import FencedStore, SessionStore, open_target
 
 
 def STEP(c, _):

@@ -164,6 +164,15 @@ DEFAULT_VIRTUAL_INFLIGHT = 2
 two threads keep up with the computation, and a third would only hold another block's
 memory."""
 
+CODEC_NAMES = ("none", "zstd", "blosc-lz4", "blosc-lz4-bitshuffle", "blosc-zstd", "blosc-zstd-bitshuffle")
+"""The codecs an output's arrays may be compressed with, by the names ``write(codec=...)`` and the command line
+take (each made into zarr's compressors by ``store.compressors_for``)."""
+
+MAX_CHUNK_BYTES = 2**31 - 1 - 16
+"""The largest chunk (uncompressed) c-blosc compresses (its BLOSC_MAX_BUFFERSIZE: INT_MAX
+less its 16-byte header); larger chunks fail with "blosc compression failed". No chunk
+may be larger, whatever the codec, so that changing the codec never breaks a layout."""
+
 DEFAULT_CODEC = "blosc-lz4"
 """Blosc LZ4 with byte shuffle: it compresses smooth series well and encodes faster than
 a disk writes, where zarr's default (zstd) costs more CPU than the write it saves."""

@@ -6,7 +6,7 @@ its ``if TYPE_CHECKING:`` block (``from ._target import open_target as open_targ
 which type checkers read; :func:`lazy_exports` reads the same block from the file and
 imports the module behind a name on first use, keeping the value, so ``from
 streamacc.store import open_target`` costs Zarr's import while ``from streamacc.store
-import CODECS`` does not.
+import Target`` does not.
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def _committed_steps(out: str, options: dict[str, Any] | None) -> tuple[int, int
     """How many steps ``out`` has committed already, and the step its extension computes on from (the start of its
     last block, which an extension writes again), from its manifest alone; 0 where it holds no readable run."""
     from ..run.bookkeeping import load_manifest
-    from ..store.targets import open_target
+    from ..store import open_target
 
     try:
         manifest = load_manifest(open_target(out, storage_options=options, read_only=True))
@@ -110,7 +110,7 @@ def _unroll(job: Job, mode: Mode, out: str, options: dict[str, Any] | None, give
     if mode not in ("resume", "extend"):
         return job.unroll
     from ..run.bookkeeping import load_manifest
-    from ..store.targets import open_target
+    from ..store import open_target
 
     try:
         identity = load_manifest(open_target(out, storage_options=options, read_only=True)).identity
@@ -288,7 +288,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def _writer(out: str, options: dict[str, Any] | None) -> str | None:
     """Who is writing ``out`` now (its lock or lease tells), or None; a question that fails answers None."""
-    from ..store.targets import open_target
+    from ..store import open_target
 
     try:
         return open_target(out, storage_options=options, read_only=True).writer()
@@ -411,7 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # which aborts the process (SIGABRT) after the one line was printed
         _exit_now(code)
     if own_process and "zarr.core.sync" in sys.modules:
-        from ..store.targets import settle_event_loop
+        from ..store import settle_event_loop
 
         # run before zarr's own exit handler (registered earlier, as zarr was imported), which closes its loop
         # still running on a busy machine, printing a warning and a traceback after the command's answer

@@ -14,10 +14,15 @@ import sys
 from typing import Any, NoReturn
 
 from .._version import __version__
-from ..base import ACCELERATOR_WRITE_BLOCK_BYTES, DEFAULT_CODEC, DEFAULT_WRITE_BLOCK_BYTES, DEFAULT_WRITE_BLOCK_SIZE
+from ..base import (
+    ACCELERATOR_WRITE_BLOCK_BYTES,
+    CODEC_NAMES,
+    DEFAULT_CODEC,
+    DEFAULT_WRITE_BLOCK_BYTES,
+    DEFAULT_WRITE_BLOCK_SIZE,
+)
 from ..errors import InputError, arg
 from ..recipes import Recipe, option, refusal
-from ..store.arrays import CODECS
 from ._expr import parse_int, parse_number
 
 __all__ = [
@@ -178,7 +183,7 @@ def _add_write(sub: argparse._SubParsersAction[_Parser]) -> None:
         metavar="UNITS",
         help="units of --time-step and --time-start, e.g. s, or 'seconds since 2000-01-01' for dates (CF)",
     )
-    w.add_argument("--codec", default=DEFAULT_CODEC, help=f"one of {', '.join(CODECS)} (default {DEFAULT_CODEC})")
+    w.add_argument("--codec", default=DEFAULT_CODEC, help=f"one of {', '.join(CODEC_NAMES)} (default {DEFAULT_CODEC})")
     mode = w.add_mutually_exclusive_group()
     mode.add_argument("--overwrite", action="store_true", help="replace an existing output")
     mode.add_argument("--resume", action="store_true", help="continue an interrupted run with the same settings")

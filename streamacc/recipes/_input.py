@@ -174,7 +174,7 @@ class Rows:
         False (nothing decoded) where it is not stored in a local file, does not fit, or its
         decoder cannot decode it in place: the caller reads it into a buffer of its own then.
         """
-        from ..store.targets import read_into
+        from ..store import read_into
 
         path = self._local_path(key)
         if path is None or decoder.tail < 0:
@@ -190,11 +190,11 @@ class Rows:
         if not isinstance(store, LocalStore):
             from zarr.buffer import default_buffer_prototype
 
-            from ..store.targets import sync
+            from ..store import sync
 
             stored = sync(store.get(key, prototype=default_buffer_prototype()))
             return None if stored is None else stored.as_numpy_array()
-        from ..store.targets import read_into
+        from ..store import read_into
 
         return read_into(os.path.join(str(store.root), key), self._reused)
 
@@ -384,7 +384,7 @@ def zstd_margin(data: Any, content: int) -> int | None:
 def _rows(count: int, dtype: Any, tail: int) -> tuple[Any, Any]:
     """Uninitialised rows of ``count`` values aligned to 64 bytes (so that JAX computes on them without a copy),
     and their bytes with ``tail`` bytes more past them: the room a chunk is decoded in place in."""
-    from ..store.targets import aligned_empty
+    from ..store import aligned_empty
 
     room = aligned_empty(count * dtype.itemsize + max(tail, 0), 64)
     return room[: count * dtype.itemsize].view(dtype), room

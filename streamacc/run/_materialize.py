@@ -21,8 +21,7 @@ import jax
 from ..base import as_count, pool_size
 from ..engine import Block, BlockPool, Plan, compute_block, from_host, same_leaves, step_of, to_host, x64_scope
 from ..errors import InputError, VerifyError, arg
-from ..store.arrays import ZarrSink, progress_attrs
-from ..store.targets import open_target
+from ..store import ZarrSink, open_target, progress_attrs
 from .bookkeeping import (
     BlockRecord,
     Ledger,

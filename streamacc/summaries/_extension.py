@@ -9,8 +9,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ..store.arrays import ArraySpec
-from ..store.targets import Target
+from ..store import ArraySpec, Target
 from ._pyramid import Piece
 from ._reduce import Acc, reduce_steps
 from ._store import SUMMARIES, decode_tail, encode_tail

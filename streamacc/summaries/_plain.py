@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..store.arrays import stored_crc32c
-from ..store.targets import Target
+from ..store import Target, stored_crc32c
 
 __all__ = ["PlainArray", "plain_array", "plain_group"]
 

@@ -26,8 +26,7 @@ import numpy as np
 
 from ..base import numpy_float
 from ..errors import one_line
-from ..store.arrays import ArraySpec
-from ..store.targets import BOOKKEEPING, Target
+from ..store import BOOKKEEPING, ArraySpec, Target
 from ._plain import PlainArray, plain_array, plain_group
 from ._pyramid import Piece
 from ._reduce import Acc, Rows
@@ -35,7 +34,7 @@ from ._reduce import Acc, Rows
 if TYPE_CHECKING:
     import zarr
 
-    from ..store.arrays import ChunkWriter
+    from ..store import ChunkWriter
 
 __all__ = ["LISTED_GROUP", "STATS", "SUMMARIES", "SummaryStore", "decode_tail", "encode_tail", "level_path", "listing"]
 
@@ -69,7 +68,7 @@ def listing(target: Target, windows: Sequence[int]) -> dict[str, dict[str, Any]]
             if not isinstance(doc, dict) or doc.get("zarr_format") != 3 or doc.get("node_type") != "group":
                 continue
             if not plain_group(doc):  # what streamacc writes zarr reads; anything else zarr is asked about
-                from ..store.targets import GroupMetadata
+                from ..store import GroupMetadata
 
                 GroupMetadata.from_dict(doc)
         except (ValueError, TypeError, KeyError):
@@ -216,7 +215,7 @@ class SummaryStore:
         from zarr import AsyncArray
         from zarr.storage import StorePath
 
-        from ..store.targets import sync
+        from ..store import sync
 
         documents, made = cls._build(specs, windows, chunks, dims, over or {})
         store = cls(target, windows)
@@ -263,7 +262,7 @@ class SummaryStore:
         for each folder, not one per file as an atomic write of each would take (thousands,
         for the finest rows of a 4096-point state).
         """
-        from ..store.arrays import ChunkWriter
+        from ..store import ChunkWriter
 
         keys = []
         for stat, values in rows.arrays().items():
@@ -328,7 +327,7 @@ class SummaryStore:
                     array = self.array(name, window, stat)
                 except Exception as exc:
                     return f"{path} cannot be opened ({type(exc).__name__}: {one_line(exc)})"
-                from ..store.arrays import ChunkWriter
+                from ..store import ChunkWriter
 
                 writer = self._writers.get((name, window, stat)) or ChunkWriter(array)
                 windows, keys = array.shape[0], writer.keys

@@ -31,8 +31,7 @@ import numpy as np
 
 from ..base import dtype_from_name
 from ..errors import VerifyError, arg, one_line
-from ..store.arrays import ArraySpec
-from ..store.targets import Target
+from ..store import ArraySpec, Target
 from ._pyramid import BlockPieces, Pyramid, block_pieces, fold_children, nonfinite_pieces, summarizable
 from ._reduce import Rows
 from ._store import SummaryStore, decode_tail, encode_tail

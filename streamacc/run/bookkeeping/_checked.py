@@ -29,7 +29,7 @@ from zarr.buffer import default_buffer_prototype
 from zarr.storage import WrapperStore
 
 from ...errors import VerifyError, arg
-from ...store.arrays import ChunkWriter, plain_document, stored_crc32c
+from ...store import ChunkWriter, plain_document, stored_crc32c
 from ._ledger import Ledger
 from ._manifest import RECORDS_ATTR, SEGMENT, Manifest, node_attribute
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..._version import __version__
 from ...engine import Plan, to_host
-from ...store.arrays import fingerprint_of
+from ...store import fingerprint_of
 from ._fingerprint import describe_function, fingerprint
 from ._runidentity import RunIdentity
 

@@ -21,8 +21,7 @@ import numpy as np
 
 from ...base import CARRIES_EVERY_AT_MOST, CARRY_ALWAYS_KEPT_BELOW, CARRY_SHARE_AT_MOST
 from ...errors import NoOutputError, VerifyError, arg
-from ...store.arrays import CarryDamaged, CarryLeaf, CarryStore
-from ...store.targets import BOOKKEEPING, Target
+from ...store import BOOKKEEPING, CarryDamaged, CarryLeaf, CarryStore, Target
 from ._manifest import (
     LEGACY_MANIFEST_KEY,
     MANIFEST_KEY,

@@ -24,10 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...base import dtype_from_name, dtype_name, warn
+from ...base import CODEC_NAMES, dtype_from_name, dtype_name, warn
 from ...errors import ResumeError, StreamaccWarning, VerifyError, arg
-from ...store.arrays import CODECS, CarryLeaf
-from ...store.targets import BOOKKEEPING
+from ...store import BOOKKEEPING, CarryLeaf
 from ._runidentity import RunIdentity
 
 if TYPE_CHECKING:
@@ -347,7 +346,7 @@ def _check_carries(carries: Any) -> None:
     """Raise ValueError, KeyError or TypeError unless ``carries`` has the form of a manifest's ``carries``."""
     if not isinstance(carries, dict) or set(carries) - {CARRY_CODEC} != CARRY_KEYS:
         raise ValueError("a malformed record of the carries")
-    if CARRY_CODEC in carries and carries[CARRY_CODEC] not in CODECS:
+    if CARRY_CODEC in carries and carries[CARRY_CODEC] not in CODEC_NAMES:
         raise ValueError("an unknown codec of the carries")
     every, leaves, init = carries["every"], carries["leaves"], carries["init"]
     if not (_is_int(every) and every >= 1 and isinstance(leaves, list) and isinstance(init, list)):

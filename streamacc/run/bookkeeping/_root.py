@@ -31,8 +31,7 @@ import json
 from typing import Any
 
 from ...errors import StoreError, one_line
-from ...store.arrays import array_document, is_virtual, netcdf_safe, progress_attrs
-from ...store.targets import BOOKKEEPING, Target
+from ...store import BOOKKEEPING, Target, array_document, is_virtual, netcdf_safe, progress_attrs
 from ...summaries import LISTED_GROUP, listing
 from ._manifest import MANIFEST_DESCRIPTION, Manifest
 

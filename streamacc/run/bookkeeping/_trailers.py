@@ -28,8 +28,7 @@ from typing import TYPE_CHECKING
 
 from ...base import rows_in
 from ...errors import VerifyError
-from ...store.arrays import ZarrSink, stored_crc32c
-from ...store.targets import Target
+from ...store import Target, ZarrSink, stored_crc32c
 from ._ledger import Ledger, carry_name
 from ._manifest import MANIFEST_KEY, Manifest
 

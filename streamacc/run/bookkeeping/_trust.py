@@ -18,8 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import NoOutputError, VerifyError, arg
-from ...store.arrays import array_document, is_virtual
-from ...store.targets import Target
+from ...store import Target, array_document, is_virtual
 from ._ledger import Ledger, load_manifest
 from ._manifest import Manifest
 from ._root import root_problem

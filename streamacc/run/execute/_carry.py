@@ -27,7 +27,7 @@ import jax
 import numpy as np
 
 from ...engine import HostLeaf, Plan, carry_pass, compute_block, from_host, same_leaves, to_host
-from ...store.targets import Target
+from ...store import Target
 from ..output import BlockResult, Output
 from ..threads import check_stop, on_own_thread
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from ...base import as_count
 from ...errors import InputError, arg, one_line
-from ...store.targets import close_store_sessions
+from ...store import close_store_sessions
 
 __all__ = ["close_worker_sessions", "cluster_client", "dask_setup", "local_cluster"]
 

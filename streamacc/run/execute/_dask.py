@@ -44,8 +44,7 @@ from ...engine import (
     x64_scope,
 )
 from ...errors import CarryMismatchError, InputError, StreamaccError, arg
-from ...store.arrays import ZarrSink
-from ...store.targets import LocalTarget, StoreTarget, Target, open_target
+from ...store import LocalTarget, StoreTarget, Target, ZarrSink, open_target
 from ...summaries import SummaryPlan
 from ..output import BlockResult, Output
 from ..threads import check_stop, on_own_thread, run_ordered

@@ -19,8 +19,7 @@ import numpy as np
 
 from ...base import DEFAULT_INFLIGHT, pool_size, row_step
 from ...engine import Block, BlockPool, HostLeaf, Plan, computes_ahead, from_host, run_plan, to_host
-from ...store.arrays import ZarrSink
-from ...store.targets import Target
+from ...store import Target, ZarrSink
 from ...summaries import SummaryPlan
 from ..output import BlockResult, Output
 from ..threads import check_stop, on_own_thread, run_ordered

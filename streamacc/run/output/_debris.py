@@ -12,7 +12,7 @@ import logging
 import re
 from collections.abc import Callable
 
-from ...store.targets import BOOKKEEPING, LEASE_KEY, Target
+from ...store import BOOKKEEPING, LEASE_KEY, Target
 from ..bookkeeping import MANIFEST_KEY
 
 __all__ = ["FIRST_TEMP", "only_leftovers", "remove_partial_writes", "written_by_a_run"]

@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InputError, arg, one_line
-from ...store.arrays import ZarrSink, decoding_attributes
-from ...store.targets import open_target
+from ...store import ZarrSink, decoding_attributes, open_target
 from ._spec import OutputSpec
 
 __all__ = ["check_decodable"]

@@ -30,8 +30,7 @@ from typing import Any
 
 from ...base import dtype_from_name
 from ...errors import NoOutputError, ResumeError, arg
-from ...store.arrays import ZarrSink, array_document, resize_arrays
-from ...store.targets import Target
+from ...store import Target, ZarrSink, array_document, resize_arrays
 from ...summaries import extension_tail, rebuild_stale_arrays
 from ..bookkeeping import Ledger, Manifest, RunIdentity, contradicts_itself, identity_differences, same_function
 

@@ -15,8 +15,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from ...base import MAX_CHUNK_BYTES
 from ...errors import InputError, arg
-from ...store.arrays import MAX_CHUNK_BYTES
 
 __all__ = [
     "CHUNK_BYTES",

@@ -17,8 +17,7 @@ from collections.abc import Callable
 from ...base import warn
 from ...engine import HostLeaf
 from ...errors import OutputExistsError, ResumeError, StreamaccWarning, VerifyError, arg, one_line
-from ...store.arrays import CarryStore, ZarrSink
-from ...store.targets import LEASE_KEY, Target
+from ...store import LEASE_KEY, CarryStore, Target, ZarrSink
 from ...summaries import Summaries
 from ..bookkeeping import (
     CARRY_CODEC,

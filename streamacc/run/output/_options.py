@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence, Set as AbstractSet
 from typing import Any, Literal, TypeVar
 
 from ...base import (
+    CODEC_NAMES,
     DEFAULT_CODEC,
     DEFAULT_INFLIGHT,
     DEFAULT_VIRTUAL_INFLIGHT,
@@ -27,7 +28,6 @@ from ...base import (
     check_length,
 )
 from ...errors import InputError, arg, one_line
-from ...store.arrays import CODECS
 from ...summaries import check_windows, default_windows
 from ._layout import chunk_rows
 from ._time import check_time
@@ -204,8 +204,8 @@ class Layout:
 
     def __post_init__(self) -> None:
         chunk_rows(self.chunks)  # the form of chunks= (its entries per dimension are checked against the output later)
-        if not isinstance(self.codec, str) or self.codec not in CODECS:
-            raise InputError(f"{arg('codec', self.codec)} is unknown; choose one of: {', '.join(CODECS)}")
+        if not isinstance(self.codec, str) or self.codec not in CODEC_NAMES:
+            raise InputError(f"{arg('codec', self.codec)} is unknown; choose one of: {', '.join(CODEC_NAMES)}")
         if not isinstance(self.virtual, bool):
             raise InputError(f"{arg('virtual')} must be True or False, got {self.virtual!r}")
         checked = {

@@ -19,9 +19,7 @@ import numpy as np
 from ...base import block_size_near, origin, run_from, warn
 from ...engine import BlockFailed, HostLeaf
 from ...errors import LockedError, StepError, StoreError, StreamaccError, StreamaccWarning, arg
-from ...store.arrays import ZarrSink, progress_attrs
-from ...store.lease import describe_store_failure, is_store_failure
-from ...store.targets import Target
+from ...store import Target, ZarrSink, describe_store_failure, is_store_failure, progress_attrs
 from ...summaries import BlockPieces, Summaries, SummaryPlan
 from ..bookkeeping import (
     BlockRecord,

@@ -18,7 +18,7 @@ from typing import Any
 from ...base import DEFAULT_SUMMARY_WINDOWS, warn, write_block_bytes
 from ...engine import Plan, ScanSpec, compute_platform
 from ...errors import InputError, StreamaccWarning, arg
-from ...store.targets import Target
+from ...store import Target
 from ..bookkeeping import Manifest, RunIdentity
 from ._decodable import check_decodable
 from ._layout import chunk_rows, stored_chunks

@@ -20,8 +20,7 @@ from ..._version import __version__
 from ...base import dtype_name
 from ...engine import Plan
 from ...errors import InputError, arg
-from ...store.arrays import ArraySpec, storable
-from ...store.targets import open_target
+from ...store import ArraySpec, open_target, storable
 from ...summaries import over_state, summarized_names, too_long
 from ..bookkeeping import Ledger, Manifest, RunIdentity, run_identity
 from ._layout import RESERVED, array_dims, resolve_chunks

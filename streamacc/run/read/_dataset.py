@@ -15,8 +15,7 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import InputError
-from ...store.arrays import PROGRESS_ATTRS, progress_attrs, register_data_types
-from ...store.targets import open_target
+from ...store import PROGRESS_ATTRS, open_target, progress_attrs, register_data_types
 from ..bookkeeping import CheckedStore, trusted_manifest
 
 if TYPE_CHECKING:

@@ -8,8 +8,7 @@ from typing import Any
 import numpy as np
 
 from ...base import DEFAULT_INFLIGHT, pool_size
-from ...store.arrays import ZarrSink
-from ...store.targets import BOOKKEEPING, open_target
+from ...store import BOOKKEEPING, ZarrSink, open_target
 from ...summaries import SUMMARIES, summarized_names
 from ..bookkeeping import RunIdentity, decode_leaves, describe_nonfinite, trusted_manifest
 
@@ -301,7 +300,7 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
     >>> about.committed_steps, about.arrays["y"].dtype
     (2097152, 'float64')
     """
-    from ...store.targets import ArrayV3Metadata
+    from ...store import ArrayV3Metadata
 
     target = open_target(store, storage_options=storage_options, read_only=True)
     manifest = trusted_manifest(target)

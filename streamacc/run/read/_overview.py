@@ -21,8 +21,7 @@ import numpy as np
 
 from ...base import OVERVIEW_DATA_VALUES_AT_MOST, as_count, row_step, rows_in
 from ...errors import InputError, NoOutputError, arg
-from ...store.arrays import progress_attrs
-from ...store.targets import open_target
+from ...store import open_target, progress_attrs
 from ...summaries import Rows, Summaries, over_state, reduce_steps, summarized_names
 from ..bookkeeping import Manifest, trusted_manifest
 from ..output import times
@@ -179,7 +178,7 @@ def _data_table(target: Any, manifest: Manifest, points: int, steps: Any) -> Tab
     reduced as the summaries reduce theirs."""
     import zarr
 
-    from ...store.arrays import register_data_types
+    from ...store import register_data_types
     from ..bookkeeping import CheckedStore  # zarr's: imported only to draw an output from its data
 
     ident = manifest.identity

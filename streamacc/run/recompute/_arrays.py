@@ -21,7 +21,7 @@ from xarray.backends import BackendArray
 # do: the backend API documents it but exports it from no public module.
 from xarray.core import indexing
 
-from ...store.arrays import register_data_types
+from ...store import register_data_types
 
 if TYPE_CHECKING:
     from ._virtual import RecomputingStore

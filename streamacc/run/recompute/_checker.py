@@ -18,8 +18,7 @@ import numpy as np
 from ...base import DEFAULT_INFLIGHT, pool_size, rows_in
 from ...engine import Block, BlockPool, HostLeaf, Plan, compute_block, from_host, same_leaves, to_host
 from ...errors import VerifyError, arg, one_line
-from ...store.arrays import ZarrSink, compare_chunks
-from ...store.targets import Target
+from ...store import Target, ZarrSink, compare_chunks
 from ...summaries import BlockPieces, SummaryPlan
 from ..bookkeeping import (
     BlockRecord,

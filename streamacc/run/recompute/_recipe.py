@@ -13,7 +13,7 @@ import numpy as np
 from ...engine import Plan
 from ...errors import InputError
 from ...recipes import Job, get_recipe
-from ...store.targets import open_target
+from ...store import open_target
 from ..bookkeeping import Manifest, trusted_manifest
 from ._verify import VerifyReport, plan_for, verify_plan, verify_repairing
 

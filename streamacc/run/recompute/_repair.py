@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from ...engine import HostLeaf, Plan, to_host
 from ...errors import VerifyError, arg
-from ...store.arrays import CarryDamaged
-from ...store.targets import Target
+from ...store import CarryDamaged, Target
 from ..bookkeeping import Manifest, carries_problem, carry_name
 from ._checker import Checker
 

@@ -17,7 +17,7 @@ from typing import Any
 from ...base import as_count
 from ...engine import Block, HostLeaf, Plan, Predicate, ScanSpec, Step, Until, make_plan, step_of, until_of
 from ...errors import InputError, ResumeError, VerifyError, arg, one_line
-from ...store.targets import Target, open_target
+from ...store import Target, open_target
 from ...summaries import Summaries, SummaryCheck
 from ..bookkeeping import (
     Manifest,

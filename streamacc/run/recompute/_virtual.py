@@ -35,8 +35,7 @@ from zarr.storage import WrapperStore
 from ...base import dtype_from_name, rows_in
 from ...engine import BlockPool, Plan, PoolStats, compute_block, from_host, same_leaves, to_host, x64_scope
 from ...errors import InputError, VerifyError, arg
-from ...store.arrays import ChunkWriter, plain_document
-from ...store.targets import open_target
+from ...store import ChunkWriter, open_target, plain_document
 from ..bookkeeping import CheckedStore, Ledger, Manifest, decode_leaves, ranged
 
 __all__ = [

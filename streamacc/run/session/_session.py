@@ -23,8 +23,7 @@ from typing import Any
 from ...base import warn
 from ...engine import BlockFailed, HostLeaf, Plan, check_memory
 from ...errors import StoreError, StreamaccError, StreamaccWarning, arg
-from ...store.lease import describe_store_failure, is_store_failure
-from ...store.targets import Target, open_target
+from ...store import Target, describe_store_failure, is_store_failure, open_target
 from ..execute import Progress
 from ..output import BlockResult, Mode, Output, OutputSpec, RowReader, again, block_bytes_here, open_output
 

@@ -31,7 +31,7 @@ import numpy as np
 from ...base import Site, rows_in, run_from
 from ...engine import Block, HostLeaf, Plan
 from ...errors import InputError, ResumeError, arg, one_line
-from ...store.targets import Target
+from ...store import Target
 from ..bookkeeping import RunIdentity, carry_digest, input_values
 from ..execute import Progress, write_block
 from ..output import BlockResult, Output, OutputSpec

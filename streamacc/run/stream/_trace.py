@@ -19,7 +19,7 @@ import numpy as np
 
 from ...engine import HostLeaf, caller_scopes
 from ...errors import InputError
-from ...store.targets import Target
+from ...store import Target
 from ..bookkeeping import Ledger, decode_leaves
 from ._host import CALLBACK_LOGGER, Stopped
 from ._program import CarryLeaf

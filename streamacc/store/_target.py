@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ...errors import LockedError
+from ..errors import LockedError
 
 if TYPE_CHECKING:
     from zarr.abc.buffer import BufferPrototype

@@ -33,7 +33,7 @@ from typing import Any
 
 from zarr.abc.store import Store
 
-from ...errors import InputError, LockedError, NoOutputError, StoreError, arg, one_line
+from ..errors import InputError, LockedError, NoOutputError, StoreError, arg, one_line
 from ._files import DirLock, flock_holder
 from ._sessionstore import SessionStore
 from ._target import TAIL_BATCH, Target, being_written, sync

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from ...base import dtype_from_name, dtype_name
-from ..targets import BOOKKEEPING, Target
-from ._codecs import compressors_for, decompress
+from ..base import dtype_from_name, dtype_name
 from ._documents import stored_crc32c
+from ._encoding import compressors_for, decompress
+from ._target import BOOKKEEPING, Target
 
 __all__ = ["CARRIES", "CarryDamaged", "CarryLeaf", "CarryStore"]
 
@@ -101,7 +101,7 @@ def _documents(leaves: tuple[CarryLeaf, ...], codec: str | None, boundaries: int
     from zarr.codecs import BytesCodec, Crc32cCodec
     from zarr.storage import MemoryStore
 
-    from ..targets import sync
+    from ._zarrapi import sync
 
     store = MemoryStore()
     group = zarr.open_group(store, path=CARRIES, mode="w", attributes={"description": _DESCRIPTION})
@@ -135,8 +135,8 @@ def _normalized(doc: Any) -> dict[str, Any]:
     """
     from zarr.buffer import default_buffer_prototype
 
-    from ..targets import ArrayV3Metadata
-    from ._datatypes import register_data_types
+    from ._encoding import register_data_types
+    from ._zarrapi import ArrayV3Metadata
 
     register_data_types()
     if not isinstance(doc, dict):
@@ -289,7 +289,7 @@ class CarryStore:
         from zarr.buffer import default_buffer_prototype
         from zarr.storage import MemoryStore
 
-        from ..targets import sync
+        from ._zarrapi import sync
 
         store = MemoryStore()
         prototype = default_buffer_prototype()

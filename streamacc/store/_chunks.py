@@ -1,4 +1,4 @@
-"""Encode and store whole chunks of a Zarr v3 array into reused buffers.
+"""Whole chunks of a Zarr v3 array encoded into reused buffers, stored, and compared with recomputed rows.
 
 zarr-python encodes each chunk into fresh memory: numcodecs' Blosc allocates a
 destination as large as the raw chunk (32 MiB at the default block), which glibc maps
@@ -17,6 +17,16 @@ native byte order, optionally ``blosc``, optionally ``crc32c`` last. It calls th
 c-blosc function with the same arguments as numcodecs, so the stored bytes are those
 zarr would write. Anything else falls back to zarr's own write
 (``array[start:stop] = data``), which is correct but allocates.
+
+Checking a block means showing that its stored chunks hold exactly the values a
+recomputation gives. Decoding every stored chunk (zarr's read) maps and zero-fills a fresh
+buffer per chunk, and comparing copies of both sides maps more; a check then costs several
+times the write. Instead each recomputed chunk is encoded as the writer encoded it (the same
+c-blosc call, into this thread's reused buffer) and compared byte for byte with the stored
+chunk, itself read into a reused buffer: equal bytes are equal values, and the comparison
+allocates nothing. Bytes may differ while the values agree (an output whose chunks zarr
+encoded itself, or another c-blosc version): the caller decodes and compares those chunks
+by value.
 """
 
 from __future__ import annotations
@@ -36,15 +46,20 @@ from typing import Any
 import google_crc32c
 import numcodecs.blosc
 import numpy as np
+import numpy.typing as npt
 import zarr
 from zarr.buffer import cpu, default_buffer_prototype
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec
 from zarr.storage import FsspecStore, LocalStore
 
-from ..lease import unwrap
-from ..targets import PAGE, RegularChunkGrid, aligned_empty, scratch, sync, write_new
+from ._documents import stored_crc32c
+from ._fence import unwrap
+from ._files import PAGE, aligned_empty, scratch, write_new
+from ._target import Target
+from ._zarrapi import RegularChunkGrid, sync
 
-__all__ = ["ChunkWriter", "EncodeBuffers", "EncodedChunk"]
+__all__ = ["ChunkCheck", "ChunkWriter", "EncodeBuffers", "EncodedChunk", "compare_chunks", "same_bytes"]
+
 
 _SHUFFLE = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
 _CRC = struct.Struct("<I")  # zarr's crc32c codec appends the checksum as little-endian uint32
@@ -241,8 +256,8 @@ class ChunkWriter:
         from zarr import AsyncArray
         from zarr.storage import StorePath
 
-        from ..targets import ArrayConfig, ArrayV3Metadata
-        from ._datatypes import register_data_types
+        from ._encoding import register_data_types
+        from ._zarrapi import ArrayConfig, ArrayV3Metadata
 
         register_data_types()
         metadata = ArrayV3Metadata.from_dict(dict(document))
@@ -388,3 +403,53 @@ class ChunkWriter:
     def encoded_nbytes(self) -> int:
         """The most bytes one encoded chunk takes (its raw bytes, blosc's header, a checksum)."""
         return int(np.prod(self.shape)) * np.dtype(self.array.dtype).itemsize + _BLOSC_OVERHEAD + _CRC.size
+
+
+def same_bytes(a: npt.NDArray[np.uint8], b: bytes | npt.NDArray[np.uint8]) -> bool:
+    """Whether the uint8 array ``a`` and the bytes-like ``b`` hold the same bytes (no allocation)."""
+    other = np.frombuffer(b, dtype=np.uint8)
+    if a.nbytes != other.nbytes:
+        return False
+    whole = a.nbytes - a.nbytes % 8
+    if whole:
+        equal = scratch("equal", whole // 8).view(np.bool_)[: whole // 8]
+        np.equal(a[:whole].view(np.uint64), other[:whole].view(np.uint64), out=equal)
+        if not equal.all():
+            return False
+    return bool(np.array_equal(a[whole:], other[whole:]))
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkCheck:
+    """What comparing a block's stored chunks found.
+
+    ``problem`` is the first chunk that is missing or fails its recorded checksum, as
+    ``(key, 'missing' or 'checksum')``; ``differing`` the chunks (their positions among the
+    block's chunk keys, ``ChunkWriter.keys``) whose stored bytes are not the writer's encoding
+    of the rows, to compare by value (``ChunkWriter.region`` says where each lies).
+    """
+
+    problem: tuple[str, str] | None
+    differing: list[int]
+
+
+def compare_chunks(
+    writer: ChunkWriter, target: Target, start: int, rows: np.ndarray, recorded: list[int], *, end: bool = False
+) -> ChunkCheck:
+    """Compare the stored chunks of rows ``[start, start + len(rows))`` with ``rows`` and their recorded CRC-32Cs.
+
+    With ``end``, the rows are the last of a run that ended on its condition (see ``ChunkWriter.write``)."""
+    keys = writer.keys(start, start + len(rows))
+    mine = writer.encoded(start, rows) if writer.encodes(start, rows, end=end) else None
+    differing = []
+    for i, (key, crc) in enumerate(zip(keys, recorded, strict=True)):
+        encoded = next(mine) if mine is not None else None
+        stored = target.read_reused(key)
+        if stored is None:
+            return ChunkCheck((key, "missing"), [])
+        if encoded is not None and encoded[2] == crc and same_bytes(encoded[1], stored):
+            continue  # the writer's bytes, whose checksum is the recorded one
+        if stored_crc32c(stored) != crc:
+            return ChunkCheck((key, "checksum"), [])
+        differing.append(i)
+    return ChunkCheck(None, differing)

@@ -63,9 +63,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ...errors import InputError, LockedError, arg
+from ..errors import InputError, LockedError, arg
+from ._fence import describe_store_failure
 from ._leasestore import CLOCK_SLACK, Conflict, Holder, LeaseStore, Seen, Unsupported, open_lease_store
-from ._storeerrors import describe_store_failure
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",

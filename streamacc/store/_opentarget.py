@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from ...errors import InputError, NoOutputError, StoreError, arg, one_line
-from ._backends import backend_missing, check_store
+from ..errors import InputError, NoOutputError, StoreError, arg, one_line
 from ._localtarget import LocalTarget
+from ._storetarget import backend_missing, check_store
 from ._target import Target
 
 if TYPE_CHECKING:

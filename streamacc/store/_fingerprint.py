@@ -27,7 +27,7 @@ from zarr.buffer import default_buffer_prototype
 from zarr.codecs import Crc32cCodec
 from zarr.storage import FsspecStore, LocalStore
 
-from ..targets import sync
+from ._zarrapi import sync
 
 __all__ = ["array_fingerprint", "fingerprint_of"]
 

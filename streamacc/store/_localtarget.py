@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...errors import OutputExistsError, StoreError
+from ..errors import OutputExistsError, StoreError
 from ._files import (
     DirLock,
     atomic_write,

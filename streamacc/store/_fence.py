@@ -1,4 +1,5 @@
-"""Fenced writes: a writer that may have lost its lease writes nothing more to the store.
+"""Fenced writes (a writer that may have lost its lease writes nothing more to the store), and which exceptions
+mean that a store failed.
 
 An object store has no lock that dies with its holder, only the lease (``_lease.py``),
 which another writer may take over once it expires. A writer paused past its lease (a
@@ -23,6 +24,19 @@ fence asked between: once the lease cannot be renewed within its time the reques
 abandoned and the writer stops with the lease's own one-line error. A read whose store
 answers is never cut short, whatever the lease (a failed writer reads the manifest back
 to say what is kept).
+
+Which exceptions mean "the store failed" decides the writer's "N of M steps committed" message
+and the lease's own refusals. A local disk reports failures as :class:`OSError`, and s3fs translates the S3 errors it
+understands into ``OSError`` subclasses too (``FileNotFoundError`` for a missing bucket,
+``PermissionError`` for a denied request, ``FileExistsError`` for a failed
+``If-None-Match``). But an unreachable or dying endpoint reaches the caller untranslated:
+botocore's ``EndpointConnectionError`` and ``ConnectionClosedError`` derive from
+``BotoCoreError``, a plain ``Exception``; an error code s3fs does not know stays a
+``ClientError``; and aiohttp's ``ClientError`` family is ``Exception`` too, except
+``ClientOSError``. Other fsspec backends raise their HTTP libraries' own classes.
+
+Classes are recognised only from modules already imported: an exception cannot be an
+instance of a class that was never loaded, so nothing is imported here to check.
 """
 
 from __future__ import annotations
@@ -30,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import sys
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Any, TypeVar
@@ -38,9 +53,67 @@ from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, Store
 from zarr.storage import WrapperStore
 
+__all__ = ["FencedStore", "describe_store_failure", "is_store_failure", "unwrap"]
+
+
+_FOREIGN_FAILURES = (
+    ("botocore.exceptions", "BotoCoreError"),  # EndpointConnectionError, ReadTimeoutError, NoCredentialsError...
+    ("botocore.exceptions", "ClientError"),  # a service error s3fs did not translate
+    ("aiohttp", "ClientError"),  # ServerDisconnectedError, ClientPayloadError...
+    ("urllib3.exceptions", "HTTPError"),
+    ("gcsfs.retry", "HttpError"),
+    ("azure.core.exceptions", "AzureError"),
+)
+"""(module, class) of failures that are not OSErrors, by the library that raises them."""
+
+
+def _foreign_classes() -> tuple[type[BaseException], ...]:
+    found = []
+    for module_name, class_name in _FOREIGN_FAILURES:
+        cls = getattr(sys.modules.get(module_name), class_name, None)
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            found.append(cls)
+    return tuple(found)
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def is_store_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is the store failing (I/O, network, service, permissions), not a bug or an input.
+
+    streamacc's own errors are not: they already carry their message. An exception group
+    is a store failure when every exception in it is.
+    """
+    from ..errors import StreamaccError
+
+    leaves = _leaves(exc)
+    foreign = _foreign_classes()
+    return all(not isinstance(leaf, StreamaccError) and isinstance(leaf, (OSError, *foreign)) for leaf in leaves)
+
+
+def describe_store_failure(exc: BaseException, *, limit: int = 200) -> str:
+    """One line saying what went wrong, for inside a sentence: the message, then the class if not built in.
+
+    E.g. ``No space left on device``, ``Could not connect to the endpoint URL:
+    "http://127.0.0.1:9000/bucket/out.zarr/zarr.json" (EndpointConnectionError)``.
+    """
+    exc = _leaves(exc)[0]
+    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    text = " ".join(text.split())
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    name = type(exc).__name__
+    if not text:
+        return name
+    return text if type(exc).__module__ == "builtins" else f"{text} ({name})"
+
+
 _T = TypeVar("_T")
 
-__all__ = ["FencedStore", "unwrap"]
 
 Fence = Callable[[], None]
 """Raises LockedError when the writer may no longer write; returns quickly otherwise."""

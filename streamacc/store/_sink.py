@@ -23,12 +23,9 @@ from zarr.buffer import default_buffer_prototype
 from zarr.codecs import Crc32cCodec
 from zarr.storage import StorePath
 
-from ...base import is_float
-from ...errors import NoOutputError, arg, one_line
-from ..targets import ArrayConfig, ArrayConfigParams, ArrayV3Metadata, Target, sync
+from ..base import is_float
+from ..errors import NoOutputError, arg, one_line
 from ._chunks import ChunkWriter
-from ._codecs import compressors_for
-from ._datatypes import register_data_types
 from ._documents import (
     PROGRESS_ATTRS,
     ArraySpec,
@@ -39,6 +36,9 @@ from ._documents import (
     plain_document,
     virtual_document,
 )
+from ._encoding import compressors_for, register_data_types
+from ._target import Target
+from ._zarrapi import ArrayConfig, ArrayConfigParams, ArrayV3Metadata, sync
 
 __all__ = ["ZarrSink", "resize_arrays"]
 
