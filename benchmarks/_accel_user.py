@@ -22,6 +22,7 @@ from _user_steps import STEPS
 from jax import lax
 
 import streamacc
+import streamacc.base
 from streamacc.engine import step_program
 
 
@@ -62,7 +63,7 @@ def _write(ctx: Context, step: Any, n: int, unroll: int, xs: Any) -> dict[str, A
     """``streamacc.write`` of the run with nothing given, its blocks compiled first (two blocks, the same unroll
     given), then timed: ns a step."""
     spec = streamacc.ScanSpec(step.f, step.init(), xs, length=n)
-    size = spec.plan(block_bytes=streamacc.run.write_block_bytes(ctx.platform)).block_size
+    size = spec.plan(block_bytes=streamacc.base.write_block_bytes(ctx.platform)).block_size
     if n > 2 * size:
         warm = ctx.folder / "warm.zarr"
         shutil.rmtree(warm, ignore_errors=True)

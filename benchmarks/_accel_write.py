@@ -21,7 +21,7 @@ from jax import lax
 import streamacc
 from streamacc import testing
 from streamacc.base import stream_piece_bytes, write_block_bytes
-from streamacc.run.stream import pieces
+from streamacc.stream import pieces
 
 
 def _fresh(path: Path) -> Path:

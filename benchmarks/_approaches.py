@@ -77,7 +77,7 @@ def approach(name: str) -> Callable:
 
 def light_streamacc() -> None:
     """Make ``streamacc.store._encoding``, ``streamacc.store._files`` and
-    ``streamacc.run.threads._pipeline`` importable without running ``streamacc/__init__`` at all.
+    ``streamacc.run._threads`` importable without running ``streamacc/__init__`` at all.
 
     These three modules need only the standard library and zarr; a stub package keeps
     the hand-written approaches free of anything streamacc's public face sets up. Not
@@ -347,7 +347,7 @@ def run_floor(args: argparse.Namespace) -> dict:
 def run_precomputed(args: argparse.Namespace) -> dict:
     """Zarr alone: one precomputed block written N/B times, with streamacc's pipeline and fsyncs."""
     import_zarr()
-    from streamacc.run.threads._pipeline import run_ordered
+    from streamacc.base._threads import run_ordered
     from streamacc.store._files import fsync_dir, fsync_file
 
     t0 = time.perf_counter()

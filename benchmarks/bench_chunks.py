@@ -183,7 +183,7 @@ def _blocks(n: int, block: int, compute: str):
 def child(args: argparse.Namespace) -> None:
     import numpy as np
 
-    from streamacc.run.threads._pipeline import run_ordered
+    from streamacc.base._threads import run_ordered
 
     spec = OPTIONS[args.option]
     path = args.scratch / "out.zarr"

@@ -69,10 +69,10 @@ def parts(size: int, block: int, workdir: Path, blocks_measured: int) -> dict:
     import jax
 
     jax.config.update("jax_enable_x64", True)
+    from streamacc.base import check_request
     from streamacc.engine import carry_pass, make_plan, to_host
     from streamacc.recipes import get_recipe
-    from streamacc.run.execute import BLOCKS_PER_TASK, BlockTask, SinkSpec, run_block_tasks
-    from streamacc.run.output import check_request, open_output, output_spec
+    from streamacc.run import BLOCKS_PER_TASK, BlockTask, SinkSpec, open_output, output_spec, run_block_tasks
     from streamacc.store import open_target
 
     results = {}
@@ -175,7 +175,7 @@ def write_only(size: int, block: int, out: str, workers: int, endpoint: str | No
     jax.config.update("jax_enable_x64", True)
     import streamacc
     from streamacc.recipes import get_recipe
-    from streamacc.run.execute import cluster_client
+    from streamacc.run import cluster_client
 
     job = get_recipe("gp").build(size, "float64")
     options = {"endpoint_url": endpoint} if endpoint else None

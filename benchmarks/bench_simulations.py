@@ -250,8 +250,8 @@ def side_chunks_write(out: str, state: str, steps: int, chunks: str) -> dict:
 
     import streamacc
     from streamacc.base import DEFAULT_WRITE_BLOCK_BYTES
+    from streamacc.base._axes import default_chunks
     from streamacc.engine import make_plan
-    from streamacc.run.output._layout import default_chunks
 
     _x64()
     f, init, dims = STATES[state]()

@@ -47,7 +47,7 @@ def stream(out: str, steps: int) -> dict[str, Any]:
     import jax.numpy as jnp
 
     import streamacc
-    from streamacc.run.stream import _host
+    from streamacc.stream import _host
 
     jax.config.update("jax_enable_x64", True)
     job = _job(steps)

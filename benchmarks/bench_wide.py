@@ -116,17 +116,17 @@ def zarr_alone(out: str, steps: int, members: int = 2**20, field: bool = False) 
 
 def _timed_commits() -> list[float]:
     """Each commit's seconds, as ``Output`` commits them (wrapped here for this process alone)."""
-    from streamacc.run.output import _output
+    from streamacc.run import _commit
 
     times: list[float] = []
-    real = _output.Output._commit
+    real = _commit.Output._commit
 
     def commit(self: Any, results: Any) -> None:
         begin = time.perf_counter()
         real(self, results)
         times.append(time.perf_counter() - begin)
 
-    _output.Output._commit = commit  # type: ignore[method-assign]
+    _commit.Output._commit = commit  # type: ignore[method-assign]
     return times
 
 

@@ -9,24 +9,26 @@ glance, :func:`verify` recomputes it bit for bit, :func:`info` describes it, and
 :func:`scan` run the same blocked scan in memory. Errors are in :mod:`streamacc.errors`.
 
 The names that need JAX or Zarr are imported on first use (PEP 562), so that
-``import streamacc`` and the command line start without them.
+``import streamacc`` and the command line start without them: each is listed once, as an
+import of the ``if TYPE_CHECKING:`` block below, which type checkers read and
+:func:`_listed_exports` reads too. Everything else is imported as it is named.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import ast
+import importlib
+import pathlib
+from typing import TYPE_CHECKING, Any
 
 from . import errors as errors
 from ._version import __version__ as __version__
-from .base import lazy_exports
 from .errors import StreamaccError as StreamaccError
 
 if TYPE_CHECKING:
+    from .base import Layout as Layout
     from .engine import Block as Block, ScanSpec as ScanSpec, iter_blocks as iter_blocks, scan as scan
-    from .run import materialize as materialize, write as write
-    from .run.execute import Dask as Dask, Local as Local
-    from .run.output import Layout as Layout
-    from .run.read import (
+    from .read import (
         ArrayInfo as ArrayInfo,
         OutputInfo as OutputInfo,
         SummaryInfo as SummaryInfo,
@@ -35,12 +37,46 @@ if TYPE_CHECKING:
         overview as overview,
         to_arviz as to_arviz,
     )
-    from .run.recompute import VerifyReport as VerifyReport, verify as verify
-    from .run.stream import Stream as Stream
+    from .run import (
+        Dask as Dask,
+        Local as Local,
+        VerifyReport as VerifyReport,
+        materialize as materialize,
+        verify as verify,
+        write as write,
+    )
     from .store import register_data_types as register_data_types
+    from .stream import Stream as Stream
 
-__getattr__, _, _lazy = lazy_exports(__name__, __file__)
-__all__ = sorted(["StreamaccError", "__version__", "errors", *_lazy])
+
+
+def _listed_exports(init_file: str) -> dict[str, str]:
+    """The names the ``if TYPE_CHECKING:`` block of ``init_file`` imports, each mapped to its relative module."""
+    tree = ast.parse(pathlib.Path(init_file).read_text(encoding="utf-8"), init_file)
+    where: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for statement in node.body:
+                if not isinstance(statement, ast.ImportFrom) or statement.level == 0:
+                    raise ImportError(f"{init_file}:{statement.lineno}: a lazy export is `from .module import N as N`")
+                module = "." * statement.level + (statement.module or "")
+                for alias in statement.names:
+                    where[alias.asname or alias.name] = module
+    return where
+
+
+_LAZY = _listed_exports(__file__)
+__all__ = sorted(["StreamaccError", "__version__", "errors", *_LAZY])
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported on first use (PEP 562) and kept, so that later lookups skip this function."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:
@@ -48,4 +84,4 @@ def __dir__() -> list[str]:
     return list(__all__)
 
 
-del TYPE_CHECKING, annotations, lazy_exports
+del TYPE_CHECKING, annotations

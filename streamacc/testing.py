@@ -42,7 +42,7 @@ import importlib
 from collections.abc import Iterator
 from typing import Any
 
-from .base import listed_exports
+from . import _listed_exports as listed_exports
 
 __all__ = ["current", "listed_exports", "original", "patched", "replace", "restore", "seams"]
 
@@ -123,30 +123,30 @@ _SEAMS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "run.output.PUBLISH_SECONDS": (
         "PUBLISH_SECONDS: the least time between two refreshes of the root's progress attributes",
-        ("streamacc.run.output._output.PUBLISH_SECONDS",),
+        ("streamacc.run._commit.PUBLISH_SECONDS",),
     ),
     "run.output.SLOW_BLOCK_SECONDS": (
         "SLOW_BLOCK_SECONDS: the seconds a block takes to compute and commit, past which the run says so once",
-        ("streamacc.run.output._output.SLOW_BLOCK_SECONDS",),
+        ("streamacc.run._commit.SLOW_BLOCK_SECONDS",),
     ),
     "run.output.VIRTUAL_COMMIT_SECONDS": (
         "VIRTUAL_COMMIT_SECONDS: about how long a virtual run's blocks wait to commit together",
-        ("streamacc.run.output._output.VIRTUAL_COMMIT_SECONDS",),
+        ("streamacc.run._commit.VIRTUAL_COMMIT_SECONDS",),
     ),
     "run.execute.BlockPool": (
         "BlockPool(size): the class of the pool of block buffers a local run makes",
-        ("streamacc.run.execute._local.BlockPool",),
+        ("streamacc.run._execute.BlockPool",),
     ),
     "run.stream.handover": (
         "handover(): how a block crosses to the host: 'in_place' (a buffer_callback reads the program's buffers, "
         "on the CPU), 'ordered' (an ordered io_callback, other platforms), 'chained' (an io_callback ordered by a "
         "token it passes on) or 'pinned' (as 'chained', the ys first moved to pinned host memory)",
-        ("streamacc.run.stream._program._handover",),
+        ("streamacc.stream._program._handover",),
     ),
     "run.stream.piece_bytes": (
         "piece_bytes(): the bytes of ys a block's callback takes as one operand at most, where a block crosses by "
         "io_callback ('ordered', 'chained', 'pinned'): each ys leaf crosses as pieces of consecutive rows",
-        ("streamacc.run.stream._program._piece_bytes",),
+        ("streamacc.stream._program._piece_bytes",),
     ),
 }
 """The seams by name: what each is, and every module attribute that holds its value (the first as the wing

@@ -221,7 +221,7 @@ def dask_client(aws_credentials: None) -> Iterator[Any]:
     pytest.importorskip("distributed")
     import dask
 
-    from streamacc.run.execute import cluster_client
+    from streamacc.run import cluster_client
 
     # no statistical profiler sampling each worker's threads every 10 ms: diagnostics the tests never read,
     # which cost the idle cluster a few CPU-seconds a minute

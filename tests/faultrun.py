@@ -189,7 +189,7 @@ def dies_at(n: int, seen: list[str] | None = None, *, kill: bool = False) -> Ite
 
 def kill_after_complete(_: int) -> None:
     """SIGKILL this process right after the manifest is saved complete, before the root metadata follows."""
-    from streamacc.run.output import Output
+    from streamacc.run import Output
 
     real_save = Output._save
 
@@ -231,7 +231,7 @@ def kill_in_chunk(at: int) -> None:
 def kill_at_carry(boundary: int, *, written: bool) -> None:
     """SIGKILL this process at the carry kept at ``boundary``: just before it is written (the block's data are
     durable, its carry not), or (``written``) once it is durable, just before the record naming it is written."""
-    from streamacc.run.bookkeeping import Ledger
+    from streamacc.record import Ledger
 
     real_write_carry, real_atomic = Ledger.write_carry, testing.current("store.atomic_write")
     kept: list[int] = []

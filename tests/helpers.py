@@ -350,8 +350,7 @@ def python(code: str, *argv: str, cwd: Path | None = None) -> subprocess.Complet
 _LIGHT = r"""
 import json, os, sys, traceback
 
-import streamacc, streamacc.cli, streamacc.engine, streamacc.recipes, streamacc.run, streamacc.store
-import streamacc.summaries
+import streamacc, streamacc.base, streamacc.cli, streamacc.recipes  # the public face, the command line's wings
 
 HEAVY = {heavy!r}
 print(json.dumps([m for m in HEAVY if m in sys.modules]), flush=True)
@@ -381,7 +380,8 @@ for line in sys.stdin:
 
 
 class _Light:
-    """A fresh interpreter that has imported streamacc and its wings, and nothing heavy, forking a child per check."""
+    """A fresh interpreter that has imported streamacc and the wings its command line starts with, and nothing heavy,
+    forking a child per check."""
 
     def __init__(self) -> None:
         import atexit
@@ -391,7 +391,7 @@ class _Light:
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      env=env, text=True)  # fmt: skip
         started = json.loads(self.proc.stdout.readline())
-        assert started == [], f"importing streamacc and its wings imported {started}"
+        assert started == [], f"importing streamacc and the command line's wings imported {started}"
         atexit.register(self.close)
 
     def close(self) -> None:
@@ -403,10 +403,11 @@ _light: list[_Light] = []
 
 
 def imported_by(code: str, tmp_path: Path) -> set[str]:
-    """Which of ``HEAVY`` an interpreter that has imported only streamacc and its wings has imported after ``code``.
+    """Which of ``HEAVY`` an interpreter that has imported only streamacc and the command line (with the wings it
+    starts with) has imported after ``code``.
 
     Each check runs in a child forked from one such interpreter (which checked, as it started, that
-    streamacc and its wings import nothing heavy): a fresh start for what it imports, without paying
+    these import nothing heavy): a fresh start for what it imports, without paying
     for the interpreter's start and streamacc's import again.
     """
     if not _light:

@@ -21,9 +21,22 @@ from xarray.backends import BackendEntrypoint
 
 import streamacc
 from streamacc.errors import StoreError, VerifyError
-from streamacc.run.read import StreamaccBackend
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def declared_backends() -> dict[str, str]:
+    """The entry points of group ``xarray.backends`` that ``setup.cfg`` declares, by name."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    text = config["options.entry_points"]["xarray.backends"]
+    return dict(line.split(" = ", 1) for line in text.strip().splitlines() if line.strip())
+
+
+ENTRY = importlib.metadata.EntryPoint("streamacc", declared_backends()["streamacc"], "xarray.backends")
+StreamaccBackend = ENTRY.load()
+"""The backend as xarray loads it from the installed package's entry point."""
+
 LENGTH, BLOCK = 600, 64
 
 
@@ -111,7 +124,7 @@ def test_setup_cfg_registers_the_backend_with_xarray(done):
         group: dict(line.split(" = ", 1) for line in text.strip().splitlines() if line.strip())
         for group, text in config["options.entry_points"].items()
     }
-    assert declared["xarray.backends"] == {"streamacc": "streamacc.run.read:StreamaccBackend"}
+    assert declared["xarray.backends"] == {"streamacc": "streamacc._backend:StreamaccBackend"}
     entry = importlib.metadata.EntryPoint("streamacc", declared["xarray.backends"]["streamacc"], "xarray.backends")
     loaded = entry.load()
     assert loaded is StreamaccBackend and issubclass(loaded, BackendEntrypoint)

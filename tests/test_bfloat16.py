@@ -25,7 +25,7 @@ from helpers import assert_bits_equal, assert_same_output, failing, python, read
 import streamacc
 from streamacc import testing
 from streamacc.errors import InputError, StoreError, StreamaccWarning, VerifyError
-from streamacc.run.bookkeeping import decode_leaves, encode_leaves
+from streamacc.record import decode_leaves, encode_leaves
 from streamacc.summaries import reduce_steps
 
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -25,9 +25,10 @@ import zarr
 from helpers import assert_bits_equal, held_lock, read_manifest, rewind, root_says
 
 import streamacc
+import streamacc.read
 from streamacc.cli import main
 from streamacc.recipes import RECIPES
-from streamacc.run.execute import si
+from streamacc.run import si
 
 QUIET = ["--no-progress"]
 
@@ -453,7 +454,7 @@ def test_debug_and_version_are_accepted_after_the_command(tmp_path, capsys, monk
     def broken(*args, **kwargs):
         raise RuntimeError("unforeseen")
 
-    monkeypatch.setattr(streamacc.run, "info", broken)  # what the info command calls
+    monkeypatch.setattr(streamacc.read, "info", broken)  # what the info command calls
     for argv in (["info", out, "--debug"], ["--debug", "info", out]):  # before or after: both honoured
         assert run_cli(*argv) == 1
         assert "Traceback" in capsys.readouterr().err

@@ -21,6 +21,7 @@ import zarr
 from helpers import failing, held_lock, listing, run_warm
 
 import streamacc
+import streamacc.read
 from streamacc.cli import main
 from streamacc.errors import StoreError
 from streamacc.store import LocalTarget
@@ -230,7 +231,7 @@ def test_unexpected_error_is_one_line_and_debug_shows_the_traceback(workspace, c
     def broken(*args, **kwargs):
         raise RuntimeError("something\nunforeseen")
 
-    monkeypatch.setattr(streamacc.run, "info", broken)  # what the info command calls
+    monkeypatch.setattr(streamacc.read, "info", broken)  # what the info command calls
     assert main(["info", "out.zarr"]) == 1
     err = capfd.readouterr().err
     assert_one_error_line(err)

@@ -19,7 +19,7 @@ from helpers import Popen, gone
 from zarr.storage import FsspecStore
 
 from streamacc.errors import InputError
-from streamacc.run.execute import cluster_client
+from streamacc.run import cluster_client
 
 distributed = pytest.importorskip("distributed")
 

@@ -24,7 +24,7 @@ from helpers import assert_same_output, read_manifest
 import streamacc
 from streamacc.cli import main
 from streamacc.recipes import get_recipe
-from streamacc.run.output import Output
+from streamacc.run import Output
 
 distributed = pytest.importorskip("distributed")
 
@@ -191,7 +191,7 @@ def test_a_store_object_cannot_travel_to_workers(client):
 
 def test_a_worker_that_never_takes_the_plan_ends_the_run_with_the_fix(tmp_path, client, monkeypatch):
     """A broadcast that meets a worker dying waits for ever in dask; the run gives up after its timeout."""
-    from streamacc.run.execute import SCATTER_TIMEOUT
+    from streamacc.run import SCATTER_TIMEOUT
 
     asked = {}
 

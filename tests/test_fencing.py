@@ -29,7 +29,7 @@ from streamacc.cli import main
 from streamacc.engine import make_plan, to_host
 from streamacc.errors import LockedError
 from streamacc.recipes import get_recipe
-from streamacc.run.execute import BlockTask, SinkSpec, run_block_tasks
+from streamacc.run import BlockTask, SinkSpec, run_block_tasks
 from streamacc.store import LEASE_KEY, FencedStore, Lease, open_lease_store
 
 pytest.importorskip("moto.server")

@@ -20,7 +20,7 @@ import zarr
 from helpers import MANIFEST, array_bytes, failing, read_manifest, rewind, run_warm, store_files, write_manifest
 
 import streamacc
-from streamacc.run.bookkeeping import describe_function
+from streamacc.run import describe_function
 
 RATE = 0.5
 

@@ -21,7 +21,7 @@ from helpers import MANIFEST, RECORDS, node_attribute, read_manifest, run
 
 import streamacc
 from streamacc.cli import main
-from streamacc.run.bookkeeping import Manifest
+from streamacc.record import Manifest
 
 ARCHIVE = Path(__file__).parent / "data" / "outputs-1.0.0.tar.gz"
 QUIET = ["--no-progress"]

@@ -41,7 +41,7 @@ FREQUENT = (
 # holding its lock, wherever the machine's load would have let it run to by then
 PAUSING = FREQUENT.replace(
     "sys.exit(",
-    "import os, signal\nfrom streamacc.run.output import Output\nreal = Output.commit\n"
+    "import os, signal\nfrom streamacc.run import Output\nreal = Output.commit\n"
     "def commit(self, *results):\n    real(self, *results)\n"
     "    if self.manifest.committed_steps >= 2**16 and not hasattr(commit, 'paused'):\n"
     "        commit.paused = True\n        os.kill(os.getpid(), signal.SIGSTOP)\n"
@@ -52,7 +52,7 @@ PAUSING = FREQUENT.replace(
 # the same writer, which stops itself (SIGSTOP) as it is about to commit its first block: before any commit
 BEFORE_FIRST_COMMIT = FREQUENT.replace(
     "sys.exit(",
-    "import os, signal\nfrom streamacc.run.output import Output\nreal = Output.commit\n"
+    "import os, signal\nfrom streamacc.run import Output\nreal = Output.commit\n"
     "def commit(self, *results):\n    os.kill(os.getpid(), signal.SIGSTOP)\n    real(self, *results)\n"
     "Output.commit = commit\nsys.exit(",
 )

@@ -15,7 +15,6 @@ from helpers import failing
 
 import streamacc
 from streamacc.cli import main
-from streamacc.run.read import StepIndex
 
 K = 3
 
@@ -39,13 +38,21 @@ def ds(out):
     return streamacc.open(out)
 
 
+@pytest.fixture(scope="module")
+def StepIndex(out):  # the class's own name, as the tests below use it
+    """The index ``streamacc.open`` puts on ``step`` (streamacc's xarray side is reached through xarray's doors)."""
+    index = type(streamacc.open(out).xindexes["step"])
+    assert (index.__module__, index.__name__) == ("streamacc._xarray", "StepIndex")
+    return index
+
+
 @pytest.fixture
 def plain(ds):
     """The same Dataset with its labels materialised in a pandas index: the reference."""
     return ds.drop_indexes(["step", "time"]).set_xindex("step")
 
 
-def test_labels_are_the_kept_steps_and_their_times(ds):
+def test_labels_are_the_kept_steps_and_their_times(ds, StepIndex):
     assert isinstance(ds.xindexes["step"], StepIndex) and ds.xindexes["time"] is ds.xindexes["step"]
     np.testing.assert_array_equal(ds["step"].values, np.arange(2, 600, K))
     np.testing.assert_array_equal(ds["time"].values, 10.0 + 0.5 * np.arange(2, 600, K))
@@ -97,7 +104,7 @@ def test_sel_by_time(ds):
     np.testing.assert_array_equal(ds.sel(time=slice(11.1, 13.9))["step"].values, [5])
 
 
-def test_isel_where_and_concat_keep_the_index(ds, plain):
+def test_isel_where_and_concat_keep_the_index(ds, plain, StepIndex):
     part = ds.isel(step=slice(10, 20, 2))
     assert isinstance(part.xindexes["step"], StepIndex)
     np.testing.assert_array_equal(part["step"].values, plain.isel(step=slice(10, 20, 2))["step"].values)
@@ -195,7 +202,7 @@ def test_a_time_step_that_contradicts_the_recipes_is_refused(tmp_path, capsys):
 FAR = 2**63 - 1
 
 
-def test_an_index_near_2_63_selects_exactly():
+def test_an_index_near_2_63_selects_exactly(StepIndex):
     rows = FAR // 1000
     index = StepIndex.for_rows(rows - 4, rows, 1000, {"start": 0.0, "step": 1e-3, "units": "s"})
     ds = xr.Dataset({"v": ("step", np.arange(4.0))}, coords=xr.Coordinates.from_xindex(index))
@@ -234,7 +241,7 @@ def test_a_reverse_run_of_2_63_minus_1_steps_commits_its_last_steps(tmp_path):
     assert info.total_steps == FAR and info.committed_steps == FAR % block + block
 
 
-def test_a_label_of_the_wrong_kind_is_refused_without_building_the_labels():
+def test_a_label_of_the_wrong_kind_is_refused_without_building_the_labels(StepIndex):
     """``sel(step="abc")`` on 2**20 rows: refused before any label is made (pandas would have been handed all
     8 MiB of them to find nothing)."""
     import tracemalloc

@@ -18,9 +18,17 @@ import xarray as xr
 import zarr
 
 import streamacc
-from streamacc.base import DEFAULT_BLOCK_SIZE, DEFAULT_WRITE_BLOCK_SIZE, block_steps
+from streamacc.base import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_WRITE_BLOCK_SIZE,
+    block_steps,
+    check_request,
+    default_chunks,
+    divisor_at_most,
+    resolve_chunks,
+)
 from streamacc.engine import make_plan
-from streamacc.run.output import check_request, default_chunks, divisor_at_most, output_spec, resolve_chunks
+from streamacc.run import output_spec
 
 MIB = 2**20
 

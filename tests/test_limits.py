@@ -21,8 +21,7 @@ from helpers import OnesUntil
 
 import streamacc
 from streamacc.base import MAX_LENGTH, block_bounds, block_count, committed_span
-from streamacc.run.output import Output
-from streamacc.run.recompute import select_blocks
+from streamacc.run import Output, select_blocks
 
 HUGE = 2**62
 BLOCK = 64

@@ -83,12 +83,13 @@ def test_import_contracts_kept():
 VIOLATIONS = [
     ("engine/_plan.py", "from ..run import write", "streamacc.run", "Wings in layers"),
     ("store/_files.py", "from ..engine import Plan", "streamacc.engine", "Wings in layers"),
-    ("run/read/_index.py", "from ..execute import LocalExecutor", "streamacc.run.execute", "Rooms of run in layers"),
-    ("run/bookkeeping/_manifest.py", "from ..output import Output", "streamacc.run.output", "Rooms of run in layers"),
+    ("run/_commit.py", "from ._execute import LocalExecutor", "streamacc.run._execute", "Run in layers"),
+    ("run/_identity.py", "from ._commit import Output", "streamacc.run._commit", "Run in layers"),
     ("store/_fence.py", "from ._target import Target", "streamacc.store._target", "Store in layers"),
-    ("summaries/_pyramid.py", "import jax", "jax", "Store and summaries never import JAX"),
+    ("summaries/_pyramid.py", "import jax", "jax", "Store, summaries and record never import JAX"),
     ("engine/_plan.py", "import zarr", "zarr", "The engine is pure computation"),
-    ("store/_encoding.py", "import jax", "jax", "Store and summaries never import JAX"),
+    ("store/_encoding.py", "import jax", "jax", "Store, summaries and record never import JAX"),
+    ("record/_runidentity.py", "import jax", "jax", "Store, summaries and record never import JAX"),
 ]
 """One forbidden import per contract and more: (module, the line added, what it imports, the contract it breaks)."""
 
@@ -154,9 +155,9 @@ def test_no_module_reaches_into_another_packages_private_module():
 
 def test_a_reach_into_a_private_module_is_found(tmp_path):
     shutil.copytree(ROOT / "streamacc", tmp_path / "streamacc", ignore=shutil.ignore_patterns("__pycache__"))
-    path = tmp_path / "streamacc" / "run" / "read" / "_overview.py"
-    path.write_text(path.read_text() + "\nfrom ...summaries._pyramid import Rows  # noqa\n")
-    assert private_reaches(tmp_path / "streamacc") == ["streamacc/run/read/_overview.py: streamacc.summaries._pyramid"]
+    path = tmp_path / "streamacc" / "read" / "_overview.py"
+    path.write_text(path.read_text() + "\nfrom ..summaries._pyramid import Rows  # noqa\n")
+    assert private_reaches(tmp_path / "streamacc") == ["streamacc/read/_overview.py: streamacc.summaries._pyramid"]
 
 
 def private_module(dotted: str, package_root: Path) -> str | None:
@@ -184,8 +185,8 @@ def reaches_from_tests(folder: Path, package_root: Path) -> list[str]:
     An import of one (``import streamacc.store._chunks``, ``from streamacc.store import
     _files``), a dotted name given to a call (``import_module("streamacc.engine._scan")``,
     ``monkeypatch.setattr("streamacc.store._chunks.write_new", ...)``), and an attribute of a
-    streamacc module the file imported (``streamacc.store._target``, ``output._output`` after
-    ``import streamacc.run.output as output``).
+    streamacc module the file imported (``streamacc.store._target``, ``run._commit`` after
+    ``import streamacc.run as run``).
     """
     found = []
     for path in sorted(folder.rglob("*.py")):
@@ -236,7 +237,7 @@ def test_a_test_reaching_into_a_private_module_is_found(tmp_path):
         "import importlib\n"
         "import streamacc.store\n"
         "import streamacc.store._chunks\n"
-        "import streamacc.run.output as output\n"
+        "import streamacc.run as run\n"
         "from streamacc.store import _files, open_target\n"
         "from streamacc.cli._expr import parse_int\n"
         "from streamacc.engine import make_plan\n"
@@ -244,7 +245,7 @@ def test_a_test_reaching_into_a_private_module_is_found(tmp_path):
         "importlib.import_module('streamacc.engine._scan')\n"
         "monkeypatch.setattr('streamacc.store._target.atomic_write', None)\n"
         "streamacc.store._target.atomic_write = None\n"
-        "output._output.PUBLISH_SECONDS = 0.0\n"
+        "run._commit.PUBLISH_SECONDS = 0.0\n"
         "self._store, errors.InputError, streamacc.store.open_target\n"
     )
     assert reaches_from_tests(tmp_path / "tests", ROOT / "streamacc") == [
@@ -254,7 +255,7 @@ def test_a_test_reaching_into_a_private_module_is_found(tmp_path):
         "tests/test_probe.py:9: streamacc.engine._scan",
         "tests/test_probe.py:10: streamacc.store._target",
         "tests/test_probe.py:11: streamacc.store._target",
-        "tests/test_probe.py:12: streamacc.run.output._output",
+        "tests/test_probe.py:12: streamacc.run._commit",
     ]
 
 

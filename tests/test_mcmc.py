@@ -129,13 +129,13 @@ def test_a_changed_proposal_is_caught_by_the_resume(tmp_path, standard_promotion
 def test_a_sampler_step_fingerprints_alike_in_another_process_without_a_warning(standard_promotion):
     """What a resume in another process compares: the step's recorded identity, made again there, warning of
     nothing (a value it cannot fingerprint would be warned of)."""
-    from streamacc.run.bookkeeping import describe_function
+    from streamacc.run import describe_function
 
     pytest.importorskip("blackjax")
     code = (
         "import sys, warnings; sys.path.insert(0, sys.argv[1]); warnings.simplefilter('error')\n"
         "import jax; jax.config.update('jax_enable_x64', True)\n"
-        "import samplers\nfrom streamacc.run.bookkeeping import describe_function\n"
+        "import samplers\nfrom streamacc.run import describe_function\n"
         "for name in ('blackjax_rwmh', 'numpyro_hmc'):\n"
         "    print(describe_function(getattr(samplers, name)(warm=False)[0]))\n"
     )

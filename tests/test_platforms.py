@@ -12,6 +12,7 @@ import zarr
 from helpers import read_manifest, run
 
 import streamacc
+import streamacc.base
 from streamacc import testing
 from streamacc.base import (
     ACCELERATOR_COMPENSATED_UNROLL,
@@ -41,7 +42,7 @@ def test_an_accelerator_takes_its_own_defaults(platform):
 def test_a_cpu_keeps_its_defaults_and_an_unknown_platform_takes_them(platform):
     assert [recipe_unroll(u, platform) for u in (1, 2, 8)] == [recipe_unroll(u, platform, 8) for u in (1, 2, 8)]
     assert [recipe_unroll(u, platform) for u in (1, 2, 8)] == [1, 2, 8]
-    assert write_block_bytes(platform) == 32 * 2**20 == streamacc.run.DEFAULT_WRITE_BLOCK_SIZE * 8
+    assert write_block_bytes(platform) == 32 * 2**20 == streamacc.base.DEFAULT_WRITE_BLOCK_SIZE * 8
     assert stream_handover(platform) == ("in_place" if platform == "cpu" else "ordered")
 
 

@@ -7,7 +7,7 @@ import io
 import sys
 import time
 
-from streamacc.run.execute import MIN_BAR, Progress, Rates, clock, si
+from streamacc.run import MIN_BAR, Progress, Rates, clock, si
 
 LONG = "/data/experiments/2026/geometric-progressions/runs/very-long-directory-name/out.zarr"
 

@@ -29,7 +29,7 @@ from zarr.storage import FsspecStore, LocalStore
 import streamacc
 from streamacc.cli import main
 from streamacc.errors import StoreError
-from streamacc.run.output import Output
+from streamacc.run import Output
 
 LENGTH, BLOCK = 1000, 64  # 16 blocks, the last one short
 XS = np.linspace(-1.0, 1.0, LENGTH)

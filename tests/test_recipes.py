@@ -249,13 +249,13 @@ def test_a_blocks_input_rows_are_freed_before_the_next_blocks_are_read(tmp_path,
     import weakref
 
     from streamacc.engine import make_plan, run_plan
-    from streamacc.recipes import Rows
+    from streamacc.recipes import InputRows
 
     steps = 2**19  # 4 MiB of float64 rows per block, as large as the engine lets go of
     data = np.random.default_rng(3).uniform(0.5, 1.0, 4 * steps)
     job = get_recipe("cumsum").build(4 * steps, "float64", input=save(tmp_path / "i.zarr", data, chunk=steps))
     read, alive_at_read = [], []
-    real = Rows._read
+    real = InputRows._read
 
     def recorded(self, start, stop):
         alive_at_read.append(sum(r() is not None for r in read))
@@ -263,7 +263,7 @@ def test_a_blocks_input_rows_are_freed_before_the_next_blocks_are_read(tmp_path,
         read.append(weakref.ref(rows.base if rows.base is not None else rows))
         return rows
 
-    monkeypatch.setattr(Rows, "_read", recorded)
+    monkeypatch.setattr(InputRows, "_read", recorded)
     plan = make_plan(job.f, job.init, job.xs, length=job.length, block_size=steps, unroll=job.unroll)
     gc.collect()
     gc.disable()  # no collection of its own may free them

@@ -24,7 +24,7 @@ from helpers import MANIFEST, assert_same_output, dies_at, failing, read_manifes
 import streamacc
 from streamacc import testing
 from streamacc.errors import ResumeError, StoreError, StreamaccWarning
-from streamacc.run.bookkeeping import Ledger
+from streamacc.record import Ledger
 from streamacc.store import ZarrSink
 
 LENGTH, BLOCK = 5000, 512  # 10 blocks, the last one short

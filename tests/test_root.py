@@ -36,7 +36,7 @@ from helpers import (
 
 import streamacc
 from streamacc.cli import main
-from streamacc.run.recompute import verify_recipe_output
+from streamacc.run import verify_recipe_output
 
 
 @pytest.fixture(scope="module")

@@ -192,7 +192,7 @@ def test_a_thread_computing_ahead_begins_no_item_once_closed():
     ends after the item in hand once the caller stops, as one that computes on demand does."""
     import threading
 
-    from streamacc.run.threads import on_own_thread
+    from streamacc.base import on_own_thread
 
     begun, hold = [], threading.Event()
 

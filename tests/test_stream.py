@@ -30,8 +30,8 @@ from jax import lax
 import streamacc
 from streamacc import testing
 from streamacc.errors import InputError, ResumeError, StepFunctionError, StoreError, StreamaccError, StreamaccWarning
-from streamacc.run.stream import pieces
 from streamacc.store import ZarrSink
+from streamacc.stream import pieces
 
 DEADLINE = 120.0
 

@@ -479,7 +479,7 @@ def test_default_windows_follow_the_output_length_thinned_or_short(tmp_path):
     """A 2**26-step run keeping every 256th step has 2**18 rows: its finest default windows give at least 1024
     windows (of 256 rows), not 64; a shorter output gets windows of 128 rows, or of 16 below 2**16 values, never
     fewer (the summaries of windows of one row took three times an output's data)."""
-    from streamacc.summaries import default_windows
+    from streamacc.base import default_windows
 
     assert default_windows(2**18) == [256, 1024, 4096, 16384, 65536]
     assert default_windows(2**40) == [2**12, 2**14, 2**16, 2**18, 2**20]
@@ -503,7 +503,7 @@ def test_the_overview_reads_the_windows_its_picture_needs_not_four_times_as_many
     """Levels 4 apart: the picture of ``points`` windows reads a level of fewer than 4 times as many, and of
     exactly as many where the length is ``points`` times a level's window (2**30 steps: 4096 of 2**18 steps;
     levels 16 apart read 16,384 there). 2**19 steps drawn in 256 windows read 256 of 2048 steps, not 1024 of 512."""
-    from streamacc.summaries import default_windows
+    from streamacc.base import default_windows
 
     for rows in (2**26, 2**28, 2**30, 2**31, 2**32, 3 * 2**29):  # up to 4096 windows of the coarsest, 2**20
         windows = default_windows(rows)
@@ -548,7 +548,7 @@ def test_a_small_output_has_no_summaries_and_its_overview_draws_every_row_from_i
 def test_default_windows_of_a_large_state_hold_at_most_a_million_values_at_the_finest(tmp_path):
     """A short output of a 4096-point state gets fewer, longer finest windows: 2**20 values per statistic at most,
     never windows longer than a long output's finest (4096 rows)."""
-    from streamacc.summaries import default_windows
+    from streamacc.base import default_windows
 
     assert default_windows(2**17) == [128, 512, 2048, 8192, 32768]
     assert default_windows(2**17, 4096) == [512, 2048, 8192, 32768, 131072]  # 256 windows of 4096 values

@@ -23,8 +23,8 @@ from helpers import RECORDS, OnesUntil, faultrun_process, node_attribute, read_m
 
 import streamacc
 from streamacc.errors import InputError, StoreError, VerifyError
-from streamacc.run.bookkeeping import trusted_manifest
-from streamacc.run.recompute import RECYCLED_BLOCKS, recomputed_variables, recomputing_store
+from streamacc.record import trusted_manifest
+from streamacc.run import RECYCLED_BLOCKS, recomputing_store
 from streamacc.store import open_target
 
 jax.config.update("jax_enable_x64", True)
@@ -194,7 +194,7 @@ def test_a_long_virtual_output_keeps_its_default_summaries_to_a_million_windows(
     """Summaries are most of what a virtual output stores: its finest default level holds at most 2**20 values per
     statistic, in windows of up to 2**16 rows, where a stored output keeps windows of at most 4096 (2**28 of them at
     2**40 steps); a run of 2**63 steps stopped early still has windows to draw."""
-    from streamacc.summaries import default_windows
+    from streamacc.base import default_windows
 
     for rows, size in [(2**34, 1), (2**40, 1), (2**63 - 1, 1), (2**30, 4096), (2**20, 2**21), (5, 2**22)]:
         windows = default_windows(rows, size, virtual=True)
@@ -472,7 +472,7 @@ def test_a_read_through_open_takes_each_recomputed_block_as_it_lies(tmp_path):
     target = open_target(out, read_only=True)
     store = recomputing_store(target, trusted_manifest(target), f=gp, init=np.float64(1.0))
     lazy = xr.open_zarr(store, consolidated=False, zarr_format=3, chunks=None)[["x"]]
-    assert np.array_equal(recomputed_variables(lazy, store).chunk({"step": 256}).x.values, expected)
+    assert np.array_equal(store.recomputed_variables(lazy).chunk({"step": 256}).x.values, expected)
     stats = store.buffer_stats
     assert stats.filled + stats.reused + stats.overflow == 24 and stats.copied == 0  # one computation per block
     assert store.cached_blocks == 0  # each block let go once all of its rows were served

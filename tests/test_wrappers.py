@@ -26,8 +26,8 @@ from zarr.storage import MemoryStore, WrapperStore
 from zarr.testing.store import StoreTests
 
 import streamacc
-from streamacc.run.bookkeeping import CheckedStore, load_manifest
-from streamacc.run.recompute import RecomputingStore, recompute_plan
+from streamacc.record import CheckedStore, load_manifest
+from streamacc.run import RecomputingStore, recompute_plan
 from streamacc.store import FencedStore, SessionStore, open_target
 
 

@@ -25,7 +25,7 @@ import zarr
 
 import streamacc
 from streamacc.base import CODEC_NAMES
-from streamacc.run.execute import Progress, si
+from streamacc.run import Progress, si
 
 N = 100  # not a multiple of BLOCK: the last block is short
 BLOCK = 16

@@ -17,17 +17,22 @@ from __future__ import annotations
 import numbers
 import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..errors import InputError, arg
 
 if TYPE_CHECKING:
     import numpy as np
+    import numpy.typing as npt
 
 __all__ = [
-    "as_choice", "as_count", "as_unroll", "dtype_from_name", "dtype_name", "is_bfloat16", "is_float", "numpy_float",
+    "HostLeaf", "as_choice", "as_count", "as_unroll", "dtype_from_name", "dtype_name", "is_bfloat16", "is_float",
+    "numpy_float",
 ]
 
+
+HostLeaf: TypeAlias = "tuple[npt.NDArray[Any], str | None]"
+"""A carry leaf as plain host data: its numpy array, and the name of its PRNG key implementation (None for no key)."""
 
 def as_count(name: str, value: Any, *, minimum: int, example: int | None = None) -> int:
     """Argument ``name`` as a Python int no smaller than ``minimum``, or an error saying why not."""

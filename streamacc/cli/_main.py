@@ -27,11 +27,9 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..base import Terminated, check_written_length, run_interruptibly
 from ..errors import InputError, NoOutputError, OutputExistsError, ResumeError, StreamaccError, StreamaccWarning, arg
 from ..recipes import Job, Recipe, option
-from ..run.execute import si
-from ..run.output import check_written_length
-from ..run.threads import Terminated, run_interruptibly
 from ._expr import parse_int
 from ._parser import (
     UsageError,
@@ -48,8 +46,8 @@ from ._parser import (
 )
 
 if TYPE_CHECKING:
-    from ..run.output import Mode
-from ._spelling import cli_message, cli_terms
+    from ..base import Mode
+from ._parser import cli_message, cli_terms
 
 __all__ = ["build_parser", "main", "storage_options"]
 
@@ -87,7 +85,7 @@ def _enable_x64() -> None:
 def _committed_steps(out: str, options: dict[str, Any] | None) -> tuple[int, int]:
     """How many steps ``out`` has committed already, and the step its extension computes on from (the start of its
     last block, which an extension writes again), from its manifest alone; 0 where it holds no readable run."""
-    from ..run.bookkeeping import load_manifest
+    from ..record import load_manifest
     from ..store import open_target
 
     try:
@@ -109,7 +107,7 @@ def _unroll(job: Job, mode: Mode, out: str, options: dict[str, Any] | None, give
         return given
     if mode not in ("resume", "extend"):
         return job.unroll
-    from ..run.bookkeeping import load_manifest
+    from ..record import load_manifest
     from ..store import open_target
 
     try:
@@ -132,6 +130,8 @@ def summary(about: Any, before: int, seconds: float, how: str = "resumed", again
     and rate count them.
     """
     import numpy as np
+
+    from ..run import si
 
     arrays = about.arrays.values()
     row_bytes = sum(int(np.prod(a.shape[1:], dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in arrays)
@@ -198,8 +198,7 @@ def cmd_write(args: argparse.Namespace) -> int:
     job = recipe.make(size, dtype, params, options)  # an --input URL takes the same storage options
     attrs = {**job.attrs, "dtype": check_dtype(dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
-    from ..base import Blocking
-    from ..run.output import Layout
+    from ..base import Blocking, Layout
 
     # ScanSpec's own, before JAX, with the CPU's unroll: an accelerator's is a multiple of it, and larger
     unroll_here = job.cpu_unroll if given_unroll is None else given_unroll
@@ -211,9 +210,8 @@ def cmd_write(args: argparse.Namespace) -> int:
     )  # fmt: skip
     _enable_x64()
     from ..engine import ScanSpec, compute_platform
-    from ..run import write
-    from ..run.execute import Dask, Local, cluster_client
-    from ..run.read import info
+    from ..read import info
+    from ..run import Dask, Local, cluster_client, write
 
     unroll = _unroll(job, mode, args.out, options, given_unroll)
     spec = ScanSpec(
@@ -256,7 +254,7 @@ def _warnings_as_messages(debug: bool) -> Iterator[None]:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from ..run.read import info
+    from ..read import info
 
     _out(str(info(args.out, storage_options=storage_options(args.storage_option))))
     return 0
@@ -265,7 +263,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     blocks = "all" if args.blocks == "all" else parse_int(args.blocks, name=arg("blocks"), minimum=1)
     _enable_x64()
-    from ..run.recompute import verify_recipe_output
+    from ..run import verify_recipe_output
 
     options = storage_options(args.storage_option)
     report = verify_recipe_output(args.out, blocks=blocks, storage_options=options, repair=args.repair)
@@ -300,8 +298,8 @@ def cmd_materialize(args: argparse.Namespace) -> int:
     steps = step_range(args.steps)
     options = storage_options(args.storage_option)
     _enable_x64()
+    from ..read import info
     from ..run import materialize
-    from ..run.read import info
 
     start = time.perf_counter()
     with _warnings_as_messages(args.debug):
@@ -401,7 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     own_process = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        code = run_interruptibly(_main, argv, signals=(signal.SIGINT, signal.SIGTERM), scopes=False)
+        code = run_interruptibly(_main, argv, signals=(signal.SIGINT, signal.SIGTERM))
     except KeyboardInterrupt as exc:
         code = _interrupted(exc, argv, debug=False)
     if own_process and code != 0:

@@ -294,7 +294,7 @@ def plot_output(
 ) -> str:
     """Draw output ``out`` (array ``var``, default the first) into ``path`` (default :func:`default_path`)."""
     _matplotlib()  # before reading anything: without it, say how to install it
-    from ..run.read import overview_table
+    from ..read import overview_table
 
     ds = overview_table(out, points=points, storage_options=storage_options, steps=steps)
     names = [v[: -len("_mean")] for v in ds.data_vars if v.endswith("_mean")]

@@ -11,75 +11,32 @@ and how JAX computes (the platform, 64-bit types, a thread's configuration carri
 data), and ``_scan`` holds the in-memory entry points ``iter_blocks`` and ``scan``. A scan's
 settings and the arithmetic of its blocks are ``streamacc.base``'s (``Blocking``).
 
-These are the names the other wings use; each is imported on first use, so importing
-the wing costs nothing until then.
+These are the names the other wings use.
 """
 
-from __future__ import annotations
+from ._checks import Carry, Predicate, Step, Until
+from ._config import caller_scopes, compute_platform, jax_option, x64_scope
+from ._kernels import PROBED, block_function, until_block_functions
+from ._memory import POOL_MIN_BYTES, BlockPool, PoolStats, check_memory
+from ._plan import Plan, ScanSpec, as_spec, make_plan, resize, step_of, until_of
+from ._run import (
+    Block,
+    BlockFailed,
+    carry_pass,
+    compute_block,
+    computes_ahead,
+    from_host,
+    run_plan,
+    same_leaves,
+    to_host,
+)
+from ._scan import iter_blocks, scan
+from ._unroll import choose_unroll, step_program
 
-from typing import TYPE_CHECKING
-
-from ..base import lazy_exports
-
-if TYPE_CHECKING:
-    from ..base import (
-        BLOCK_KEYWORDS as BLOCK_KEYWORDS,
-        DEFAULT_BLOCK_SIZE as DEFAULT_BLOCK_SIZE,
-        MAX_LENGTH as MAX_LENGTH,
-        SCAN_DEFAULTS as SCAN_DEFAULTS,
-        Blocking as Blocking,
-        BlockKeywords as BlockKeywords,
-        ScanKeywords as ScanKeywords,
-        block_bounds as block_bounds,
-        block_count as block_count,
-        block_size_near as block_size_near,
-        block_steps as block_steps,
-        check_length as check_length,
-        committed_span as committed_span,
-        pool_size as pool_size,
-        row_step as row_step,
-        rows_in as rows_in,
-    )
-    from ._checks import Carry as Carry, Predicate as Predicate, Step as Step, Until as Until
-    from ._config import (
-        caller_scopes as caller_scopes,
-        compute_platform as compute_platform,
-        jax_option as jax_option,
-        x64_scope as x64_scope,
-    )
-    from ._kernels import (
-        PROBED as PROBED,
-        block_function as block_function,
-        until_block_functions as until_block_functions,
-    )
-    from ._memory import (
-        POOL_MIN_BYTES as POOL_MIN_BYTES,
-        BlockPool as BlockPool,
-        PoolStats as PoolStats,
-        check_memory as check_memory,
-    )
-    from ._plan import (
-        Plan as Plan,
-        ScanSpec as ScanSpec,
-        as_spec as as_spec,
-        make_plan as make_plan,
-        resize as resize,
-        step_of as step_of,
-        until_of as until_of,
-    )
-    from ._run import (
-        Block as Block,
-        BlockFailed as BlockFailed,
-        HostLeaf as HostLeaf,
-        carry_pass as carry_pass,
-        compute_block as compute_block,
-        computes_ahead as computes_ahead,
-        from_host as from_host,
-        run_plan as run_plan,
-        same_leaves as same_leaves,
-        to_host as to_host,
-    )
-    from ._scan import iter_blocks as iter_blocks, scan as scan
-    from ._unroll import choose_unroll as choose_unroll, step_program as step_program
-
-__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)
+__all__ = [
+    "POOL_MIN_BYTES", "PROBED", "Block", "BlockFailed", "BlockPool", "Carry", "Plan", "PoolStats", "Predicate",
+    "ScanSpec", "Step", "Until", "as_spec", "block_function", "caller_scopes", "carry_pass", "check_memory",
+    "choose_unroll", "compute_block", "compute_platform", "computes_ahead", "from_host", "iter_blocks", "jax_option",
+    "make_plan", "resize", "run_plan", "same_leaves", "scan", "step_of", "step_program", "to_host",
+    "until_block_functions", "until_of", "x64_scope",
+]

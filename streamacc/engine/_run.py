@@ -23,19 +23,18 @@ import jax.numpy as jnp
 import numpy as np
 import numpy.typing as npt
 
-from ..base import pool_size, rows_in
+from ..base import HostLeaf, pool_size, rows_in
 from ._config import compute_platform
 from ._kernels import PROBED, cached, carry_scan_fn, probe_fn, scan_fn, until_fn
 from ._memory import POOL_MIN_BYTES, BlockPool, _Lease, block_xs, fresh_buffers, let_go, spent_rows
 from ._plan import Plan
 
 __all__ = [
-    "Block", "BlockFailed", "HostLeaf", "carry_pass", "compute_block", "computes_ahead", "from_host", "run_block",
+    "Block", "BlockFailed", "carry_pass", "compute_block", "computes_ahead", "from_host", "run_block",
     "run_plan", "same_leaves", "to_host",
 ]
 
 
-HostLeaf = tuple[npt.NDArray[Any], str | None]
 
 
 def _leaf_to_host(leaf: Any) -> HostLeaf:

@@ -10,40 +10,36 @@ JSON metadata::
     for block in streamacc.iter_blocks(job.f, job.init, job.xs, length=job.length, unroll=job.unroll):
         ...
 
-Importing the recipes loads neither numpy nor JAX, so their names, parameters and
-descriptions cost the command line nothing.
+Importing the recipes loads neither numpy nor JAX (a step imports them as it is built or
+run), so their names, parameters and descriptions cost the command line nothing.
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from ..base import lazy_exports
 from ..errors import InputError
 from ._base import DEGENERATE_RULE, Job, Param, Recipe, check_dtype, option, refusal
+from ._compensated import fast_two_sum, split, split_constant, two_prod, two_sum
 from ._cumulative import CUMPROD, CUMSUM
-from ._lorenz import LORENZ
-from ._progressions import AFFINE, GP, LOGISTIC
+from ._input import InputRows, zstd_margin
 from ._random import RANDOMWALK
+from ._recurrences import AFFINE, GP, LOGISTIC, LORENZ
 
-if TYPE_CHECKING:
-    from ..base import (
-        ACCELERATOR_COMPENSATED_UNROLL as ACCELERATOR_COMPENSATED_UNROLL,
-        ACCELERATOR_UNROLL as ACCELERATOR_UNROLL,
-        recipe_unroll as recipe_unroll,
-    )
-    from ._compensated import (
-        fast_two_sum as fast_two_sum,
-        split as split,
-        split_constant as split_constant,
-        two_prod as two_prod,
-        two_sum as two_sum,
-    )
-    from ._input import Rows as Rows, zstd_margin as zstd_margin
-
-__getattr__, __dir__, _lazy = lazy_exports(__name__, __file__)  # numpy's import waits for their first use
-__all__ = ["DEGENERATE_RULE", "RECIPES", "Job", "Param", "Recipe", "check_dtype", "get_recipe", "option", "refusal"]
-__all__ += _lazy
+__all__ = [
+    "DEGENERATE_RULE",
+    "RECIPES",
+    "InputRows",
+    "Job",
+    "Param",
+    "Recipe",
+    "check_dtype",
+    "fast_two_sum",
+    "get_recipe",
+    "option",
+    "refusal",
+    "split",
+    "split_constant",
+    "two_prod",
+    "two_sum",
+    "zstd_margin",
+]
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (GP, AFFINE, LOGISTIC, RANDOMWALK, LORENZ, CUMSUM, CUMPROD)}
 """Every recipe by name, in the order ``streamacc recipes`` lists them."""

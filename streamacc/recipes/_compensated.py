@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ._base import Step
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "TERMS",
@@ -66,8 +67,15 @@ Pair = tuple[Any, Any]
 Terms = tuple[Any, ...]
 """A compensated carry: 2 or 3 numbers of its dtype (see :data:`TERMS`), their unevaluated sum its value."""
 
-_BITS: dict[str, tuple[type[np.unsignedinteger[Any]], int]] = {"float64": (np.uint64, 53), "float32": (np.uint32, 24)}
-"""The unsigned integer of the same width, and the significand's precision in bits."""
+
+
+def _bits(dtype: str) -> tuple[type[np.unsignedinteger[Any]], int]:
+    """The unsigned integer of the same width as float ``dtype``, and its significand's precision in bits (numpy is
+    imported as a recipe runs, not as the command line lists the recipes)."""
+    import numpy as np
+
+    unsigned: dict[str, type[np.unsignedinteger[Any]]] = {"float64": np.uint64, "float32": np.uint32}
+    return unsigned[dtype], {"float64": 53, "float32": 24}[dtype]
 
 
 def two_sum(a: Any, b: Any) -> Pair:
@@ -93,9 +101,10 @@ def split(x: Any) -> Pair:
     may contract it into an FMA, and it overflows near the top of the range). ``lo =
     x - hi`` is exact. Valid for finite ``x`` below the largest float's neighbourhood.
     """
+    import numpy as np
     from jax import lax
 
-    uint, precision = _BITS[x.dtype.name]
+    uint, precision = _bits(x.dtype.name)
     drop = (precision + 1) // 2
     bits = lax.bitcast_convert_type(x, uint)
     half, mask = uint(1 << (drop - 1)), uint(~((1 << drop) - 1) & np.iinfo(uint).max)
@@ -105,7 +114,9 @@ def split(x: Any) -> Pair:
 
 def split_constant(value: float, dtype: str) -> Pair:
     """:func:`split` of a Python float already rounded to ``dtype``, computed on the host."""
-    uint, precision = _BITS[dtype]
+    import numpy as np
+
+    uint, precision = _bits(dtype)
     drop = (precision + 1) // 2
     x = np.asarray(value, dtype=dtype)
     bits = int(x.view(uint))
@@ -149,6 +160,8 @@ def to_pair(value: float, dtype: str) -> tuple[float, float]:
     Exact for float64; for float32, exact when ``value``'s significand fits in about 48 bits
     (as ``1 + 1e-8`` and ``1 + 2**-23`` do), else within ``2**-48`` relative.
     """
+    import numpy as np
+
     if not math.isfinite(value):
         return value, 0.0
     hi = float(np.asarray(value, dtype=dtype))
@@ -194,6 +207,8 @@ def constant(value: float, dtype: str) -> Operand:
 
 def initial(value: float, dtype: str) -> tuple[np.ndarray, ...]:
     """The carry of a compensated recipe that starts at ``value``: its nearest pair, then zeros."""
+    import numpy as np
+
     hi, lo = to_pair(value, dtype)
     return (np.asarray(hi, dtype), np.asarray(lo, dtype)) + (np.asarray(0.0, dtype),) * (TERMS[dtype] - 2)
 
@@ -299,6 +314,7 @@ def input_operand(x: Any, dtype: str) -> Operand:
     is converted as the plain recipe converts it.
     """
     import jax.numpy as jnp
+    import numpy as np
 
     hi = x.astype(dtype)
     if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype.itemsize > np.dtype(dtype).itemsize:

@@ -13,9 +13,9 @@ from typing import Any
 from ..base import ACCELERATOR_COMPENSATED_UNROLL
 from ..errors import InputError, arg
 from ._base import COMPENSATED, Job, Param, Recipe, Step, check_dtype, check_size, recipe_attrs, resolve_params
-from ._input import Rows
+from ._input import InputRows
 
-__all__ = ["CUMPROD", "CUMSUM", "Cumulative", "Rows", "open_input"]
+__all__ = ["CUMPROD", "CUMSUM", "Cumulative", "InputRows", "open_input"]
 
 _NUMERIC_KINDS = frozenset("biuf")
 
@@ -113,7 +113,7 @@ def _build(
             f"{arg('size', size)} exceeds the {n} values of {arg('input', p['input'])}; "
             f"pass {arg('size', n)} or less, or omit it"
         )
-    xs = Rows(array, size)
+    xs = InputRows(array, size)
     units = array.attrs.get("units", "") if op == "add" else ""
     attrs = recipe_attrs(recipe, p, units if isinstance(units, str) else "")
     f: Step

@@ -7,7 +7,7 @@ threshold so that later buffers stay on the heap; JAX then copies the rows into 
 buffer of its own, since a numpy array not aligned to 64 bytes cannot be shared.
 Where the array's codecs allow it (a Zarr v3 array of little-endian or one-byte values,
 stored as plain bytes, optionally compressed with zstd, blosc or gzip, not sharded)
-:class:`Rows` instead decodes a local chunk's stored bytes straight into the rows handed to
+:class:`InputRows` instead decodes a local chunk's stored bytes straight into the rows handed to
 the scan, which are aligned so that JAX uses them in place; a chunk larger than a block is
 decoded once and kept for the blocks that follow. Other arrays are sliced by Zarr. The
 values are those Zarr reads, bit for bit: the same numcodecs decoders decode the same bytes.
@@ -30,10 +30,10 @@ import sys
 import threading
 from typing import Any, Protocol
 
-__all__ = ["Rows"]
+__all__ = ["InputRows"]
 
 
-class Rows:
+class InputRows:
     """A lazy view of the first ``n`` rows of a 1-D Zarr array, read chunk by chunk when sliced.
 
     Nothing is read until it is sliced, and then only the chunks holding the rows asked
@@ -81,7 +81,7 @@ class Rows:
         self.__init__(state["array"], state["n"])  # type: ignore[misc]
 
     def __repr__(self) -> str:
-        return f"Rows({self.array!r}, n={self.n})"
+        return f"InputRows({self.array!r}, n={self.n})"
 
     def __getitem__(self, key: Any) -> Any:
         import numpy as np

@@ -1,53 +1,87 @@
-"""A run's life, from a plan to a committed output, and what reads and checks it afterwards.
+"""A run's life, from a plan to a committed output: ``write``, ``materialize`` and ``verify``, and what they share.
 
-The wing is in rooms, each knowing one thing, listed from the bottom up (a room imports
-only from the rooms below it):
+Its modules, from the top (a module imports only from those listed below it, or beside it):
 
-- ``threads``: work on threads, signals that end a run promptly, the ordered pipeline;
-- ``bookkeeping``: the bookkeeping format: what an output records about its run (manifest,
-  block records, identity, kept carries) and what every reader checks before it trusts an output;
-- ``output``: an output opened for writing, its layout and its in-order commits;
-- ``recompute`` and ``read``: recomputing committed blocks; ``open``, ``overview``, ``info``, ``to_arviz``;
-- ``execute``: where blocks run (this process, a dask cluster) and the progress bar;
-- ``session``: a run's session on its output (the writer lock, the progress bar, the output opened,
-  what a failure is raised as), which ``_write``, ``_materialize`` and ``stream`` share;
+- ``_write`` (:func:`write`: request, plan, session, executor) and ``_materialize``
+  (:func:`materialize`: a virtual output's data stored);
+- ``_session``: a run's session on its output (``RunSession``: the target, its writer lock,
+  the progress bar, the output opened and committed, the error a failure is raised as), which
+  ``write``, ``materialize`` and the Stream share;
+- where blocks run: ``_execute`` (``Local``, ``Dask`` as the caller says it, the keywords
+  ``write`` takes alone, this process's executors) and ``_dask`` (block tasks on a cluster);
+- recomputing committed blocks: ``_verify`` (``verify``, a recipe's output, the check a resume
+  makes first), ``_checker`` (an output's checks, kept carries rebuilt) and ``_virtual``
+  (``RecomputingStore``: a virtual output read through zarr);
+- the output opened for writing: ``_planning`` (a run's plan and output spec), ``_open``
+  (the table of openers), ``_extend``, ``_commit`` (``Output``: in-order commits, batches);
+- ``_identity``: a run's identity made from its plan, its step function's fingerprint.
 
-and ``_write``, which puts them together, and ``stream``, which puts them together around a
-program jitted by its caller (:class:`Stream`). These are the names the other wings and the
-public face use; each is imported on first use.
+These are the names the other wings and the public face use.
 """
 
-from __future__ import annotations
+from ..base import Terminated  # what a run raises for SIGTERM, as the guide names it (``streamacc.run.Terminated``)
+from ._commit import BlockResult, Output
+from ._dask import BLOCKS_PER_TASK, SCATTER_TIMEOUT, BlockTask, SinkSpec, cluster_client, run_block_tasks
+from ._execute import Dask, Local, WriteKeywords, split_keywords, write_block
+from ._identity import carry_digest, describe_function, input_values
+from ._materialize import materialize
+from ._open import open_output
+from ._planning import OutputSpec, Planned, output_spec, plan_output
+from ._session import MIN_BAR, Progress, Rates, RunSession, clock, si
+from ._verify import (
+    VerifyReport,
+    check_function,
+    check_recomputed,
+    check_resumable,
+    resume_chain,
+    select_blocks,
+    verify,
+    verify_recipe_output,
+)
+from ._virtual import RECYCLED_BLOCKS, RecomputingStore, recompute_plan, recomputing_store
+from ._write import write
 
-from typing import TYPE_CHECKING
-
-from ..base import lazy_exports
-
-if TYPE_CHECKING:
-    from ..base import (
-        DEFAULT_WRITE_BLOCK_SIZE as DEFAULT_WRITE_BLOCK_SIZE,
-        stream_handover as stream_handover,
-        stream_piece_bytes as stream_piece_bytes,
-        write_block_bytes as write_block_bytes,
-    )
-    from ._materialize import materialize as materialize
-    from ._write import write as write
-    from .bookkeeping import load_manifest as load_manifest
-    from .execute import Dask as Dask, Local as Local, cluster_client as cluster_client, si as si
-    from .output import Layout as Layout, Mode as Mode, check_written_length as check_written_length
-    from .read import (
-        ArrayInfo as ArrayInfo,
-        MemoryEstimate as MemoryEstimate,
-        OutputInfo as OutputInfo,
-        SummaryInfo as SummaryInfo,
-        info as info,
-        open as open,
-        overview as overview,
-        overview_table as overview_table,
-        to_arviz as to_arviz,
-    )
-    from .recompute import VerifyReport as VerifyReport, verify as verify, verify_recipe_output as verify_recipe_output
-    from .stream import Stream as Stream
-    from .threads import Terminated as Terminated, run_interruptibly as run_interruptibly
-
-__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)
+__all__ = [
+    "BLOCKS_PER_TASK",
+    "MIN_BAR",
+    "RECYCLED_BLOCKS",
+    "SCATTER_TIMEOUT",
+    "BlockResult",
+    "BlockTask",
+    "Dask",
+    "Local",
+    "Output",
+    "OutputSpec",
+    "Planned",
+    "Progress",
+    "Rates",
+    "RecomputingStore",
+    "RunSession",
+    "SinkSpec",
+    "Terminated",
+    "VerifyReport",
+    "WriteKeywords",
+    "carry_digest",
+    "check_function",
+    "check_recomputed",
+    "check_resumable",
+    "clock",
+    "cluster_client",
+    "describe_function",
+    "input_values",
+    "materialize",
+    "open_output",
+    "output_spec",
+    "plan_output",
+    "recompute_plan",
+    "recomputing_store",
+    "resume_chain",
+    "run_block_tasks",
+    "select_blocks",
+    "si",
+    "split_keywords",
+    "verify",
+    "verify_recipe_output",
+    "write",
+    "write_block",
+]

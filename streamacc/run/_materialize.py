@@ -18,11 +18,21 @@ from typing import Any
 
 import jax
 
-from ..base import as_count, pool_size
-from ..engine import Block, BlockPool, Plan, compute_block, from_host, same_leaves, step_of, to_host, x64_scope
+from ..base import as_count, check_stop, interruptible, on_own_thread, pool_size, run_ordered
+from ..engine import (
+    Block,
+    BlockPool,
+    Plan,
+    caller_scopes,
+    compute_block,
+    from_host,
+    same_leaves,
+    step_of,
+    to_host,
+    x64_scope,
+)
 from ..errors import InputError, VerifyError, arg
-from ..store import ZarrSink, open_target, progress_attrs
-from .bookkeeping import (
+from ..record import (
     BlockRecord,
     Ledger,
     Manifest,
@@ -30,12 +40,12 @@ from .bookkeeping import (
     carries_problem,
     check_structure,
     load_manifest,
+    remove_partial_writes,
 )
-from .execute import Progress
-from .output import Batch, remove_partial_writes
-from .recompute import recompute_plan
-from .session import RunSession
-from .threads import check_stop, interruptible, on_own_thread, run_ordered
+from ..store import ZarrSink, open_target, progress_attrs
+from ._commit import Batch
+from ._session import Progress, RunSession
+from ._virtual import recompute_plan
 
 __all__ = ["materialize"]
 
@@ -72,7 +82,7 @@ def _blocks(manifest: Manifest, plan: Plan, steps: Any, label: str) -> list[int]
 
 
 @dataclasses.dataclass(frozen=True)
-class _Item:
+class _MaterializedBlock:
     record: BlockRecord
     after: list[Any]
     block: Block
@@ -95,16 +105,16 @@ class _Materializer:
         self._batch: Batch[BlockRecord] = Batch()
         self.stored = 0
 
-    def items(self, blocks: list[int], pool: BlockPool) -> Iterator[_Item]:
+    def items(self, blocks: list[int], pool: BlockPool) -> Iterator[_MaterializedBlock]:
         for k in blocks:
             m = self.manifest
             record = self.ledger.block(k, m)
             after = self.ledger.kept_carry(m, k + 1)
             carry = from_host(self.ledger.kept_carry(m, k), self.plan.init)
             block = compute_block(self.plan, carry, record.start, record.stop, pool=pool)
-            yield _Item(record, after, block)
+            yield _MaterializedBlock(record, after, block)
 
-    def write(self, item: _Item) -> BlockRecord:
+    def write(self, item: _MaterializedBlock) -> BlockRecord:
         check_stop()
         record, block = item.record, item.block
         try:
@@ -120,7 +130,7 @@ class _Materializer:
             block.release()
         return dataclasses.replace(record, crc32c=crcs)
 
-    def commit(self, item: _Item, record: BlockRecord) -> None:
+    def commit(self, item: _MaterializedBlock, record: BlockRecord) -> None:
         self.bar.update(record.stop - record.start, 0)
         if self._batch.add([record], COMMIT_SECONDS):
             self.flush()
@@ -149,7 +159,7 @@ class _Materializer:
         self.sink.publish(progress_attrs(m.span(), m.length, m.complete, virtual=m.recomputes), nodes)
 
 
-@interruptible
+@interruptible(caller_scopes)
 def materialize(
     store: Any,
     f: Any = None,
@@ -232,7 +242,7 @@ def materialize(
         work = _Materializer(target, manifest, plan, sink, session.progress(total, initial=0))
         pool = BlockPool(pool_size(INFLIGHT))
         with x64_scope(x64):
-            items = on_own_thread(work.items(blocks, pool))
+            items = on_own_thread(work.items(blocks, pool), scopes=caller_scopes)
             try:
                 run_ordered(items, work.write, work.commit, depth=INFLIGHT, workers=INFLIGHT)
             finally:

@@ -15,19 +15,20 @@ import logging
 from collections.abc import Callable
 from typing import Any, Unpack
 
-from ..engine import Carry, Predicate, ScanSpec, as_spec, from_host, to_host
-from .execute import Dask, Local, WriteKeywords, executor_for, split_keywords
-from .output import Layout, Mode, check_request, check_written_length, plan_output
-from .recompute import check_resumable, recomputed_rows
-from .session import RunSession
-from .threads import interruptible
+from ..base import Layout, Mode, check_request, check_written_length, interruptible
+from ..engine import Carry, Predicate, ScanSpec, as_spec, caller_scopes, from_host, to_host
+from ._execute import Dask, Local, WriteKeywords, executor_for, split_keywords
+from ._planning import plan_output
+from ._session import RunSession
+from ._verify import check_resumable
+from ._virtual import recomputed_rows
 
 __all__ = ["write"]
 
 log = logging.getLogger("streamacc")
 
 
-@interruptible
+@interruptible(caller_scopes)
 def write(
     store: Any,
     f: Callable[[Carry, Any], tuple[Carry, Any]] | ScanSpec,

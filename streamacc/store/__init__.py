@@ -17,64 +17,43 @@ makes them durable. Its modules, in three layers, each importing only from those
   ``_leasestore`` (the lease object on each kind of store), ``_fence`` (every mutating request
   checked against the lease, and which exceptions mean a store failed).
 
-These are the names the other wings use; each is imported on first use, so that
-``streamacc.store.open_target`` costs no Zarr import.
+These are the names the other wings use.
 """
 
-from __future__ import annotations
+from ._carries import CarryDamaged, CarryLeaf, CarryStore
+from ._chunks import ChunkWriter, EncodeBuffers, compare_chunks
+from ._documents import (
+    PROGRESS_ATTRS,
+    ArraySpec,
+    array_document,
+    decoding_attributes,
+    fingerprint_of,
+    is_virtual,
+    netcdf_safe,
+    plain_document,
+    progress_attrs,
+    stored_crc32c,
+)
+from ._encoding import register_data_types, storable
+from ._fence import FencedStore, describe_store_failure, is_store_failure
+from ._files import aligned_empty, atomic_write, read_into
+from ._icechunk import IcechunkTarget
+from ._lease import LEASE_ENV, LEASE_KEY, Lease, lease_seconds
+from ._leasestore import Holder, open_lease_store
+from ._localtarget import LocalTarget
+from ._opentarget import open_target
+from ._sessionstore import SessionStore
+from ._sink import ZarrSink, resize_arrays
+from ._storetarget import StoreTarget, close_store_sessions
+from ._target import BOOKKEEPING, Target, sync
+from ._zarrapi import ArrayV3Metadata, GroupMetadata, settle_event_loop
 
-from typing import TYPE_CHECKING
-
-from ..base import lazy_exports
-
-if TYPE_CHECKING:
-    from ._carries import (
-        CARRIES as CARRIES,
-        CarryDamaged as CarryDamaged,
-        CarryLeaf as CarryLeaf,
-        CarryStore as CarryStore,
-    )
-    from ._chunks import ChunkWriter as ChunkWriter, EncodeBuffers as EncodeBuffers, compare_chunks as compare_chunks
-    from ._documents import (
-        PROGRESS_ATTRS as PROGRESS_ATTRS,
-        VIRTUAL as VIRTUAL,
-        ArraySpec as ArraySpec,
-        array_document as array_document,
-        decoding_attributes as decoding_attributes,
-        is_virtual as is_virtual,
-        netcdf_safe as netcdf_safe,
-        plain_document as plain_document,
-        progress_attrs as progress_attrs,
-        stored_crc32c as stored_crc32c,
-    )
-    from ._encoding import (
-        CODECS as CODECS,
-        compressors_for as compressors_for,
-        register_data_types as register_data_types,
-        storable as storable,
-    )
-    from ._fence import (
-        FencedStore as FencedStore,
-        describe_store_failure as describe_store_failure,
-        is_store_failure as is_store_failure,
-    )
-    from ._files import aligned_empty as aligned_empty, atomic_write as atomic_write, read_into as read_into
-    from ._fingerprint import fingerprint_of as fingerprint_of
-    from ._icechunk import IcechunkTarget as IcechunkTarget
-    from ._lease import LEASE_ENV as LEASE_ENV, Lease as Lease, lease_seconds as lease_seconds
-    from ._leasestore import Holder as Holder, open_lease_store as open_lease_store
-    from ._localtarget import LocalTarget as LocalTarget
-    from ._opentarget import open_target as open_target
-    from ._sessionstore import SessionStore as SessionStore
-    from ._sink import ZarrSink as ZarrSink, resize_arrays as resize_arrays
-    from ._storetarget import StoreTarget as StoreTarget, close_store_sessions as close_store_sessions
-    from ._target import BOOKKEEPING as BOOKKEEPING, LEASE_KEY as LEASE_KEY, Target as Target
-    from ._zarrapi import (
-        ArrayV3Metadata as ArrayV3Metadata,
-        GroupMetadata as GroupMetadata,
-        RegularChunkGrid as RegularChunkGrid,
-        settle_event_loop as settle_event_loop,
-        sync as sync,
-    )
-
-__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)
+__all__ = [
+    "BOOKKEEPING", "LEASE_ENV", "LEASE_KEY", "PROGRESS_ATTRS", "ArraySpec", "ArrayV3Metadata", "CarryDamaged",
+    "CarryLeaf", "CarryStore", "ChunkWriter", "EncodeBuffers", "FencedStore", "GroupMetadata", "Holder",
+    "IcechunkTarget", "Lease", "LocalTarget", "SessionStore", "StoreTarget", "Target", "ZarrSink", "aligned_empty",
+    "array_document", "atomic_write", "close_store_sessions", "compare_chunks", "decoding_attributes",
+    "describe_store_failure", "fingerprint_of", "is_store_failure", "is_virtual", "lease_seconds", "netcdf_safe",
+    "open_lease_store", "open_target", "plain_document", "progress_attrs", "read_into", "register_data_types",
+    "resize_arrays", "settle_event_loop", "storable", "stored_crc32c", "sync",
+]
