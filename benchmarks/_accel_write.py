@@ -70,7 +70,7 @@ def _default_block(ctx: Context, f: Any, init: Any, n: int, unroll: int) -> int:
 
 def _stream(ctx: Context, path: Path, f: Any, init: Any, n: int, unroll: int, how: str) -> dict[str, Any]:
     """The job through a Stream whose blocks cross as ``how``: compile s apart, then run s and device peak."""
-    with testing.patched("run.stream.handover", lambda: how), streamacc.Stream(
+    with testing.patched("stream.handover", lambda: how), streamacc.Stream(
             _fresh(path), f, length=n, unroll=unroll, progress=False) as s:  # fmt: skip
         x0 = jax.tree_util.tree_map(jnp.asarray, init)
         elapsed = clock()

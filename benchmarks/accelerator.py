@@ -21,7 +21,7 @@ results, which the documentation's Accelerators page shows. Scenarios, in order:
   and another), the encode's and the disk's floors; a wide ensemble (2**20 float32
   members) written;
 - ``stream-ordered``, ``stream-chained``, ``stream-pinned`` (last): the job of ``write``
-  through a ``Stream`` whose blocks cross to the host each way (``run.stream.handover``),
+  through a ``Stream`` whose blocks cross to the host each way (``stream.handover``),
   against the write's wall and bytes; ``stream-wide``: the wide ensemble streamed the
   fastest way;
 - ``accuracy``: gp in float32 over 2**24 steps, plain, compensated and ``jnp.cumprod``,

@@ -12,16 +12,16 @@ in one table, each by the wing that holds it, ``WING.NAME``; this module replace
 ``store.atomic_write``                    a key a local folder's target writes (a manifest)
 ``store.remove_tree_contents``            an overwritten local output's old files deleted
 ``store.icechunk_commit_seconds``         the most seconds between two commits to Icechunk
-``store.lease.time``                      the clock and sleep of the writer lease
+``store.lease_time``                      the clock and sleep of the writer lease
 ``engine.platform``                       the platform JAX computes on, whose defaults a run takes
 ``engine.physical_memory``                the machine's memory, as the block checks ask it
 ``summaries.SLICE_BYTES``                 the slice a block's windows are reduced in
-``run.output.PUBLISH_SECONDS``            how often the root's progress is refreshed
-``run.output.SLOW_BLOCK_SECONDS``         the seconds a block takes past which a run says so
-``run.output.VIRTUAL_COMMIT_SECONDS``     how often a virtual run commits
-``run.execute.BlockPool``                 the pool of block buffers a local run makes
-``run.stream.handover``                   how a Stream's blocks cross to the host (in place on the CPU)
-``run.stream.piece_bytes``                the bytes of ys a Stream's block callback takes as one operand
+``run.PUBLISH_SECONDS``                   how often the root's progress is refreshed
+``run.SLOW_BLOCK_SECONDS``                the seconds a block takes past which a run says so
+``run.VIRTUAL_COMMIT_SECONDS``            how often a virtual run commits
+``run.BlockPool``                         the pool of block buffers a local run makes
+``stream.handover``                       how a Stream's blocks cross to the host (in place on the CPU)
+``stream.piece_bytes``                    the bytes of ys a Stream's block callback takes as one operand
 ========================================  ===================================================
 
 :func:`seams` lists them with what each is called with. A replacement is in place for
@@ -103,7 +103,7 @@ _SEAMS: dict[str, tuple[str, tuple[str, ...]]] = {
         "COMMIT_SECONDS: the most seconds an Icechunk writer goes between two commits (0: a commit every block)",
         ("streamacc.store._icechunk.COMMIT_SECONDS",),
     ),
-    "store.lease.time": (
+    "store.lease_time": (
         "time: the module the lease reads its clock from (time.monotonic) and waits with (time.sleep)",
         ("streamacc.store._lease.time",),
     ),
@@ -121,29 +121,29 @@ _SEAMS: dict[str, tuple[str, tuple[str, ...]]] = {
         "SLICE_BYTES: the bytes of rows a block's windows are reduced in at a time",
         ("streamacc.summaries._reduce.SLICE_BYTES",),
     ),
-    "run.output.PUBLISH_SECONDS": (
+    "run.PUBLISH_SECONDS": (
         "PUBLISH_SECONDS: the least time between two refreshes of the root's progress attributes",
         ("streamacc.run._commit.PUBLISH_SECONDS",),
     ),
-    "run.output.SLOW_BLOCK_SECONDS": (
+    "run.SLOW_BLOCK_SECONDS": (
         "SLOW_BLOCK_SECONDS: the seconds a block takes to compute and commit, past which the run says so once",
         ("streamacc.run._commit.SLOW_BLOCK_SECONDS",),
     ),
-    "run.output.VIRTUAL_COMMIT_SECONDS": (
+    "run.VIRTUAL_COMMIT_SECONDS": (
         "VIRTUAL_COMMIT_SECONDS: about how long a virtual run's blocks wait to commit together",
         ("streamacc.run._commit.VIRTUAL_COMMIT_SECONDS",),
     ),
-    "run.execute.BlockPool": (
+    "run.BlockPool": (
         "BlockPool(size): the class of the pool of block buffers a local run makes",
         ("streamacc.run._execute.BlockPool",),
     ),
-    "run.stream.handover": (
+    "stream.handover": (
         "handover(): how a block crosses to the host: 'in_place' (a buffer_callback reads the program's buffers, "
         "on the CPU), 'ordered' (an ordered io_callback, other platforms), 'chained' (an io_callback ordered by a "
         "token it passes on) or 'pinned' (as 'chained', the ys first moved to pinned host memory)",
         ("streamacc.stream._program._handover",),
     ),
-    "run.stream.piece_bytes": (
+    "stream.piece_bytes": (
         "piece_bytes(): the bytes of ys a block's callback takes as one operand at most, where a block crosses by "
         "io_callback ('ordered', 'chained', 'pinned'): each ys leaf crosses as pieces of consecutive rows",
         ("streamacc.stream._program._piece_bytes",),

@@ -153,7 +153,7 @@ def test_a_stream_with_inputs_resumes_through_the_blocks_since_its_last_kept_car
         return c, c
 
     def stream(out, mode="create", inputs=xs):
-        with testing.patched("run.stream.handover", lambda: how), streamacc.Stream(
+        with testing.patched("stream.handover", lambda: how), streamacc.Stream(
             out, f, length=LENGTH, block_size=BLOCK, mode=mode, progress=False
         ) as s:
             return jax.jit(s.scan)(jnp.asarray(init()), inputs)

@@ -236,7 +236,7 @@ def _slow_step(x, _):
 def test_blocks_that_take_long_are_said_once_with_the_block_size_that_commits_often(tmp_path, seam):
     """Past ``SLOW_BLOCK_SECONDS`` a block (16 steps of 10 ms here, against 0.1 s) is said once, with the block size
     that commits about every ten seconds: hundreds of steps, not one block more per warning."""
-    seam("run.output.SLOW_BLOCK_SECONDS", 0.1)
+    seam("run.SLOW_BLOCK_SECONDS", 0.1)
     with pytest.warns(StreamaccWarning, match="took") as caught:
         streamacc.write(tmp_path / "out.zarr", _slow_step, np.int32(0), length=64, block_size=16, progress=False)
     (said,) = [str(w.message) for w in caught if "took" in str(w.message)]

@@ -170,7 +170,7 @@ class FrozenClock:
 
 def test_check_detects_a_store_unreachable_for_longer_than_the_lease(aws_credentials, seam):
     clock = FrozenClock()
-    seam("store.lease.time", SimpleNamespace(monotonic=clock.monotonic, sleep=time.sleep))
+    seam("store.lease_time", SimpleNamespace(monotonic=clock.monotonic, sleep=time.sleep))
     server, described = start_server()
     try:
         described.fs().mkdir("lost")

@@ -231,7 +231,7 @@ def test_a_local_write_needs_one_buffer_beyond_its_blocks_in_flight(tmp_path, se
             super().__init__(size)
             pools.append(self)
 
-    seam("run.execute.BlockPool", Recorded)
+    seam("run.BlockPool", Recorded)
     streamacc.write(
         tmp_path / "o.zarr", count_step, np.int64(0), length=40 * 8, block_size=8, inflight=inflight, progress=False
     )

@@ -105,7 +105,7 @@ def test_attributes_and_open_stay_true_while_the_run_goes(tmp_path, monkeypatch,
     """Readers look after each commit (hooked where the run commits: a store wrapper's calls run on zarr's
     event loop, where a reader's own zarr calls would wait for ever)."""
     out = tmp_path / "out.zarr"
-    seam("run.output.PUBLISH_SECONDS", 0.0)  # the root is refreshed at every commit
+    seam("run.PUBLISH_SECONDS", 0.0)  # the root is refreshed at every commit
     seen = []
     real = Output.commit
 
@@ -128,7 +128,7 @@ def test_the_root_says_the_first_commit_at_once_then_every_few_seconds(tmp_path,
     """A plain reader of the root sees the first block as soon as it is committed, however long the refresh
     interval; later commits wait for it (an hour here: none)."""
     out = tmp_path / "out.zarr"
-    seam("run.output.PUBLISH_SECONDS", 3600.0)
+    seam("run.PUBLISH_SECONDS", 3600.0)
     seen = []
     real = Output.commit
 

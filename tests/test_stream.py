@@ -200,7 +200,7 @@ def test_blocks_cross_by_an_io_callback_to_the_same_bytes(tmp_path, in_place, ca
     init, xs = make(), inputs(length)
     keywords = {"unroll": unroll, "block_size": block, "save_every": every, "reverse": reverse}
     carry, ys, in_place_out = in_place(case)
-    with testing.patched("run.stream.handover", lambda: how), testing.patched("run.stream.piece_bytes", lambda: 40):
+    with testing.patched("stream.handover", lambda: how), testing.patched("stream.piece_bytes", lambda: 40):
         got = stream(tmp_path / "io.zarr", f, init, xs, length, **keywords)
     assert_bits_equal(got, carry)
     data = stored(tmp_path / "io.zarr")
@@ -236,7 +236,7 @@ def test_blocks_queued_behind_a_slow_disk_keep_their_values(tmp_path, how):
         return real(path, data)
 
     xs = inputs(length)
-    with testing.patched("store.write_new", slow), testing.patched("run.stream.handover", lambda: how):
+    with testing.patched("store.write_new", slow), testing.patched("stream.handover", lambda: how):
         got = stream(tmp_path / "out.zarr", affine, np.float64(0.5), xs, length, block_size=block, inflight=2)
     carry, ys = reference(affine, np.float64(0.5), xs, length, 1, False, 1)
     assert_bits_equal(got, carry)
@@ -349,7 +349,7 @@ def test_a_program_run_twice_is_refused_at_its_second_run(tmp_path):
 @pytest.mark.parametrize("how", ["in_place", "pinned"])
 def test_vmap_and_grad_are_refused_naming_what_works(tmp_path, how):
     """Refused whether the callbacks are ordered (as on the CPU) or not (as where the blocks cross pinned)."""
-    with testing.patched("run.stream.handover", lambda: how):
+    with testing.patched("stream.handover", lambda: how):
         with streamacc.Stream(tmp_path / "vmapped.zarr", affine, length=100, progress=False) as s:
             program = jax.jit(jax.vmap(lambda c: s.scan(c, inputs(100))))
             with pytest.raises(InputError, match=r"cannot run under jax.vmap.*jax.vmap\(member_step\)"):

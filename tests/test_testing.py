@@ -17,13 +17,13 @@ def test_the_docstring_lists_every_seam_and_each_holds_its_wings_value():
 
 
 def test_a_seam_patched_is_back_afterwards_and_one_replaced_until_restored():
-    real = testing.original("run.output.PUBLISH_SECONDS")
-    with testing.patched("run.output.PUBLISH_SECONDS", 0.0) as previous:
-        assert previous == real and testing.current("run.output.PUBLISH_SECONDS") == 0.0
-        with testing.patched("run.output.PUBLISH_SECONDS", 1.5):
-            assert testing.current("run.output.PUBLISH_SECONDS") == 1.5
-        assert testing.current("run.output.PUBLISH_SECONDS") == 0.0
-    assert testing.current("run.output.PUBLISH_SECONDS") == real
+    real = testing.original("run.PUBLISH_SECONDS")
+    with testing.patched("run.PUBLISH_SECONDS", 0.0) as previous:
+        assert previous == real and testing.current("run.PUBLISH_SECONDS") == 0.0
+        with testing.patched("run.PUBLISH_SECONDS", 1.5):
+            assert testing.current("run.PUBLISH_SECONDS") == 1.5
+        assert testing.current("run.PUBLISH_SECONDS") == 0.0
+    assert testing.current("run.PUBLISH_SECONDS") == real
     assert testing.replace("engine.physical_memory", lambda: 2**19) is testing.original("engine.physical_memory")
     try:  # two blocks of 2**16 float64 steps are 1 MiB
         with pytest.raises(streamacc.errors.InputError, match="do not fit in memory"):
