@@ -199,9 +199,9 @@ def s3_committed(fs, root: str) -> int:
 
 def lease_expired(fs, root: str) -> bool:
     sys.path.insert(0, str(ROOT))
-    from streamacc.store import open_lease_store
+    from streamacc.store import open_lease_object
 
-    seen = open_lease_store(fs, f"{root}/_streamacc/lease/zarr.json").read(5.0)
+    seen = open_lease_object(fs, f"{root}/_streamacc/lease/zarr.json").read(5.0)
     return seen is None or seen.remaining(float(TTL)) <= 0
 
 

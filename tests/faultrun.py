@@ -144,9 +144,9 @@ def dies_at(n: int, seen: list[str] | None = None, *, kill: bool = False) -> Ite
     ``seen`` collects what each write was (``n=0``: none fails). With ``kill``, the process
     is SIGKILLed at write ``n`` instead.
     """
-    from streamacc.store import FencedStore, LocalTarget
+    from streamacc.store import DurableLocalStore, FencedStore, LocalTarget
 
-    saved = (testing.current("store.atomic_write"), LocalTarget.delete, LocalStore.set, LocalStore.delete,
+    saved = (testing.current("store.atomic_write"), LocalTarget.delete, DurableLocalStore.set, DurableLocalStore.delete,
              FencedStore.set, FencedStore.delete)  # fmt: skip
     count, dead = itertools.count(1), []
 
@@ -177,14 +177,15 @@ def dies_at(n: int, seen: list[str] | None = None, *, kill: bool = False) -> Ite
     before = _loop_tasks()
     testing.replace("store.atomic_write", atomic_write)
     LocalTarget.delete = delete
-    LocalStore.set, LocalStore.delete = wrap(saved[2], "set"), wrap(saved[3], "delete")
+    DurableLocalStore.set, DurableLocalStore.delete = wrap(saved[2], "set"), wrap(saved[3], "delete")
     FencedStore.set, FencedStore.delete = wrap(saved[4], "set"), wrap(saved[5], "delete")
     try:
         yield
     finally:
         _settle(before)
         testing.replace("store.atomic_write", saved[0])
-        LocalTarget.delete, LocalStore.set, LocalStore.delete, FencedStore.set, FencedStore.delete = saved[1:]
+        LocalTarget.delete, DurableLocalStore.set, DurableLocalStore.delete = saved[1:4]
+        FencedStore.set, FencedStore.delete = saved[4:]
 
 
 def kill_after_complete(_: int) -> None:

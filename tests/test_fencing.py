@@ -30,7 +30,7 @@ from streamacc.engine import make_plan, to_host
 from streamacc.errors import LockedError
 from streamacc.recipes import get_recipe
 from streamacc.run import BlockTask, SinkSpec, run_block_tasks
-from streamacc.store import LEASE_KEY, FencedStore, Lease, open_lease_store
+from streamacc.store import LEASE_KEY, FencedStore, Lease, open_lease_object
 
 pytest.importorskip("moto.server")
 
@@ -39,7 +39,7 @@ TTL = "2"
 
 def lease_expired(bucket: Bucket, key: str) -> bool:
     """Whether the store's own clock says the lease at ``key`` has expired (or it is gone)."""
-    seen = open_lease_store(bucket.server.fs(), f"{bucket.name}/{key}/{LEASE_KEY}").read(5.0)
+    seen = open_lease_object(bucket.server.fs(), f"{bucket.name}/{key}/{LEASE_KEY}").read(5.0)
     return seen is None or seen.remaining(float(TTL)) <= 0
 
 

@@ -26,7 +26,7 @@ import zarr
 from helpers import Bucket, Popen, start_server, stripping_proxy
 
 from streamacc.errors import InputError, LockedError
-from streamacc.store import LEASE_ENV, LEASE_KEY, Holder, Lease, lease_seconds, open_lease_store
+from streamacc.store import LEASE_ENV, LEASE_KEY, Holder, Lease, lease_seconds, open_lease_object
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -57,7 +57,7 @@ def plant(bucket: Bucket, ttl: float) -> None:
 
 def wait_until_expired(bucket: Bucket, deadline: float = 15.0) -> None:
     """Poll the store until it reports the planted lease older than its ttl plus the slack."""
-    store = open_lease_store(bucket.server.fs(), f"{root(bucket)}/{LEASE_KEY}")
+    store = open_lease_object(bucket.server.fs(), f"{root(bucket)}/{LEASE_KEY}")
     end = time.monotonic() + deadline
     while (seen := store.read(5.0)) is not None and seen.remaining(1.0) > 0:
         assert time.monotonic() < end, "the planted lease never expired"

@@ -1,6 +1,7 @@
-"""The zarr stores streamacc wraps around an output's keep zarr's store contract, and their own promise, on every path.
+"""The zarr stores streamacc makes and wraps around an output's keep zarr's store contract, and their own promise.
 
-zarr's conformance suite (``zarr.testing.store.StoreTests``) runs over each wrapper around a
+zarr's conformance suite (``zarr.testing.store.StoreTests``) runs over ``DurableLocalStore`` (a
+local folder's store, durable and never through a link) in a folder, and over each wrapper around a
 ``MemoryStore``: ``FencedStore`` (every write fenced by the writer's lease), ``SessionStore``
 (an Icechunk writer's session, holding group documents until the commit), ``CheckedStore``
 (each committed chunk read checked against its record) and ``RecomputingStore`` (a virtual
@@ -26,9 +27,10 @@ from zarr.storage import MemoryStore, WrapperStore
 from zarr.testing.store import StoreTests
 
 import streamacc
+from streamacc.errors import StoreError
 from streamacc.record import CheckedStore, load_manifest
 from streamacc.run import RecomputingStore, recompute_plan
-from streamacc.store import FencedStore, SessionStore, open_target
+from streamacc.store import DurableLocalStore, FencedStore, SessionStore, open_target
 
 
 def STEP(c, _):
@@ -81,6 +83,32 @@ def _no_fence() -> None:
     pass
 
 
+class TestDurableLocalStore(StoreTests[DurableLocalStore, Buffer]):
+    store_cls = DurableLocalStore
+    buffer_cls = Buffer
+
+    async def get(self, store: DurableLocalStore, key: str) -> Buffer:
+        return self.buffer_cls.from_bytes((store.root / key).read_bytes())
+
+    async def set(self, store: DurableLocalStore, key: str, value: Buffer) -> None:
+        path = store.root / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(value.to_bytes())
+
+    @pytest.fixture
+    def store_kwargs(self, tmp_path: Path) -> dict[str, Any]:
+        return {"root": tmp_path}
+
+    def test_store_repr(self, store: DurableLocalStore) -> None:
+        assert repr(store) == f"DurableLocalStore('file://{store.root.as_posix()}')"
+
+    def test_store_supports_writes(self, store: DurableLocalStore) -> None:
+        assert store.supports_writes
+
+    def test_store_supports_listing(self, store: DurableLocalStore) -> None:
+        assert store.supports_listing
+
+
 class TestFencedStore(_OverMemory, StoreTests[FencedStore, Buffer]):
     store_cls = FencedStore
 
@@ -126,6 +154,20 @@ class TestRecomputingStore(_OverMemory, StoreTests[RecomputingStore, Buffer]):
 # --- what the suite does not ask -------------------------------------------------------------
 
 GROUP = b'{"zarr_format": 3, "node_type": "group", "attributes": {}}'
+
+
+async def test_a_durable_local_store_never_goes_through_a_link_inside_its_folder(tmp_path):
+    elsewhere, out = tmp_path / "elsewhere", tmp_path / "out"
+    elsewhere.mkdir()
+    (elsewhere / "zarr.json").write_bytes(GROUP)
+    out.mkdir()
+    (out / "x").symlink_to(elsewhere)
+    store = DurableLocalStore(out, label="out.zarr")
+    prototype = default_buffer_prototype()
+    for call in (store.get("x/zarr.json", prototype), store.set("x/zarr.json", Buffer.from_bytes(b"{}"))):
+        with pytest.raises(StoreError, match=r"x inside out.zarr is a link or not a folder"):
+            await call
+    assert [key async for key in store.list()] == [] and (elsewhere / "zarr.json").read_bytes() == GROUP
 
 
 async def test_a_session_store_refuses_a_group_document_when_read_only_and_returns_one_it_holds():

@@ -2,7 +2,7 @@
 
 Records live in segments of ``SEGMENT`` blocks (one Zarr group node each); a commit rewrites
 one segment (its records are a few hundred bytes each) and the manifest. The carries are
-binary arrays (``store.CarryStore``), a chunk per kept boundary, written once before the
+binary arrays (``store.CarryArrays``), a chunk per kept boundary, written once before the
 record that names their checksums. Which boundaries keep a carry is the writer's policy
 (:func:`carry_every`); a reader learns it from the records, never from arithmetic: the carry
 after block ``k`` is kept where ``k``'s record names its checksums (boundary 0, the initial
@@ -21,7 +21,7 @@ import numpy as np
 
 from ..base import CARRIES_EVERY_AT_MOST, CARRY_ALWAYS_KEPT_BELOW, CARRY_SHARE_AT_MOST
 from ..errors import NoOutputError, VerifyError, arg
-from ..store import BOOKKEEPING, CarryDamaged, CarryLeaf, CarryStore, Target
+from ..store import BOOKKEEPING, CarryArrays, CarryDamaged, CarryLeaf, Target
 from ._manifest import (
     LEGACY_MANIFEST_KEY,
     MANIFEST_KEY,
@@ -63,7 +63,7 @@ class Ledger:
     def __init__(self, target: Target) -> None:
         self.target = target
         self._segments: collections.OrderedDict[int, list[dict[str, Any]]] = collections.OrderedDict()
-        self._carries: CarryStore | None = None
+        self._carries: CarryArrays | None = None
 
     def load(self) -> Manifest | None:
         """The manifest, or None when there is none (a legacy one is refused with the fix)."""
@@ -155,12 +155,12 @@ class Ledger:
             ) from None
         return rec
 
-    def carries(self, manifest: Manifest) -> CarryStore:
+    def carries(self, manifest: Manifest) -> CarryArrays:
         """The kept carries of a format 3 output (of the run ``manifest`` describes: its boundaries, its codec)."""
         leaves, codec, boundaries = manifest.carry_leaves, manifest.carries_codec, manifest.carry_boundaries
         known = self._carries
         if known is None or (known.leaves, known.codec, known.boundaries_of_run) != (leaves, codec, boundaries):
-            known = self._carries = CarryStore(self.target, leaves, codec=codec, boundaries=boundaries)
+            known = self._carries = CarryArrays(self.target, leaves, codec=codec, boundaries=boundaries)
         return known
 
     def carry_checksums(self, manifest: Manifest, boundary: int) -> list[int] | None:

@@ -4,7 +4,7 @@ The manifest holds the run's identity, the metadata its arrays were created with
 blocks (in scan order) are committed, and how its carries are kept. Per-block records (the
 CRC-32C of each stored chunk, and of the carry kept after the block, if any) live in
 segments of ``SEGMENT`` blocks; the carries themselves are binary arrays of their own
-(``store.CarryStore``), written once. A commit therefore writes a bounded number of small
+(``store.CarryArrays``), written once. A commit therefore writes a bounded number of small
 bytes whatever the state's size and the run's length. Format 2 (streamacc 0.2 to 1.0) held
 each block's entering carry as base64 text in its record, and the carry after the
 committed blocks in the manifest; such outputs are read, resumed and verified as they are.

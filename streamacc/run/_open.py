@@ -32,7 +32,7 @@ from ..record import (
     require_same_run,
     root_problem,
 )
-from ..store import LEASE_KEY, CarryStore, Target, ZarrSink
+from ..store import LEASE_KEY, CarryArrays, Target, ZarrSink
 from ..summaries import Summaries
 from ._commit import BlockResult, Output
 from ._extend import RowReader, apply_extension, finish_extension, nothing_to_extend, other_length, plan_extension
@@ -92,7 +92,7 @@ def _create(o: Opening) -> Output:
     leaves = carry_description(o.init)
     # until the first block is stored and its bytes tell (``Output``), judged against the raw bytes
     every = carry_every(sum(leaf.nbytes for leaf in leaves), spec.block_nbytes, virtual=spec.storage.virtual)
-    carries = CarryStore(target, leaves, codec=spec.codec, boundaries=spec.total_blocks + 1)
+    carries = CarryArrays(target, leaves, codec=spec.codec, boundaries=spec.total_blocks + 1)
     init = [a for a, _ in o.init]
     kept = {"every": every, "leaves": [leaf.to_json() for leaf in leaves], "init": carries.checksums(init)}
     manifest = Manifest(

@@ -14,13 +14,13 @@ makes them durable. Its modules, in three layers, each importing only from those
   (its writer's session), ``_opentarget`` (the target of a path, URL or store object), ``_files``
   (link-safe, fsynced file primitives), ``_zarrapi`` (zarr's private names, each with its reason);
 - the writer lease on object stores: ``_lease`` (take, renew, release, take over),
-  ``_leasestore`` (the lease object on each kind of store), ``_fence`` (every mutating request
+  ``_leaseobject`` (the lease object on each kind of store), ``_fence`` (every mutating request
   checked against the lease, and which exceptions mean a store failed).
 
 These are the names the other wings use.
 """
 
-from ._carries import CarryDamaged, CarryLeaf, CarryStore
+from ._carries import CarryArrays, CarryDamaged, CarryLeaf
 from ._chunks import ChunkWriter, EncodeBuffers, compare_chunks
 from ._documents import (
     PROGRESS_ATTRS,
@@ -39,8 +39,8 @@ from ._fence import FencedStore, describe_store_failure, is_store_failure
 from ._files import aligned_empty, atomic_write, read_into
 from ._icechunk import IcechunkTarget
 from ._lease import LEASE_ENV, LEASE_KEY, Lease, lease_seconds
-from ._leasestore import Holder, open_lease_store
-from ._localtarget import LocalTarget
+from ._leaseobject import Holder, open_lease_object
+from ._localtarget import DurableLocalStore, LocalTarget
 from ._opentarget import open_target
 from ._sessionstore import SessionStore
 from ._sink import ZarrSink, resize_arrays
@@ -49,11 +49,49 @@ from ._target import BOOKKEEPING, Target, sync
 from ._zarrapi import ArrayV3Metadata, GroupMetadata, settle_event_loop
 
 __all__ = [
-    "BOOKKEEPING", "LEASE_ENV", "LEASE_KEY", "PROGRESS_ATTRS", "ArraySpec", "ArrayV3Metadata", "CarryDamaged",
-    "CarryLeaf", "CarryStore", "ChunkWriter", "EncodeBuffers", "FencedStore", "GroupMetadata", "Holder",
-    "IcechunkTarget", "Lease", "LocalTarget", "SessionStore", "StoreTarget", "Target", "ZarrSink", "aligned_empty",
-    "array_document", "atomic_write", "close_store_sessions", "compare_chunks", "decoding_attributes",
-    "describe_store_failure", "fingerprint_of", "is_store_failure", "is_virtual", "lease_seconds", "netcdf_safe",
-    "open_lease_store", "open_target", "plain_document", "progress_attrs", "read_into", "register_data_types",
-    "resize_arrays", "settle_event_loop", "storable", "stored_crc32c", "sync",
+    "BOOKKEEPING",
+    "LEASE_ENV",
+    "LEASE_KEY",
+    "PROGRESS_ATTRS",
+    "ArraySpec",
+    "ArrayV3Metadata",
+    "CarryArrays",
+    "CarryDamaged",
+    "CarryLeaf",
+    "ChunkWriter",
+    "DurableLocalStore",
+    "EncodeBuffers",
+    "FencedStore",
+    "GroupMetadata",
+    "Holder",
+    "IcechunkTarget",
+    "Lease",
+    "LocalTarget",
+    "SessionStore",
+    "StoreTarget",
+    "Target",
+    "ZarrSink",
+    "aligned_empty",
+    "array_document",
+    "atomic_write",
+    "close_store_sessions",
+    "compare_chunks",
+    "decoding_attributes",
+    "describe_store_failure",
+    "fingerprint_of",
+    "is_store_failure",
+    "is_virtual",
+    "lease_seconds",
+    "netcdf_safe",
+    "open_lease_object",
+    "open_target",
+    "plain_document",
+    "progress_attrs",
+    "read_into",
+    "register_data_types",
+    "resize_arrays",
+    "settle_event_loop",
+    "storable",
+    "stored_crc32c",
+    "sync",
 ]

@@ -14,9 +14,9 @@ its bits, with its name in the array's ``streamacc_dtype`` attribute; a PRNG key
 stored as its key data, with its implementation in ``streamacc_key``.
 
 Every leaf's metadata follows from the leaves, the codec and the number of boundaries
-(:meth:`CarryStore.documents`): it is written from there, chunks are encoded from there,
+(:meth:`CarryArrays.documents`): it is written from there, chunks are encoded from there,
 and the stored metadata is checked against it before a carry is read or written
-(:meth:`CarryStore.metadata_problem`). Host arrays in, host arrays out: no JAX.
+(:meth:`CarryArrays.metadata_problem`). Host arrays in, host arrays out: no JAX.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from ._documents import stored_crc32c
 from ._encoding import compressors_for, decompress
 from ._target import BOOKKEEPING, Target
 
-__all__ = ["CARRIES", "CarryDamaged", "CarryLeaf", "CarryStore"]
+__all__ = ["CARRIES", "CarryArrays", "CarryDamaged", "CarryLeaf"]
 
 CARRIES = f"{BOOKKEEPING}/carries"
 """The group of the kept carries."""
@@ -146,7 +146,7 @@ def _normalized(doc: Any) -> dict[str, Any]:
     return out
 
 
-class CarryStore:
+class CarryArrays:
     """The kept carries of one output: written chunk by chunk as blocks commit, read back checked.
 
     ``codec`` is the name of the data's codec their chunks are compressed with (None: not

@@ -358,7 +358,7 @@ class ChunkWriter:
             return [EncodedChunk(key, -1, None) for key in self.keys(start, stop)]
         store = self.array.store_path.store
         # a local directory itself (not wrapped): its files are written here, as zarr would write them
-        local = Path(store.root) if type(store) is LocalStore else None
+        local = Path(store.root) if isinstance(store, LocalStore) else None
         # LocalStore writes the bytes out and FsspecStore copies them before returning; other stores (memory,
         # Icechunk) may keep the buffer itself, which this thread's next chunk overwrites
         keeps_buffer = not isinstance(unwrap(store), (LocalStore, FsspecStore))

@@ -65,7 +65,7 @@ from typing import Any
 
 from ..errors import InputError, LockedError, arg
 from ._fence import describe_store_failure
-from ._leasestore import CLOCK_SLACK, Conflict, Holder, LeaseStore, Seen, Unsupported, open_lease_store
+from ._leaseobject import CLOCK_SLACK, Conflict, Holder, LeaseObject, Seen, Unsupported, open_lease_object
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
@@ -130,8 +130,8 @@ class Lease:
     commit, and :meth:`release` it at the end.
     """
 
-    def __init__(self, store: LeaseStore, what: str, ttl: float, command: str | None = None) -> None:
-        self._store = store
+    def __init__(self, lease_object: LeaseObject, what: str, ttl: float, command: str | None = None) -> None:
+        self._object = lease_object
         self.what = what
         self.ttl = ttl
         self.command = command or arg('mode', 'resume')
@@ -156,8 +156,7 @@ class Lease:
         ``what`` names the output in messages (its URL), ``command`` the option to rerun
         with once the other writer is gone (default: resume).
         """
-        store = open_lease_store(fs, f"{root.rstrip('/')}/{LEASE_KEY}")
-        lease = cls(store, what, ttl or lease_seconds(), command)
+        lease = cls(open_lease_object(fs, f"{root.rstrip('/')}/{LEASE_KEY}"), what, ttl or lease_seconds(), command)
         lease._take()
         lease._renew()  # acquisition took a few requests: start the validity afresh
         lease._thread = threading.Thread(target=lease._renew_loop, name="streamacc-lease", daemon=True)
@@ -168,13 +167,13 @@ class Lease:
         return Holder.me(self.token, self.ttl, self._seq).to_bytes()
 
     def _take(self) -> None:
-        store, timeout = self._store, self._timeout
+        obj, timeout = self._object, self._timeout
         for _ in range(8):  # each pass ends in success, an error, or a lease that changed meanwhile
             body, sent = self._body(), time.monotonic()
             try:
-                store.create(body, timeout)
+                obj.create(body, timeout)
             except Conflict:
-                seen = store.read(timeout)
+                seen = obj.read(timeout)
                 if seen is None:
                     continue  # released between our write and our read
                 remaining = seen.remaining(self.ttl)
@@ -191,21 +190,21 @@ class Lease:
                     continue
                 body, sent = self._body(), time.monotonic()
                 try:
-                    store.replace(body, seen.version, timeout)
+                    obj.replace(body, seen.version, timeout)
                 except Conflict:
                     continue  # renewed or taken over meanwhile: judge it afresh
             except Unsupported:
                 log.warning("%s: the store rejects conditional writes; the writer lease is best effort", self.what)
-                store.conditional = False
+                obj.conditional = False
                 continue
             time.sleep(SETTLE_SECONDS)
-            seen = store.read(timeout)
+            seen = obj.read(timeout)
             if seen is None or seen.holder is None or seen.holder.token != self.token:
                 continue  # lost a race to another taker: judge what is there now
-            self._version = store.probe(body, seen.version, timeout)
+            self._version = obj.probe(body, seen.version, timeout)
             self._valid_from = sent
             return
-        seen = store.read(timeout)
+        seen = obj.read(timeout)
         raise LockedError(self._held(seen, seen.remaining(self.ttl) if seen else self.ttl))
 
     def _held(self, seen: Seen | None, remaining: float) -> str:
@@ -224,7 +223,7 @@ class Lease:
         sent = time.monotonic()
         self._seq += 1
         try:
-            self._version = self._store.replace(self._body(), self._version, self._timeout)
+            self._version = self._object.replace(self._body(), self._version, self._timeout)
         except Conflict:
             self._on_conflict()
             return False
@@ -243,7 +242,7 @@ class Lease:
     def _on_conflict(self) -> None:
         """A renewal's condition failed: either our previous renewal landed unseen, or we lost the lease."""
         try:
-            seen = self._store.read(self._timeout)
+            seen = self._object.read(self._timeout)
         except Exception as exc:
             self._error = exc
             return
@@ -288,7 +287,7 @@ class Lease:
         if self._lost:
             return
         try:
-            self._store.delete(self._version, self._timeout)
+            self._object.delete(self._version, self._timeout)
         except Conflict:
             pass
         except Exception as exc:
@@ -312,15 +311,15 @@ class LeaseView:
     stamps and is counted from when the request was sent.
     """
 
-    def __init__(self, store: LeaseStore, what: str, token: str) -> None:
-        self._store = store
+    def __init__(self, lease_object: LeaseObject, what: str, token: str) -> None:
+        self._object = lease_object
         self.what = what
         self.token = token
         self._until = -math.inf
 
     @classmethod
     def follow(cls, fs: Any, root: str, what: str, token: str) -> LeaseView:
-        return cls(open_lease_store(fs, f"{root.rstrip('/')}/{LEASE_KEY}"), what, token)
+        return cls(open_lease_object(fs, f"{root.rstrip('/')}/{LEASE_KEY}"), what, token)
 
     def check(self) -> None:
         """Raise LockedError unless the writer's lease certainly lasts past this write."""
@@ -328,7 +327,7 @@ class LeaseView:
             return
         sent = time.monotonic()
         try:
-            seen = self._store.read(timeout=10.0)
+            seen = self._object.read(timeout=10.0)
         except Exception as exc:
             raise LockedError(
                 f"{self.what}: a worker could not read the writer lease ({describe_store_failure(exc)}), so it "

@@ -1,26 +1,35 @@
-"""An output in a local folder: its keys are files, read and written here, never through a link.
+"""An output in a local folder: a zarr ``LocalStore`` made durable and link-safe, and what a store lacks.
 
-A local folder gets fsync, a ``flock`` on the folder itself and temp-file cleanup. Its
-keys are read, written, listed and deleted here rather than through zarr's ``LocalStore``
-(which holds its arrays, and is made, importing Zarr, only once asked for): ``LocalStore``
-follows symbolic links and never fsyncs, and a reader of the folder (``overview``,
-``plot``) imports no Zarr. Nothing inside an output is ever followed through a link.
+zarr's ``LocalStore`` follows symbolic links and never fsyncs. :class:`DurableLocalStore` is one
+that does neither: every key it sets is written through a temp file fsynced before it is
+renamed over the key (then its folder fsynced), a key it deletes leaves its folder fsynced, and
+no key is read, written, listed or deleted through a link (an error names it instead), so that
+zarr's own store tests run over it like over any zarr store. :class:`LocalTarget` holds the
+folder through it, and adds what a store lacks: a ``flock`` on the folder, fsync of the files
+written beside the store (a block's chunks, see ``_chunks``), temp-file cleanup, clearing, and
+reads into reused memory.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import itertools
 import os
-from collections.abc import Callable, Iterator
+import shutil
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from zarr.abc.store import ByteRequest, Store
+from zarr.storage import LocalStore
 
 from ..errors import OutputExistsError, StoreError
 from ._files import (
     DirLock,
     atomic_write,
+    atomic_write as write_durably,
     find_link,
     flock_holder,
     fsync_dir,
@@ -33,45 +42,55 @@ from ._files import (
 from ._target import Target, being_written
 
 if TYPE_CHECKING:
-    from zarr.abc.store import Store
+    from zarr.abc.buffer import Buffer, BufferPrototype
 
-__all__ = ["LocalTarget"]
+__all__ = ["DurableLocalStore", "LocalTarget"]
 
 
 def _linked(path: Path) -> StoreError:
     return StoreError(f"{path} is a link; streamacc never reads through links inside an output: remove it")
 
 
-class LocalTarget(Target):
-    """An output in a local directory.
+class DurableLocalStore(LocalStore):
+    """zarr's ``LocalStore`` of a folder, whose writes and deletions are durable and which never goes through a link.
 
-    Every key method is its own (see the module's docstring): the files are reached only
-    through folders checked not to be links, written durably, and read without Zarr.
+    Parameters
+    ----------
+    root : str or Path
+        The folder.
+    read_only : bool
+        Whether the store is read-only.
+    label : str, optional
+        The output's name in errors (the folder's path by default).
     """
 
-    def __init__(self, root: Path, label: str, *, read_only: bool = False) -> None:
-        self.root = root
-        self.label = label
-        self._read_only = read_only
-        self._store: Store | None = None
+    def __init__(self, root: Path | str, *, read_only: bool = False, label: str | None = None) -> None:
+        super().__init__(root, read_only=read_only)
+        self.label = str(self.root) if label is None else label
         self._real_dirs: set[Path] = set()
-        self._durable_dirs: set[Path] = set()
 
-    @property
-    def store(self) -> Store:  # type: ignore[override]  # an attribute elsewhere, made on first use here
-        """The zarr store of the folder, made (importing Zarr) when first asked for."""
-        if self._store is None:
-            from zarr.storage import LocalStore
+    def with_read_only(self, read_only: bool = False) -> DurableLocalStore:
+        return type(self)(self.root, read_only=read_only, label=self.label)
 
-            self._store = LocalStore(self.root, read_only=self._read_only)
-        return self._store
+    def __repr__(self) -> str:
+        return f"DurableLocalStore('{self}')"
 
-    @property
-    def read_only(self) -> bool:
-        return self._read_only
+    async def _open(self, *, mode: Any = None) -> None:
+        """Opened without making the folder, nor refusing one that does not exist (it reads as empty): the target's
+        lock makes it, and removes it again where a run wrote nothing."""
+        await Store._open(self)
 
-    def _path(self, key: str, *, create: bool = False) -> Path:
-        """The path of ``key``, after checking that no folder on the way is a link."""
+    async def clear(self) -> None:
+        await super().clear()
+        fsync_dir(self.root)
+        self.forget_folders()
+
+    def forget_folders(self) -> None:
+        """Check every folder again on its next use (the output was cleared: its folders are made again)."""
+        self._real_dirs.clear()
+
+    def path(self, key: str, *, create: bool = False) -> Path:
+        """The path of ``key``, after checking that no folder on the way is a link (made, durably, with ``create``)."""
         path = self.root / key
         for parent in reversed(path.relative_to(self.root).parents[:-1]):
             directory = self.root / parent
@@ -90,17 +109,121 @@ class LocalTarget(Target):
             self._real_dirs.add(directory)
         return path
 
-    def read(self, key: str) -> bytes | None:
-        """The file's bytes, refusing a link (``LocalStore`` would follow it), without importing Zarr."""
-        path = self._path(key)
+    def _file(self, key: str) -> Path:
+        """The path of ``key`` to read: a link there is refused (``LocalStore`` would follow it)."""
+        path = self.path(key)
         if path.is_symlink():
             raise _linked(path)
-        return path.read_bytes() if path.is_file() else None
+        return path
+
+    async def get(
+        self, key: str, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        self._file(key)
+        return await super().get(key, prototype, byte_range)
+
+    def get_sync(
+        self, key: str, *, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        self._file(key)
+        return super().get_sync(key, prototype=prototype, byte_range=byte_range)
+
+    def set_sync(self, key: str, value: Buffer) -> None:
+        self._check_writable()
+        write_durably(self.path(key, create=True), value.to_bytes())
+
+    def delete_sync(self, key: str) -> None:
+        self._check_writable()
+        self._remove(self.path(key))
+
+    async def get_partial_values(
+        self, prototype: BufferPrototype, key_ranges: Any
+    ) -> list[Buffer | None]:
+        key_ranges = list(key_ranges)
+        for key, _ in key_ranges:
+            self._file(key)
+        return await super().get_partial_values(prototype, key_ranges)
+
+    async def _set(self, key: str, value: Buffer, exclusive: bool = False) -> None:
+        """Durably (``atomic_write``: the temp file fsynced before it is renamed over the key, then its folder),
+        never through a link; ``exclusive`` leaves a key that exists alone."""
+        if not self._is_open:
+            await self._open()
+        self._check_writable()
+        path = self.path(key, create=True)
+        if exclusive and (path.exists() or path.is_symlink()):
+            raise FileExistsError(path)
+        await asyncio.to_thread(write_durably, path, value.to_bytes())
+
+    async def delete(self, key: str) -> None:
+        """The folder fsynced after, so that the removal survives a crash."""
+        self._check_writable()
+        self._remove(self.path(key))
+
+    @staticmethod
+    def _remove(path: Path) -> None:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.is_file() or path.is_symlink():
+            path.unlink()
+        else:
+            return
+        fsync_dir(path.parent)
+
+    async def delete_dir(self, prefix: str) -> None:
+        self._check_writable()
+        path = self.path(prefix)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+            fsync_dir(path.parent)
+        elif path.is_file():
+            raise ValueError(f"delete_dir was passed a {prefix=!r} that is a file")
+
+    async def exists(self, key: str) -> bool:
+        path = self.path(key)
+        return path.is_file() and not path.is_symlink()
+
+    async def getsize(self, key: str) -> int:
+        return self._file(key).stat().st_size
+
+    def keys_under(self, prefix: str = "") -> Iterator[str]:
+        """Every key under ``prefix``, the folder walked without following a linked folder."""
+        base = self.path(prefix) if prefix else self.root  # the root itself may be a link, as to any folder
+        if base.is_dir() and (base == self.root or not base.is_symlink()):
+            for dirpath, _, filenames in os.walk(base):
+                for name in filenames:
+                    yield Path(dirpath, name).relative_to(self.root).as_posix()
+
+    async def list(self) -> AsyncIterator[str]:
+        for key in self.keys_under():
+            yield key
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        for key in self.keys_under(prefix.rstrip("/")):
+            yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        base = self.path(prefix) if prefix else self.root
+        if base.is_dir() and (base == self.root or not base.is_symlink()):
+            for name in sorted(os.listdir(base)):
+                yield name
+
+
+class LocalTarget(Target):
+    """An output in a local directory: its keys through a :class:`DurableLocalStore`, and what a store lacks."""
+
+    store: DurableLocalStore
+
+    def __init__(self, root: Path, label: str, *, read_only: bool = False) -> None:
+        self.root = root
+        self.label = label
+        self.store = DurableLocalStore(root, read_only=read_only, label=label)
+        self._durable_dirs: set[Path] = set()
 
     def read_reused(self, key: str) -> Any:
         """Read into this thread's reused buffer (no fresh memory per chunk), the file's pages then dropped from the
         page cache; a file that shrank while read gives what it held, and its checksum refuses it."""
-        path = self._path(key)
+        path = self.store.path(key)
         try:
             return read_into(
                 path, lambda size: scratch("read", size)[:size], follow=False, whole=False, drop_cache=True
@@ -111,40 +234,13 @@ class LocalTarget(Target):
             raise
 
     def write(self, key: str, data: bytes) -> None:
-        """Durably (``atomic_write``: the temp file fsynced before it is renamed over the key, then its folder),
-        where ``LocalStore`` never fsyncs, and never through a link."""
-        atomic_write(self._path(key, create=True), data)
-
-    def delete(self, key: str) -> None:
-        """The folder fsynced after, so that the removal survives a crash (``LocalStore`` never fsyncs)."""
-        path = self._path(key)
-        if path.is_file() or path.is_symlink():
-            path.unlink()
-            fsync_dir(path.parent)
-
-    def list_keys(self, prefix: str = "") -> list[str]:
-        """The folder walked without Zarr, never through a linked folder."""
-        base = self._path(prefix) if prefix else self.root
-        if not base.is_dir():
-            return []
-        found = []
-        for dirpath, _, filenames in os.walk(base):
-            found += [Path(dirpath, name).relative_to(self.root).as_posix() for name in filenames]
-        return sorted(found)
-
-    def list_dir(self, prefix: str = "") -> list[str]:
-        """The folder listed without Zarr."""
-        base = self._path(prefix) if prefix else self.root
-        return sorted(os.listdir(base)) if base.is_dir() else []
-
-    def size(self, key: str) -> int:
-        """The file's size, without Zarr."""
-        path = self._path(key)
-        return path.stat().st_size if path.is_file() else 0
+        """Durably, as the store writes (``atomic_write``), but called here: a key the target writes itself (a
+        manifest, a record) is the ``store.atomic_write`` seam, apart from the keys zarr writes through the store."""
+        atomic_write(self.store.path(key, create=True), data)
 
     def sizes(self, prefix: str = "") -> dict[str, int]:
         """One walk of the folder, each size from its listing (no call per file), never through a link."""
-        base = self._path(prefix) if prefix else self.root
+        base = self.store.path(prefix) if prefix else self.root
         found: dict[str, int] = {}
         pending = [base] if base.is_dir() and not base.is_symlink() else []
         while pending:
@@ -164,7 +260,7 @@ class LocalTarget(Target):
         return "is an empty folder, not a streamacc output" if self.root.is_dir() else "does not exist"
 
     def missing(self, key: str) -> str:
-        path = self._path(key)
+        path = self.store.path(key)
         return (
             "is a folder where a file belongs: remove it" if path.is_dir() and not path.is_symlink() else "is missing"
         )
@@ -212,7 +308,7 @@ class LocalTarget(Target):
         self.delete("zarr.json")  # first: readers stop seeing the old group at once
         remove_tree_contents(self.root, {self.root / key for key in keep})
         fsync_dir(self.root)
-        self._real_dirs.clear()  # the folders removed are made again, and made durable, as keys are written
+        self.store.forget_folders()  # the folders removed are made again, and made durable, as keys are written
         self._durable_dirs.clear()
 
     def writer(self) -> str | None:

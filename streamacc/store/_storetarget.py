@@ -204,9 +204,9 @@ class StoreTarget(Target):
             lock = _memory_locks.get(self.label)
             return "this process" if lock is not None and lock.locked() else None
         from ._lease import lease_seconds
-        from ._leasestore import open_lease_store
+        from ._leaseobject import open_lease_object
 
-        seen = open_lease_store(self.raw.fs, f"{self.raw.path.rstrip('/')}/{LEASE_KEY}").read(10.0)
+        seen = open_lease_object(self.raw.fs, f"{self.raw.path.rstrip('/')}/{LEASE_KEY}").read(10.0)
         if seen is None or seen.holder is None or seen.remaining(lease_seconds()) <= 0:
             return None
         return str(seen.holder)

@@ -2,7 +2,7 @@
 
 ``overview`` (and so ``streamacc plot``) reads a few small summary chunks; importing Zarr
 to read them costs more than everything else it does. A group or array document is read
-here only when it has exactly the form :class:`~streamacc.summaries.SummaryStore` writes
+here only when it has exactly the form :class:`~streamacc.summaries.SummaryArrays` writes
 (the keys, the data types, the codecs and their settings, a regular grid whose chunks span
 the trailing axes, the default chunk keys): every such document is one Zarr accepts and
 reads as these functions do. Anything else (an edited attribute, another codec, a document

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from ..store import ChunkWriter
 
-__all__ = ["LISTED_GROUP", "STATS", "SUMMARIES", "SummaryStore", "decode_tail", "encode_tail", "level_path", "listing"]
+__all__ = ["LISTED_GROUP", "STATS", "SUMMARIES", "SummaryArrays", "decode_tail", "encode_tail", "level_path", "listing"]
 
 SUMMARIES = f"{BOOKKEEPING}/summaries"
 STATS = ("min", "max", "mean", "count")
@@ -115,7 +115,7 @@ def _metadata_keys(windows: list[int], arrays: Mapping[tuple[str, int, str], Any
     return keys
 
 
-class SummaryStore:
+class SummaryArrays:
     """The summary arrays of one output: create them, write whole chunks, read rows back."""
 
     def __init__(self, target: Target, windows: list[int]) -> None:
@@ -206,7 +206,7 @@ class SummaryStore:
         chunks: Mapping[str, Sequence[int]],
         dims: Mapping[str, Sequence[str | None]],
         over: Mapping[str, Sequence[str]] | None = None,
-    ) -> SummaryStore:
+    ) -> SummaryArrays:
         """Create every level's group and arrays (for the outputs in ``specs``); returns the keys to make durable.
 
         ``over`` names the outputs summarised over their whole state, with the dimensions summarised over

@@ -36,7 +36,7 @@ from ..errors import VerifyError, arg, one_line
 from ..store import ArraySpec, Target
 from ._pyramid import BlockPieces, Piece, Pyramid, block_pieces, fold_children, nonfinite_pieces, summarizable
 from ._reduce import Rows
-from ._store import SummaryStore, decode_tail, encode_tail
+from ._store import SummaryArrays, decode_tail, encode_tail
 
 __all__ = ["Summaries", "SummarizedRun", "SummaryCheck", "SummaryPlan", "damaged", "summarized_names"]
 
@@ -130,7 +130,7 @@ class Summaries:
     def __init__(
         self,
         target: Target,
-        store: SummaryStore,
+        store: SummaryArrays,
         pyramids: dict[str, Pyramid],
         length: int,
         over_state: frozenset[str] = frozenset(),
@@ -173,7 +173,7 @@ class Summaries:
         layout = cls._layout(run, specs, dims)
         if layout is None:
             return None
-        store = SummaryStore.create(target, layout.shapes, windows=layout.windows, chunks=layout.chunks,
+        store = SummaryArrays.create(target, layout.shapes, windows=layout.windows, chunks=layout.chunks,
                                     dims=layout.dims, over=layout.over)  # fmt: skip
         target.make_durable(store.metadata_keys())
         return cls(target, store, layout.pyramids, run.rows, frozenset(run.over_state))
@@ -189,7 +189,7 @@ class Summaries:
         layout = cls._layout(run, specs, dims)
         if layout is None:
             return {}
-        return SummaryStore.expected(layout.shapes, windows=layout.windows, chunks=layout.chunks,
+        return SummaryArrays.expected(layout.shapes, windows=layout.windows, chunks=layout.chunks,
                                      dims=layout.dims, over=layout.over)  # fmt: skip
 
     @classmethod
@@ -208,7 +208,7 @@ class Summaries:
             tail = None if record is None else decode_tail(record)
         except (ValueError, KeyError, TypeError, AttributeError, OSError):
             raise damaged(target, "the tail its manifest records cannot be read") from None
-        store = SummaryStore(target, windows)
+        store = SummaryArrays(target, windows)
         pyramids = {}
         sizes = _state_sizes(run, names)
         for name in names:

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["CLOCK_SLACK", "Conflict", "Holder", "LeaseStore", "Seen", "Unsupported", "open_lease_store"]
+__all__ = ["CLOCK_SLACK", "Conflict", "Holder", "LeaseObject", "Seen", "Unsupported", "open_lease_object"]
 
 log = logging.getLogger("streamacc")
 
@@ -117,7 +117,7 @@ class Unsupported(Exception):
     """The store rejects conditional requests."""
 
 
-class _S3LeaseStore:
+class _S3LeaseObject:
     """The lease object on S3, through s3fs, with conditional requests."""
 
     def __init__(self, fs: Any, path: str) -> None:
@@ -245,7 +245,7 @@ _PLAIN_LOCK = threading.Lock()
 """Makes read-check-write atomic among the threads of this process (exact for memory://)."""
 
 
-class _PlainLeaseStore:
+class _PlainLeaseObject:
     """The lease object on a filesystem without conditional writes: read, compare, write."""
 
     def __init__(self, fs: Any, path: str) -> None:
@@ -289,12 +289,12 @@ class _PlainLeaseStore:
         return version
 
 
-LeaseStore = _S3LeaseStore | _PlainLeaseStore
+LeaseObject = _S3LeaseObject | _PlainLeaseObject
 
 
-def open_lease_store(fs: Any, path: str) -> LeaseStore:
+def open_lease_object(fs: Any, path: str) -> LeaseObject:
     """The lease object at ``path`` on filesystem ``fs``, with the best compare-and-set the store has."""
     protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
     if hasattr(fs, "_call_s3") and {"s3", "s3a"} & set(protocols):
-        return _S3LeaseStore(fs, path)
-    return _PlainLeaseStore(getattr(fs, "sync_fs", fs), path)  # zarr wraps synchronous filesystems: unwrap
+        return _S3LeaseObject(fs, path)
+    return _PlainLeaseObject(getattr(fs, "sync_fs", fs), path)  # zarr wraps synchronous filesystems: unwrap
