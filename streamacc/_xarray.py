@@ -12,8 +12,8 @@ keeps its labels explicitly: only the rows selected.
 A virtual output's arrays as xarray reads them: recomputed blocks handed over as they lie.
 
 Read through zarr, every chunk of a virtual output is computed into a block buffer and then
-copied by zarr into an array of its own, whose fresh pages the kernel zero-fills first:
-half of the work of reading a 2**30-step output in full. A dask task that asks for rows
+copied by zarr into an array of its own, whose fresh pages the kernel zero-fills first: a
+large share of the work of reading a long output in full. A dask task that asks for rows
 lying in one recomputed block gets a read-only view of the block instead (the buffer goes
 back to its pool once the last view of it is gone); anything else (stored blocks, rows
 across blocks, fancy indexing) is read through zarr as before.

@@ -12,9 +12,8 @@ can print it on one line and a caller can catch the whole family at once::
 A message names the arguments it concerns, and each caller reads them in its own terms:
 the same mistake reads ``block_size=1000`` from Python and ``--block-size 1000`` on the
 command line. An error keeps its message as parts, text and the arguments it names
-(:attr:`StreamaccError.parts`); ``str(error)`` and ``error.args`` show them as keyword
-arguments, and :meth:`StreamaccError.render` as any other caller spells them. No setting
-of the process decides it.
+(:attr:`StreamaccError.parts`); ``str(error)`` shows them as keyword arguments, and
+:meth:`StreamaccError.render` as any other caller spells them. No setting of the process decides it.
 """
 
 from __future__ import annotations
@@ -27,24 +26,9 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = [
-    "Arg",
-    "CarryMismatchError",
-    "InputError",
-    "LockedError",
-    "NoOutputError",
-    "OutputExistsError",
-    "Part",
-    "ResumeError",
-    "StepError",
-    "StepFunctionError",
-    "StoreError",
-    "StreamaccError",
-    "StreamaccWarning",
-    "VerifyError",
-    "X64Error",
-    "arg",
-    "one_line",
-    "render",
+    "Arg", "CarryMismatchError", "InputError", "LockedError", "NoOutputError", "OutputExistsError", "Part",
+    "ResumeError", "StepError", "StepFunctionError", "StoreError", "StreamaccError", "StreamaccWarning", "VerifyError",
+    "X64Error", "arg", "one_line", "render",
 ]
 
 _MARK = re.compile("\x02([^\x03]*)\x03")  # STX ... ETX: characters no message text holds
@@ -54,8 +38,8 @@ class _Absent:
     def __repr__(self) -> str:
         return "<absent>"
 
-    def __reduce__(self) -> str:
-        return "ABSENT"  # the one instance, also once unpickled (an error sent back by a dask worker)
+    def __reduce__(self) -> str:  # the one instance, also once unpickled (an error sent back by a dask worker)
+        return "ABSENT"
 
 
 ABSENT: Any = _Absent()
@@ -129,9 +113,8 @@ def arg(name: str, value: Any = ABSENT) -> str:
     Returns
     -------
     str
-        A marker to put inside the message text. An error or warning made from the text
-        keeps the argument apart (:attr:`StreamaccError.parts`) and spells it out in its
-        ``str``; :func:`render` spells out the markers of a text that is no error's.
+        A marker to put inside the message text: an error or warning made from it keeps the argument
+        apart (:attr:`StreamaccError.parts`); :func:`render` spells out the markers of any text.
 
     Examples
     --------
@@ -147,10 +130,8 @@ def arg(name: str, value: Any = ABSENT) -> str:
 
 
 def _mark(a: Arg) -> str:
-    doc: dict[str, Any] = {"name": a.name, "python": a.python}
-    if a.value is not ABSENT:
-        doc["value"] = a.value
-    return "\x02" + json.dumps(doc) + "\x03"
+    value = {} if a.value is ABSENT else {"value": a.value}
+    return "\x02" + json.dumps({"name": a.name, "python": a.python, **value}) + "\x03"
 
 
 def _arg(doc: str) -> Arg:
@@ -194,8 +175,7 @@ def render(text: str, spell: Callable[[Arg], str] | None = None) -> str:
     text : str
         A message holding arguments marked with :func:`arg`.
     spell : callable, optional
-        How to write each :class:`Arg`; by default as a Python keyword argument
-        (``Arg.python``).
+        How to write each :class:`Arg`; by default as a Python keyword argument (``Arg.python``).
 
     Returns
     -------
@@ -205,10 +185,7 @@ def render(text: str, spell: Callable[[Arg], str] | None = None) -> str:
     Examples
     --------
     >>> from streamacc.errors import arg, render
-    >>> text = f"{arg('save_every', 0)} keeps no step"
-    >>> render(text)
-    'save_every=0 keeps no step'
-    >>> render(text, lambda a: f"<{a.name}>")
+    >>> render(f"{arg('save_every', 0)} keeps no step", lambda a: f"<{a.name}>")
     '<save_every> keeps no step'
     """
     return _spelt(_parts(text), spell)
@@ -220,8 +197,7 @@ def one_line(exc: BaseException) -> str:
     Parameters
     ----------
     exc : BaseException
-        Any exception; a :class:`StreamaccError` keeps its marked arguments, so that the
-        message it becomes part of renders them in its own reader's terms.
+        Any exception; a :class:`StreamaccError`'s arguments stay marked, for its new reader's terms.
 
     Returns
     -------
@@ -242,9 +218,8 @@ def one_line(exc: BaseException) -> str:
 class StreamaccError(Exception):
     """Base class of every error streamacc raises on purpose; also ``streamacc.StreamaccError``.
 
-    Its message is one sentence naming the problem and the fix, in the caller's terms:
-    ``str(error)`` names arguments as Python keywords (``block_size=1000``), the command
-    line as its options (``--block-size 1000``).
+    Its message is one sentence naming the problem and the fix, in the caller's terms: ``str(error)`` names
+    arguments as Python keywords (``block_size=1000``), the command line as its options (``--block-size 1000``).
 
     Examples
     --------
@@ -272,8 +247,7 @@ class StreamaccError(Exception):
         Parameters
         ----------
         spell : callable, optional
-            How to write each :class:`Arg`; by default as a Python keyword argument
-            (``Arg.python``), as ``str(error)`` reads.
+            How to write each :class:`Arg`; by default as a Python keyword argument (``Arg.python``).
 
         Returns
         -------
@@ -283,10 +257,7 @@ class StreamaccError(Exception):
         Examples
         --------
         >>> from streamacc.errors import InputError, arg
-        >>> error = InputError(f"{arg('save_every', 0)} keeps no step")
-        >>> error.render()
-        'save_every=0 keeps no step'
-        >>> error.render(lambda a: f"<{a.name}>")
+        >>> InputError(f"{arg('save_every', 0)} keeps no step").render(lambda a: f"<{a.name}>")
         '<save_every> keeps no step'
         """
         return _spelt(self.parts, spell) if self.parts else str(self)
@@ -298,11 +269,8 @@ class StreamaccError(Exception):
 
 
 class StreamaccWarning(UserWarning):
-    """Something worth knowing that is not an error.
-
-    For example: resuming an output that is already complete, resuming where nothing is
-    stored (the run starts afresh), or a value a step function uses that cannot be
-    fingerprinted for the run's identity.
+    """Something worth knowing that is not an error: resuming an output that is already complete, resuming where
+    nothing is stored (the run starts afresh), a value a step function uses that cannot be fingerprinted.
 
     Examples
     --------
@@ -330,9 +298,8 @@ class StreamaccWarning(UserWarning):
 
 
 class InputError(StreamaccError, ValueError):
-    """An argument is missing, malformed or inconsistent with another; raised before anything is written.
-
-    Also a ``ValueError``.
+    """An argument is missing, malformed or inconsistent with another; raised before anything is written. Also a
+    ``ValueError``.
 
     Examples
     --------
@@ -347,9 +314,8 @@ class InputError(StreamaccError, ValueError):
 
 
 class StepFunctionError(InputError):
-    """The step function ``f(carry, x) -> (carry, y)`` breaks the scan contract.
-
-    For example its carry changes structure, shape or dtype, or it is not hashable.
+    """The step function ``f(carry, x) -> (carry, y)`` breaks the scan contract (its carry changes structure, shape
+    or dtype, or it is not hashable).
 
     Examples
     --------
@@ -383,10 +349,8 @@ class X64Error(InputError):
 
 
 class StoreError(StreamaccError):
-    """The output store cannot be created, opened or written.
-
-    A store that fails in the middle of a run (a full disk, a dead network) raises it with
-    how many steps are committed, as the store itself confirms, and how to continue.
+    """The output store cannot be created, opened or written; one that fails in the middle of a run (a full disk, a
+    dead network) raises it with how many steps are committed, as the store itself confirms, and how to continue.
 
     Examples
     --------
@@ -432,10 +396,8 @@ class OutputExistsError(StoreError):
 
 
 class ResumeError(StoreError):
-    """An interrupted or finished run cannot be resumed or extended as asked.
-
-    Raised before anything is written: the settings differ from the stored run's (each
-    difference is named), or what is stored cannot be trusted.
+    """An interrupted or finished run cannot be resumed or extended as asked; raised before anything is written: the
+    settings differ from the stored run's (each difference is named), or what is stored cannot be trusted.
 
     Examples
     --------
@@ -452,10 +414,9 @@ class ResumeError(StoreError):
 
 
 class LockedError(StoreError):
-    """Another live process is writing the same output, or this writer lost its lease.
-
-    A local output is locked with ``flock`` on its folder; an object store's with a lease
-    object (see the user guide). Here the lock is taken by hand, as another writer would:
+    """Another live process is writing the same output, or this writer lost its lease: a local output is locked with
+    ``flock`` on its folder, an object store's with a lease object (see the user guide). Here the lock is taken by
+    hand, as another writer would:
 
     Examples
     --------
@@ -478,9 +439,8 @@ class StepError(StreamaccError, RuntimeError):
     """The step function failed at run time, while a block was computed: an exception in a host callback, a
     runtime check (equinox's ``error_if``, diffrax's ``max_steps``), or the device itself.
 
-    Its message names the block and its steps, the steps committed before it (safe on the
-    store), and how to continue; the error JAX raised is its ``__cause__``. Also a
-    ``RuntimeError``.
+    Its message names the block and its steps, the steps committed before it (safe on the store), and how to
+    continue; the error JAX raised is its ``__cause__``. Also a ``RuntimeError``.
 
     Examples
     --------
@@ -504,12 +464,9 @@ class StepError(StreamaccError, RuntimeError):
 class CarryMismatchError(StreamaccError):
     """A block recomputed on a cluster worker ended with another carry than the driver computed.
 
-    On a cluster the driver runs the carry pass and each worker recomputes its block from
-    the carry entering it. When a worker's final carry differs, the driver recomputes the
-    block as the workers do; if it then gets the worker's carry, XLA merely compiled the
-    carry-only scan differently and the run goes on. If not, the step is
-    nondeterministic or the hardware differs, and the run stops with this error, naming
-    the block, with nothing past it committed.
+    The driver then recomputes the block as the workers do: where it gets the worker's carry, XLA merely
+    compiled the carry-only scan differently and the run goes on; where not, the step is nondeterministic or
+    the hardware differs, and the run stops with this error, naming the block, nothing past it committed.
 
     Examples
     --------

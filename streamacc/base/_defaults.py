@@ -19,12 +19,11 @@ ACCELERATORS = frozenset({"tpu", "gpu", "cuda", "rocm"})
 """The platforms (JAX's names) whose defaults are the accelerator's below; every other is treated as a CPU."""
 
 ACCELERATOR_WRITE_BLOCK_BYTES = 32 * 2**20
-"""Bytes of ys per block when writing from a TPU or GPU: measured on a TPU v5e, the float32
-headline's write took 6.8 ns a step in blocks of 32 MiB against 15.5 in blocks of 256 MiB
-(its compute alone 6.1), and a 2**20-member ensemble's 0.91 GiB/s of ys in blocks of 64 MiB
-against 0.64 in 256 MiB: the engine computes the next block while the host copies one, and
-a copy of a block of 32 MiB overlaps the compute better than one of 256 (see the
-Accelerators benchmark page). The same as a CPU's."""
+"""Bytes of ys per block when writing from a TPU or GPU: on a TPU v5e the float32 headline and a
+2**20-member ensemble wrote faster in blocks of 32 to 64 MiB than in blocks of 256 MiB, the
+former close to the compute's own speed: the engine computes the next block while the host
+copies one, and a copy of a smaller block overlaps the compute better (the Accelerators
+benchmark page, its ``write`` scenarios). The same as a CPU's."""
 
 
 def write_block_bytes(platform: str) -> int:
@@ -35,17 +34,16 @@ def write_block_bytes(platform: str) -> int:
 ACCELERATOR_UNROLL = 64
 """The ``lax.scan`` unroll of a built-in recipe of a few operations a step on a TPU or GPU: a
 loop trip costs far more there than such a step's arithmetic (on a TPU v5e the float32 gp
-recipe took 677 ns a step at unroll 1, 87 ns at 8 and 6.1 ns at 64: the Accelerators benchmark
-page, run 0098), where on a CPU each recipe keeps
-the unroll it runs fastest at (1, 2 or 8)."""
+recipe ran an order of magnitude faster at unroll 8 than at 1, and as much again at 64: the
+Accelerators benchmark page, its ``compute`` scenario), where on a CPU each recipe keeps the
+unroll it runs fastest at (1, 2 or 8)."""
 
 ACCELERATOR_COMPENSATED_UNROLL = 64
 """The unroll on a TPU or GPU of a compensated recipe (a step of error-free transformations,
-a dozen operations): on a TPU v5e the compensated float32 progression took 52.8 ns a step at
-64 against 87.6 at 8, the compensated affine recurrence 70.3 against 89.4, the compensated
-running sum 762 against 882 (its input's reading the rest) and product 1842 against 1852; each
-compiled there in 2.5 s or less (on a CPU, 57 s: a CPU keeps 2). Lorenz-63's RK4 step keeps its
-CPU unroll, 1, on an accelerator: it took 13.7 us a step there, and 14.9 at 8."""
+a dozen operations): on a TPU v5e each compensated recipe ran faster at 64 than at 8 (the
+running sum and product, whose input's reading takes most of a step, by little) and compiled
+there in seconds (on a CPU far longer: a CPU keeps 2). Lorenz-63's RK4 step keeps its CPU
+unroll, 1, on an accelerator, where 8 ran it no faster (the Accelerators benchmark page)."""
 
 
 def recipe_unroll(cpu: int, platform: str, accelerator: int = ACCELERATOR_UNROLL) -> int:
@@ -72,13 +70,13 @@ An unroll is chosen only where the loop trips it saves over the run's length out
 
 UNROLLED_OPS_AT_MOST = 4096
 """Operations of a step's program times the unroll chosen for it at most: a step drawing random numbers is
-hundreds of operations, and its compile grew to tens of seconds past this while its speed did not."""
+hundreds of operations, and its compile grew long past this while its speed did not."""
 
 SHORT_VECTOR_UNROLL_AT_MOST = {"values": 8, "moved": 4}
 """The unroll chosen on a TPU or GPU for a step whose values include vectors shorter than ``SHORT_VECTOR`` (of 2
 values or more), and for one that slices or stacks such vectors (a state built with ``jnp.stack``). On a TPU v5e a
-3-vector multiply-add ran fastest at 8 (1.5 times slower at 64), and a 3-vector Euler step built with
-``jnp.stack`` ran as fast at 2 or 4 as at any unroll but compiled for over 25 s at 8 in blocks of 2**19 steps.
+3-vector multiply-add ran fastest at 8 (slower at 64), and a 3-vector Euler step built with ``jnp.stack`` ran as
+fast at 2 or 4 as at any unroll but compiled far longer at 8 (the Accelerators benchmark page, ``user-steps``).
 A state of a few scalars kept as a tuple of them unrolls as a scalar step does."""
 
 SHORT_VECTOR = 128
@@ -87,7 +85,7 @@ SHORT_VECTOR = 128
 CPU_UNROLLED_STEP_AT_MOST = {"operations": 32, "values": 1024, "moved values": 16}
 """The steps a CPU unrolls when none is named: straight-line programs of at most this many operations, no value
 larger than this many elements, no slicing, stacking or rolling of more than this many (and no loop of their own).
-Unrolled, a CPU ran those up to five times faster, and a 4096-point diffusion, a normal variate a step or an
+Unrolled, a CPU ran those several times faster, and a 4096-point diffusion, a normal variate a step or an
 inner loop several times slower."""
 
 THINNED_UNROLL_ROW_BYTES_AT_MOST = 64 * 2**10
@@ -97,9 +95,9 @@ thinned block stores every step's y before it keeps every ``save_every``-th (see
 ACCELERATOR_STREAM_HANDOVER = "ordered"
 """How a Stream's block crosses to the host on a TPU or GPU, where ``buffer_callback`` does
 not lower (TPU) or reads device memory: an ordered ``io_callback`` (see
-``run/stream/_program.py`` for the others, which the accelerator benchmark measures). On a
-TPU v5e, in pieces of ``STREAM_PIECE_BYTES``, a Stream of the float32 progression took 1.30
-times the write's time this way and 1.42 times by token-chained callbacks."""
+``stream/_program.py`` for the others). On a TPU v5e, in pieces of ``STREAM_PIECE_BYTES``, a
+Stream of the float32 progression came closer to the write's time this way than by
+token-chained callbacks (the Accelerators benchmark page, its ``stream-*`` scenarios)."""
 
 
 def stream_handover(platform: str) -> str:
@@ -111,11 +109,11 @@ def stream_handover(platform: str) -> str:
 STREAM_PIECE_BYTES = 4 * 2**20
 """Bytes of ys a Stream hands over as one operand of a block's callback at most, where the
 block crosses by ``io_callback`` (a TPU or GPU): each ys leaf crosses as consecutive rows in
-pieces of this size (a row at least). On a TPU v5e (the accelerator benchmark's loop
-scenario, run 0106) the float32 progression's loop took 129 ms a block of 32 MiB with the
-block as one operand of an ordered callback and 62 ms with it as eight of 4 MiB, against 50
-ms handing over one value; 35 and 31 ms a block of 16 MiB: the chip copies several operands
-at once, as it copies four quarters of an array faster than the whole."""
+pieces of this size (a row at least). On a TPU v5e the float32 progression's loop handed a
+block of 32 MiB over about twice as fast as eight operands of 4 MiB as in one, close to
+handing over a single value (the Accelerators benchmark page, its ``loops`` scenario): the
+chip copies several operands at once, as it copies four quarters of an array faster than the
+whole."""
 
 
 def stream_piece_bytes(platform: str) -> int:
@@ -219,9 +217,9 @@ SMALL_OUTPUT_VALUES = 2**18
 """Values (rows times each row's values, every summarised array together) a stored output holds at most to get
 no window summaries by default: ``overview`` and ``streamacc plot`` read its data instead (2 MiB of float64 at
 most), which draws every row (a 4096-row output: 4096 windows of one row, where summaries gave 256 of 16). Their
-metadata documents and small files weigh on a short output: a quarter of a 2**16-step output's bytes (44.6 KB
-beside 157 KB), 11.6% of a 2**18-step series', 5.8% of a 2**19-step one's (``streamacc info``). A virtual output,
-whose data are recomputed, keeps its summaries."""
+metadata documents and small files weigh on a short output: about a quarter of a 2**16-step output's bytes, and
+less and less of longer ones (``streamacc info`` shows them). A virtual output, whose data are recomputed, keeps
+its summaries."""
 
 OVERVIEW_DATA_VALUES_AT_MOST = 2**22
 """Values of an output without summaries that ``overview`` reads to draw it, at most (32 MiB of float64, a

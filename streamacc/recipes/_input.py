@@ -16,8 +16,8 @@ A whole chunk of plain bytes is read straight into its rows, and a whole zstd ch
 read into the end of its rows and decompressed in place there (zstd's in-place
 decompression: the compressed frame at the end of the output, ``ZSTD_decompressionMargin``
 bytes past it, which zstd itself refuses to overrun); so the rows are the only buffer a
-block reads into, where a chunk's stored bytes took a second one nearly as large (31 of
-the 32 MiB of a block of random float64). Blosc and gzip chunks, and any chunk the zstd
+block reads into, where a chunk's stored bytes took a second one nearly as large (for a block
+of random float64, which barely compresses). Blosc and gzip chunks, and any chunk the zstd
 margin does not fit, are read into one reused anonymous mapping and decoded from there.
 """
 

@@ -231,8 +231,8 @@ class LocalExecutor:
 
 
 CARRIES_AHEAD = 256
-"""Blocks whose carries the carry pass computes at most ahead of the commits: a second and more of
-the headline recurrence's (blocks of 2**22 steps, about 5 ms each), longer than a commit takes."""
+"""Blocks whose carries the carry pass computes at most ahead of the commits: more of the headline recurrence's
+cheap blocks (a carry pass computes no ys) than a commit's time takes."""
 
 CARRIES_AHEAD_BYTES = 8 * 2**20
 """Bytes of carries computed ahead at most (a large state computes fewer blocks ahead)."""

@@ -285,7 +285,7 @@ def input_values(leaves: Sequence[Any], marks: Sequence[int]) -> dict[int, list[
     in C order) over its first ``mark`` rows, for each of ``marks`` (a longer run's digest and the prefix it extends
     come from one read). None when a leaf is not an array whose values are digested (see :func:`_digestible`).
 
-    Read ``VALUES_PIECE_BYTES`` at a time; the checksum runs at several GiB/s, beside a run that reads every row.
+    Read ``VALUES_PIECE_BYTES`` at a time; the checksum is cheap beside a run that reads every row.
     """
     if not all(_digestible(leaf) for leaf in leaves):
         return None

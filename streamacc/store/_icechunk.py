@@ -41,8 +41,8 @@ from ._target import TAIL_BATCH, Target, being_written, sync
 __all__ = ["COMMIT_BYTES", "COMMIT_SECONDS", "MANIFEST_SPLIT", "IcechunkTarget", "import_icechunk"]
 
 COMMIT_SECONDS = 10.0
-"""Seconds between two commits at most: a crash loses at most this much of a run. A commit
-costs tens of milliseconds (see the Icechunk benchmark), so this keeps them under 1% of the run."""
+"""Seconds between two commits at most: a crash loses at most this much of a run, and the commits a
+small share of it (what one costs: the Icechunk benchmark)."""
 
 COMMIT_BYTES = 1024 * 2**20
 """Bytes of stored data between two commits at most (32 blocks of the default size):

@@ -29,9 +29,8 @@ orders the blocks by their data alone; ``pinned``, as ``chained`` with the block
 moved into the host's pinned memory by the program (``jax.device_put`` to
 ``memory_kind="pinned_host"``), as JAX's own tests stream a scan's outputs. By a callback,
 each ys leaf crosses as pieces of consecutive rows of at most ``piece_bytes`` each
-(``_defaults.stream_piece_bytes``), operands of the one callback: on a TPU v5e a 32 MiB
-block's loop took 129 ms as one operand and 62 ms as eight of 4 MiB, which the chip copies
-at once (the accelerator benchmark's loop scenario). JAX lowers no
+(``base.stream_piece_bytes``), operands of the one callback, which a chip copies at once
+(on a TPU v5e about twice as fast as one: the Accelerators benchmark page, ``loops``). JAX lowers no
 program that moves data to host memory and has an ordered effect, so with ``chained`` and
 ``pinned`` the start, check and finish callbacks are unordered too, each ordered by the
 data it takes from the one before, and the start refuses ``vmap`` itself (by a
@@ -285,8 +284,8 @@ def _rows(xs: Any, start: Any, length: int) -> Any:
 def _computed(received: Sequence[Any], own: Sequence[Any], first: Any) -> list[Any]:
     """The carry leaves the host sent, as values the program computes (a select of them over its own initial
     carry, by a condition always true that XLA cannot know: the first block's index is never negative). On a
-    TPU v5e a loop whose carry began as the buffer a callback returned took 141 ms a block of the float32
-    progression against 62 once the carry was computed (the accelerator benchmark's loop scenario)."""
+    TPU v5e a loop whose carry began as the buffer a callback returned ran more than twice as slow as one whose
+    carry was computed (the Accelerators benchmark page, its ``loops`` scenario)."""
     always = first >= 0
     return [lax.select(always, r, jnp.asarray(o, r.dtype)) for r, o in zip(received, own, strict=True)]
 

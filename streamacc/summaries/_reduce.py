@@ -166,11 +166,8 @@ def _reduce_state(data: np.ndarray, axis: int) -> Acc:
     state's values (at least ``STATE_TILE_VALUES``) over one window's steps: numpy reduces a
     state along its steps value by value, in step order, so each value's statistics are the
     bits of one call over the whole window. The second and third passes over a tile then find
-    it in the core's cache instead of memory: a block of a 256x256 field inside one longer
-    window (64 steps, 32 MiB) took 6.2-6.3 ms of CPU against 8.1-8.3 ms reduced whole, and a
-    4096-point state's block (4096 steps, 128 MiB, windows of 64, one window 2 MiB) 28.8-30.3
-    ms against 30.7-31.7 ms (``python benchmarks/bench_summaries.py --slices``, run twice with
-    each code, alternating).
+    it in the core's cache instead of memory, which saves CPU on a large field's block and a
+    wide state's (``python benchmarks/bench_summaries.py --slices`` measures it).
     """
     batch = data if axis == 1 else data[np.newaxis]
     windows, steps = batch.shape[:2]
