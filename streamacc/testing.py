@@ -18,7 +18,7 @@ in one table, each by the wing that holds it, ``WING.NAME``; this module replace
 ``summaries.SLICE_BYTES``                 the slice a block's windows are reduced in
 ``run.PUBLISH_SECONDS``                   how often the root's progress is refreshed
 ``run.SLOW_BLOCK_SECONDS``                the seconds a block takes past which a run says so
-``run.VIRTUAL_COMMIT_SECONDS``            how often a virtual run commits
+``run.COMMIT_SECONDS``                    how often blocks that commit together commit (virtual, materialize)
 ``run.BlockPool``                         the pool of block buffers a local run makes
 ``stream.handover``                       how a Stream's blocks cross to the host (in place on the CPU)
 ``stream.piece_bytes``                    the bytes of ys a Stream's block callback takes as one operand
@@ -129,9 +129,9 @@ _SEAMS: dict[str, tuple[str, tuple[str, ...]]] = {
         "SLOW_BLOCK_SECONDS: the seconds a block takes to compute and commit, past which the run says so once",
         ("streamacc.run._commit.SLOW_BLOCK_SECONDS",),
     ),
-    "run.VIRTUAL_COMMIT_SECONDS": (
-        "VIRTUAL_COMMIT_SECONDS: about how long a virtual run's blocks wait to commit together",
-        ("streamacc.run._commit.VIRTUAL_COMMIT_SECONDS",),
+    "run.COMMIT_SECONDS": (
+        "COMMIT_SECONDS: about how long the blocks that commit together (a virtual run's, a materialize's) wait",
+        ("streamacc.run._commit.COMMIT_SECONDS",),
     ),
     "run.BlockPool": (
         "BlockPool(size): the class of the pool of block buffers a local run makes",

@@ -220,7 +220,7 @@ def test_a_long_virtual_output_keeps_its_default_summaries_to_a_million_windows(
 
 
 def test_a_virtual_write_killed_mid_run_resumes_to_the_same_output(seam):
-    seam("run.VIRTUAL_COMMIT_SECONDS", 0.0)  # commit every block, as a long run does
+    seam("run.COMMIT_SECONDS", 0.0)  # commit every block, as a long run does
     f, init, _, kw = CASES["scalar"]
     reference: dict = {}
     streamacc.write(zarr.storage.MemoryStore(reference), f, init, progress=False, virtual=True, **kw)
@@ -250,7 +250,7 @@ def test_a_virtual_carry_pass_goes_on_while_a_commit_waits_for_the_disk(seam):
     """Without summaries a virtual run computes carries alone, a few bytes a block: the pass computes the next
     blocks' while a commit waits for its manifest to be durable, where it stood still until the commit was done,
     and the commits still come in order, each once the one before is durable."""
-    seam("run.VIRTUAL_COMMIT_SECONDS", 0.0)  # a commit per block
+    seam("run.COMMIT_SECONDS", 0.0)  # a commit per block
     block, blocks = 256, 12
 
     read: list[int] = []  # the blocks whose rows the run has read, in order
@@ -296,9 +296,28 @@ def test_a_virtual_carry_pass_goes_on_while_a_commit_waits_for_the_disk(seam):
     assert carries == {k: v.to_bytes() for k, v in reference.items() if "records" in k}
 
 
+@pytest.mark.parametrize(("seconds", "saves"), [(0.0, 4), (30.0, 1)])
+def test_a_materialize_commits_as_often_as_a_virtual_run(seam, seconds, saves):
+    """One commit interval: a materialize's blocks commit together every ``run.COMMIT_SECONDS``, as a virtual
+    run's do (each commit saves the manifest once)."""
+    held: dict = {}
+    streamacc.write(zarr.storage.MemoryStore(held), gp, np.float64(1.0), length=4 * 256, block_size=256, names="x",
+                    virtual=True, summaries=False, progress=False)  # fmt: skip
+    seam("run.COMMIT_SECONDS", seconds)
+    saved = []
+
+    class Recording(zarr.storage.MemoryStore):
+        async def set(self, key, value):
+            saved.extend([key] if key == MANIFEST else [])
+            await super().set(key, value)
+
+    assert streamacc.materialize(Recording(held), gp, np.float64(1.0), progress=False) == 4
+    assert len(saved) == saves
+
+
 def test_a_virtual_batch_commits_a_tail_of_a_few_summary_chunks_whatever_its_blocks(seam):
     """A batch's summary chunks are written as its blocks come, not all kept pending in the manifest it saves."""
-    seam("run.VIRTUAL_COMMIT_SECONDS", 30.0)  # every block in one batch
+    seam("run.COMMIT_SECONDS", 30.0)  # every block in one batch
     sizes = []
 
     class Recording(zarr.storage.MemoryStore):

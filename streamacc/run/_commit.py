@@ -42,7 +42,7 @@ from ..store import Target, ZarrSink, describe_store_failure, is_store_failure, 
 from ..summaries import BlockPieces, Summaries, SummaryPlan
 from ._planning import OutputSpec
 
-__all__ = ["PUBLISH_SECONDS", "Batch", "BlockResult", "Output"]
+__all__ = ["COMMIT_SECONDS", "PUBLISH_SECONDS", "Batch", "BlockResult", "Output"]
 
 
 T = TypeVar("T")
@@ -61,10 +61,10 @@ class Batch(Generic[T]):
         self.waiting: list[T] = []
         self._since = time.monotonic()
 
-    def add(self, items: Iterable[T], seconds: float) -> bool:
-        """Add ``items``; whether the batch is due: ``seconds`` or more since the last commit."""
+    def add(self, items: Iterable[T]) -> bool:
+        """Add ``items``; whether the batch is due: ``COMMIT_SECONDS`` or more since the last commit."""
         self.waiting.extend(items)
-        return time.monotonic() - self._since >= seconds
+        return time.monotonic() - self._since >= COMMIT_SECONDS
 
     def take(self) -> list[T]:
         """Empty the batch and restart its clock (as its commit begins, or once it is done); what waited."""
@@ -86,10 +86,11 @@ ten times this."""
 COMMIT_EVERY_SECONDS = 10.0
 """About how often the ``block_size`` that notice suggests commits."""
 
-VIRTUAL_COMMIT_SECONDS = 1.0
-"""How often a virtual run commits the blocks it has computed. A virtual block costs milliseconds
-(a carry pass, or a block computed for its summaries) and a commit two durable writes, so its
-blocks are committed together: a crash costs at most this much of the run."""
+COMMIT_SECONDS = 1.0
+"""How often blocks that commit together (a :class:`Batch`: a virtual run's, a materialize's) commit. Such a
+block costs little beside a commit's two durable writes (a carry pass, a block computed for its summaries, or
+one whose data are written already), so they are committed together: a crash costs at most this much of the
+run."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,7 +241,7 @@ class Output:
     def commit(self, *results: BlockResult) -> None:
         """Commit the next blocks in scan order: their records, then one manifest that counts them all.
 
-        A virtual run's blocks wait and commit together about every ``VIRTUAL_COMMIT_SECONDS``
+        A virtual run's blocks wait and commit together about every ``COMMIT_SECONDS``
         (and at :meth:`finish`).
         """
         check_stop()  # after Ctrl-C or SIGTERM nothing more is committed
@@ -252,7 +253,7 @@ class Output:
             # before it commits instead of all pending in its manifest's tail (a batch holds up
             # to a second of blocks: hundreds for the headline's recurrence)
             self.summaries.fold(results)
-        if self._batch.add(results, VIRTUAL_COMMIT_SECONDS):
+        if self._batch.add(results):
             self._commit(tuple(self._batch.take()))
 
     def _commit(self, results: tuple[BlockResult, ...]) -> None:

@@ -49,9 +49,6 @@ from ._virtual import recompute_plan
 
 __all__ = ["materialize"]
 
-COMMIT_SECONDS = 1.0
-"""How often the blocks materialized so far are committed (their records, then the manifest)."""
-
 INFLIGHT = 2
 """Blocks being written at once while the next is computed."""
 
@@ -91,8 +88,8 @@ class _MaterializedBlock:
 class _Materializer:
     """Computes, writes and commits the chosen blocks of one output (its writer lock held).
 
-    Its blocks commit in a :class:`~streamacc.run.output.Batch`, as a virtual run's do, but not
-    through ``Output.commit``: that appends the blocks that follow the committed ones (their records,
+    Its blocks commit in a :class:`~streamacc.run._commit.Batch` (every ``COMMIT_SECONDS``), as a virtual run's
+    do, but not through ``Output.commit``: that appends the blocks that follow the committed ones (their records,
     their carries, a manifest counting more blocks), where these blocks are committed already and
     gain their chunks' checksums in their records and their place among the stored blocks in the
     manifest, which is all that changes.
@@ -132,7 +129,7 @@ class _Materializer:
 
     def commit(self, item: _MaterializedBlock, record: BlockRecord) -> None:
         self.bar.update(record.stop - record.start, 0)
-        if self._batch.add([record], COMMIT_SECONDS):
+        if self._batch.add([record]):
             self.flush()
 
     def flush(self) -> None:

@@ -22,6 +22,7 @@ keeps a useful width at 80 columns.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import time
@@ -94,6 +95,8 @@ def _literal(text: str) -> str:
     """``text`` escaped for a format string."""
     return text.replace("{", "{{").replace("}", "}}")
 
+
+log = logging.getLogger("streamacc")
 
 class Rates:
     """Steps, output bytes and stored bytes per second, all over the same last ``window`` seconds."""
@@ -353,6 +356,20 @@ class RunSession:
         held = f"{m.length} steps" if m.ended_at is None else f"it ended on its condition at step {m.ended_at}"
         warn(f"{self.target.label} is already complete ({held}); nothing to do", StreamaccWarning)
         return True
+
+    def begin(self, *, extends: bool = False) -> None:
+        """The run begins on the output opened: it says what it continues (an extension, with ``extends``, or the
+        run it resumes), counts the steps committed already on the progress bar, and says once which non-finite
+        values the run it continues found."""
+        assert self.output is not None and self.length is not None
+        output, label = self.output, self.target.label
+        done = output.manifest.committed_steps
+        if extends:
+            log.info("extending %s to step %d (computing on from step %d)", label, self.length, done)
+        elif output.first_block and not output.complete:
+            log.info("resuming %s at step %d of %d", label, done, self.length)
+        self.bar.begin(done)
+        output.warn_nonfinite(before=True)
 
     def finish(self) -> None:
         """Mark the run complete (an output that was complete already is left as it is)."""

@@ -11,7 +11,6 @@ with the exact carry, giving the bytes of an uninterrupted run.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any, Unpack
 
@@ -25,7 +24,6 @@ from ._virtual import recomputed_rows
 
 __all__ = ["write"]
 
-log = logging.getLogger("streamacc")
 
 
 @interruptible(caller_scopes)
@@ -180,13 +178,7 @@ def write(
         if session.already_complete():
             done_already: Carry = from_host(output.carry, plan.init)
             return done_already
-        done = output.manifest.committed_steps
-        if request.mode == "extend" and stored is not None and stored.blocking.length < plan.length:
-            log.info("extending %s to step %d (computing on from step %d)", target.label, plan.length, done)
-        elif output.first_block:
-            log.info("resuming %s at step %d of %d", target.label, done, plan.length)
-        session.bar.begin(done)
-        output.warn_nonfinite(before=True)  # found by the run this one continues: said once, as it starts
+        session.begin(extends=request.mode == "extend" and stored is not None and stored.blocking.length < plan.length)
         with session.translated():
             if not output.ended:  # a run that ended on its condition has only its finish left
                 blocks.run(plan, output)

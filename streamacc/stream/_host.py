@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -48,7 +47,6 @@ from ._program import CrossingLeaf
 
 __all__ = ["CALLBACK_LOGGER", "POLL_SECONDS", "Stopped", "StreamHost"]
 
-log = logging.getLogger("streamacc")
 
 POLL_SECONDS = 0.1
 """How often a callback waiting for a slot, or for the writers, looks for a failure or a stop."""
@@ -270,13 +268,9 @@ class StreamHost:
                                               check_resumable=_changed_meanwhile)  # fmt: skip
         elif digests is not None and held is not None:
             self._check_values(output, digests[held], values)
-        output.warn_nonfinite(before=True)
         first = self.plan.block_count if output.complete or output.ended else output.first_block
         self.first_block = first
-        self.bar.begin(output.manifest.committed_steps)
-        if output.first_block and not output.complete:
-            log.info("resuming %s at step %d of %d", self.target.label, output.manifest.committed_steps,
-                     self.plan.length)  # fmt: skip
+        self.session.begin()
         if not output.complete:
             self._writer = threading.Thread(target=self._write, name="streamacc-stream", daemon=True)
             self._writer.start()
