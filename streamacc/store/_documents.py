@@ -1,9 +1,8 @@
 """Zarr v3 metadata documents as streamacc records, checks and rewrites them, the root's progress attributes, and
 an input array's fingerprint.
-attributes: plain JSON and numpy, no Zarr, so that readers check an output before (or without) importing
-Zarr.
 
-A fingerprint of a stored Zarr array's contents, cheap enough to take at every run's start.
+The documents are plain JSON and numpy, so that readers check an output's documents before Zarr reads them.
+A stored Zarr array's fingerprint is cheap enough to take at every run's start.
 
 A run that reads an input array (``cumsum``/``cumprod --input``) must resume only on the
 same input: rows edited since the run started would join committed blocks computed from

@@ -1,8 +1,8 @@
 """Which target an output lives in: a local path, an fsspec URL, an Icechunk repository or a zarr store object.
 
-Above the targets: it imports each implementation (``_localtarget`` at once, since a local
-output is read without Zarr; ``_storetarget`` and ``_icechunk`` once such a store is
-named), and none of them imports it. What names the place is checked here, before a
+Above the targets: it imports each implementation (``_localtarget`` at once; ``_storetarget``
+and ``_icechunk`` once such a store is named, as they ask for its libraries), and none of
+them imports it. What names the place is checked here, before a
 target is made: the path, the URL and its ``storage_options``, and for an Icechunk
 repository the branch a writer commits to or the ref a reader opens.
 """

@@ -1,9 +1,9 @@
 """The summaries' metadata and chunks read without Zarr, where they are exactly what streamacc writes.
 
-``overview`` (and so ``streamacc plot``) reads a few small summary chunks; importing Zarr
-to read them costs more than everything else it does. A group or array document is read
-here only when it has exactly the form :class:`~streamacc.summaries.SummaryArrays` writes
-(the keys, the data types, the codecs and their settings, a regular grid whose chunks span
+``overview`` (and so ``streamacc plot``) reads a few small summary chunks; reading them
+through Zarr (its arrays opened, its codec pipeline) costs more than everything else it
+does. A group or array document is read here only when it has exactly the form
+:class:`~streamacc.summaries.SummaryArrays` writes (the keys, the data types, the codecs and their settings, a regular grid whose chunks span
 the trailing axes, the default chunk keys): every such document is one Zarr accepts and
 reads as these functions do. Anything else (an edited attribute, another codec, a document
 Zarr may refuse) returns None, and the caller asks Zarr, which reads or refuses it as
