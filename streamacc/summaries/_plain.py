@@ -1,16 +1,15 @@
 """The summaries' metadata and chunks read without Zarr, where they are exactly what streamacc writes.
 
-``overview`` (and so ``streamacc plot``) reads a few small summary chunks; reading them
-through Zarr (its arrays opened, its codec pipeline) costs more than everything else it
-does. A group or array document is read here only when it has exactly the form
-:class:`~streamacc.summaries.SummaryArrays` writes (the keys, the data types, the codecs and their settings, a regular grid whose chunks span
-the trailing axes, the default chunk keys): every such document is one Zarr accepts and
-reads as these functions do. Anything else (an edited attribute, another codec, a document
-Zarr may refuse) returns None, and the caller asks Zarr, which reads or refuses it as
-before. A chunk is read only once its CRC-32C trailer matches its bytes (Zarr's ``crc32c``
-codec, last) and it decodes (the same numcodecs decoders as Zarr's) to exactly one chunk of
-values; a chunk that does not raises, and the caller reads it through Zarr, which says what
-is wrong with it.
+``overview`` (and so ``streamacc plot``) reads a few small summary chunks; reading them through Zarr
+(its arrays opened, its codec pipeline) costs more than everything else it does. A group or array
+document is read here only when it has exactly the form :class:`~streamacc.summaries.SummaryArrays`
+writes (the keys, the data types, the codecs and their settings, a regular grid whose chunks span
+the trailing axes, the default chunk keys): every such document is one Zarr accepts and reads as
+these functions do. Anything else (an edited attribute, another codec, a document Zarr may refuse)
+returns None, and the caller asks Zarr, which reads or refuses it as before. A chunk is read only
+once its CRC-32C trailer matches its bytes (Zarr's ``crc32c`` codec, last) and it decodes (the same
+numcodecs decoders as Zarr's) to exactly one chunk of values; a chunk that does not raises, and the
+caller reads it through Zarr, which says what is wrong with it.
 """
 
 from __future__ import annotations
