@@ -302,3 +302,30 @@ def test_read_into_says_where_a_file_ended_early(tmp_path: Path) -> None:
         views[-1].tobytes()
     path.write_bytes(b"0123456789")
     assert bytes(read_into(path, shrinking, whole=False)) == b"0123"  # the part read, for a checksum to refuse
+
+
+def test_sizes_skips_what_a_writer_removes_while_the_folder_is_walked(tmp_path: Path, monkeypatch) -> None:
+    for key in ("x/c/0", "x/c/1", "x/c/2", "y/c/0"):
+        (tmp_path / key).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / key).write_bytes(b"1234")
+    target = open_target(str(tmp_path))
+    real_scandir = os.scandir
+
+    class Listing(list[Any]):  # what os.scandir returns: its entries, and a context that closes them
+        def __enter__(self) -> Listing:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    def racing(path: Any) -> Any:  # another process renames a file and drops a folder after they are listed
+        entries = list(real_scandir(path))
+        if Path(path) == tmp_path / "x" / "c":
+            (tmp_path / "x" / "c" / "1").unlink()
+        elif Path(path) == tmp_path:
+            (tmp_path / "y" / "c" / "0").unlink()
+            (tmp_path / "y" / "c").rmdir()
+        return Listing(entries)
+
+    monkeypatch.setattr(os, "scandir", racing)
+    assert target.sizes() == {"x/c/0": 4, "x/c/2": 4}

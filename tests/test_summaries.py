@@ -434,6 +434,10 @@ def test_no_summaries_reverse_and_bad_windows(tmp_path):
                     progress=False)  # fmt: skip
     with pytest.raises(NoOutputError, match=r"has no summaries .*summaries=False"):
         streamacc.overview(big)
+    cplx = tmp_path / "complex.zarr"
+    streamacc.write(cplx, lambda c, _: (c * np.complex64(1j), c), np.complex64(1.0), length=1000, progress=False)
+    with pytest.raises(NoOutputError, match=r"its outputs y \(complex64\) are not ordered real numbers, which are"):
+        streamacc.overview(cplx)
     rev = tmp_path / "rev.zarr"
     write(rev, reverse=True, summaries=True)
     assert not (rev / "_streamacc" / "summaries").exists()

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..base import OVERVIEW_DATA_VALUES_AT_MOST, as_count, over_state, row_step, rows_in, times
+from ..base import OVERVIEW_DATA_VALUES_AT_MOST, as_count, dtype_from_name, over_state, row_step, rows_in, times
 from ..errors import InputError, NoOutputError, arg
 from ..record import Manifest, trusted_manifest
 from ..store import open_target, progress_attrs
@@ -320,6 +320,12 @@ def overview_table(
             raise NoOutputError(
                 f"{target.label} holds no output array (its step returns no y: the run keeps its carries only), so "
                 "there is nothing to summarise; streamacc.open(path) gives its committed steps"
+            )
+        if not summarized_names(ident.arrays):
+            kinds = ", ".join(f"{n} ({dtype_from_name(d).name})" for n, (d, _shape) in ident.arrays.items())
+            raise NoOutputError(
+                f"{target.label} has no summaries: its outputs {kinds} are not ordered real numbers, which are never "
+                "summarised; read its data with streamacc.open(path) and draw what you need from them (abs, real)"
             )
         if ident.blocking.reverse:
             fix = "a reverse scan, which writes none); read its data with streamacc.open(path)"

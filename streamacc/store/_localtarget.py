@@ -244,12 +244,19 @@ class LocalTarget(Target):
         found: dict[str, int] = {}
         pending = [base] if base.is_dir() and not base.is_symlink() else []
         while pending:
-            with os.scandir(pending.pop()) as entries:
-                for entry in entries:
-                    if entry.is_dir(follow_symlinks=False):
-                        pending.append(Path(entry.path))
-                    elif entry.is_file(follow_symlinks=False):
-                        found[Path(entry.path).relative_to(self.root).as_posix()] = entry.stat().st_size
+            try:
+                entries = list(os.scandir(pending.pop()))
+            except FileNotFoundError:  # a folder a writer removed since its parent was listed
+                continue
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(Path(entry.path))
+                elif entry.is_file(follow_symlinks=False):
+                    try:
+                        size = entry.stat(follow_symlinks=False).st_size
+                    except FileNotFoundError:  # a writer's temporary file, renamed since it was listed
+                        continue
+                    found[Path(entry.path).relative_to(self.root).as_posix()] = size
         return found
 
     def exists(self) -> bool:
