@@ -145,11 +145,11 @@ USER_EXACT = ("a multiply-add with sin", "a 3-scalar Euler step")
 
 
 def _user_cases(ctx: Context, n: int) -> list[tuple[str, Any, Any, Any, int]]:
-    """Users' steps (the table's, and ``USER_EXACT``), each at the unroll chosen for its run here."""
+    """Users' steps (``USER_EXACT``, then the table's, ``user_steps`` of them at most beside ``USER_EXACT``), each
+    at the unroll chosen for its run here."""
     cases = []
-    for step in STEPS.values():
-        if not (step.table or step.name in USER_EXACT):
-            continue
+    chosen = [STEPS[name] for name in USER_EXACT] + [s for s in STEPS.values() if s.table and s.name not in USER_EXACT]
+    for step in chosen[: len(USER_EXACT) + ctx.sizes.user_steps]:
         length = step.length if ctx.sizes.user_length == 0 else ctx.sizes.user_length
         run_xs = None if step.xs is None else step.xs(length)
         own = int(streamacc.ScanSpec(step.f, step.init(), run_xs, length=length).unroll)

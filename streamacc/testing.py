@@ -154,9 +154,23 @@ defines it; a function imported into the module that calls it is held there too,
 place that names streamacc's private modules: a seam is the very attribute a wing's module holds."""
 
 
+_RENAMED = {
+    "run.output.PUBLISH_SECONDS": "run.PUBLISH_SECONDS",
+    "run.output.SLOW_BLOCK_SECONDS": "run.SLOW_BLOCK_SECONDS",
+    "run.output.VIRTUAL_COMMIT_SECONDS": "run.COMMIT_SECONDS",
+    "run.execute.BlockPool": "run.BlockPool",
+    "run.stream.handover": "stream.handover",
+    "run.stream.piece_bytes": "stream.piece_bytes",
+    "store.lease.time": "store.lease_time",
+}
+"""The seams' names before 1.1.0's wings, and their names now."""
+
+
 @functools.cache
 def _seam(name: str) -> _Seam:
     """Seam ``name``, made on first use (importing its wing, JAX among them): its original is what is in place then."""
+    if name in _RENAMED:
+        raise KeyError(f"streamacc's seam {name!r} is named {_RENAMED[name]!r} since 1.1.0; use that name")
     if name not in _SEAMS:
         raise KeyError(f"streamacc has no seam {name!r}; its seams are {', '.join(_SEAMS)}")
     about, sites = _SEAMS[name]

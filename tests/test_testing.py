@@ -36,3 +36,5 @@ def test_a_seam_patched_is_back_afterwards_and_one_replaced_until_restored():
 def test_an_unknown_seam_is_refused_with_the_list():
     with pytest.raises(KeyError, match=r"no seam 'store\.nope'; its seams are .*store\.write_new"):
         testing.current("store.nope")
+    with pytest.raises(KeyError, match=r"seam 'run.output.PUBLISH_SECONDS' is named 'run.PUBLISH_SECONDS' since 1.1.0"):
+        testing.patched("run.output.PUBLISH_SECONDS", 0.0).__enter__()
