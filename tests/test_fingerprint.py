@@ -284,6 +284,36 @@ def test_inputs_are_known_by_their_values_whatever_array_holds_them(tmp_path):
     np.testing.assert_array_equal(streamacc.open(out)["y"].values, _halved(XS))
 
 
+def test_inputs_are_digested_by_their_crc32c_and_an_output_that_recorded_crc32_continues_with_it(tmp_path):
+    """The digest is the CRC-32C of the input's little-endian bytes (google-crc32c's, as every stored chunk's
+    trailer); an output whose identity recorded zlib's CRC-32 (1.1.0's first builds) is extended and resumed with
+    that checksum, and a changed committed input is still refused."""
+    import zlib
+
+    import google_crc32c
+
+    out = tmp_path / "out.zarr"
+    streamacc.write(out, _halving, np.float32(0.0), XS[:2048], **RUN)
+    assert read_manifest(out)["identity"]["xs_values"] == [f"crc32c:{google_crc32c.value(XS[:2048].tobytes()):08x}"]
+    manifest = read_manifest(out)
+    manifest["identity"]["xs_values"] = [f"crc32:{zlib.crc32(XS[:2048].tobytes()):08x}"]
+    write_manifest(out, manifest)
+    changed = XS.copy()
+    changed[10] += 1
+    before = store_files(out)
+    with pytest.raises(streamacc.errors.ResumeError, match=r"xs_values: stored \['crc32:"):
+        streamacc.write(out, _halving, np.float32(0.0), changed, mode="extend", **RUN)
+    assert store_files(out) == before
+    streamacc.write(out, _halving, np.float32(0.0), XS, mode="extend", **RUN)
+    assert read_manifest(out)["identity"]["xs_values"] == [f"crc32:{zlib.crc32(XS.tobytes()):08x}"]
+    rewind(out, 6, 3072)
+    streamacc.write(out, _halving, np.float32(0.0), jnp.asarray(XS), mode="resume", **RUN)
+    np.testing.assert_array_equal(streamacc.open(out)["y"].values, _halved(XS))
+    rewind(out, 6, 3072)
+    _streamed(out, XS, "resume")  # a Stream digests with the stored run's checksum too
+    np.testing.assert_array_equal(streamacc.open(out)["y"].values, _halved(XS))
+
+
 def _streamed(out, xs, mode="create"):
     with streamacc.Stream(out, _halving, length=4096, mode=mode, **RUN) as stream:
         jax.jit(lambda c, x: stream.scan(c, x))(np.float32(0.0), jnp.asarray(xs))

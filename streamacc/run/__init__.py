@@ -23,7 +23,7 @@ from ..base import Terminated  # what a run raises for SIGTERM, as the guide nam
 from ._commit import BlockResult, Output
 from ._dask import BLOCKS_PER_TASK, SCATTER_TIMEOUT, BlockTask, SinkSpec, cluster_client, run_block_tasks
 from ._execute import Dask, Local, WriteKeywords, split_keywords, write_block
-from ._identity import carry_digest, describe_function, input_values
+from ._identity import carry_digest, describe_function, digest_kind, input_values
 from ._materialize import materialize
 from ._open import open_output
 from ._planning import OutputSpec, Planned, output_spec, plan_output
@@ -68,6 +68,7 @@ __all__ = [
     "clock",
     "cluster_client",
     "describe_function",
+    "digest_kind",
     "input_values",
     "materialize",
     "open_output",

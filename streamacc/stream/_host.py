@@ -39,6 +39,7 @@ from ..run import (
     RunSession,
     carry_digest,
     check_recomputed,
+    digest_kind,
     input_values,
     write_block,
 )
@@ -252,7 +253,8 @@ class StreamHost:
         carry's leaves, then the inputs'), or check a resumed one's inputs; return the first block and its carry."""
         carry, xs = arrays[: len(self.carry)], arrays[len(self.carry) :]
         held = None if self.stored is None else self.stored.blocking.length  # the steps the stored run holds
-        digests = input_values([np.asarray(x) for x in xs], [self.plan.length, held or 0]) if xs else None
+        digests = (input_values([np.asarray(x) for x in xs], [self.plan.length, held or 0], digest_kind(self.stored))
+                   if xs else None)
         values = None if digests is None else digests[self.plan.length]
         if self.started:
             raise InputError(
