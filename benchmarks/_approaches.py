@@ -77,9 +77,9 @@ def approach(name: str) -> Callable:
 
 def light_streamacc() -> None:
     """Make ``streamacc.store._encoding``, ``streamacc.store._files`` and
-    ``streamacc.run._threads`` importable without running ``streamacc/__init__`` at all.
+    ``streamacc.base._threads`` importable without running ``streamacc/__init__`` at all.
 
-    These three modules need only the standard library and zarr; a stub package keeps
+    Their wings need only the standard library, numpy and zarr; a stub package keeps
     the hand-written approaches free of anything streamacc's public face sets up. Not
     used when streamacc is imported.
     """
