@@ -15,9 +15,11 @@ import io
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import textwrap
 import time
 import uuid
@@ -37,6 +39,29 @@ from zarr.storage import FsspecStore, LocalStore, WrapperStore
 MANIFEST = "_streamacc/zarr.json"
 RECORDS = "_streamacc/records_000000/zarr.json"
 TEMP_SUFFIXES = (".partial", ".streamacc-tmp")
+
+
+def unpacked(archive: Path, root: Path) -> Path:
+    """``root``, holding the outputs an archive of ``tests/data`` keeps (see ``tests/data/README.md``)."""
+    with tarfile.open(archive) as packed:
+        packed.extractall(root, filter="data")
+    return root
+
+
+def copier(stored: Path, folder: Path) -> Callable[[str], Path]:
+    """A function that copies the output ``name`` of ``stored`` into ``folder``, for a test to change."""
+
+    def make(name: str) -> Path:
+        out = folder / name
+        shutil.copytree(stored / name, out)
+        return out
+
+    return make
+
+
+def gp(size: int, ratio: float = 1.00000001, x0: float = 1.0, dtype: type = np.float64) -> np.ndarray:
+    """The geometric progression's first ``size`` values, by numpy's running product."""
+    return np.multiply.accumulate(np.r_[dtype(x0), np.full(size - 1, ratio, dtype=dtype)].astype(dtype))
 
 
 def node_attribute(path: Path, name: str) -> Any:

@@ -10,14 +10,12 @@ continued format 2 output stays format 2, byte for byte what its run writes toda
 from __future__ import annotations
 
 import json
-import shutil
-import tarfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 import zarr
-from helpers import MANIFEST, RECORDS, node_attribute, read_manifest, run
+from helpers import MANIFEST, RECORDS, copier, gp, node_attribute, read_manifest, run, unpacked
 
 import streamacc
 from streamacc.cli import main
@@ -29,24 +27,12 @@ QUIET = ["--no-progress"]
 
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("v1")
-    with tarfile.open(ARCHIVE) as archive:
-        archive.extractall(root, filter="data")
-    return root
+    return unpacked(ARCHIVE, tmp_path_factory.mktemp("v1"))
 
 
 @pytest.fixture
 def copy(stored, tmp_path):
-    def make(name: str) -> Path:
-        out = tmp_path / name
-        shutil.copytree(stored / name, out)
-        return out
-
-    return make
-
-
-def gp(size: int, ratio: float = 1.00000001, x0: float = 1.0, dtype: type = np.float64) -> np.ndarray:
-    return np.multiply.accumulate(np.r_[dtype(x0), np.full(size - 1, ratio, dtype=dtype)].astype(dtype))
+    return copier(stored, tmp_path)
 
 
 def values(out: Path, name: str = "x") -> np.ndarray:

@@ -10,14 +10,12 @@ adds are stored as the output's others are: uncompressed, as the manifest's carr
 
 from __future__ import annotations
 
-import shutil
-import tarfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 import zarr
-from helpers import read_manifest, run
+from helpers import copier, gp, read_manifest, run, unpacked
 
 import streamacc
 from streamacc.cli import main
@@ -29,24 +27,12 @@ CARRY = "_streamacc/carries/leaf_0"
 
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("format3")
-    with tarfile.open(ARCHIVE) as archive:
-        archive.extractall(root, filter="data")
-    return root
+    return unpacked(ARCHIVE, tmp_path_factory.mktemp("format3"))
 
 
 @pytest.fixture
 def copy(stored, tmp_path):
-    def make(name: str) -> Path:
-        out = tmp_path / name
-        shutil.copytree(stored / name, out)
-        return out
-
-    return make
-
-
-def gp(size: int) -> np.ndarray:
-    return np.multiply.accumulate(np.r_[1.0, np.full(size - 1, 1.00000001)])
+    return copier(stored, tmp_path)
 
 
 def uncompressed(out: Path, chunk: str, leaf_bytes: int) -> bool:
