@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import inspect
 import linecache
+import math
 from collections.abc import Callable
 from types import CodeType, TracebackType
 from typing import Any, TypeVar
@@ -37,6 +38,7 @@ __all__ = [
     "describe",
     "resolve_length",
     "step_shapes",
+    "struct_bytes",
     "untraceable",
     "x_struct",
 ]
@@ -140,6 +142,15 @@ def x_struct(xs: Any) -> Any:
         return jax.ShapeDtypeStruct(tuple(leaf.shape[1:]), leaf.dtype)
 
     return None if xs is None else jax.tree_util.tree_map(one, xs)
+
+
+def struct_bytes(tree: Any, skip: int = 0) -> int:
+    """Bytes of one element of every leaf of ``tree`` (its shape past the first ``skip`` axes), PRNG keys left out."""
+    return sum(
+        np.dtype(leaf.dtype).itemsize * math.prod(leaf.shape[skip:])
+        for leaf in jax.tree_util.tree_leaves(tree)
+        if not jnp.issubdtype(leaf.dtype, jax.dtypes.extended)
+    )
 
 
 def describe(struct: Any) -> str:

@@ -15,7 +15,17 @@ import numpy as np
 
 from ..base import DEFAULT_BLOCK_BYTES, SCAN_DEFAULTS, Blocking, ScanKeywords, block_steps, check_block_size, unrolled
 from ..errors import InputError, arg
-from ._checks import Predicate, Step, Until, check_until, check_x64, resolve_length, step_shapes, x_struct
+from ._checks import (
+    Predicate,
+    Step,
+    Until,
+    check_until,
+    check_x64,
+    resolve_length,
+    step_shapes,
+    struct_bytes,
+    x_struct,
+)
 from ._config import compute_platform
 from ._unroll import choose_unroll
 
@@ -94,22 +104,14 @@ class Plan:
         return self.blocking.bounds(first)
 
 
-def _nbytes(tree: Any, skip: int = 0) -> int:
-    """Bytes of one element of every leaf of ``tree`` (its shape past the first ``skip`` axes)."""
-    return sum(
-        np.dtype(leaf.dtype).itemsize * int(np.prod(leaf.shape[skip:], dtype=np.int64))
-        for leaf in jax.tree_util.tree_leaves(tree)
-        if not jnp.issubdtype(leaf.dtype, jax.dtypes.extended)
-    )
-
-
 def _sized(blocking: Blocking, y_struct: Any, xs: Any, block_bytes: int, rows_multiple: int) -> int:
     """Steps per block holding about ``block_bytes`` of ys (or of xs, if larger), in whole ``rows_multiple`` rows."""
     unroll, save_every = blocking.unrolled_by, blocking.save_every
     u = unroll if not isinstance(unroll, bool) else 1
-    row_bytes = _nbytes(y_struct) * (save_every if unrolled(unroll) else 1)  # see _thinned_scan
+    row_bytes = struct_bytes(y_struct) * (save_every if unrolled(unroll) else 1)  # see _thinned_scan
+    xs_bytes = struct_bytes(xs, 1)
     return block_steps(
-        row_bytes, block_bytes, save_every=save_every, xs_bytes=_nbytes(xs, 1), unroll=u, rows_multiple=rows_multiple
+        row_bytes, block_bytes, save_every=save_every, xs_bytes=xs_bytes, unroll=u, rows_multiple=rows_multiple
     )
 
 

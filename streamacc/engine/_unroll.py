@@ -32,7 +32,6 @@ import re
 from typing import Any
 
 import jax
-import numpy as np
 
 from ..base import (
     ACCELERATORS,
@@ -46,7 +45,7 @@ from ..base import (
     UNROLL_AT_MOST,
     UNROLLED_OPS_AT_MOST,
 )
-from ._checks import Step
+from ._checks import Step, struct_bytes
 
 __all__ = ["StepProgram", "choose_unroll", "step_program"]
 
@@ -171,14 +170,6 @@ def _at_most(n: int) -> int:
     return 1 << (max(n, 1).bit_length() - 1)
 
 
-def _nbytes(tree: Any) -> int:
-    return sum(
-        np.dtype(leaf.dtype).itemsize * math.prod(leaf.shape)
-        for leaf in jax.tree_util.tree_leaves(tree)
-        if not jax.numpy.issubdtype(leaf.dtype, jax.dtypes.extended)
-    )
-
-
 def _gain(u: int, length: int, trip: float, operations: int) -> float:
     """Seconds an unroll of ``u`` saves over ``length`` steps, less what it adds to the compile."""
     return length * trip * (1 - 1 / u) - COMPILE_SECONDS_PER_OP * operations * (u - 1)
@@ -203,9 +194,9 @@ def choose_unroll(
     """
     kind = _kind(platform)
     least = 2 if kind == "accelerator" else 1
-    row = max(_nbytes(y) * save_every, save_every * _nbytes(x))
+    row = max(struct_bytes(y) * save_every, save_every * struct_bytes(x))
     most = min(UNROLL_AT_MOST[kind], _at_most(DEFAULT_BLOCK_BYTES // max(row, 1) // 2))
-    if save_every > 1 and _nbytes(y) * save_every > THINNED_UNROLL_ROW_BYTES_AT_MOST:
+    if save_every > 1 and struct_bytes(y) * save_every > THINNED_UNROLL_ROW_BYTES_AT_MOST:
         most = 1
     trip = LOOP_TRIP_SECONDS[kind]
     chosen = least
