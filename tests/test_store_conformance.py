@@ -226,17 +226,20 @@ class TestLocalFolder(TargetContract):
         return temps
 
 
-class TestObjectStore(TargetContract):
-    @pytest.fixture(scope="class")
-    def bucket(self, s3_server: Any) -> Iterator[Any]:
-        """One bucket for the class, each test's output under a prefix of its own (a bucket takes long to make)."""
-        bucket = new_bucket(s3_server)
-        yield bucket
-        with contextlib.suppress(Exception):
-            s3_server.fs().rm(bucket.name, recursive=True)
+@pytest.fixture(scope="module")
+def object_bucket(s3_server: Any) -> Iterator[Any]:
+    """One bucket for the object store's contract, each test's output under a prefix of its own (a bucket takes
+    long to make). A module's fixture: pytest 9.2 refuses a class-scoped fixture defined as a method."""
+    bucket = new_bucket(s3_server)
+    yield bucket
+    with contextlib.suppress(Exception):
+        s3_server.fs().rm(bucket.name, recursive=True)
 
+
+class TestObjectStore(TargetContract):
     @pytest.fixture
-    def place(self, bucket: Any) -> Place:
+    def place(self, object_bucket: Any) -> Place:
+        bucket = object_bucket
         return Place(bucket.url(f"{uuid.uuid4().hex}.zarr"), bucket.storage_options)
 
 
