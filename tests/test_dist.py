@@ -235,3 +235,20 @@ def test_a_run_that_ends_on_its_condition_is_the_single_process_run(tmp_path, cl
     local, remote = write_both(tmp_path, client, step, np.float64(0.0), xs, block_size=128, until=lambda c, y: c > 0.9)
     assert_same_output(remote, local)
     assert 128 < streamacc.info(remote).ended_at < 1999
+
+
+def test_the_seeds_progression_on_the_cluster_is_plain_lax_scans(tmp_path, client):
+    """Nothing given but the step, its carry and the length: the cluster's blocks are plain lax.scan's bits (1.1.0
+    chose an unroll on a CPU, and XLA folded the multiply across the unrolled copies)."""
+    import jax
+    from jax import lax
+
+    def gp(c, _):
+        c = c * (1 + 1e-8)
+        return c, c
+
+    n = 2**19
+    out = tmp_path / "gp.zarr"
+    streamacc.write(out, gp, np.float64(1.0), length=n, block_size=2**16, names="x", client=client, progress=False)
+    want = jax.jit(lambda c: lax.scan(gp, c, None, length=n))(np.float64(1.0))[1]
+    assert zarr.open_group(str(out), mode="r")["x"][...].tobytes() == np.asarray(want).tobytes()

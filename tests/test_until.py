@@ -2,7 +2,8 @@
 
 The references are one in-memory ``lax.scan`` over the whole length, numpy's search for the
 first step where the condition holds, and an uninterrupted run's files; the steps are
-compared at ``unroll=1``, where the step with its condition compiles to the step's own bits.
+compared at ``unroll=1`` (tests/test_exact.py compares them unrolled, with the run without the
+condition).
 """
 
 from __future__ import annotations
@@ -293,17 +294,17 @@ def test_an_output_extended_past_its_end_tests_its_new_condition_from_the_step_a
         streamacc.write(out, step, INIT, XS[: then + 1], until=None, mode="extend", unroll=1, progress=False)
 
 
-def test_an_unrolled_output_extends_only_with_its_own_condition(tmp_path):
+def test_an_unrolled_output_extends_with_another_condition_as_the_run_without_one(tmp_path):
+    """The condition is tested on the plain scan's outputs: the stored steps are the run's without it at the same
+    unroll, whatever the condition, so an unrolled output extends with another one (1.1.0's refused:
+    tests/test_format110.py) to the bits of one lax.scan at that unroll."""
     out = tmp_path / "out.zarr"
     write(out, unroll=4)
-    before = store_files(out)
-    with pytest.raises(ResumeError, match=r"unroll=4, which compiles the condition into every step.*pass the until"):
-        write(out, unroll=4, mode="extend", until=None)
-    assert store_files(out) == before
-    want = streamacc.scan(step, INIT, XS, block_size=32, unroll=4, until=UNTIL)[1]["c"]
-    write(out, unroll=4, mode="extend")  # the same condition, tested from the step after its end
-    got = streamacc.open(out)["c"].values
-    assert len(got) > K + 1 and got[: K + 1].tobytes() == want.tobytes()
+    assert read_manifest(out)["identity"]["until_tested"] == "outside"
+    write(out, unroll=4, mode="extend", until=None)
+    want = jax.jit(lambda c, xs: lax.scan(step, c, xs, unroll=4))(INIT, XS)[1]["c"]
+    assert streamacc.open(out)["c"].values.tobytes() == np.asarray(want).tobytes()
+    assert streamacc.verify(out, step, INIT, XS).complete
 
 
 # --- inside jit ------------------------------------------------------------------------------------------------------

@@ -52,16 +52,16 @@ def recipe_unroll(cpu: int, platform: str, accelerator: int = ACCELERATOR_UNROLL
     return accelerator if platform in ACCELERATORS else cpu
 
 
-UNROLL_AT_MOST = {"cpu": 8, "accelerator": 64}
-"""The largest unroll chosen for a step that names none (the engine's rule, ``engine/_unroll.py``),
-on a CPU and on a TPU or GPU. On a chip a loop trip costs far more than a cheap step, and 64 was the cheapest
-step's fastest unroll there (128 slower); on a CPU unroll 16 ran cheap steps many times slower than 8. The
-figures are the Accelerators benchmark page's ``user-steps`` scenario."""
+UNROLL_AT_MOST = 64
+"""The largest unroll chosen on a TPU or GPU for a step that names none (the engine's rule,
+``engine/_unroll.py``; a CPU runs such a step at 1). On a chip a loop trip costs far more than a cheap step, and
+64 was the cheapest step's fastest unroll there (128 slower): the Accelerators benchmark page's ``user-steps``
+scenario."""
 
-LOOP_TRIP_SECONDS = {"cpu": 5e-9, "accelerator": 1.4e-6}
-"""What one trip of a scan's loop costs beyond its step, which an unroll of u saves on all but one step in u: on a
-CPU, what unroll 8 saved a cheap step; on a chip, the median of what the fastest unroll saved the user steps of the
-accelerator benchmark over unroll 1 (a GPU is taken to be as dear, unmeasured)."""
+LOOP_TRIP_SECONDS = 1.4e-6
+"""What one trip of a scan's loop costs on a TPU or GPU beyond its step, which an unroll of u saves on all but one
+step in u: the median of what the fastest unroll saved the user steps of the accelerator benchmark over unroll 1
+on a TPU v5e (a GPU is taken to be as dear, unmeasured)."""
 
 COMPILE_SECONDS_PER_OP = 1e-3
 """What one operation of a step's program adds to a block's compile per unrolled copy, about: the compile grows
@@ -81,12 +81,6 @@ A state of a few scalars kept as a tuple of them unrolls as a scalar step does."
 
 SHORT_VECTOR = 128
 """Values of a vector a TPU pads to a row of its registers (one row's lanes): see ``SHORT_VECTOR_UNROLL_AT_MOST``."""
-
-CPU_UNROLLED_STEP_AT_MOST = {"operations": 32, "values": 1024, "moved values": 16}
-"""The steps a CPU unrolls when none is named: straight-line programs of at most this many operations, no value
-larger than this many elements, no slicing, stacking or rolling of more than this many (and no loop of their own).
-Unrolled, a CPU ran those several times faster, and a 4096-point diffusion, a normal variate a step or an
-inner loop several times slower."""
 
 THINNED_UNROLL_ROW_BYTES_AT_MOST = 64 * 2**10
 """Bytes of the ys of ``save_every`` steps at most for an unroll to be chosen for a thinned scan: unrolled, a

@@ -14,9 +14,10 @@ settings and the arithmetic of its blocks are ``streamacc.base``'s (``Blocking``
 These are the names the other wings use.
 """
 
-from ._checks import Carry, Predicate, Step, Until
+from ._checks import Carry, Predicate, Step
+from ._condition import INSIDE, OUTSIDE, PROBED_WAY, WAYS, Until, recorded_way
 from ._config import caller_scopes, compute_platform, jax_option, x64_scope
-from ._kernels import PROBED, block_function, until_block_functions
+from ._kernels import block_function
 from ._memory import POOL_MIN_BYTES, BlockPool, PoolStats, check_memory
 from ._plan import Plan, ScanSpec, as_spec, make_plan, resize, step_of, until_of
 from ._run import (
@@ -32,11 +33,12 @@ from ._run import (
 )
 from ._scan import iter_blocks, scan
 from ._unroll import choose_unroll, step_program
+from ._until import until_block
 
 __all__ = [
-    "POOL_MIN_BYTES", "PROBED", "Block", "BlockFailed", "BlockPool", "Carry", "Plan", "PoolStats", "Predicate",
-    "ScanSpec", "Step", "Until", "as_spec", "block_function", "caller_scopes", "carry_pass", "check_memory",
-    "choose_unroll", "compute_block", "compute_platform", "computes_ahead", "from_host", "iter_blocks", "jax_option",
-    "make_plan", "resize", "run_plan", "same_leaves", "scan", "step_of", "step_program", "to_host",
-    "until_block_functions", "until_of", "x64_scope",
+    "INSIDE", "OUTSIDE", "POOL_MIN_BYTES", "PROBED_WAY", "WAYS", "Block", "BlockFailed", "BlockPool", "Carry",
+    "Plan", "PoolStats", "Predicate", "ScanSpec", "Step", "Until", "as_spec", "block_function", "caller_scopes",
+    "carry_pass", "check_memory", "choose_unroll", "compute_block", "compute_platform", "computes_ahead",
+    "from_host", "iter_blocks", "jax_option", "make_plan", "recorded_way", "resize", "run_plan", "same_leaves",
+    "scan", "step_of", "step_program", "to_host", "until_block", "until_of", "x64_scope",
 ]

@@ -2,8 +2,7 @@
 
 Each check turns a bad argument into one :class:`InputError` sentence that names the
 argument and the fix, instead of a deep JAX traceback later. A scan's condition,
-``until(carry, y) -> bool``, ends the run after the first step where it holds: :class:`Until`
-is the condition as a plan holds it (the predicate, and the first step it is tested on), and
+``until(carry, y) -> bool``, ends the run after the first step where it holds:
 :func:`check_until` refuses, in one line that names ``until``, a predicate the engine cannot
 test after each step: one that is not a function of ``(carry, y)``, that JAX cannot trace, or
 that returns anything but one boolean.
@@ -11,7 +10,6 @@ that returns anything but one boolean.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import linecache
@@ -32,7 +30,6 @@ __all__ = [
     "Carry",
     "Predicate",
     "Step",
-    "Until",
     "check_until",
     "check_x64",
     "describe",
@@ -339,18 +336,6 @@ def step_shapes(f: Step, init: Any, xs: Any) -> tuple[Any, Any]:
 
 Predicate = Callable[[Any, Any], Any]
 """A scan's condition, ``until(carry, y) -> bool``: the carry after a step and that step's y, as JAX arrays."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Until:
-    """A scan's condition as its plan holds it: ``predicate``, tested after each step from step ``armed`` on.
-
-    ``armed`` is 0 but for an output extended past the step where its condition held: the
-    condition given then is tested from the step after that one.
-    """
-
-    predicate: Predicate
-    armed: int = 0
 
 
 def _takes_two(until: Any) -> bool:

@@ -1,5 +1,5 @@
-"""The compiled block functions: ``lax.scan`` itself per block (thinned, or the carry alone, or testing the scan's
-condition after each step), cached per step function and block length."""
+"""The compiled block functions: ``lax.scan`` itself per block (thinned, or the carry alone), cached per step function
+and block length; those of a scan with a condition are ``_until``'s."""
 
 from __future__ import annotations
 
@@ -12,19 +12,9 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..base import unrolled
-from ._checks import Predicate, Step
+from ._checks import Step
 
-__all__ = [
-    "PROBED",
-    "block_function",
-    "cached",
-    "carry_scan_fn",
-    "probe_fn",
-    "scan_fn",
-    "until_block_functions",
-    "until_fn",
-    "x0",
-]
+__all__ = ["block_function", "cached", "carry_scan_fn", "into", "lax_scan", "scan_fn", "x0"]
 
 
 def _carry_only(f: Step) -> Step:
@@ -172,56 +162,9 @@ def carry_scan_fn(f: Step, length: int, unroll: int | bool, reverse: bool) -> Ca
     return jax.jit(run)
 
 
-PROBED = -2
-"""What a block's probe (:func:`probe_fn`) gives where the condition held in it: after some step, which
-:func:`until_fn` finds (-1: after none)."""
-
-
-def _probing(f: Step, until: Predicate) -> Step:
-    """``f`` on a state that also says whether ``until`` held after any of the block's steps: ``(carry, held)``.
-
-    The carry runs on as ``f`` makes it, and the test runs beside it: one comparison and an
-    ``or`` a step, where finding the step too, its carry held there (:func:`_testing`), cost
-    the fastest step (the headline's, unrolled 8 times) a fifth more time, and this about a
-    hundredth.
-    """
-
-    def step(state: tuple[Any, jax.Array], x: Any) -> tuple[tuple[Any, jax.Array], Any]:
-        carry, held = state
-        carry, y = f(carry, x)
-        return (carry, jnp.logical_or(held, until(carry, y))), y
-
-    return step
-
-
-def _probing_from(f: Step, until: Predicate, armed: jax.Array) -> Step:
-    """:func:`_probing`, testing from the block's step ``armed`` on (the state counts the steps too)."""
-
-    def step(state: tuple[Any, jax.Array, jax.Array], x: Any) -> tuple[tuple[Any, jax.Array, jax.Array], Any]:
-        carry, i, held = state
-        carry, y = f(carry, x)
-        return (carry, i + 1, jnp.logical_or(held, jnp.logical_and(i >= armed, until(carry, y)))), y
-
-    return step
-
-
-def _testing(f: Step, until: Predicate, armed: jax.Array) -> Step:
-    """``f`` on a state that also counts the block's steps and keeps the first (from ``armed`` on) where ``until``
-    held: ``(carry, step, first)``, ``first`` -1 while it has not held. From the step after it on, the carry is held
-    as that step left it (the steps still run, and their ys are never kept)."""
-
-    def step(state: tuple[Any, jax.Array, jax.Array], x: Any) -> tuple[tuple[Any, jax.Array, jax.Array], Any]:
-        carry, i, first = state
-        new, y = f(carry, x)
-        held = first >= 0
-        hit = jnp.logical_and(jnp.logical_and(jnp.logical_not(held), i >= armed), until(new, y))
-        carry = jax.tree_util.tree_map(lambda old, now: jnp.where(held, old, now), carry, new)
-        return (carry, i + 1, jnp.where(hit, i, first)), y
-
-    return step
-
-
-def _scan(step: Step, state: Any, xs: Any, length: int, unroll: int | bool, every: int) -> tuple[Any, list[jax.Array]]:
+def lax_scan(
+    step: Step, state: Any, xs: Any, length: int, unroll: int | bool, every: int
+) -> tuple[Any, list[jax.Array]]:
     """``lax.scan`` of ``step`` over a block (thinned to every ``every``-th y): its state and ys leaves."""
     if every == 1:
         state, ys = lax.scan(step, state, xs, length=length, unroll=unroll)
@@ -230,8 +173,9 @@ def _scan(step: Step, state: Any, xs: Any, length: int, unroll: int | bool, ever
     return state, jax.tree_util.tree_leaves(ys)
 
 
-def _into(run: Callable[..., tuple[Any, list[jax.Array], Any]]) -> Callable[..., tuple[Any, list[jax.Array], Any]]:
-    """``run`` with its ys written into the donated buffers ``out``, its last argument (as :func:`scan_fn`'s)."""
+def into(run: Callable[..., tuple[Any, list[jax.Array], Any]]) -> Callable[..., tuple[Any, list[jax.Array], Any]]:
+    """``run`` with its ys (its second result) written into the donated buffers ``out``, its last argument (as
+    :func:`scan_fn`'s)."""
 
     def run_into(*args: Any) -> tuple[Any, list[jax.Array], Any]:
         *given, out = args
@@ -239,70 +183,3 @@ def _into(run: Callable[..., tuple[Any, list[jax.Array], Any]]) -> Callable[...,
         return carry, [lax.dynamic_update_slice_in_dim(o, y, 0, 0) for o, y in zip(out, ys, strict=True)], found
 
     return run_into
-
-
-@functools.lru_cache(maxsize=256)
-def probe_fn(
-    f: Step, until: Predicate, length: int, unroll: int | bool, into: bool, every: int = 1, armed: bool = False
-) -> Callable[..., tuple[Any, list[jax.Array], jax.Array]]:
-    """One block of a scan with a condition: ``(carry, xs[, armed][, out]) -> (carry, ys leaves, found)``.
-
-    ``lax.scan`` (or its thinned form) of the step that also tests ``until`` after each step
-    (with ``armed``, from the block's step given as ``armed`` on: an extended run's first
-    block); its ys and last carry are the block's, and ``found`` is -1 where the condition held
-    after none of its steps, else :data:`PROBED` (:func:`until_fn` then finds the step and its
-    carry). With ``into``, the ys are written into the donated buffers ``out``.
-    """
-
-    def run(carry: Any, xs: Any, *tested_from: jax.Array) -> tuple[Any, list[jax.Array], jax.Array]:
-        if tested_from:
-            state = (carry, jnp.int32(0), jnp.bool_(False))
-            (carry, _, held), ys = _scan(_probing_from(f, until, tested_from[0]), state, xs, length, unroll, every)
-        else:
-            (carry, held), ys = _scan(_probing(f, until), (carry, jnp.bool_(False)), xs, length, unroll, every)
-        return carry, ys, jnp.where(held, jnp.int32(PROBED), jnp.int32(-1))
-
-    if into:
-        return jax.jit(_into(run), donate_argnums=3 if armed else 2)
-    return jax.jit(run)
-
-
-@functools.lru_cache(maxsize=256)
-def until_fn(
-    f: Step, until: Predicate, length: int, unroll: int | bool, into: bool, every: int = 1
-) -> Callable[..., tuple[Any, list[jax.Array], jax.Array]]:
-    """A block of a scan with a condition run again to find where it held: ``(carry, xs, armed[, out]) -> (carry,
-    ys leaves, first)``.
-
-    ``lax.scan`` (or its thinned form) of the step that tests ``until`` after each step from
-    the block's step ``armed`` on and holds the carry from the first where it held; ``first`` is
-    that step (-1: none), and ``carry`` the carry it left (the block's last, where none). Its ys
-    are computed and returned so that XLA compiles the steps as a block's; the block keeps its
-    probe's (with ``unroll`` > 1 the two programs' last bits can differ, and every block's ys
-    are then the probe's, alike in every block size). With ``into``, the ys are written into
-    the donated buffers ``out``.
-    """
-
-    def run(carry: Any, xs: Any, armed: jax.Array) -> tuple[Any, list[jax.Array], jax.Array]:
-        state = (carry, jnp.int32(0), jnp.int32(-1))
-        (carry, _, first), ys = _scan(_testing(f, until, armed), state, xs, length, unroll, every)
-        return carry, ys, first
-
-    return jax.jit(_into(run), donate_argnums=3) if into else jax.jit(run)
-
-
-Tested = Callable[..., tuple[Any, list[jax.Array], jax.Array]]
-"""A block function of a scan with a condition: its carry, its ys leaves, and where the condition held."""
-
-
-def until_block_functions(
-    f: Step, until: Predicate, length: int, unroll: int | bool, save_every: int = 1
-) -> tuple[Tested, Tested, Tested]:
-    """:func:`block_function` for a scan with a condition: its probe ``(carry, xs) -> (carry, ys leaves, found)``,
-    the probe testing from a step ``(carry, xs, armed) -> ...`` and the finder ``(carry, xs, armed) -> (carry, ys
-    leaves, first)`` (:func:`probe_fn`, :func:`until_fn`)."""
-    return (
-        cached(probe_fn, f, until, length, unroll, False, save_every),
-        cached(probe_fn, f, until, length, unroll, False, save_every, True),
-        cached(until_fn, f, until, length, unroll, False, save_every),
-    )

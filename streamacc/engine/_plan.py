@@ -18,7 +18,6 @@ from ..errors import InputError, arg
 from ._checks import (
     Predicate,
     Step,
-    Until,
     check_until,
     check_x64,
     resolve_length,
@@ -26,6 +25,7 @@ from ._checks import (
     struct_bytes,
     x_struct,
 )
+from ._condition import Until, condition_way
 from ._config import compute_platform
 from ._unroll import choose_unroll
 
@@ -152,7 +152,11 @@ def make_plan(
     if blocking.block_size is None:
         blocking = blocking.sized(_sized(blocking, y_struct, xs, block_bytes, rows_multiple))
     init = jax.tree_util.tree_map(lambda leaf, s: jnp.asarray(leaf, dtype=s.dtype), init, carry_struct)
-    return Plan(f, init, xs, blocking, y_struct, chosen, None if until is None else Until(until))
+    condition = None
+    if until is not None:
+        way, sources = condition_way(f, until, carry_struct, x_struct(xs), y_struct, save_every=asked.save_every)
+        condition = Until(until, way=way, sources=sources)
+    return Plan(f, init, xs, blocking, y_struct, chosen, condition)
 
 
 def resize(plan: Plan, *, block_size: int | None = None, block_bytes: int = DEFAULT_BLOCK_BYTES,

@@ -1,9 +1,8 @@
 """Running a plan block by block: dispatch into the pool's buffers, hand over the :class:`Block`, the carry pass.
 
-A plan with a condition (``until``) runs each block with the step that also tests it after
-each step (``probe_fn``); the block where it held is run again by the step that finds the
-first step where it held and holds the carry there (``until_fn``), and handed over with its
-ys cut after that step, with the carry that step left; no block follows it.
+A plan with a condition (``until``) runs each block as ``_until`` says for the way the condition
+is tested, and hands over the block where it held with its ys cut after the step where it
+first held, with the carry that step left; no block follows it.
 
 A carry is a pytree of small JAX arrays, possibly typed PRNG keys; as plain host data (a list
 of (numpy array, key implementation or None) leaves, and back, exactly) it is recorded and
@@ -25,9 +24,10 @@ import numpy.typing as npt
 
 from ..base import HostLeaf, pool_size, rows_in
 from ._config import compute_platform
-from ._kernels import PROBED, cached, carry_scan_fn, probe_fn, scan_fn, until_fn
+from ._kernels import cached, carry_scan_fn, scan_fn
 from ._memory import POOL_MIN_BYTES, BlockPool, _Lease, block_xs, fresh_buffers, let_go, spent_rows
 from ._plan import Plan
+from ._until import Tested, run_tested, tested_block
 
 __all__ = [
     "Block", "BlockFailed", "carry_pass", "compute_block", "computes_ahead", "from_host", "run_block",
@@ -212,8 +212,7 @@ class _Computed:
     carry: Any
     lease: _Lease | None  # its pool slot's lease (dropped unseen, it gives the slot back); None when XLA allocated out
     rows: tuple[weakref.ref[Any], ...]  # its host rows, let go of once its values are ready
-    probed: jax.Array | None = None  # with a condition: whether it held (see run_block)
-    carry_in: Any = None  # with a condition: the carry entering the block
+    tested: Tested | None = None  # with a condition: where it held (see run_block)
 
 
 def _dispatch(plan: Plan, pool: BlockPool, carry: Any, start: int, stop: int) -> _Computed:
@@ -221,11 +220,9 @@ def _dispatch(plan: Plan, pool: BlockPool, carry: Any, start: int, stop: int) ->
     xs = block_xs(plan, start, stop)
     lease = pool.acquire() if stop - start == plan.block_size else None  # only full blocks share buffers
     buffers = pool.buffers(lease, plan.out_structs(stop - start))
-    entering = carry
     with _failing(start, stop):
-        carry, out, where = run_block(plan, carry, xs, stop - start, buffers, start=start)
-    tested = None if where is None else entering
-    return _Computed(start, stop, out, carry, lease, spent_rows(plan, xs, stop - start), where, tested)
+        carry, out, tested = run_block(plan, carry, xs, stop - start, buffers, start=start)
+    return _Computed(start, stop, out, carry, lease, spent_rows(plan, xs, stop - start), tested)
 
 
 def _runs_to(plan: Plan, start: int, stop: int) -> int:
@@ -236,19 +233,16 @@ def _runs_to(plan: Plan, start: int, stop: int) -> int:
 
 def run_block(
     plan: Plan, carry: Any, xs: Any, length: int, out: list[jax.Array] | None, *, start: int = 0
-) -> tuple[Any, list[jax.Array], jax.Array | None]:
+) -> tuple[Any, list[jax.Array], Tested | None]:
     """One block of ``length`` steps from ``carry`` (beginning at step ``start``): its carry and ys, written into
-    the donated ``out``, and with a condition whether it held: -1 after none of the block's steps, ``PROBED``
-    after one (:func:`found` finds it); None without a condition.
+    the donated ``out``, and with a condition what :func:`found` finds where it held from; None without one.
 
     ``out`` is None only for ys without zero buffers (a PRNG key's); XLA allocates those.
     """
     if plan.until is not None:
         armed = _armed(plan, start, length)
-        probe = cached(probe_fn, plan.f, plan.until.predicate, length, plan.unroll, out is not None, plan.save_every,
-                       bool(armed))  # fmt: skip
-        given = (np.int32(armed),) if armed else ()
-        return probe(carry, xs, *given) if out is None else probe(carry, xs, *given, out)
+        return run_tested(plan.f, plan.until, plan.y_struct, carry, xs, length, plan.unroll, plan.save_every, armed,
+                          out)  # fmt: skip
     shape = (plan.f, length, plan.unroll, plan.reverse)
     if out is None:
         return *cached(scan_fn, *shape, False, plan.save_every)(carry, xs), None
@@ -261,25 +255,26 @@ def _armed(plan: Plan, start: int, length: int) -> int:
     return min(max(plan.until.armed - start, 0), length)
 
 
-def found(plan: Plan, where: jax.Array | None, carry: Any, start: int, stop: int) -> tuple[int | None, Any]:
+def found(
+    plan: Plan, tested: Tested | None, ys: list[jax.Array], carry: Any, start: int, stop: int
+) -> tuple[int | None, Any]:
     """The block's step where the condition first held (None: none, or no condition), and the carry that step
-    left: the block run again from ``carry``, the carry entering it (its rows of the inputs read again), by the
-    step that finds that step and holds the carry there."""
-    if where is None or int(where) != PROBED:
+    left, from what :func:`run_block` gave: its ``tested``, its device ``ys`` and the ``carry`` leaving it (its rows
+    of the inputs read again where the block runs again)."""
+    if tested is None:
         return None, None
-    assert plan.until is not None  # only a plan with a condition probes
-    finder = cached(until_fn, plan.f, plan.until.predicate, stop - start, plan.unroll, False, plan.save_every)
-    held, _, first = finder(carry, block_xs(plan, start, stop), np.int32(_armed(plan, start, stop - start)))
-    k = int(first)
-    return (k, held) if k >= 0 else (None, None)
+    assert plan.until is not None  # only a plan with a condition is tested
+    n = stop - start
+    return tested_block(plan.f, plan.until, tested, ys, carry, lambda: block_xs(plan, start, stop), n, plan.unroll,
+                        plan.save_every, _armed(plan, start, n))  # fmt: skip
 
 
 def _hand_over(plan: Plan, pool: BlockPool, done: _Computed) -> Block:
     with _failing(done.start, done.stop):  # a device computes asynchronously: its failure shows here
+        k, held = found(plan, done.tested, done.out, done.carry, done.start, done.stop)
         hosts = pool.hand_over(done.lease, done.out)
     let_go(done.rows)
     stop, carry = done.stop, done.carry
-    k, held = found(plan, done.probed, done.carry_in, done.start, done.stop)
     if k is not None:  # cut after the step where the condition held: its rows, no more, and its carry
         stop, carry = done.start + k + 1, held
         kept = len(range(*rows_in(done.start, stop, plan.save_every)))
@@ -316,9 +311,8 @@ def carry_pass(
             else:  # the block function itself (its kept rows are few): the carry has its bits by construction
                 n = stop - start
                 out = spare[n] if n in spare else fresh_buffers(plan.out_structs(n))
-                entering = carry
-                carry, spare[n], where = run_block(plan, carry, xs, n, out, start=start)
-                k, held = found(plan, where, entering, start, stop)
+                carry, spare[n], tested = run_block(plan, carry, xs, n, out, start=start)
+                k, held = found(plan, tested, spare[n], carry, start, stop)
                 if k is not None:
                     carry = held
         yield start, stop if k is None else start + k + 1, carry

@@ -39,7 +39,7 @@ __all__ = ["apply_extension", "finish_extension", "plan_extension"]
 _LEADING = re.compile(r"^(\w+)\[\d+")
 
 
-CONDITION = ("until", "until_values", "until_from")
+CONDITION = ("until", "until_values", "until_from", "until_tested")
 """The identity's fields of a run's condition, which an extension may change: it tests its own from its first step."""
 
 
@@ -102,7 +102,10 @@ def plan_extension(
     if old.blocking.reverse:
         raise _refuse(label, "a reverse scan starts from its last step, so a longer one changes every value; rerun "
                              f"it with {arg('mode', 'overwrite')}")  # fmt: skip
-    diffs = identity_differences(_without_length(old.to_json()), _without_length(new.to_json()))
+    stored, asked = old.to_json(), dict(new.to_json())
+    if same_function(stored.get("function"), asked["function"], label):  # a script's step imported, as a resume
+        asked["function"] = stored.get("function")
+    diffs = identity_differences(_without_length(stored), _without_length(asked))
     diffs += _changed_inputs(old, new)
     if diffs:
         raise _refuse(label, f"the longer run would differ in more than its length ({'; '.join(diffs)}); pass the "
@@ -156,21 +159,27 @@ def apply_extension(target: Target, extended: Manifest) -> None:
 
 
 def _check_condition(label: str, old: RunIdentity, new: RunIdentity) -> None:
-    """Refuse an extension that changes the condition of a run whose steps are unrolled.
+    """Refuse an extension that changes the condition of a run that 1.1.0 wrote with its steps unrolled.
 
-    With ``unroll`` > 1, XLA compiles the condition into the unrolled steps, so the blocks
-    the extension recomputes (the stored run's last, and the blocks it checks first) would
-    not give the stored bits under another condition; with ``unroll=1`` they do.
+    1.1.0 compiled the condition into the steps (its identity records no ``until_tested``),
+    and with ``unroll`` > 1 XLA compiles the unrolled steps with it, so the blocks the
+    extension recomputes (the stored run's last, and the blocks it checks first) would not
+    give the stored bits under another condition; with ``unroll=1`` they do. A condition
+    tested since stores the plain scan's bits, which no condition changes.
     """
     unroll = old.blocking.unroll
     if unroll is False or (unroll == 1 and unroll is not True):
         return
+    if old.to_json().get("until") is None or "until_tested" in old.to_json():
+        return
     stored, asked = ({k: ident.to_json().get(k) for k in CONDITION[:2]} for ident in (old, new))
+    if isinstance(asked["until"], str) and same_function(stored["until"], asked["until"], label):
+        asked["until"] = stored["until"]  # a script's condition imported
     if stored != asked:
         raise _refuse(
             label,
-            f"its run has {arg('unroll', unroll)}, which compiles the condition into every step (see "
-            f"{arg('until')}), so its steps recompute to the same bits only with the same condition; pass the "
+            f"its run has {arg('unroll', unroll)} and a condition that streamacc 1.1.0 compiled into every step "
+            f"(see {arg('until')}), so its steps recompute to the same bits only with the same condition; pass the "
             f"{arg('until')} it was written with, or rewrite it with {arg('mode', 'overwrite')}",
         )
 

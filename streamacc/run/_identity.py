@@ -31,7 +31,7 @@ import numpy as np
 
 from .._version import __version__
 from ..base import warn
-from ..engine import Plan, to_host
+from ..engine import PROBED_WAY, Plan, to_host
 from ..errors import StreamaccWarning
 from ..record import RunIdentity
 from ..store import fingerprint_of
@@ -369,9 +369,10 @@ def run_identity(
     identity keeps beside it, unrecorded (``RunIdentity.prefixes``: what an extension compares).
     ``stored`` is the identity of the run this one resumes, whose digests a Zarr input whose
     chunks are unchanged keeps, unread. An unroll chosen for the step (none given) says so.
-    A run with a condition records it as its step (``until``, ``until_values``) and, where it
-    is tested from a later step than the first (an extension), that step (``until_from``);
-    one without records nothing of it.
+    A run with a condition records it as its step (``until``, ``until_values``), how it is
+    tested (``until_tested``: on the plain scan's outputs, or inside its steps; 1.1.0's runs
+    recorded none) and, where it is tested from a later step than the first (an extension),
+    that step (``until_from``); one without records nothing of it.
     """
     function, values = fingerprint(plan.f)
     leaves = jax.tree_util.tree_leaves(plan.xs)
@@ -417,6 +418,7 @@ def _condition(plan: Plan) -> dict[str, Any]:
     if plan.until is None:
         return {}
     description, values = fingerprint(plan.until.predicate)
-    armed = plan.until.armed
+    armed, way = plan.until.armed, plan.until.way
     return {"until": description, **({"until_values": values} if values else {}),
-            **({"until_from": armed} if armed else {})}  # fmt: skip
+            **({"until_from": armed} if armed else {}),
+            **({"until_tested": way} if way != PROBED_WAY else {})}  # fmt: skip

@@ -56,7 +56,7 @@ from ..base import (
     warn,
     write_block_bytes,
 )
-from ..engine import Plan, ScanSpec, compute_platform
+from ..engine import Plan, ScanSpec, compute_platform, recorded_way
 from ..errors import InputError, StreamaccWarning, arg, one_line
 from ..record import Ledger, Manifest, RunIdentity
 from ..store import ArraySpec, Target, ZarrSink, decoding_attributes, open_target, storable
@@ -441,13 +441,17 @@ def _tested_from(plan: Plan, request: Request, manifest: Manifest | None) -> Pla
         )
     if manifest is None:
         return plan
-    armed = manifest.identity.to_json().get("until_from", 0)
+    identity = manifest.identity.to_json()
+    until = plan.until
+    if identity.get("until") is not None:  # tested as the stored run tested its own
+        until = recorded_way(until, identity.get("until_tested"))
+    armed = identity.get("until_from", 0)
     lengthened = manifest.ended_at is not None or plan.length > manifest.length
     if request.mode == "extend" and manifest.complete and lengthened:
         armed = manifest.length
-    if not isinstance(armed, int) or armed <= 0:
-        return plan
-    return dataclasses.replace(plan, until=dataclasses.replace(plan.until, armed=armed))
+    if isinstance(armed, int) and armed > 0:
+        until = dataclasses.replace(until, armed=armed)
+    return dataclasses.replace(plan, until=until)
 
 
 def again(target: Target, mode: Mode) -> str:

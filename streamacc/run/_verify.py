@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..base import HostLeaf, as_count, interruptible
-from ..engine import Block, Plan, Predicate, ScanSpec, Step, Until, caller_scopes, make_plan, step_of, until_of
+from ..engine import Block, Plan, Predicate, ScanSpec, Step, caller_scopes, make_plan, recorded_way, step_of, until_of
 from ..errors import InputError, ResumeError, VerifyError, arg, one_line
 from ..recipes import Job, get_recipe
 from ..record import Manifest, changed_values, check_settled_root, load_manifest, same_function, trusted_manifest
@@ -222,9 +222,13 @@ def plan_for(manifest: Manifest, f: Step, init: Any, xs: Any, until: Predicate |
     """The plan of the recorded run: its length and block layout, with this step, inputs and condition (tested
     from the step the run tested it from), up to the step where it ended on it."""
     plan = make_plan(f, init, xs, until=until, **manifest.identity.blocking.keywords())
-    armed = manifest.identity.to_json().get("until_from", 0)
-    if plan.until is not None and isinstance(armed, int) and armed > 0:
-        plan = dataclasses.replace(plan, until=Until(plan.until.predicate, armed))
+    identity = manifest.identity.to_json()
+    if plan.until is not None:
+        condition = recorded_way(plan.until, identity.get("until_tested"))
+        armed = identity.get("until_from", 0)
+        if isinstance(armed, int) and armed > 0:
+            condition = dataclasses.replace(condition, armed=armed)
+        plan = dataclasses.replace(plan, until=condition)
     return as_recorded(plan, manifest)
 
 

@@ -57,7 +57,7 @@ from jax.custom_batching import custom_vmap
 from jax.experimental import io_callback
 
 from ..base import Blocking, stream_handover, stream_piece_bytes
-from ..engine import PROBED, Step, Until, block_function, compute_platform, until_block_functions
+from ..engine import Step, Until, block_function, compute_platform, until_block
 
 try:
     from jax.experimental.buffer_callback import buffer_callback
@@ -119,13 +119,14 @@ class Loop:
     index_dtype: np.dtype[Any]
     until: Until | None = None
     """The scan's condition (None: it runs to its length)."""
+    y_struct: Any = None
+    """One step's y (shape structs): what the condition reads of it."""
 
     def run(self, length: int) -> Callable[[Any, Any, Any], tuple[Any, list[jax.Array], Any]]:
         """The engine's block function for blocks of ``length`` steps beginning at step ``start``: ``(carry, xs,
         start) -> (carry, ys leaves, first)``, ``first`` the block's step where the condition first held (-1: none,
-        or no condition). With a condition, the engine's probe, and where it saw the condition hold, its finder
-        (under ``lax.cond``): the step where it held, and the carry that step left, as the engine's blocks have
-        them."""
+        or no condition). With a condition, the engine's block with it (``engine.until_block``): the step where it
+        held, and the carry that step left, as the engine's blocks have them."""
         b = self.blocking
         if self.until is None:
             plain = block_function(self.f, length, b.unrolled_by, b.reverse, b.save_every)
@@ -134,30 +135,17 @@ class Loop:
                 return *plain(carry, xs), jnp.int32(-1)
 
             return run
-        probe, probe_from, finder = until_block_functions(self.f, self.until.predicate, length, b.unrolled_by,
-                                                          b.save_every)  # fmt: skip
+        block = until_block(self.f, self.until, self.y_struct, length, b.unrolled_by, b.save_every)
         armed = self.until.armed
-
-        def again(entering: Any, xs: Any, tested_from: Any, after: Any) -> tuple[Any, Any]:
-            """The carry of the step where the condition held, and that step (-1: none, as the finder ran)."""
-            held, ys, first = finder(entering, xs, tested_from)
-            held = lax.optimization_barrier((held, ys))[0]  # its ys computed, as the engine's finder computes them
-            chosen: tuple[Any, Any] = lax.cond(first >= 0, lambda: (held, first), lambda: (after, jnp.int32(-1)))
-            return chosen
 
         def run_until(carry: Any, xs: Any, start: Any) -> tuple[Any, list[jax.Array], Any]:
             if not armed:
                 tested_from: Any = np.int32(0)
-                after, ys, found = probe(carry, xs)
-            else:  # an extended run: tested from the step after its old end
-                if isinstance(start, int):
-                    tested_from = np.int32(min(max(armed - start, 0), length))
-                else:
-                    tested_from = jnp.clip(armed - start, 0, length).astype(jnp.int32)
-                after, ys, found = probe_from(carry, xs, tested_from)
-            after, first = lax.cond(found == PROBED, again, lambda e, x, t, a: (a, jnp.int32(-1)), carry, xs,
-                                    tested_from, after)  # fmt: skip
-            return after, ys, first
+            elif isinstance(start, int):  # an extended run: tested from the step after its old end
+                tested_from = np.int32(min(max(armed - start, 0), length))
+            else:
+                tested_from = jnp.clip(armed - start, 0, length).astype(jnp.int32)
+            return block(carry, xs, tested_from)
 
         return run_until
 

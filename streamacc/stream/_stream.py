@@ -469,6 +469,6 @@ class Stream:
                 check[0] = host.check_chain
             return tuple(started)
 
-        loop = Loop(plan.f, plan.blocking, crossing, index_dtype, plan.until)
+        loop = Loop(plan.f, plan.blocking, crossing, index_dtype, plan.until, plan.y_struct)
         final: Carry = streamed(loop, host, init, xs, begin=begin, check=lambda: check[0])
         return final
