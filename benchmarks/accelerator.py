@@ -72,6 +72,7 @@ jax.config.update("jax_enable_x64", False)  # the chip's numbers are float32; th
 
 import _accel  # noqa: E402
 import _accel_compute  # noqa: E402
+import _accel_costs  # noqa: E402
 import _accel_user  # noqa: E402
 import _accel_write  # noqa: E402
 from _machine import load, machine  # noqa: E402
@@ -81,6 +82,7 @@ from streamacc.cli import parse_int  # noqa: E402
 
 SCENARIOS = {
     "user-steps": _accel_user.user_steps,
+    "costs": _accel_costs.costs,
     "d2h": _accel_compute.d2h,
     "compute": _accel_compute.compute,
     "exact": _accel_compute.exact,

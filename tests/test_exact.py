@@ -171,3 +171,20 @@ def test_thinned_a_condition_keeps_the_thinned_runs_rows(tmp_path):
     k = int(np.argmax(lax_scan(gp, np.float64(1.0), length=n)[1] > 1.001))
     assert len(ys) == (k + 1) // every and same_bits(ys, want[: len(ys)])
     assert same_bits(want, lax_scan(gp, np.float64(1.0), length=n)[1][every - 1 :: every])
+
+
+def test_a_run_that_ends_on_a_condition_compiles_its_steps_once():
+    """A sampler's block compiled twice in 1.1.0 (a probe, then a finder where the condition held): the step is
+    now traced into one program when the condition reads a carry the ys do not hold, and no other runs it."""
+    traced = []
+
+    def counted(c, _):
+        traced.append(1)
+        return oscillator(c, _)
+
+    init = (np.float64(1.0), np.float64(0.0))
+    spec = ScanSpec(counted, init, length=8192, block_size=1024, until=lambda c, y: c[1] < -0.9)
+    assert spec._plan.until.way == INSIDE
+    traced.clear()
+    carry, ys = streamacc.scan(spec)
+    assert 1024 < len(ys) < 8192 and len(traced) == 1

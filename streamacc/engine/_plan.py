@@ -204,11 +204,11 @@ class ScanSpec:
         Steps per block; by default each entry point sizes blocks by bytes (about 8 MiB
         of ys in memory, 32 MiB when writing).
     unroll : int or bool, optional
-        ``lax.scan``'s unroll. By default one is chosen for the step, the platform JAX
-        computes on and the length (on a TPU or GPU, where a loop trip is dear, up to 64
-        for a cheap step; on a CPU 1, or up to 8 for a small straight-line step in a long
-        run): the output is ``lax.scan(f, init, xs, unroll=spec.unroll)``'s, bit for bit.
-        Pass ``unroll=1`` for ``lax.scan``'s own default.
+        ``lax.scan``'s unroll. By default 1 on a CPU, where the output is then plain
+        ``lax.scan(f, init, xs)``'s bit for bit; on a TPU or GPU, where a loop trip is dear,
+        one chosen for the step and the length (up to 64 for a cheap step), the output
+        ``lax.scan(f, init, xs, unroll=spec.unroll)``'s, bit for bit. Pass ``unroll=1`` for
+        ``lax.scan``'s own default there too.
     reverse : bool, default False
         Scan from the last step to the first.
     save_every : int, default 1

@@ -64,10 +64,10 @@ def iter_blocks(
         reused rather than mapped afresh; :func:`~streamacc.write`'s blocks hold 32 MiB,
         since each written block also pays its chunk files, their fsync and its commit.
     unroll : int or bool, optional
-        ``lax.scan``'s unroll. By default one is chosen for the step, the platform JAX
-        computes on and the length (``ScanSpec(f, init, xs, length=n).unroll`` says which;
+        ``lax.scan``'s unroll. By default 1 on a CPU, and on a TPU or GPU one chosen for
+        the step and the length (``ScanSpec(f, init, xs, length=n).unroll`` says which;
         see :class:`~streamacc.ScanSpec`); pass ``unroll=1`` for ``lax.scan``'s own
-        default. With ``unroll=u > 1`` XLA may regroup floating-point work inside an
+        default there. With ``unroll=u > 1`` XLA may regroup floating-point work inside an
         unrolled group, so ``block_size`` must be a multiple of ``u`` and at least ``2u``
         (and a reverse scan's length a multiple of ``u``); a chosen unroll lines up with
         the ``block_size`` given.

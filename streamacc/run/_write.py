@@ -115,8 +115,9 @@ def write(
         :func:`~streamacc.iter_blocks`'s 8 MiB: each written block also pays its chunk files,
         their fsync, its checksums and its commit, which larger blocks amortise (a block in
         memory pays only its dispatch); a resumed
-        or extended run keeps the block size it was begun with. ``unroll`` left out is
-        chosen for the step, the platform and the length (see :class:`~streamacc.ScanSpec`;
+        or extended run keeps the block size it was begun with. ``unroll`` left out is 1
+        on a CPU, and on a TPU or GPU chosen for the step and the length (see
+        :class:`~streamacc.ScanSpec`;
         ``streamacc info`` says which, and that it was chosen); it is part of the result's
         identity (it can change the last bits), so a resumed or extended run keeps the one
         its output records, on any platform.
