@@ -6,8 +6,13 @@ Importing it loads neither JAX nor Zarr: it imports ``streamacc.base`` and ``str
 alone, and each command imports the wings it needs once it runs.
 """
 
-from ._expr import parse_int, parse_number
-from ._main import main
-from ._parser import build_parser, cli_message, storage_options
+from typing import TYPE_CHECKING
 
-__all__ = ["build_parser", "cli_message", "main", "parse_int", "parse_number", "storage_options"]
+from .._lazy import lazy_face
+
+if TYPE_CHECKING:
+    from ._expr import parse_int as parse_int, parse_number as parse_number
+    from ._main import main as main
+    from ._parser import build_parser as build_parser, cli_message as cli_message, storage_options as storage_options
+else:  # type checkers read the imports above, and would take any name for one __getattr__ gives
+    __getattr__, __dir__, __all__ = lazy_face(__name__, __file__)

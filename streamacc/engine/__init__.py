@@ -14,29 +14,50 @@ settings and the arithmetic of its blocks are ``streamacc.base``'s (``Blocking``
 These are the names the other wings use.
 """
 
-from ._checks import Carry, Predicate, Step, Until
-from ._config import caller_scopes, compute_platform, jax_option, x64_scope
-from ._kernels import PROBED, block_function, until_block_functions
-from ._memory import POOL_MIN_BYTES, BlockPool, PoolStats, check_memory
-from ._plan import Plan, ScanSpec, as_spec, make_plan, resize, step_of, until_of
-from ._run import (
-    Block,
-    BlockFailed,
-    carry_pass,
-    compute_block,
-    computes_ahead,
-    from_host,
-    run_plan,
-    same_leaves,
-    to_host,
-)
-from ._scan import iter_blocks, scan
-from ._unroll import choose_unroll, step_program
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "POOL_MIN_BYTES", "PROBED", "Block", "BlockFailed", "BlockPool", "Carry", "Plan", "PoolStats", "Predicate",
-    "ScanSpec", "Step", "Until", "as_spec", "block_function", "caller_scopes", "carry_pass", "check_memory",
-    "choose_unroll", "compute_block", "compute_platform", "computes_ahead", "from_host", "iter_blocks", "jax_option",
-    "make_plan", "resize", "run_plan", "same_leaves", "scan", "step_of", "step_program", "to_host",
-    "until_block_functions", "until_of", "x64_scope",
-]
+from .._lazy import lazy_face
+
+if TYPE_CHECKING:
+    from ._checks import Carry as Carry, Predicate as Predicate, Step as Step, Until as Until
+    from ._config import (
+        caller_scopes as caller_scopes,
+        compute_platform as compute_platform,
+        jax_option as jax_option,
+        x64_scope as x64_scope,
+    )
+    from ._kernels import (
+        PROBED as PROBED,
+        block_function as block_function,
+        until_block_functions as until_block_functions,
+    )
+    from ._memory import (
+        POOL_MIN_BYTES as POOL_MIN_BYTES,
+        BlockPool as BlockPool,
+        PoolStats as PoolStats,
+        check_memory as check_memory,
+    )
+    from ._plan import (
+        Plan as Plan,
+        ScanSpec as ScanSpec,
+        as_spec as as_spec,
+        make_plan as make_plan,
+        resize as resize,
+        step_of as step_of,
+        until_of as until_of,
+    )
+    from ._run import (
+        Block as Block,
+        BlockFailed as BlockFailed,
+        carry_pass as carry_pass,
+        compute_block as compute_block,
+        computes_ahead as computes_ahead,
+        from_host as from_host,
+        run_plan as run_plan,
+        same_leaves as same_leaves,
+        to_host as to_host,
+    )
+    from ._scan import iter_blocks as iter_blocks, scan as scan
+    from ._unroll import choose_unroll as choose_unroll, step_program as step_program
+else:  # type checkers read the imports above, and would take any name for one __getattr__ gives
+    __getattr__, __dir__, __all__ = lazy_face(__name__, __file__)
