@@ -14,6 +14,7 @@ import contextlib
 import errno
 import itertools
 import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 
 __all__ = ["LocalTarget"]
 
+_MAKING = threading.Lock()  # a target's store is made once, whichever of its writer threads asks first
+
 
 class LocalTarget(Target):
     """An output in a local directory: its keys read from its :class:`LocalFolder`, written through a
@@ -59,7 +62,11 @@ class LocalTarget(Target):
         if self._store is None:
             from ._localstore import DurableLocalStore
 
-            self._store = DurableLocalStore(self.root, read_only=self._read_only, label=self.label, folder=self.folder)
+            with _MAKING:
+                if self._store is None:
+                    self._store = DurableLocalStore(
+                        self.root, read_only=self._read_only, label=self.label, folder=self.folder
+                    )
         return self._store
 
     @property
