@@ -2,8 +2,9 @@
 safe arithmetic for numbers (``_expr``, never ``eval``), ``main`` (``_main``), a thin shell over the
 library, and ``plot`` (``_plot``, the only module that imports matplotlib).
 
-Importing it loads neither JAX nor Zarr: it imports ``streamacc.base`` and ``streamacc.recipes``
-alone, and each command imports the wings it needs once it runs.
+Importing it loads none of its modules (its face is lazy, as every wing's); ``main`` imports
+``streamacc.base`` and ``streamacc.recipes`` alone, neither JAX nor Zarr, and each command
+imports the wings it needs once it runs.
 """
 
 from typing import TYPE_CHECKING
