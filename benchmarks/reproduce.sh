@@ -7,9 +7,10 @@
 #
 #   bash benchmarks/reproduce.sh            # everything (hours on 2 cores, 30 GB of disk)
 #   bash benchmarks/reproduce.sh headline   # one section: headline floor profile suite peers summaries overview
-#                                           #   plot input virtual limits verify codecs chunks compensated accuracy
-#                                           #   dist simulations wide heat mcmc adversarial tests
+#                                           #   plot startup input virtual limits verify codecs chunks compensated
+#                                           #   accuracy dist simulations wide heat mcmc adversarial tests
 #   NOTE='what changed' bash benchmarks/reproduce.sh summaries   # a note saved with the run
+#   REF=/tmp/v100 bash benchmarks/reproduce.sh startup   # beside another checkout's code (git archive b895ae4 | tar -x -C /tmp/v100)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LOGS=benchmarks/out/logs
@@ -35,6 +36,10 @@ summaries() {
 }
 overview() { bench overview "$T::test_overview" --size '2**32' --repeat 2; }
 plot() { bench plot "$T::test_plot_cold" --size '2**30' --repeat 4; }  # --ref OTHER_CHECKOUT: the code before
+startup() {  # REF: the release whose start-up a plain write and the readers are held to (1.0.0's code)
+  bench start-up benchmarks/test_startup.py::test_start_up --size '2**10' --size '2**24' --repeat 5 ${REF:+--ref "$REF"}
+  bench readers-cold benchmarks/test_startup.py::test_readers_cold --size '2**20' --repeat 5 ${REF:+--ref "$REF"}
+}
 input() { bench input benchmarks/test_input.py --size '2**26' --size '2**28' --repeat 3; }
 virtual() {
   bench virtual benchmarks/test_virtual.py -k 'write or slices' --size '2**34' --repeat 2
@@ -60,8 +65,8 @@ adversarial() { bench adversarial "$T::test_adversarial" -m long --repeat 10; }
 tests() { bench tests "$T::test_tests_cpu" -m long --repeat 2; }
 
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(headline floor profile suite peers summaries overview plot input virtual limits
-  verify codecs chunks compensated accuracy dist simulations wide heat mcmc adversarial tests)
+[ ${#sections[@]} -gt 0 ] || sections=(headline floor profile suite peers summaries overview plot startup input virtual
+  limits verify codecs chunks compensated accuracy dist simulations wide heat mcmc adversarial tests)
 for section in "${sections[@]}"; do
   "$section"
 done

@@ -8,20 +8,20 @@ glance, :func:`verify` recomputes it bit for bit, :func:`info` describes it, and
 :func:`to_arviz` gives a sampler's chains as ArviZ reads them. :func:`iter_blocks` and
 :func:`scan` run the same blocked scan in memory. Errors are in :mod:`streamacc.errors`.
 
-The names that need JAX or Zarr are imported on first use (PEP 562), so that
-``import streamacc`` and the command line start without them: each is listed once, as an
-import of the ``if TYPE_CHECKING:`` block below, which type checkers read and
-:func:`_listed_exports` reads too. Everything else is imported as it is named.
+The public names are imported on first use (PEP 562), so that ``import streamacc`` and the
+command line start without JAX or Zarr: each is listed once, as an import of the ``if
+TYPE_CHECKING:`` block below, which type checkers read and ``streamacc._lazy`` reads too
+(``errors``, ``StreamaccError`` and ``__version__`` are imported as they are named). Every
+wing's face is lazy the same way, through ``streamacc._lazy``: a reader that names
+``streamacc.store.open_target`` imports the modules behind that name, not the whole wing.
 """
 
 from __future__ import annotations
 
-import ast
-import importlib
-import pathlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import errors as errors
+from ._lazy import lazy_face
 from ._version import __version__ as __version__
 from .errors import StreamaccError as StreamaccError
 
@@ -47,41 +47,8 @@ if TYPE_CHECKING:
     )
     from .store import register_data_types as register_data_types
     from .stream import Stream as Stream
+else:  # type checkers read the imports above, and would take any name for one __getattr__ gives
+    __getattr__, __dir__, __all__ = lazy_face(__name__, __file__, "StreamaccError", "__version__", "errors")
 
 
-
-def _listed_exports(init_file: str) -> dict[str, str]:
-    """The names the ``if TYPE_CHECKING:`` block of ``init_file`` imports, each mapped to its relative module."""
-    tree = ast.parse(pathlib.Path(init_file).read_text(encoding="utf-8"), init_file)
-    where: dict[str, str] = {}
-    for node in tree.body:
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            for statement in node.body:
-                if not isinstance(statement, ast.ImportFrom) or statement.level == 0:
-                    raise ImportError(f"{init_file}:{statement.lineno}: a lazy export is `from .module import N as N`")
-                module = "." * statement.level + (statement.module or "")
-                for alias in statement.names:
-                    where[alias.asname or alias.name] = module
-    return where
-
-
-_LAZY = _listed_exports(__file__)
-__all__ = sorted(["StreamaccError", "__version__", "errors", *_LAZY])
-
-
-def __getattr__(name: str) -> Any:
-    """A public name, imported on first use (PEP 562) and kept, so that later lookups skip this function."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """What a user may import: ``__all__`` (not the names this file uses to list it)."""
-    return list(__all__)
-
-
-del TYPE_CHECKING, annotations
+del TYPE_CHECKING, annotations, lazy_face

@@ -42,7 +42,7 @@ import importlib
 from collections.abc import Iterator
 from typing import Any
 
-from . import _listed_exports as listed_exports
+from ._lazy import listed_exports
 
 __all__ = ["current", "listed_exports", "original", "patched", "replace", "restore", "seams"]
 

@@ -359,8 +359,9 @@ def paused_writer(at: int, *args: str, timeout: float = 120.0) -> Popen:
     return proc
 
 
-HEAVY = ("jax", "zarr", "numpy")
-"""What the command line must not import before a command needs it."""
+HEAVY = ("jax", "zarr", "numpy", "xarray", "pandas")
+"""What the command line must not import before a command needs it (xarray and pandas: only to read an output as a
+Dataset, or to check attributes xarray decodes)."""
 
 
 def python(code: str, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -79,8 +79,38 @@ def test_plotting_imports_neither_jax_nor_xarray(tmp_path):
         "import sys; " + cli("plot", "out.zarr", "-o", "x.png") + "; "
         "found = {'jax', 'xarray', 'pandas', 'dask'} & set(sys.modules); assert not found, found"
     )
-    assert imported_by(code, tmp_path) == {"numpy", "zarr"}  # the picture needs the summaries (through the store)
+    assert imported_by(code, tmp_path) == {"numpy"}  # the summaries of a local output are read without Zarr
     assert (tmp_path / "x.png").stat().st_size > 0
+
+
+def test_a_plain_write_imports_neither_xarray_nor_pandas(tmp_path):
+    """A write tries its arrays' attributes with xarray only where one changes what xarray decodes: a plain write,
+    and one given attributes that decode to nothing else, import neither xarray nor pandas."""
+    code = """
+        import numpy as np, streamacc
+        from streamacc.cli import main
+        assert main(["write", "cli.zarr", "--size", "1024", "--no-progress"]) == 0
+        attrs = {"x": {"long_name": "a count", "units": "m"}}
+        streamacc.write("lib.zarr", lambda c, _: (c + 1.0, c), np.float64(0), length=64, names="x", array_attrs=attrs,
+                        progress=False)
+        """
+    assert imported_by(code, tmp_path) == {"jax", "zarr", "numpy"}
+    assert json.loads((tmp_path / "lib.zarr" / "x" / "zarr.json").read_text())["attributes"]["units"] == "m"
+
+
+def test_reading_a_local_output_imports_only_what_it_needs(tmp_path):
+    """``info`` reads the arrays' metadata through Zarr; ``overview`` reads the summaries without it and returns an
+    xarray Dataset (``plot``, above, needs neither); neither imports JAX."""
+    import numpy as np
+
+    import streamacc
+
+    streamacc.write(tmp_path / "out.zarr", lambda c, _: (c + 1.0, c), np.float64(0), length=256, block_size=64,
+                    names=["x"], summaries=[4, 16], progress=False)  # fmt: skip
+    info = cli("info", "out.zarr") + "; import streamacc; assert streamacc.info('out.zarr').committed_steps == 256"
+    assert imported_by(info, tmp_path) == {"numpy", "zarr"}
+    overview = "import streamacc; assert streamacc.overview('out.zarr', points=16).sizes['step'] == 16"
+    assert imported_by(overview, tmp_path) == {"numpy", "xarray", "pandas"}
 
 
 def test_the_check_sees_heavy_imports(tmp_path):
@@ -92,11 +122,13 @@ def test_the_check_sees_heavy_imports(tmp_path):
         print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))
         from streamacc import write
         print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))
+        import xarray
+        print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))
         """
     proc = python(code, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    after_scan, after_write = (set(json.loads(line)) for line in proc.stdout.splitlines()[-2:])
-    assert {"jax", "numpy"} <= after_scan and after_write == set(HEAVY)
+    after_scan, after_write, after_xarray = (set(json.loads(line)) for line in proc.stdout.splitlines()[-3:])
+    assert {"jax", "numpy"} <= after_scan and after_write == {"jax", "zarr", "numpy"} and after_xarray == set(HEAVY)
 
 
 def test_matplotlib_only_for_a_picture_and_jax_never(tmp_path):

@@ -3,6 +3,9 @@ use its annotations, and declares where it lives, its license and the Pythons it
 
 import configparser
 import importlib
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,6 +67,24 @@ def test_every_name_a_wing_exports_resolves(wing):
     assert set(module.__all__) <= set(dir(module))
     with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
         module.nonexistent  # noqa: B018
+
+
+def test_a_wing_imports_none_of_its_modules_until_one_of_its_names_is_asked_for():
+    """Every package's face is lazy (``streamacc._lazy``): importing every wing imports none of their modules, and a
+    name asked for imports its own module and what that imports, not the rest of its wing (nor Zarr, here)."""
+    code = f"""
+import json, sys
+import {", ".join(WINGS)}
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("streamacc.") and m not in {WINGS!r})))
+from streamacc.store import BOOKKEEPING, LEASE_KEY
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("streamacc.") and m not in {WINGS!r})))
+print(json.dumps("zarr" in sys.modules))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    wings, named, zarr = map(json.loads, proc.stdout.splitlines())
+    assert wings == ["streamacc._lazy", "streamacc._version", "streamacc.errors"]
+    assert set(named) - set(wings) == {"streamacc.store._target"} and zarr is False
 
 
 def test_a_lazy_export_is_listed_once_as_an_import_type_checkers_read(tmp_path):

@@ -2,43 +2,68 @@
 
 Knows JAX and numpy, and nothing of Zarr, files, writer threads or progress: it yields
 finished blocks and lets the caller decide where they go. ``_checks`` checks a step, its
-arguments and its condition (``Until``), ``_unroll`` chooses the unroll of a step that names
-none, ``_plan`` is a scan's description (``ScanSpec``) made into a ``Plan``, ``_config`` where
-and how JAX computes (the platform, 64-bit types, a thread's configuration carried to another),
-``_kernels`` the compiled block functions (``lax.scan`` itself), ``_memory`` a block's memory
-(the pooled output buffers, its rows of the inputs, the check against the machine's memory),
-``_run`` runs a plan block by block (the ``Block`` it yields, the carry pass, carries as host
-data), and ``_scan`` holds the in-memory entry points ``iter_blocks`` and ``scan``. A scan's
-settings and the arithmetic of its blocks are ``streamacc.base``'s (``Blocking``).
+arguments and its condition, ``_condition`` says how the condition is tested (``Until``),
+``_unroll`` chooses the unroll of a step that names none, ``_plan`` is a scan's description
+(``ScanSpec``) made into a ``Plan``, ``_config`` where and how JAX computes (the platform,
+64-bit types, a thread's configuration carried to another), ``_kernels`` the compiled block
+functions (``lax.scan`` itself), ``_memory`` a block's memory (the pooled output buffers, its
+rows of the inputs, the check against the machine's memory), ``_run`` runs a plan block by
+block (the ``Block`` it yields, the carry pass, carries as host data), ``_until`` a block with
+a condition, and ``_scan`` holds the in-memory entry points ``iter_blocks`` and ``scan``. A
+scan's settings and the arithmetic of its blocks are ``streamacc.base``'s (``Blocking``).
 
 These are the names the other wings use.
 """
 
-from ._checks import Carry, Predicate, Step
-from ._condition import INSIDE, OUTSIDE, PROBED_WAY, WAYS, Until, recorded_way
-from ._config import caller_scopes, compute_platform, jax_option, x64_scope
-from ._kernels import block_function
-from ._memory import POOL_MIN_BYTES, BlockPool, PoolStats, check_memory
-from ._plan import Plan, ScanSpec, as_spec, make_plan, resize, step_of, until_of
-from ._run import (
-    Block,
-    BlockFailed,
-    carry_pass,
-    compute_block,
-    computes_ahead,
-    from_host,
-    run_plan,
-    same_leaves,
-    to_host,
-)
-from ._scan import iter_blocks, scan
-from ._unroll import choose_unroll, step_program
-from ._until import until_block
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "INSIDE", "OUTSIDE", "POOL_MIN_BYTES", "PROBED_WAY", "WAYS", "Block", "BlockFailed", "BlockPool", "Carry",
-    "Plan", "PoolStats", "Predicate", "ScanSpec", "Step", "Until", "as_spec", "block_function", "caller_scopes",
-    "carry_pass", "check_memory", "choose_unroll", "compute_block", "compute_platform", "computes_ahead",
-    "from_host", "iter_blocks", "jax_option", "make_plan", "recorded_way", "resize", "run_plan", "same_leaves",
-    "scan", "step_of", "step_program", "to_host", "until_block", "until_of", "x64_scope",
-]
+from .._lazy import lazy_face
+
+if TYPE_CHECKING:
+    from ._checks import Carry as Carry, Predicate as Predicate, Step as Step
+    from ._condition import (
+        INSIDE as INSIDE,
+        OUTSIDE as OUTSIDE,
+        PROBED_WAY as PROBED_WAY,
+        WAYS as WAYS,
+        Until as Until,
+        recorded_way as recorded_way,
+    )
+    from ._config import (
+        caller_scopes as caller_scopes,
+        compute_platform as compute_platform,
+        jax_option as jax_option,
+        x64_scope as x64_scope,
+    )
+    from ._kernels import block_function as block_function
+    from ._memory import (
+        POOL_MIN_BYTES as POOL_MIN_BYTES,
+        BlockPool as BlockPool,
+        PoolStats as PoolStats,
+        check_memory as check_memory,
+    )
+    from ._plan import (
+        Plan as Plan,
+        ScanSpec as ScanSpec,
+        as_spec as as_spec,
+        make_plan as make_plan,
+        resize as resize,
+        step_of as step_of,
+        until_of as until_of,
+    )
+    from ._run import (
+        Block as Block,
+        BlockFailed as BlockFailed,
+        carry_pass as carry_pass,
+        compute_block as compute_block,
+        computes_ahead as computes_ahead,
+        from_host as from_host,
+        run_plan as run_plan,
+        same_leaves as same_leaves,
+        to_host as to_host,
+    )
+    from ._scan import iter_blocks as iter_blocks, scan as scan
+    from ._unroll import choose_unroll as choose_unroll, step_program as step_program
+    from ._until import until_block as until_block
+else:  # type checkers read the imports above, and would take any name for one __getattr__ gives
+    __getattr__, __dir__, __all__ = lazy_face(__name__, __file__)

@@ -5,12 +5,20 @@
 These are the names the public face and the command line use.
 """
 
-from ._arviz import to_arviz
-from ._dataset import open
-from ._info import ArrayInfo, MemoryEstimate, OutputInfo, SummaryInfo, info
-from ._overview import overview, overview_table
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "ArrayInfo", "MemoryEstimate", "OutputInfo", "SummaryInfo", "info", "open", "overview", "overview_table",
-    "to_arviz",
-]
+from .._lazy import lazy_face
+
+if TYPE_CHECKING:
+    from ._arviz import to_arviz as to_arviz
+    from ._dataset import open as open
+    from ._info import (
+        ArrayInfo as ArrayInfo,
+        MemoryEstimate as MemoryEstimate,
+        OutputInfo as OutputInfo,
+        SummaryInfo as SummaryInfo,
+        info as info,
+    )
+    from ._overview import overview as overview, overview_table as overview_table
+else:  # type checkers read the imports above, and would take any name for one __getattr__ gives
+    __getattr__, __dir__, __all__ = lazy_face(__name__, __file__)

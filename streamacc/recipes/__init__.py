@@ -14,40 +14,28 @@ Importing the recipes loads neither numpy nor JAX (a step imports them as it is 
 run), so their names, parameters and descriptions cost the command line nothing.
 """
 
-from ..errors import InputError
-from ._base import DEGENERATE_RULE, Job, Param, Recipe, check_dtype, option, refusal
-from ._compensated import fast_two_sum, split, split_constant, two_prod, two_sum
-from ._cumulative import CUMPROD, CUMSUM
-from ._input import InputRows, zstd_margin
-from ._random import RANDOMWALK
-from ._recurrences import AFFINE, GP, LOGISTIC, LORENZ
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "DEGENERATE_RULE",
-    "RECIPES",
-    "InputRows",
-    "Job",
-    "Param",
-    "Recipe",
-    "check_dtype",
-    "fast_two_sum",
-    "get_recipe",
-    "option",
-    "refusal",
-    "split",
-    "split_constant",
-    "two_prod",
-    "two_sum",
-    "zstd_margin",
-]
+from .._lazy import lazy_face
 
-RECIPES: dict[str, Recipe] = {r.name: r for r in (GP, AFFINE, LOGISTIC, RANDOMWALK, LORENZ, CUMSUM, CUMPROD)}
-"""Every recipe by name, in the order ``streamacc recipes`` lists them."""
-
-
-def get_recipe(name: str) -> Recipe:
-    """The recipe called ``name``, or an :class:`InputError` listing the choices."""
-    recipe = RECIPES.get(name) if isinstance(name, str) else None
-    if recipe is None:
-        raise InputError(f"unknown recipe {name!r}; choose one of: {', '.join(RECIPES)} (see `streamacc recipes`)")
-    return recipe
+if TYPE_CHECKING:
+    from ._base import (
+        DEGENERATE_RULE as DEGENERATE_RULE,
+        Job as Job,
+        Param as Param,
+        Recipe as Recipe,
+        check_dtype as check_dtype,
+        option as option,
+        refusal as refusal,
+    )
+    from ._compensated import (
+        fast_two_sum as fast_two_sum,
+        split as split,
+        split_constant as split_constant,
+        two_prod as two_prod,
+        two_sum as two_sum,
+    )
+    from ._input import InputRows as InputRows, zstd_margin as zstd_margin
+    from ._registry import RECIPES as RECIPES, get_recipe as get_recipe
+else:  # type checkers read the imports above, and would take any name for one __getattr__ gives
+    __getattr__, __dir__, __all__ = lazy_face(__name__, __file__)

@@ -10,43 +10,54 @@ and each chunk ``open`` reads (``_trailers``). Reading and checking them imports
 These are the names the other wings use.
 """
 
-from ._ledger import Ledger, carry_description, carry_every, carry_name, damaged_carry, load_manifest
-from ._manifest import (
-    CARRY_CODEC,
-    LEGACY_MANIFEST_KEY,
-    MANIFEST_ATTR,
-    MANIFEST_KEY,
-    BlockRecord,
-    Manifest,
-    changed_values,
-    decode_leaves,
-    describe_nonfinite,
-    encode_leaves,
-    identity_differences,
-    node_attribute,
-    require_same_run,
-    same_function,
-)
-from ._runidentity import RunIdentity
-from ._trailers import CheckedStore, carry_problem, missing_from_store, ranged, trailer_problem
-from ._trust import (
-    arrays_problem,
-    bookkeeping_listing,
-    carries_problem,
-    check_settled_root,
-    check_structure,
-    contradicts_itself,
-    only_leftovers,
-    remove_partial_writes,
-    root_problem,
-    trusted_manifest,
-)
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "CARRY_CODEC", "LEGACY_MANIFEST_KEY", "MANIFEST_ATTR", "MANIFEST_KEY", "BlockRecord", "CheckedStore", "Ledger",
-    "Manifest", "RunIdentity", "arrays_problem", "bookkeeping_listing", "carries_problem", "carry_description",
-    "carry_every", "carry_name", "carry_problem", "changed_values", "check_settled_root", "check_structure",
-    "contradicts_itself", "damaged_carry", "decode_leaves", "describe_nonfinite", "encode_leaves",
-    "identity_differences", "load_manifest", "missing_from_store", "node_attribute", "only_leftovers", "ranged",
-    "remove_partial_writes", "require_same_run", "root_problem", "same_function", "trailer_problem", "trusted_manifest",
-]
+from .._lazy import lazy_face
+
+if TYPE_CHECKING:
+    from ._ledger import (
+        Ledger as Ledger,
+        carry_description as carry_description,
+        carry_every as carry_every,
+        carry_name as carry_name,
+        damaged_carry as damaged_carry,
+        load_manifest as load_manifest,
+    )
+    from ._manifest import (
+        CARRY_CODEC as CARRY_CODEC,
+        LEGACY_MANIFEST_KEY as LEGACY_MANIFEST_KEY,
+        MANIFEST_ATTR as MANIFEST_ATTR,
+        MANIFEST_KEY as MANIFEST_KEY,
+        BlockRecord as BlockRecord,
+        Manifest as Manifest,
+        changed_values as changed_values,
+        decode_leaves as decode_leaves,
+        describe_nonfinite as describe_nonfinite,
+        encode_leaves as encode_leaves,
+        identity_differences as identity_differences,
+        node_attribute as node_attribute,
+        require_same_run as require_same_run,
+        same_function as same_function,
+    )
+    from ._runidentity import RunIdentity as RunIdentity
+    from ._trailers import (
+        CheckedStore as CheckedStore,
+        carry_problem as carry_problem,
+        missing_from_store as missing_from_store,
+        ranged as ranged,
+        trailer_problem as trailer_problem,
+    )
+    from ._trust import (
+        arrays_problem as arrays_problem,
+        bookkeeping_listing as bookkeeping_listing,
+        carries_problem as carries_problem,
+        check_settled_root as check_settled_root,
+        check_structure as check_structure,
+        contradicts_itself as contradicts_itself,
+        only_leftovers as only_leftovers,
+        remove_partial_writes as remove_partial_writes,
+        root_problem as root_problem,
+        trusted_manifest as trusted_manifest,
+    )
+else:  # type checkers read the imports above, and would take any name for one __getattr__ gives
+    __getattr__, __dir__, __all__ = lazy_face(__name__, __file__)

@@ -19,70 +19,68 @@ Its modules, from the top (a module imports only from those listed below it, or 
 These are the names the other wings and the public face use.
 """
 
-from ..base import Terminated  # what a run raises for SIGTERM, as the guide names it (``streamacc.run.Terminated``)
-from ._commit import BlockResult, Output
-from ._dask import BLOCKS_PER_TASK, SCATTER_TIMEOUT, BlockTask, SinkSpec, cluster_client, run_block_tasks
-from ._execute import Dask, Local, WriteKeywords, split_keywords, write_block
-from ._identity import carry_digest, describe_function, digest_kind, input_values
-from ._materialize import materialize
-from ._open import open_output
-from ._planning import OutputSpec, Planned, output_spec, plan_output
-from ._session import MIN_BAR, Progress, Rates, RunSession, clock, si
-from ._verify import (
-    VerifyReport,
-    check_function,
-    check_recomputed,
-    check_resumable,
-    resume_chain,
-    select_blocks,
-    verify,
-    verify_recipe_output,
-)
-from ._virtual import RECYCLED_BLOCKS, RecomputingStore, recompute_plan, recomputing_store
-from ._write import write
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "BLOCKS_PER_TASK",
-    "MIN_BAR",
-    "RECYCLED_BLOCKS",
-    "SCATTER_TIMEOUT",
-    "BlockResult",
-    "BlockTask",
-    "Dask",
-    "Local",
-    "Output",
-    "OutputSpec",
-    "Planned",
-    "Progress",
-    "Rates",
-    "RecomputingStore",
-    "RunSession",
-    "SinkSpec",
-    "Terminated",
-    "VerifyReport",
-    "WriteKeywords",
-    "carry_digest",
-    "check_function",
-    "check_recomputed",
-    "check_resumable",
-    "clock",
-    "cluster_client",
-    "describe_function",
-    "digest_kind",
-    "input_values",
-    "materialize",
-    "open_output",
-    "output_spec",
-    "plan_output",
-    "recompute_plan",
-    "recomputing_store",
-    "resume_chain",
-    "run_block_tasks",
-    "select_blocks",
-    "si",
-    "split_keywords",
-    "verify",
-    "verify_recipe_output",
-    "write",
-    "write_block",
-]
+from .._lazy import lazy_face
+
+if TYPE_CHECKING:
+    from ..base import (  # what a run raises for SIGTERM, as the guide names it (``streamacc.run.Terminated``)
+        Terminated as Terminated,
+    )
+    from ._commit import BlockResult as BlockResult, Output as Output
+    from ._dask import (
+        BLOCKS_PER_TASK as BLOCKS_PER_TASK,
+        SCATTER_TIMEOUT as SCATTER_TIMEOUT,
+        BlockTask as BlockTask,
+        SinkSpec as SinkSpec,
+        cluster_client as cluster_client,
+        run_block_tasks as run_block_tasks,
+    )
+    from ._execute import (
+        Dask as Dask,
+        Local as Local,
+        WriteKeywords as WriteKeywords,
+        split_keywords as split_keywords,
+        write_block as write_block,
+    )
+    from ._identity import (
+        carry_digest as carry_digest,
+        describe_function as describe_function,
+        digest_kind as digest_kind,
+        input_values as input_values,
+    )
+    from ._materialize import materialize as materialize
+    from ._open import open_output as open_output
+    from ._planning import (
+        OutputSpec as OutputSpec,
+        Planned as Planned,
+        output_spec as output_spec,
+        plan_output as plan_output,
+    )
+    from ._session import (
+        MIN_BAR as MIN_BAR,
+        Progress as Progress,
+        Rates as Rates,
+        RunSession as RunSession,
+        clock as clock,
+        si as si,
+    )
+    from ._verify import (
+        VerifyReport as VerifyReport,
+        check_function as check_function,
+        check_recomputed as check_recomputed,
+        check_resumable as check_resumable,
+        resume_chain as resume_chain,
+        select_blocks as select_blocks,
+        verify as verify,
+        verify_recipe_output as verify_recipe_output,
+    )
+    from ._virtual import (
+        RECYCLED_BLOCKS as RECYCLED_BLOCKS,
+        RecomputingStore as RecomputingStore,
+        recompute_plan as recompute_plan,
+        recomputing_store as recomputing_store,
+    )
+    from ._write import write as write
+else:  # type checkers read the imports above, and would take any name for one __getattr__ gives
+    __getattr__, __dir__, __all__ = lazy_face(__name__, __file__)

@@ -305,16 +305,20 @@ def _fails(spec: OutputSpec, name: str, attrs: dict[str, Any]) -> str | None:
 def check_decodable(spec: OutputSpec) -> None:
     """Refuse ``array_attrs`` that ``streamacc.open`` (xarray) cannot decode, naming the attribute and why.
 
-    Only arrays given attributes that change decoded values are tried; without xarray, none
-    is (``open`` then asks for it itself).
+    Only arrays given attributes that change decoded values are tried, so that a write
+    without such attributes (nearly every write) never imports xarray; without xarray, none
+    is tried (``open`` then asks for it itself).
     """
+    decoded = {name: d for name, attrs in spec.array_attrs.items() if (d := decoding_attributes(attrs))}
+    if not decoded:
+        return
     try:
         import xarray  # noqa: F401
     except ImportError:
         return
-    for name, attrs in spec.array_attrs.items():
-        decoding = decoding_attributes(attrs)
-        if not decoding or _fails(spec, name, attrs) is None:
+    for name, decoding in decoded.items():
+        attrs = spec.array_attrs[name]
+        if _fails(spec, name, attrs) is None:
             continue
         plain = {k: v for k, v in attrs.items() if k not in decoding}
         culprits = [k for k in decoding if _fails(spec, name, {**plain, k: decoding[k]}) is not None] or list(decoding)

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from ..base import dtype_from_name, dtype_name
+from ._codecs import compressors_for, decompress
 from ._documents import stored_crc32c
-from ._encoding import compressors_for, decompress
 from ._target import BOOKKEEPING, Target
 
 __all__ = ["CARRIES", "CarryArrays", "CarryDamaged", "CarryLeaf"]

@@ -1,8 +1,9 @@
 """Zarr v3 metadata documents as streamacc records, checks and rewrites them, the root's progress attributes, and
 an input array's fingerprint.
 
-The documents are plain JSON and numpy, so that readers check an output's documents before Zarr reads them.
-A stored Zarr array's fingerprint is cheap enough to take at every run's start.
+The documents are plain JSON and numpy, so that readers check an output's documents before Zarr reads them
+(and a reader that needs no Zarr imports none: only the fingerprint imports it, where it is taken). A stored
+Zarr array's fingerprint is cheap enough to take at every run's start.
 
 A run that reads an input array (``cumsum``/``cumprod --input``) must resume only on the
 same input: rows edited since the run started would join committed blocks computed from
@@ -22,19 +23,18 @@ import json
 import numbers
 import os
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import google_crc32c
 import numpy as np
-import zarr
-from zarr.abc.store import SuffixByteRequest
-from zarr.buffer import default_buffer_prototype
-from zarr.codecs import Crc32cCodec
-from zarr.storage import FsspecStore, LocalStore
 
-from ._zarrapi import sync
+from ._target import default_buffer_prototype, sync
+
+if TYPE_CHECKING:
+    import zarr
 
 __all__ = [
     "DECODING_ATTRIBUTES",
@@ -225,6 +225,8 @@ def as_recorded(doc: dict[str, Any]) -> dict[str, Any]:
 
 def _stored_chunks(array: zarr.Array[Any]) -> dict[str, tuple[int, Any]]:
     """Each stored chunk's key (relative to the array) -> (size, version stamp or None)."""
+    from zarr.storage import FsspecStore, LocalStore
+
     store, path = array.store_path.store, array.store_path.path
     found: dict[str, tuple[int, Any]] = {}
     if isinstance(store, LocalStore):
@@ -260,6 +262,9 @@ def _first_index(key: str) -> int | None:
 def fingerprint_of(leaf: Any) -> str | None:
     """:func:`array_fingerprint` of a Zarr array, or of one behind a view of its first rows (``leaf.array``,
     ``len(leaf)`` rows); None for anything else (a numpy array has no stored contents to fingerprint)."""
+    zarr = sys.modules.get("zarr")  # not imported: no leaf is a Zarr array
+    if zarr is None:
+        return None
     if isinstance(leaf, zarr.Array):
         return array_fingerprint(leaf)
     array = getattr(leaf, "array", None)
@@ -272,6 +277,9 @@ def array_fingerprint(array: zarr.Array[Any], rows: int | None = None) -> str:
     With ``rows``, only the chunks holding the first ``rows`` rows count (a run reading a
     prefix is not disturbed by later rows).
     """
+    from zarr.abc.store import SuffixByteRequest
+    from zarr.codecs import Crc32cCodec
+
     meta = array.metadata.to_dict()
     meta.pop("attributes", None)
     chunks = _stored_chunks(array)

@@ -1,4 +1,4 @@
-"""How values become stored bytes: the data types streamacc stores, and the named codecs.
+"""The data types streamacc stores beyond Zarr v3's core: ``bfloat16``.
 
 Zarr v3's core data types stop at ``float16``; ``bfloat16`` (JAX's and the TPU's own) is the
 extension data type ``"bfloat16"`` of zarr-extensions (``data-types/bfloat16``), which
@@ -8,27 +8,15 @@ written as for any IEEE float (``"NaN"`` is ``0x7fc0``). zarr-python 3.1 knows n
 type until one is registered with its data-type registry; :func:`register_data_types`
 does that, in every process that opens an output through streamacc (importing this module
 does it too: a process that unpickles a zarr array of this type has it registered so).
-
-A codec's name is what the command line and ``write(codec=...)`` accept; each maps to a zarr
-v3 compressor list (the default chosen by benchmark: the Benchmarks pages' codecs), made when
-an array is created.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
-
-from ..base import CODEC_NAMES, DEFAULT_CODEC
-from ..errors import InputError
-
-if TYPE_CHECKING:
-    from zarr.abc.codec import BytesBytesCodec
 import dataclasses
 import math
 import numbers
 import sys
-from typing import Any, ClassVar, NoReturn, Self, TypeGuard, overload
+from typing import Any, ClassVar, Literal, NoReturn, Self, TypeGuard, overload
 
 import ml_dtypes
 import numpy as np
@@ -36,67 +24,7 @@ from zarr.dtype import DataTypeValidationError, ZDType, data_type_registry
 
 from ._zarrapi import HasEndianness, HasItemSize
 
-__all__ = [
-    "CODECS",
-    "DEFAULT_CODEC",
-    "BFloat16",
-    "compressors_for",
-    "decompress",
-    "register_data_types",
-    "storable",
-]
-
-
-def _blosc(
-    cname: Literal["lz4", "zstd"], shuffle: Literal["shuffle", "bitshuffle"]
-) -> Callable[[], list[BytesBytesCodec]]:
-    def make() -> list[BytesBytesCodec]:
-        from zarr.codecs import BloscCodec
-
-        return [BloscCodec(cname=cname, clevel=5, shuffle=shuffle)]
-
-    return make
-
-
-def _zstd() -> list[BytesBytesCodec]:
-    from zarr.codecs import ZstdCodec
-
-    return [ZstdCodec(level=0)]
-
-
-CODECS: dict[str, Callable[[], list[BytesBytesCodec]]] = dict(
-    zip(
-        CODEC_NAMES,
-        [list, _zstd, _blosc("lz4", "shuffle"), _blosc("lz4", "bitshuffle"), _blosc("zstd", "shuffle"),
-         _blosc("zstd", "bitshuffle")],
-        strict=True,
-    )
-)  # fmt: skip
-"""Codec name (``base.CODEC_NAMES``) -> factory of the zarr ``compressors`` list."""
-
-
-def decompress(name: str | None, data: bytes) -> bytes:
-    """``data`` compressed by codec ``name`` (None: no compressor), decompressed as zarr's codec would.
-
-    Raises what the codec raises of bytes it cannot decode.
-    """
-    if name is None or name == "none":
-        return bytes(data)
-    if name == "zstd":
-        from numcodecs import zstd
-
-        return bytes(zstd.decompress(data))
-    from numcodecs import blosc
-
-    return bytes(blosc.decompress(data))
-
-
-def compressors_for(name: str) -> list[BytesBytesCodec]:
-    """The zarr compressors for codec ``name``, or an error listing the valid names."""
-    try:
-        return CODECS[name]()
-    except (KeyError, TypeError):
-        raise InputError(f"unknown codec {name!r}; choose one of: {', '.join(CODECS)}") from None
+__all__ = ["BFloat16", "register_data_types", "storable"]
 
 
 _DTYPE: np.dtype[np.generic] = np.dtype(ml_dtypes.bfloat16)

@@ -1,4 +1,4 @@
-"""Durable, link-safe local-file primitives: atomic replace, fsync, a directory lock, cleanup.
+"""Durable, link-safe local-file primitives: atomic replace, fsync, a directory lock, cleanup, an output's keys.
 
 A write counts as done only once it would survive a power cut, so every helper here
 fsyncs the file and then the directory that names it. Outputs get copied, synced and
@@ -16,9 +16,11 @@ import shutil
 import stat
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ..errors import StoreError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,12 +29,14 @@ if TYPE_CHECKING:
 __all__ = [
     "PAGE",
     "DirLock",
+    "LocalFolder",
     "aligned_empty",
     "atomic_write",
     "find_link",
     "flock_holder",
     "fsync_dir",
     "fsync_file",
+    "linked",
     "read_into",
     "remove_temp_files",
     "remove_tree_contents",
@@ -347,3 +351,94 @@ class DirLock:
         if self._fd is not None:
             os.close(self._fd)  # closing drops the flock
             self._fd = None
+
+
+def linked(path: Path) -> StoreError:
+    """The refusal of a link at ``path`` inside an output."""
+    return StoreError(f"{path} is a link; streamacc never reads through links inside an output: remove it")
+
+
+_ABSENT = (FileNotFoundError, IsADirectoryError, NotADirectoryError)  # what zarr's LocalStore reads as no key
+
+
+class LocalFolder:
+    """A local output's folder, its keys as paths under it, read without Zarr and never through a link.
+
+    What a local output's zarr store (``DurableLocalStore``) and its target (``LocalTarget``)
+    share, so that a reader reads keys as the store would without importing Zarr. A folder on
+    a key's way is checked once (a folder, not a link) and remembered until :meth:`forget`.
+
+    Parameters
+    ----------
+    root : Path
+        The folder.
+    label : str
+        The output's name in errors.
+    """
+
+    def __init__(self, root: Path, label: str) -> None:
+        self.root = root
+        self.label = label
+        self._real_dirs: set[Path] = set()
+
+    def forget(self) -> None:
+        """Check every folder again on its next use (the output was cleared: its folders are made again)."""
+        self._real_dirs.clear()
+
+    def path(self, key: str, *, create: bool = False) -> Path:
+        """The path of ``key``, after checking that no folder on the way is a link (made, durably, with ``create``)."""
+        path = self.root / key
+        for parent in reversed(path.relative_to(self.root).parents[:-1]):
+            directory = self.root / parent
+            if directory in self._real_dirs:
+                continue
+            if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+                raise StoreError(
+                    f"{directory} inside {self.label} is a link or not a folder; streamacc never reads or writes "
+                    "through links inside an output: remove it, or start afresh in a new output path"
+                )
+            if not directory.exists():
+                if not create:
+                    return path
+                directory.mkdir()
+                fsync_dir(directory.parent)
+            self._real_dirs.add(directory)
+        return path
+
+    def file(self, key: str) -> Path:
+        """The path of ``key`` to read: a link there is refused (zarr's ``LocalStore`` would follow it)."""
+        path = self.path(key)
+        if path.is_symlink():
+            raise linked(path)
+        return path
+
+    def read(self, key: str, last: int | None = None) -> bytes | None:
+        """The bytes of ``key`` (its ``last`` bytes only, if given), or None where no file is there, as zarr's
+        ``LocalStore`` reads them."""
+        path = self.file(key)
+        try:
+            if last is None:
+                return path.read_bytes()
+            with path.open("rb") as file:
+                file.seek(max(0, file.seek(0, os.SEEK_END) - last))
+                return file.read()
+        except _ABSENT:
+            return None
+
+    def is_file(self, key: str) -> bool:
+        """Whether a file (not a link) is at ``key``."""
+        path = self.path(key)
+        return path.is_file() and not path.is_symlink()
+
+    def keys_under(self, prefix: str = "") -> Iterator[str]:
+        """Every key under ``prefix``, the folder walked without following a linked folder."""
+        base = self.path(prefix) if prefix else self.root  # the root itself may be a link, as to any folder
+        if base.is_dir() and (base == self.root or not base.is_symlink()):
+            for dirpath, _, filenames in os.walk(base):
+                for name in filenames:
+                    yield Path(dirpath, name).relative_to(self.root).as_posix()
+
+    def names_under(self, prefix: str = "") -> list[str]:
+        """The names directly under ``prefix`` ('' for the root), sorted: files and folders."""
+        base = self.path(prefix) if prefix else self.root
+        return sorted(os.listdir(base)) if base.is_dir() and (base == self.root or not base.is_symlink()) else []

@@ -1,39 +1,34 @@
-"""An output in a local folder: a zarr ``LocalStore`` made durable and link-safe, and what a store lacks.
+"""An output in a local folder: its keys read without Zarr, written through a durable, link-safe zarr store.
 
-zarr's ``LocalStore`` follows symbolic links and never fsyncs. :class:`DurableLocalStore` is one
-that does neither: every key it sets is written through a temp file fsynced before it is
-renamed over the key (then its folder fsynced), a key it deletes leaves its folder fsynced, and
-no key is read, written, listed or deleted through a link (an error names it instead), so that
-zarr's own store tests run over it like over any zarr store. :class:`LocalTarget` holds the
-folder through it, and adds what a store lacks: a ``flock`` on the folder, fsync of the files
-written beside the store (a block's chunks, see ``_chunks``), temp-file cleanup, clearing, and
-reads into reused memory.
+:class:`LocalTarget` reads its folder's keys itself (``LocalFolder``: as zarr's ``LocalStore``
+reads them, never through a link), so that a reader of a local output (``info``, ``overview``,
+``plot``) imports no Zarr; its zarr store (``DurableLocalStore``, imported then) is made when
+the output is first written or opened through Zarr. It adds what a store lacks: a ``flock``
+on the folder, fsync of the files written beside the store (a block's chunks, see
+``_chunks``), temp-file cleanup, clearing, and reads into reused memory.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import itertools
 import os
-import shutil
-from collections.abc import AsyncIterator, Callable, Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from zarr.abc.store import ByteRequest, Store
-from zarr.storage import LocalStore
 
 from ..errors import OutputExistsError, StoreError
 from ._files import (
     DirLock,
+    LocalFolder,
     atomic_write,
-    atomic_write as write_durably,
     find_link,
     flock_holder,
     fsync_dir,
     fsync_file,
+    linked,
     read_into,
     remove_temp_files,
     remove_tree_contents,
@@ -42,205 +37,80 @@ from ._files import (
 from ._target import Target, being_written
 
 if TYPE_CHECKING:
-    from zarr.abc.buffer import Buffer, BufferPrototype
+    from ._localstore import DurableLocalStore
 
-__all__ = ["DurableLocalStore", "LocalTarget"]
+__all__ = ["LocalTarget"]
 
-
-def _linked(path: Path) -> StoreError:
-    return StoreError(f"{path} is a link; streamacc never reads through links inside an output: remove it")
-
-
-class DurableLocalStore(LocalStore):
-    """zarr's ``LocalStore`` of a folder, whose writes and deletions are durable and which never goes through a link.
-
-    Parameters
-    ----------
-    root : str or Path
-        The folder.
-    read_only : bool
-        Whether the store is read-only.
-    label : str, optional
-        The output's name in errors (the folder's path by default).
-    """
-
-    def __init__(self, root: Path | str, *, read_only: bool = False, label: str | None = None) -> None:
-        super().__init__(root, read_only=read_only)
-        self.label = str(self.root) if label is None else label
-        self._real_dirs: set[Path] = set()
-
-    def with_read_only(self, read_only: bool = False) -> DurableLocalStore:
-        return type(self)(self.root, read_only=read_only, label=self.label)
-
-    def __repr__(self) -> str:
-        return f"DurableLocalStore('{self}')"
-
-    async def _open(self, *, mode: Any = None) -> None:
-        """Opened without making the folder, nor refusing one that does not exist (it reads as empty): the target's
-        lock makes it, and removes it again where a run wrote nothing."""
-        await Store._open(self)
-
-    async def clear(self) -> None:
-        await super().clear()
-        fsync_dir(self.root)
-        self.forget_folders()
-
-    def forget_folders(self) -> None:
-        """Check every folder again on its next use (the output was cleared: its folders are made again)."""
-        self._real_dirs.clear()
-
-    def path(self, key: str, *, create: bool = False) -> Path:
-        """The path of ``key``, after checking that no folder on the way is a link (made, durably, with ``create``)."""
-        path = self.root / key
-        for parent in reversed(path.relative_to(self.root).parents[:-1]):
-            directory = self.root / parent
-            if directory in self._real_dirs:
-                continue
-            if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
-                raise StoreError(
-                    f"{directory} inside {self.label} is a link or not a folder; streamacc never reads or writes "
-                    "through links inside an output: remove it, or start afresh in a new output path"
-                )
-            if not directory.exists():
-                if not create:
-                    return path
-                directory.mkdir()
-                fsync_dir(directory.parent)
-            self._real_dirs.add(directory)
-        return path
-
-    def _file(self, key: str) -> Path:
-        """The path of ``key`` to read: a link there is refused (``LocalStore`` would follow it)."""
-        path = self.path(key)
-        if path.is_symlink():
-            raise _linked(path)
-        return path
-
-    async def get(
-        self, key: str, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
-    ) -> Buffer | None:
-        self._file(key)
-        return await super().get(key, prototype, byte_range)
-
-    def get_sync(
-        self, key: str, *, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
-    ) -> Buffer | None:
-        self._file(key)
-        return super().get_sync(key, prototype=prototype, byte_range=byte_range)
-
-    def set_sync(self, key: str, value: Buffer) -> None:
-        self._check_writable()
-        write_durably(self.path(key, create=True), value.to_bytes())
-
-    def delete_sync(self, key: str) -> None:
-        self._check_writable()
-        self._remove(self.path(key))
-
-    async def get_partial_values(
-        self, prototype: BufferPrototype, key_ranges: Any
-    ) -> list[Buffer | None]:
-        key_ranges = list(key_ranges)
-        for key, _ in key_ranges:
-            self._file(key)
-        return await super().get_partial_values(prototype, key_ranges)
-
-    async def _set(self, key: str, value: Buffer, exclusive: bool = False) -> None:
-        """Durably (``atomic_write``: the temp file fsynced before it is renamed over the key, then its folder),
-        never through a link; ``exclusive`` leaves a key that exists alone."""
-        if not self._is_open:
-            await self._open()
-        self._check_writable()
-        path = self.path(key, create=True)
-        if exclusive and (path.exists() or path.is_symlink()):
-            raise FileExistsError(path)
-        await asyncio.to_thread(write_durably, path, value.to_bytes())
-
-    async def delete(self, key: str) -> None:
-        """The folder fsynced after, so that the removal survives a crash."""
-        self._check_writable()
-        self._remove(self.path(key))
-
-    @staticmethod
-    def _remove(path: Path) -> None:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        elif path.is_file() or path.is_symlink():
-            path.unlink()
-        else:
-            return
-        fsync_dir(path.parent)
-
-    async def delete_dir(self, prefix: str) -> None:
-        self._check_writable()
-        path = self.path(prefix)
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-            fsync_dir(path.parent)
-        elif path.is_file():
-            raise ValueError(f"delete_dir was passed a {prefix=!r} that is a file")
-
-    async def exists(self, key: str) -> bool:
-        path = self.path(key)
-        return path.is_file() and not path.is_symlink()
-
-    async def getsize(self, key: str) -> int:
-        return self._file(key).stat().st_size
-
-    def keys_under(self, prefix: str = "") -> Iterator[str]:
-        """Every key under ``prefix``, the folder walked without following a linked folder."""
-        base = self.path(prefix) if prefix else self.root  # the root itself may be a link, as to any folder
-        if base.is_dir() and (base == self.root or not base.is_symlink()):
-            for dirpath, _, filenames in os.walk(base):
-                for name in filenames:
-                    yield Path(dirpath, name).relative_to(self.root).as_posix()
-
-    async def list(self) -> AsyncIterator[str]:
-        for key in self.keys_under():
-            yield key
-
-    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
-        for key in self.keys_under(prefix.rstrip("/")):
-            yield key
-
-    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
-        base = self.path(prefix) if prefix else self.root
-        if base.is_dir() and (base == self.root or not base.is_symlink()):
-            for name in sorted(os.listdir(base)):
-                yield name
+_MAKING = threading.Lock()  # a target's store is made once, whichever of its writer threads asks first
 
 
 class LocalTarget(Target):
-    """An output in a local directory: its keys through a :class:`DurableLocalStore`, and what a store lacks."""
-
-    store: DurableLocalStore
+    """An output in a local directory: its keys read from its :class:`LocalFolder`, written through a
+    ``DurableLocalStore``, and what a store lacks."""
 
     def __init__(self, root: Path, label: str, *, read_only: bool = False) -> None:
         self.root = root
         self.label = label
-        self.store = DurableLocalStore(root, read_only=read_only, label=label)
+        self.folder = LocalFolder(root, label)
+        self._read_only = read_only
+        self._store: DurableLocalStore | None = None
         self._durable_dirs: set[Path] = set()
+
+    @property
+    def store(self) -> DurableLocalStore:  # type: ignore[override]  # an attribute elsewhere, made on first use here
+        """The folder's zarr store, made (importing Zarr) when first asked for; it shares the target's folder."""
+        if self._store is None:
+            from ._localstore import DurableLocalStore
+
+            with _MAKING:
+                if self._store is None:
+                    self._store = DurableLocalStore(
+                        self.root, read_only=self._read_only, label=self.label, folder=self.folder
+                    )
+        return self._store
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    # --- keys read without Zarr, as the store reads them ----------------------------------------
+
+    def read(self, key: str) -> bytes | None:
+        return self.folder.read(key)
+
+    def list_keys(self, prefix: str = "") -> list[str]:
+        return sorted(self.folder.keys_under(prefix.rstrip("/")))
+
+    def list_dir(self, prefix: str = "") -> list[str]:
+        return self.folder.names_under(prefix)
+
+    def size(self, key: str) -> int:
+        return self.folder.file(key).stat().st_size if self.folder.is_file(key) else 0
+
+    def tails(self, keys: list[str], size: int = 4) -> list[bytes | None]:
+        return [self.folder.read(key, last=size) for key in keys]
 
     def read_reused(self, key: str) -> Any:
         """Read into this thread's reused buffer (no fresh memory per chunk), the file's pages then dropped from the
         page cache; a file that shrank while read gives what it held, and its checksum refuses it."""
-        path = self.store.path(key)
+        path = self.folder.path(key)
         try:
             return read_into(
                 path, lambda size: scratch("read", size)[:size], follow=False, whole=False, drop_cache=True
             )
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise _linked(path) from None
+                raise linked(path) from None
             raise
 
     def write(self, key: str, data: bytes) -> None:
         """Durably, as the store writes (``atomic_write``), but called here: a key the target writes itself (a
         manifest, a record) is the ``store.atomic_write`` seam, apart from the keys zarr writes through the store."""
-        atomic_write(self.store.path(key, create=True), data)
+        atomic_write(self.folder.path(key, create=True), data)
 
     def sizes(self, prefix: str = "") -> dict[str, int]:
         """One walk of the folder, each size from its listing (no call per file), never through a link."""
-        base = self.store.path(prefix) if prefix else self.root
+        base = self.folder.path(prefix) if prefix else self.root
         found: dict[str, int] = {}
         pending = [base] if base.is_dir() and not base.is_symlink() else []
         while pending:
@@ -267,7 +137,7 @@ class LocalTarget(Target):
         return "is an empty folder, not a streamacc output" if self.root.is_dir() else "does not exist"
 
     def missing(self, key: str) -> str:
-        path = self.store.path(key)
+        path = self.folder.path(key)
         return (
             "is a folder where a file belongs: remove it" if path.is_dir() and not path.is_symlink() else "is missing"
         )
@@ -315,7 +185,7 @@ class LocalTarget(Target):
         self.delete("zarr.json")  # first: readers stop seeing the old group at once
         remove_tree_contents(self.root, {self.root / key for key in keep})
         fsync_dir(self.root)
-        self.store.forget_folders()  # the folders removed are made again, and made durable, as keys are written
+        self.folder.forget()  # the folders removed are made again, and made durable, as keys are written
         self._durable_dirs.clear()
 
     def writer(self) -> str | None:

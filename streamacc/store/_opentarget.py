@@ -1,9 +1,9 @@
 """Which target an output lives in: a local path, an fsspec URL, an Icechunk repository or a zarr store object.
 
-Above the targets: it imports each implementation (``_localtarget`` at once; ``_storetarget``
-and ``_icechunk`` once such a store is named, as they ask for its libraries), and none of
-them imports it. What names the place is checked here, before a
-target is made: the path, the URL and its ``storage_options``, and for an Icechunk
+Above the targets: it imports each implementation (``_localtarget`` at once, which imports no
+Zarr; ``_storetarget`` and ``_icechunk`` once such a store is named, as they ask for its
+libraries), and none of them imports it. What names the place is checked here, before a target
+is made: the path, the URL and its ``storage_options``, and for an Icechunk
 repository the branch a writer commits to or the ref a reader opens.
 """
 
@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ..errors import InputError, NoOutputError, StoreError, arg, one_line
 from ._localtarget import LocalTarget
-from ._storetarget import backend_missing, check_store
 from ._target import Target
 
 if TYPE_CHECKING:
@@ -111,6 +110,8 @@ def open_target(
             raise InputError(f"{arg('storage_options')} must be a dict, got {type(storage_options).__name__}")
         from zarr.storage import FsspecStore
 
+        from ._storetarget import StoreTarget, backend_missing, check_store
+
         try:
             zstore = FsspecStore.from_url(text, storage_options=storage_options, read_only=read_only)
         except ImportError:
@@ -120,8 +121,6 @@ def open_target(
                 f"cannot open {text!r}: {one_line(exc)}; check the URL and {arg('storage_options')}"
             ) from None
         check_store(zstore, text, storage_options)
-        from ._storetarget import StoreTarget
-
         return StoreTarget(zstore, text, storage_options, follow=follow)
     if storage_options:
         raise InputError(f"{arg('storage_options')} apply only to URLs such as s3://bucket/out.zarr, not to {text!r}")

@@ -26,6 +26,7 @@ from zarr.storage import StorePath
 from ..base import is_float
 from ..errors import NoOutputError, arg, one_line
 from ._chunks import ChunkWriter
+from ._codecs import compressors_for
 from ._documents import (
     PROGRESS_ATTRS,
     ArraySpec,
@@ -36,7 +37,7 @@ from ._documents import (
     plain_document,
     virtual_document,
 )
-from ._encoding import compressors_for, register_data_types
+from ._encoding import register_data_types
 from ._target import Target
 from ._zarrapi import ArrayConfig, ArrayConfigParams, ArrayV3Metadata, sync
 

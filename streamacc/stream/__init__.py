@@ -5,7 +5,12 @@ side of the callbacks and its writer threads (``_host``), the blocks' loop trace
 These are the names the public face and the tests use.
 """
 
-from ._program import pieces
-from ._stream import Stream
+from typing import TYPE_CHECKING
 
-__all__ = ["Stream", "pieces"]
+from .._lazy import lazy_face
+
+if TYPE_CHECKING:
+    from ._program import pieces as pieces
+    from ._stream import Stream as Stream
+else:  # type checkers read the imports above, and would take any name for one __getattr__ gives
+    __getattr__, __dir__, __all__ = lazy_face(__name__, __file__)

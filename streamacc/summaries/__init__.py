@@ -10,14 +10,21 @@ never JAX.
 These are the names the other wings use.
 """
 
-from ._extension import extension_tail, rebuild_stale_arrays
-from ._plain import plain_array, plain_group
-from ._pyramid import BlockPieces, level_chunks
-from ._reduce import Rows, reduce_steps
-from ._store import LISTED_GROUP, SUMMARIES, listing
-from ._summaries import Summaries, SummaryCheck, SummaryPlan, summarized_names
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "LISTED_GROUP", "SUMMARIES", "BlockPieces", "Rows", "Summaries", "SummaryCheck", "SummaryPlan", "extension_tail",
-    "level_chunks", "listing", "plain_array", "plain_group", "rebuild_stale_arrays", "reduce_steps", "summarized_names",
-]
+from .._lazy import lazy_face
+
+if TYPE_CHECKING:
+    from ._extension import extension_tail as extension_tail, rebuild_stale_arrays as rebuild_stale_arrays
+    from ._plain import plain_array as plain_array, plain_group as plain_group
+    from ._pyramid import BlockPieces as BlockPieces, level_chunks as level_chunks
+    from ._reduce import Rows as Rows, reduce_steps as reduce_steps
+    from ._store import LISTED_GROUP as LISTED_GROUP, SUMMARIES as SUMMARIES, listing as listing
+    from ._summaries import (
+        Summaries as Summaries,
+        SummaryCheck as SummaryCheck,
+        SummaryPlan as SummaryPlan,
+        summarized_names as summarized_names,
+    )
+else:  # type checkers read the imports above, and would take any name for one __getattr__ gives
+    __getattr__, __dir__, __all__ = lazy_face(__name__, __file__)
