@@ -311,8 +311,9 @@ def carry_pass(
             else:  # the block function itself (its kept rows are few): the carry has its bits by construction
                 n = stop - start
                 out = spare[n] if n in spare else fresh_buffers(plan.out_structs(n))
-                carry, spare[n], tested = run_block(plan, carry, xs, n, out, start=start)
-                k, held = found(plan, tested, spare[n], carry, start, stop)
+                carry, ys, tested = run_block(plan, carry, xs, n, out, start=start)
+                spare[n] = ys
+                k, held = found(plan, tested, ys, carry, start, stop)
                 if k is not None:
                     carry = held
         yield start, stop if k is None else start + k + 1, carry
