@@ -27,6 +27,7 @@ from ._run import (
     computes_ahead,
     from_host,
     run_plan,
+    runtime_failure,
     same_leaves,
     to_host,
 )
@@ -37,6 +38,6 @@ __all__ = [
     "POOL_MIN_BYTES", "PROBED", "Block", "BlockFailed", "BlockPool", "Carry", "Plan", "PoolStats", "Predicate",
     "ScanSpec", "Step", "Until", "as_spec", "block_function", "caller_scopes", "carry_pass", "check_memory",
     "choose_unroll", "compute_block", "compute_platform", "computes_ahead", "from_host", "iter_blocks", "jax_option",
-    "make_plan", "resize", "run_plan", "same_leaves", "scan", "step_of", "step_program", "to_host",
+    "make_plan", "resize", "run_plan", "runtime_failure", "same_leaves", "scan", "step_of", "step_program", "to_host",
     "until_block_functions", "until_of", "x64_scope",
 ]

@@ -15,15 +15,28 @@ step function can be rebuilt, and its blocks recomputed, without any code from t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from ..base import HostLeaf, as_count, interruptible
-from ..engine import Block, Plan, Predicate, ScanSpec, Step, Until, caller_scopes, make_plan, step_of, until_of
-from ..errors import InputError, ResumeError, VerifyError, arg, one_line
+from ..engine import (
+    Block,
+    BlockFailed,
+    Plan,
+    Predicate,
+    ScanSpec,
+    Step,
+    Until,
+    caller_scopes,
+    make_plan,
+    step_of,
+    until_of,
+)
+from ..errors import InputError, ResumeError, StepError, VerifyError, arg, one_line
 from ..recipes import Job, get_recipe
 from ..record import Manifest, changed_values, check_settled_root, load_manifest, same_function, trusted_manifest
 from ..store import Target, open_target
@@ -100,11 +113,33 @@ def select_blocks(committed: int, blocks: str | int) -> list[int]:
     return sorted({(2 * i * (committed - 1) + count - 1) // (2 * (count - 1)) for i in range(count)})
 
 
+@contextlib.contextmanager
+def recomputing(target: Target, manifest: Manifest) -> Iterator[None]:
+    """Raise the step failing at run time as it recomputes a block of ``target`` as the :class:`StepError` that
+    names the block and says that the output is as it was, JAX's error chained."""
+    try:
+        yield
+    except BlockFailed as exc:
+        bounds = manifest.identity.blocking.bounds()
+        index = next((k for k, (a, _) in enumerate(bounds) if a == exc.start), None)
+        steps = f"steps {exc.start} to {exc.stop}"
+        block = steps if index is None else f"block {index} ({steps})"
+        raise StepError(
+            f"the step failed at run time in {block} of {target.label} as it was recomputed ({exc.error}); the "
+            f"output is as it was ({manifest.committed_steps} steps committed): fix the cause and verify it again"
+        ) from (exc.__cause__ or exc)
+
+
 def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str | int = "all") -> VerifyReport:
     """Check ``target``'s manifest and committed blocks (all, or ``blocks`` of them).
 
     ``manifest`` is one whose structure is trusted already (:func:`trust.trusted_manifest`).
     """
+    with recomputing(target, manifest):
+        return _verify_plan(target, plan, manifest, blocks)
+
+
+def _verify_plan(target: Target, plan: Plan, manifest: Manifest, blocks: str | int) -> VerifyReport:
     plan = as_recorded(plan, manifest)
     checker = Checker(target, manifest, plan)
     checker.manifest_agrees()
@@ -201,7 +236,8 @@ def verify_repairing(
     with target.lock(arg("repair", True)):
         manifest = trusted_manifest(target)
         plan = plan_of(manifest, target.label)
-        repaired = repair_carries(target, manifest, plan)
+        with recomputing(target, manifest):
+            repaired = repair_carries(target, manifest, plan)
         report = verify_plan(target, plan, manifest, blocks=blocks)
     return dataclasses.replace(report, repaired=tuple(repaired))
 
@@ -330,6 +366,10 @@ def verify(
         wrote the output, a chunk is missing, damaged or not the one committed, a block
         does not recompute to what is stored, or the manifest, array or root metadata
         contradict each other.
+    streamacc.errors.StepError
+        The step failed at run time as a block was recomputed (a host callback raised, a
+        runtime check): the message names the block, JAX's error is its ``__cause__``; the
+        output is left as it was.
     streamacc.errors.NoOutputError
         Nothing is there, or no streamacc output.
     streamacc.errors.InputError
