@@ -306,7 +306,7 @@ class Stream:
                 refused.__cause__ = exc
                 return refused
             failing = host.failing_block() if exc is not None and runtime_failure(exc) else None
-            if failing is not None and host.output is not None:  # the step failed inside the program
+            if failing is not None and exc is not None and host.output is not None:  # the step failed in the program
                 mapped = host.session.failed(BlockFailed.of(*failing, exc))
                 if mapped is not None:
                     mapped.__cause__ = exc
