@@ -11,6 +11,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -321,6 +322,42 @@ def test_info_verify_and_resume_of_an_interrupted_output(tmp_path, capsys):
     assert_bits_equal(zarr.open_group(out)["x"][:], full)
     assert run_cli("info", out) == 0
     assert "1000 of 1000 steps committed, complete" in capsys.readouterr().out
+
+
+def test_an_interrupted_write_says_the_whole_command_that_continues_it(tmp_path, capsys, monkeypatch):
+    """The hint after Ctrl-C is a command to run as it is; and ``streamacc write OUT --resume`` alone continues the
+    run too, taking the recipe, its options and every setting from what the output records."""
+    out = tmp_path / "out.zarr"
+    given = ["--recipe", "affine", "--a", "0.25", "--size", "2**12", "--block-size", "2**10", "--save-every", "2",
+             "--time-step", "1", "--time-units", "seconds since 2000-01-01", "--codec", "zstd", "--dtype", "float32",
+             "--chunks", "512", "--no-summaries", *QUIET]  # fmt: skip
+    full = write_ok(out, *given)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(streamacc.run, "write", interrupted)  # what the write command calls
+        assert run_cli("write", out, *given, "--overwrite") == 130
+    (line,) = capsys.readouterr().err.splitlines()
+    said, command = line.split(": continue with ")
+    assert said == "streamacc: error: interrupted; committed blocks are safe"
+    assert command == shlex.join(["streamacc", "write", str(out), *given, "--resume"])
+    for continued in (shlex.split(command)[1:], ["write", str(out), "--resume"]):
+        rewind(out, 2, 2048)  # as a writer interrupted after two of its four blocks leaves it
+        root_says(out, 2048)
+        for k in (2, 3):
+            (out / "x" / "c" / str(k)).unlink()
+        assert run_cli(*continued) == 0, capsys.readouterr().err
+        assert "resumed at step 2048" in capsys.readouterr().out
+        assert_bits_equal(zarr.open_group(out)["x"][:], full)
+    assert run_cli("write", out, "--resume", "--a", "0.5") == 2  # what is given must be what the output records
+    assert "params.a: stored 0.25, now 0.5" in capsys.readouterr().err
+    assert run_cli("write", out, "--extend") == 2
+    assert capsys.readouterr().err == (
+        f"streamacc: error: --extend needs --size, the longer length to extend {out} to (it holds 4096 steps); pass "
+        "e.g. --size 8192\n"
+    )
 
 
 def test_verify_rejects_a_corrupted_chunk(tmp_path, capsys):

@@ -19,6 +19,7 @@ import contextlib
 import gc
 import logging
 import os
+import shlex
 import signal
 import sys
 import time
@@ -27,7 +28,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..base import Terminated, check_written_length, run_interruptibly
+from ..base import DEFAULT_CODEC, Terminated, check_written_length, run_interruptibly
 from ..errors import InputError, NoOutputError, OutputExistsError, ResumeError, StreamaccError, StreamaccWarning, arg
 from ..recipes import Job, Recipe, option
 from ._expr import parse_int
@@ -47,6 +48,7 @@ from ._parser import (
 
 if TYPE_CHECKING:
     from ..base import Mode
+    from ..record import RunIdentity
 from ._parser import cli_message, cli_terms
 
 __all__ = ["build_parser", "main", "storage_options"]
@@ -96,26 +98,40 @@ def _committed_steps(out: str, options: dict[str, Any] | None) -> tuple[int, int
         return 0, 0
 
 
-def _unroll(job: Job, mode: Mode, out: str, options: dict[str, Any] | None, given: int | None) -> int:
-    """The unroll given with ``--unroll``, else that of ``job`` here, or of the run it continues, where that run was
-    of the same recipe.
+def _recorded(out: str, options: dict[str, Any] | None) -> RunIdentity | None:
+    """The identity of the recipe run ``out`` holds, which a continued run takes what it is not given from; None
+    where ``out`` holds no readable run, or one written from Python (then write() itself says what is wrong)."""
+    from ..record import load_manifest
+    from ..store import open_target
+
+    try:
+        identity = load_manifest(open_target(out, storage_options=options, read_only=True)).identity
+        return identity if isinstance(identity.recipe, str) else None
+    except Exception:
+        return None
+
+
+def _dtype_name(stored: str) -> str:
+    """A dtype as the output records it (``<f4``) by the name ``--dtype`` takes (``float32``)."""
+    import numpy as np
+
+    return np.dtype(stored).name
+
+
+def _unroll(job: Job, recorded: RunIdentity | None, given: int | None) -> int:
+    """The unroll given with ``--unroll``, else that of ``job`` here, or of the run it continues (``recorded``, of
+    the same recipe).
 
     A recipe's unroll depends on the platform (``_defaults.recipe_unroll``): an output begun on a TPU is
     resumed on a CPU with the TPU's unroll, as its identity records it.
     """
     if given is not None:
         return given
-    if mode not in ("resume", "extend"):
-        return job.unroll
-    from ..record import load_manifest
-    from ..store import open_target
-
     try:
-        identity = load_manifest(open_target(out, storage_options=options, read_only=True)).identity
-        unroll = identity.blocking.unroll
-    except Exception:  # nothing readable to continue: write() itself will say what is wrong
-        return job.unroll
-    if identity.recipe != job.attrs["recipe"] or not isinstance(unroll, int) or isinstance(unroll, bool):
+        unroll = None if recorded is None else recorded.blocking.unroll
+    except (KeyError, TypeError):  # none recorded: write() itself will say what is wrong
+        unroll = None
+    if not isinstance(unroll, int) or isinstance(unroll, bool):
         return job.unroll
     return unroll
 
@@ -175,26 +191,40 @@ def _check_time_step(recipe: Recipe, params: dict[str, Any], time: dict[str, Any
 def cmd_write(args: argparse.Namespace) -> int:
     from ..recipes import check_dtype, get_recipe
 
-    recipe = get_recipe(args.recipe)
     options = storage_options(args.storage_option)
     if args.out.startswith("memory://"):
         raise InputError(
             f"OUT {args.out!r} is a store in this process's memory, which ends with the command, so nothing "
             "would be kept; write to a path or an object-store URL such as s3://bucket/out.zarr"
         )
+    mode = _mode(args)
+    stored = _recorded(args.out, options) if mode in ("resume", "extend") else None
+    recipe = get_recipe(args.recipe or (stored.recipe if stored is not None else None) or "gp")
+    recorded = stored if stored is not None and stored.recipe == recipe.name else None  # what the output says
     size = None if args.size is None else parse_int(args.size, name=arg("length"))
+    if size is None and recorded is not None and mode == "resume":
+        size = recorded.blocking.length
+    if size is None and recorded is not None and mode == "extend" and not any(p.kind == "path" for p in recipe.params):
+        longer = 2 * recorded.blocking.length
+        raise InputError(
+            f"--extend needs --size, the longer length to extend {args.out} to (it holds "
+            f"{recorded.blocking.length} steps); pass e.g. --size {longer}"
+        )
     if size is not None:
         check_written_length(size)  # write's own rule, before the recipe is asked for its steps
     block_size = None if args.block_size is None else parse_int(args.block_size, name=arg("block_size"))
     given_unroll = None if args.unroll is None else parse_int(args.unroll, name=arg("unroll"), minimum=1)
-    save_every = 1 if args.save_every is None else parse_int(args.save_every, name=arg("save_every"))
-    mode = _mode(args)
+    save_every = 1 if recorded is None else recorded.blocking.save_every
+    if args.save_every is not None:
+        save_every = parse_int(args.save_every, name=arg("save_every"))
     time_axis = time_options(args)
+    if time_axis is None and recorded is not None:
+        time_axis = recorded.time
     workers = None if args.workers is None else parse_int(args.workers, name=arg("workers"), minimum=1)
-    params = recipe_params(args, recipe)
+    params = {**(recorded.params or {} if recorded is not None else {}), **recipe_params(args, recipe)}
     _check_time_step(recipe, params, time_axis)
     check_no_overlap(args.out, params, recipe)
-    dtype = "float64" if args.dtype is None else args.dtype
+    dtype = args.dtype or ("float64" if recorded is None else _dtype_name(next(iter(recorded.arrays.values()))[0]))
     job = recipe.make(size, dtype, params, options)  # an --input URL takes the same storage options
     attrs = {**job.attrs, "dtype": check_dtype(dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
@@ -205,15 +235,17 @@ def cmd_write(args: argparse.Namespace) -> int:
     Blocking.checked(length=job.length, block_size=block_size, unroll=unroll_here, save_every=save_every)
 
     layout = Layout(
-        names=job.names, dims=job.dims, chunks=chunks_option(args.chunks), codec=args.codec, attrs=attrs,
-        array_attrs=array_attrs, time=time_axis, summaries=summary_windows(args), virtual=args.virtual,
+        names=job.names, dims=job.dims, chunks=chunks_option(args.chunks),
+        codec=args.codec or (DEFAULT_CODEC if recorded is None else recorded.codec), attrs=attrs,
+        array_attrs=array_attrs, time=time_axis, summaries=summary_windows(args),
+        virtual=args.virtual or (recorded is not None and recorded.virtual),
     )  # fmt: skip
     _enable_x64()
     from ..engine import ScanSpec, compute_platform
     from ..read import info
     from ..run import Dask, Local, cluster_client, write
 
-    unroll = _unroll(job, mode, args.out, options, given_unroll)
+    unroll = _unroll(job, recorded, given_unroll)
     spec = ScanSpec(
         job.f, job.init, job.xs, length=job.length, block_size=block_size, unroll=unroll, save_every=save_every
     )
@@ -426,8 +458,15 @@ def _interrupted(exc: BaseException, argv: list[str], *, debug: bool) -> int:
     what, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
     command = next((arg for arg in argv if not arg.startswith("-")), None)
     if command == "write":
-        what += "; committed blocks are safe: rerun with --resume to continue"
+        what += f"; committed blocks are safe: continue with {_resume_command(argv)}"
     return _fail(what, code, debug)
+
+
+def _resume_command(argv: Sequence[str]) -> str:
+    """The whole command that continues the ``streamacc`` command ``argv``, a write: the same, ``--resume`` in place
+    of its mode, quoted for a shell."""
+    kept = [a for a in argv if a not in ("--overwrite", "--resume", "--extend")]
+    return shlex.join(["streamacc", *kept, "--resume"])
 
 
 def _exit_now(code: int) -> None:

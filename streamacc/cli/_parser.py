@@ -144,7 +144,10 @@ def _add_write(sub: argparse._SubParsersAction[_Parser]) -> None:
     w.add_argument("out", metavar="OUT", help="output path or fsspec URL (a Zarr v3 group)")
     _add_storage(w, reads_input=True)
     w.add_argument("--size", help="number of steps, e.g. '2**32' (cumsum/cumprod default: the input's length)")
-    w.add_argument("--recipe", default="gp", help="recipe name (default gp; see `streamacc recipes`)")
+    w.add_argument(
+        "--recipe", default=None,
+        help="recipe name (default gp, or the output's own with --resume or --extend; see `streamacc recipes`)",
+    )  # fmt: skip
     w.add_argument(
         "--dtype", default=None,
         help="float64 (default; emulated on a TPU, where float32 --compensated is exact) or float32",
@@ -184,14 +187,19 @@ def _add_write(sub: argparse._SubParsersAction[_Parser]) -> None:
         metavar="UNITS",
         help="units of --time-step and --time-start, e.g. s, or 'seconds since 2000-01-01' for dates (CF)",
     )
-    w.add_argument("--codec", default=DEFAULT_CODEC, help=f"one of {', '.join(CODEC_NAMES)} (default {DEFAULT_CODEC})")
+    w.add_argument("--codec", default=None, help=f"one of {', '.join(CODEC_NAMES)} (default {DEFAULT_CODEC})")
     mode = w.add_mutually_exclusive_group()
     mode.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    mode.add_argument("--resume", action="store_true", help="continue an interrupted run with the same settings")
+    mode.add_argument(
+        "--resume", action="store_true",
+        help="continue an interrupted run: `streamacc write OUT --resume` alone takes the recipe, its options and "
+        "every setting the output records (any given must be the recorded ones)",
+    )  # fmt: skip
     mode.add_argument(
         "--extend",
         action="store_true",
-        help="continue a finished run to a longer --size, as one run of that length would have written it",
+        help="continue a finished run to a longer --size, as one run of that length would have written it (the "
+        "recipe, its options and the other settings are the output's own)",
     )
     w.add_argument("--no-progress", action="store_true", help="no progress bar")
     w.add_argument(
