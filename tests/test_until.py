@@ -8,6 +8,7 @@ compared at ``unroll=1``, where the step with its condition compiles to the step
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import warnings
 
@@ -184,11 +185,19 @@ def test_an_output_that_ended_holds_its_steps_alone_for_every_reader(tmp_path):
         chunks = {key: data for key, data in store_files(out).items() if key.startswith(f"{name}/c/")}
         assert chunks == {key: data for key, data in store_files(plain).items() if key.startswith(f"{name}/c/")}
     about = streamacc.info(out)
-    assert (about.complete, about.ended_at, about.committed_steps, about.total_steps) == (True, K, K + 1, 600)
+    assert (about.complete, about.ended_at, about.committed_steps, about.total_steps) == (True, K, K + 1, K + 1)
+    assert about.length == 600  # the most it could run, named apart
     assert about.until.startswith(f"{__name__}.above.<locals>.until code:")
-    assert f"{K + 1} of 600 steps committed, complete, ended on its condition at step {K}" in str(about)
+    said = f"{K + 1} of {K + 1} steps committed, complete, ended on its condition at step {K} (of at most 600 steps)"
+    assert said in str(about)
     report = streamacc.verify(out, step, INIT, XS, until=UNTIL)
     assert (report.complete, report.committed_steps, report.committed_blocks) == (True, K + 1, K // 32 + 1)
+    # one count of the run's steps everywhere: the root's, the manifest's, info's and verify's
+    root = json.loads((out / "zarr.json").read_bytes())["attributes"]
+    manifest = read_manifest(out)
+    assert root["streamacc_total_steps"] == report.total_steps == manifest["committed_steps"] == K + 1
+    assert (report.ended_at, manifest["ended_at"], report.length, manifest["identity"]["length"]) == (K, K, 600, 600)
+    assert report.total_blocks == manifest["total_blocks"] == report.committed_blocks
     assert report.summary_windows > 0
     table = streamacc.overview(out)
     assert int(table.step[-1]) <= K < int(table.step[-1]) + table.attrs["window"]

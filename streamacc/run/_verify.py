@@ -65,11 +65,13 @@ class VerifyReport:
     committed_blocks : int
         Blocks the manifest commits.
     total_blocks : int
-        Blocks of the whole run.
+        Blocks of the whole run (up to the one where it ended on its condition, if it did).
     committed_steps : int
         Steps the committed blocks hold.
     total_steps : int
-        Steps of the whole run (its ``length``).
+        Steps of the whole run: its ``length``, or, for a run that ended on its condition,
+        those up to and including the step where it did (``ended_at + 1``), as
+        :func:`streamacc.info`, the root's ``streamacc_total_steps`` and the manifest count them.
     complete : bool
         Whether the run finished.
     summary_windows : int
@@ -77,6 +79,11 @@ class VerifyReport:
     repaired : tuple of int
         The boundaries whose kept carries ``repair=True`` rebuilt before the check (0 is the
         initial carry; boundary b the carry kept after block b - 1).
+    ended_at : int or None
+        The step where the run's condition held, its last; None where it did not end on it.
+    length : int
+        The ``length`` the run was given: the most steps it runs (``total_steps`` but for a
+        run that ended on its condition).
 
     Examples
     --------
@@ -99,6 +106,8 @@ class VerifyReport:
     complete: bool
     summary_windows: int = 0  # summary rows compared with the data or with the rows below them
     repaired: tuple[int, ...] = ()  # the boundaries whose kept carries were rebuilt first
+    ended_at: int | None = None
+    length: int = 0
 
 
 def select_blocks(committed: int, blocks: str | int) -> list[int]:
@@ -160,11 +169,13 @@ def _verify_plan(target: Target, plan: Plan, manifest: Manifest, blocks: str | i
     return VerifyReport(
         tuple(chosen),
         manifest.committed_blocks,
-        plan.block_count,
+        manifest.total_blocks,
         manifest.committed_steps,
-        plan.length,
+        manifest.length,
         manifest.complete,
         0 if check is None else check.checked,
+        ended_at=manifest.ended_at,
+        length=manifest.identity.blocking.length,
     )
 
 
