@@ -219,8 +219,8 @@ def test_a_run_killed_at_any_write_of_its_end_resumes_to_the_same_files(tmp_path
     with dies_at(0, writes):
         write(tmp_path / "dry" / "out.zarr")
     records = [i for i, what in enumerate(writes) if "records_" in what]
-    end = writes.index("write c/zarr.json")  # the arrays cut after step k: the run's finish
-    assert writes[end + 1 : end + 3] == ["write sq/zarr.json", "write _streamacc/zarr.json"]
+    end = writes.index("write c/zarr.json")  # the arrays cut after step k: the run's finish, then its carries'
+    assert writes[end + 1 : end + 4] == ["write sq/zarr.json", "write leaf_0/zarr.json", "write _streamacc/zarr.json"]
     for n in [records[1] + 1, *range(records[-2] + 2, len(writes) + 1)]:
         out = tmp_path / str(n) / "out.zarr"
         with dies_at(n), pytest.raises(Exception, match=f"^{re.escape(writes[n - 1])}$"):
@@ -267,6 +267,25 @@ def test_an_output_extended_past_its_end_without_a_condition_is_the_run_of_the_w
     write(ref, until=None)
     assert_same_output(out, ref)
     assert streamacc.verify(out, step, INIT, XS).complete
+
+
+def test_an_ended_runs_kept_carries_end_with_its_blocks_and_an_older_layout_still_continues(tmp_path):
+    """The carries' arrays of a run that ended hold its blocks' boundaries alone, not its length's, so that a reader
+    walks them in a few chunks; an output of 1.1.0, whose arrays kept its length's room, reads, verifies and
+    extends as before."""
+    out, ref = tmp_path / "out.zarr", tmp_path / "ref.zarr"
+    write(out)
+    blocks = K // 32 + 1
+    carries = zarr.open_array(out / "_streamacc" / "carries" / "leaf_0", mode="r")
+    assert carries.shape == (blocks + 1,) and read_manifest(out)["total_blocks"] == blocks
+    want = [INIT, *(WHOLE["c"][32 * b - 1] for b in range(1, blocks)), WHOLE["c"][K]]  # one lax.scan's carries
+    assert_bits_equal(carries[:], np.asarray(want))
+    zarr.open_array(out / "_streamacc" / "carries" / "leaf_0", mode="r+").resize((600 // 32 + 2,))  # as 1.1.0 left it
+    assert streamacc.verify(out, step, INIT, XS, until=UNTIL).total_steps == K + 1
+    assert streamacc.info(out).committed_steps == K + 1 and streamacc.open(out).sizes["step"] == K + 1
+    assert_bits_equal(write(out, mode="extend", until=None), WHOLE["c"][-1])
+    write(ref, until=None)
+    assert_same_output(out, ref)
 
 
 def test_an_output_extended_to_less_than_its_first_length_is_the_run_of_that_length(tmp_path):

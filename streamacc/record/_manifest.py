@@ -291,9 +291,10 @@ class Manifest:
 
     @property
     def carry_boundaries(self) -> int:
-        """The boundaries its kept carries' arrays have room for: its length's blocks plus one, a run that ended on
-        its condition included (its carries were laid out before it ended)."""
-        return self.identity.blocking.block_count + 1
+        """The boundaries its kept carries' arrays have room for: its blocks plus one (those up to the one where it
+        ended on its condition, if it did: a run laid them out for its length, and cuts them to its blocks as it
+        finishes; a reader accepts either, see ``CarryArrays.metadata_problem``)."""
+        return self.blocking.block_count + 1
 
     @property
     def length(self) -> int:
