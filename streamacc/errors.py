@@ -499,5 +499,5 @@ class VerifyError(StoreError):
     Traceback (most recent call last):
     ...
     streamacc.errors.VerifyError: block 0 (steps 0-8) of damaged.zarr is bad: the stored bytes of chunk y/c/0 do not
-    match their checksum (corrupted chunk); rewrite the output with mode='overwrite'
+    match their checksum (damaged in place); rewrite the output with mode='overwrite'
     """

@@ -360,6 +360,36 @@ def test_an_interrupted_write_says_the_whole_command_that_continues_it(tmp_path,
     )
 
 
+def damage_in_place(chunk: Path) -> None:
+    """Flip a bit of ``chunk``'s bytes and leave its trailer as it was: the bytes no longer give its checksum."""
+    raw = bytearray(chunk.read_bytes())
+    raw[2] ^= 0x01
+    chunk.write_bytes(bytes(raw))
+
+
+def test_a_damaged_carry_is_said_alike_by_verify_and_extend_and_rebuilt_as_said(tmp_path, capsys):
+    """One wording for a chunk damaged in place, the command that rebuilds a carry in the command line's terms (the
+    initial carry too), and counts said in the singular where there is one."""
+    out = tmp_path / "out.zarr"
+    write_ok(out, "--size", "4096", "--block-size", "1024")
+    damage_in_place(out / "_streamacc" / "carries" / "leaf_0" / "c" / "2")
+    capsys.readouterr()
+    for argv in (["verify", out], ["write", out, "--extend", "--size", "8192", *QUIET]):
+        assert run_cli(*argv) != 0
+        err = capsys.readouterr().err
+        assert "chunk _streamacc/carries/leaf_0/c/2 do not match their checksum (damaged in place)" in err, err
+        assert "rebuild it from the blocks before it with verify and --repair" in err, err
+    assert run_cli("verify", out, "--repair") == 0
+    assert f"{out}: rebuilt 1 damaged kept carry by recomputation (after block 1)" in capsys.readouterr().out
+    damage_in_place(out / "_streamacc" / "carries" / "leaf_0" / "c" / "0")
+    assert run_cli("verify", out) == 1
+    err = capsys.readouterr().err
+    assert "the initial carry of" in err and "rebuild it with verify and --repair, which writes the run's initial " \
+           "carry again once it gives the checksums its record names" in err and "from init" not in err
+    assert run_cli("verify", out, "--blocks", "x") == 2
+    assert capsys.readouterr().err.endswith("are allowed, e.g. '16'\n")
+
+
 def test_verify_rejects_a_corrupted_chunk(tmp_path, capsys):
     out = tmp_path / "out.zarr"
     write_ok(out, "--size", "200", "--block-size", "64", "--codec", "none")

@@ -12,6 +12,8 @@ import time
 import jax
 import numpy as np
 import pytest
+from helpers import failing
+from zarr.storage import LocalStore
 
 import streamacc
 from streamacc.cli import cli_message, main
@@ -343,6 +345,16 @@ def test_a_step_failing_in_a_block_task_on_a_worker_is_a_step_error(tmp_path, da
         f"the step failed at run time in block 2 (steps 32 to 48) of {out} (ValueError: diverged at 41); "
     )
     assert "CpuCallback error" in str(caught.value.__cause__)
+
+
+def test_a_store_object_is_named_by_the_path_it_holds_not_by_zarrs_spelling_of_it(tmp_path, monkeypatch):
+    """zarr spells a ``LocalStore`` ``file://PATH``, and a wrapper of one ``wrapping-file://PATH``: messages say
+    ``PATH``, as the caller gave it."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(streamacc.errors.StoreError) as caught:
+        streamacc.write(failing("full.zarr", "y/c/1"), step, np.int32(0), length=64, block_size=16, progress=False)
+    assert str(caught.value).startswith("writing full.zarr failed after 16 of 64 steps (")
+    assert streamacc.info(LocalStore("full.zarr")).path == "full.zarr"
 
 
 def _slow(x):

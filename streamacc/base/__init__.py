@@ -104,7 +104,7 @@ from ._threads import (
     run_interruptibly,
     run_ordered,
 )
-from ._values import HostLeaf, as_count, dtype_from_name, dtype_name, is_bfloat16, is_float, numpy_float
+from ._values import HostLeaf, as_count, counted, dtype_from_name, dtype_name, is_bfloat16, is_float, numpy_float
 
 __all__ = [
     "ACCELERATORS", "ACCELERATOR_COMPENSATED_UNROLL", "ACCELERATOR_UNROLL", "ACCELERATOR_WRITE_BLOCK_BYTES",
@@ -117,9 +117,9 @@ __all__ = [
     "HostLeaf", "Interrupted", "Layout", "Mode", "Request", "ScanKeywords", "SignalWatch", "Site", "Storage",
     "Terminated", "array_dims", "as_count", "block_bounds", "block_count", "block_size_near", "block_steps",
     "check_block_size", "check_request", "check_span", "check_stop", "check_written_length", "chunk_rows",
-    "committed_span", "default_chunks", "default_windows", "divisor_at_most", "dtype_from_name", "dtype_name",
-    "interruptible", "is_bfloat16", "is_calendar", "is_float", "numpy_float", "on_own_thread", "origin", "outside",
-    "over_state", "pool_size", "recipe_unroll", "resolve_chunks", "row_step", "rows_in", "run_from",
+    "committed_span", "counted", "default_chunks", "default_windows", "divisor_at_most", "dtype_from_name",
+    "dtype_name", "interruptible", "is_bfloat16", "is_calendar", "is_float", "numpy_float", "on_own_thread", "origin",
+    "outside", "over_state", "pool_size", "recipe_unroll", "resolve_chunks", "row_step", "rows_in", "run_from",
     "run_interruptibly", "run_ordered", "stored_chunks", "stream_handover", "stream_piece_bytes", "time_attrs", "times",
     "too_long", "unrolled", "warn", "write_block_bytes",
 ]

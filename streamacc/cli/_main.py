@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..base import DEFAULT_CODEC, Terminated, check_written_length, run_interruptibly
+from ..base import DEFAULT_CODEC, Terminated, check_written_length, counted, run_interruptibly
 from ..errors import InputError, NoOutputError, OutputExistsError, ResumeError, StreamaccError, StreamaccWarning, arg
 from ..recipes import Job, Recipe, option
 from ._expr import parse_int
@@ -212,15 +212,17 @@ def cmd_write(args: argparse.Namespace) -> int:
         )
     if size is not None:
         check_written_length(size)  # write's own rule, before the recipe is asked for its steps
-    block_size = None if args.block_size is None else parse_int(args.block_size, name=arg("block_size"))
-    given_unroll = None if args.unroll is None else parse_int(args.unroll, name=arg("unroll"), minimum=1)
+    block_size = None
+    if args.block_size is not None:
+        block_size = parse_int(args.block_size, name=arg("block_size"), example="2**20")
+    given_unroll = None if args.unroll is None else parse_int(args.unroll, name=arg("unroll"), minimum=1, example="8")
     save_every = 1 if recorded is None else recorded.blocking.save_every
     if args.save_every is not None:
-        save_every = parse_int(args.save_every, name=arg("save_every"))
+        save_every = parse_int(args.save_every, name=arg("save_every"), example="10")
     time_axis = time_options(args)
     if time_axis is None and recorded is not None:
         time_axis = recorded.time
-    workers = None if args.workers is None else parse_int(args.workers, name=arg("workers"), minimum=1)
+    workers = None if args.workers is None else parse_int(args.workers, name=arg("workers"), minimum=1, example="4")
     params = {**(recorded.params or {} if recorded is not None else {}), **recipe_params(args, recipe)}
     _check_time_step(recipe, params, time_axis)
     check_no_overlap(args.out, params, recipe)
@@ -293,7 +295,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    blocks = "all" if args.blocks == "all" else parse_int(args.blocks, name=arg("blocks"), minimum=1)
+    blocks = "all" if args.blocks == "all" else parse_int(args.blocks, name=arg("blocks"), minimum=1, example="16")
     _enable_x64()
     from ..run import verify_recipe_output
 
@@ -301,7 +303,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     report = verify_recipe_output(args.out, blocks=blocks, storage_options=options, repair=args.repair)
     if report.repaired:
         which = ", ".join("the initial carry" if b == 0 else f"after block {b - 1}" for b in report.repaired)
-        _out(f"{args.out}: rebuilt {len(report.repaired)} damaged kept carries by recomputation ({which})")
+        _out(f"{args.out}: rebuilt {counted(len(report.repaired), 'damaged kept carry', 'damaged kept carries')} by "
+             f"recomputation ({which})")  # fmt: skip
     summaries = f"; {report.summary_windows} summary windows match" if report.summary_windows else ""
     committed = report.committed_blocks
     fewer = f" (the output has only {committed})" if isinstance(blocks, int) and blocks > committed else ""
@@ -338,7 +341,7 @@ def cmd_materialize(args: argparse.Namespace) -> int:
         stored = materialize(args.out, steps=steps, storage_options=options, progress=not args.no_progress)
     about = info(args.out, storage_options=options)
     _out(
-        f"{about.path}: stored the data of {stored} block(s) in {time.perf_counter() - start:.2f} s; "
+        f"{about.path}: stored the data of {counted(stored, 'block')} in {time.perf_counter() - start:.2f} s; "
         f"{about.stored_blocks} of {about.committed_blocks} committed blocks stored"
         + ("" if about.stored_blocks < about.committed_blocks else ": it reads as a plain Zarr output now")
     )

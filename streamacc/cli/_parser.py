@@ -302,7 +302,7 @@ def chunks_option(text: str | None) -> Any:
         if value == "auto":
             return "auto"
         try:
-            return parse_int(value, name="--chunks", minimum=-1)
+            return parse_int(value, name="--chunks", minimum=-1, example="4096")
         except InputError:
             raise InputError(
                 f"--chunks {text!r}: {value!r} is not a chunk length; each entry is a whole number of rows or "
@@ -335,9 +335,9 @@ def time_options(args: argparse.Namespace) -> dict[str, Any] | None:
             raise InputError("--time-start and --time-units need --time-step, the time one step takes; pass e.g. "
                              "--time-step 0.001")  # fmt: skip
         return None
-    time: dict[str, Any] = {"step": parse_number(args.time_step, name="--time-step")}
+    time: dict[str, Any] = {"step": parse_number(args.time_step, name="--time-step", example="0.001")}
     if args.time_start is not None:
-        time["start"] = parse_number(args.time_start, name="--time-start")
+        time["start"] = parse_number(args.time_start, name="--time-start", example="0")
     if args.time_units is not None:
         time["units"] = args.time_units
     return time
@@ -349,7 +349,7 @@ def summary_windows(args: argparse.Namespace) -> bool | list[int]:
         return False
     if args.summary_windows is None:
         return True
-    return [parse_int(w, name="--summary-windows", minimum=1) for w in args.summary_windows.split(",")]
+    return [parse_int(w, name="--summary-windows", minimum=1, example="4096") for w in args.summary_windows.split(",")]
 
 
 def step_range(text: str | None) -> tuple[int | None, int | None] | None:
@@ -359,7 +359,7 @@ def step_range(text: str | None) -> tuple[int | None, int | None] | None:
     a, sep, b = text.partition(":")
     if not sep:
         raise InputError(f"--steps {text!r} is not A:B; pass e.g. --steps 0:2**20 (either end may be left out)")
-    ends = [None if not part.strip() else parse_int(part, name="--steps", minimum=0) for part in (a, b)]
+    ends = [None if not p.strip() else parse_int(p, name="--steps", minimum=0, example="2**20") for p in (a, b)]
     if ends[0] is not None and ends[1] is not None and ends[0] >= ends[1]:
         raise InputError(f"--steps {text!r} is empty; pass A:B with A < B")
     return ends[0], ends[1]
