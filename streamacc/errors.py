@@ -439,11 +439,8 @@ class StepError(StreamaccError, RuntimeError):
     """The step function failed at run time, while a block was computed: an exception in a host callback, a
     runtime check (equinox's ``error_if``, diffrax's ``max_steps``), or the device itself.
 
-    Its message names the block and its steps, the steps committed before it (safe on the store), and how to
-    continue; the error JAX raised is its ``__cause__``, whichever block failed and whichever way JAX raised it
-    (a ``JaxRuntimeError``, or the ``ValueError`` of a compiled function's later calls). Also a ``RuntimeError``;
-    ``iter_blocks`` and ``scan`` raise it naming the block's steps, also as a ``jax.errors.JaxRuntimeError``, and
-    ``verify`` naming the block it recomputed.
+    Its message names the block and its steps, the steps committed before it, and how to continue; JAX's error is
+    its ``__cause__``. Also a ``RuntimeError`` (and a ``JaxRuntimeError`` from ``iter_blocks`` and ``scan``).
 
     Examples
     --------

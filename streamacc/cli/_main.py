@@ -19,7 +19,6 @@ import contextlib
 import gc
 import logging
 import os
-import shlex
 import signal
 import sys
 import time
@@ -30,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..base import DEFAULT_CODEC, Terminated, check_written_length, counted, run_interruptibly
 from ..errors import InputError, NoOutputError, OutputExistsError, ResumeError, StreamaccError, StreamaccWarning, arg
-from ..recipes import Job, Recipe, option
+from ..recipes import Recipe, option
+from ._continued import committed_steps, continued_unroll, dtype_name_of, recorded_run, resume_command
 from ._expr import parse_int
 from ._parser import (
     UsageError,
@@ -48,7 +48,6 @@ from ._parser import (
 
 if TYPE_CHECKING:
     from ..base import Mode
-    from ..record import RunIdentity
 from ._parser import cli_message, cli_terms
 
 __all__ = ["build_parser", "main", "storage_options"]
@@ -82,58 +81,6 @@ def _enable_x64() -> None:
     import jax
 
     jax.config.update("jax_enable_x64", True)  # the CLI owns its process: float64 must stay float64
-
-
-def _committed_steps(out: str, options: dict[str, Any] | None) -> tuple[int, int]:
-    """How many steps ``out`` has committed already, and the step its extension computes on from (the start of its
-    last block, which an extension writes again), from its manifest alone; 0 where it holds no readable run."""
-    from ..record import load_manifest
-    from ..store import open_target
-
-    try:
-        manifest = load_manifest(open_target(out, storage_options=options, read_only=True))
-        kept = manifest.identity.blocking.span(max(manifest.committed_blocks - 1, 0))
-        return manifest.committed_steps, kept[1] - kept[0]
-    except Exception:  # only a count for the summary line: whatever is wrong, write() itself will say
-        return 0, 0
-
-
-def _recorded(out: str, options: dict[str, Any] | None) -> RunIdentity | None:
-    """The identity of the recipe run ``out`` holds, which a continued run takes what it is not given from; None
-    where ``out`` holds no readable run, or one written from Python (then write() itself says what is wrong)."""
-    from ..record import load_manifest
-    from ..store import open_target
-
-    try:
-        identity = load_manifest(open_target(out, storage_options=options, read_only=True)).identity
-        return identity if isinstance(identity.recipe, str) else None
-    except Exception:
-        return None
-
-
-def _dtype_name(stored: str) -> str:
-    """A dtype as the output records it (``<f4``) by the name ``--dtype`` takes (``float32``)."""
-    import numpy as np
-
-    return np.dtype(stored).name
-
-
-def _unroll(job: Job, recorded: RunIdentity | None, given: int | None) -> int:
-    """The unroll given with ``--unroll``, else that of ``job`` here, or of the run it continues (``recorded``, of
-    the same recipe).
-
-    A recipe's unroll depends on the platform (``_defaults.recipe_unroll``): an output begun on a TPU is
-    resumed on a CPU with the TPU's unroll, as its identity records it.
-    """
-    if given is not None:
-        return given
-    try:
-        unroll = None if recorded is None else recorded.blocking.unroll
-    except (KeyError, TypeError):  # none recorded: write() itself will say what is wrong
-        unroll = None
-    if not isinstance(unroll, int) or isinstance(unroll, bool):
-        return job.unroll
-    return unroll
 
 
 def summary(about: Any, before: int, seconds: float, how: str = "resumed", again: int | None = None) -> str:
@@ -198,7 +145,7 @@ def cmd_write(args: argparse.Namespace) -> int:
             "would be kept; write to a path or an object-store URL such as s3://bucket/out.zarr"
         )
     mode = _mode(args)
-    stored = _recorded(args.out, options) if mode in ("resume", "extend") else None
+    stored = recorded_run(args.out, options) if mode in ("resume", "extend") else None
     recipe = get_recipe(args.recipe or (stored.recipe if stored is not None else None) or "gp")
     recorded = stored if stored is not None and stored.recipe == recipe.name else None  # what the output says
     size = None if args.size is None else parse_int(args.size, name=arg("length"))
@@ -226,7 +173,7 @@ def cmd_write(args: argparse.Namespace) -> int:
     params = {**(recorded.params or {} if recorded is not None else {}), **recipe_params(args, recipe)}
     _check_time_step(recipe, params, time_axis)
     check_no_overlap(args.out, params, recipe)
-    dtype = args.dtype or ("float64" if recorded is None else _dtype_name(next(iter(recorded.arrays.values()))[0]))
+    dtype = args.dtype or ("float64" if recorded is None else dtype_name_of(next(iter(recorded.arrays.values()))[0]))
     job = recipe.make(size, dtype, params, options)  # an --input URL takes the same storage options
     attrs = {**job.attrs, "dtype": check_dtype(dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
@@ -247,7 +194,7 @@ def cmd_write(args: argparse.Namespace) -> int:
     from ..read import info
     from ..run import Dask, Local, cluster_client, write
 
-    unroll = _unroll(job, recorded, given_unroll)
+    unroll = continued_unroll(job, recorded, given_unroll)
     spec = ScanSpec(
         job.f, job.init, job.xs, length=job.length, block_size=block_size, unroll=unroll, save_every=save_every
     )
@@ -256,7 +203,7 @@ def cmd_write(args: argparse.Namespace) -> int:
             "float64, the default --dtype, is emulated on a TPU, many times slower than float32; "
             "--dtype float32 --compensated is the chip's exact mode (errors within an ulp of the exact values)"
         )
-    before, again = _committed_steps(args.out, options) if mode in ("resume", "extend") else (0, 0)
+    before, again = committed_steps(args.out, options) if mode in ("resume", "extend") else (0, 0)
     start = time.perf_counter()
     gc.freeze()  # the CLI owns its process: spare the collector the objects that live for the whole run
     with _warnings_as_messages(args.debug), cluster_client(workers, args.scheduler) as client:
@@ -461,15 +408,8 @@ def _interrupted(exc: BaseException, argv: list[str], *, debug: bool) -> int:
     what, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
     command = next((arg for arg in argv if not arg.startswith("-")), None)
     if command == "write":
-        what += f"; committed blocks are safe: continue with {_resume_command(argv)}"
+        what += f"; committed blocks are safe: continue with {resume_command(argv)}"
     return _fail(what, code, debug)
-
-
-def _resume_command(argv: Sequence[str]) -> str:
-    """The whole command that continues the ``streamacc`` command ``argv``, a write: the same, ``--resume`` in place
-    of its mode, quoted for a shell."""
-    kept = [a for a in argv if a not in ("--overwrite", "--resume", "--extend")]
-    return shlex.join(["streamacc", *kept, "--resume"])
 
 
 def _exit_now(code: int) -> None:

@@ -291,9 +291,8 @@ class Manifest:
 
     @property
     def carry_boundaries(self) -> int:
-        """The boundaries its kept carries' arrays have room for: its blocks plus one (those up to the one where it
-        ended on its condition, if it did: a run laid them out for its length, and cuts them to its blocks as it
-        finishes; a reader accepts either, see ``CarryArrays.metadata_problem``)."""
+        """The boundaries its kept carries' arrays have room for: its blocks plus one (a run that ended on its
+        condition cuts them to its own as it finishes; readers accept its length's, as 1.1.0 left them)."""
         return self.blocking.block_count + 1
 
     @property
