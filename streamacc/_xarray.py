@@ -227,7 +227,9 @@ class TimeIndex(CoordinateTransformIndex):
         return self.transform.step_labels()  # the steps its rows hold, lazily: the times would be materialised
 
     def isel(self, indexers: Mapping[Any, Any]) -> TimeIndex | None:
-        key = indexers[self.dim]
+        key = indexers.get(self.dim)
+        if key is None:  # its coordinate on another dimension (swap_dims keeps the index): it selects no more
+            return None
         if isinstance(key, xr.Variable):
             if key.ndim != 1:
                 return None
