@@ -1,13 +1,19 @@
-"""xarray's side of ``streamacc.open``: the ``step`` (and ``time``) index, and a virtual output's recomputed arrays.
+"""xarray's side of ``streamacc.open``: the ``step`` and ``time`` indexes, and a virtual output's recomputed arrays.
 
 Output row ``p`` of a run holds step ``first + p * stride`` (``row_step`` of
 ``base/_blocking``: ``stride`` is ``save_every``), and with a time axis the time
-``start + step * dt``. :class:`StepIndex` is an xarray index over those two coordinates
-that never materialises their labels: ``sel`` by label, slice or array (exact, or with
-``method='nearest'``, ``'pad'``, ``'backfill'``), ``.loc``, ``isel``, ``where(...,
-drop=True)`` and ``concat`` along ``step`` all work by integer arithmetic, exact up to
-2**63 - 1. A selection that is no longer evenly spaced (``where``, a list of steps)
-keeps its labels explicitly: only the rows selected.
+``start + step * dt``. ``step`` is indexed by xarray's own ``PandasIndex`` over pandas'
+``RangeIndex`` (:class:`~streamacc._steps.Steps`, lazy and exact), so that it aligns,
+reindexes, concatenates and swaps with any pandas-indexed ``step`` as the labels
+materialised would. ``time`` has an index of its own, :class:`TimeIndex`, which never
+materialises its labels: ``sel`` by time, slice or array (exact, or with
+``method='nearest'``, ``'pad'``, ``'backfill'``) works on the few rows around each label,
+found by arithmetic; ``isel``, ``where(..., drop=True)``, ``concat`` and alignment along
+``step`` keep it in step with the steps. (xarray reindexes a dimension with two indexes only
+where every object has both: to align along ``step`` with an object without a ``time``
+index, or to swap ``step`` for ``time``, drop it first, ``ds.drop_indexes("time")``.) A
+selection that is no longer evenly spaced keeps its labels explicitly: only the rows
+selected.
 
 A virtual output's arrays as xarray reads them: recomputed blocks handed over as they lie.
 
@@ -36,8 +42,9 @@ from xarray.backends import BackendArray
 # (explicit_indexing_adapter, LazilyIndexedArray) as xarray's own backends use it: the index and backend APIs
 # document them, but xarray exports them from no public module.
 from xarray.core import indexing
-from xarray.indexes import CoordinateTransform, CoordinateTransformIndex
+from xarray.indexes import CoordinateTransform, CoordinateTransformIndex, PandasIndex
 
+from ._steps import Steps
 from .base import is_calendar, row_step, times
 from .store import register_data_types
 
@@ -50,30 +57,44 @@ class BlockSource(Protocol):
 
     def block_rows(self, name: str, start: int, stop: int) -> np.ndarray | None: ...
 
-__all__ = ["StepIndex", "StepTransform", "recomputed_variables"]
+
+
+__all__ = ["StepTransform", "TimeIndex", "recomputed_variables", "step_coordinates"]
 
 
 STEP, TIME = "step", "time"
 
 
+def step_coordinates(start: int, stop: int, save_every: int, time: Mapping[str, Any] | None) -> xr.Coordinates:
+    """The ``step`` (and ``time``) coordinates of output rows ``[start, stop)`` of a run that keeps every
+    ``save_every``-th step: ``step`` in a ``PandasIndex`` over :class:`Steps`, ``time`` in a :class:`TimeIndex`."""
+    first, size = row_step(start, save_every), max(0, stop - start)
+    index = PandasIndex(Steps(first, first + size * save_every, save_every, name=STEP), STEP)
+    variables = index.create_variables()
+    variables[STEP].attrs.update(_default_attrs(STEP, None))
+    coords = xr.Coordinates(variables, indexes={STEP: index})
+    if time:
+        coords = coords.assign(xr.Coordinates.from_xindex(TimeIndex.for_rows(start, stop, save_every, time)))
+    return coords
+
+
 class StepTransform(CoordinateTransform):
-    """Row positions to step labels (int64, exact) and, with a time axis, to times.
+    """Row positions to times, through the steps the rows hold (exact int64 labels).
 
     Evenly spaced (``first + p * stride``) unless ``labels`` holds them explicitly.
     """
 
     def __init__(
-        self, first: int, stride: int, size: int, time: Mapping[str, Any] | None, labels: np.ndarray | None = None
+        self, first: int, stride: int, size: int, time: Mapping[str, Any], labels: np.ndarray | None = None
     ) -> None:
-        names = (STEP, TIME) if time else (STEP,)
-        super().__init__(names, {STEP: size}, dtype=np.dtype(np.int64))
+        time_dtype = np.dtype("datetime64[ns]") if is_calendar(time["units"]) else np.dtype(np.float64)
+        super().__init__((TIME,), {STEP: size}, dtype=time_dtype)
         self.first, self.stride, self.time, self.labels = int(first), int(stride), time, labels
-        time_dtype = np.dtype("datetime64[ns]") if time and is_calendar(time["units"]) else np.dtype(np.float64)
-        self.dtypes: dict[Hashable, np.dtype[Any]] = {STEP: np.dtype(np.int64), TIME: time_dtype}
+        self.dtypes: dict[Hashable, np.dtype[Any]] = {TIME: time_dtype}
 
     @property
     def size(self) -> int:
-        return self.dim_size[STEP]
+        return self.dim_size[self.dims[0]]
 
     def steps(self, positions: Any) -> np.ndarray:
         rows = np.asarray(positions, dtype=np.int64)
@@ -82,17 +103,7 @@ class StepTransform(CoordinateTransform):
         return self.first + rows * self.stride
 
     def forward(self, dim_positions: dict[str, Any]) -> dict[Hashable, Any]:
-        steps = self.steps(dim_positions[STEP])
-        out: dict[Hashable, Any] = {STEP: steps}
-        if self.time:
-            out[TIME] = times(steps, self.time)
-        return out
-
-    def reverse(self, coord_labels: dict[Hashable, Any]) -> dict[str, Any]:
-        steps = np.asarray(coord_labels[STEP])
-        if self.labels is not None:
-            return {STEP: pd.Index(self.labels).get_indexer(steps)}
-        return {STEP: (steps - self.first) / self.stride}
+        return {name: times(self.steps(dim_positions[self.dims[0]]), self.time) for name in self.coord_names}
 
     def equals(self, other: CoordinateTransform, **kwargs: Any) -> bool:
         if not isinstance(other, StepTransform) or self.time != other.time or self.size != other.size:
@@ -109,6 +120,14 @@ class StepTransform(CoordinateTransform):
         if self.labels is None:
             return self.first, self.stride
         return _progression(self.labels)
+
+    def step_labels(self) -> pd.Index:
+        """The steps of its rows as pandas holds them: :class:`Steps` where evenly spaced."""
+        spaced = self.regular()
+        if spaced is None:
+            return pd.Index(self.all_steps(), name=STEP)
+        first, stride = spaced
+        return Steps(first, first + self.size * stride, stride, name=STEP)
 
     def subset(self, positions: Any) -> StepTransform:
         """The transform of the rows at ``positions`` (a slice or an integer array), evenly spaced where possible."""
@@ -133,8 +152,11 @@ def _progression(steps: np.ndarray) -> tuple[int, int] | None:
     return int(steps[0]), stride
 
 
-def from_steps(steps: np.ndarray, time: Mapping[str, Any] | None) -> StepTransform:
-    """A transform for the step labels ``steps``: evenly spaced (kept as two numbers) or explicit."""
+def from_steps(steps: Any, time: Mapping[str, Any]) -> StepTransform:
+    """A transform for the step labels ``steps`` (an array, or a pandas index): evenly spaced (kept as two numbers,
+    never materialised from a ``RangeIndex``) or explicit."""
+    if isinstance(steps, pd.RangeIndex):
+        return StepTransform(steps.start, steps.step if len(steps) > 1 else 1, len(steps), time)
     steps = np.asarray(steps, dtype=np.int64)
     spaced = _progression(steps)
     if spaced is not None:
@@ -143,7 +165,7 @@ def from_steps(steps: np.ndarray, time: Mapping[str, Any] | None) -> StepTransfo
 
 
 class _LazyCoordinate(indexing.CoordinateTransformIndexingAdapter):
-    """xarray's lazy coordinate array, with each coordinate's own dtype (int64 steps, float or date times).
+    """xarray's lazy coordinate array, with each coordinate's own dtype (float or date times).
 
     It holds no values, and says so: a Dataset of 2**32 steps does not count 32 GiB of labels
     in its size.
@@ -158,21 +180,6 @@ class _LazyCoordinate(indexing.CoordinateTransformIndexingAdapter):
     @property
     def nbytes(self) -> int:
         return 0
-
-
-def _exact_int(value: Any, what: str) -> int:
-    """``value`` as an exact integer step label, or a KeyError (as pandas raises for a missing label)."""
-    if isinstance(value, (bool, np.bool_)):
-        raise KeyError(f"{what} {value!r} is not a step label")
-    try:
-        if isinstance(value, (int, np.integer)):
-            return int(value)
-        number = float(value)
-    except (TypeError, ValueError):
-        raise KeyError(f"{what} {value!r} is not a step label; steps are integers") from None
-    if not math.isfinite(number) or number != int(number):
-        raise KeyError(f"{what} {value!r} is not a step label; steps are integers (use method='nearest')")
-    return int(number)
 
 
 def _indexer(name: str, values: np.ndarray, labels: np.ndarray, method: str | None, tolerance: Any) -> np.ndarray:
@@ -192,8 +199,8 @@ def _indexer(name: str, values: np.ndarray, labels: np.ndarray, method: str | No
     return found
 
 
-class StepIndex(CoordinateTransformIndex):
-    """The index of ``streamacc.open``'s ``step`` coordinate (and ``time``, with a time axis)."""
+class TimeIndex(CoordinateTransformIndex):
+    """The index of ``streamacc.open``'s ``time`` coordinate (with a time axis), along ``step``."""
 
     transform: StepTransform
 
@@ -201,43 +208,42 @@ class StepIndex(CoordinateTransformIndex):
         super().__init__(transform)
 
     @classmethod
-    def for_rows(cls, start: int, stop: int, save_every: int, time: Mapping[str, Any] | None) -> StepIndex:
-        """The index of output rows ``[start, stop)`` of a run that keeps every ``save_every``-th step."""
+    def for_rows(cls, start: int, stop: int, save_every: int, time: Mapping[str, Any]) -> TimeIndex:
+        """The index of the times of output rows ``[start, stop)`` of a run that keeps every ``save_every``-th step."""
         return cls(StepTransform(row_step(start, save_every), save_every, max(0, stop - start), time))
+
+    @property
+    def dim(self) -> str:
+        return self.transform.dims[0]
 
     def create_variables(self, variables: Mapping[Any, xr.Variable] | None = None) -> dict[Hashable, xr.Variable]:
         out = {}
         for name in self.transform.coord_names:
             attrs = dict(variables[name].attrs) if variables and name in variables else _default_attrs(name, self)
-            out[name] = xr.Variable((STEP,), _LazyCoordinate(self.transform, name, (STEP,)), attrs=attrs)
+            out[name] = xr.Variable((self.dim,), _LazyCoordinate(self.transform, name, (self.dim,)), attrs=attrs)
         return out
 
     def to_pandas_index(self) -> pd.Index:
-        spaced = self.transform.regular()
-        if spaced is None:
-            return pd.Index(self.transform.all_steps(), name=STEP)
-        first, stride = spaced
-        last = first + (self.transform.size - 1) * stride
-        return pd.RangeIndex(first, last + (1 if stride > 0 else -1), stride, name=STEP)  # lazy and exact
+        return self.transform.step_labels()  # the steps its rows hold, lazily: the times would be materialised
 
-    def isel(self, indexers: Mapping[Any, Any]) -> StepIndex | None:
-        key = indexers[STEP]
+    def isel(self, indexers: Mapping[Any, Any]) -> TimeIndex | None:
+        key = indexers.get(self.dim)
+        if key is None:  # its coordinate on another dimension (swap_dims keeps the index): it selects no more
+            return None
         if isinstance(key, xr.Variable):
             if key.ndim != 1:
                 return None
             key = key.values
         if isinstance(key, slice):
-            return StepIndex(self.transform.subset(key))
+            return TimeIndex(self.transform.subset(key))
         key = np.asarray(key)
         if key.ndim != 1:
             return None  # a scalar drops the dimension, and its index with it
         if key.dtype == bool:
             key = np.flatnonzero(key)
-        return StepIndex(self.transform.subset(np.where(key < 0, key + self.transform.size, key)))
+        return TimeIndex(self.transform.subset(np.where(key < 0, key + self.transform.size, key)))
 
     def sel(self, labels: dict[Any, Any], method: str | None = None, tolerance: Any = None) -> indexing.IndexSelResult:
-        if len(labels) != 1:
-            raise ValueError(f"select by {STEP!r} or by {TIME!r}, not both at once")
         ((name, label),) = labels.items()
         dims = None
         if isinstance(label, (xr.DataArray, xr.Variable)):
@@ -245,43 +251,27 @@ class StepIndex(CoordinateTransformIndex):
         if isinstance(label, slice):
             if method is not None or tolerance is not None:
                 raise ValueError("a slice selects by label range; it takes no method or tolerance")
-            return indexing.IndexSelResult({STEP: self._slice(name, label)})
-        positions = self._positions(name, np.asarray(label), method, tolerance)
+            return indexing.IndexSelResult({self.dim: self._slice(name, label)})
+        positions = self._by_pandas(name, np.asarray(label), method, tolerance)
         if dims is not None:
-            return indexing.IndexSelResult({STEP: xr.Variable(dims, positions)})
+            return indexing.IndexSelResult({self.dim: xr.Variable(dims, positions)})
         if positions.ndim == 0:
-            return indexing.IndexSelResult({STEP: int(positions)})
-        return indexing.IndexSelResult({STEP: positions})
+            return indexing.IndexSelResult({self.dim: int(positions)})
+        return indexing.IndexSelResult({self.dim: positions})
 
     # --- label arithmetic ------------------------------------------------------------------
 
-    def _fractional(self, name: str, values: np.ndarray) -> np.ndarray:
-        """Fractional row positions of step labels or times (regular transforms only)."""
+    def _fractional(self, values: np.ndarray) -> np.ndarray:
+        """Fractional row positions of times (regular transforms only)."""
         t = self.transform
-        if name == TIME:
-            time = _axis(t)
-            values = _time_offsets(values, time)
-            values = (values - time["start"]) / time["step"]
-        return (np.asarray(values, dtype=np.float64) - t.first) / t.stride
-
-    def _positions(self, name: str, labels: np.ndarray, method: str | None, tolerance: Any) -> np.ndarray:
-        t = self.transform
-        if name == TIME or t.labels is not None or method is not None or labels.dtype.kind not in "iuf":
-            return self._by_pandas(name, labels, method, tolerance)
-        flat = [_exact_int(v, name) for v in labels.reshape(-1)]
-        out = []
-        for step in flat:
-            p, off = divmod(step - t.first, t.stride)
-            if off or not 0 <= p < t.size:
-                raise KeyError(f"step {step} is not in the index: it holds steps {self._describe()}")
-            out.append(p)
-        return np.asarray(out, dtype=np.int64).reshape(labels.shape)
+        offsets = (_time_offsets(values, t.time) - t.time["start"]) / t.time["step"]
+        return (np.asarray(offsets, dtype=np.float64) - t.first) / t.stride
 
     def _by_pandas(self, name: str, labels: np.ndarray, method: str | None, tolerance: Any) -> np.ndarray:
-        """Positions through pandas: explicit labels, times, and inexact methods, each label on a few rows."""
+        """Positions through pandas, each label on the few rows around it (all rows for explicit labels)."""
         t = self.transform
         flat = labels.reshape(-1)
-        if name == TIME and is_calendar(_axis(t)["units"]):
+        if is_calendar(t.time["units"]):
             flat = pd.to_datetime(flat).values
         if t.labels is None and flat.dtype.kind == "O":
             with contextlib.suppress(TypeError, ValueError):
@@ -289,99 +279,86 @@ class StepIndex(CoordinateTransformIndex):
         if t.labels is None and flat.dtype.kind not in "iufM":  # never a label: say so before building any
             raise KeyError(
                 f"{name} {flat[0].item()!r} is not in the index: its labels are numbers (it holds {name}s "
-                f"{self._describe(name)}); pass a number"
+                f"{self._describe()}); pass a number"
             )
         found: np.ndarray
         if t.labels is not None or flat.dtype.kind not in "iufM":
-            found = _indexer(name, self._values(name, range(t.size)), flat, method, tolerance)
+            found = _indexer(name, self._values(range(t.size)), flat, method, tolerance)
         else:
             found = np.empty(len(flat), dtype=np.int64)
             for i, value in enumerate(flat):  # the rows around each label, found by arithmetic, decide it
-                rows = self._around(name, value)
-                hit = _indexer(name, self._values(name, rows), np.asarray([value]), method, tolerance)[0]
+                rows = self._around(value)
+                hit = _indexer(name, self._values(rows), np.asarray([value]), method, tolerance)[0]
                 found[i] = -1 if hit < 0 else hit + rows.start
         if (found < 0).any():
             missing = flat[found < 0][0]
-            raise KeyError(f"{name} {missing!r} is not in the index (it holds {name}s {self._describe(name)}); pass "
+            raise KeyError(f"{name} {missing!r} is not in the index (it holds {name}s {self._describe()}); pass "
                            "method='nearest' to select the closest")  # fmt: skip
         return found.reshape(labels.shape)
 
-    def _around(self, name: str, value: Any) -> range:
-        """The few rows around where ``value`` falls (exact integer arithmetic for a step label)."""
+    def _around(self, value: Any) -> range:
+        """The few rows around where the time ``value`` falls."""
         t = self.transform
         if t.size == 0:
             return range(0)
-        if name == STEP and isinstance(value, (int, np.integer)):
-            centre = (int(value) - t.first) // t.stride
-        else:
-            frac = float(self._fractional(name, np.asarray([value]))[0])
-            if not math.isfinite(frac):
-                return range(0)
-            centre = math.floor(frac)
-        centre = min(max(centre, 0), t.size - 1)
+        frac = float(self._fractional(np.asarray([value]))[0])
+        if not math.isfinite(frac):
+            return range(0)
+        centre = min(max(math.floor(frac), 0), t.size - 1)
         return range(max(0, centre - 1), min(t.size, centre + 3))
 
-    def _values(self, name: str, rows: range) -> np.ndarray:
-        values: np.ndarray = self.transform.forward({STEP: np.arange(rows.start, rows.stop)})[name]
+    def _values(self, rows: range) -> np.ndarray:
+        values: np.ndarray = self.transform.forward({self.dim: np.arange(rows.start, rows.stop)})[TIME]
         return values
 
     def _slice(self, name: str, label: slice) -> slice:
-        """The rows whose label lies in ``label`` (both ends included, as pandas slices by label)."""
+        """The rows whose time lies in ``label`` (both ends included, as pandas slices by label)."""
         t = self.transform
         if t.labels is not None:
-            rows: slice = pd.Index(self._values(name, range(t.size))).slice_indexer(label.start, label.stop, label.step)
+            rows: slice = pd.Index(self._values(range(t.size))).slice_indexer(label.start, label.stop, label.step)
             return rows
-        lo = 0 if label.start is None else self._bound(name, label.start, first=True)
-        hi = t.size if label.stop is None else self._bound(name, label.stop, first=False)
+        lo = 0 if label.start is None else self._bound(label.start, first=True)
+        hi = t.size if label.stop is None else self._bound(label.stop, first=False)
         lo, hi = min(max(lo, 0), t.size), min(max(hi, 0), t.size)
         step = 1 if label.step is None else label.step  # as pandas: a label slice's step counts rows
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 1:
             raise ValueError(f"a label slice's step counts rows and must be a positive integer, got {label.step!r}")
         return slice(lo, max(lo, hi), int(step))
 
-    def _bound(self, name: str, value: Any, *, first: bool) -> int:
-        """The first row at or past ``value`` in index order (``first``), or one past the last row before it."""
+    def _bound(self, value: Any, *, first: bool) -> int:
+        """The first row at or past the time ``value`` in index order (``first``), or one past the last before it:
+        found among the few rows around the arithmetic guess, on the values themselves."""
         t = self.transform
-        if name == STEP and not isinstance(value, float):
-            offset = _exact_int(value, "slice bound") - t.first
-            return -((-offset) // t.stride) if first else offset // t.stride + 1
-        # floats: find the bound among the few rows around the arithmetic guess, on the values themselves
-        frac = float(self._fractional(name, np.asarray([value]))[0])
+        frac = float(self._fractional(np.asarray([value]))[0])
         if not math.isfinite(frac):
             return 0 if (frac < 0) == first else t.size
         centre = min(max(math.floor(frac), 0), max(t.size - 1, 0))
         rows = range(max(0, centre - 2), min(t.size, centre + 3))
-        values, target = self._values(name, rows), np.asarray([value])
-        if name == TIME:
-            values, target = _time_offsets(values, _axis(t)), _time_offsets(target, _axis(t))
+        values, target = _time_offsets(self._values(rows), t.time), _time_offsets(np.asarray([value]), t.time)
         ordered, bound = np.asarray(values, dtype=np.float64), float(target[0])
         if len(ordered) > 1 and ordered[-1] < ordered[0]:  # descending labels: pandas slices from high to low
             ordered, bound = -ordered, -bound
         found = int(np.searchsorted(ordered, bound, side="left" if first else "right"))
         return rows.start + found
 
-    def _describe(self, name: str = STEP) -> str:
+    def _describe(self) -> str:
         t = self.transform
         if t.size == 0:
             return "none"
-        first, last = self._values(name, range(0, 1))[0], self._values(name, range(t.size - 1, t.size))[0]
-        spaced = t.regular()
-        every = f" every {spaced[1]}" if spaced and name == STEP and spaced[1] != 1 else ""
-        return f"{first} to {last}{every}"
+        return f"{self._values(range(0, 1))[0]} to {self._values(range(t.size - 1, t.size))[0]}"
 
-    # --- combining -------------------------------------------------------------------------
+    # --- combining: by the steps the rows hold, as the step index combines -------------------
 
     def equals(self, other: Any, *, exclude: frozenset[Hashable] | None = None, **kwargs: Any) -> bool:
-        return isinstance(other, StepIndex) and self.transform.equals(other.transform)
+        return isinstance(other, TimeIndex) and self.transform.equals(other.transform)
 
     @classmethod
     def concat(
-        cls, indexes: Sequence[StepIndex], dim: Hashable, positions: Iterable[Iterable[int]] | None = None
-    ) -> StepIndex:
-        if dim != STEP or positions is not None:
-            raise NotImplementedError(f"StepIndex concatenates along {STEP!r} only, in order")
-        times_of = {repr(ix.transform.time) for ix in indexes}
-        if len(times_of) > 1:
+        cls, indexes: Sequence[TimeIndex], dim: Hashable, positions: Iterable[Iterable[int]] | None = None
+    ) -> TimeIndex:
+        if positions is not None or any(ix.dim != dim for ix in indexes):
+            raise NotImplementedError(f"TimeIndex concatenates along its dimension ({STEP!r}) only, in order")
+        if len({repr(ix.transform.time) for ix in indexes}) > 1:
             raise ValueError("cannot concatenate outputs with different time axes along 'step'")
         time = indexes[0].transform.time
         spaced = [ix.transform.regular() for ix in indexes if ix.transform.size]
@@ -398,18 +375,20 @@ class StepIndex(CoordinateTransformIndex):
         steps = np.concatenate([ix.transform.all_steps() for ix in indexes]) if indexes else np.zeros(0, np.int64)
         return cls(from_steps(steps, time))
 
-    def join(self, other: StepIndex, how: str = "inner") -> StepIndex:
-        joined = self.to_pandas_index().join(other.to_pandas_index(), how=how)
-        return StepIndex(from_steps(np.asarray(joined), self.transform.time))
+    def join(self, other: TimeIndex, how: str = "inner") -> TimeIndex:
+        mine, theirs = self.transform.step_labels(), other.transform.step_labels()
+        joined = mine.union(theirs) if how == "outer" else mine.intersection(theirs)  # as a PandasIndex joins
+        return TimeIndex(from_steps(joined, self.transform.time))
 
-    def reindex_like(self, other: StepIndex) -> dict[Hashable, Any]:
-        return {STEP: self.to_pandas_index().get_indexer(other.to_pandas_index())}
+    def reindex_like(self, other: TimeIndex, method: str | None = None, tolerance: Any = None) -> dict[Hashable, Any]:
+        mine, theirs = self.transform.step_labels(), other.transform.step_labels()
+        return {self.dim: mine.get_indexer(np.asarray(theirs), method=method, tolerance=tolerance)}
 
     def _repr_inline_(self, max_width: int) -> str:
-        return f"StepIndex (steps {self._describe()})"
+        return f"TimeIndex ({self._describe()})"
 
     def __repr__(self) -> str:
-        return f"StepIndex(steps {self._describe()}, size={self.transform.size})"
+        return f"TimeIndex({self._describe()}, size={self.transform.size})"
 
 
 def _time_offsets(values: np.ndarray, time: Mapping[str, Any]) -> np.ndarray:
@@ -423,19 +402,13 @@ def _time_offsets(values: np.ndarray, time: Mapping[str, Any]) -> np.ndarray:
     return np.asarray(encode_cf_datetime(dates, time["units"], calendar, dtype=np.dtype(np.float64))[0])
 
 
-def _axis(transform: StepTransform) -> Mapping[str, Any]:
-    """The time axis of a transform selected by time (it has a ``time`` coordinate only with one)."""
-    assert transform.time is not None
-    return transform.time
-
-
-def _default_attrs(name: Hashable, index: StepIndex) -> dict[str, Any]:
-    t = index.transform
-    if name == STEP:
+def _default_attrs(name: Hashable, index: TimeIndex | None) -> dict[str, Any]:
+    if name == STEP or index is None:
         return {"long_name": "step of the scan whose output this row holds"}
+    time = index.transform.time
     attrs: dict[str, Any] = {"standard_name": "time", "long_name": "time"}
-    if t.time and not is_calendar(t.time["units"]) and t.time["units"]:
-        attrs["units"] = t.time["units"]
+    if not is_calendar(time["units"]) and time["units"]:
+        attrs["units"] = time["units"]
     return attrs
 
 

@@ -439,8 +439,8 @@ class StepError(StreamaccError, RuntimeError):
     """The step function failed at run time, while a block was computed: an exception in a host callback, a
     runtime check (equinox's ``error_if``, diffrax's ``max_steps``), or the device itself.
 
-    Its message names the block and its steps, the steps committed before it (safe on the store), and how to
-    continue; the error JAX raised is its ``__cause__``. Also a ``RuntimeError``.
+    Its message names the block and its steps, the steps committed before it, and how to continue; JAX's error is
+    its ``__cause__``. Also a ``RuntimeError`` (and a ``JaxRuntimeError`` from ``iter_blocks`` and ``scan``).
 
     Examples
     --------
@@ -496,5 +496,5 @@ class VerifyError(StoreError):
     Traceback (most recent call last):
     ...
     streamacc.errors.VerifyError: block 0 (steps 0-8) of damaged.zarr is bad: the stored bytes of chunk y/c/0 do not
-    match their checksum (corrupted chunk); rewrite the output with mode='overwrite'
+    match their checksum (damaged in place); rewrite the output with mode='overwrite'
     """

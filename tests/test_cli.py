@@ -11,6 +11,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -321,6 +322,72 @@ def test_info_verify_and_resume_of_an_interrupted_output(tmp_path, capsys):
     assert_bits_equal(zarr.open_group(out)["x"][:], full)
     assert run_cli("info", out) == 0
     assert "1000 of 1000 steps committed, complete" in capsys.readouterr().out
+
+
+def test_an_interrupted_write_says_the_whole_command_that_continues_it(tmp_path, capsys, monkeypatch):
+    """The hint after Ctrl-C is a command to run as it is; and ``streamacc write OUT --resume`` alone continues the
+    run too, taking the recipe, its options and every setting from what the output records."""
+    out = tmp_path / "out.zarr"
+    given = ["--recipe", "affine", "--a", "0.25", "--size", "2**12", "--block-size", "2**10", "--save-every", "2",
+             "--time-step", "1", "--time-units", "seconds since 2000-01-01", "--codec", "zstd", "--dtype", "float32",
+             "--chunks", "512", "--no-summaries", *QUIET]  # fmt: skip
+    full = write_ok(out, *given)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(streamacc.run, "write", interrupted)  # what the write command calls
+        assert run_cli("write", out, *given, "--overwrite") == 130
+    (line,) = capsys.readouterr().err.splitlines()
+    said, command = line.split(": continue with ")
+    assert said == "streamacc: error: interrupted; committed blocks are safe"
+    assert command == shlex.join(["streamacc", "write", str(out), *given, "--resume"])
+    for continued in (shlex.split(command)[1:], ["write", str(out), "--resume"]):
+        rewind(out, 2, 2048)  # as a writer interrupted after two of its four blocks leaves it
+        root_says(out, 2048)
+        for k in (2, 3):
+            (out / "x" / "c" / str(k)).unlink()
+        assert run_cli(*continued) == 0, capsys.readouterr().err
+        assert "resumed at step 2048" in capsys.readouterr().out
+        assert_bits_equal(zarr.open_group(out)["x"][:], full)
+    assert run_cli("write", out, "--resume", "--a", "0.5") == 2  # what is given must be what the output records
+    assert "params.a: stored 0.25, now 0.5" in capsys.readouterr().err
+    assert run_cli("write", out, "--extend") == 2
+    assert capsys.readouterr().err == (
+        f"streamacc: error: --extend needs --size, the longer length to extend {out} to (it holds 4096 steps); pass "
+        "e.g. --size 8192\n"
+    )
+
+
+def damage_in_place(chunk: Path) -> None:
+    """Flip a bit of ``chunk``'s bytes and leave its trailer as it was: the bytes no longer give its checksum."""
+    raw = bytearray(chunk.read_bytes())
+    raw[2] ^= 0x01
+    chunk.write_bytes(bytes(raw))
+
+
+def test_a_damaged_carry_is_said_alike_by_verify_and_extend_and_rebuilt_as_said(tmp_path, capsys):
+    """One wording for a chunk damaged in place, the command that rebuilds a carry in the command line's terms (the
+    initial carry too), and counts said in the singular where there is one."""
+    out = tmp_path / "out.zarr"
+    write_ok(out, "--size", "4096", "--block-size", "1024")
+    damage_in_place(out / "_streamacc" / "carries" / "leaf_0" / "c" / "2")
+    capsys.readouterr()
+    for argv in (["verify", out], ["write", out, "--extend", "--size", "8192", *QUIET]):
+        assert run_cli(*argv) != 0
+        err = capsys.readouterr().err
+        assert "chunk _streamacc/carries/leaf_0/c/2 do not match their checksum (damaged in place)" in err, err
+        assert "rebuild it from the blocks before it with verify and --repair" in err, err
+    assert run_cli("verify", out, "--repair") == 0
+    assert f"{out}: rebuilt 1 damaged kept carry by recomputation (after block 1)" in capsys.readouterr().out
+    damage_in_place(out / "_streamacc" / "carries" / "leaf_0" / "c" / "0")
+    assert run_cli("verify", out) == 1
+    err = capsys.readouterr().err
+    assert "the initial carry of" in err and "rebuild it with verify and --repair, which writes the run's initial " \
+           "carry again once it gives the checksums its record names" in err and "from init" not in err
+    assert run_cli("verify", out, "--blocks", "x") == 2
+    assert capsys.readouterr().err.endswith("are allowed, e.g. '16'\n")
 
 
 def test_verify_rejects_a_corrupted_chunk(tmp_path, capsys):

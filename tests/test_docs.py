@@ -65,7 +65,7 @@ def test_every_page_is_built_with_its_examples_run(site):
         assert built.is_file(), page
     getting_started = (site / "getting-started" / "index.html").read_text()
     assert 'title="Output"' in getting_started or "Output" in getting_started  # what the examples printed
-    assert (site / "out-x.png").stat().st_size > 10_000  # the picture getting-started.md's command drew
+    assert (site / "gp-x.png").stat().st_size > 10_000  # the picture getting-started.md's command drew
     storage = text_of(site / "guide" / "object-storage" / "index.html")
     assert "Not run when this site was built: needs an S3 bucket" in storage
 
@@ -230,6 +230,30 @@ def test_the_cli_reference_is_generated_for_every_option():
     recipes = cli_reference.render_recipes()
     assert all(f"### `{name}`" in recipes for name in RECIPES)
     assert all(option(p.name) in recipes for r in RECIPES.values() for p in r.params)
+
+
+def test_getting_started_writes_other_outputs_than_the_readme():
+    """A newcomer follows the README's headline and then Getting started in one folder: a second write to the same
+    output would be refused (it exists)."""
+    written = re.compile(r"^\$ streamacc write (\S+)", re.M)
+    readme, page = ((ROOT / name).read_text() for name in ("README.md", "docs/getting-started.md"))
+    assert written.findall(page) and not set(written.findall(readme)) & set(written.findall(page))
+
+
+def test_a_block_that_reads_with_arviz_says_it_needs_the_arviz_extra():
+    """A block calling ``streamacc.to_arviz`` (which refuses without ArviZ) or importing arviz is marked ``needs:
+    arviz``, and its page names the extra to install."""
+    unmarked, unnamed = [], []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = page.read_text()
+        for block in examples.find_blocks(text, page.name):
+            source = text[block.start : block.end]
+            if block.lang == "python" and block.not_run is None and ("to_arviz(" in source or "import arviz" in source):
+                if "arviz" not in block.needs:
+                    unmarked.append(f"{page.name}:{text.count(chr(10), 0, block.start) + 1}")
+                if "arviz]" not in text:
+                    unnamed.append(page.name)
+    assert not unmarked and not unnamed, (unmarked, unnamed)
 
 
 EXTRAS_HIDDEN = r"""

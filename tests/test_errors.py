@@ -12,6 +12,8 @@ import time
 import jax
 import numpy as np
 import pytest
+from helpers import failing
+from zarr.storage import LocalStore
 
 import streamacc
 from streamacc.cli import cli_message, main
@@ -222,6 +224,137 @@ def test_a_step_failing_at_run_time_says_its_block_what_is_committed_and_how_to_
     monkeypatch.setenv("STREAMACC_TEST_LIMIT", "100")
     assert int(run("resume")) == 64
     np.testing.assert_array_equal(streamacc.open(out)["y"].values, np.arange(64))
+
+
+def _returned(x):
+    _diverges(x)
+    return x
+
+
+def _callback_step(x, _):
+    """The check as a ``pure_callback`` whose value the step uses: JAX raises its failure as it dispatches the
+    block, a ``JaxRuntimeError`` on the block function's first call and a ``ValueError`` on its cached calls."""
+    x = jax.pure_callback(_returned, jax.ShapeDtypeStruct((), np.int32), x)
+    return x + 1, x
+
+
+def _error_if_step(x, _):
+    import equinox
+
+    x = equinox.error_if(x, x > 40, "diverged")
+    return x + 1, x
+
+
+def _max_steps_step(c, _):
+    """diffrax's adaptive solve of ``y' = -k y`` over one unit of time, at most 16 solver steps: stiff past step
+    40 (``k = 10**4``), where an explicit solver needs more and diffrax raises."""
+    import diffrax
+    import jax.numpy as jnp
+
+    k = jnp.where(c[0] > 40, 1e4, 1.0)
+    solution = diffrax.diffeqsolve(
+        diffrax.ODETerm(lambda t, y, k: -k * y), diffrax.Tsit5(), 0.0, 1.0, 0.1, c[1], args=k, max_steps=16,
+        stepsize_controller=diffrax.PIDController(rtol=1e-3, atol=1e-6),
+    )  # fmt: skip
+    return (c[0] + 1, c[1]), solution.ys[-1]
+
+
+LATER_FAILURES = {
+    "pure_callback": (_callback_step, np.int32(0), "ValueError: diverged at 41"),
+    "error_if": (_error_if_step, np.int32(0), "_EquinoxRuntimeError: diverged"),
+    "max_steps": (
+        _max_steps_step, (np.int32(0), np.float32(1)),
+        "_EquinoxRuntimeError: The maximum number of solver steps was reached. Try increasing `max_steps`.",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "how", ["pure_callback", "error_if", pytest.param("max_steps", marks=pytest.mark.slow)]  # diffrax compiles for s
+)
+def test_a_step_failing_after_the_first_block_is_a_step_error_whatever_raised_it(tmp_path, how):
+    """The block function's cached call raises a bare ``ValueError`` (``INTERNAL: CpuCallback error ...``): it is
+    the same ``StepError`` as in block 0, chained, naming its block and the steps committed."""
+    step, init, said = LATER_FAILURES[how]
+    out = tmp_path / "out.zarr"
+    with pytest.raises(streamacc.errors.StepError) as caught:
+        streamacc.write(out, step, init, length=64, block_size=16, progress=False)
+    assert str(caught.value) == (
+        f"the step failed at run time in block 2 (steps 32 to 48) of {out} ({said}); the 32 steps before it are "
+        "committed: with a cause outside the step fixed (memory, a file it reads), rerun with mode='resume' to "
+        "continue from there; a step changed to fix it is another run, which mode='overwrite' writes afresh"
+    )
+    assert isinstance(caught.value.__cause__, (ValueError, jax.errors.JaxRuntimeError))
+    assert "CpuCallback error" in str(caught.value.__cause__)
+    assert streamacc.info(out).committed_steps == 32
+
+
+def test_a_step_failing_after_the_first_block_is_a_step_error_in_memory_and_in_verify(tmp_path, monkeypatch):
+    """``iter_blocks`` and ``scan`` raise it naming the block's steps (still a ``JaxRuntimeError``, as before);
+    ``verify`` names the block it recomputed and says that the output is as it was."""
+    for run in (
+        lambda: list(streamacc.iter_blocks(_callback_step, np.int32(0), length=64, block_size=16)),
+        lambda: streamacc.scan(_callback_step, np.int32(0), length=64, block_size=16),
+    ):
+        with pytest.raises(streamacc.errors.StepError) as caught:
+            run()
+        assert str(caught.value) == (
+            "the step failed at run time in the block of steps 32 to 48 (ValueError: diverged at 41): fix the cause "
+            "(JAX's error is chained as this error's __cause__) and run again"
+        )
+        assert isinstance(caught.value, jax.errors.JaxRuntimeError)
+        assert "CpuCallback error" in str(caught.value.__cause__)
+    out = tmp_path / "out.zarr"
+    monkeypatch.setenv("STREAMACC_TEST_LIMIT", "100")
+    streamacc.write(out, _callback_step, np.int32(0), length=64, block_size=16, progress=False)
+    monkeypatch.setenv("STREAMACC_TEST_LIMIT", "40")
+    with pytest.raises(streamacc.errors.StepError) as caught:
+        streamacc.verify(out, _callback_step, np.int32(0))
+    assert str(caught.value) == (
+        f"the step failed at run time in block 2 (steps 32 to 48) of {out} as it was recomputed (ValueError: "
+        "diverged at 41); the output is as it was (64 steps committed): fix the cause and verify it again"
+    )
+    assert "CpuCallback error" in str(caught.value.__cause__)
+    assert streamacc.info(out).committed_steps == 64
+
+
+def _fails_on_a_worker(x):
+    """The check failing on a dask worker alone: the driver's carry pass goes through, a block task fails."""
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:
+        return x
+    return _returned(x)
+
+
+def _worker_checked_step(x, _):
+    x = jax.pure_callback(_fails_on_a_worker, jax.ShapeDtypeStruct((), np.int32), x)
+    return x + 1, x
+
+
+def test_a_step_failing_in_a_block_task_on_a_worker_is_a_step_error(tmp_path, dask_client):
+    out = tmp_path / "out.zarr"
+    with pytest.raises(streamacc.errors.StepError) as caught:
+        streamacc.write(out, _worker_checked_step, np.int32(0), length=64, block_size=16, progress=False,
+                        executor=streamacc.Dask(dask_client))  # fmt: skip
+    committed = streamacc.info(out).committed_steps
+    assert committed in (0, 16, 32)  # the blocks before it commit as their tasks come back
+    assert str(caught.value).startswith(
+        f"the step failed at run time in block 2 (steps 32 to 48) of {out} (ValueError: diverged at 41); "
+    )
+    assert "CpuCallback error" in str(caught.value.__cause__)
+
+
+def test_a_store_object_is_named_by_the_path_it_holds_not_by_zarrs_spelling_of_it(tmp_path, monkeypatch):
+    """zarr spells a ``LocalStore`` ``file://PATH``, and a wrapper of one ``wrapping-file://PATH``: messages say
+    ``PATH``, as the caller gave it."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(streamacc.errors.StoreError) as caught:
+        streamacc.write(failing("full.zarr", "y/c/1"), step, np.int32(0), length=64, block_size=16, progress=False)
+    assert str(caught.value).startswith("writing full.zarr failed after 16 of 64 steps (")
+    assert streamacc.info(LocalStore("full.zarr")).path == "full.zarr"
 
 
 def _slow(x):

@@ -186,5 +186,5 @@ def test_a_run_that_ends_on_a_condition_compiles_its_steps_once():
     spec = ScanSpec(counted, init, length=8192, block_size=1024, until=lambda c, y: c[1] < -0.9)
     assert spec._plan.until.way == INSIDE
     traced.clear()
-    carry, ys = streamacc.scan(spec)
+    _, ys = streamacc.scan(spec)
     assert 1024 < len(ys) < 8192 and len(traced) == 1

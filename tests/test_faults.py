@@ -314,9 +314,13 @@ def test_manifest_of_another_run_is_caught(small, refs, capsys):
     code, err = cli("verify", small, capsys=capsys)
     line = one_error_line(err)
     assert code == 1 and "block 0 " in line and "does not recompute" in line
-    code, err = cli("write", small, *SMALL, "--no-progress", "--resume", capsys=capsys)
+    code, err = cli("write", small, *SMALL, "--ratio", "1.00000001", "--no-progress", "--resume", capsys=capsys)
     line = one_error_line(err)
     assert code == 2 and "cannot resume" in line and "params.ratio: stored 1.5, now 1.00000001" in line
+    # the options left out are the manifest's (ratio 1.5): its blocks are not the stored ones
+    code, err = cli("write", small, *SMALL, "--no-progress", "--resume", capsys=capsys)
+    line = one_error_line(err)
+    assert code == 2 and "cannot resume: block 39 (steps 19968-20000)" in line and "does not recompute" in line
     job = get_recipe("gp").build(20000, "float64")
     with pytest.raises(ResumeError, match=r"params\.ratio"):
         streamacc.write(

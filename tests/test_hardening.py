@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -305,7 +306,8 @@ def test_sigterm_stops_like_ctrl_c_and_the_run_resumes(tmp_path):
     if proc.returncode == 0:
         pytest.skip("the writer finished before the signal landed")
     assert proc.returncode == 143, err
-    message = "streamacc: error: terminated; committed blocks are safe: rerun with --resume to continue"
+    again = shlex.join(["streamacc", "write", str(out), *BIG, "--resume"])
+    message = f"streamacc: error: terminated; committed blocks are safe: continue with {again}"
     assert err.splitlines() == [message]
     assert 2 <= committed(out) < 64
     assert main(["write", str(out), *BIG, "--resume"]) == 0

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import xarray as xr
 from helpers import failing
+from xarray.indexes import PandasIndex
 
 import streamacc
 from streamacc.cli import main
@@ -39,11 +40,29 @@ def ds(out):
 
 
 @pytest.fixture(scope="module")
-def StepIndex(out):  # the class's own name, as the tests below use it
-    """The index ``streamacc.open`` puts on ``step`` (streamacc's xarray side is reached through xarray's doors)."""
-    index = type(streamacc.open(out).xindexes["step"])
-    assert (index.__module__, index.__name__) == ("streamacc._xarray", "StepIndex")
+def Steps(out):  # the classes' own names, as the tests below use them
+    """The pandas index ``streamacc.open`` puts on ``step``, in xarray's ``PandasIndex`` (streamacc's xarray side
+    is reached through xarray's doors)."""
+    index = type(streamacc.open(out).indexes["step"])
+    assert (index.__module__, index.__name__) == ("streamacc._steps", "Steps") and issubclass(index, pd.RangeIndex)
     return index
+
+
+@pytest.fixture(scope="module")
+def TimeIndex(out):
+    """The index ``streamacc.open`` puts on ``time``."""
+    index = type(streamacc.open(out).xindexes["time"])
+    assert (index.__module__, index.__name__) == ("streamacc._xarray", "TimeIndex")
+    return index
+
+
+def coordinates(Steps, TimeIndex, start, stop, every, time):
+    """The ``step`` (and ``time``) coordinates of output rows ``[start, stop)`` keeping every ``every``-th step."""
+    first = (start + 1) * every - 1
+    coords = xr.Coordinates.from_xindex(PandasIndex(Steps(first, first + (stop - start) * every, every), "step"))
+    if time is None:
+        return coords
+    return coords.assign(xr.Coordinates.from_xindex(TimeIndex.for_rows(start, stop, every, time)))
 
 
 @pytest.fixture
@@ -52,8 +71,9 @@ def plain(ds):
     return ds.drop_indexes(["step", "time"]).set_xindex("step")
 
 
-def test_labels_are_the_kept_steps_and_their_times(ds, StepIndex):
-    assert isinstance(ds.xindexes["step"], StepIndex) and ds.xindexes["time"] is ds.xindexes["step"]
+def test_labels_are_the_kept_steps_and_their_times(ds, Steps, TimeIndex):
+    assert type(ds.xindexes["step"]) is PandasIndex and isinstance(ds.indexes["step"], Steps)
+    assert isinstance(ds.xindexes["time"], TimeIndex)
     np.testing.assert_array_equal(ds["step"].values, np.arange(2, 600, K))
     np.testing.assert_array_equal(ds["time"].values, 10.0 + 0.5 * np.arange(2, 600, K))
     assert ds["step"].dtype == np.int64 and ds["time"].dtype == np.float64 and ds["time"].attrs["units"] == "s"
@@ -87,12 +107,15 @@ def test_inexact_methods_match_pandas(ds, plain, label, method):
 
 
 def test_missing_labels_say_which_steps_exist(ds):
-    with pytest.raises(KeyError, match=r"step 4 is not in the index: it holds steps 2 to 599 every 3"):
+    """xarray's own words (a pandas index refused the label), the index's below them, as their cause."""
+    with pytest.raises(KeyError, match="not all values found in index 'step'") as caught:
         ds.sel(step=4)
+    assert "step 4 is not in the index: it holds steps 2 to 599 every 3" in str(caught.value.__cause__)
     with pytest.raises(KeyError):
         ds.sel(step=[2, 3])
-    with pytest.raises(KeyError, match="not a step label"):
+    with pytest.raises(KeyError) as caught:
         ds.sel(step=2.5)
+    assert "not a step label" in str(caught.value.__cause__)
 
 
 def test_sel_by_time(ds):
@@ -104,9 +127,10 @@ def test_sel_by_time(ds):
     np.testing.assert_array_equal(ds.sel(time=slice(11.1, 13.9))["step"].values, [5])
 
 
-def test_isel_where_and_concat_keep_the_index(ds, plain, StepIndex):
+def test_isel_where_and_concat_keep_the_index(ds, plain, Steps, TimeIndex):
     part = ds.isel(step=slice(10, 20, 2))
-    assert isinstance(part.xindexes["step"], StepIndex)
+    assert isinstance(part.indexes["step"], Steps) and isinstance(part.xindexes["time"], TimeIndex)
+    np.testing.assert_array_equal(part["time"].values, plain.isel(step=slice(10, 20, 2))["time"].values)
     np.testing.assert_array_equal(part["step"].values, plain.isel(step=slice(10, 20, 2))["step"].values)
     kept = ds.where((ds["s"] % 2 == 0).compute(), drop=True)  # xarray needs a computed condition to drop
     want = plain.where((plain["s"] % 2 == 0).compute(), drop=True)
@@ -116,7 +140,8 @@ def test_isel_where_and_concat_keep_the_index(ds, plain, StepIndex):
     np.testing.assert_array_equal(odd["step"].values, [2, 8, 299])
     assert int(odd.sel(step=8)["s"]) == 9
     joined = xr.concat([ds.isel(step=slice(0, 50)), ds.isel(step=slice(50, None))], dim="step")
-    assert isinstance(joined.xindexes["step"], StepIndex) and joined.xindexes["step"].equals(ds.xindexes["step"])
+    assert isinstance(joined.indexes["step"], Steps) and joined.xindexes["step"].equals(ds.xindexes["step"])
+    assert joined.xindexes["time"].equals(ds.xindexes["time"])
     xr.testing.assert_identical(joined, ds)
     gap = xr.concat([ds.isel(step=slice(0, 5)), ds.isel(step=slice(60, 62))], dim="step")
     np.testing.assert_array_equal(gap["step"].values, [2, 5, 8, 11, 14, 182, 185])
@@ -202,10 +227,10 @@ def test_a_time_step_that_contradicts_the_recipes_is_refused(tmp_path, capsys):
 FAR = 2**63 - 1
 
 
-def test_an_index_near_2_63_selects_exactly(StepIndex):
+def test_an_index_near_2_63_selects_exactly(Steps, TimeIndex):
     rows = FAR // 1000
-    index = StepIndex.for_rows(rows - 4, rows, 1000, {"start": 0.0, "step": 1e-3, "units": "s"})
-    ds = xr.Dataset({"v": ("step", np.arange(4.0))}, coords=xr.Coordinates.from_xindex(index))
+    coords = coordinates(Steps, TimeIndex, rows - 4, rows, 1000, {"start": 0.0, "step": 1e-3, "units": "s"})
+    ds = xr.Dataset({"v": ("step", np.arange(4.0))}, coords=coords)
     last = (rows - 1) * 1000 + 999  # exact integers: floats would round these
     assert [int(s) for s in ds["step"].values] == [last - 3000, last - 2000, last - 1000, last]
     assert float(ds.sel(step=last - 1000)["v"]) == 2.0
@@ -213,7 +238,7 @@ def test_an_index_near_2_63_selects_exactly(StepIndex):
         ds.sel(step=last - 999)
     assert list(ds.sel(step=slice(last - 2500, None))["v"].values) == [1.0, 2.0, 3.0]
     assert int(ds.sel(step=last - 999, method="nearest")["step"]) == last - 1000
-    whole = xr.Dataset(coords=xr.Coordinates.from_xindex(StepIndex.for_rows(0, FAR, 1, None)))
+    whole = xr.Dataset(coords=coordinates(Steps, TimeIndex, 0, FAR, 1, None))
     part = whole.sel(step=slice(FAR - 3, None))
     assert [int(s) for s in part["step"].values] == [FAR - 3, FAR - 2, FAR - 1]
     # each label decided on the few rows around it, found by integer arithmetic: exact where floats are not
@@ -241,20 +266,87 @@ def test_a_reverse_run_of_2_63_minus_1_steps_commits_its_last_steps(tmp_path):
     assert info.total_steps == FAR and info.committed_steps == FAR % block + block
 
 
-def test_a_label_of_the_wrong_kind_is_refused_without_building_the_labels(StepIndex):
+def test_a_label_of_the_wrong_kind_is_refused_without_building_the_labels(Steps, TimeIndex):
     """``sel(step="abc")`` on 2**20 rows: refused before any label is made (pandas would have been handed all
-    8 MiB of them to find nothing)."""
+    8 MiB of them to find nothing), as are float labels and slice bounds and inexact methods, which pandas' own
+    ``RangeIndex`` answers by materialising every label."""
     import tracemalloc
 
-    index = StepIndex.for_rows(0, 2**20, 1, {"start": 0.0, "step": 0.5, "units": "s"})
-    ds = xr.Dataset(coords=xr.Coordinates.from_xindex(index))
+    ds = xr.Dataset(coords=coordinates(Steps, TimeIndex, 0, 2**20, 1, {"start": 0.0, "step": 0.5, "units": "s"}))
     tracemalloc.start()
     try:
-        for name in ("step", "time"):
-            with pytest.raises(KeyError, match=rf"{name} 'abc' is not in the index: its labels are numbers"):
-                ds.sel({name: "abc"})
+        with pytest.raises(KeyError) as caught:
+            ds.sel(step="abc")
+        assert "step 'abc' is not a step label; steps are integers" in str(caught.value.__cause__)
+        with pytest.raises(KeyError, match=r"time 'abc' is not in the index: its labels are numbers"):
+            ds.sel(time="abc")
+        assert list(ds.sel(step=[5.0, 7.0])["step"].values) == [5, 7]
+        assert list(ds.sel(step=slice(4.5, 7.5))["step"].values) == [5, 6, 7]
+        assert list(ds.sel(step=[2**19 + 0.4, -3], method="nearest")["step"].values) == [2**19, 0]
+        assert list(ds.sel(step=[2**19 + 0.6], method="pad", tolerance=1)["step"].values) == [2**19]
+        assert ds["step"].to_index().get_indexer(np.asarray(["x", 2**19]), method="nearest")[0] == -1
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert peak < 2**20, peak
     assert int(ds.sel(step=np.asarray([7], dtype=object))["step"][0]) == 7  # numbers held as objects still select
+
+
+# --- with pandas indexes: as a pandas-indexed copy of the same data -------------------------------
+
+
+@pytest.fixture(scope="module")
+def untimed(tmp_path_factory):
+    """64 steps of ``y = step`` without a time axis, and the same opened with its labels in a plain pandas index."""
+    path = tmp_path_factory.mktemp("untimed") / "out.zarr"
+    streamacc.write(path, lambda c, _: (c + 1, c), np.int64(0), length=64, block_size=16, progress=False)
+    ds = streamacc.open(path)
+    return ds, ds.drop_indexes("step").set_xindex("step")
+
+
+COMBINED = {
+    "reindex": lambda ds, other: ds.y.reindex(step=[0, 1, 200]),
+    "reindex_like": lambda ds, other: ds.y.reindex_like(other),
+    "arithmetic": lambda ds, other: ds.y + other,
+    "align inner": lambda ds, other: xr.align(ds.y, other)[0],
+    "align outer": lambda ds, other: xr.align(ds.y, other, join="outer")[0],
+    "align right": lambda ds, other: xr.align(ds.y, other, join="right")[0],
+    "combine_first": lambda ds, other: ds.y.combine_first(other),
+    "assign": lambda ds, other: ds.assign(z=other),
+    "concat": lambda ds, other: xr.concat([ds.y, other], dim="step"),
+}
+
+
+@pytest.mark.parametrize("how", list(COMBINED))
+def test_step_aligns_reindexes_and_combines_with_a_pandas_index_as_a_pandas_copy_does(untimed, how):
+    ds, plain = untimed
+    other = xr.DataArray(np.full(3, 0.5), coords={"step": [0, 1, 200]}, dims="step", name="y")
+    got, want = COMBINED[how](ds, other).compute(), COMBINED[how](plain, other).compute()
+    xr.testing.assert_identical(got, want)
+
+
+def test_a_time_axis_aligns_along_step_with_its_own_kind_and_without_its_index_with_any(ds, plain):
+    """Two outputs' selections align, their times following their steps (an outer join's new rows get their times,
+    not NaN); dropping the time index (xarray reindexes a dimension with two indexes only where each object has
+    both) aligns with any pandas-indexed object, and swaps ``step`` for ``time``, as a pandas-indexed copy does."""
+    left, right = ds.isel(step=slice(0, 10)), ds.isel(step=slice(5, 15))
+    both = xr.align(left, right, join="outer")[0]
+    np.testing.assert_array_equal(both["step"].values, np.arange(2, 45, K))
+    np.testing.assert_array_equal(both["time"].values, 10.0 + 0.5 * np.arange(2, 45, K))
+    np.testing.assert_array_equal((left.s + right.s)["time"].values, 10.0 + 0.5 * np.arange(17, 30, K))
+    other = xr.DataArray([1.0, 2.0], coords={"step": [2, 4]}, dims="step")
+    untimed = ds.drop_indexes("time")
+    xr.testing.assert_identical((untimed.s + other).compute(), (plain.s + other).compute())
+    xr.testing.assert_identical(untimed.s.reindex(step=[5, 6]).compute(), plain.s.reindex(step=[5, 6]).compute())
+    swapped = untimed.swap_dims(step="time").sel(time=slice(11.0, 14.5))
+    xr.testing.assert_identical(swapped.compute(), plain.swap_dims(step="time").sel(time=slice(11.0, 14.5)).compute())
+    assert list(swapped["step"].values) == [2, 5, 8]
+
+
+def test_a_netcdf_round_trip_selects_by_time_once_time_is_indexed_again(ds, tmp_path):
+    ds.isel(step=slice(0, 20)).to_netcdf(tmp_path / "part.nc")
+    with xr.open_dataset(tmp_path / "part.nc") as back:
+        back = back.set_xindex("time")  # netCDF keeps no index: the reading guide's line
+        got, want = back.sel(time=slice(11.0, 14.5)), ds.sel(time=slice(11.0, 14.5))
+        xr.testing.assert_identical(got.drop_indexes("time"), want.drop_indexes("time").compute())
+        assert int(back.sel(time=12.0, method="nearest")["step"]) == 5

@@ -233,7 +233,7 @@ def test_resume_removes_temp_files(tmp_path, caplog, reference):
     assert len(temp_files(out)) == 3
     with caplog.at_level(logging.INFO, logger="streamacc"):
         run(out, mode="resume")
-    assert "removed 3 temp file(s)" in caplog.text
+    assert "removed 3 temp files" in caplog.text
     assert "resuming" in caplog.text and f"at step {3 * BLOCK} of {LENGTH}" in caplog.text
     assert_same_output(out, reference[0])
 

@@ -10,6 +10,7 @@ the seconds a stop takes and the hours the block would.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -28,7 +29,9 @@ from streamacc.cli import main
 
 LONG_BLOCK = ["--recipe", "logistic", "--size", "1000", "--block-size", "64", "--inner", "2**40", "--no-progress"]
 DEADLINE = 60.0
-SAFE = "committed blocks are safe: rerun with --resume to continue"
+def safe(*argv: object) -> str:
+    """What a write command ``argv`` says of its output as a signal ends it: the whole command that continues it."""
+    return "committed blocks are safe: continue with " + shlex.join(["streamacc", *map(str, argv), "--resume"])
 
 
 def start(argv: list[str]) -> Popen:
@@ -76,7 +79,7 @@ def test_sigterm_in_the_middle_of_a_long_block_ends_the_command(tmp_path):
     computing(proc, out)
     _, err = stop(proc, signal.SIGTERM)
     assert proc.returncode == 143, err
-    assert err.splitlines() == [f"streamacc: error: terminated; {SAFE}"]
+    assert err.splitlines() == [f"streamacc: error: terminated; {safe('write', out, *LONG_BLOCK)}"]
     assert read_manifest(out)["committed_blocks"] == 0  # recognisably streamacc's: --resume continues it
 
 
@@ -109,7 +112,7 @@ def test_a_signal_taken_inside_a_gc_callback_is_not_lost(tmp_path):
     proc = start([sys.executable, "-c", GC_SIGNAL, *args])
     _, err = proc.communicate(timeout=DEADLINE * 2)
     assert proc.returncode == 143, err
-    assert err.splitlines() == [f"streamacc: error: terminated; {SAFE}"]
+    assert err.splitlines() == [f"streamacc: error: terminated; {safe(*args)}"]
     assert 0 <= committed(out) < 2**12
 
 

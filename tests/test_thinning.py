@@ -137,8 +137,9 @@ def test_written_rows_are_every_kth_step_and_open_labels_them(reference):
     ds = streamacc.open(out)
     np.testing.assert_array_equal(ds["step"].values, np.arange(K - 1, LENGTH, K))
     assert float(ds["energy"].sel(step=13)) == float(ys["energy"][13])
-    with pytest.raises(KeyError, match="step 14 is not in the index"):
+    with pytest.raises(KeyError, match="not all values found in index 'step'") as missing:
         ds.sel(step=14)
+    assert "step 14 is not in the index: it holds steps 6 to 993 every 7" in str(missing.value.__cause__)
     assert int(ds.sel(step=14, method="nearest")["step"]) == 13
     assert streamacc.verify(out, step, np.zeros(2), XS).complete
     info = streamacc.info(out)

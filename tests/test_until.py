@@ -9,6 +9,7 @@ condition).
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import warnings
 
@@ -185,11 +186,19 @@ def test_an_output_that_ended_holds_its_steps_alone_for_every_reader(tmp_path):
         chunks = {key: data for key, data in store_files(out).items() if key.startswith(f"{name}/c/")}
         assert chunks == {key: data for key, data in store_files(plain).items() if key.startswith(f"{name}/c/")}
     about = streamacc.info(out)
-    assert (about.complete, about.ended_at, about.committed_steps, about.total_steps) == (True, K, K + 1, 600)
+    assert (about.complete, about.ended_at, about.committed_steps, about.total_steps) == (True, K, K + 1, K + 1)
+    assert about.length == 600  # the most it could run, named apart
     assert about.until.startswith(f"{__name__}.above.<locals>.until code:")
-    assert f"{K + 1} of 600 steps committed, complete, ended on its condition at step {K}" in str(about)
+    said = f"{K + 1} of {K + 1} steps committed, complete, ended on its condition at step {K} (of at most 600 steps)"
+    assert said in str(about)
     report = streamacc.verify(out, step, INIT, XS, until=UNTIL)
     assert (report.complete, report.committed_steps, report.committed_blocks) == (True, K + 1, K // 32 + 1)
+    # one count of the run's steps everywhere: the root's, the manifest's, info's and verify's
+    root = json.loads((out / "zarr.json").read_bytes())["attributes"]
+    manifest = read_manifest(out)
+    assert root["streamacc_total_steps"] == report.total_steps == manifest["committed_steps"] == K + 1
+    assert (report.ended_at, manifest["ended_at"], report.length, manifest["identity"]["length"]) == (K, K, 600, 600)
+    assert report.total_blocks == manifest["total_blocks"] == report.committed_blocks
     assert report.summary_windows > 0
     table = streamacc.overview(out)
     assert int(table.step[-1]) <= K < int(table.step[-1]) + table.attrs["window"]
@@ -211,8 +220,8 @@ def test_a_run_killed_at_any_write_of_its_end_resumes_to_the_same_files(tmp_path
     with dies_at(0, writes):
         write(tmp_path / "dry" / "out.zarr")
     records = [i for i, what in enumerate(writes) if "records_" in what]
-    end = writes.index("write c/zarr.json")  # the arrays cut after step k: the run's finish
-    assert writes[end + 1 : end + 3] == ["write sq/zarr.json", "write _streamacc/zarr.json"]
+    end = writes.index("write c/zarr.json")  # the arrays cut after step k: the run's finish, then its carries'
+    assert writes[end + 1 : end + 4] == ["write sq/zarr.json", "write leaf_0/zarr.json", "write _streamacc/zarr.json"]
     for n in [records[1] + 1, *range(records[-2] + 2, len(writes) + 1)]:
         out = tmp_path / str(n) / "out.zarr"
         with dies_at(n), pytest.raises(Exception, match=f"^{re.escape(writes[n - 1])}$"):
@@ -259,6 +268,25 @@ def test_an_output_extended_past_its_end_without_a_condition_is_the_run_of_the_w
     write(ref, until=None)
     assert_same_output(out, ref)
     assert streamacc.verify(out, step, INIT, XS).complete
+
+
+def test_an_ended_runs_kept_carries_end_with_its_blocks_and_an_older_layout_still_continues(tmp_path):
+    """The carries' arrays of a run that ended hold its blocks' boundaries alone, not its length's, so that a reader
+    walks them in a few chunks; an output of 1.1.0, whose arrays kept its length's room, reads, verifies and
+    extends as before."""
+    out, ref = tmp_path / "out.zarr", tmp_path / "ref.zarr"
+    write(out)
+    blocks = K // 32 + 1
+    carries = zarr.open_array(out / "_streamacc" / "carries" / "leaf_0", mode="r")
+    assert carries.shape == (blocks + 1,) and read_manifest(out)["total_blocks"] == blocks
+    want = [INIT, *(WHOLE["c"][32 * b - 1] for b in range(1, blocks)), WHOLE["c"][K]]  # one lax.scan's carries
+    assert_bits_equal(carries[:], np.asarray(want))
+    zarr.open_array(out / "_streamacc" / "carries" / "leaf_0", mode="r+").resize((600 // 32 + 2,))  # as 1.1.0 left it
+    assert streamacc.verify(out, step, INIT, XS, until=UNTIL).total_steps == K + 1
+    assert streamacc.info(out).committed_steps == K + 1 and streamacc.open(out).sizes["step"] == K + 1
+    assert_bits_equal(write(out, mode="extend", until=None), WHOLE["c"][-1])
+    write(ref, until=None)
+    assert_same_output(out, ref)
 
 
 def test_an_output_extended_to_less_than_its_first_length_is_the_run_of_that_length(tmp_path):

@@ -392,7 +392,7 @@ def test_the_command_line_writes_reads_and_materializes_a_virtual_output(tmp_pat
     assert main(["verify", str(out)]) == 0 and "OK, 6 of 6 committed blocks" in capsys.readouterr().out
     assert same_dataset(streamacc.open(out), streamacc.open(ref))  # a recipe recomputes from its record
     assert main(["materialize", str(out), "--steps", "0:1000", "--no-progress"]) == 0
-    assert "stored the data of 2 block(s)" in capsys.readouterr().out
+    assert "stored the data of 2 blocks" in capsys.readouterr().out
     assert main(["materialize", str(out), "--no-progress"]) == 0
     assert "it reads as a plain Zarr output now" in capsys.readouterr().out
     assert main(["materialize", str(ref)]) == 2

@@ -111,6 +111,7 @@ if TYPE_CHECKING:
     from ._values import (
         HostLeaf as HostLeaf,
         as_count as as_count,
+        counted as counted,
         dtype_from_name as dtype_from_name,
         dtype_name as dtype_name,
         is_bfloat16 as is_bfloat16,

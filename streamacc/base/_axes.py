@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import InputError, arg, one_line
 from ._defaults import MAX_CHUNK_BYTES
+from ._values import counted
 
 if TYPE_CHECKING:
     import numpy as np
@@ -67,7 +68,8 @@ def array_dims(
         trailing = given.get(name) or tuple(f"{name}_dim_{i}" for i in range(1, len(shape) + 1))
         if len(trailing) != len(shape):
             raise InputError(
-                f"{arg('dims')} names {len(trailing)} axes for output {name!r}, whose y has {len(shape)} "
+                f"{arg('dims')} names {counted(len(trailing), 'axis', 'axes')} for output {name!r}, whose y has "
+                f"{len(shape)} "
                 f"(shape {tuple(shape)}); give one name per axis after {STEP!r}"
             )
         for dim, size in zip(trailing, shape, strict=True):
@@ -184,7 +186,8 @@ def _requested(chunks: Any, dims: tuple[str, ...]) -> list[Any]:
     if isinstance(chunks, (tuple, list)):
         if len(chunks) != len(dims):
             raise InputError(
-                f"{arg('chunks', tuple(chunks))} has {len(chunks)} entries for an output with {len(dims)} axes "
+                f"{arg('chunks', tuple(chunks))} has {counted(len(chunks), 'entry', 'entries')} for an output with "
+                f"{counted(len(dims), 'axis', 'axes')} "
                 f"{dims}; give one per axis, or a dict by dimension name such as {example}"
             )
         return list(chunks)

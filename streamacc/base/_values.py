@@ -26,13 +26,18 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = [
-    "HostLeaf", "as_choice", "as_count", "as_unroll", "dtype_from_name", "dtype_name", "is_bfloat16", "is_float",
-    "numpy_float",
+    "HostLeaf", "as_choice", "as_count", "as_unroll", "counted", "dtype_from_name", "dtype_name", "is_bfloat16",
+    "is_float", "numpy_float",
 ]
 
 
 HostLeaf: TypeAlias = "tuple[npt.NDArray[Any], str | None]"
 """A carry leaf as plain host data: its numpy array, and the name of its PRNG key implementation (None for no key)."""
+
+def counted(n: int, noun: str, nouns: str | None = None) -> str:
+    """``n`` and ``noun``, its plural (``nouns``, else ``noun + "s"``) unless ``n`` is 1: ``1 block``, ``2 blocks``."""
+    return f"{n} {noun if n == 1 else nouns or noun + 's'}"
+
 
 def as_count(name: str, value: Any, *, minimum: int, example: int | None = None) -> int:
     """Argument ``name`` as a Python int no smaller than ``minimum``, or an error saying why not."""

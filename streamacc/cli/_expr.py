@@ -27,7 +27,7 @@ _MAX_EXP = 1024  # largest |exponent| of **
 _MAX_POW_BITS = 2 * 64  # bit_length(base) * exponent bound, checked before computing int ** int
 _INT_LIMIT = 2**64  # every integer, intermediate or final, must stay below this in absolute value
 _EXACT_FLOAT = 2**53  # floats up to this size are exact integers
-_ALLOWED = "only numbers and + - * / ** ( ) are allowed, e.g. '2**32'"
+_ALLOWED = "only numbers and + - * / ** ( ) are allowed"
 _TOO_BIG = "integers must stay below 2**64 in absolute value"
 _NOT_FINITE = "the result is not a finite number; use smaller numbers"
 
@@ -118,10 +118,11 @@ def _quote(text: str) -> str:
     return repr(text) if len(text) <= 60 else repr(text[:57]) + "..."
 
 
-def _evaluate(text: str, name: str, hint: str) -> Number:
-    """Parse and evaluate ``text``, turning every failure into one ``InputError`` line."""
+def _evaluate(text: str, name: str, hint: str, example: str) -> Number:
+    """Parse and evaluate ``text``, turning every failure into one ``InputError`` line (``example``: a value the
+    option takes, for the fix)."""
     if not isinstance(text, str):
-        raise InputError(f"{name} must be given as text, got {type(text).__name__}; pass e.g. '2**32'")
+        raise InputError(f"{name} must be given as text, got {type(text).__name__}; pass e.g. '{example}'")
     quoted = _quote(text)
     if len(text) > _MAX_LEN:
         raise InputError(f"{name}: {quoted} is {len(text)} characters, over the limit of {_MAX_LEN}; shorten it")
@@ -130,36 +131,40 @@ def _evaluate(text: str, name: str, hint: str) -> Number:
             warnings.simplefilter("ignore")
             tree = ast.parse(text.strip(), mode="eval")  # builds a tree only; nothing is compiled or run
     except (SyntaxError, ValueError, MemoryError, RecursionError):
-        raise InputError(f"{name}: {quoted} is not a valid arithmetic expression; write e.g. '2**32'") from None
+        raise InputError(f"{name}: {quoted} is not a valid arithmetic expression; write e.g. '{example}'") from None
     try:
         return _eval(tree)
     except _TooBig as exc:
         raise InputError(f"{name}: cannot evaluate {quoted}: {exc}; {hint}") from None
+    except _Forbidden as exc:
+        raise InputError(f"{name}: cannot {exc.verb} {quoted}: {exc}, e.g. '{example}'") from None
     except _Bad as exc:
         raise InputError(f"{name}: cannot {exc.verb} {quoted}: {exc}") from None
     except RecursionError:
         raise InputError(f"{name}: {quoted} is nested too deeply; simplify it") from None
 
 
-def parse_number(text: str, *, name: str) -> float:
+def parse_number(text: str, *, name: str, example: str = "1+1e-8") -> float:
     """Return the value of the arithmetic ``text`` (e.g. ``'1+1e-8'``) as a finite float.
 
-    ``name`` is the option shown in error messages, e.g. ``'--tol'``.
+    ``name`` is the option shown in error messages, e.g. ``'--tol'``, and ``example`` a value it takes, shown as
+    the fix.
     """
-    return float(_evaluate(text, name, "write a float such as 2.0**70 for a larger value"))
+    return float(_evaluate(text, name, "write a float such as 2.0**70 for a larger value", example))
 
 
-def parse_int(text: str, *, name: str, minimum: int | None = None) -> int:
+def parse_int(text: str, *, name: str, minimum: int | None = None, example: str = "2**32") -> int:
     """Return the value of the arithmetic ``text`` (e.g. ``'2**32'``) as an exact int.
 
     A float result is accepted only if it is whole and at most 2**53, where floats are
-    exact (so ``'1e6'`` works); ``minimum``, if given, is the smallest value allowed.
+    exact (so ``'1e6'`` works); ``minimum``, if given, is the smallest value allowed, and
+    ``example`` a value the option takes, shown as the fix.
     """
-    value = _evaluate(text, name, "use a smaller value (intermediate results count too)")
+    value = _evaluate(text, name, "use a smaller value (intermediate results count too)", example)
     quoted = _quote(text)
     if isinstance(value, float):
         if not value.is_integer():
-            raise InputError(f"{name} must be a whole number, got {quoted} = {value!r}; write e.g. '2**20'")
+            raise InputError(f"{name} must be a whole number, got {quoted} = {value!r}; write e.g. '{example}'")
         if abs(value) > _EXACT_FLOAT:
             raise InputError(
                 f"{name}: {quoted} = {value!r} is beyond 2**53, where floats are not exact; "

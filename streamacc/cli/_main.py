@@ -27,9 +27,10 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..base import Terminated, check_written_length, run_interruptibly
+from ..base import DEFAULT_CODEC, Terminated, check_written_length, counted, run_interruptibly
 from ..errors import InputError, NoOutputError, OutputExistsError, ResumeError, StreamaccError, StreamaccWarning, arg
-from ..recipes import Job, Recipe, option
+from ..recipes import Recipe, option
+from ._continued import committed_steps, continued_unroll, dtype_name_of, recorded_run, resume_command
 from ._expr import parse_int
 from ._parser import (
     UsageError,
@@ -80,44 +81,6 @@ def _enable_x64() -> None:
     import jax
 
     jax.config.update("jax_enable_x64", True)  # the CLI owns its process: float64 must stay float64
-
-
-def _committed_steps(out: str, options: dict[str, Any] | None) -> tuple[int, int]:
-    """How many steps ``out`` has committed already, and the step its extension computes on from (the start of its
-    last block, which an extension writes again), from its manifest alone; 0 where it holds no readable run."""
-    from ..record import load_manifest
-    from ..store import open_target
-
-    try:
-        manifest = load_manifest(open_target(out, storage_options=options, read_only=True))
-        kept = manifest.identity.blocking.span(max(manifest.committed_blocks - 1, 0))
-        return manifest.committed_steps, kept[1] - kept[0]
-    except Exception:  # only a count for the summary line: whatever is wrong, write() itself will say
-        return 0, 0
-
-
-def _unroll(job: Job, mode: Mode, out: str, options: dict[str, Any] | None, given: int | None) -> int:
-    """The unroll given with ``--unroll``, else that of ``job`` here, or of the run it continues, where that run was
-    of the same recipe.
-
-    A recipe's unroll depends on the platform (``_defaults.recipe_unroll``): an output begun on a TPU is
-    resumed on a CPU with the TPU's unroll, as its identity records it.
-    """
-    if given is not None:
-        return given
-    if mode not in ("resume", "extend"):
-        return job.unroll
-    from ..record import load_manifest
-    from ..store import open_target
-
-    try:
-        identity = load_manifest(open_target(out, storage_options=options, read_only=True)).identity
-        unroll = identity.blocking.unroll
-    except Exception:  # nothing readable to continue: write() itself will say what is wrong
-        return job.unroll
-    if identity.recipe != job.attrs["recipe"] or not isinstance(unroll, int) or isinstance(unroll, bool):
-        return job.unroll
-    return unroll
 
 
 def summary(about: Any, before: int, seconds: float, how: str = "resumed", again: int | None = None) -> str:
@@ -175,26 +138,42 @@ def _check_time_step(recipe: Recipe, params: dict[str, Any], time: dict[str, Any
 def cmd_write(args: argparse.Namespace) -> int:
     from ..recipes import check_dtype, get_recipe
 
-    recipe = get_recipe(args.recipe)
     options = storage_options(args.storage_option)
     if args.out.startswith("memory://"):
         raise InputError(
             f"OUT {args.out!r} is a store in this process's memory, which ends with the command, so nothing "
             "would be kept; write to a path or an object-store URL such as s3://bucket/out.zarr"
         )
+    mode = _mode(args)
+    stored = recorded_run(args.out, options) if mode in ("resume", "extend") else None
+    recipe = get_recipe(args.recipe or (stored.recipe if stored is not None else None) or "gp")
+    recorded = stored if stored is not None and stored.recipe == recipe.name else None  # what the output says
     size = None if args.size is None else parse_int(args.size, name=arg("length"))
+    if size is None and recorded is not None and mode == "resume":
+        size = recorded.blocking.length
+    if size is None and recorded is not None and mode == "extend" and not any(p.kind == "path" for p in recipe.params):
+        longer = 2 * recorded.blocking.length
+        raise InputError(
+            f"--extend needs --size, the longer length to extend {args.out} to (it holds "
+            f"{recorded.blocking.length} steps); pass e.g. --size {longer}"
+        )
     if size is not None:
         check_written_length(size)  # write's own rule, before the recipe is asked for its steps
-    block_size = None if args.block_size is None else parse_int(args.block_size, name=arg("block_size"))
-    given_unroll = None if args.unroll is None else parse_int(args.unroll, name=arg("unroll"), minimum=1)
-    save_every = 1 if args.save_every is None else parse_int(args.save_every, name=arg("save_every"))
-    mode = _mode(args)
+    block_size = None
+    if args.block_size is not None:
+        block_size = parse_int(args.block_size, name=arg("block_size"), example="2**20")
+    given_unroll = None if args.unroll is None else parse_int(args.unroll, name=arg("unroll"), minimum=1, example="8")
+    save_every = 1 if recorded is None else recorded.blocking.save_every
+    if args.save_every is not None:
+        save_every = parse_int(args.save_every, name=arg("save_every"), example="10")
     time_axis = time_options(args)
-    workers = None if args.workers is None else parse_int(args.workers, name=arg("workers"), minimum=1)
-    params = recipe_params(args, recipe)
+    if time_axis is None and recorded is not None:
+        time_axis = recorded.time
+    workers = None if args.workers is None else parse_int(args.workers, name=arg("workers"), minimum=1, example="4")
+    params = {**(recorded.params or {} if recorded is not None else {}), **recipe_params(args, recipe)}
     _check_time_step(recipe, params, time_axis)
     check_no_overlap(args.out, params, recipe)
-    dtype = "float64" if args.dtype is None else args.dtype
+    dtype = args.dtype or ("float64" if recorded is None else dtype_name_of(next(iter(recorded.arrays.values()))[0]))
     job = recipe.make(size, dtype, params, options)  # an --input URL takes the same storage options
     attrs = {**job.attrs, "dtype": check_dtype(dtype)}  # the canonical name: 'f8' is recorded as float64
     array_attrs = {name: {"long_name": job.attrs["description"], "units": job.attrs["units"]} for name in job.names}
@@ -205,15 +184,17 @@ def cmd_write(args: argparse.Namespace) -> int:
     Blocking.checked(length=job.length, block_size=block_size, unroll=unroll_here, save_every=save_every)
 
     layout = Layout(
-        names=job.names, dims=job.dims, chunks=chunks_option(args.chunks), codec=args.codec, attrs=attrs,
-        array_attrs=array_attrs, time=time_axis, summaries=summary_windows(args), virtual=args.virtual,
+        names=job.names, dims=job.dims, chunks=chunks_option(args.chunks),
+        codec=args.codec or (DEFAULT_CODEC if recorded is None else recorded.codec), attrs=attrs,
+        array_attrs=array_attrs, time=time_axis, summaries=summary_windows(args),
+        virtual=args.virtual or (recorded is not None and recorded.virtual),
     )  # fmt: skip
     _enable_x64()
     from ..engine import ScanSpec, compute_platform
     from ..read import info
     from ..run import Dask, Local, cluster_client, write
 
-    unroll = _unroll(job, mode, args.out, options, given_unroll)
+    unroll = continued_unroll(job, recorded, given_unroll)
     spec = ScanSpec(
         job.f, job.init, job.xs, length=job.length, block_size=block_size, unroll=unroll, save_every=save_every
     )
@@ -222,7 +203,7 @@ def cmd_write(args: argparse.Namespace) -> int:
             "float64, the default --dtype, is emulated on a TPU, many times slower than float32; "
             "--dtype float32 --compensated is the chip's exact mode (errors within an ulp of the exact values)"
         )
-    before, again = _committed_steps(args.out, options) if mode in ("resume", "extend") else (0, 0)
+    before, again = committed_steps(args.out, options) if mode in ("resume", "extend") else (0, 0)
     start = time.perf_counter()
     gc.freeze()  # the CLI owns its process: spare the collector the objects that live for the whole run
     with _warnings_as_messages(args.debug), cluster_client(workers, args.scheduler) as client:
@@ -261,7 +242,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    blocks = "all" if args.blocks == "all" else parse_int(args.blocks, name=arg("blocks"), minimum=1)
+    blocks = "all" if args.blocks == "all" else parse_int(args.blocks, name=arg("blocks"), minimum=1, example="16")
     _enable_x64()
     from ..run import verify_recipe_output
 
@@ -269,7 +250,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     report = verify_recipe_output(args.out, blocks=blocks, storage_options=options, repair=args.repair)
     if report.repaired:
         which = ", ".join("the initial carry" if b == 0 else f"after block {b - 1}" for b in report.repaired)
-        _out(f"{args.out}: rebuilt {len(report.repaired)} damaged kept carries by recomputation ({which})")
+        _out(f"{args.out}: rebuilt {counted(len(report.repaired), 'damaged kept carry', 'damaged kept carries')} by "
+             f"recomputation ({which})")  # fmt: skip
     summaries = f"; {report.summary_windows} summary windows match" if report.summary_windows else ""
     committed = report.committed_blocks
     fewer = f" (the output has only {committed})" if isinstance(blocks, int) and blocks > committed else ""
@@ -306,7 +288,7 @@ def cmd_materialize(args: argparse.Namespace) -> int:
         stored = materialize(args.out, steps=steps, storage_options=options, progress=not args.no_progress)
     about = info(args.out, storage_options=options)
     _out(
-        f"{about.path}: stored the data of {stored} block(s) in {time.perf_counter() - start:.2f} s; "
+        f"{about.path}: stored the data of {counted(stored, 'block')} in {time.perf_counter() - start:.2f} s; "
         f"{about.stored_blocks} of {about.committed_blocks} committed blocks stored"
         + ("" if about.stored_blocks < about.committed_blocks else ": it reads as a plain Zarr output now")
     )
@@ -426,7 +408,7 @@ def _interrupted(exc: BaseException, argv: list[str], *, debug: bool) -> int:
     what, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
     command = next((arg for arg in argv if not arg.startswith("-")), None)
     if command == "write":
-        what += "; committed blocks are safe: rerun with --resume to continue"
+        what += f"; committed blocks are safe: continue with {resume_command(argv)}"
     return _fail(what, code, debug)
 
 

@@ -144,7 +144,10 @@ def _add_write(sub: argparse._SubParsersAction[_Parser]) -> None:
     w.add_argument("out", metavar="OUT", help="output path or fsspec URL (a Zarr v3 group)")
     _add_storage(w, reads_input=True)
     w.add_argument("--size", help="number of steps, e.g. '2**32' (cumsum/cumprod default: the input's length)")
-    w.add_argument("--recipe", default="gp", help="recipe name (default gp; see `streamacc recipes`)")
+    w.add_argument(
+        "--recipe", default=None,
+        help="recipe name (default gp, or the output's own with --resume or --extend; see `streamacc recipes`)",
+    )  # fmt: skip
     w.add_argument(
         "--dtype", default=None,
         help="float64 (default; emulated on a TPU, where float32 --compensated is exact) or float32",
@@ -184,14 +187,19 @@ def _add_write(sub: argparse._SubParsersAction[_Parser]) -> None:
         metavar="UNITS",
         help="units of --time-step and --time-start, e.g. s, or 'seconds since 2000-01-01' for dates (CF)",
     )
-    w.add_argument("--codec", default=DEFAULT_CODEC, help=f"one of {', '.join(CODEC_NAMES)} (default {DEFAULT_CODEC})")
+    w.add_argument("--codec", default=None, help=f"one of {', '.join(CODEC_NAMES)} (default {DEFAULT_CODEC})")
     mode = w.add_mutually_exclusive_group()
     mode.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    mode.add_argument("--resume", action="store_true", help="continue an interrupted run with the same settings")
+    mode.add_argument(
+        "--resume", action="store_true",
+        help="continue an interrupted run: `streamacc write OUT --resume` alone takes the recipe, its options and "
+        "every setting the output records (any given must be the recorded ones)",
+    )  # fmt: skip
     mode.add_argument(
         "--extend",
         action="store_true",
-        help="continue a finished run to a longer --size, as one run of that length would have written it",
+        help="continue a finished run to a longer --size, as one run of that length would have written it (the "
+        "recipe, its options and the other settings are the output's own)",
     )
     w.add_argument("--no-progress", action="store_true", help="no progress bar")
     w.add_argument(
@@ -294,7 +302,7 @@ def chunks_option(text: str | None) -> Any:
         if value == "auto":
             return "auto"
         try:
-            return parse_int(value, name="--chunks", minimum=-1)
+            return parse_int(value, name="--chunks", minimum=-1, example="4096")
         except InputError:
             raise InputError(
                 f"--chunks {text!r}: {value!r} is not a chunk length; each entry is a whole number of rows or "
@@ -327,9 +335,9 @@ def time_options(args: argparse.Namespace) -> dict[str, Any] | None:
             raise InputError("--time-start and --time-units need --time-step, the time one step takes; pass e.g. "
                              "--time-step 0.001")  # fmt: skip
         return None
-    time: dict[str, Any] = {"step": parse_number(args.time_step, name="--time-step")}
+    time: dict[str, Any] = {"step": parse_number(args.time_step, name="--time-step", example="0.001")}
     if args.time_start is not None:
-        time["start"] = parse_number(args.time_start, name="--time-start")
+        time["start"] = parse_number(args.time_start, name="--time-start", example="0")
     if args.time_units is not None:
         time["units"] = args.time_units
     return time
@@ -341,7 +349,7 @@ def summary_windows(args: argparse.Namespace) -> bool | list[int]:
         return False
     if args.summary_windows is None:
         return True
-    return [parse_int(w, name="--summary-windows", minimum=1) for w in args.summary_windows.split(",")]
+    return [parse_int(w, name="--summary-windows", minimum=1, example="4096") for w in args.summary_windows.split(",")]
 
 
 def step_range(text: str | None) -> tuple[int | None, int | None] | None:
@@ -351,7 +359,7 @@ def step_range(text: str | None) -> tuple[int | None, int | None] | None:
     a, sep, b = text.partition(":")
     if not sep:
         raise InputError(f"--steps {text!r} is not A:B; pass e.g. --steps 0:2**20 (either end may be left out)")
-    ends = [None if not part.strip() else parse_int(part, name="--steps", minimum=0) for part in (a, b)]
+    ends = [None if not p.strip() else parse_int(p, name="--steps", minimum=0, example="2**20") for p in (a, b)]
     if ends[0] is not None and ends[1] is not None and ends[0] >= ends[1]:
         raise InputError(f"--steps {text!r} is empty; pass A:B with A < B")
     return ends[0], ends[1]

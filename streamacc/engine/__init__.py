@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         computes_ahead as computes_ahead,
         from_host as from_host,
         run_plan as run_plan,
+        runtime_failure as runtime_failure,
         same_leaves as same_leaves,
         to_host as to_host,
     )

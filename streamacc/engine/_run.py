@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..base import HostLeaf, pool_size, rows_in
+from ..errors import StepError
 from ._config import compute_platform
 from ._kernels import cached, carry_scan_fn, scan_fn
 from ._memory import POOL_MIN_BYTES, BlockPool, _Lease, block_xs, fresh_buffers, let_go, spent_rows
@@ -31,7 +32,7 @@ from ._until import Tested, run_tested, tested_block
 
 __all__ = [
     "Block", "BlockFailed", "carry_pass", "compute_block", "computes_ahead", "from_host", "run_block",
-    "run_plan", "same_leaves", "to_host",
+    "run_plan", "runtime_failure", "same_leaves", "to_host",
 ]
 
 
@@ -157,33 +158,57 @@ def _rebuild_block(start: int, stop: int, ys: Any, carry: Any, save_every: int, 
     return Block(start, stop, ys, carry, save_every=save_every, ended=ended)
 
 
-class BlockFailed(jax.errors.JaxRuntimeError):  # type: ignore[misc]  # jaxlib's class comes without types
+class BlockFailed(StepError, jax.errors.JaxRuntimeError):  # type: ignore[misc]  # jaxlib's class comes without types
     """The computation of the block of steps ``[start, stop)`` failed at run time: the step raised there (an
     exception in a host callback, a runtime check such as equinox's ``error_if``, diffrax's ``max_steps``), or the
-    device did (out of memory). Still a ``JaxRuntimeError``, caused by JAX's own, as a caller of ``iter_blocks``
-    caught before; ``error`` is its one line. It survives pickling (a cluster's block task)."""
+    device did (out of memory). A :class:`~streamacc.errors.StepError` (a writer raises its own, saying what is
+    committed), and still a ``JaxRuntimeError``, as a caller of ``iter_blocks`` caught before; JAX's error is its
+    ``__cause__``, ``error`` its one line. It survives pickling (a cluster's block task)."""
 
     def __init__(self, start: int, stop: int, error: str) -> None:
-        super().__init__(f"the block of steps {start} to {stop} failed: {error}")
+        super().__init__(
+            f"the step failed at run time in the block of steps {start} to {stop} ({error}): fix the cause (JAX's "
+            "error is chained as this error's __cause__) and run again"
+        )
         self.start, self.stop, self.error = start, stop, error
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.start, self.stop, self.error))
 
     @classmethod
-    def of(cls, start: int, stop: int, exc: jax.errors.JaxRuntimeError) -> BlockFailed:
+    def of(cls, start: int, stop: int, exc: BaseException) -> BlockFailed:
         """The failure ``exc`` of the block of steps ``[start, stop)``."""
         return cls(start, stop, _what_failed(str(exc)))
 
 
+_STATUSES = (
+    "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+    "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+)
+_STATUS_PREFIXES = tuple(f"{status}: " for status in _STATUSES)
+
+
+def runtime_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is a computation failing at run time: a ``JaxRuntimeError``, or the ``ValueError`` with an
+    XLA status (``INTERNAL: CpuCallback error ...``) that JAX raises instead when a compiled function already run
+    once fails (its cached call), not one raised while a step is traced."""
+    if isinstance(exc, jax.errors.JaxRuntimeError):
+        return True
+    return type(exc) is ValueError and str(exc).startswith(_STATUS_PREFIXES)
+
+
 @contextlib.contextmanager
 def _failing(start: int, stop: int) -> Iterator[None]:
-    """Raise a run-time failure of the block of steps ``[start, stop)`` as :class:`BlockFailed`, naming its steps."""
+    """Raise a run-time failure of the block of steps ``[start, stop)`` as :class:`BlockFailed`, naming its steps,
+    whether JAX raised it as a ``JaxRuntimeError`` (a function's first call) or a ``ValueError`` (a cached one)."""
     try:
         yield
     except BlockFailed:
         raise
-    except jax.errors.JaxRuntimeError as exc:
+    except (jax.errors.JaxRuntimeError, ValueError) as exc:
+        if not runtime_failure(exc):
+            raise
         raise BlockFailed.of(start, stop, exc) from exc
 
 

@@ -111,6 +111,10 @@ def iter_blocks(
         ``f`` breaks the scan contract, e.g. its carry changes shape or dtype, or JAX
         cannot trace it (Python control flow or numpy on traced values): the message
         names the line of ``f`` that failed, and JAX's error is its ``__cause__``.
+    streamacc.errors.StepError
+        The step failed at run time in a block (a host callback raised, equinox's ``error_if``,
+        diffrax's ``max_steps``): the message names the block's steps, JAX's error is its
+        ``__cause__``; it is also a ``jax.errors.JaxRuntimeError``.
     streamacc.errors.X64Error
         ``init`` or ``xs`` hold 64-bit data while ``jax_enable_x64`` is off.
 
@@ -204,6 +208,8 @@ def scan(
         fit in it besides the ys.
     streamacc.errors.StepFunctionError
         ``f`` breaks the scan contract, or JAX cannot trace it (see :func:`iter_blocks`).
+    streamacc.errors.StepError
+        The step failed at run time in a block (see :func:`iter_blocks`).
     streamacc.errors.X64Error
         64-bit inputs while ``jax_enable_x64`` is off.
 

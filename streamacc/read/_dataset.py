@@ -128,7 +128,7 @@ def open(
     try:
         import xarray as xr
 
-        from .._xarray import StepIndex
+        from .._xarray import step_coordinates
     except ImportError:
         raise InputError("streamacc.open needs xarray: pip install 'streamacc[xarray]'") from None
     target = open_target(store, storage_options=storage_options, read_only=True)
@@ -159,8 +159,7 @@ def open(
         chunks = {dim: rows if dim == "step" else -1 for dim in ds.dims}
     if chunks is not None and names:
         ds = ds.chunk(_dask_chunks(ds, chunks))
-    index = StepIndex.for_rows(first, last, ident.blocking.save_every, ident.time)
-    ds = ds.assign_coords(xr.Coordinates.from_xindex(index))
+    ds = ds.assign_coords(step_coordinates(first, last, ident.blocking.save_every, ident.time))
     progress = progress_attrs(manifest.span(), manifest.length, manifest.complete, virtual=manifest.recomputes)
     ds.attrs = {k: v for k, v in ds.attrs.items() if k not in PROGRESS_ATTRS}  # the root's copy, which may lag
     ds.encoding.update(progress)  # about the store, not the data: a slice written elsewhere does not carry them

@@ -169,7 +169,9 @@ class OutputInfo:
     committed_rows : int
         Output rows the committed steps fill (``committed_steps // save_every``).
     total_steps : int
-        Steps of the whole run (its ``length``; with a condition, the most it runs).
+        Steps of the whole run: its ``length``, or, for a run that ended on its condition,
+        those up to and including the step where it did (``ended_at + 1``), as the root's
+        ``streamacc_total_steps`` and the manifest count them.
     complete : bool
         Whether the run finished (to its length, or ended on its condition).
     recipe : str or None
@@ -224,6 +226,10 @@ class OutputInfo:
     ended_at : int or None
         The step where the run's condition held, its last (``committed_steps`` is one
         more); None where it did not end on its condition.
+    length : int
+        The ``length`` the run was given: the most steps it runs (``total_steps`` but for
+        a run that ended on its condition), which its layout of blocks and an extension
+        count from.
 
     Examples
     --------
@@ -264,6 +270,7 @@ class OutputInfo:
     unroll_chosen: bool = False
     until: str | None = None
     ended_at: int | None = None
+    length: int = 0
 
     def __str__(self) -> str:
         return format_description(self)
@@ -336,7 +343,7 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
         arrays=arrays,
         committed_steps=manifest.committed_steps,
         committed_rows=last - first,
-        total_steps=blocking.length,
+        total_steps=manifest.length,
         complete=manifest.complete,
         recipe=ident.recipe,
         params=ident.params,
@@ -358,6 +365,7 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
         bookkeeping_bytes=sum(n for key, n in target.sizes(f"{BOOKKEEPING}/").items() if not key.startswith(SUMMARIES)),
         until=ident.to_json().get("until"),
         ended_at=manifest.ended_at,
+        length=blocking.length,
     )
 
 
@@ -393,10 +401,10 @@ def _mib(nbytes: int) -> str:
 
 def _block(about: OutputInfo, output: str) -> str:
     """The steps a block holds (``output``: its bytes of output): a run shorter than its block size is one block."""
-    if about.block_size < about.total_steps:
+    if about.block_size < about.length:
         return f"{about.block_size} steps ({output} of output)"
     return (
-        f"{about.total_steps} steps, the whole run in one block ({output} of output; blocks of {about.block_size} "
+        f"{about.length} steps, the whole run in one block ({output} of output; blocks of {about.block_size} "
         "steps if it is extended)"
     )
 
@@ -404,7 +412,9 @@ def _block(about: OutputInfo, output: str) -> str:
 def format_description(about: OutputInfo) -> str:
     """``about`` as the lines ``streamacc info`` prints."""
     if about.complete:
-        state = "complete" if about.ended_at is None else f"complete, ended on its condition at step {about.ended_at}"
+        state = "complete"
+        if about.ended_at is not None:
+            state = f"complete, ended on its condition at step {about.ended_at} (of at most {about.length} steps)"
     elif about.recipe is None:  # only its step function continues it: the command line cannot
         state = 'incomplete (written from Python: continue it with streamacc.write(path, f, init, mode="resume"))'
     else:

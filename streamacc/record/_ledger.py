@@ -229,12 +229,17 @@ def carry_name(boundary: int) -> str:
 
 def damaged_carry(label: str, boundary: int, what: str) -> str:
     """The refusal of a kept carry that is damaged (``what``), and how to rebuild it: it follows from the carry
-    kept before it (or the run's ``init``) through the blocks between, as ``verify`` recomputes them."""
-    source = "from init" if boundary == 0 else "from the blocks before it"
+    kept before it through the blocks between, as ``verify`` recomputes them; the initial carry is the run's own
+    (``init`` given to ``verify``, a recipe's recorded values on the command line)."""
+    damaged = f"{carry_name(boundary)} of {label} is damaged ({what}), so the blocks after it cannot be recomputed"
+    if boundary == 0:
+        return (
+            f"{damaged} from it; rebuild it with verify and {arg('repair', True)}, which writes the run's initial "
+            "carry again once it gives the checksums its record names"
+        )
     return (
-        f"{carry_name(boundary)} of {label} is damaged ({what}), so the blocks after it cannot be recomputed from "
-        f"it; rebuild it {source} with verify and {arg('repair', True)}, which recomputes it and checks it against "
-        "its record before writing it"
+        f"{damaged} from it; rebuild it from the blocks before it with verify and {arg('repair', True)}, which "
+        "recomputes it and checks it against its record before writing it"
     )
 
 

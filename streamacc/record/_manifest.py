@@ -291,9 +291,9 @@ class Manifest:
 
     @property
     def carry_boundaries(self) -> int:
-        """The boundaries its kept carries' arrays have room for: its length's blocks plus one, a run that ended on
-        its condition included (its carries were laid out before it ended)."""
-        return self.identity.blocking.block_count + 1
+        """The boundaries its kept carries' arrays have room for: its blocks plus one (a run that ended on its
+        condition cuts them to its own as it finishes; readers accept its length's, as 1.1.0 left them)."""
+        return self.blocking.block_count + 1
 
     @property
     def length(self) -> int:

@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from ..base import rows_in
+from ..base import counted, rows_in
 from ..errors import VerifyError
 from ..store import Target, ZarrSink, stored_crc32c
 from ._ledger import Ledger, carry_name
@@ -82,7 +82,8 @@ def _data_chunks(ledger: Ledger, sink: ZarrSink, blocks: Iterable[int], save_eve
         for name in sink.arrays:
             keys, recorded = sink.chunk_keys(name, *rows), rec.crc32c.get(name, [])
             if len(recorded) != len(keys):
-                yield k, f"its record has {name}: {len(recorded)} checksums for {len(keys)} chunks", -1
+                has = f"{counted(len(recorded), 'checksum')} for {counted(len(keys), 'chunk')}"
+                yield k, f"its record has {name}: {has}", -1
                 continue
             for key, crc in zip(keys, recorded, strict=True):
                 yield k, key, crc
@@ -97,7 +98,8 @@ def _carry_chunks(ledger: Ledger, manifest: Manifest, blocks: Iterable[int]) -> 
                 continue
             keys = carries.keys(boundary)
             if len(crcs) != len(keys):
-                yield boundary, f"its record has {len(crcs)} checksums for the {len(keys)} leaves of the carry", -1
+                has = f"{counted(len(crcs), 'checksum')} for the carry's {counted(len(keys), 'leaf', 'leaves')}"
+                yield boundary, f"its record has {has}", -1
                 continue
             yield from ((boundary, key, crc) for key, crc in zip(keys, crcs, strict=True))
 
@@ -128,7 +130,7 @@ def _first_problem(target: Target, expected: Iterator[_Expected], whole: bool) -
                 return where, key
             tail = next(found)
             if tail == b"":
-                return where, f"the stored bytes of chunk {key} do not match their checksum (corrupted chunk)"
+                return where, f"the stored bytes of chunk {key} do not match their checksum (damaged in place)"
             if tail is None or len(tail) < 4:
                 return where, f"chunk {key} {target.missing(key)}"
             stored = int.from_bytes(tail, "little")

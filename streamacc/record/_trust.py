@@ -47,6 +47,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ..base import counted
 from ..errors import NoOutputError, StoreError, VerifyError, arg, one_line
 from ..store import BOOKKEEPING, LEASE_KEY, Target, array_document, is_virtual, netcdf_safe, progress_attrs
 from ..summaries import LISTED_GROUP, listing
@@ -347,5 +348,5 @@ def remove_partial_writes(target: Target, names: list[str]) -> list[str]:
     """Remove the temp files that writers killed mid-write left among the keys of arrays ``names``; return them."""
     removed = target.clean_partials(written_by_a_run(names))
     if removed:
-        log.info("removed %d temp file(s) left by a writer that died", len(removed))
+        log.info("removed %s left by a writer that died", counted(len(removed), "temp file"))
     return removed

@@ -7,8 +7,10 @@ Its modules, from the top (a module imports only from those listed below it, or 
 - ``_session``: a run's session on its output (``RunSession``: the target, its writer lock,
   the progress bar, the output opened and committed, the error a failure is raised as), which
   ``write``, ``materialize`` and the Stream share;
-- where blocks run: ``_execute`` (``Local``, ``Dask`` as the caller says it, the keywords
-  ``write`` takes alone, this process's executors) and ``_dask`` (block tasks on a cluster);
+- where blocks run: ``_dask`` (block tasks on a cluster, written as ``_execute`` writes them),
+  ``_execute`` (``Local``, ``Dask`` as the caller says it, the keywords ``write`` takes alone,
+  this process's executors, a block written) and ``_cluster`` (a dask cluster: a local one, or
+  a running one reached at its address; its workers' sessions);
 - recomputing committed blocks: ``_verify`` (``verify``, a recipe's output, the check a resume
   makes first), ``_checker`` (an output's checks, kept carries rebuilt) and ``_virtual``
   (``RecomputingStore``: a virtual output read through zarr);
@@ -27,13 +29,13 @@ if TYPE_CHECKING:
     from ..base import (  # what a run raises for SIGTERM, as the guide names it (``streamacc.run.Terminated``)
         Terminated as Terminated,
     )
+    from ._cluster import cluster_client as cluster_client
     from ._commit import BlockResult as BlockResult, Output as Output
     from ._dask import (
         BLOCKS_PER_TASK as BLOCKS_PER_TASK,
         SCATTER_TIMEOUT as SCATTER_TIMEOUT,
         BlockTask as BlockTask,
         SinkSpec as SinkSpec,
-        cluster_client as cluster_client,
         run_block_tasks as run_block_tasks,
     )
     from ._execute import (

@@ -27,7 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..base import DEFAULT_INFLIGHT, HostLeaf, on_own_thread, pool_size, rows_in, run_ordered
+from ..base import DEFAULT_INFLIGHT, HostLeaf, counted, on_own_thread, pool_size, rows_in, run_ordered
 from ..engine import Block, BlockPool, Plan, caller_scopes, compute_block, from_host, same_leaves, to_host
 from ..errors import VerifyError, arg, one_line
 from ..record import (
@@ -159,7 +159,8 @@ class Checker:
         for name in self.sink.arrays if self.manifest.stores(k) else ():  # a virtual block's record may hold none
             keys, recorded = self.sink.chunk_keys(name, *rows), rec.crc32c.get(name, [])
             if len(recorded) != len(keys):
-                what = f"its record has {len(recorded)} checksums for the {len(keys)} chunks of {name!r}"
+                has = f"{counted(len(recorded), 'checksum')} for {name!r}'s {counted(len(keys), 'chunk')}"
+                what = f"its record has {has}"
                 raise self.bad_block(k, rec.start, rec.stop, what)
         return rec
 
@@ -239,7 +240,7 @@ class Checker:
                     what = (
                         f"chunk {key} is missing"
                         if kind == "missing"
-                        else f"the stored bytes of chunk {key} do not match their checksum (corrupted chunk)"
+                        else f"the stored bytes of chunk {key} do not match their checksum (damaged in place)"
                     )
                     raise self.bad_block(item.index, rec.start, rec.stop, what)
             for name, check in found.items():

@@ -364,7 +364,8 @@ class Output:
         """Mark the run complete, in the manifest and then in the root attributes.
 
         A run that ended on its condition first ends its arrays after the step where it held
-        (their last chunk was padded as it was written), so that every reader sees its steps alone.
+        (their last chunk was padded as it was written), so that every reader sees its steps alone,
+        and its kept carries' arrays after its last block, laid out for its length until then.
         """
         if self._batch.waiting:
             self._commit(tuple(self._batch.take()))
@@ -372,6 +373,9 @@ class Output:
         changes: dict[str, Any] = {}
         if self.ended:
             changes["arrays"] = {**self.manifest.arrays, **self.sink.cut(self.manifest.rows()[1])}
+            carries = None if self.manifest.v2 else self.ledger.carries(self.manifest)
+            if carries is not None and carries.boundaries() != self.manifest.carry_boundaries:
+                carries.resize(self.manifest.carry_boundaries)
         if self.summaries is None:
             self._save(complete=True, **changes)
         else:

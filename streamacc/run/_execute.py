@@ -41,13 +41,26 @@ objects' fields, so a new option is declared once, where it belongs. Every write
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol, cast
 
 import jax
 import numpy as np
 
-from ..base import DEFAULT_INFLIGHT, HostLeaf, as_count, check_stop, on_own_thread, pool_size, row_step, run_ordered
+from ..base import (
+    BLOCK_KEYWORDS,
+    DEFAULT_INFLIGHT,
+    LAYOUT_FIELDS,
+    BlockKeywords,
+    HostLeaf,
+    Layout,
+    as_count,
+    check_stop,
+    on_own_thread,
+    pool_size,
+    row_step,
+    run_ordered,
+)
 from ..engine import (
     Block,
     BlockPool,
@@ -66,14 +79,6 @@ from ..store import Target, ZarrSink
 from ..summaries import SummaryPlan
 from ._commit import BlockResult, Output
 
-if TYPE_CHECKING:
-    pass  # REMOVED-IMPORT
-    from ._planning import OutputSpec
-from collections.abc import Mapping, Sequence
-from typing import cast
-
-from ..base import BLOCK_KEYWORDS, LAYOUT_FIELDS, BlockKeywords, Layout
-
 __all__ = [
     "CARRIES_AHEAD",
     "CARRIES_AHEAD_BYTES",
@@ -84,7 +89,6 @@ __all__ = [
     "Local",
     "LocalExecutor",
     "WriteKeywords",
-    "executor_for",
     "first_nonfinite",
     "split_keywords",
     "write_block",
@@ -399,33 +403,6 @@ class Dask:
 
 EXECUTOR_FIELDS: tuple[str, ...] = ("client", "inflight")
 """The keywords of :class:`Local` and :class:`Dask`, which :func:`streamacc.write` also takes alone."""
-
-
-def executor_for(where: Local | Dask, spec: OutputSpec) -> Executor:
-    """The executor that runs ``spec``'s blocks where ``where`` says.
-
-    A virtual run without summaries computes no block at all, only carries: its carry pass
-    runs in this process, whatever ``where`` is.
-    """
-    from ..summaries import summarized_names
-
-    summarised = bool(spec.identity.summaries and summarized_names(spec.identity.arrays))
-    if not spec.storage.computes_blocks(summarised):
-        if where.inflight is not None:
-            raise InputError(
-                f"{arg('inflight')} does not apply to a virtual write without summaries, which computes only the "
-                f"carries, one block after another; leave {arg('inflight')} out"
-            )
-        pass  # REMOVED-IMPORT
-
-        return CarryExecutor()
-    if isinstance(where, Local):
-        pass  # REMOVED-IMPORT
-
-        return LocalExecutor(spec.storage.inflight if where.inflight is None else where.inflight)
-    from ._dask import DaskExecutor
-
-    return DaskExecutor.for_client(where.client, where.inflight)
 
 
 class WriteKeywords(BlockKeywords, total=False):

@@ -47,6 +47,7 @@ from ..base import (
     check_span,
     check_written_length,
     chunk_rows,
+    counted,
     dtype_name,
     over_state,
     resolve_chunks,
@@ -158,7 +159,8 @@ def output_names(y_struct: Any, names: Sequence[str] | Mapping[str, str] | str |
         chosen = [names] if isinstance(names, str) else list(names)
         if len(chosen) != len(leaves):
             raise InputError(
-                f"{arg('names')} has {len(chosen)} entries but f's y has {len(leaves)} leaves; give one per leaf"
+                f"{arg('names')} has {counted(len(chosen), 'entry', 'entries')} but f's y has "
+                f"{counted(len(leaves), 'leaf', 'leaves')}; give one per leaf"
             )
         _in_order(chosen, leaves)
     for name in chosen:

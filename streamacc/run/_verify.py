@@ -15,15 +15,28 @@ step function can be rebuilt, and its blocks recomputed, without any code from t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from ..base import HostLeaf, as_count, interruptible
-from ..engine import Block, Plan, Predicate, ScanSpec, Step, caller_scopes, make_plan, recorded_way, step_of, until_of
-from ..errors import InputError, ResumeError, VerifyError, arg, one_line
+from ..engine import (
+    Block,
+    BlockFailed,
+    Plan,
+    Predicate,
+    ScanSpec,
+    Step,
+    caller_scopes,
+    make_plan,
+    recorded_way,
+    step_of,
+    until_of,
+)
+from ..errors import InputError, ResumeError, StepError, VerifyError, arg, one_line
 from ..recipes import Job, get_recipe
 from ..record import Manifest, changed_values, check_settled_root, load_manifest, same_function, trusted_manifest
 from ..store import Target, open_target
@@ -52,11 +65,13 @@ class VerifyReport:
     committed_blocks : int
         Blocks the manifest commits.
     total_blocks : int
-        Blocks of the whole run.
+        Blocks of the whole run (up to the one where it ended on its condition, if it did).
     committed_steps : int
         Steps the committed blocks hold.
     total_steps : int
-        Steps of the whole run (its ``length``).
+        Steps of the whole run: its ``length``, or, for a run that ended on its condition,
+        those up to and including the step where it did (``ended_at + 1``), as
+        :func:`streamacc.info`, the root's ``streamacc_total_steps`` and the manifest count them.
     complete : bool
         Whether the run finished.
     summary_windows : int
@@ -64,6 +79,11 @@ class VerifyReport:
     repaired : tuple of int
         The boundaries whose kept carries ``repair=True`` rebuilt before the check (0 is the
         initial carry; boundary b the carry kept after block b - 1).
+    ended_at : int or None
+        The step where the run's condition held, its last; None where it did not end on it.
+    length : int
+        The ``length`` the run was given: the most steps it runs (``total_steps`` but for a
+        run that ended on its condition).
 
     Examples
     --------
@@ -86,6 +106,8 @@ class VerifyReport:
     complete: bool
     summary_windows: int = 0  # summary rows compared with the data or with the rows below them
     repaired: tuple[int, ...] = ()  # the boundaries whose kept carries were rebuilt first
+    ended_at: int | None = None
+    length: int = 0
 
 
 def select_blocks(committed: int, blocks: str | int) -> list[int]:
@@ -100,11 +122,33 @@ def select_blocks(committed: int, blocks: str | int) -> list[int]:
     return sorted({(2 * i * (committed - 1) + count - 1) // (2 * (count - 1)) for i in range(count)})
 
 
+@contextlib.contextmanager
+def recomputing(target: Target, manifest: Manifest) -> Iterator[None]:
+    """Raise the step failing at run time as it recomputes a block of ``target`` as the :class:`StepError` that
+    names the block and says that the output is as it was, JAX's error chained."""
+    try:
+        yield
+    except BlockFailed as exc:
+        bounds = manifest.identity.blocking.bounds()
+        index = next((k for k, (a, _) in enumerate(bounds) if a == exc.start), None)
+        steps = f"steps {exc.start} to {exc.stop}"
+        block = steps if index is None else f"block {index} ({steps})"
+        raise StepError(
+            f"the step failed at run time in {block} of {target.label} as it was recomputed ({exc.error}); the "
+            f"output is as it was ({manifest.committed_steps} steps committed): fix the cause and verify it again"
+        ) from (exc.__cause__ or exc)
+
+
 def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str | int = "all") -> VerifyReport:
     """Check ``target``'s manifest and committed blocks (all, or ``blocks`` of them).
 
     ``manifest`` is one whose structure is trusted already (:func:`trust.trusted_manifest`).
     """
+    with recomputing(target, manifest):
+        return _verify_plan(target, plan, manifest, blocks)
+
+
+def _verify_plan(target: Target, plan: Plan, manifest: Manifest, blocks: str | int) -> VerifyReport:
     plan = as_recorded(plan, manifest)
     checker = Checker(target, manifest, plan)
     checker.manifest_agrees()
@@ -125,11 +169,13 @@ def verify_plan(target: Target, plan: Plan, manifest: Manifest, *, blocks: str |
     return VerifyReport(
         tuple(chosen),
         manifest.committed_blocks,
-        plan.block_count,
+        manifest.total_blocks,
         manifest.committed_steps,
-        plan.length,
+        manifest.length,
         manifest.complete,
         0 if check is None else check.checked,
+        ended_at=manifest.ended_at,
+        length=manifest.identity.blocking.length,
     )
 
 
@@ -201,7 +247,8 @@ def verify_repairing(
     with target.lock(arg("repair", True)):
         manifest = trusted_manifest(target)
         plan = plan_of(manifest, target.label)
-        repaired = repair_carries(target, manifest, plan)
+        with recomputing(target, manifest):
+            repaired = repair_carries(target, manifest, plan)
         report = verify_plan(target, plan, manifest, blocks=blocks)
     return dataclasses.replace(report, repaired=tuple(repaired))
 
@@ -334,6 +381,10 @@ def verify(
         wrote the output, a chunk is missing, damaged or not the one committed, a block
         does not recompute to what is stored, or the manifest, array or root metadata
         contradict each other.
+    streamacc.errors.StepError
+        The step failed at run time as a block was recomputed (a host callback raised, a
+        runtime check): the message names the block, JAX's error is its ``__cause__``; the
+        output is left as it was.
     streamacc.errors.NoOutputError
         Nothing is there, or no streamacc output.
     streamacc.errors.InputError

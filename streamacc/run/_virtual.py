@@ -32,7 +32,7 @@ from zarr.abc.store import ByteRequest, Store
 from zarr.buffer import default_buffer_prototype
 from zarr.storage import WrapperStore
 
-from ..base import dtype_from_name, rows_in
+from ..base import counted, dtype_from_name, rows_in
 from ..engine import BlockPool, Plan, PoolStats, compute_block, from_host, same_leaves, to_host, x64_scope
 from ..errors import InputError, VerifyError, arg
 from ..record import CheckedStore, Ledger, Manifest, decode_leaves, ranged
@@ -398,7 +398,8 @@ def recompute_plan(
         leaves = Ledger(target).kept_carry(manifest, 0)
         if len(leaves) != 1:
             raise InputError(
-                f"the carry of {label} has {len(leaves)} leaves; pass {arg('init')} (any carry of the run's "
+                f"the carry of {label} has {counted(len(leaves), 'leaf', 'leaves')}; pass {arg('init')} (any carry of "
+                "the run's "
                 "structure: its values are taken from the record)"
             )
         ((array, impl),) = leaves

@@ -16,13 +16,38 @@ from typing import Any, Unpack
 
 from ..base import Layout, Mode, check_request, check_written_length, interruptible
 from ..engine import Carry, Predicate, ScanSpec, as_spec, caller_scopes, from_host, to_host
-from ._execute import Dask, Local, WriteKeywords, executor_for, split_keywords
-from ._planning import plan_output
+from ..errors import InputError, arg
+from ._execute import CarryExecutor, Dask, Executor, Local, LocalExecutor, WriteKeywords, split_keywords
+from ._planning import OutputSpec, plan_output
 from ._session import RunSession
 from ._verify import check_resumable
 from ._virtual import recomputed_rows
 
-__all__ = ["write"]
+__all__ = ["executor_for", "write"]
+
+
+def executor_for(where: Local | Dask, spec: OutputSpec) -> Executor:
+    """The executor that runs ``spec``'s blocks where ``where`` says: this process's, or a dask cluster's (imported
+    only then).
+
+    A virtual run without summaries computes no block at all, only carries: its carry pass
+    runs in this process, whatever ``where`` is.
+    """
+    from ..summaries import summarized_names
+
+    summarised = bool(spec.identity.summaries and summarized_names(spec.identity.arrays))
+    if not spec.storage.computes_blocks(summarised):
+        if where.inflight is not None:
+            raise InputError(
+                f"{arg('inflight')} does not apply to a virtual write without summaries, which computes only the "
+                f"carries, one block after another; leave {arg('inflight')} out"
+            )
+        return CarryExecutor()
+    if isinstance(where, Local):
+        return LocalExecutor(spec.storage.inflight if where.inflight is None else where.inflight)
+    from ._dask import DaskExecutor
+
+    return DaskExecutor.for_client(where.client, where.inflight)
 
 
 

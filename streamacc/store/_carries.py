@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..base import dtype_from_name, dtype_name
+from ..base import counted, dtype_from_name, dtype_name
 from ._codecs import compressors_for, decompress
 from ._documents import stored_crc32c
 from ._target import BOOKKEEPING, Target
@@ -312,7 +312,8 @@ class CarryArrays:
         missing, unreadable, or not the one recorded.
         """
         if len(crcs) != len(self.leaves):
-            raise CarryDamaged(f"{len(crcs)} checksums recorded for the {len(self.leaves)} leaves of the carry")
+            leaves = counted(len(self.leaves), "leaf", "leaves")
+            raise CarryDamaged(f"{counted(len(crcs), 'checksum')} recorded for the carry's {leaves}")
         out = []
         for i, (leaf, crc) in enumerate(zip(self.leaves, crcs, strict=True)):
             key = self.key(i, boundary)

@@ -64,6 +64,15 @@ def _is_icechunk(store: object) -> bool:
     return type(store).__module__.split(".", 1)[0] == "icechunk"
 
 
+def _label(store: Any) -> str:
+    """How messages name a zarr store object: where it is, as its caller gave it (``full.zarr``), a wrapper's the
+    store's inside (zarr spells a ``LocalStore`` ``file://full.zarr``, a wrapper of it ``wrapping-file://...``)."""
+    text = str(store)
+    while text.startswith("wrapping-"):
+        text = text[len("wrapping-") :]
+    return text.removeprefix("file://")
+
+
 def _refuse_link_loop(root: Path, text: str) -> None:
     """Refuse a path that runs into a loop of symbolic links (it, or a folder on its way): the system reads it as
     absent, but nothing can be created there either."""
@@ -91,10 +100,10 @@ def open_target(
         from zarr.storage import LocalStore
 
         if isinstance(store, LocalStore):
-            return LocalTarget(Path(store.root), str(store), read_only=read_only or store.read_only)
+            return LocalTarget(Path(store.root), _label(store), read_only=read_only or store.read_only)
         from ._storetarget import StoreTarget
 
-        return StoreTarget(store, str(store))
+        return StoreTarget(store, _label(store))
     if not isinstance(store, (str, os.PathLike)):
         raise InputError(f"store must be a path, a URL or a zarr store, got {type(store).__name__}")
     text = os.fspath(store)

@@ -35,7 +35,7 @@ from ..base import (
     outside,
     warn,
 )
-from ..engine import BlockFailed, Carry, Predicate, ScanSpec, Step, from_host, to_host
+from ..engine import BlockFailed, Carry, Predicate, ScanSpec, Step, from_host, runtime_failure, to_host
 from ..errors import InputError, ResumeError, StepFunctionError, StreamaccError, StreamaccWarning, arg
 from ..run import Planned, RunSession, WriteKeywords, check_resumable, plan_output, resume_chain, split_keywords
 from ._host import StreamHost
@@ -305,8 +305,8 @@ class Stream:
                 )
                 refused.__cause__ = exc
                 return refused
-            failing = host.failing_block() if isinstance(exc, jax.errors.JaxRuntimeError) else None
-            if failing is not None and host.output is not None:  # the step failed inside the program
+            failing = host.failing_block() if exc is not None and runtime_failure(exc) else None
+            if failing is not None and exc is not None and host.output is not None:  # the step failed in the program
                 mapped = host.session.failed(BlockFailed.of(*failing, exc))
                 if mapped is not None:
                     mapped.__cause__ = exc

@@ -1,8 +1,14 @@
 """Outputs written by streamacc 1.1.0 (commit 1a7460f) for tests/test_format110.py."""
-import os, signal, sys
-import jax, numpy as np
+import os
+import signal
+import sys
+
+import jax
+import numpy as np
+
 import streamacc
 from streamacc import testing
+
 jax.config.update("jax_enable_x64", True)
 
 def gp(c, _):
@@ -34,6 +40,9 @@ if what == "chosen":
                                             names="x", progress=False))
 elif what == "until":
     for name, chunks in (("until_partial.zarr", 12), ("until_complete.zarr", None)):
-        run = lambda name=name: streamacc.write(name, gp, np.float64(1.0), length=2**20, block_size=2**10, unroll=8,
-                                                until=over, names="x", progress=False)
+
+        def run(name=name):
+            return streamacc.write(name, gp, np.float64(1.0), length=2**20, block_size=2**10, unroll=8, until=over,
+                                   names="x", progress=False)
+
         killed_after(chunks, run) if chunks else run()
