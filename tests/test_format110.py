@@ -67,7 +67,8 @@ def test_a_condition_tested_the_1_1_0_way_resumes_to_the_finished_runs_bytes_and
     carry = streamacc.write(partial, gp, np.float64(1.0), until=over, mode="resume", **kwargs)
     assert streamacc.info(partial).ended_at == streamacc.info(whole).ended_at
     assert values(partial).tobytes() == values(whole).tobytes()
-    recorded = streamacc.write(whole, gp, np.float64(1.0), until=over, mode="resume", **kwargs)  # finished: as it is
+    with pytest.warns(streamacc.errors.StreamaccWarning, match="already complete"):  # finished: as it is
+        recorded = streamacc.write(whole, gp, np.float64(1.0), until=over, mode="resume", **kwargs)
     assert np.asarray(carry).tobytes() == np.asarray(recorded).tobytes()
     assert float(carry) != float(values(whole)[-1])  # 1.1.0's finder: the carry's last bits, not the stored y's
     assert "until_tested" not in read_manifest(partial)["identity"]
