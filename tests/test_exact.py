@@ -141,6 +141,11 @@ def test_a_condition_on_a_carry_the_ys_do_not_hold_keeps_the_stored_values_and_f
         carry, ys = streamacc.scan(spec)
         k = len(ys) - 1
         assert 0 < k < n - 1 and same_bits(ys, want[:k + 1]), unroll
+        out = tmp_path / f"stream-{unroll}.zarr"
+        with streamacc.Stream(out, oscillator, length=n, unroll=unroll, until=lambda c, y: c[1] < -0.5, names="x",
+                              progress=False) as stream:  # fmt: skip
+            got = jax.jit(stream.scan)((jnp.float64(1.0), jnp.float64(0.0)))
+        assert same_bits(stored(out), ys) and all(same_bits(a, b) for a, b in zip(got, carry, strict=True))
         if unroll == 1:
             want_carry, _ = lax_scan(oscillator, init, length=k + 1)
             assert same_bits(carry[0], want_carry[0]) and same_bits(carry[1], want_carry[1])

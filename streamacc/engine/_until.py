@@ -10,8 +10,10 @@ Each way of testing the condition (``_condition``) runs a block so:
   :func:`holding_fn`, the block run again with the carry held from the step after ``k``.
 - ``INSIDE``: :func:`tester_fn` runs the step with the condition tested after each step and the
   carry held from the first step where it held (its ys are the block's with ``unroll=1``);
-  with ``unroll`` > 1 the block's ys and carry are the plain scan's, and the tester (its ys
-  not kept) says only where the condition held and the carry there.
+  with ``unroll`` > 1 the block's ys and carry are the plain scan's, a probe of the steps
+  with the condition tested inside them (:func:`probed_fn`, its ys left out) says whether it
+  held, and in the block where it did, the tester (its ys not kept) finds the step and the
+  carry there.
 - ``PROBED_WAY`` (outputs written by 1.1.0): the block's ys are those of a program testing the
   condition after each step (:func:`probe_fn`), and the block where it held runs again with
   the tester to find the step.
@@ -37,8 +39,8 @@ from ._condition import INSIDE, OUTSIDE, Source, Until
 from ._kernels import cached, into, lax_scan, scan_fn
 
 __all__ = [
-    "PROBED", "Tested", "carry_at", "first_fn", "held_fn", "holding_fn", "probe_fn", "run_tested", "tested_block",
-    "tester_fn", "until_block",
+    "PROBED", "Tested", "carry_at", "first_fn", "held_fn", "holding_fn", "probe_fn", "probed_fn", "run_tested",
+    "tested_block", "tester_fn", "until_block",
 ]
 
 PROBED = -2
@@ -115,6 +117,20 @@ def probe_fn(
 
     if into_out:
         return jax.jit(into(run), donate_argnums=3 if armed else 2)
+    return jax.jit(run)
+
+
+@functools.lru_cache(maxsize=256)
+def probed_fn(f: Step, until: Predicate, length: int, unroll: int | bool, every: int = 1) -> Callable[..., jax.Array]:
+    """Whether the condition held after any of a block's steps from ``armed`` on, tested inside the steps: ``(carry,
+    xs, armed) -> held``. Its ys are never kept (XLA leaves them out): a block of the plain scan keeps the block's
+    own, and this tells only whether :func:`tester_fn` must find the step."""
+
+    def run(carry: Any, xs: Any, armed: jax.Array) -> jax.Array:
+        state = (carry, jnp.int32(0), jnp.bool_(False))
+        (_, _, held), _ = lax_scan(_probing(f, until, armed), state, xs, length, unroll, every)
+        return jnp.asarray(held)
+
     return jax.jit(run)
 
 
@@ -283,9 +299,8 @@ def run_tested(
                 carry, xs, jnp.int32(armed), *given)  # fmt: skip
             return held, ys, Tested(first, carry, held)
         after, ys = cached(scan_fn, f, length, unroll, False, into_out, every)(carry, xs, *given)
-        held, first = cached(tester_fn, f, until.predicate, length, unroll, False, every, False)(
-            carry, xs, jnp.int32(armed))  # fmt: skip
-        return after, ys, Tested(first, carry, held)
+        held = cached(probed_fn, f, until.predicate, length, unroll, every)(carry, xs, jnp.int32(armed))
+        return after, ys, Tested(held, carry, armed=armed)
     probe = cached(probe_fn, f, until.predicate, length, unroll, into_out, every, bool(armed))
     tested_from = (jnp.int32(armed),) if armed else ()
     after, ys, found = probe(carry, xs, *tested_from, *given)
@@ -299,11 +314,17 @@ def tested_block(
     """The block's step where its condition first held (None: none) and the carry that step left, from what
     :func:`run_tested` gave (``ys`` the block's device ys, ``carry_out`` the carry leaving it); ``xs()`` gives the
     block's rows of the inputs again, where the block must run again to find the step or the carry."""
+    probed = until.way == INSIDE and unrolled(unroll)  # a probe said whether it held: the tester finds where
+    if (until.way == OUTSIDE or probed) and not bool(tested.first):
+        return None, None
     if until.way == OUTSIDE:
-        if not bool(tested.first):
-            return None, None
         first = cached(first_fn, until.predicate, until.sources, tested.y_tree, length)
         k = int(first(tested.carry_in, ys, carry_out, jnp.int32(armed)))
+    elif probed:
+        held, found = cached(tester_fn, f, until.predicate, length, unroll, False, every, False)(
+            tested.carry_in, xs(), jnp.int32(armed))  # fmt: skip
+        k = int(found)
+        return (k, held) if k >= 0 else (None, None)
     else:
         k = int(tested.first)
     if k == PROBED:  # 1.1.0's way: the block runs again to find the step where it held
@@ -349,8 +370,15 @@ def until_block(
             held, ys, first = cached(tester_fn, f, until.predicate, length, unroll, False, every)(carry, xs, armed)
             return held, ys, first
         after, ys = plain(carry, xs)
-        held, first = cached(tester_fn, f, until.predicate, length, unroll, False, every, False)(carry, xs, armed)
-        chosen = jax.tree_util.tree_map(lambda h, a: jnp.where(first >= 0, h, a), held, after)
+        probed = cached(probed_fn, f, until.predicate, length, unroll, every)(carry, xs, armed)
+        tester = cached(tester_fn, f, until.predicate, length, unroll, False, every, False)
+
+        def found(armed: jax.Array) -> tuple[Any, jax.Array]:
+            held, first = tester(carry, xs, armed)
+            chosen = jax.tree_util.tree_map(lambda h, a: jnp.where(first >= 0, h, a), held, after)
+            return chosen, first
+
+        chosen, first = lax.cond(probed, found, lambda armed: (after, jnp.int32(-1)), armed)
         return chosen, ys, first
 
     def probed(carry: Any, xs: Any, armed: jax.Array) -> tuple[Any, list[jax.Array], jax.Array]:
