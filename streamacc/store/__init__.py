@@ -36,7 +36,7 @@ from ._documents import (
 )
 from ._encoding import register_data_types, storable
 from ._fence import FencedStore, describe_store_failure, is_store_failure
-from ._files import aligned_empty, atomic_write, read_into
+from ._files import aligned_empty, atomic_write, read_file, read_into
 from ._icechunk import IcechunkTarget
 from ._lease import LEASE_ENV, LEASE_KEY, Lease, lease_seconds
 from ._leaseobject import Holder, open_lease_object
@@ -46,7 +46,7 @@ from ._sessionstore import SessionStore
 from ._sink import ZarrSink, resize_arrays
 from ._storetarget import StoreTarget, close_store_sessions
 from ._target import BOOKKEEPING, Target, sync
-from ._zarrapi import ArrayV3Metadata, GroupMetadata, settle_event_loop
+from ._zarrapi import ArrayV3Metadata, GroupMetadata, settle_at_exit, settle_event_loop
 
 __all__ = [
     "BOOKKEEPING",
@@ -87,9 +87,11 @@ __all__ = [
     "open_target",
     "plain_document",
     "progress_attrs",
+    "read_file",
     "read_into",
     "register_data_types",
     "resize_arrays",
+    "settle_at_exit",
     "settle_event_loop",
     "storable",
     "stored_crc32c",

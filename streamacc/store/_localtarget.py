@@ -18,26 +18,31 @@ import errno
 import itertools
 import os
 import shutil
+import stat
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zarr.abc.store import ByteRequest, Store
+from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
+from zarr.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
 from ..errors import OutputExistsError, StoreError
 from ._files import (
     DirLock,
+    SpecialFile,
     atomic_write,
     atomic_write as write_durably,
-    find_link,
+    find_misplaced,
     flock_holder,
     fsync_dir,
     fsync_file,
+    read_file,
     read_into,
     remove_temp_files,
     remove_tree_contents,
     scratch,
+    special_kind,
 )
 from ._target import Target, being_written
 
@@ -49,6 +54,33 @@ __all__ = ["DurableLocalStore", "LocalTarget"]
 
 def _linked(path: Path) -> StoreError:
     return StoreError(f"{path} is a link; streamacc never reads through links inside an output: remove it")
+
+
+def _special(path: Path, label: str, kind: str) -> StoreError:
+    return StoreError(
+        f"{path} inside {label} is {kind}, a special file, where a file belongs; streamacc never reads one inside an "
+        "output (a named pipe would hang the reader): remove it"
+    )
+
+
+def _unreadable(path: Path, label: str, exc: OSError) -> StoreError:
+    return StoreError(
+        f"{path} inside {label} cannot be read ({exc.strerror or exc}); give it read permission (chmod u+r {path}), "
+        "or read the output as the user who wrote it"
+    )
+
+
+def _range(byte_range: ByteRequest | None) -> dict[str, int]:
+    """zarr's byte request as :func:`read_file`'s keywords."""
+    if isinstance(byte_range, RangeByteRequest):
+        return {"offset": byte_range.start, "length": max(0, byte_range.end - byte_range.start)}
+    if isinstance(byte_range, OffsetByteRequest):
+        return {"offset": byte_range.offset}
+    if isinstance(byte_range, SuffixByteRequest):
+        return {"suffix": byte_range.suffix}
+    if byte_range is None:
+        return {}
+    raise TypeError(f"Unexpected byte_range, got {byte_range}.")
 
 
 class DurableLocalStore(LocalStore):
@@ -110,23 +142,48 @@ class DurableLocalStore(LocalStore):
         return path
 
     def _file(self, key: str) -> Path:
-        """The path of ``key`` to read: a link there is refused (``LocalStore`` would follow it)."""
+        """The path of ``key`` to read: a link or a special file there is refused (``LocalStore`` would follow the
+        link, and wait on a named pipe for good)."""
         path = self.path(key)
-        if path.is_symlink():
+        try:
+            mode = os.lstat(path).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            return path
+        if stat.S_ISLNK(mode):
             raise _linked(path)
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise _special(path, self.label, special_kind(mode))
         return path
+
+    def read(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
+        """The bytes of ``key`` (None where nothing is there, or a folder is: zarr's ``LocalStore`` reads it so),
+        never through a link nor from a special file, each refused by name; so is a file that cannot be read."""
+        path = self.path(key)
+        try:
+            return read_file(path, **_range(byte_range))
+        except SpecialFile as exc:
+            raise _special(path, self.label, exc.kind) from None
+        except PermissionError as exc:
+            raise _unreadable(path, self.label, exc) from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _linked(path) from None
+            raise
 
     async def get(
         self, key: str, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
-        self._file(key)
-        return await super().get(key, prototype, byte_range)
+        if not self._is_open:
+            await self._open()
+        data = await asyncio.to_thread(self.read, key, byte_range)
+        return None if data is None else (prototype or default_buffer_prototype()).buffer.from_bytes(data)
 
     def get_sync(
         self, key: str, *, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
-        self._file(key)
-        return super().get_sync(key, prototype=prototype, byte_range=byte_range)
+        self._ensure_open_sync()
+        data = self.read(key, byte_range)
+        return None if data is None else (prototype or default_buffer_prototype()).buffer.from_bytes(data)
 
     def set_sync(self, key: str, value: Buffer) -> None:
         self._check_writable()
@@ -139,10 +196,14 @@ class DurableLocalStore(LocalStore):
     async def get_partial_values(
         self, prototype: BufferPrototype, key_ranges: Any
     ) -> list[Buffer | None]:
-        key_ranges = list(key_ranges)
-        for key, _ in key_ranges:
-            self._file(key)
-        return await super().get_partial_values(prototype, key_ranges)
+        """Each read as :meth:`get` reads it (a missing key is None); the first failure raised once all have ended,
+        so that none is left unretrieved."""
+        found = await asyncio.gather(*(self.get(key, prototype, part) for key, part in key_ranges),
+                                     return_exceptions=True)  # fmt: skip
+        failed = next((f for f in found if isinstance(f, BaseException)), None)
+        if failed is not None:
+            raise failed
+        return found  # type: ignore[return-value]  # no exception among them
 
     async def _set(self, key: str, value: Buffer, exclusive: bool = False) -> None:
         """Durably (``atomic_write``: the temp file fsynced before it is renamed over the key, then its folder),
@@ -228,6 +289,10 @@ class LocalTarget(Target):
             return read_into(
                 path, lambda size: scratch("read", size)[:size], follow=False, whole=False, drop_cache=True
             )
+        except SpecialFile as exc:
+            raise _special(path, self.label, exc.kind) from None
+        except PermissionError as exc:
+            raise _unreadable(path, self.label, exc) from None
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise _linked(path) from None
@@ -272,6 +337,10 @@ class LocalTarget(Target):
             "is a folder where a file belongs: remove it" if path.is_dir() and not path.is_symlink() else "is missing"
         )
 
+    def read(self, key: str) -> bytes | None:
+        """As the store reads it (:meth:`DurableLocalStore.read`), without zarr's event loop."""
+        return self.store.read(key)
+
     def make_durable(self, keys: list[str], *, drop_cache: bool = False) -> None:
         dirs = set()
         for key in keys:
@@ -303,12 +372,28 @@ class LocalTarget(Target):
             )
 
     def check_contents(self) -> None:
-        link = find_link(self.root) if self.root.is_dir() else None
-        if link is not None:
+        """Refuse a link, a special file, or a folder where a file belongs, anywhere inside the output, by name."""
+        try:
+            found = find_misplaced(self.root) if self.root.is_dir() else None
+        except OSError as exc:
+            where = exc.filename or self.root
             raise StoreError(
-                f"{link} inside {self.label} is a link or a special file; streamacc never acts through links "
-                "inside an output: remove it, or choose another output path"
+                f"{where} inside {self.label} cannot be listed ({exc.strerror or exc}); give it read permission "
+                f"(chmod u+rx {where}), or read the output as the user who wrote it"
+            ) from None
+        if found is None:
+            return
+        path, what = found
+        if what == "a link":
+            raise StoreError(
+                f"{path} inside {self.label} is a link; streamacc never acts through links inside an output: remove "
+                "it, or choose another output path"
             )
+        if what.startswith("a folder"):
+            raise StoreError(
+                f"{self.label}: {path.relative_to(self.root).as_posix()} is a folder where a file belongs: remove it"
+            )
+        raise _special(path, self.label, what)
 
     def clear(self, keep: set[str]) -> None:
         self.check_contents()
