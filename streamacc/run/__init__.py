@@ -25,7 +25,7 @@ from ._dask import BLOCKS_PER_TASK, SCATTER_TIMEOUT, BlockTask, SinkSpec, cluste
 from ._execute import Dask, Local, WriteKeywords, split_keywords, write_block
 from ._identity import carry_digest, describe_function, digest_kind, input_values
 from ._materialize import materialize
-from ._open import open_output
+from ._open import Continuation, open_output
 from ._planning import OutputSpec, Planned, output_spec, plan_output
 from ._session import MIN_BAR, Progress, Rates, RunSession, clock, si
 from ._verify import (
@@ -48,6 +48,7 @@ __all__ = [
     "SCATTER_TIMEOUT",
     "BlockResult",
     "BlockTask",
+    "Continuation",
     "Dask",
     "Local",
     "Output",
