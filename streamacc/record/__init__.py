@@ -32,6 +32,7 @@ from ._trailers import CheckedStore, carry_problem, missing_from_store, ranged, 
 from ._trust import (
     arrays_problem,
     bookkeeping_listing,
+    carries_misdescribed,
     carries_problem,
     check_settled_root,
     check_structure,
@@ -44,9 +45,9 @@ from ._trust import (
 
 __all__ = [
     "CARRY_CODEC", "LEGACY_MANIFEST_KEY", "MANIFEST_ATTR", "MANIFEST_KEY", "BlockRecord", "CheckedStore", "Ledger",
-    "Manifest", "RunIdentity", "arrays_problem", "bookkeeping_listing", "carries_problem", "carry_description",
-    "carry_every", "carry_name", "carry_problem", "changed_values", "check_settled_root", "check_structure",
-    "contradicts_itself", "damaged_carry", "decode_leaves", "describe_nonfinite", "encode_leaves",
+    "Manifest", "RunIdentity", "arrays_problem", "bookkeeping_listing", "carries_misdescribed", "carries_problem",
+    "carry_description", "carry_every", "carry_name", "carry_problem", "changed_values", "check_settled_root",
+    "check_structure", "contradicts_itself", "damaged_carry", "decode_leaves", "describe_nonfinite", "encode_leaves",
     "identity_differences", "load_manifest", "missing_from_store", "node_attribute", "only_leftovers", "ranged",
     "remove_partial_writes", "require_same_run", "root_problem", "same_function", "trailer_problem", "trusted_manifest",
 ]

@@ -57,6 +57,7 @@ __all__ = [
     "FIRST_TEMP",
     "arrays_problem",
     "bookkeeping_listing",
+    "carries_misdescribed",
     "carries_problem",
     "check_settled_root",
     "check_structure",
@@ -224,7 +225,9 @@ def carries_problem(
     ledger = ledger or Ledger(target)
     problem = ledger.carries(manifest).metadata_problem(manifest.committed_blocks) if metadata else None
     if problem is not None:
-        return f"{problem}; rewrite it as the manifest says with verify and {arg('repair', True)}"
+        return carries_misdescribed(manifest, ledger) or (
+            f"{problem}; rewrite it as the manifest says with verify and {arg('repair', True)}"
+        )
     assert manifest.carries is not None
     every = manifest.carries["every"]
     for k in range(manifest.committed_blocks):
@@ -235,6 +238,38 @@ def carries_problem(
                 f"record of block {k} names {'one' if kept else 'none'} after it: the manifest and the records "
                 f"disagree, so neither can be trusted; rewrite the output with {arg('mode', 'overwrite')}"
             )
+    return None
+
+
+MISDESCRIBED_TRIES = 8
+"""Kept carries read, at most, to tell whether the manifest describes them (those damaged tell nothing)."""
+
+
+def carries_misdescribed(manifest: Manifest, ledger: Ledger) -> str | None:
+    """Why the manifest's record of the kept carries (``carries``: their codec, dtypes and shapes) is not what wrote
+    them, in words with the fix, or None where it is (or no kept carry can tell).
+
+    Asked where the carries' stored metadata and the manifest disagree, before anything is
+    rewritten: a kept chunk that is intact and that the manifest's description does not
+    decode and encode back to its bytes says the manifest is the damaged one, and rewriting
+    the metadata as it says would only make the carries unreadable.
+    """
+    carries = ledger.carries(manifest)
+    tries = 0
+    for boundary in range(manifest.committed_blocks + 1):
+        crcs = ledger.carry_checksums(manifest, boundary)
+        if crcs is None:
+            continue
+        described = carries.described(boundary, crcs)
+        if described is False:
+            return (
+                f"its manifest's record of the kept carries (carries: their codec, dtypes and shapes) is not what "
+                f"wrote them ({', '.join(carries.keys(boundary))}, intact, is no carry it describes), so the manifest "
+                f"is damaged and its carries cannot be read; rewrite the output with {arg('mode', 'overwrite')}"
+            )
+        tries += 1
+        if described or tries >= MISDESCRIBED_TRIES:
+            return None
     return None
 
 

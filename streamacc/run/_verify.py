@@ -64,6 +64,9 @@ class VerifyReport:
     repaired : tuple of int
         The boundaries whose kept carries ``repair=True`` rebuilt before the check (0 is the
         initial carry; boundary b the carry kept after block b - 1).
+    rewritten : tuple of str
+        The metadata documents of the kept carries (their group's and arrays' ``zarr.json``)
+        that ``repair=True`` wrote again, as the manifest says they must be, before the check.
 
     Examples
     --------
@@ -86,6 +89,7 @@ class VerifyReport:
     complete: bool
     summary_windows: int = 0  # summary rows compared with the data or with the rows below them
     repaired: tuple[int, ...] = ()  # the boundaries whose kept carries were rebuilt first
+    rewritten: tuple[str, ...] = ()  # the carries' metadata documents written again first
 
 
 def select_blocks(committed: int, blocks: str | int) -> list[int]:
@@ -203,7 +207,7 @@ def verify_repairing(
         plan = plan_of(manifest, target.label)
         repaired = repair_carries(target, manifest, plan)
         report = verify_plan(target, plan, manifest, blocks=blocks)
-    return dataclasses.replace(report, repaired=tuple(repaired))
+    return dataclasses.replace(report, repaired=tuple(repaired.boundaries), rewritten=tuple(repaired.metadata))
 
 
 def check_function(manifest: Manifest, f: Step, label: str) -> None:
