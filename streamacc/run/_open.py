@@ -272,6 +272,8 @@ def prepare_continue(o: Opening) -> Continuation:
     # an extension lengthens a finished run, or continues one that ended on its condition past its end
     lengthened = manifest.length != spec.identity.blocking.length or manifest.ended_at is not None
     extending = o.mode == "extend" and lengthened
+    if extending and manifest.ended_at is not None and not manifest.complete and _same_run(manifest, spec, target):
+        extending = False  # this very run, killed as it ended (an extension's too): the same call finishes it
     if extending:
         extended = plan_extension(target, spec.identity, manifest, spec.total_blocks, o.rows)
         if extended is None:
@@ -296,6 +298,14 @@ def prepare_continue(o: Opening) -> Continuation:
         except VerifyError as exc:
             raise ResumeError(f"cannot resume: {one_line(exc)}") from None
     return Continuation(o, manifest, checked, extending)
+
+
+def _same_run(manifest: Manifest, spec: OutputSpec, target: Target) -> bool:
+    try:
+        require_same_run(manifest, spec.identity, target.label)
+    except ResumeError:
+        return False
+    return True
 
 
 def _written_from_python(label: str, mode: Mode, manifest: Manifest) -> str:
