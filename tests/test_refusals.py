@@ -319,6 +319,8 @@ def test_a_folder_at_a_metadata_document_is_named_by_every_command(cli_outputs, 
         code, line = run(*args, capfd=capfd)
         assert code != 0 and f"{where} is a folder where a file belongs: remove it" in line, (args, line)
     assert tree(out) == before
+    assert run("write", out, "--size", SIZE, *ARGS, "--overwrite", capfd=capfd)[0] == 0  # clears it with the rest
+    assert tree(out) == tree(cli_outputs[0])
 
 
 def test_array_metadata_edited_into_a_list_is_named(cli_outputs, tmp_path, capfd):

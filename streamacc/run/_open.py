@@ -178,7 +178,7 @@ def _foreign(o: Opening) -> Output:
 
 
 def _overwrite(o: Opening) -> Output:
-    o.target.check_contents()
+    o.target.check_contents(writing=False)  # links and special files: a folder where a file belongs is cleared
     return _create(o)
 
 

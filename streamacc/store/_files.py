@@ -299,7 +299,7 @@ def atomic_write(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-def find_misplaced(root: Path) -> tuple[Path, str] | None:
+def find_misplaced(root: Path, *, folders: bool = True) -> tuple[Path, str] | None:
     """The first entry inside ``root`` that streamacc must not act on, and what it is, in words (``a link``, ``a
     named pipe``, ``a socket``, ``a device``, ``a folder where a file belongs``); None where there is none.
 
@@ -308,10 +308,11 @@ def find_misplaced(root: Path) -> tuple[Path, str] | None:
     ``zarr.json``), where a writer would fail to write the file, and a reader take the chunk
     for missing. Reads each folder once; the entries' types come with the listing, so a large
     output costs no system call per file. A folder that cannot be listed raises its ``OSError``.
+    Without ``folders``, a folder where a file belongs is not asked for (a clearing removes it).
     """
-    folders: list[tuple[Path, int | None]] = [(root, None)]  # a folder, and the levels of chunk keys below it
-    while folders:
-        folder, levels = folders.pop()
+    pending: list[tuple[Path, int | None]] = [(root, None)]  # a folder, and the levels of chunk keys below it
+    while pending:
+        folder, levels = pending.pop()
         try:
             with os.scandir(folder) as listing:
                 entries = list(listing)
@@ -324,9 +325,9 @@ def find_misplaced(root: Path) -> tuple[Path, str] | None:
                 return path, "a link"
             if entry.is_dir(follow_symlinks=False):
                 below = levels - 1 if levels is not None else chunk_levels if entry.name == "c" else None
-                if entry.name == "zarr.json" or below == 0:
+                if folders and (entry.name == "zarr.json" or below == 0):
                     return path, "a folder where a file belongs"
-                folders.append((path, below))
+                pending.append((path, below))
             elif not entry.is_file(follow_symlinks=False):
                 return path, special_kind(entry.stat(follow_symlinks=False).st_mode)
     return None

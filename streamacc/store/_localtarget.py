@@ -371,10 +371,11 @@ class LocalTarget(Target):
                 f"runs in; run the command from outside {real}"
             )
 
-    def check_contents(self) -> None:
-        """Refuse a link, a special file, or a folder where a file belongs, anywhere inside the output, by name."""
+    def check_contents(self, *, writing: bool = True) -> None:
+        """Refuse a link, a special file, or (``writing``) a folder where a file belongs, anywhere inside the output,
+        by name."""
         try:
-            found = find_misplaced(self.root) if self.root.is_dir() else None
+            found = find_misplaced(self.root, folders=writing) if self.root.is_dir() else None
         except OSError as exc:
             where = exc.filename or self.root
             raise StoreError(
@@ -396,7 +397,7 @@ class LocalTarget(Target):
         raise _special(path, self.label, what)
 
     def clear(self, keep: set[str]) -> None:
-        self.check_contents()
+        self.check_contents(writing=False)
         self.delete("zarr.json")  # first: readers stop seeing the old group at once
         remove_tree_contents(self.root, {self.root / key for key in keep})
         fsync_dir(self.root)
