@@ -187,7 +187,27 @@ def _array_attrs(array_attrs: Mapping[str, Mapping[str, Any]] | None) -> dict[st
         raise InputError(f"{arg('array_attrs')} must map output names to dicts of attributes, got {array_attrs!r}; "
                          f"pass e.g. {arg('array_attrs', {'u': {'units': 'm'}})}")  # fmt: skip
     check_json("array_attrs", array_attrs)
-    return {str(name): dict(value) for name, value in array_attrs.items()}
+    checked = {str(name): dict(value) for name, value in array_attrs.items()}
+    for name, attrs in checked.items():
+        _check_numeric_decoding(name, attrs)
+    return checked
+
+
+TEXT_ATTRIBUTES = ("_Encoding",)
+"""Attributes with which xarray decodes an array's values as text (objects), which no array of numbers holds: a reader
+through dask then cannot even size its chunks."""
+
+
+def _check_numeric_decoding(name: str, attrs: Mapping[str, Any]) -> None:
+    """Refuse attributes that make readers decode the numbers of array ``name`` as text, before anything is written
+    (checked here, without xarray, whatever else ``array_attrs`` holds)."""
+    text = [key for key in TEXT_ATTRIBUTES if key in attrs]
+    if text:
+        raise InputError(
+            f"{arg('array_attrs')} of {name!r} hold {', '.join(f'{k}={attrs[k]!r}' for k in text)}, with which "
+            "xarray decodes an array's values as text, and streamacc's arrays hold numbers (streamacc.open could "
+            f"not read it); leave out {', '.join(text)}"
+        )
 
 
 def _summaries(summaries: bool | Sequence[int]) -> bool | tuple[int, ...]:

@@ -248,6 +248,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     options = storage_options(args.storage_option)
     report = verify_recipe_output(args.out, blocks=blocks, storage_options=options, repair=args.repair)
+    if report.rewritten:
+        _out(f"{args.out}: rewrote the kept carries' metadata as the manifest says ({', '.join(report.rewritten)})")
     if report.repaired:
         which = ", ".join("the initial carry" if b == 0 else f"after block {b - 1}" for b in report.repaired)
         _out(f"{args.out}: rebuilt {counted(len(report.repaired), 'damaged kept carry', 'damaged kept carries')} by "

@@ -53,9 +53,19 @@ def default_path(out: str, name: str) -> str:
 def _inside_an_output(target: str) -> Path | None:
     """The streamacc output (a local folder whose ``_streamacc/zarr.json`` holds a manifest) that file ``target``
     would land in, if any: a folder of the user's named ``_streamacc`` makes none."""
-    for folder in Path(target).resolve().parents:
-        try:
-            doc = json.loads((folder / "_streamacc" / "zarr.json").read_bytes())
+    from ..store import read_file
+
+    try:
+        folders = Path(target).resolve().parents
+    except (RuntimeError, OSError):  # Python 3.11 raises RuntimeError for a loop of links, later ones OSError
+        raise InputError(
+            f"-o {target} runs into a loop of symbolic links (following them leads back to where they start), so "
+            "no picture can be written there; remove or correct the link, or pass another -o FILE.png"
+        ) from None
+    for folder in folders:
+        try:  # never waiting on a named pipe, never through a link
+            raw = read_file(folder / "_streamacc" / "zarr.json")
+            doc = json.loads(raw) if raw is not None else None
         except (OSError, ValueError):
             continue
         attributes = doc.get("attributes") if isinstance(doc, dict) else None

@@ -148,7 +148,7 @@ def open(
 
             check_function(manifest, f, target.label)
     register_data_types()  # a bfloat16 array reads as bfloat16
-    ds: xarray.Dataset = xr.open_zarr(source, consolidated=False, zarr_format=3, chunks=None)[names]
+    ds = _arrays(xr, source, names)
     if manifest.recomputes:
         ds = source.recomputed_variables(ds)
     if names:  # a step that returns no y stores no array: its committed steps are the coordinate alone
@@ -185,3 +185,26 @@ def _dask_chunks(ds: xarray.Dataset, chunks: Any) -> Any:
             if dim_chunks and dim_chunks[0]:
                 sizes[dim] = min(sizes.get(dim, dim_chunks[0]), dim_chunks[0])
     return sizes
+
+
+def _arrays(xr: Any, source: Any, names: list[str]) -> xarray.Dataset:
+    """The run's arrays ``names`` as one Dataset. Where their lengths differ (a run that ended on its condition cuts
+    them one by one after its last step; a reader meanwhile reads a root that lags, see ``record._trust``), each is
+    opened alone and all are cut to the shortest, which holds every committed row."""
+    try:
+        opened: xarray.Dataset = xr.open_zarr(source, consolidated=False, zarr_format=3, chunks=None)[names]
+        return opened
+    except ValueError:
+        if len(names) < 2:
+            raise
+    import zarr
+
+    members = list(zarr.open_group(source, mode="r", use_consolidated=False).array_keys())
+    parts = [
+        xr.open_zarr(source, consolidated=False, zarr_format=3, chunks=None,
+                     drop_variables=[other for other in members if other != name])[[name]]
+        for name in names
+    ]  # fmt: skip
+    rows = min(part.sizes["step"] for part in parts)
+    merged: xarray.Dataset = xr.merge([part.isel(step=slice(0, rows)) for part in parts], combine_attrs="override")
+    return merged

@@ -8,6 +8,8 @@ with ``compensated=True``, on a compensated carry (see ``_compensated``).
 from __future__ import annotations
 
 import dataclasses
+import errno
+import os
 from typing import Any
 
 from ..base import ACCELERATOR_COMPENSATED_UNROLL
@@ -29,6 +31,11 @@ def open_input(path: str, storage_options: dict[str, Any] | None = None) -> Any:
     try:
         array = zarr.open_array(path, mode="r", storage_options=options)
     except Exception as error:
+        if options is None and _loops(path):
+            raise InputError(
+                f"{arg('input', path)} runs into a loop of symbolic links (following them leads back to where they "
+                "start), so no array is there; remove or correct the link, or pass the path of a 1-D zarr array"
+            ) from None
         members = _group_arrays(path, options)
         if members is not None:
             example = arg("input", f"{path.rstrip('/')}/{members[0]}" if members else f"{path.rstrip('/')}/NAME")
@@ -55,6 +62,15 @@ def open_input(path: str, storage_options: dict[str, Any] | None = None) -> Any:
             "pass a float, int or bool array"
         )
     return array
+
+
+def _loops(path: str) -> bool:
+    """Whether local ``path`` runs into a loop of symbolic links (it, or a folder on its way)."""
+    try:
+        os.stat(path.removeprefix("file://"))
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
 
 
 def _group_arrays(path: str, storage_options: dict[str, Any] | None) -> list[str] | None:

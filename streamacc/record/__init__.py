@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from ._trust import (
         arrays_problem as arrays_problem,
         bookkeeping_listing as bookkeeping_listing,
+        carries_misdescribed as carries_misdescribed,
         carries_problem as carries_problem,
         check_settled_root as check_settled_root,
         check_structure as check_structure,

@@ -58,6 +58,7 @@ __all__ = [
     "FIRST_TEMP",
     "arrays_problem",
     "bookkeeping_listing",
+    "carries_misdescribed",
     "carries_problem",
     "check_settled_root",
     "check_structure",
@@ -100,7 +101,10 @@ def _progress_problem(attrs: dict[str, Any], manifest: Manifest, reading: bool, 
         return f"has out-of-date attributes ({', '.join(differ)}) though the run is complete" if differ else None
     if attrs.get("streamacc_complete") != 0:
         return "says the run is complete, which its manifest does not"
-    if attrs.get("streamacc_total_steps") != expected["streamacc_total_steps"]:
+    totals = {expected["streamacc_total_steps"]}
+    if lagging and manifest.ended_at is not None:  # published before the run ended on its condition: its length then
+        totals.add(manifest.identity.blocking.length)
+    if attrs.get("streamacc_total_steps") not in totals:
         return "gives another streamacc_total_steps than the manifest"
     start, done = attrs.get("streamacc_committed_start"), attrs.get("streamacc_committed_steps")
     low, high = manifest.span()
@@ -109,7 +113,20 @@ def _progress_problem(attrs: dict[str, Any], manifest: Manifest, reading: bool, 
     return None
 
 
-def _consolidated_problem(target: Target, doc: dict[str, Any], manifest: Manifest, reading: bool) -> str | None:
+def _cut_since(listed: dict[str, Any] | None, stored: dict[str, Any] | None, manifest: Manifest) -> bool:
+    """Whether array metadata ``listed`` (a lagging root's) is ``stored`` before the run that ended on its condition
+    cut it after its last step: the same but for more rows, the run's whole length's."""
+    if listed is None or stored is None or manifest.ended_at is None:
+        return False
+    shape, cut = listed.get("shape"), stored.get("shape")
+    if not (isinstance(shape, list) and isinstance(cut, list) and shape and cut):
+        return False
+    return {**listed, "shape": cut} == stored and shape[0] == manifest.identity.rows and cut[0] == manifest.rows()[1]
+
+
+def _consolidated_problem(
+    target: Target, doc: dict[str, Any], manifest: Manifest, reading: bool, lagging: bool = False
+) -> str | None:
     names = manifest.identity.names
     consolidated = doc.get("consolidated_metadata")
     members = consolidated.get("metadata") if isinstance(consolidated, dict) else None
@@ -137,6 +154,8 @@ def _consolidated_problem(target: Target, doc: dict[str, Any], manifest: Manifes
         declared = is_virtual(listed) != is_virtual(raw)
         if reading:  # listed virtual: a plain reader refuses it; listed plain: it reads stored chunks, all but unstored
             declared = not is_virtual(listed) and is_virtual(raw) and manifest.recomputes
+        if lagging and not declared and _cut_since(array_document(listed), stored, manifest):
+            continue  # published before the run ended: readers read the arrays' own metadata, cut since
         if stored is None or array_document(listed) != stored or declared:
             return f"describes array {name!r} otherwise than {name}/zarr.json does (consolidated metadata)"
     return None
@@ -163,8 +182,10 @@ def root_problem(target: Target, manifest: Manifest, *, reading: bool = False, s
     if not isinstance(doc, dict) or doc.get("zarr_format") != 3 or doc.get("node_type") != "group":
         return "is not the metadata of a Zarr v3 group"
     attrs = doc.get("attributes")
-    problem = _progress_problem(attrs if isinstance(attrs, dict) else {}, manifest, reading, settled)
-    return problem or _consolidated_problem(target, doc, manifest, reading)
+    attrs = attrs if isinstance(attrs, dict) else {}
+    problem = _progress_problem(attrs, manifest, reading, settled)
+    lagging = reading and not settled and attrs.get("streamacc_complete") == 0
+    return problem or _consolidated_problem(target, doc, manifest, reading, lagging)
 
 
 ATTEMPTS = 5
@@ -225,7 +246,9 @@ def carries_problem(
     ledger = ledger or Ledger(target)
     problem = ledger.carries(manifest).metadata_problem(manifest.committed_blocks) if metadata else None
     if problem is not None:
-        return f"{problem}; rewrite it as the manifest says with verify and {arg('repair', True)}"
+        return carries_misdescribed(manifest, ledger) or (
+            f"{problem}; rewrite it as the manifest says with verify and {arg('repair', True)}"
+        )
     assert manifest.carries is not None
     every = manifest.carries["every"]
     for k in range(manifest.committed_blocks):
@@ -236,6 +259,38 @@ def carries_problem(
                 f"record of block {k} names {'one' if kept else 'none'} after it: the manifest and the records "
                 f"disagree, so neither can be trusted; rewrite the output with {arg('mode', 'overwrite')}"
             )
+    return None
+
+
+MISDESCRIBED_TRIES = 8
+"""Kept carries read, at most, to tell whether the manifest describes them (those damaged tell nothing)."""
+
+
+def carries_misdescribed(manifest: Manifest, ledger: Ledger) -> str | None:
+    """Why the manifest's record of the kept carries (``carries``: their codec, dtypes and shapes) is not what wrote
+    them, in words with the fix, or None where it is (or no kept carry can tell).
+
+    Asked where the carries' stored metadata and the manifest disagree, before anything is
+    rewritten: a kept chunk that is intact and that the manifest's description does not
+    decode and encode back to its bytes says the manifest is the damaged one, and rewriting
+    the metadata as it says would only make the carries unreadable.
+    """
+    carries = ledger.carries(manifest)
+    tries = 0
+    for boundary in range(manifest.committed_blocks + 1):
+        crcs = ledger.carry_checksums(manifest, boundary)
+        if crcs is None:
+            continue
+        described = carries.described(boundary, crcs)
+        if described is False:
+            return (
+                f"its manifest's record of the kept carries (carries: their codec, dtypes and shapes) is not what "
+                f"wrote them ({', '.join(carries.keys(boundary))}, intact, is no carry it describes), so the manifest "
+                f"is damaged and its carries cannot be read; rewrite the output with {arg('mode', 'overwrite')}"
+            )
+        tries += 1
+        if described or tries >= MISDESCRIBED_TRIES:
+            return None
     return None
 
 

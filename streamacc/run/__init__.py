@@ -52,7 +52,7 @@ if TYPE_CHECKING:
         input_values as input_values,
     )
     from ._materialize import materialize as materialize
-    from ._open import open_output as open_output
+    from ._open import Continuation as Continuation, open_output as open_output
     from ._planning import (
         OutputSpec as OutputSpec,
         Planned as Planned,

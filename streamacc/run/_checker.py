@@ -35,7 +35,9 @@ from ..record import (
     Ledger,
     Manifest,
     arrays_problem,
+    carries_misdescribed,
     carries_problem,
+    carry_description,
     carry_name,
     carry_problem,
     contradicts_itself,
@@ -44,8 +46,9 @@ from ..record import (
 )
 from ..store import CarryDamaged, Target, ZarrSink, compare_chunks
 from ..summaries import BlockPieces, SummaryPlan
+from ._identity import carry_digest
 
-__all__ = ["Checker", "repair_carries"]
+__all__ = ["Checker", "Repaired", "repair_carries"]
 
 
 class Checker:
@@ -105,6 +108,10 @@ class Checker:
         """The kept carries' arrays have the metadata the manifest makes them, and the records keep a carry
         exactly where the manifest's spacing does (see ``carries_problem``)."""
         problem = carries_problem(self.target, self.manifest, self.ledger)
+        if problem is not None and not self.manifest.v2:
+            # their metadata is not the manifest's: the init may tell which of the two is damaged
+            told = init_problem(self.manifest, to_host(self.plan.init))
+            problem = told if told is not None else problem
         if problem is not None:
             raise VerifyError(f"{self.target.label}: {problem}")
 
@@ -303,15 +310,26 @@ class _Recomputed:
     carry: list[HostLeaf] | None = None  # the carry leaving the block as host leaves, where already known
 
 
-def repair_carries(target: Target, manifest: Manifest, plan: Plan) -> list[int]:
-    """Rebuild the damaged kept carries of ``target`` (its lock held) by recomputation; the boundaries rebuilt.
+@dataclasses.dataclass(frozen=True)
+class Repaired:
+    """What :func:`repair_carries` rewrote: the boundaries whose kept carries it rebuilt, and the keys of the
+    carries' metadata documents it wrote again as the manifest says."""
+
+    boundaries: list[int]
+    metadata: list[str]
+
+
+def repair_carries(target: Target, manifest: Manifest, plan: Plan) -> Repaired:
+    """Rebuild the damaged kept carries of ``target`` (its lock held) by recomputation; what it rewrote.
 
     Raises VerifyError where a carry cannot be rebuilt: the records and the manifest disagree
-    on which carries are kept, ``init`` is not the run's, a block before it does not
-    recompute to its stored chunks, or the carry recomputed is not the one recorded.
+    on which carries are kept, the manifest's description of the carries is not what wrote
+    them, ``init`` is not the run's, a block before it does not recompute to its stored
+    chunks, or the carry recomputed is not the one recorded; all but the last two before
+    anything is written.
     """
     if manifest.v2:  # its carries are in its records, checked with them
-        return []
+        return Repaired([], [])
     checker = Checker(target, manifest, plan)
     checker.manifest_agrees()
     carries = checker.ledger.carries(manifest)
@@ -319,9 +337,65 @@ def repair_carries(target: Target, manifest: Manifest, plan: Plan) -> list[int]:
     problem = carries_problem(target, manifest, checker.ledger, metadata=False)
     if problem is not None:
         raise VerifyError(f"{label}: {problem}")
-    if carries.metadata_problem(manifest.committed_blocks) is not None:
+    _check_init(target, manifest, to_host(plan.init))
+    mend = carries.metadata_problem(manifest.committed_blocks) is not None
+    if mend:  # rewritten only as the manifest describes the carries its run wrote
+        misdescribed = carries_misdescribed(manifest, checker.ledger)
+        if misdescribed is not None:
+            raise VerifyError(f"{label}: {misdescribed}")
+    damaged = _damaged(target, manifest, checker, carries)  # read as the manifest describes them
+    metadata: list[str] = []
+    if mend:
         target.check_lock()
-        carries.create()  # the documents the run's carries must have: their chunks are judged by their records below
+        metadata = carries.mend_metadata(manifest.committed_blocks)  # the documents the run's carries must have
+    if damaged and damaged[0] == 0:
+        _rewrite(target, manifest, checker, 0, to_host(plan.init), "the init given")
+    rest = [b for b in damaged if b > 0]
+    checker.rebuild = set(rest)
+    checker.blocks([b - 1 for b in rest])
+    for boundary in rest:
+        _rewrite(target, manifest, checker, boundary, checker.ended[boundary - 1], "the carry recomputed")
+    return Repaired(damaged, metadata)
+
+
+def init_problem(manifest: Manifest, init: list[HostLeaf]) -> str | None:
+    """Where ``init`` has another structure than the carry the manifest's ``carries`` describes, which of the two is
+    wrong, in words with the fix; None where they agree.
+
+    The run's identity records its initial carry's digest (its dtypes, shapes and bytes): an
+    ``init`` that gives it is the run's, and a manifest describing another carry is damaged.
+    """
+    given, kept = carry_description(init), manifest.carry_leaves
+    if given == kept:
+        return None
+    if manifest.identity.to_json().get("init") == carry_digest(init):
+        return (
+            f"its manifest's record of the kept carries (carries) describes leaves {_leaves(kept)}, and the carry "
+            f"its run began with (recorded in its identity) has {_leaves(given)}, so the manifest is damaged and "
+            f"its carries cannot be read; rewrite the output with {arg('mode', 'overwrite')}"
+        )
+    return (
+        f"the init given has leaves {_leaves(given)}, and its run's carry {_leaves(kept)}; pass the init the output "
+        "was written with"
+    )
+
+
+def _check_init(target: Target, manifest: Manifest, init: list[HostLeaf]) -> None:
+    """Refuse, before anything is written, an ``init`` of another structure than the run's carry (which would
+    rebuild no carry it kept), or a manifest that describes another carry than its run's."""
+    problem = init_problem(manifest, init)
+    if problem is not None:
+        raise VerifyError(f"{target.label}: {problem}")
+
+
+def _leaves(leaves: list[Any]) -> str:
+    return "[" + ", ".join(f"{leaf.dtype}{list(leaf.shape)}" for leaf in leaves) + "]"
+
+
+def _damaged(target: Target, manifest: Manifest, checker: Checker, carries: Any) -> list[int]:
+    """The boundaries whose kept carries do not read back as recorded; VerifyError where something stands where a
+    chunk of one belongs that a write would not replace."""
+    label = target.label
     damaged = []
     for boundary in range(manifest.committed_blocks + 1):
         crcs = checker.ledger.carry_checksums(manifest, boundary)
@@ -339,13 +413,6 @@ def repair_carries(target: Target, manifest: Manifest, plan: Plan) -> list[int]:
                     f"{label}: chunk {key} of {carry_name(boundary)} {found}, then run verify with "
                     f"{arg('repair', True)} again"
                 )
-    if damaged and damaged[0] == 0:
-        _rewrite(target, manifest, checker, 0, to_host(plan.init), "the init given")
-    rest = [b for b in damaged if b > 0]
-    checker.rebuild = set(rest)
-    checker.blocks([b - 1 for b in rest])
-    for boundary in rest:
-        _rewrite(target, manifest, checker, boundary, checker.ended[boundary - 1], "the carry recomputed")
     return damaged
 
 

@@ -30,7 +30,6 @@ from ..record import (
     BlockRecord,
     Ledger,
     Manifest,
-    RunIdentity,
     bookkeeping_listing,
     carry_every,
     describe_nonfinite,
@@ -221,11 +220,6 @@ class Output:
             f"{COMMIT_EVERY_SECONDS:.0f} s (this output keeps the block size it began with)",
             StreamaccWarning,
         )
-
-    def record_identity(self, identity: RunIdentity) -> None:
-        """Save the manifest with ``identity``, the same run's completed (a Stream's inputs' values, known only once
-        its program starts), before any block of this run is committed."""
-        self._save(identity=identity)
 
     def publish(self, *, force: bool = False, due: bool = False) -> None:
         """Refresh the root attributes with the committed steps: at most every few seconds, unless ``due`` (this

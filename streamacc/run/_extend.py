@@ -87,10 +87,12 @@ def plan_extension(
     if problem is not None:
         raise ResumeError(f"cannot extend: {contradicts_itself(label, problem)}")
     if not manifest.complete:
+        ended = "" if manifest.ended_at is None else f", ended on its condition at step {manifest.ended_at}"
+        length = old.blocking.length  # the run's own: a resume asks for it, whether or not it ended before it
         raise _refuse(
             label,
-            f"its run is not finished ({manifest.committed_steps} of {manifest.length} steps committed); finish it "
-            f"first with {arg('mode', 'resume')} and {arg('length', manifest.length)}, then extend it",
+            f"its run is not finished ({manifest.committed_steps} of {manifest.length} steps committed{ended}); "
+            f"finish it first with {arg('mode', 'resume')} and {arg('length', length)}, then extend it",
         )
     held = manifest.length
     if new.blocking.length < held or (manifest.ended_at is not None and new.blocking.length == held):

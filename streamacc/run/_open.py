@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 
 from ..base import HostLeaf, Mode, warn
-from ..errors import OutputExistsError, ResumeError, StreamaccWarning, VerifyError, arg, one_line
+from ..errors import OutputExistsError, ResumeError, StoreError, StreamaccWarning, VerifyError, arg, one_line
 from ..record import (
     CARRY_CODEC,
     LEGACY_MANIFEST_KEY,
@@ -38,7 +38,7 @@ from ._commit import BlockResult, Output
 from ._extend import RowReader, apply_extension, finish_extension, nothing_to_extend, other_length, plan_extension
 from ._planning import OutputSpec
 
-__all__ = ["OPENERS", "Opening", "open_output", "probe"]
+__all__ = ["OPENERS", "Continuation", "Opening", "open_output", "prepare_output", "probe"]
 
 
 log = logging.getLogger("streamacc")
@@ -178,7 +178,7 @@ def _foreign(o: Opening) -> Output:
 
 
 def _overwrite(o: Opening) -> Output:
-    o.target.check_contents()
+    o.target.check_contents(writing=False)  # links and special files: a folder where a file belongs is cleared
     return _create(o)
 
 
@@ -189,16 +189,82 @@ def _legacy(o: Opening) -> Output:
 
 
 def _continue(o: Opening) -> Output:
-    """Resume the stored run, or extend it first (a finished run, to a longer length), after every check.
+    """Resume the stored run, or extend it first (a finished run, to a longer length), after every check."""
+    return prepare_continue(o).apply(None)
 
-    Before anything is written: the same run, a self-consistent manifest, safe contents,
-    and ``check_resumable`` (every committed chunk and kept carry, and the last committed
-    block recomputed). A run that never committed a block starts afresh. An extended output
-    becomes the longer run's, with every block but the last kept (see ``_extend``), once what
-    it keeps passed those checks, and then resumes: a refused run leaves the output as it was.
+
+@dataclasses.dataclass(frozen=True)
+class Continuation:
+    """A stored run that a run continues, checked and not yet changed in any byte.
+
+    ``checked`` is what the run keeps of it, as checked (its manifest, its first block to
+    compute, the carry entering it once known); None where the run starts afresh (nothing
+    committed, or a stored run of one block extended). :meth:`apply` makes the output the
+    run's, durably, and returns the :class:`Output` it writes on: a Stream applies it only
+    once its program has checked what only the program can (its inputs' values, the blocks
+    it recomputes), so that a refusal leaves the output byte for byte as it was.
+    """
+
+    opening: Opening
+    manifest: Manifest | None
+    checked: Output | None
+    extending: bool = False
+    opener: Callable[[Opening], Output] | None = None  # what opens it where it is no stored run continued
+
+    def apply(self, values: list[str] | None) -> Output:
+        """The output made the run's; ``values`` are the digests of its inputs' values where its identity was made
+        without them (a Stream's, known once its program starts): recorded with it, never dropped."""
+        o = self.opening
+        if values is not None:
+            o = dataclasses.replace(o, spec=dataclasses.replace(o.spec, identity=o.spec.identity.with_values(values)))
+        if self.opener is not None:
+            return self.opener(o)
+        if self.manifest is None or self.checked is None:
+            return _create(o)
+        target, spec, manifest = o.target, o.spec, self.manifest
+        if self.extending:
+            if values is not None:  # the longer run's digests, saved with its manifest: a kill after it keeps them
+                manifest = dataclasses.replace(manifest, identity=manifest.identity.with_values(values))
+            apply_extension(target, manifest)
+        else:
+            finish_extension(target, manifest)
+        try:
+            summaries = Summaries.load(target, manifest.identity, manifest.summaries, manifest.committed_rows)
+        except VerifyError as exc:
+            raise ResumeError(f"cannot resume: {one_line(exc)}") from None
+        output = Output(target, spec, manifest, ZarrSink.open(target, spec.names), summaries, o.on_commit)
+        output.continue_as(self.checked)
+        remove_partial_writes(target, [*spec.names, *manifest.arrays])
+        if not manifest.v2:  # a killed writer's carries past the commit, or an extended run's last: not the run's now
+            output.ledger.carries(manifest).remove_past(manifest.committed_blocks)
+        if summaries is not None:
+            summaries.resume()
+        if manifest.virtual and manifest.all_stored:  # a materialize stopped before the arrays said so
+            output.sink.publish_arrays()
+        problem = root_problem(target, manifest)
+        if problem is not None:  # killed before the root caught up, or tampered with: it follows from the manifest
+            if not self.extending:  # an extension's root claims nothing until now
+                log.info("rewrote the root metadata of %s, which %s", target.label, problem)
+            output.sink.reset_root(spec.attrs)
+            output.publish(force=True)
+        return output
+
+
+def prepare_continue(o: Opening) -> Continuation:
+    """Every check of a resume, or of an extension (a finished run, to a longer length), before anything is written.
+
+    The same run, a self-consistent manifest, safe contents, and ``check_resumable`` (every
+    committed chunk and kept carry, and the last committed block recomputed, where the caller
+    can), as the output stands; an extension checks what it keeps of the stored run (see
+    ``_extend``). A run that never committed a block starts afresh. Nothing is written until
+    :meth:`Continuation.apply`: a refused run leaves the output as it was.
     """
     target, spec, ledger = o.target, o.spec, o.ledger
-    target.check_contents()
+    left = "; the output is left as it was" if o.mode == "extend" else ""
+    try:
+        target.check_contents()
+    except StoreError as exc:  # a link, a special file, a folder where a file belongs: named, nothing written
+        raise ResumeError(f"cannot {o.mode}: {one_line(exc)}{left}") from None
     manifest = ledger.load()
     assert manifest is not None
     if manifest.identity.recipe is None and spec.identity.recipe is not None:
@@ -206,10 +272,12 @@ def _continue(o: Opening) -> Output:
     # an extension lengthens a finished run, or continues one that ended on its condition past its end
     lengthened = manifest.length != spec.identity.blocking.length or manifest.ended_at is not None
     extending = o.mode == "extend" and lengthened
+    if extending and manifest.ended_at is not None and not manifest.complete and _same_run(manifest, spec, target):
+        extending = False  # this very run, killed as it ended (an extension's too): the same call finishes it
     if extending:
         extended = plan_extension(target, spec.identity, manifest, spec.total_blocks, o.rows)
         if extended is None:
-            return _create(o)  # the stored run was a single block: nothing to keep
+            return Continuation(o, None, None)  # the stored run was a single block: nothing to keep
         manifest = extended
     elsewhere = other_length(target.label, manifest, spec.identity)
     if elsewhere is not None:
@@ -219,38 +287,25 @@ def _continue(o: Opening) -> Output:
     if problem is not None:
         raise ResumeError(f"cannot resume: {contradicts_itself(target.label, problem)}")
     if manifest.committed_blocks == 0:
-        return _create(o)  # killed before its first commit: the arrays may be half made, or not made at all
-    checked = None
-    if extending:  # what it keeps is checked as the output stands, before anything changes
-        checked = Output(target, spec, manifest, ZarrSink.open(target, spec.names), None, o.on_commit)
-        checked.extending = True
-        o.check_resumable(checked)
-        apply_extension(target, manifest)
-    else:
-        finish_extension(target, manifest)
+        return Continuation(o, None, None)  # killed before its first commit: the arrays may be half made, or not at all
+    # checked as the output stands: an interrupted extension's lagging arrays and carries are read as readers read them
+    checked = Output(target, spec, manifest, ZarrSink.open(target, spec.names), None, o.on_commit)
+    checked.extending = extending
+    o.check_resumable(checked)
+    if not extending:  # an extension's summaries are the longer run's once it is applied
+        try:
+            Summaries.load(target, manifest.identity, manifest.summaries, manifest.committed_rows)
+        except VerifyError as exc:
+            raise ResumeError(f"cannot resume: {one_line(exc)}") from None
+    return Continuation(o, manifest, checked, extending)
+
+
+def _same_run(manifest: Manifest, spec: OutputSpec, target: Target) -> bool:
     try:
-        summaries = Summaries.load(target, manifest.identity, manifest.summaries, manifest.committed_rows)
-    except VerifyError as exc:
-        raise ResumeError(f"cannot resume: {one_line(exc)}") from None
-    output = Output(target, spec, manifest, ZarrSink.open(target, spec.names), summaries, o.on_commit)
-    if checked is None:
-        o.check_resumable(output)
-    else:
-        output.continue_as(checked)
-    remove_partial_writes(target, [*spec.names, *manifest.arrays])
-    if not manifest.v2:  # a killed writer's carries past the commit, or an extended run's last: not the run's now
-        output.ledger.carries(manifest).remove_past(manifest.committed_blocks)
-    if summaries is not None:
-        summaries.resume()
-    if manifest.virtual and manifest.all_stored:  # a materialize stopped before the arrays said so
-        output.sink.publish_arrays()
-    problem = root_problem(target, manifest)
-    if problem is not None:  # killed before the root caught up, or tampered with: it follows from the manifest
-        if not extending:  # an extension's root claims nothing until now
-            log.info("rewrote the root metadata of %s, which %s", target.label, problem)
-        output.sink.reset_root(spec.attrs)
-        output.publish(force=True)
-    return output
+        require_same_run(manifest, spec.identity, target.label)
+    except ResumeError:
+        return False
+    return True
 
 
 def _written_from_python(label: str, mode: Mode, manifest: Manifest) -> str:
@@ -302,3 +357,22 @@ def open_output(
     """
     opening = Opening(target, spec, mode, init, check_resumable, on_commit, rows)
     return OPENERS[probe(target), mode](opening)
+
+
+def prepare_output(
+    target: Target,
+    spec: OutputSpec,
+    *,
+    mode: Mode,
+    init: list[HostLeaf],
+    check_resumable: Callable[[Output], None],
+    on_commit: Callable[[BlockResult], None] | None = None,
+) -> Continuation:
+    """:func:`open_output` for a run that continues a stored one (``mode`` resume or extend), checked and not yet
+    applied (see :class:`Continuation`); a run of any other kind is opened as :func:`open_output` opens it, once
+    applied."""
+    opening = Opening(target, spec, mode, init, check_resumable, on_commit)
+    stored = probe(target)
+    if stored == "ours" and mode in ("resume", "extend"):
+        return prepare_continue(opening)
+    return Continuation(opening, None, None, opener=OPENERS[stored, mode])

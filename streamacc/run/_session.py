@@ -37,7 +37,7 @@ from ..errors import StoreError, StreamaccError, StreamaccWarning, arg
 from ..store import Target, describe_store_failure, is_store_failure, open_target
 from ._commit import BlockResult, Output
 from ._extend import RowReader
-from ._open import open_output
+from ._open import Continuation, open_output, prepare_output
 from ._planning import OutputSpec, again, block_bytes_here
 
 __all__ = ["Progress", "Rates", "RunSession", "clock", "si"]
@@ -342,6 +342,20 @@ class RunSession:
             self.target, spec, mode=self.mode, init=init, check_resumable=check_resumable,
             on_commit=self._committed, rows=rows,
         )  # fmt: skip
+        return self.output
+
+    def prepare_output(
+        self, spec: OutputSpec, *, init: list[HostLeaf], check_resumable: Callable[[Output], None]
+    ) -> Continuation:
+        """:meth:`open_output`'s checks of a run that continues a stored one, nothing written yet: applied by
+        :meth:`apply` once the caller has checked what only it can (a Stream's program: its inputs, its blocks)."""
+        assert self.mode is not None
+        return prepare_output(self.target, spec, mode=self.mode, init=init, check_resumable=check_resumable,
+                              on_commit=self._committed)  # fmt: skip
+
+    def apply(self, continuation: Continuation, values: list[str] | None) -> Output:
+        """The output opened from ``continuation`` (see :meth:`prepare_output`), its inputs' ``values`` recorded."""
+        self.output = continuation.apply(values)
         return self.output
 
     def _committed(self, result: BlockResult) -> None:

@@ -84,6 +84,9 @@ class VerifyReport:
     length : int
         The ``length`` the run was given: the most steps it runs (``total_steps`` but for a
         run that ended on its condition).
+    rewritten : tuple of str
+        The metadata documents of the kept carries (their group's and arrays' ``zarr.json``)
+        that ``repair=True`` wrote again, as the manifest says they must be, before the check.
 
     Examples
     --------
@@ -108,6 +111,7 @@ class VerifyReport:
     repaired: tuple[int, ...] = ()  # the boundaries whose kept carries were rebuilt first
     ended_at: int | None = None
     length: int = 0
+    rewritten: tuple[str, ...] = ()  # the carries' metadata documents written again first
 
 
 def select_blocks(committed: int, blocks: str | int) -> list[int]:
@@ -250,7 +254,7 @@ def verify_repairing(
         with recomputing(target, manifest):
             repaired = repair_carries(target, manifest, plan)
         report = verify_plan(target, plan, manifest, blocks=blocks)
-    return dataclasses.replace(report, repaired=tuple(repaired))
+    return dataclasses.replace(report, repaired=tuple(repaired.boundaries), rewritten=tuple(repaired.metadata))
 
 
 def check_function(manifest: Manifest, f: Step, label: str) -> None:

@@ -50,7 +50,12 @@ if TYPE_CHECKING:
         describe_store_failure as describe_store_failure,
         is_store_failure as is_store_failure,
     )
-    from ._files import aligned_empty as aligned_empty, atomic_write as atomic_write, read_into as read_into
+    from ._files import (
+        aligned_empty as aligned_empty,
+        atomic_write as atomic_write,
+        read_file as read_file,
+        read_into as read_into,
+    )
     from ._icechunk import IcechunkTarget as IcechunkTarget
     from ._lease import LEASE_ENV as LEASE_ENV, Lease as Lease, lease_seconds as lease_seconds
     from ._leaseobject import Holder as Holder, open_lease_object as open_lease_object
@@ -64,6 +69,7 @@ if TYPE_CHECKING:
     from ._zarrapi import (
         ArrayV3Metadata as ArrayV3Metadata,
         GroupMetadata as GroupMetadata,
+        settle_at_exit as settle_at_exit,
         settle_event_loop as settle_event_loop,
     )
 else:  # type checkers read the imports above, and would take any name for one __getattr__ gives

@@ -206,37 +206,103 @@ class CarryArrays:
             return 0
 
     def metadata_problem(self, committed: int) -> str | None:
-        """What is wrong with the stored metadata of the carries' arrays, in words, or None.
+        """What is wrong with the stored metadata of the carries' group and arrays, in words, or None.
 
-        Each leaf's must mean what :meth:`documents` says, its boundaries at least the
-        ``committed`` blocks' plus one: as many as the run's, or, until an extension has given
-        them its run's (its manifest saved first), fewer (a longer run), or more (a run that
-        ended on its condition before its length, extended to a shorter one).
+        The group's must be a Zarr group's; each leaf's must mean what :meth:`documents` says,
+        its boundaries at least the ``committed`` blocks' plus one: as many as the run's, or,
+        until an extension has given them its run's (its manifest saved first), fewer (a
+        longer run), or more (a run that ended on its condition before its length, extended to
+        a shorter one).
         """
+        problems = self._problems(committed)
+        return next(iter(problems.values()), None)
+
+    def _problems(self, committed: int) -> dict[str, str]:
+        """Each metadata document of the carries that is wrong, by key, and what is wrong with it."""
+        found: dict[str, str] = {}
+        group, doc = f"{CARRIES}/zarr.json", None
+        try:
+            doc = json.loads(self.target.read(group) or b"null")
+        except OSError as exc:
+            found[group] = f"the metadata of the kept carries' group ({group}) cannot be read ({exc.strerror or exc})"
+        except ValueError:
+            pass
+        if group not in found and not (isinstance(doc, dict) and doc.get("zarr_format") == 3
+                                       and doc.get("node_type") == "group"):  # fmt: skip
+            found[group] = f"the metadata of the kept carries' group ({group}) is missing or not a Zarr group's"
         for i, expected in enumerate(self.documents()):
             where = f"{self.path(i)}/zarr.json"
-            try:
-                raw = self.target.read(where)
-            except OSError as exc:
-                return f"the metadata of the kept carries ({where}) cannot be read ({exc.strerror or exc})"
-            if raw is None:
-                return f"the metadata of the kept carries ({where}) is missing"
-            try:
-                stored = _normalized(json.loads(raw))
-            except Exception:  # not JSON, or no array zarr reads
-                return f"the metadata of the kept carries ({where}) is not the Zarr array metadata streamacc wrote"
-            want = _normalized(json.loads(expected))
-            shape, runs = stored.get("shape"), want["shape"]
-            first = shape[0] if isinstance(shape, list) and shape and shape[1:] == runs[1:] else None
-            if isinstance(first, int) and committed + 1 <= first:
-                stored["shape"] = runs
-            changed = sorted(k for k in stored.keys() | want.keys() if stored.get(k) != want.get(k))
-            if changed:
-                return (
-                    f"the metadata of the kept carries ({where}) is not what the manifest says it must be "
-                    f"({', '.join(changed)} changed)"
-                )
+            problem = self._leaf_problem(where, expected, committed)
+            if problem is not None:
+                found[where] = problem
+        return found
+
+    def _leaf_problem(self, where: str, expected: bytes, committed: int) -> str | None:
+        try:
+            raw = self.target.read(where)
+        except OSError as exc:
+            return f"the metadata of the kept carries ({where}) cannot be read ({exc.strerror or exc})"
+        if raw is None:
+            return f"the metadata of the kept carries ({where}) is missing"
+        try:
+            stored = _normalized(json.loads(raw))
+        except Exception:  # not JSON, or no array zarr reads
+            return f"the metadata of the kept carries ({where}) is not the Zarr array metadata streamacc wrote"
+        want = _normalized(json.loads(expected))
+        shape, runs = stored.get("shape"), want["shape"]
+        first = shape[0] if isinstance(shape, list) and shape and shape[1:] == runs[1:] else None
+        if isinstance(first, int) and committed + 1 <= first:
+            stored["shape"] = runs
+        changed = sorted(k for k in stored.keys() | want.keys() if stored.get(k) != want.get(k))
+        if changed:
+            return (
+                f"the metadata of the kept carries ({where}) is not what the manifest says it must be "
+                f"({', '.join(changed)} changed)"
+            )
         return None
+
+    def mend_metadata(self, committed: int) -> list[str]:
+        """Write again, durably, each metadata document of the carries that :meth:`metadata_problem` finds wrong, as
+        the run's carries must have it; the keys written."""
+        documents = _documents(tuple(self.leaves), self.codec, self.boundaries_of_run)
+        keys = [f"{CARRIES}/zarr.json", *(f"{self.path(i)}/zarr.json" for i in range(len(self.leaves)))]
+        wrong = self._problems(committed)
+        written = [key for key in keys if key in wrong]
+        for key, document in zip(keys, documents, strict=True):
+            if key in wrong:
+                self.target.write(key, document)
+        self.target.make_durable(written)
+        self._writers = None
+        return written
+
+    def described(self, boundary: int, crcs: Sequence[int]) -> bool | None:
+        """Whether the carry kept at ``boundary`` (its chunks' CRC-32Cs ``crcs``, recorded) is one these leaves and
+        this codec describe: its chunks, intact, decode to leaves of these shapes and dtypes and encode back to
+        the same bytes. None where they cannot tell (a chunk missing or damaged).
+
+        A run's carries are written as its manifest describes them, so an intact chunk that
+        this description does not give back says the description is not the one that wrote it.
+        """
+        if len(crcs) != len(self.leaves):
+            return None
+        values = []
+        for i, (leaf, crc) in enumerate(zip(self.leaves, crcs, strict=True)):
+            try:
+                raw = self.target.read(self.key(i, boundary))
+            except Exception:  # unreadable: not for this question
+                return None
+            if raw is None or len(raw) < 4 or int.from_bytes(raw[-4:], "little") != crc or stored_crc32c(raw) is None:
+                return None
+            try:
+                body = decompress(self.codec, raw[:-4])
+            except Exception:  # the bytes it wrote, which this codec does not read
+                return False
+            if len(body) != leaf.chunk_nbytes:
+                return False
+            count = int(np.prod(leaf.shape, dtype=np.int64))
+            value = np.frombuffer(body, dtype=leaf.stored_dtype, count=count)
+            values.append(value.view(leaf.dtype).reshape(leaf.shape))
+        return self.checksums(values) == list(crcs)
 
     def remove_past(self, boundary: int) -> list[str]:
         """Remove every stored carry chunk after ``boundary`` (a killed writer's, or an extended run's last, which

@@ -176,7 +176,10 @@ def virtual_document(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def plain_document(doc: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """Array metadata ``doc`` without :data:`VIRTUAL`, and whether it declared it."""
+    """Array metadata ``doc`` without :data:`VIRTUAL`, and whether it declared it; TypeError where ``doc`` is not a
+    JSON object (a document edited into a list or a number)."""
+    if not isinstance(doc, dict):
+        raise TypeError(f"its metadata is a JSON {type(doc).__name__}, not an object")
     codecs = doc.get("codecs")
     if not isinstance(codecs, list):
         return doc, False

@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import os
 import sys
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
@@ -98,11 +99,14 @@ def is_store_failure(exc: BaseException) -> bool:
 def describe_store_failure(exc: BaseException, *, limit: int = 200) -> str:
     """One line saying what went wrong, for inside a sentence: the message, then the class if not built in.
 
-    E.g. ``No space left on device``, ``Could not connect to the endpoint URL:
+    E.g. ``No space left on device``, ``Is a directory: /data/out.zarr/x/c/7``, ``Could not connect to the endpoint URL:
     "http://127.0.0.1:9000/bucket/out.zarr/zarr.json" (EndpointConnectionError)``.
     """
     exc = _leaves(exc)[0]
     text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    named = (exc.filename2 or exc.filename) if isinstance(exc, OSError) and exc.strerror else None
+    if named:  # the file it failed on (of a rename, the one it would replace)
+        text = f"{text}: {os.fsdecode(named)}"
     text = " ".join(text.split())
     if len(text) > limit:
         text = text[: limit - 3] + "..."

@@ -9,7 +9,9 @@ symbolic link found inside an output, and deletion never descends through one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -30,23 +32,94 @@ __all__ = [
     "PAGE",
     "DirLock",
     "LocalFolder",
+    "SpecialFile",
     "aligned_empty",
     "atomic_write",
-    "find_link",
+    "find_misplaced",
     "flock_holder",
     "fsync_dir",
     "fsync_file",
     "linked",
+    "read_file",
     "read_into",
     "remove_temp_files",
     "remove_tree_contents",
     "scratch",
+    "special",
+    "special_kind",
     "temp_file_of",
+    "unreadable",
     "write_new",
 ]
 
 _TEMP = ".streamacc-tmp"  # atomic_write's: NAME.streamacc-tmp
 _ZARR_TEMP = re.compile(r"^(?P<stem>.+)\.[0-9a-f]{32}\.partial$")  # zarr's LocalStore: STEM.<uuid4 hex>.partial
+
+
+class SpecialFile(OSError):
+    """A named pipe, a socket or a device where a file is read: refused, never read (a named pipe would block)."""
+
+    def __init__(self, path: str | Path, mode: int) -> None:
+        super().__init__(errno.EINVAL, f"{special_kind(mode)} stands where a file belongs", str(path))
+        self.kind = special_kind(mode)
+
+
+def special_kind(mode: int) -> str:
+    """What a file of ``mode`` (``st_mode``) that is neither a regular file, a folder nor a link is, in words."""
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a special file"
+
+
+_READ = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
+"""How a file is opened to be read: never blocking (a named pipe put where a file belongs opens at once, and is then
+refused by its type), never taking a terminal."""
+
+
+def _open_to_read(path: str | Path, *, follow: bool) -> int | None:
+    """A descriptor of ``path`` opened to be read, or None where nothing is there."""
+    try:
+        return os.open(path, _READ | (0 if follow else os.O_NOFOLLOW))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a socket, or a device without its driver
+            raise SpecialFile(path, os.lstat(path).st_mode) from None
+        raise
+
+
+def read_file(
+    path: str | Path, *, offset: int = 0, length: int | None = None, suffix: int | None = None
+) -> bytes | None:
+    """The bytes of the regular file at ``path`` (from ``offset``, ``length`` of them; or its last ``suffix``), or
+    None where nothing is there or a folder is (a folder reads as absent, as zarr's ``LocalStore`` reads it).
+
+    Never follows a link (``OSError``, ``ELOOP``) and never blocks: a named pipe, a socket or a
+    device raises :class:`SpecialFile`.
+    """
+    fd = _open_to_read(path, follow=False)
+    if fd is None:
+        return None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            return None
+        if not stat.S_ISREG(info.st_mode):
+            raise SpecialFile(path, info.st_mode)
+        size = info.st_size
+        start = max(0, size - suffix) if suffix is not None else min(offset, size)
+        stop = size if length is None or suffix is not None else min(size, start + length)
+        parts, at = [], start
+        while at < stop and (got := os.pread(fd, stop - at, at)):
+            parts.append(got)
+            at += len(got)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
 
 
 def fsync_file(path: Path, *, drop_cache: bool = False) -> None:
@@ -125,8 +198,9 @@ def read_into(
     ----------
     follow : bool
         Whether a link at ``path`` is followed: False for a file inside an output (its
-        contents are untrusted), where a link raises ``OSError`` (``ELOOP``) and anything
-        but a regular file reads as absent.
+        contents are untrusted), where a link raises ``OSError`` (``ELOOP``), a folder reads
+        as absent and a named pipe, a socket or a device raises :class:`SpecialFile`. Either
+        way a named pipe is never waited on.
     whole : bool
         A file that ends before the size it had when opened (it shrank while read) raises
         ``OSError`` (``PATH ended after N of M bytes``); with False, the part read is
@@ -134,14 +208,15 @@ def read_into(
     drop_cache : bool
         Whether the file's pages leave the page cache once read (a chunk read once).
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | (0 if follow else os.O_NOFOLLOW))
-    except FileNotFoundError:
+    fd = _open_to_read(path, follow=follow)
+    if fd is None:
         return None
     try:
         info = os.fstat(fd)
         if not (follow or stat.S_ISREG(info.st_mode)):
-            return None
+            if stat.S_ISDIR(info.st_mode):
+                return None
+            raise SpecialFile(path, info.st_mode)
         size = info.st_size
         into = buffer(size)
         if into is None:
@@ -231,21 +306,55 @@ def atomic_write(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-def find_link(root: Path) -> Path | None:
-    """A symbolic link (or other non-regular entry: a named pipe, a socket, a device) inside ``root``, or None.
+def find_misplaced(root: Path, *, folders: bool = True) -> tuple[Path, str] | None:
+    """The first entry inside ``root`` that streamacc must not act on, and what it is, in words (``a link``, ``a
+    named pipe``, ``a socket``, ``a device``, ``a folder where a file belongs``); None where there is none.
 
-    Reads each folder once; the entries' types come with the listing, so a large output
-    costs no system call per file.
+    A folder belongs nowhere a file does: named ``zarr.json``, or at a chunk's place in a Zarr
+    array's ``c/`` folder (as many levels down as the array has dimensions, read from its own
+    ``zarr.json``), where a writer would fail to write the file, and a reader take the chunk
+    for missing. Reads each folder once; the entries' types come with the listing, so a large
+    output costs no system call per file. A folder that cannot be listed raises its ``OSError``.
+    Without ``folders``, a folder where a file belongs is not asked for (a clearing removes it).
     """
-    folders = [root]
-    while folders:
-        with os.scandir(folders.pop()) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    folders.append(Path(entry.path))
-                elif not entry.is_file(follow_symlinks=False):
-                    return Path(entry.path)
+    pending: list[tuple[Path, int | None]] = [(root, None)]  # a folder, and the levels of chunk keys below it
+    while pending:
+        folder, levels = pending.pop()
+        try:
+            with os.scandir(folder) as listing:
+                entries = list(listing)
+        except FileNotFoundError:  # removed by a writer since its parent was listed
+            continue
+        chunk_levels = _chunk_levels(folder) if levels is None and any(e.name == "c" for e in entries) else None
+        for entry in entries:
+            path = Path(entry.path)
+            if entry.is_symlink():
+                return path, "a link"
+            if entry.is_dir(follow_symlinks=False):
+                below = levels - 1 if levels is not None else chunk_levels if entry.name == "c" else None
+                if folders and (entry.name == "zarr.json" or below == 0):
+                    return path, "a folder where a file belongs"
+                pending.append((path, below))
+            elif not entry.is_file(follow_symlinks=False):
+                return path, special_kind(entry.stat(follow_symlinks=False).st_mode)
     return None
+
+
+def _chunk_levels(folder: Path) -> int | None:
+    """How many levels of folders below ``c/`` the chunk keys of the Zarr array in ``folder`` go (its dimensions,
+    with zarr's default chunk key encoding), the last of them files; None where ``folder`` holds no such array."""
+    try:
+        raw = read_file(folder / "zarr.json")
+        doc = json.loads(raw) if raw is not None else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("node_type") != "array" or not isinstance(doc.get("shape"), list):
+        return None
+    encoding = doc.get("chunk_key_encoding")
+    default = {"name": "default", "configuration": {"separator": "/"}}
+    if encoding is not None and (not isinstance(encoding, dict) or {**default, **encoding} != default):
+        return None  # another encoding: its chunk keys are not folders below c/
+    return len(doc["shape"])
 
 
 def temp_file_of(name: str) -> tuple[str, ...]:
@@ -358,7 +467,22 @@ def linked(path: Path) -> StoreError:
     return StoreError(f"{path} is a link; streamacc never reads through links inside an output: remove it")
 
 
-_ABSENT = (FileNotFoundError, IsADirectoryError, NotADirectoryError)  # what zarr's LocalStore reads as no key
+def special(path: Path, label: str, kind: str) -> StoreError:
+    """The refusal of a special file (``kind``: a named pipe, a socket, a device) at ``path`` inside ``label``."""
+    return StoreError(
+        f"{path} inside {label} is {kind}, a special file, where a file belongs; streamacc never reads one inside an "
+        "output (a named pipe would hang the reader): remove it"
+    )
+
+
+def unreadable(path: Path, label: str, exc: OSError) -> StoreError:
+    """The refusal of a file at ``path`` inside ``label`` that cannot be read, with the fix."""
+    return StoreError(
+        f"{path} inside {label} cannot be read ({exc.strerror or exc}); give it read permission (chmod u+r {path}), "
+        "or read the output as the user who wrote it"
+    )
+
+
 
 
 class LocalFolder:
@@ -406,24 +530,36 @@ class LocalFolder:
         return path
 
     def file(self, key: str) -> Path:
-        """The path of ``key`` to read: a link there is refused (zarr's ``LocalStore`` would follow it)."""
+        """The path of ``key`` to read: a link or a special file there is refused (zarr's ``LocalStore`` would follow
+        the link, and wait on a named pipe for good)."""
         path = self.path(key)
-        if path.is_symlink():
+        try:
+            mode = os.lstat(path).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            return path
+        if stat.S_ISLNK(mode):
             raise linked(path)
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise special(path, self.label, special_kind(mode))
         return path
 
-    def read(self, key: str, last: int | None = None) -> bytes | None:
-        """The bytes of ``key`` (its ``last`` bytes only, if given), or None where no file is there, as zarr's
-        ``LocalStore`` reads them."""
-        path = self.file(key)
+    def read(
+        self, key: str, *, offset: int = 0, length: int | None = None, suffix: int | None = None
+    ) -> bytes | None:
+        """The bytes of ``key`` (from ``offset``, ``length`` of them; or its last ``suffix``), or None where no file
+        is there (a folder reads so, as zarr's ``LocalStore`` reads it): never through a link nor from a special
+        file, each refused by name; so is a file that cannot be read."""
+        path = self.path(key)
         try:
-            if last is None:
-                return path.read_bytes()
-            with path.open("rb") as file:
-                file.seek(max(0, file.seek(0, os.SEEK_END) - last))
-                return file.read()
-        except _ABSENT:
-            return None
+            return read_file(path, offset=offset, length=length, suffix=suffix)
+        except SpecialFile as exc:
+            raise special(path, self.label, exc.kind) from None
+        except PermissionError as exc:
+            raise unreadable(path, self.label, exc) from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise linked(path) from None
+            raise
 
     def is_file(self, key: str) -> bool:
         """Whether a file (not a link) is at ``key``."""

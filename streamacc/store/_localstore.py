@@ -3,9 +3,10 @@
 zarr's ``LocalStore`` follows symbolic links and never fsyncs. :class:`DurableLocalStore` is one
 that does neither: every key it sets is written through a temp file fsynced before it is
 renamed over the key (then its folder fsynced), a key it deletes leaves its folder fsynced, and
-no key is read, written, listed or deleted through a link (an error names it instead: its keys'
-paths are a ``LocalFolder``'s), so that zarr's own store tests run over it like over any zarr
-store. ``LocalTarget`` makes one when its output is first written or opened through Zarr.
+no key is read, written, listed or deleted through a link, nor read from a special file or
+blocking on one (an error names it instead: its keys' paths are a ``LocalFolder``'s), so that
+zarr's own store tests run over it like over any zarr store. ``LocalTarget`` makes one when
+its output is first written or opened through Zarr.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zarr.abc.store import ByteRequest, Store
+from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
+from zarr.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
 from ._files import LocalFolder, atomic_write as write_durably, fsync_dir
@@ -25,6 +27,19 @@ if TYPE_CHECKING:
     from zarr.abc.buffer import Buffer, BufferPrototype
 
 __all__ = ["DurableLocalStore"]
+
+
+def _range(byte_range: ByteRequest | None) -> dict[str, int]:
+    """zarr's byte request as :meth:`LocalFolder.read`'s keywords."""
+    if isinstance(byte_range, RangeByteRequest):
+        return {"offset": byte_range.start, "length": max(0, byte_range.end - byte_range.start)}
+    if isinstance(byte_range, OffsetByteRequest):
+        return {"offset": byte_range.offset}
+    if isinstance(byte_range, SuffixByteRequest):
+        return {"suffix": byte_range.suffix}
+    if byte_range is None:
+        return {}
+    raise TypeError(f"Unexpected byte_range, got {byte_range}.")
 
 
 class DurableLocalStore(LocalStore):
@@ -68,17 +83,25 @@ class DurableLocalStore(LocalStore):
         fsync_dir(self.root)
         self.folder.forget()
 
+    def read(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
+        """The bytes of ``key`` (None where nothing is there), as its folder reads them: never through a link nor
+        from a special file, without blocking."""
+        return self.folder.read(key, **_range(byte_range))
+
     async def get(
         self, key: str, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
-        self.folder.file(key)
-        return await super().get(key, prototype, byte_range)
+        if not self._is_open:
+            await self._open()
+        data = await asyncio.to_thread(self.read, key, byte_range)
+        return None if data is None else (prototype or default_buffer_prototype()).buffer.from_bytes(data)
 
     def get_sync(
         self, key: str, *, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
-        self.folder.file(key)
-        return super().get_sync(key, prototype=prototype, byte_range=byte_range)
+        self._ensure_open_sync()
+        data = self.read(key, byte_range)
+        return None if data is None else (prototype or default_buffer_prototype()).buffer.from_bytes(data)
 
     def set_sync(self, key: str, value: Buffer) -> None:
         self._check_writable()
@@ -91,10 +114,14 @@ class DurableLocalStore(LocalStore):
     async def get_partial_values(
         self, prototype: BufferPrototype, key_ranges: Any
     ) -> list[Buffer | None]:
-        key_ranges = list(key_ranges)
-        for key, _ in key_ranges:
-            self.folder.file(key)
-        return await super().get_partial_values(prototype, key_ranges)
+        """Each read as :meth:`get` reads it (a missing key is None); the first failure raised once all have ended,
+        so that none is left unretrieved."""
+        found = await asyncio.gather(*(self.get(key, prototype, part) for key, part in key_ranges),
+                                     return_exceptions=True)  # fmt: skip
+        failed = next((f for f in found if isinstance(f, BaseException)), None)
+        if failed is not None:
+            raise failed
+        return found  # type: ignore[return-value]  # no exception among them
 
     async def _set(self, key: str, value: Buffer, exclusive: bool = False) -> None:
         """Durably (``atomic_write``: the temp file fsynced before it is renamed over the key, then its folder),

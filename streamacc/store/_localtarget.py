@@ -23,8 +23,9 @@ from ..errors import OutputExistsError, StoreError
 from ._files import (
     DirLock,
     LocalFolder,
+    SpecialFile,
     atomic_write,
-    find_link,
+    find_misplaced,
     flock_holder,
     fsync_dir,
     fsync_file,
@@ -33,6 +34,8 @@ from ._files import (
     remove_temp_files,
     remove_tree_contents,
     scratch,
+    special,
+    unreadable,
 )
 from ._target import Target, being_written
 
@@ -88,7 +91,7 @@ class LocalTarget(Target):
         return self.folder.file(key).stat().st_size if self.folder.is_file(key) else 0
 
     def tails(self, keys: list[str], size: int = 4) -> list[bytes | None]:
-        return [self.folder.read(key, last=size) for key in keys]
+        return [self.folder.read(key, suffix=size) for key in keys]
 
     def read_reused(self, key: str) -> Any:
         """Read into this thread's reused buffer (no fresh memory per chunk), the file's pages then dropped from the
@@ -98,6 +101,10 @@ class LocalTarget(Target):
             return read_into(
                 path, lambda size: scratch("read", size)[:size], follow=False, whole=False, drop_cache=True
             )
+        except SpecialFile as exc:
+            raise special(path, self.label, exc.kind) from None
+        except PermissionError as exc:
+            raise unreadable(path, self.label, exc) from None
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise linked(path) from None
@@ -172,16 +179,33 @@ class LocalTarget(Target):
                 f"runs in; run the command from outside {real}"
             )
 
-    def check_contents(self) -> None:
-        link = find_link(self.root) if self.root.is_dir() else None
-        if link is not None:
+    def check_contents(self, *, writing: bool = True) -> None:
+        """Refuse a link, a special file, or (``writing``) a folder where a file belongs, anywhere inside the output,
+        by name."""
+        try:
+            found = find_misplaced(self.root, folders=writing) if self.root.is_dir() else None
+        except OSError as exc:
+            where = exc.filename or self.root
             raise StoreError(
-                f"{link} inside {self.label} is a link or a special file; streamacc never acts through links "
-                "inside an output: remove it, or choose another output path"
+                f"{where} inside {self.label} cannot be listed ({exc.strerror or exc}); give it read permission "
+                f"(chmod u+rx {where}), or read the output as the user who wrote it"
+            ) from None
+        if found is None:
+            return
+        path, what = found
+        if what == "a link":
+            raise StoreError(
+                f"{path} inside {self.label} is a link; streamacc never acts through links inside an output: remove "
+                "it, or choose another output path"
             )
+        if what.startswith("a folder"):
+            raise StoreError(
+                f"{self.label}: {path.relative_to(self.root).as_posix()} is a folder where a file belongs: remove it"
+            )
+        raise special(path, self.label, what)
 
     def clear(self, keep: set[str]) -> None:
-        self.check_contents()
+        self.check_contents(writing=False)
         self.delete("zarr.json")  # first: readers stop seeing the old group at once
         remove_tree_contents(self.root, {self.root / key for key in keep})
         fsync_dir(self.root)

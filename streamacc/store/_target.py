@@ -180,8 +180,9 @@ class Target:
     def check_clearable(self) -> None:
         """Refuse, before anything is written, to clear an output that must not be deleted (see LocalTarget)."""
 
-    def check_contents(self) -> None:
-        """Refuse contents streamacc must not act on (links inside a local output)."""
+    def check_contents(self, *, writing: bool = True) -> None:
+        """Refuse contents streamacc must not act on (links and special files inside a local output); with
+        ``writing``, also a folder where a file belongs (which a write would fail on; a clearing removes it)."""
 
     def clear(self, keep: set[str]) -> None:
         """Delete every key except those in ``keep`` (the root group's metadata first)."""

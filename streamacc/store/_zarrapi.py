@@ -6,6 +6,10 @@ Everything else comes from zarr's public modules (``zarr``, ``zarr.abc.store``,
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import contextlib
+
 # Runs one of a store's coroutines (get, set, list) on zarr's own event loop (``sync``); zarr.api.synchronous
 # wraps whole array and group calls only, and a loop of our own would not be the one its stores use. The
 # module also holds that loop and its thread (``loop``, ``iothread``), which nothing public stops.
@@ -34,6 +38,23 @@ SETTLE_SECONDS = 10.0
 """How long a successful command's exit waits for zarr's event loop to stop (zarr's own handler: 0.2 s)."""
 
 
+DRAIN_SECONDS = 2.0
+"""How long the exit waits for the requests still running on zarr's loop (a read that failed leaves its siblings
+running) before cancelling them."""
+
+
+async def _drained(timeout: float) -> None:
+    """Let every other task on the running loop end (cancelled after ``timeout`` seconds), each end retrieved."""
+    current = asyncio.current_task()
+    tasks = [task for task in asyncio.all_tasks() if task is not current]
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=timeout)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 def settle_event_loop(timeout: float = SETTLE_SECONDS) -> None:
     """Stop zarr's event loop and close it once its thread has ended, waiting up to ``timeout`` seconds.
 
@@ -42,11 +63,15 @@ def settle_event_loop(timeout: float = SETTLE_SECONDS) -> None:
     the process prints "Thread did not finish cleanly; forcefully closing the event loop" and a
     traceback ("Cannot close a running event loop") after the command's last line. Run at exit
     before zarr's handler, this leaves that handler nothing to do. A loop that does not stop in
-    time is left to it.
+    time is left to it. The requests still running on the loop end first (see
+    :data:`DRAIN_SECONDS`): a chunk read that failed leaves the reads gathered with it running,
+    and a loop closed under them prints "Task was destroyed but it is pending!" for each.
     """
     loop, thread = _sync_module.loop[0], _sync_module.iothread[0]
     if loop is None or thread is None or loop.is_closed():
         return
+    with contextlib.suppress(Exception):  # a loop that cannot run it any more: nothing left to end
+        asyncio.run_coroutine_threadsafe(_drained(DRAIN_SECONDS), loop).result(DRAIN_SECONDS + timeout)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(timeout)
     if thread.is_alive():
@@ -54,6 +79,17 @@ def settle_event_loop(timeout: float = SETTLE_SECONDS) -> None:
     loop.close()
     _sync_module.loop[0] = None
     _sync_module.iothread[0] = None
+
+
+_SETTLING: list[bool] = []
+
+
+def settle_at_exit() -> None:
+    """Settle zarr's event loop at the interpreter's exit (:func:`settle_event_loop`), before zarr's own handler
+    closes it; registered once per process, by what reads an output's chunks through zarr."""
+    if not _SETTLING:
+        _SETTLING.append(True)
+        atexit.register(settle_event_loop)  # run before zarr's, registered as zarr was imported
 
 
 __all__ = [
@@ -64,6 +100,7 @@ __all__ = [
     "HasEndianness",
     "HasItemSize",
     "RegularChunkGrid",
+    "settle_at_exit",
     "settle_event_loop",
     "sync",
 ]

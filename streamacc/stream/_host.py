@@ -17,6 +17,7 @@ its own error, and the Stream raises the recorded one (see ``_stream``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -33,6 +34,7 @@ from ..errors import InputError, ResumeError, arg, one_line
 from ..record import RunIdentity
 from ..run import (
     BlockResult,
+    Continuation,
     Output,
     OutputSpec,
     Progress,
@@ -166,6 +168,10 @@ class StreamHost:
         self.check_chain = check
         """The committed blocks the program recomputes before its first new one (a resumed run's last, and those
         since the carry kept before it): ``(index, start, stop)`` in scan order; None when it recomputes none."""
+        self.pending: Continuation | None = None
+        """The stored run this one continues, checked as the program was traced and not yet changed: applied once
+        the program has checked its inputs' values and recomputed its blocks (:attr:`check_chain`)."""
+        self._values: list[str] | None = None  # the digests of the inputs' values, once the program started
         self.failure: BaseException | None = None
         self.first_block: int | None = None  # the block the program computes first (once it started)
         self.last_block: int | None = None  # the last block the program handed over
@@ -227,23 +233,45 @@ class StreamHost:
         if self.failure is not None:
             raise self.stopped()
 
-    def _check_values(self, output: Output, kept: list[str], values: list[str] | None) -> None:
+    def _check_values(self, kept: list[str]) -> None:
         """Refuse a continued run whose inputs' values differ from the stored run's over the steps it holds (``kept``:
-        theirs now), before any block runs; an extension then records the longer run's (its identity was saved
-        before the program's inputs were known)."""
+        theirs now), before any block runs and before anything is written."""
         assert self.stored is not None
         stored = self.stored.to_json().get("xs_values")
         if stored is None:
             return  # written before the values were recorded: its inputs are known by their shapes alone
         if stored != kept:
+            extends = self.stored.blocking.length < self.plan.length
             raise ResumeError(
-                f"cannot {'extend' if self.stored.blocking.length < self.plan.length else 'resume'} "
-                f"{self.target.label}: it was written by a different run (xs_values: stored {stored!r}, now {kept!r}: "
-                f"the values of the inputs of its {self.stored.blocking.length} steps differ); rerun with the original "
-                f"inputs, or use {arg('mode', 'overwrite')} to start afresh"
+                f"cannot {'extend' if extends else 'resume'} {self.target.label}: it was written by a different run "
+                f"(xs_values: stored {stored!r}, now {kept!r}: the values of the inputs of its "
+                f"{self.stored.blocking.length} steps differ); rerun with the original inputs, or use "
+                f"{arg('mode', 'overwrite')} to start afresh{'; the output is left as it was' if extends else ''}"
             )
-        if output.manifest.identity.to_json().get("xs_values") != values:
-            output.record_identity(output.manifest.identity.with_values(values))
+
+    def _kept(self) -> Output:
+        """The output as the program continues it: applied, or the stored run as checked before it is."""
+        if self.output is not None:
+            return self.output
+        assert self.pending is not None and self.pending.checked is not None
+        return self.pending.checked
+
+    def _apply(self) -> Output:
+        """Make the output the run's (the first byte it changes) and begin the run: its writers start."""
+        assert self.pending is not None
+        output = self.session.apply(self.pending, self._values)
+        self.pending = None
+        self._begin(output)
+        return output
+
+    def _begin(self, output: Output) -> None:
+        if output.complete:
+            with contextlib.suppress(Exception):  # a warning made an error must not end the program
+                self.session.already_complete()
+        self.session.begin()
+        if not output.complete:
+            self._writer = threading.Thread(target=self._write, name="streamacc-stream", daemon=True)
+            self._writer.start()
 
     # --- the callbacks -----------------------------------------------------------------------
 
@@ -262,20 +290,21 @@ class StreamHost:
                 "mode='resume' or 'extend' to continue the output) for another"
             )
         self.started = True
-        output = self.output
-        if output is None:
+        if self.pending is None:
             init = _host_leaves(self.carry, carry)
             identity = self.spec.identity.with_init(carry_digest(init)).with_values(values)
             output = self.session.open_output(dataclasses.replace(self.spec, identity=identity), init=init,
                                               check_resumable=_changed_meanwhile)  # fmt: skip
-        elif digests is not None and held is not None:
-            self._check_values(output, digests[held], values)
+            self._begin(output)
+        else:  # a stored run continued: its inputs judged before anything is written
+            if digests is not None and held is not None:
+                self._check_values(digests[held])
+            self._values = values
+            if self.pending.checked is None or self.check_chain is None:
+                self._apply()  # else once the blocks the program recomputes are judged (see check)
+        output = self._kept()
         first = self.plan.block_count if output.complete or output.ended else output.first_block
         self.first_block = first
-        self.session.begin()
-        if not output.complete:
-            self._writer = threading.Thread(target=self._write, name="streamacc-stream", daemon=True)
-            self._writer.start()
         if self.check_chain is None:
             entering = before = [a for a, _ in output.carry]
         else:  # the program recomputes the blocks from the carry kept before them, and goes on from there
@@ -288,7 +317,7 @@ class StreamHost:
     def check(self, token: Any, index: Any, *arrays: Any) -> Any:
         """A committed block (``index``, in scan order) recomputed by the program, after the callback that made
         ``token``: judged against what is stored; a token."""
-        assert self.output is not None and self.check_chain is not None
+        assert self.check_chain is not None
         names = len(self.spec.names)
         arrays, held = self._held(arrays)
         ys, after = arrays[:names], arrays[names:]
@@ -296,7 +325,9 @@ class StreamHost:
         _, start, stop = next(bounds for bounds in self.check_chain if bounds[0] == k)
         stop, rows = self._cut(start, stop, held, [np.asarray(y) for y in ys])
         block = Block(start, stop, rows, None, save_every=self.plan.save_every, ended=held >= 0)
-        check_recomputed(self.output, self.plan, k, block, _host_leaves(self.carry, tuple(after)))
+        check_recomputed(self._kept(), self.plan, k, block, _host_leaves(self.carry, tuple(after)))
+        if k == self.check_chain[-1][0] and self.pending is not None:
+            self._apply()  # every check passed: the first byte changes now
         return np.asarray(0, dtype=self.index_dtype)
 
     @_guarded

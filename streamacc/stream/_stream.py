@@ -390,7 +390,7 @@ class Stream:
         session = self._session
         assert session is not None
         target = session.target
-        recorded = recorded_init(target) if self.mode in ("resume", "extend") else None
+        recorded = recorded_init(target, self.mode) if self.mode in ("resume", "extend") else None
         if recorded is not None:
             want = [(tuple(a.shape), a.dtype, impl) for a, impl in recorded]
             got = [(shape, np.dtype(dtype), impl) for shape, dtype, impl in leaves]
@@ -420,20 +420,21 @@ class Stream:
         return planned, recorded
 
     def _open_stored(self, planned: Planned, recorded: list[HostLeaf], xs_given: bool) -> StreamHost:
-        """Open and check the stored run this one continues, outside the trace; the host that continues it."""
+        """Check the stored run this one continues, outside the trace, changing nothing: the program's start applies
+        it once it has judged the inputs' values, or once the blocks it recomputes are judged (with inputs, which
+        only the program holds). The host that continues it."""
         session, host = self._session, self._host
         assert session is not None and host is not None
         plan = planned.plan
         with session.translated():
-            output = session.open_output(
+            pending = session.prepare_output(
                 host.spec, init=recorded,
                 check_resumable=lambda o: check_resumable(o, plan, last_block=not xs_given),
             )  # fmt: skip
-        if output.complete:
-            with contextlib.suppress(Exception):
-                session.already_complete()
-        elif xs_given and output.first_block:
-            chain = resume_chain(output)
+        host.pending = pending
+        kept = pending.checked
+        if kept is not None and not kept.complete and xs_given and kept.first_block:
+            chain = resume_chain(kept)
             bounds = plan.bounds(chain.start)
             host.check_chain = [(k, *next(bounds)) for k in chain]
         return host

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..base import HostLeaf
 from ..engine import caller_scopes
-from ..errors import InputError
+from ..errors import InputError, ResumeError, VerifyError, one_line
 from ..record import Ledger, decode_leaves
 from ..store import Target
 from ._host import CALLBACK_LOGGER, Stopped
@@ -86,8 +86,12 @@ def quiet_stops() -> Iterator[None]:
         logger.removeFilter(quiet)
 
 
-def recorded_init(target: Target) -> list[HostLeaf] | None:
-    """The initial carry the stored run began with (the carry kept at boundary 0); None where there is none to read."""
+def recorded_init(target: Target, mode: str) -> list[HostLeaf] | None:
+    """The initial carry the stored run began with (the carry kept at boundary 0); None where there is none to read.
+
+    One that is damaged or missing is refused as :func:`streamacc.write` refuses it (``mode``: what
+    the run asked), naming it and its repair.
+    """
     try:
         ledger = Ledger(target)
         manifest = ledger.load()
@@ -96,8 +100,16 @@ def recorded_init(target: Target) -> list[HostLeaf] | None:
         if manifest.v2:
             encoded = ledger.block(0, manifest).carry_in if manifest.committed_blocks else manifest.carry
             return None if encoded is None else decode_leaves(encoded)
-        return ledger.carry(manifest, 0)
     except Exception:  # what is wrong with the output, opening it says
+        return None
+    try:
+        return ledger.carry(manifest, 0)
+    except VerifyError as exc:  # the carry itself: named as a resume names it, with the repair that rebuilds it
+        if not manifest.committed_blocks:
+            return None  # nothing committed: the run starts afresh, and never reads it
+        left = "; the output is left as it was" if mode == "extend" else ""
+        raise ResumeError(f"cannot {mode}: {one_line(exc)}{left}") from None
+    except Exception:
         return None
 
 
