@@ -26,6 +26,7 @@ from ._axes import (
     divisor_at_most,
     is_calendar,
     resolve_chunks,
+    shard_shape,
     stored_chunks,
     time_attrs,
     times,
@@ -120,6 +121,6 @@ __all__ = [
     "committed_span", "default_chunks", "default_windows", "divisor_at_most", "dtype_from_name", "dtype_name",
     "interruptible", "is_bfloat16", "is_calendar", "is_float", "numpy_float", "on_own_thread", "origin", "outside",
     "over_state", "pool_size", "recipe_unroll", "resolve_chunks", "row_step", "rows_in", "run_from",
-    "run_interruptibly", "run_ordered", "stored_chunks", "stream_handover", "stream_piece_bytes", "time_attrs", "times",
-    "too_long", "unrolled", "warn", "write_block_bytes",
+    "run_interruptibly", "run_ordered", "shard_shape", "stored_chunks", "stream_handover", "stream_piece_bytes",
+    "time_attrs", "times", "too_long", "unrolled", "warn", "write_block_bytes",
 ]

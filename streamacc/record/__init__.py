@@ -4,12 +4,13 @@ What is recorded: the manifest and block records (``_manifest``), the ledger tha
 writes them with the kept carries (``_ledger``), and the run's identity as the manifest keeps it
 (``_runidentity``: read back, typed). What is checked: an output's structure and its root
 metadata against the manifest, and what a writer killed mid-write leaves behind (``_trust``);
-chunk trailers against the block records, whether the store still holds what a run committed,
-and each chunk ``open`` reads (``_trailers``). Reading and checking them imports no JAX.
+chunk trailers against the block records and whether the store still holds what a run
+committed (``_trailers``), and each chunk ``open`` reads (``_checked``). Reading and checking them imports no JAX.
 
 These are the names the other wings use.
 """
 
+from ._checked import CheckedStore, ranged
 from ._ledger import Ledger, carry_description, carry_every, carry_name, damaged_carry, load_manifest
 from ._manifest import (
     CARRY_CODEC,
@@ -28,7 +29,7 @@ from ._manifest import (
     same_function,
 )
 from ._runidentity import RunIdentity
-from ._trailers import CheckedStore, carry_problem, missing_from_store, ranged, trailer_problem
+from ._trailers import carry_problem, missing_from_store, trailer_problem
 from ._trust import (
     arrays_problem,
     bookkeeping_listing,

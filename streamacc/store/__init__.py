@@ -4,8 +4,9 @@ Knows Zarr, fsspec and the operating system, and never JAX: it takes host arrays
 makes them durable. Its modules, in three layers, each importing only from those below it:
 
 - what an output holds: ``_sink`` (the Zarr sink: the group, its arrays, the root metadata),
-  ``_chunks`` (chunks encoded into reused buffers, and stored chunks compared with recomputed
-  rows), ``_encoding`` (the data types stored, ``bfloat16`` among them, and the named codecs),
+  ``_chunks`` (chunks encoded into reused buffers), ``_shards`` (a block's rows as one shard of
+  small chunks: its geometry, its index, its checks), ``_compare`` (stored chunks compared with
+  recomputed rows), ``_encoding`` (the data types stored, ``bfloat16`` among them, and the named codecs),
   ``_documents`` (the metadata documents as plain JSON), ``_carries`` (the carries kept at
   block boundaries), ``_fingerprint`` (an input array's contents, cheaply);
 - where an output lives: ``_target`` (the base of an output location: a zarr store and what it
@@ -21,7 +22,8 @@ These are the names the other wings use.
 """
 
 from ._carries import CarryArrays, CarryDamaged, CarryLeaf
-from ._chunks import ChunkWriter, EncodeBuffers, compare_chunks
+from ._chunks import ChunkWriter, EncodeBuffers
+from ._compare import compare_chunks
 from ._documents import (
     PROGRESS_ATTRS,
     ArraySpec,
@@ -43,6 +45,7 @@ from ._leaseobject import Holder, open_lease_object
 from ._localtarget import DurableLocalStore, LocalTarget
 from ._opentarget import open_target
 from ._sessionstore import SessionStore
+from ._shards import MISSING, Sharding, shard_problem, sharding_of, stored_checksums, stored_checksums_of
 from ._sink import ZarrSink, resize_arrays
 from ._storetarget import StoreTarget, close_store_sessions
 from ._target import BOOKKEEPING, Target, sync
@@ -52,6 +55,7 @@ __all__ = [
     "BOOKKEEPING",
     "LEASE_ENV",
     "LEASE_KEY",
+    "MISSING",
     "PROGRESS_ATTRS",
     "ArraySpec",
     "ArrayV3Metadata",
@@ -68,6 +72,7 @@ __all__ = [
     "Lease",
     "LocalTarget",
     "SessionStore",
+    "Sharding",
     "StoreTarget",
     "Target",
     "ZarrSink",
@@ -91,7 +96,11 @@ __all__ = [
     "register_data_types",
     "resize_arrays",
     "settle_event_loop",
+    "shard_problem",
+    "sharding_of",
     "storable",
+    "stored_checksums",
+    "stored_checksums_of",
     "stored_crc32c",
     "sync",
 ]
