@@ -26,6 +26,7 @@ from streamacc.base import (
     default_chunks,
     divisor_at_most,
     resolve_chunks,
+    shard_shape,
 )
 from streamacc.engine import make_plan
 from streamacc.run import output_spec
@@ -110,6 +111,16 @@ def test_default_chunks_rule():
     for trailing, rows in [((4096,), 1024), ((256, 256), 64), ((1000,), 4096), ((7, 999), 96), ((2**26,), 1)]:
         chunk = default_chunks(trailing, 8, rows)
         assert rows % chunk[0] == 0 and 1 * MIB <= math.prod(chunk) * 8 <= 64 * MIB
+
+
+def test_a_block_of_several_chunks_is_one_shard():
+    assert shard_shape((2**19,), (2**30,), 8, 2**22) == (2**22,)  # the default series: a block of 8 chunks
+    assert shard_shape((2**22,), (2**30,), 8, 2**22) is None  # a block one chunk: nothing to shard
+    assert shard_shape((1000,), (500,), 8, 1000) is None  # an array shorter than a chunk
+    assert shard_shape((4, 16, 4), (60, 40, 6), 8, 8) == (8, 48, 8)  # the whole state, its edges rounded up
+    assert shard_shape((1, 512, 512), (10, 2048, 2048), 8, 1) == (1, 2048, 2048)  # a 32 MiB field: 16 tiles
+    assert shard_shape((2**19,), (2**40,), 8, 2**28) == (2**23,)  # a 2 GiB block: shards of 64 MiB at most
+    assert shard_shape((3, 2), (100, 2), 4, 12) == (12, 2)  # rows a multiple of the chunk's
 
 
 def test_divisor_at_most():

@@ -299,8 +299,8 @@ def shard_shape(
     capped at the shape, as the array's chunks are.
     """
     capped = tuple(max(1, min(c, n)) for c, n in zip(chunk, shape, strict=True))
-    if block_rows % capped[0]:
-        return None  # an array shorter than one chunk: one chunk holds it
+    if block_rows % capped[0] or all(c >= n for c, n in zip(chunk, shape, strict=True)):
+        return None  # an array no larger than one chunk: one chunk holds it
     trailing = tuple(-(-n // c) * c for c, n in zip(capped[1:], shape[1:], strict=True))
     row_chunk_bytes = capped[0] * math.prod(trailing) * itemsize
     rows = capped[0] * divisor_at_most(block_rows // capped[0], max(1, SHARD_BYTES_AT_MOST // row_chunk_bytes))
