@@ -83,7 +83,7 @@ def write_reverse(out: Path, **kw) -> None:
 
 def test_a_reverse_scan_is_followed_in_scan_order(tmp_path):
     out = tmp_path / "out.zarr"
-    with dies_at(14), pytest.raises(Exception, match="write _streamacc/zarr.json"):
+    with dies_at(14), pytest.raises(Exception, match=r"write _streamacc/zarr\.json"):
         write_reverse(out)
     items = streamacc.follow(out, interval=0.01, timeout=60)
     first = next(items)
