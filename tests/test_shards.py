@@ -349,3 +349,25 @@ def test_a_sharded_output_in_icechunk_holds_the_folder_s_bytes(tmp_path, made):
             assert sync(store.get(key, default_buffer_prototype())).to_bytes() == data, key
     np.testing.assert_array_equal(streamacc.open(f"icechunk://{repo}").x[10:20].values, gp(SIZE)[10:20])
 
+
+
+class Prefix:
+    """The first ``rows`` rows of a Zarr array, as a run reading a prefix of an input holds them."""
+
+    def __init__(self, array, rows: int) -> None:
+        self.array, self.rows = array, rows
+
+    def __len__(self) -> int:
+        return self.rows
+
+
+def test_an_input_s_fingerprint_counts_the_shards_holding_its_first_rows(tmp_path):
+    from streamacc.store import fingerprint_of
+
+    array = zarr.create_array(tmp_path / "in.zarr", shape=(4096,), chunks=(256,), shards=(1024,), dtype="f8")
+    array[:] = np.arange(4096.0)
+    before = fingerprint_of(Prefix(array, 1000))
+    array[2048:] = -1.0  # shards 2 and 3, past the first 1000 rows
+    assert fingerprint_of(Prefix(array, 1000)) == before
+    array[500:510] = -1.0
+    assert fingerprint_of(Prefix(array, 1000)) != before
