@@ -45,7 +45,7 @@ from ._leaseobject import Holder, open_lease_object
 from ._localtarget import DurableLocalStore, LocalTarget
 from ._opentarget import open_target
 from ._sessionstore import SessionStore
-from ._shards import MISSING, Sharding, shard_problem, sharding_of, stored_checksums, stored_checksums_of
+from ._shards import MISSING, Sharding, shard_problem, stored_checksums_of
 from ._sink import ZarrSink, resize_arrays
 from ._storetarget import StoreTarget, close_store_sessions
 from ._target import BOOKKEEPING, Target, sync
@@ -97,9 +97,7 @@ __all__ = [
     "resize_arrays",
     "settle_event_loop",
     "shard_problem",
-    "sharding_of",
     "storable",
-    "stored_checksums",
     "stored_checksums_of",
     "stored_crc32c",
     "sync",
