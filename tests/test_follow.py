@@ -194,3 +194,12 @@ def test_overview_of_an_unfinished_output_draws_the_committed_steps(tmp_path):
     assert write(out, "--summary-windows", "64", dies=20) == 1
     table = streamacc.overview(out, points=16)
     assert table.attrs["stop_step"] == committed_steps(out) and table.encoding["streamacc_complete"] == 0
+
+
+def test_a_run_ended_on_its_condition_is_followed_to_its_last_step(tmp_path):
+    out = tmp_path / "out.zarr"
+    streamacc.write(out, grow, np.float64(1.0), length=SIZE, block_size=512, names="x", progress=False,
+                    until=lambda c, y: c > gp(3001)[-1] * (1 + 5e-9))  # fmt: skip
+    items = list(streamacc.follow(out, interval=0.01, timeout=60))
+    np.testing.assert_array_equal(steps_of(items), np.arange(3001))  # the step where it held is its last
+    np.testing.assert_array_equal(values_of(items), gp(3002)[1:])

@@ -130,9 +130,9 @@ def follow(
     chunks : "auto", int, tuple, dict or None, default "auto"
         dask chunks of each item, as :func:`streamacc.open` takes them.
 
-    Returns
-    -------
-    iterator of xarray.Dataset
+    Yields
+    ------
+    xarray.Dataset
         Each item the newly committed steps of every output array, with their ``step``
         (and ``time``) coordinates and the run's attributes, and in ``encoding`` what was
         committed when it was read (``streamacc_committed_steps``, ``streamacc_complete``,

@@ -239,7 +239,8 @@ class OutputInfo:
     gp.zarr: 2097152 of 2097152 steps committed, complete
       recipe: __main__.step code:... values:...  params: None
     ...
-      y: shape (2097152,) float64 dims ('step',) chunks (2097152,) codec blosc-lz4 stored ... bytes (compression ...)
+      y: shape (2097152,) float64 dims ('step',) chunks (524288,) in shards of (4194304,) codec blosc-lz4 stored ...
+      bytes (compression ...)
     ...
     """
 
