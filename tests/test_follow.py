@@ -203,3 +203,16 @@ def test_a_run_ended_on_its_condition_is_followed_to_its_last_step(tmp_path):
     items = list(streamacc.follow(out, interval=0.01, timeout=60))
     np.testing.assert_array_equal(steps_of(items), np.arange(3001))  # the step where it held is its last
     np.testing.assert_array_equal(values_of(items), gp(3002)[1:])
+
+
+def test_a_reader_beside_a_writer_s_temp_file_sees_no_stray_node(tmp_path):
+    """A run replaces its root's metadata through a temp file as it commits; a reader listing the root meanwhile
+    sees it, and must neither warn of it (zarr's "not recognized as a component") nor fail."""
+    import warnings
+
+    out = tmp_path / "out.zarr"
+    assert write(out) == 0
+    (out / "zarr.json.streamacc-tmp").write_bytes((out / "zarr.json").read_bytes())  # as a writer leaves it meanwhile
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(values_of(list(streamacc.follow(out))), gp(SIZE))

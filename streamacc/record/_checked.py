@@ -26,7 +26,7 @@ import asyncio
 import collections
 import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,7 @@ from zarr.storage import WrapperStore
 
 from ..base import rows_in
 from ..errors import VerifyError, arg
-from ..store import MISSING, ChunkWriter, plain_document, shard_problem, stored_crc32c
+from ..store import MISSING, ChunkWriter, plain_document, shard_problem, stored_crc32c, temp_file_of
 from ._ledger import Ledger
 from ._manifest import RECORDS_ATTR, SEGMENT, Manifest, node_attribute
 
@@ -72,8 +72,9 @@ class CheckedStore(WrapperStore[Store]):
     """``store`` (an output's, read-only) with each committed chunk of the run's arrays checked on read."""
 
     FORWARDED = frozenset({"set", "set_if_not_exists", "_set_many", "delete", "delete_dir", "clear", "exists",
-                           "is_empty", "list", "list_prefix", "list_dir"})  # fmt: skip
-    """What it leaves to the store inside: it checks what is read of chunks, and nothing else."""
+                           "is_empty", "list", "list_prefix"})  # fmt: skip
+    """What it leaves to the store inside: it checks what is read of chunks, and lists a folder without a writer's
+    temp files (:meth:`list_dir`), and nothing else."""
 
     def __init__(self, store: Store, label: str, manifest: Manifest) -> None:
         super().__init__(store)
@@ -282,6 +283,13 @@ class CheckedStore(WrapperStore[Store]):
         self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
     ) -> list[Buffer | None]:
         return list(await asyncio.gather(*(self.get(key, prototype, part) for key, part in key_ranges)))
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        """The folder's entries, but a writer's temp files (a root being replaced as a run commits): zarr, listing
+        a group's members, would warn of each as an object it does not recognise."""
+        async for name in self._store.list_dir(prefix):
+            if not temp_file_of(name):
+                yield name
 
     _get_many = Store._get_many  # each request through this store's own get
 

@@ -38,7 +38,7 @@ from ._documents import (
 )
 from ._encoding import register_data_types, storable
 from ._fence import FencedStore, describe_store_failure, is_store_failure
-from ._files import aligned_empty, atomic_write, read_into
+from ._files import aligned_empty, atomic_write, read_into, temp_file_of
 from ._icechunk import IcechunkTarget
 from ._lease import LEASE_ENV, LEASE_KEY, Lease, lease_seconds
 from ._leaseobject import Holder, open_lease_object
@@ -101,4 +101,5 @@ __all__ = [
     "stored_checksums_of",
     "stored_crc32c",
     "sync",
+    "temp_file_of",
 ]
