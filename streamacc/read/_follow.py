@@ -210,7 +210,7 @@ def follow(
                 if given:
                     quiet_since = time.monotonic()
                     continue  # asked again: the manifest first, then what is new
-            if now.complete:
+            if now.complete and not _new_rows(done, now.rows):
                 return
         if timeout_s is not None and time.monotonic() - quiet_since >= timeout_s:
             if target.writer() is None:
