@@ -71,6 +71,48 @@ def read(out: str) -> dict[str, Any]:
     return {"run_s": time.perf_counter() - t0, "max": top}
 
 
+def small(out: str, count: int, seed: int, steps: int = 1000) -> dict[str, Any]:
+    """``count`` random slices of ``steps`` steps of output ``x``, after one read of all of it (the page cache warm):
+    through zarr alone (``zarr.open_array(OUT/x)[a:b]``) and through ``streamacc.open`` (its checks and dask),
+    alternating; each median in milliseconds."""
+    import numpy as np
+    import zarr
+
+    import streamacc
+
+    array = zarr.open_array(f"{out}/x", mode="r")
+    x = streamacc.open(out).x
+    n = array.shape[0]
+    np.asarray(array[:])  # warm
+    rng = random.Random(seed)
+    zarr_ms, open_ms = [], []
+    for _ in range(count):
+        for kind, times in (("zarr", zarr_ms), ("open", open_ms)):
+            start = rng.randrange(0, max(1, n - steps))
+            t = time.perf_counter()
+            values = array[start : start + steps] if kind == "zarr" else x[start : start + steps].values
+            times.append(1e3 * (time.perf_counter() - t))
+            assert len(values) == min(steps, n)
+    return {"zarr ms": statistics.median(zarr_ms), "open ms": statistics.median(open_ms),
+            "open slowest ms": max(open_ms)}  # fmt: skip
+
+
+def whole(out: str) -> dict[str, Any]:
+    """All of output ``x``: through dask (``streamacc.open(OUT).x.data.max().compute()``, ``run_s``), then through
+    zarr alone (``zarr.open_array(OUT/x)[:]``, ``zarr_s``)."""
+    import zarr
+
+    import streamacc
+
+    t0 = time.perf_counter()
+    top = float(streamacc.open(out).x.data.max().compute())
+    t1 = time.perf_counter()
+    values = zarr.open_array(f"{out}/x", mode="r")[:]
+    t2 = time.perf_counter()
+    assert float(values.max()) == top
+    return {"run_s": t1 - t0, "zarr_s": t2 - t1, "max": top}
+
+
 def make_input(path: str, n: int) -> dict[str, Any]:
     """An input for ``cumsum``/``cumprod --input``: float64 uniform in [0.5, 1), chunks of 2**22, zarr's codec."""
     import numpy as np
@@ -112,7 +154,8 @@ def until(mode: str, steps: int, condition: bool, out: str = "") -> dict[str, An
     return {"run_s": time.perf_counter() - t0, **({"final": last} if last is not None else {})}
 
 
-SIDES = {"carry": carry, "slices": slices, "read": read, "make_input": make_input, "until": until}
+SIDES = {"carry": carry, "slices": slices, "read": read, "small": small, "whole": whole, "make_input": make_input,
+         "until": until}
 
 if __name__ == "__main__":
     print(json.dumps(SIDES[sys.argv[1]](**json.loads(sys.argv[2]))))

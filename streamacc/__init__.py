@@ -3,9 +3,10 @@
 Write a recurrence as ``f(carry, x) -> (carry, y)``, as for ``jax.lax.scan``, and
 :func:`write` runs it for any length in bounded memory, streaming every ``y`` to a Zarr
 store on disk or object storage, resumably (:class:`Stream` does the same from inside a
-jitted program); :func:`open` reads it back as an xarray Dataset, :func:`overview` at a
-glance, :func:`verify` recomputes it bit for bit, :func:`info` describes it, and
-:func:`to_arviz` gives a sampler's chains as ArviZ reads them. :func:`iter_blocks` and
+jitted program); :func:`open` reads it back as an xarray Dataset, :func:`follow` as it
+grows, :func:`overview` at a glance, :func:`verify` recomputes it bit for bit,
+:func:`info` describes it, and :func:`to_arviz` gives a sampler's chains as ArviZ reads
+them. :func:`iter_blocks` and
 :func:`scan` run the same blocked scan in memory. Errors are in :mod:`streamacc.errors`.
 
 The public names are imported on first use (PEP 562), so that ``import streamacc`` and the
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
         ArrayInfo as ArrayInfo,
         OutputInfo as OutputInfo,
         SummaryInfo as SummaryInfo,
+        follow as follow,
         info as info,
         open as open,
         overview as overview,

@@ -20,6 +20,7 @@ in one table, each by the wing that holds it, ``WING.NAME``; this module replace
 ``run.SLOW_BLOCK_SECONDS``                the seconds a block takes past which a run says so
 ``run.COMMIT_SECONDS``                    how often blocks that commit together commit (virtual, materialize)
 ``run.BlockPool``                         the pool of block buffers a local run makes
+``run.shard_shape``                       the shards a new output stores its arrays' chunks in
 ``stream.handover``                       how a Stream's blocks cross to the host (in place on the CPU)
 ``stream.piece_bytes``                    the bytes of ys a Stream's block callback takes as one operand
 ========================================  ===================================================
@@ -136,6 +137,12 @@ _SEAMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "run.BlockPool": (
         "BlockPool(size): the class of the pool of block buffers a local run makes",
         ("streamacc.run._execute.BlockPool",),
+    ),
+    "run.shard_shape": (
+        "shard_shape(chunk, shape, itemsize, block_rows): the shard shape a new output's array of shape ``shape`` "
+        "stores its chunks of ``chunk`` in, blocks of ``block_rows`` rows, or None for a chunk per object (as "
+        "streamacc 1.1 stored every output)",
+        ("streamacc.run._planning.shard_shape",),
     ),
     "stream.handover": (
         "handover(): how a block crosses to the host: 'in_place' (a buffer_callback reads the program's buffers, "

@@ -4,7 +4,9 @@ A state of many values is stored in tiles (its trailing axes split) and a thinne
 stores one row per ``save_every`` steps, so a chunk's place in its block record is not its
 index along ``step``: ``streamacc.open`` and ``verify --blocks`` must map every tile of
 every row chunk to its own recorded CRC-32C, and refuse a tile copied from another run or
-moved within the same output.
+moved within the same output. The outputs here store each tile as an object of its own, as
+streamacc 1.1 stored every output (the seam ``run.shard_shape``); the shards a new output
+stores its tiles in are checked in ``test_shards.py``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 import pytest
 
 import streamacc
+from streamacc import testing
 
 LENGTH, BLOCK, EVERY = 96, 16, 2  # 48 rows: 6 blocks of 8 rows, chunks of 4 rows, so 2 row chunks per block
 CHUNKS = {"step": 4, "y_dim_1": 4, "y_dim_2": 3}  # a (8, 6) state in 2 x 2 tiles
@@ -29,8 +32,9 @@ def step(c, _):
 
 def write(out: Path, start: float, reverse: bool = False) -> None:
     init = jnp.asarray(state(start))
-    streamacc.write(out, step, init, length=LENGTH, block_size=BLOCK, save_every=EVERY, chunks=CHUNKS,
-                    reverse=reverse, progress=False)  # fmt: skip
+    with testing.patched("run.shard_shape", lambda *_: None):  # a tile a file, as 1.1 wrote
+        streamacc.write(out, step, init, length=LENGTH, block_size=BLOCK, save_every=EVERY, chunks=CHUNKS,
+                        reverse=reverse, progress=False)  # fmt: skip
 
 
 def state(start: float) -> np.ndarray:
@@ -114,8 +118,9 @@ def test_a_missing_chunk_of_integers_or_of_a_materialized_virtual_block_is_refus
                         virtual=virtual, progress=False)  # fmt: skip
         if virtual:
             streamacc.materialize(out, f=count, steps=(16, 32), progress=False)  # block 1 stored, others recomputed
-        (out / "y" / "c" / "3").unlink()  # rows 24-31 of block 1 (zarr read them as 0)
+        (out / "y" / "c" / "1").unlink()  # the shard of block 1, rows 16-31 (zarr read them as 0)
         ds = streamacc.open(out, f=count if virtual else None)
-        np.testing.assert_array_equal(ds.y[:24].values, np.arange(1, 25))
-        with pytest.raises(streamacc.errors.VerifyError, match=r"chunk y/c/3 .* is missing, though block 1 committed"):
-            _ = ds.y[:32].values
+        np.testing.assert_array_equal(ds.y[:16].values, np.arange(1, 17))
+        for rows in (slice(20, 24), slice(None, 32)):  # an inner chunk alone, and the whole shard
+            with pytest.raises(streamacc.errors.VerifyError, match=r"chunk y/c/1 .* missing, though block 1 committed"):
+                _ = ds.y[rows].values

@@ -96,16 +96,16 @@ def test_a_thinned_timed_reverse_scan_and_its_missing_summaries(tmp_path):
     np.testing.assert_array_equal(picture["step"].values, np.arange(3, 200, 4))
 
 
-def test_an_extension_refused_for_a_replaced_tile_leaves_the_output_as_it_was(tmp_path, capsys):
+def test_an_extension_refused_for_a_replaced_shard_leaves_the_output_as_it_was(tmp_path, capsys):
     out, other = tmp_path / "out.zarr", tmp_path / "other.zarr"
     assert main(["write", str(out), "--size", "200", *ENSEMBLE]) == 0
     assert main(["write", str(other), "--size", "200", *ENSEMBLE, "--seed", "5"]) == 0
-    (out / "x" / "c" / "2" / "1").write_bytes((other / "x" / "c" / "2" / "1").read_bytes())  # block 1's rows 16-23
+    (out / "x" / "c" / "1" / "0").write_bytes((other / "x" / "c" / "1" / "0").read_bytes())  # block 1's shard
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     capsys.readouterr()
     assert main(["write", str(out), "--size", "328", *ENSEMBLE, "--extend"]) == 2
     err = capsys.readouterr().err
-    assert "cannot extend" in err and "chunk x/c/2/1 is not the chunk it committed" in err
+    assert "cannot extend" in err and "shard x/c/1/0 " in err and "not the" in err and "committed" in err
     assert err.count("\n") == 1 and "--overwrite" in err
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 

@@ -63,6 +63,7 @@ def test_a_resume_keeps_the_carries_uncompressed_and_writes_the_uninterrupted_va
     assert main(["write", str(ref), *WALK]) == 0
     assert run("verify", out, capfd=capfd)[0] == 0
     assert "codec" not in read_manifest(out)["carries"] and "codec" in read_manifest(ref)["carries"]
+    assert read_manifest(out)["format"] == "streamacc-manifest/3"  # continued in its own format: no shards
     assert uncompressed(out, "6/0", 128 * 8) and uncompressed(out, "8/0", 128 * 8)  # kept by the resumed run
     for name in ("x",):
         np.testing.assert_array_equal(zarr.open_array(out / name)[:], zarr.open_array(ref / name)[:])
@@ -76,4 +77,5 @@ def test_an_extension_keeps_the_carries_uncompressed(copy, name, capfd):
                capfd=capfd)[0] == 0  # fmt: skip
     assert run("verify", out, capfd=capfd)[0] == 0
     assert "codec" not in read_manifest(out)["carries"] and uncompressed(out, "11", 8)
+    assert read_manifest(out)["format"] == "streamacc-manifest/3"
     np.testing.assert_array_equal(streamacc.open(out).x.values, gp(6000))

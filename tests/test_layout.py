@@ -26,6 +26,7 @@ from streamacc.base import (
     default_chunks,
     divisor_at_most,
     resolve_chunks,
+    shard_shape,
 )
 from streamacc.engine import make_plan
 from streamacc.run import output_spec
@@ -56,7 +57,7 @@ def test_the_scalar_defaults_are_unchanged():
     assert plan.block_size == 2**20 == DEFAULT_BLOCK_SIZE
     assert plan_of(scalar_step, np.float32(1.0)).block_size == 2**23  # same bytes, twice the steps
     spec = output_spec(plan_of(scalar_step, np.float64(1.0)), check_request())
-    assert spec.chunks == {"y": (2**22,)}  # one chunk per block, as always
+    assert spec.chunks == {"y": (2**19,)} and spec.shards == {"y": (2**22,)}  # one shard (object) per block, as always
 
 
 @pytest.mark.parametrize(
@@ -99,16 +100,27 @@ def test_unroll_and_thinning_shape_the_block():
 
 
 def test_default_chunks_rule():
-    assert default_chunks((), 8, 2**22) == (2**22,)
-    assert default_chunks((500,), 8, 4096) == (4096, 500)  # few values a row: a whole block per chunk
+    assert default_chunks((), 8, 2**22) == (2**19,)  # 4 MiB, an inner chunk of a block's shard
+    assert default_chunks((), 8, 2**18) == (2**18,)  # a block at most
+    assert default_chunks((500,), 8, 4096) == (1024, 500)  # few values a row: 4 MiB (at most a block)
     assert default_chunks((4096,), 8, 1024) == (512, 512)  # many: 2 MiB, balanced between snapshot and series
     assert default_chunks((1000,), 8, 4096) == (512, 500)
     assert default_chunks((256, 256), 8, 64) == (64, 64, 64)  # rows are a block's at most
     assert default_chunks((2**24,), 8, 1) == (1, 2**18)
-    assert default_chunks((), 8, 2**26) == (2**23,)  # never above 64 MiB, even for an explicit large block
+    assert default_chunks((), 8, 2**26) == (2**19,)  # the same in a large block
     for trailing, rows in [((4096,), 1024), ((256, 256), 64), ((1000,), 4096), ((7, 999), 96), ((2**26,), 1)]:
         chunk = default_chunks(trailing, 8, rows)
         assert rows % chunk[0] == 0 and 1 * MIB <= math.prod(chunk) * 8 <= 64 * MIB
+
+
+def test_a_block_of_several_chunks_is_one_shard():
+    assert shard_shape((2**19,), (2**30,), 8, 2**22) == (2**22,)  # the default series: a block of 8 chunks
+    assert shard_shape((2**22,), (2**30,), 8, 2**22) is None  # a block one chunk: nothing to shard
+    assert shard_shape((1000,), (500,), 8, 1000) is None  # an array shorter than a chunk
+    assert shard_shape((4, 16, 4), (60, 40, 6), 8, 8) == (8, 48, 8)  # the whole state, its edges rounded up
+    assert shard_shape((1, 512, 512), (10, 2048, 2048), 8, 1) == (1, 2048, 2048)  # a 32 MiB field: 16 tiles
+    assert shard_shape((2**19,), (2**40,), 8, 2**28) == (2**23,)  # a 2 GiB block: shards of 64 MiB at most
+    assert shard_shape((3, 2), (100, 2), 4, 12) == (12, 2)  # rows a multiple of the chunk's
 
 
 def test_divisor_at_most():

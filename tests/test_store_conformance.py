@@ -139,6 +139,7 @@ class TargetContract:
         assert target.read("zarr.json") is None and target.read_reused(ABSENT) is None
         assert target.list_keys() == [] and target.list_dir() == [] and target.sizes() == {}
         assert target.size(ABSENT) == 0 and target.tails([ABSENT]) == [None]
+        assert target.ranges([(ABSENT, 0, 4)]) == [None]
 
     def test_keys_are_written_read_listed_and_deleted(self, target: Target) -> None:
         with target.lock(COMMAND):
@@ -152,6 +153,8 @@ class TargetContract:
             assert target.list_dir() == ["_streamacc", "x", "zarr.json"] and target.list_dir("x") == ["c", "zarr.json"]
             assert target.sizes("x/") == {key: len(KEYS[key]) for key in CHUNKS}
             assert target.tails(["x/c/0", ABSENT, "x/c/1"], 2) == [b"\x03\x04", None, b"\x07\x08"]
+            parts = [("x/c/1", 1, 3), (ABSENT, 0, 2), ("x/c/0", 0, 1)]  # a shard's inner chunks are read so
+            assert target.ranges(parts) == [KEYS["x/c/1"][1:3], None, KEYS["x/c/0"][:1]]
             target.delete("x/c/1")
             target.delete(ABSENT)  # nothing there: nothing happens
             assert target.read("x/c/1") is None and target.read_reused("x/c/1") is None and target.size("x/c/1") == 0

@@ -170,6 +170,18 @@ async def test_a_durable_local_store_never_goes_through_a_link_inside_its_folder
     assert [key async for key in store.list()] == [] and (elsewhere / "zarr.json").read_bytes() == GROUP
 
 
+async def test_a_file_where_a_folder_would_be_holds_no_key_to_read_and_refuses_a_write(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "zarr.json.streamacc-tmp").write_bytes(GROUP)  # a writer's temp file, which a reader listing the root sees
+    store = DurableLocalStore(out, label="out.zarr")
+    prototype = default_buffer_prototype()
+    assert await store.get("zarr.json.streamacc-tmp/zarr.json", prototype) is None
+    assert not await store.exists("zarr.json.streamacc-tmp/zarr.json")
+    with pytest.raises(StoreError, match=r"zarr.json.streamacc-tmp inside out.zarr is a link or not a folder"):
+        await store.set("zarr.json.streamacc-tmp/zarr.json", Buffer.from_bytes(b"{}"))
+
+
 async def test_a_session_store_refuses_a_group_document_when_read_only_and_returns_one_it_holds():
     prototype = default_buffer_prototype()
     reader = SessionStore(MemoryStore(read_only=True))

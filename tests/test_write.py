@@ -204,9 +204,9 @@ def test_chunks_along_step_divide_block_size(tmp_path):
     path = tmp_path / "out.zarr"
     write(path, chunks={"step": 4})
     group = zarr.open_group(path, mode="r")
-    assert group["level"].chunks == (4,)
-    assert group["triple"].chunks == (4, 3)
-    assert sorted(int(p.name) for p in (path / "level" / "c").iterdir()) == list(range(N // 4))
+    assert group["level"].chunks == (4,) and group["level"].shards == (BLOCK,)
+    assert group["triple"].chunks == (4, 3) and group["triple"].shards == (BLOCK, 3)
+    assert sorted(int(p.name) for p in (path / "level" / "c").iterdir()) == list(range(-(-N // BLOCK)))  # a block one
     assert_bits_equal(group["triple"][:], jax.lax.scan(tree_step, INIT, XS)[1]["triple"])
 
 

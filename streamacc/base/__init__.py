@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         divisor_at_most as divisor_at_most,
         is_calendar as is_calendar,
         resolve_chunks as resolve_chunks,
+        shard_shape as shard_shape,
         stored_chunks as stored_chunks,
         time_attrs as time_attrs,
         times as times,

@@ -31,9 +31,9 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = [
-    "CHUNK_BYTES", "MAX_DEFAULT_CHUNK_BYTES", "STEP", "TIME_ATTRS", "array_dims", "check_chunk_bytes", "check_span",
-    "check_time", "chunk_rows", "default_chunks", "divisor_at_most", "is_calendar", "resolve_chunks", "stored_chunks",
-    "time_attrs", "times", "units_problem",
+    "CHUNK_BYTES", "MAX_DEFAULT_CHUNK_BYTES", "SERIES_CHUNK_BYTES", "SHARD_BYTES_AT_MOST", "STEP", "TIME_ATTRS",
+    "array_dims", "check_chunk_bytes", "check_span", "check_time", "chunk_rows", "default_chunks", "divisor_at_most",
+    "is_calendar", "resolve_chunks", "shard_shape", "stored_chunks", "time_attrs", "times", "units_problem",
 ]
 
 
@@ -48,7 +48,19 @@ CHUNK_BYTES = 2 * 2**20
 :func:`default_chunks`; chosen by benchmark, benchmarks/RESULTS.md)."""
 
 MAX_DEFAULT_CHUNK_BYTES = 64 * 2**20
-"""The largest chunk the default makes (a whole block of rows with few values)."""
+"""The chunk a refusal of one too large for a compressor suggests (before outputs were sharded, the largest chunk the
+default made: a whole block of rows with few values)."""
+
+SERIES_CHUNK_BYTES = 4 * 2**20
+"""Uncompressed bytes per chunk the default aims at where rows hold few values (a scalar series: 2**19 float64
+steps), each an inner chunk of its block's shard (see :func:`shard_shape`): a small read decodes one, and a whole
+read through zarr's sharding path stays as fast as one chunk a block. Chosen by benchmark (the Benchmarks page's
+reading section)."""
+
+SHARD_BYTES_AT_MOST = 64 * 2**20
+"""Uncompressed bytes of one shard at most, where a block is larger (a ``block_size`` given far above the
+default): a shard is encoded whole in memory before it is stored, so a larger block stores several. A shard always
+holds at least one inner chunk's rows of the whole state."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -156,17 +168,18 @@ def default_chunks(
     """The default chunk shape of an array whose rows have shape ``trailing``, in blocks of ``block_rows`` rows.
 
     Where a row has few values (at most ``sqrt(target / itemsize)``, 512 for float64), a
-    chunk is a whole block, as for a scalar series (32 MiB), cut along ``step`` only where
-    it would exceed ``MAX_DEFAULT_CHUNK_BYTES``. Otherwise a chunk of about ``target``
-    bytes is balanced between the two ways simulations are read: a snapshot (all of one
-    step, which reads every tile's rows) and a time series (one value over many steps,
-    which reads whole tiles): as many rows per chunk as values per tile, as far as a
-    block's rows allow. Rows per chunk always divide a block's rows.
+    chunk is ``SERIES_CHUNK_BYTES`` of rows (2**19 steps of a float64 series), or a whole
+    block where that is smaller (a block writes one shard of them: :func:`shard_shape`).
+    Otherwise a chunk of about ``target`` bytes is balanced between the two ways
+    simulations are read: a snapshot (all of one step, which reads every tile's rows) and a
+    time series (one value over many steps, which reads whole tiles): as many rows per
+    chunk as values per tile, as far as a block's rows allow. Rows per chunk always divide
+    a block's rows.
     """
     values = math.prod(trailing)
     side = math.isqrt(max(1, target // itemsize))
     if values <= side:
-        return (divisor_at_most(block_rows, max(1, MAX_DEFAULT_CHUNK_BYTES // (values * itemsize))), *trailing)
+        return (divisor_at_most(block_rows, max(1, SERIES_CHUNK_BYTES // (values * itemsize))), *trailing)
     rows = divisor_at_most(block_rows, side)
     return (rows, *_split(trailing, target // (itemsize * rows)))
 
@@ -275,6 +288,27 @@ def resolve_chunks(
         out[name] = (rows, *tile)
         check_chunk_bytes(name, out[name], itemsizes[name], dims[name])
     return out
+
+
+def shard_shape(
+    chunk: tuple[int, ...], shape: tuple[int, ...], itemsize: int, block_rows: int
+) -> tuple[int, ...] | None:
+    """The shard shape of an array of ``shape`` chunked by ``chunk``, in blocks of ``block_rows`` rows; None where a
+    shard would be one chunk (the array is then stored unsharded, a chunk per block or less).
+
+    A shard holds a block's rows of the whole state (the trailing axes rounded up to whole
+    chunks, as Zarr's sharding requires), so a block writes one object however finely it is
+    chunked; a block of more than ``SHARD_BYTES_AT_MOST`` writes several. ``chunk`` is
+    capped at the shape, as the array's chunks are.
+    """
+    capped = tuple(max(1, min(c, n)) for c, n in zip(chunk, shape, strict=True))
+    if block_rows % capped[0] or all(c >= n for c, n in zip(chunk, shape, strict=True)):
+        return None  # an array no larger than one chunk: one chunk holds it
+    trailing = tuple(-(-n // c) * c for c, n in zip(capped[1:], shape[1:], strict=True))
+    row_chunk_bytes = capped[0] * math.prod(trailing) * itemsize
+    rows = capped[0] * divisor_at_most(block_rows // capped[0], max(1, SHARD_BYTES_AT_MOST // row_chunk_bytes))
+    shard = (rows, *trailing)
+    return None if shard == capped else shard
 
 
 def check_chunk_bytes(name: str, chunk: tuple[int, ...], itemsize: int, dims: tuple[str, ...]) -> None:

@@ -31,7 +31,7 @@ from ..base import DEFAULT_CODEC, Terminated, check_written_length, counted, run
 from ..errors import InputError, NoOutputError, OutputExistsError, ResumeError, StreamaccError, StreamaccWarning, arg
 from ..recipes import Recipe, option
 from ._continued import committed_steps, continued_unroll, dtype_name_of, recorded_run, resume_command
-from ._expr import parse_int
+from ._expr import parse_int, parse_number
 from ._parser import (
     UsageError,
     _Exit,
@@ -300,8 +300,14 @@ def cmd_materialize(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     steps = step_range(args.steps)
     options = storage_options(args.storage_option)
-    from ._plot import plot_output
+    seconds = None if args.watch is None else parse_number(args.watch, name="--watch")
+    if seconds is not None and seconds <= 0:
+        raise InputError(f"--watch {args.watch} must be more than 0 seconds between two looks; pass e.g. --watch 5")
+    from ._plot import plot_output, watch_output
 
+    if seconds is not None:
+        watch_output(args.out, seconds, _out, var=args.var, path=args.output, steps=steps, storage_options=options)
+        return 0
     _out(plot_output(args.out, var=args.var, path=args.output, steps=steps, storage_options=options))
     return 0
 

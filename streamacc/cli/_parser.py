@@ -278,6 +278,15 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--var", default=None, metavar="NAME", help="the output array to draw (default: the first)")
     plot.add_argument("-o", "--output", default=None, metavar="FILE.png", help="where to write (default OUT-NAME.png)")
     plot.add_argument("--steps", default=None, metavar="A:B", help="only steps A to B, e.g. 0:2**20 or 2**31:")
+    plot.add_argument(
+        "--watch",
+        nargs="?",
+        const=WATCH_SECONDS,
+        default=None,
+        metavar="SECONDS",
+        help=f"draw the picture again as blocks commit, looking every SECONDS (default {WATCH_SECONDS}), until the "
+        "run is complete (an output with no committed step yet is waited for)",
+    )
     materialize = sub.add_parser(
         "materialize",
         help="store the data of a virtual output (or of a range of its steps), recomputed from its carries",
@@ -289,6 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
     materialize.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_common(sub.add_parser("recipes", help="list recipes and their parameters"), top=False)
     return parser
+
+
+WATCH_SECONDS = "5"
+"""How often ``streamacc plot --watch`` reads the manifest when no SECONDS is given."""
 
 
 def chunks_option(text: str | None) -> Any:

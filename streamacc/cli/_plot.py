@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ import numpy as np
 
 from ..errors import InputError
 
-__all__ = ["default_path", "draw", "plot_output"]
+__all__ = ["default_path", "draw", "plot_output", "watch_output"]
 
 ENSEMBLE_DIMS = ("path", "member", "ensemble")
 BANDS_UP_TO = 8
@@ -328,6 +330,48 @@ def plot_output(
         why = exc.strerror or exc
         raise InputError(f"cannot write the picture to {target} ({why}); pass another -o FILE.png") from None
     return os.fspath(target)
+
+
+def watch_output(
+    out: str,
+    seconds: float,
+    say: Callable[[str], None],
+    *,
+    var: str | None = None,
+    path: str | None = None,
+    steps: tuple[int | None, int | None] | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> None:
+    """Draw output ``out`` as :func:`plot_output` does, and again each time blocks commit, until its run is complete.
+
+    The manifest is read every ``seconds`` (one small read); the picture is drawn again only
+    when the committed steps changed, and ``say`` is told each picture written and what it
+    shows. An output that holds no committed step yet (or none in ``steps``) is waited for.
+    """
+    _matplotlib()
+    from ..read import committed
+    from ..store import open_target
+
+    drawn: tuple[tuple[int, int], bool] | None = None
+    waiting = False
+    while True:
+        target = open_target(out, storage_options=storage_options, read_only=True)  # an Icechunk branch's head anew
+        now = committed(target)
+        shown = now is not None and now.steps[0] < now.steps[1]
+        if now is not None and shown and steps is not None:
+            a = now.steps[0] if steps[0] is None else max(steps[0], now.steps[0])
+            shown = a < (now.steps[1] if steps[1] is None else min(steps[1], now.steps[1]))
+        if now is not None and shown and (now.steps, now.complete) != drawn:
+            picture = plot_output(out, var=var, path=path, steps=steps, storage_options=storage_options)
+            held = f"steps {now.steps[0]} to {now.steps[1]} of {now.length} committed"
+            say(f"{picture}: {'complete, ' if now.complete else ''}{held}")
+            drawn, waiting = (now.steps, now.complete), False
+        elif not shown and not waiting:
+            say(f"{out}: no committed step to draw yet; waiting for its blocks (Ctrl-C to stop)")
+            waiting = True
+        if now is not None and now.complete and drawn == (now.steps, True):
+            return
+        time.sleep(seconds)
 
 
 def _log_scale_if_wide(ax: Any, low: np.ndarray, high: np.ndarray) -> None:

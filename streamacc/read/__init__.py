@@ -1,6 +1,7 @@
 """Reading an output: ``open`` (``_dataset``, through ``run`` for a virtual output, and xarray's side in
-``streamacc/_xarray.py``), ``info`` (``_info``), ``overview`` from the summaries (``_overview``) and
-``to_arviz``, a sampler's chains as ArviZ reads them (``_arviz``). Reading a stored output imports no JAX.
+``streamacc/_xarray.py``), ``follow`` (``_follow``: a growing output read as its blocks commit), ``info``
+(``_info``), ``overview`` from the summaries (``_overview``) and ``to_arviz``, a sampler's chains as ArviZ reads
+them (``_arviz``). Reading a stored output imports no JAX.
 
 These are the names the public face and the command line use.
 """
@@ -12,6 +13,7 @@ from .._lazy import lazy_face
 if TYPE_CHECKING:
     from ._arviz import to_arviz as to_arviz
     from ._dataset import open as open
+    from ._follow import Committed as Committed, committed as committed, follow as follow
     from ._info import (
         ArrayInfo as ArrayInfo,
         MemoryEstimate as MemoryEstimate,

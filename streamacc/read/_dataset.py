@@ -170,9 +170,12 @@ def _dask_chunks(ds: xarray.Dataset, chunks: Any) -> Any:
     """The dask chunks ``xr.open_zarr(chunks=chunks)`` would choose: whole stored chunks, on every axis.
 
     'auto' gives each dimension the smallest of the sizes dask prefers for the arrays on it,
-    each a whole number of the array's stored chunks.
+    each a whole number of the array's stored chunks: of its shards where it is sharded (a
+    block's rows of inner chunks), so that a task reads whole shards, each once.
     """
-    stored = {name: tuple(v.encoding.get("chunks") or v.shape) for name, v in ds.data_vars.items()}
+    stored = {
+        name: tuple(v.encoding.get("shards") or v.encoding.get("chunks") or v.shape) for name, v in ds.data_vars.items()
+    }
     if chunks != "auto":
         along = {"step": min((c[0] for c in stored.values()), default=1)}
         return {**along, **chunks} if isinstance(chunks, dict) else chunks

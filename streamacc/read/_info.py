@@ -103,6 +103,10 @@ class ArrayInfo:
     compression_ratio : float or None
         Bytes of the committed rows over the bytes stored for them (None when nothing is
         stored).
+    shards : tuple of int or None
+        The shape of the shards its chunks are stored in (a block's rows as one object, each
+        chunk readable alone), or None where each chunk is an object of its own (outputs
+        whose blocks are one chunk, and those of streamacc 1.1 and earlier).
 
     Examples
     --------
@@ -118,6 +122,7 @@ class ArrayInfo:
     codec: str
     stored_bytes: int
     compression_ratio: float | None
+    shards: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,7 +245,8 @@ class OutputInfo:
     gp.zarr: 2097152 of 2097152 steps committed, complete
       recipe: __main__.step code:... values:...  params: None
     ...
-      y: shape (2097152,) float64 dims ('step',) chunks (2097152,) codec blosc-lz4 stored ... bytes (compression ...)
+      y: shape (2097152,) float64 dims ('step',) chunks (524288,) in shards of (4194304,) codec blosc-lz4 stored ...
+      bytes (compression ...)
     ...
     """
 
@@ -322,7 +328,9 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
     for name, arr in sink.arrays.items():
         row_bytes = int(np.prod(arr.shape[1:], dtype=np.int64)) * arr.dtype.itemsize
         block_bytes += block_rows * row_bytes
-        chunk_bytes = max(chunk_bytes, int(np.prod(arr.chunks, dtype=np.int64)) * arr.dtype.itemsize)
+        shards = None if arr.shards is None else tuple(int(n) for n in arr.shards)
+        stored_unit = arr.chunks if shards is None else shards  # what an encoder holds at once
+        chunk_bytes = max(chunk_bytes, int(np.prod(stored_unit, dtype=np.int64)) * arr.dtype.itemsize)
         written = (last - first) * row_bytes
         stored = stored_bytes[name]
         meta = arr.metadata
@@ -335,6 +343,7 @@ def info(store: Any, *, storage_options: dict[str, Any] | None = None) -> Output
             codec=ident.codec,
             stored_bytes=stored,
             compression_ratio=round(written / stored, 3) if stored else None,
+            shards=shards,
         )
     unrolled = every > 1 and blocking.unroll is not True and blocking.unroll not in (False, 1, None)
     computing = block_bytes * every if unrolled else 0  # see engine/_kernels._thinned_scan
@@ -451,7 +460,8 @@ def format_description(about: OutputInfo) -> str:
         ratio = "n/a" if a.compression_ratio is None else f"{a.compression_ratio}x"
         lines.append(
             f"  {name}: shape {a.shape} {a.dtype} dims {a.dims} chunks {a.chunks} "
-            f"codec {a.codec} stored {a.stored_bytes} bytes (compression {ratio})"
+            + ("" if a.shards is None else f"in shards of {a.shards} ")
+            + f"codec {a.codec} stored {a.stored_bytes} bytes (compression {ratio})"
         )
     s = about.summaries
     if s:

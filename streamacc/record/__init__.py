@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_face
 
 if TYPE_CHECKING:
+    from ._checked import CheckedStore as CheckedStore, ranged as ranged
     from ._ledger import (
         Ledger as Ledger,
         carry_description as carry_description,
@@ -41,10 +42,8 @@ if TYPE_CHECKING:
     )
     from ._runidentity import RunIdentity as RunIdentity
     from ._trailers import (
-        CheckedStore as CheckedStore,
         carry_problem as carry_problem,
         missing_from_store as missing_from_store,
-        ranged as ranged,
         trailer_problem as trailer_problem,
     )
     from ._trust import (

@@ -5,9 +5,11 @@ blocks (in scan order) are committed, and how its carries are kept. Per-block re
 CRC-32C of each stored chunk, and of the carry kept after the block, if any) live in
 segments of ``SEGMENT`` blocks; the carries themselves are binary arrays of their own
 (``store.CarryArrays``), written once. A commit therefore writes a bounded number of small
-bytes whatever the state's size and the run's length. Format 2 (streamacc 0.2 to 1.0) held
-each block's entering carry as base64 text in its record, and the carry after the
-committed blocks in the manifest; such outputs are read, resumed and verified as they are.
+bytes whatever the state's size and the run's length. Format 4 (streamacc 1.2) is format 3
+(1.1) whose data arrays may be sharded: a block's record then keeps, for each shard, each of
+its inner chunks' CRC-32C and its index's. Format 2 (streamacc 0.2 to 1.0) held each block's
+entering carry as base64 text in its record, and the carry after the committed blocks in the
+manifest; such outputs are read, resumed and verified as they are, and formats 2 and 3 stay so.
 
 Everything is stored as Zarr v3 nodes under ``_streamacc/`` (the payload is JSON text in one
 attribute), so every Zarr reader sees a normal hierarchy. The ledger that reads and writes
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMAT",
     "FORMAT_2",
+    "FORMAT_3",
     "MANIFEST_DESCRIPTION",
     "MANIFEST_KEY",
     "SEGMENT",
@@ -48,7 +51,11 @@ __all__ = [
     "same_function",
 ]
 
-FORMAT = "streamacc-manifest/3"
+FORMAT = "streamacc-manifest/4"
+"""The format of streamacc 1.2 and later: format 3's, whose data arrays may be sharded (a block's rows one object
+of inner chunks, its record keeping each inner chunk's CRC-32C and its index's)."""
+FORMAT_3 = "streamacc-manifest/3"
+"""The format of streamacc 1.1: carries as arrays of their own, every data chunk an object of its own."""
 FORMAT_2 = "streamacc-manifest/2"
 """The format of streamacc 0.2 to 1.0: carries as base64 in the records and the manifest."""
 SEGMENT = 64
@@ -109,7 +116,9 @@ class BlockRecord:
     index: int
     start: int
     stop: int
-    crc32c: dict[str, list[int]]  # per array, the CRC-32C of each stored chunk (as zarr's crc32c codec appends it)
+    crc32c: dict[str, list[int]]
+    """Per array, the CRC-32C of each stored chunk (as zarr's crc32c codec appends it); of a shard, each of its
+    inner chunks' and then its index's (see ``store.ChunkWriter.split_record``)."""
     carry: list[int] | None = None
     """Format 3: the CRC-32C of each leaf's chunk of the carry kept after the block, or None where none is kept."""
     carry_in: list[dict[str, Any]] | None = None
@@ -263,10 +272,10 @@ class Manifest:
         try:
             doc = json.loads(node_attribute(raw, MANIFEST_ATTR))
             form = doc.pop("format")
-            if form not in (FORMAT, FORMAT_2) or ("carries" in doc) == (form == FORMAT_2) or "format" in doc:
+            if form not in (FORMAT, FORMAT_3, FORMAT_2) or ("carries" in doc) == (form == FORMAT_2) or "format" in doc:
                 raise ValueError("unknown format")
-            if form == FORMAT and "carry" in doc:
-                raise ValueError("a format 3 manifest holds no carry")
+            if form != FORMAT_2 and "carry" in doc:
+                raise ValueError("a format 3 or 4 manifest holds no carry")
             manifest = cls(RunIdentity.from_json(doc.pop("identity")), **doc, format=form)
             if not _nonfinite_form(manifest.nonfinite):
                 raise ValueError("a malformed record of the first non-finite step")

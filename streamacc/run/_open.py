@@ -117,6 +117,7 @@ def _create(o: Opening) -> Output:
         attrs=spec.attrs,
         array_attrs=spec.array_attrs,
         virtual=spec.storage.virtual,
+        shards=spec.shards,
     )
     summaries = Summaries.create(target, spec.identity, spec.arrays, spec.dims)
     carries.create()

@@ -51,6 +51,7 @@ from ..base import (
     dtype_name,
     over_state,
     resolve_chunks,
+    shard_shape,
     stored_chunks,
     time_attrs,
     too_long,
@@ -84,6 +85,9 @@ class OutputSpec:
     total_blocks: int
     storage: Storage = STORED
     """What the run keeps of its blocks: their data, or (virtual) only their carries and summaries."""
+    shards: dict[str, tuple[int, ...] | None] = dataclasses.field(default_factory=dict)
+    """Each array's shard shape, where a new output shards it (``base.shard_shape``: a block's rows of chunks
+    stored as one object); absent or None for an array stored a chunk per object."""
 
     @property
     def names(self) -> list[str]:
@@ -248,6 +252,7 @@ def output_spec(
         prefixes=prefixes,
         stored=stored,
     )
+    shards = {n: shard_shape(chunk_shapes[n], shape, dt.itemsize, plan.block_rows) for n, (shape, dt) in specs.items()}
     return OutputSpec(
         identity,
         specs,
@@ -258,6 +263,7 @@ def output_spec(
         checked_array_attrs,
         plan.block_count,
         request.storage,
+        shards,
     )
 
 

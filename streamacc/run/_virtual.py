@@ -65,10 +65,14 @@ buffer is held, a block gets a buffer of its own (see :class:`~streamacc.engine.
 
 
 def _served_document(doc: dict[str, Any]) -> dict[str, Any]:
-    """An array's recorded metadata as zarr reads it here: raw values (``bytes`` codec alone), no declaration."""
+    """An array's recorded metadata as zarr reads it here: raw values (``bytes`` codec alone), no declaration; a
+    sharded array's shards served as chunks of raw values (a block's rows, which it recomputes whole anyway)."""
     plain = plain_document(doc)[0]
-    codecs = [c for c in plain.get("codecs", []) if isinstance(c, dict) and c.get("name") == "bytes"]
-    return {**plain, "codecs": codecs}
+    codecs = [c for c in plain.get("codecs", []) if isinstance(c, dict)]
+    for codec in codecs:
+        if codec.get("name") == "sharding_indexed" and isinstance(codec.get("configuration"), dict):
+            codecs = [c for c in codec["configuration"].get("codecs", []) if isinstance(c, dict)]
+    return {**plain, "codecs": [c for c in codecs if c.get("name") == "bytes"]}
 
 
 class RecomputingStore(WrapperStore[Store]):

@@ -4,8 +4,9 @@ Knows Zarr, fsspec and the operating system, and never JAX: it takes host arrays
 makes them durable. Its modules, in three layers, each importing only from those below it:
 
 - what an output holds: ``_sink`` (the Zarr sink: the group, its arrays, the root metadata),
-  ``_chunks`` (chunks encoded into reused buffers, and stored chunks compared with recomputed
-  rows), ``_encoding`` (the data types stored, ``bfloat16`` among them), ``_codecs`` (the named
+  ``_chunks`` (chunks encoded into reused buffers), ``_shards`` (a block's rows as one shard of
+  small chunks: its geometry, its index, its checks), ``_compare`` (stored chunks compared with
+  recomputed rows), ``_encoding`` (the data types stored, ``bfloat16`` among them), ``_codecs`` (the named
   codecs), ``_documents`` (the metadata documents as plain JSON, and an input array's
   fingerprint), ``_carries`` (the carries kept at block boundaries);
 - where an output lives: ``_target`` (the base of an output location: a zarr store and what it
@@ -31,7 +32,8 @@ from .._lazy import lazy_face
 
 if TYPE_CHECKING:
     from ._carries import CarryArrays as CarryArrays, CarryDamaged as CarryDamaged, CarryLeaf as CarryLeaf
-    from ._chunks import ChunkWriter as ChunkWriter, EncodeBuffers as EncodeBuffers, compare_chunks as compare_chunks
+    from ._chunks import ChunkWriter as ChunkWriter, EncodeBuffers as EncodeBuffers
+    from ._compare import compare_chunks as compare_chunks
     from ._documents import (
         PROGRESS_ATTRS as PROGRESS_ATTRS,
         ArraySpec as ArraySpec,
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
         atomic_write as atomic_write,
         read_file as read_file,
         read_into as read_into,
+        temp_file_of as temp_file_of,
     )
     from ._icechunk import IcechunkTarget as IcechunkTarget
     from ._lease import LEASE_ENV as LEASE_ENV, Lease as Lease, lease_seconds as lease_seconds
@@ -63,6 +66,12 @@ if TYPE_CHECKING:
     from ._localtarget import LocalTarget as LocalTarget
     from ._opentarget import open_target as open_target
     from ._sessionstore import SessionStore as SessionStore
+    from ._shards import (
+        MISSING as MISSING,
+        Sharding as Sharding,
+        shard_problem as shard_problem,
+        stored_checksums_of as stored_checksums_of,
+    )
     from ._sink import ZarrSink as ZarrSink, resize_arrays as resize_arrays
     from ._storetarget import StoreTarget as StoreTarget, close_store_sessions as close_store_sessions
     from ._target import BOOKKEEPING as BOOKKEEPING, LEASE_KEY as LEASE_KEY, Target as Target, sync as sync

@@ -1,4 +1,4 @@
-"""Whole chunks of a Zarr v3 array encoded into reused buffers, stored, and compared with recomputed rows.
+"""Whole chunks of a Zarr v3 array encoded into reused buffers and stored.
 
 zarr-python encodes each chunk into fresh memory: numcodecs' Blosc allocates a
 destination as large as the raw chunk (32 MiB at the default block), which glibc maps
@@ -13,20 +13,12 @@ from costs the kernel CPU that a long write would otherwise spend computing.
 
 The direct path covers the layouts streamacc writes: a regular chunk grid (along the
 first axis, and along the trailing axes where one step is large), the ``bytes`` codec in
-native byte order, optionally ``blosc``, optionally ``crc32c`` last. It calls the same
-c-blosc function with the same arguments as numcodecs, so the stored bytes are those
-zarr would write. Anything else falls back to zarr's own write
-(``array[start:stop] = data``), which is correct but allocates.
-
-Checking a block means showing that its stored chunks hold exactly the values a
-recomputation gives. Decoding every stored chunk (zarr's read) maps and zero-fills a fresh
-buffer per chunk, and comparing copies of both sides maps more; a check then costs several
-times the write. Instead each recomputed chunk is encoded as the writer encoded it (the same
-c-blosc call, into this thread's reused buffer) and compared byte for byte with the stored
-chunk, itself read into a reused buffer: equal bytes are equal values, and the comparison
-allocates nothing. Bytes may differ while the values agree (an output whose chunks zarr
-encoded itself, or another c-blosc version): the caller decodes and compares those chunks
-by value.
+native byte order, optionally ``blosc``, optionally ``crc32c`` last; or a shard of such
+chunks (``sharding_indexed``, its inner chunks ending with ``crc32c``: see ``_shards``),
+each shard written at once, its inner chunks compressed one after another into its buffer
+and its index after them. It calls the same c-blosc function with the same arguments as
+numcodecs, so the stored bytes are those zarr would write. Anything else falls back to
+zarr's own write (``array[start:stop] = data``), which is correct but allocates.
 """
 
 from __future__ import annotations
@@ -46,19 +38,17 @@ from typing import Any
 import google_crc32c
 import numcodecs.blosc
 import numpy as np
-import numpy.typing as npt
 import zarr
 from zarr.buffer import cpu, default_buffer_prototype
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec
 from zarr.storage import FsspecStore, LocalStore
 
-from ._documents import stored_crc32c
 from ._fence import unwrap
 from ._files import PAGE, aligned_empty, scratch, write_new
-from ._target import Target
+from ._shards import Sharding, sharding_of
 from ._zarrapi import RegularChunkGrid, sync
 
-__all__ = ["ChunkCheck", "ChunkWriter", "EncodeBuffers", "EncodedChunk", "compare_chunks", "same_bytes"]
+__all__ = ["ChunkWriter", "EncodeBuffers", "EncodedChunk"]
 
 
 _SHUFFLE = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
@@ -157,23 +147,23 @@ class _OwnBytes(cpu.Buffer):
 
 @dataclasses.dataclass(frozen=True)
 class EncodedChunk:
-    """One chunk as stored: its key, its size in bytes and its CRC-32C.
+    """One chunk as stored: its key, its size in bytes, its CRC-32C trailer and the CRC-32Cs its record keeps.
 
     ``crc32c`` is None without the crc32c codec; both are unknown (-1, None) when zarr
-    encoded the chunk itself.
+    encoded the chunk itself. ``checksums`` are what a block record keeps of it: its
+    trailer, or a shard's inner chunks' and its index's (see ``Sharding.checksums``); empty
+    where unknown.
     """
 
     key: str
     nbytes: int
     crc32c: int | None
+    checksums: tuple[int, ...] = ()
 
 
-def _direct_layout(array: zarr.Array[Any]) -> tuple[_Blosc | None, bool] | None:
-    """(blosc settings or None, whether crc32c is appended) when the direct path applies."""
-    meta = array.metadata
-    if meta.zarr_format != 3 or not isinstance(meta.chunk_grid, RegularChunkGrid) or array.ndim < 1:
-        return None
-    codecs = list(meta.codecs)
+def _chunk_codecs(codecs: list[Any]) -> tuple[_Blosc | None, bool] | None:
+    """(blosc settings or None, whether crc32c is appended) of a chunk's codecs, when the direct path encodes them."""
+    codecs = list(codecs)
     first = codecs.pop(0) if codecs else None
     if not isinstance(first, BytesCodec) or (first.endian is not None and first.endian.value != sys.byteorder):
         return None
@@ -187,18 +177,33 @@ def _direct_layout(array: zarr.Array[Any]) -> tuple[_Blosc | None, bool] | None:
             return None
         blosc = _Blosc(codec.cname.value.encode(), codec.clevel, _SHUFFLE[codec.shuffle.value], codec.typesize,
                        codec.blocksize)  # fmt: skip
-    if np.dtype(array.dtype).hasobject:
-        return None
     return blosc, crc
 
 
+def _direct_layout(array: zarr.Array[Any]) -> tuple[_Blosc | None, bool] | None:
+    """(blosc settings or None, whether crc32c is appended) of each chunk (each inner chunk of a sharded array,
+    which must end with its CRC-32C) when the direct path applies."""
+    meta = array.metadata
+    if meta.zarr_format != 3 or not isinstance(meta.chunk_grid, RegularChunkGrid) or array.ndim < 1:
+        return None
+    if np.dtype(array.dtype).hasobject:
+        return None
+    sharded = sharding_of(meta)
+    layout = _chunk_codecs(sharded[1] if sharded is not None else list(meta.codecs))
+    if layout is None or (sharded is not None and not layout[1]):
+        return None
+    return layout
+
+
 class ChunkWriter:
-    """Writes row ranges of one Zarr v3 array as whole encoded chunks.
+    """Writes row ranges of one Zarr v3 array as whole encoded chunks (each a shard of inner chunks, where the
+    array is sharded: see ``_shards``).
 
     Rows are split into chunks along the first axis, and each row chunk into the tiles of
-    the trailing axes' chunk grid (one tile when the trailing axes are not split).
-    Thread-safe: a block's chunks are encoded into a buffer that no other thread uses
-    meanwhile (as large as one raw chunk plus a few bytes), reused from block to block.
+    the trailing axes' chunk grid (one tile when the trailing axes are not split; a shard
+    always spans them). Thread-safe: a block's chunks are encoded into a buffer that no other
+    thread uses meanwhile (as large as one raw chunk plus a few bytes), reused from block to
+    block.
     """
 
     def __init__(self, array: zarr.Array[Any]) -> None:
@@ -211,6 +216,9 @@ class ChunkWriter:
         grids = [range(-(-int(n) // c)) for n, c in zip(array.shape[1:], self.shape[1:], strict=True)]
         self.tiles: list[tuple[int, ...]] = list(itertools.product(*grids))
         """The chunk indices along the trailing axes, in the order chunks are written (C order)."""
+        sharded = sharding_of(array.metadata)
+        self.sharding: Sharding | None = None if sharded is None else sharded[0]
+        """The shards' geometry where the array is sharded: each chunk here is then a shard of inner chunks."""
         self._layout = _direct_layout(array)
 
     @property
@@ -237,6 +245,32 @@ class ChunkWriter:
         low = start // self.chunk * self.chunk + row * self.chunk - start
         trailing = (slice(t * c, (t + 1) * c) for t, c in zip(self.tiles[tile], self.shape[1:], strict=True))
         return (slice(low, min(low + self.chunk, stop - start)), *trailing)
+
+    def held_rows(self, start: int, stop: int) -> list[int]:
+        """For each chunk of :meth:`keys` ``(start, stop)``, how many of its rows hold rows ``[start, stop)`` (from
+        its first: ``start`` is a chunk boundary)."""
+        first = start // self.chunk * self.chunk
+        return [
+            min(stop, first + (row + 1) * self.chunk) - (first + row * self.chunk)
+            for row in range(-(-stop // self.chunk) - start // self.chunk)
+            for _ in self.tiles
+        ]
+
+    def checksum_counts(self, start: int, stop: int) -> list[int]:
+        """How many CRC-32Cs a block record keeps for each chunk of :meth:`keys` ``(start, stop)``: one, or a shard's
+        stored inner chunks' and its index's (see ``Sharding.checksums``)."""
+        if self.sharding is None:
+            return [1] * (len(self.keys(start, stop)))
+        return [self.sharding.checksums(rows) for rows in self.held_rows(start, stop)]
+
+    def split_record(self, start: int, stop: int, recorded: list[int]) -> list[list[int]] | None:
+        """A block record's CRC-32Cs of rows ``[start, stop)`` (one list, as :meth:`write` returns them) cut into
+        each chunk's, in the order of :meth:`keys`; None when they are not as many as the chunks take."""
+        counts = self.checksum_counts(start, stop)
+        if len(recorded) != sum(counts):
+            return None
+        cuts = list(itertools.accumulate(counts, initial=0))
+        return [list(recorded[a:b]) for a, b in itertools.pairwise(cuts)]
 
     @functools.cached_property
     def _key_parts(self) -> tuple[str, str]:
@@ -303,54 +337,86 @@ class ChunkWriter:
         position = self._tile_positions.get(indices[1])
         return None if position is None else (indices[0], position)
 
-    def _tile(self, rows: np.ndarray, tile: tuple[int, ...]) -> np.ndarray:
-        """The part of ``rows`` in trailing chunk ``tile``, as a C-contiguous chunk of full shape.
-
-        Padded with the fill value where it is smaller (the last row chunk, the edges of
-        the trailing grid).
-        """
-        region = tuple(slice(t * c, (t + 1) * c) for t, c in zip(tile, self.shape[1:], strict=True))
-        part = rows[(slice(None), *region)]
-        if part.shape == self.shape and part.flags.c_contiguous:
+    def _padded(self, part: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        """``part`` as a C-contiguous chunk of ``shape``, padded with the fill value where it is smaller (the last
+        row chunk, the edges of the trailing grid)."""
+        if part.shape == shape and part.flags.c_contiguous:
             return part
         dtype = np.dtype(self.array.dtype)
-        nbytes = int(np.prod(self.shape)) * dtype.itemsize
-        padded = scratch("pad", nbytes)[:nbytes].view(dtype).reshape(self.shape)
-        if part.shape != self.shape:
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        padded = scratch("pad", nbytes)[:nbytes].view(dtype).reshape(shape)
+        if part.shape != shape:
             padded[...] = self.array.metadata.fill_value
         padded[tuple(slice(0, n) for n in part.shape)] = part
         return padded
 
-    def encode(self, chunk: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, int | None]:
-        """The stored bytes of one full chunk (uint8) and their CRC-32C (None without the crc32c codec).
+    def _tile(self, rows: np.ndarray, tile: tuple[int, ...]) -> np.ndarray:
+        """The part of ``rows`` in trailing chunk ``tile``, as a C-contiguous chunk of full shape (padded)."""
+        region = tuple(slice(t * c, (t + 1) * c) for t, c in zip(tile, self.shape[1:], strict=True))
+        return self._padded(rows[(slice(None), *region)], self.shape)
 
-        The bytes are a view of the chunk itself or of ``out`` (uint8, at least
-        :meth:`encoded_nbytes` long): valid until either changes.
-        """
-        if self._layout is None:
-            raise ValueError("this array's codecs are not encoded here; use write(), which lets zarr encode them")
+    def _encode_into(self, chunk: np.ndarray, out: np.ndarray) -> tuple[int, int | None]:
+        """Encode one full chunk (or inner chunk) into the start of ``out``: the bytes written and their CRC-32C
+        (None without the crc32c codec)."""
+        assert self._layout is not None
         blosc, crc = self._layout
         raw = np.ascontiguousarray(chunk).reshape(-1).view(np.uint8)
-        if blosc is None and not crc:
-            return raw, None
         if blosc is not None:
             size = blosc.compress(raw, out[: raw.nbytes + _BLOSC_OVERHEAD])
         else:
             size = raw.nbytes
             out[:size] = raw
         if not crc:
-            return out[:size], None
-        value = google_crc32c.value(out[:size])
+            return size, None
+        value = int(google_crc32c.value(out[:size]))
         out[size : size + _CRC.size] = np.frombuffer(_CRC.pack(value), dtype=np.uint8)
-        return out[: size + _CRC.size], value
+        return size + _CRC.size, value
+
+    def encode(self, chunk: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, int | None]:
+        """The stored bytes of one full chunk (uint8) and their CRC-32C (None without the crc32c codec).
+
+        The bytes are a view of the chunk itself or of ``out`` (uint8, at least
+        :meth:`encoded_nbytes` long): valid until either changes. Not for a sharded array
+        (see :meth:`encoded`).
+        """
+        if self._layout is None:
+            raise ValueError("this array's codecs are not encoded here; use write(), which lets zarr encode them")
+        blosc, crc = self._layout
+        if blosc is None and not crc:
+            return np.ascontiguousarray(chunk).reshape(-1).view(np.uint8), None
+        size, value = self._encode_into(chunk, out)
+        return out[:size], value
+
+    def _encode_shard(self, rows: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """The stored bytes of the shard whose first ``len(rows)`` rows are ``rows`` (the others hold no data), and
+        the CRC-32Cs its record keeps: each stored inner chunk's in C order, then its index's."""
+        sharding = self.sharding
+        assert sharding is not None
+        inner = sharding.inner
+        stored = sharding.stored_rows(len(rows))
+        index = sharding.empty_index()
+        crcs: dict[tuple[int, ...], int] = {}
+        offset = 0
+        for coords in sharding.layout:
+            if coords[0] >= stored:
+                continue
+            region = tuple(slice(i * c, (i + 1) * c) for i, c in zip(coords, inner, strict=True))
+            size, crc = self._encode_into(self._padded(rows[region], inner), out[offset:])
+            assert crc is not None  # a sharded array's inner chunks end with their checksum (see _direct_layout)
+            index[coords] = (offset, size)
+            crcs[coords] = crc
+            offset += size
+        encoded, index_crc = sharding.encode_index(index)
+        out[offset : offset + len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)
+        return out[: offset + len(encoded)], [*(crcs[c] for c in sharding.present(len(rows))), index_crc]
 
     def write(self, start: int, data: np.ndarray, *, end: bool = False) -> list[EncodedChunk]:
         """Store rows ``[start, start + len(data))`` as whole chunks; ``start`` must be a chunk boundary.
 
         ``data`` must end on a chunk boundary too, or at the end of the array, or, with
         ``end``, where the array is to end (a run that ended on its condition): its last
-        chunk is padded with the fill value, as an array's last chunk is. Chunks are
-        returned in the order of :meth:`keys`.
+        chunk is padded with the fill value, as an array's last chunk is (a shard stores no
+        inner chunk past it). Chunks are returned in the order of :meth:`keys`.
         """
         stop = start + len(data)
         if not self.encodes(start, data, end=end):
@@ -364,14 +430,14 @@ class ChunkWriter:
         keeps_buffer = not isinstance(unwrap(store), (LocalStore, FsspecStore))
         prototype = default_buffer_prototype()
         written = []
-        for key, encoded, crc in self.encoded(start, data):
+        for key, encoded, crcs in self.encoded(start, data):
             if local is not None:
                 write_new(local / key, encoded.data)
             elif keeps_buffer:
                 sync(store.set(key, _OwnBytes(encoded.tobytes())))
             else:
                 sync(store.set(key, prototype.buffer.from_array_like(encoded)))
-            written.append(EncodedChunk(key, encoded.nbytes, crc))
+            written.append(EncodedChunk(key, encoded.nbytes, None if crcs is None else crcs[-1], tuple(crcs or ())))
         return written
 
     def encodes(self, start: int, data: np.ndarray, *, end: bool = False) -> bool:
@@ -385,71 +451,31 @@ class ChunkWriter:
             raise ValueError(f"rows {start}-{stop} do not cover whole chunks of {self.chunk}")
         return self._layout is not None and data.dtype == self.array.dtype
 
-    def encoded(self, start: int, data: np.ndarray) -> Iterator[tuple[str, np.ndarray, int | None]]:
-        """``(key, stored bytes, CRC-32C)`` of each chunk of rows starting at ``start``, as :meth:`write` stores them.
+    def encoded(self, start: int, data: np.ndarray) -> Iterator[tuple[str, np.ndarray, list[int] | None]]:
+        """``(key, stored bytes, CRC-32Cs)`` of each chunk of rows starting at ``start``, as :meth:`write` stores them.
 
-        The bytes live in a reused buffer taken for the whole iteration (see
-        :class:`EncodeBuffers`): each is valid until the next is made.
+        The CRC-32Cs are those a block record keeps of the chunk (its one trailer, or a
+        shard's: see ``Sharding.checksums``), None without the crc32c codec. The bytes live
+        in a reused buffer taken for the whole iteration (see :class:`EncodeBuffers`): each
+        is valid until the next is made.
         """
         keys = self.keys(start, start + len(data))
         chunks = (data[i : i + self.chunk] for i in range(0, len(data), self.chunk))
         tiles = ((rows, tile) for rows in chunks for tile in self.tiles)
         with _ENCODE_BUFFERS.lease(self.encoded_nbytes) as out:
             for key, (rows, tile) in zip(keys, tiles, strict=True):
+                if self.sharding is not None:
+                    yield key, *self._encode_shard(rows, out)
+                    continue
                 encoded, crc = self.encode(self._tile(rows, tile), out)
-                yield key, encoded, crc
+                yield key, encoded, None if crc is None else [crc]
 
     @property
     def encoded_nbytes(self) -> int:
-        """The most bytes one encoded chunk takes (its raw bytes, blosc's header, a checksum)."""
-        return int(np.prod(self.shape)) * np.dtype(self.array.dtype).itemsize + _BLOSC_OVERHEAD + _CRC.size
-
-
-def same_bytes(a: npt.NDArray[np.uint8], b: bytes | npt.NDArray[np.uint8]) -> bool:
-    """Whether the uint8 array ``a`` and the bytes-like ``b`` hold the same bytes (no allocation)."""
-    other = np.frombuffer(b, dtype=np.uint8)
-    if a.nbytes != other.nbytes:
-        return False
-    whole = a.nbytes - a.nbytes % 8
-    if whole:
-        equal = scratch("equal", whole // 8).view(np.bool_)[: whole // 8]
-        np.equal(a[:whole].view(np.uint64), other[:whole].view(np.uint64), out=equal)
-        if not equal.all():
-            return False
-    return bool(np.array_equal(a[whole:], other[whole:]))
-
-
-@dataclasses.dataclass(frozen=True)
-class ChunkCheck:
-    """What comparing a block's stored chunks found.
-
-    ``problem`` is the first chunk that is missing or fails its recorded checksum, as
-    ``(key, 'missing' or 'checksum')``; ``differing`` the chunks (their positions among the
-    block's chunk keys, ``ChunkWriter.keys``) whose stored bytes are not the writer's encoding
-    of the rows, to compare by value (``ChunkWriter.region`` says where each lies).
-    """
-
-    problem: tuple[str, str] | None
-    differing: list[int]
-
-
-def compare_chunks(
-    writer: ChunkWriter, target: Target, start: int, rows: np.ndarray, recorded: list[int], *, end: bool = False
-) -> ChunkCheck:
-    """Compare the stored chunks of rows ``[start, start + len(rows))`` with ``rows`` and their recorded CRC-32Cs.
-
-    With ``end``, the rows are the last of a run that ended on its condition (see ``ChunkWriter.write``)."""
-    keys = writer.keys(start, start + len(rows))
-    mine = writer.encoded(start, rows) if writer.encodes(start, rows, end=end) else None
-    differing = []
-    for i, (key, crc) in enumerate(zip(keys, recorded, strict=True)):
-        encoded = next(mine) if mine is not None else None
-        stored = target.read_reused(key)
-        if stored is None:
-            return ChunkCheck((key, "missing"), [])
-        if encoded is not None and encoded[2] == crc and same_bytes(encoded[1], stored):
-            continue  # the writer's bytes, whose checksum is the recorded one
-        if stored_crc32c(stored) != crc:
-            return ChunkCheck((key, "checksum"), [])
-        differing.append(i)
-    return ChunkCheck(None, differing)
+        """The most bytes one encoded chunk takes (its raw bytes, blosc's header, a checksum; a shard's inner
+        chunks each so, and its index)."""
+        itemsize = np.dtype(self.array.dtype).itemsize
+        if self.sharding is not None:
+            inner = int(np.prod(self.sharding.inner)) * itemsize + _BLOSC_OVERHEAD + _CRC.size
+            return self.sharding.count * inner + self.sharding.index_nbytes
+        return int(np.prod(self.shape)) * itemsize + _BLOSC_OVERHEAD + _CRC.size

@@ -287,7 +287,7 @@ def array_fingerprint(array: zarr.Array[Any], rows: int | None = None) -> str:
     meta.pop("attributes", None)
     chunks = _stored_chunks(array)
     if rows is not None and array.ndim >= 1:
-        last = -(-rows // array.chunks[0])
+        last = -(-rows // (array.shards or array.chunks)[0])  # keys name shards where the array is sharded
         chunks = {key: v for key, v in chunks.items() if (index := _first_index(key)) is None or index < last}
     keys = sorted(chunks)
     if array.metadata.zarr_format == 3 and isinstance(list(array.metadata.codecs)[-1], Crc32cCodec):

@@ -510,12 +510,19 @@ class LocalFolder:
         self._real_dirs.clear()
 
     def path(self, key: str, *, create: bool = False) -> Path:
-        """The path of ``key``, after checking that no folder on the way is a link (made, durably, with ``create``)."""
+        """The path of ``key``, after checking that no folder on the way is a link (made, durably, with ``create``).
+
+        A file where a folder would be means that no such key is there, to a reader (a reader
+        listing the output's root as a writer replaces its metadata sees the temp file of that
+        replacement, and zarr asks for the ``zarr.json`` of each entry); a writer is refused.
+        """
         path = self.root / key
         for parent in reversed(path.relative_to(self.root).parents[:-1]):
             directory = self.root / parent
             if directory in self._real_dirs:
                 continue
+            if not create and not directory.is_symlink() and directory.exists() and not directory.is_dir():
+                return path  # a file on the way (a writer's temp file that a reader listed as a member): no such key
             if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
                 raise StoreError(
                     f"{directory} inside {self.label} is a link or not a folder; streamacc never reads or writes "

@@ -25,7 +25,7 @@ from zarr.storage import StorePath
 
 from ..base import is_float
 from ..errors import NoOutputError, arg, one_line
-from ._chunks import ChunkWriter
+from ._chunks import ChunkWriter, EncodedChunk
 from ._codecs import compressors_for
 from ._documents import (
     PROGRESS_ATTRS,
@@ -38,6 +38,7 @@ from ._documents import (
     virtual_document,
 )
 from ._encoding import register_data_types
+from ._shards import stored_checksums
 from ._target import Target
 from ._zarrapi import ArrayConfig, ArrayConfigParams, ArrayV3Metadata, sync
 
@@ -99,11 +100,13 @@ class ZarrSink:
         attrs: dict[str, Any],
         array_attrs: Mapping[str, dict[str, Any]],
         virtual: bool = False,
+        shards: Mapping[str, tuple[int, ...] | None] | None = None,
     ) -> ZarrSink:
         """Create the group and its arrays (the target must be empty apart from bookkeeping).
 
         ``chunks[name]`` is the chunk shape of array ``name`` (capped here at its shape,
-        at least 1), ``dims[name]`` its dimension names. The arrays of a ``virtual``
+        at least 1), ``dims[name]`` its dimension names, ``shards[name]`` (where given and
+        not None) the shape of the shards its chunks are stored in. The arrays of a ``virtual``
         output declare :data:`VIRTUAL` until :meth:`publish_arrays`; chunks are written
         where a stored output's are.
         """
@@ -117,6 +120,7 @@ class ZarrSink:
                 name,
                 shape=shape,
                 chunks=tuple(max(1, min(c, n)) for c, n in zip(chunks[name], shape, strict=True)),
+                shards=(shards or {}).get(name),  # index last, its own crc32c: zarr's default
                 dtype=dtype,
                 fill_value=_fill_value(np.dtype(dtype)),
                 compressors=[*compressors, Crc32cCodec()],  # every reader checks each chunk it decodes
@@ -271,16 +275,31 @@ class ZarrSink:
 
         With ``end``, the arrays are to end at ``stop`` (a run that ended on its condition:
         see :meth:`cut`), and their last chunk is padded with the fill value. Returns each
-        array's per-chunk CRC-32C (the value zarr's ``crc32c`` codec appends to the stored
-        chunk) and the bytes stored.
+        array's CRC-32Cs as its block record keeps them (the value zarr's ``crc32c`` codec
+        appends to each stored chunk; for a shard, each inner chunk's and its index's: see
+        ``ChunkWriter.split_record``) and the bytes stored.
         """
         chunks = {name: self.writers[name].write(start, np.asarray(data), end=end) for name, data in ys.items()}
         self.target.make_durable([c.key for written in chunks.values() for c in written], drop_cache=True)
         crcs, stored = {}, 0
         for name, written in chunks.items():
-            crcs[name] = [c.crc32c if c.crc32c is not None else self._tail_crc(c.key) for c in written]
+            held = self.writers[name].held_rows(start, stop)
+            crcs[name] = [crc for c, rows in zip(written, held, strict=True) for crc in self._checksums(name, c, rows)]
             stored += sum(c.nbytes if c.nbytes >= 0 else self.target.size(c.key) for c in written)
         return crcs, stored
+
+    def _checksums(self, name: str, chunk: EncodedChunk, rows: int) -> list[int]:
+        """The CRC-32Cs a record keeps of a chunk just written (whose first ``rows`` rows hold data): as encoded, or
+        read back where zarr encoded it itself."""
+        if chunk.checksums:
+            return list(chunk.checksums)
+        sharding = self.writers[name].sharding
+        if sharding is None:
+            return [chunk.crc32c if chunk.crc32c is not None else self._tail_crc(chunk.key)]
+        found = stored_checksums(self.target, chunk.key, sharding, rows)
+        if isinstance(found, str):  # the store accepted the shard but does not hold it as written: the store failing
+            raise FileNotFoundError(f"shard {chunk.key} {found} right after it was written")
+        return found
 
     def _tail_crc(self, key: str) -> int:
         """The CRC-32C zarr appended to a chunk it encoded itself (its last four bytes)."""

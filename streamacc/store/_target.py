@@ -140,6 +140,22 @@ class Target:
             found += [None if b is None else b.to_bytes() for b in got]
         return found
 
+    def ranges(self, requests: list[tuple[str, int, int]]) -> list[bytes | None]:
+        """The bytes ``[start, stop)`` of each ``(key, start, stop)`` (None where the key is absent), read concurrently
+        where the store can."""
+        from zarr.abc.store import RangeByteRequest
+
+        found: list[bytes | None] = []
+        prototype = default_buffer_prototype()
+        for i in range(0, len(requests), TAIL_BATCH):
+            asked = [(key, RangeByteRequest(start, stop)) for key, start, stop in requests[i : i + TAIL_BATCH]]
+            try:
+                got = sync(self.store.get_partial_values(prototype, asked))
+            except FileNotFoundError:  # zarr's LocalStore raises for a missing key here, where get returns None
+                got = [sync(self.store.get(key, prototype, request)) for key, request in asked]
+            found += [None if b is None else b.to_bytes() for b in got]
+        return found
+
     def exists(self) -> bool:
         """Whether anything at all is stored here."""
         return not sync(self.store.is_empty(""))
