@@ -610,6 +610,7 @@ def tests_cpu(d: dict[str, Any]) -> Run:
 
 ACCELERATOR_GROUPS = {
     "accelerator-user-steps": ("user-steps",),
+    "accelerator-costs": ("costs",),
     "accelerator-seed": ("seed",),
     "accelerator-ensemble": ("ensemble",),
     "accelerator-d2h": ("d2h",),

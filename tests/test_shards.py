@@ -201,8 +201,8 @@ def test_shards_swapped_with_the_same_index_are_refused_by_open_and_by_verify(tm
     foreign = r"chunk x/c/1 .* inner chunk \(0,\) that is not the one committed for block 1"
     with pytest.raises(VerifyError, match=foreign):
         _ = ds.x[1030:1040].values  # a small read: one inner chunk, checked against its record
-    with pytest.raises(VerifyError, match=r"chunk x/c/1 .*not the one committed"):
-        _ = ds.x.values  # whole shards
+    with pytest.raises(VerifyError, match=r"chunk x/c/[12] .*not the one committed"):
+        _ = ds.x.values  # whole shards, read at once: either swapped one is found first
     code, err = run("verify", out, "--blocks", "1", capfd=capfd)  # one block recomputed, the others' checksums read
     assert code != 0 and "block 1 " in err and "shard x/c/1 holds an inner chunk that is not the one committed" in err
 

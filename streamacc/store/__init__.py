@@ -14,7 +14,7 @@ makes them durable. Its modules, in three layers, each importing only from those
   durable, link-safe zarr store), ``_storetarget`` (any other zarr store, and an object store's
   fsspec clients), ``_icechunk`` (an Icechunk repository) and ``_sessionstore`` (its writer's
   session), ``_opentarget`` (the target of a path, URL or store object), ``_files`` (link-safe,
-  fsynced file primitives, a local output's keys), ``_zarrapi`` (zarr's private names, each with
+  fsynced file primitives), ``_folder`` (a local output's keys), ``_zarrapi`` (zarr's private names, each with
   its reason);
 - the writer lease on object stores: ``_lease`` (take, renew, release, take over),
   ``_leaseobject`` (the lease object on each kind of store), ``_fence`` (every mutating request

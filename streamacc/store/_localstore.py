@@ -21,7 +21,8 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Sto
 from zarr.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
-from ._files import LocalFolder, atomic_write as write_durably, fsync_dir
+from ._files import atomic_write as write_durably, fsync_dir
+from ._folder import LocalFolder
 
 if TYPE_CHECKING:
     from zarr.abc.buffer import Buffer, BufferPrototype

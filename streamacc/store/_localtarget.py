@@ -22,21 +22,18 @@ from typing import TYPE_CHECKING, Any
 from ..errors import OutputExistsError, StoreError
 from ._files import (
     DirLock,
-    LocalFolder,
     SpecialFile,
     atomic_write,
     find_misplaced,
     flock_holder,
     fsync_dir,
     fsync_file,
-    linked,
     read_into,
     remove_temp_files,
     remove_tree_contents,
     scratch,
-    special,
-    unreadable,
 )
+from ._folder import LocalFolder, linked, special, unreadable
 from ._target import Target, being_written
 
 if TYPE_CHECKING:
