@@ -240,21 +240,57 @@ def _reduce_any(data: np.ndarray, axis: int) -> Acc:
     if data.ndim > axis + 1:
         return _reduce_state(data, axis)
     if axis == 0:
-        return _reduce(data, axis)
-    rows = max(1, SLICE_BYTES * len(data) // data.nbytes)
-    shape = (len(data), *data.shape[2:])
+        return _reduce_long(data)
+    return _reduce_windows(data)
+
+
+def _extremes(data: np.ndarray) -> tuple[np.ufunc, np.ufunc]:
+    """The reductions of a minimum and a maximum of ``data``'s dtype (logical ones for booleans)."""
+    return (np.logical_and, np.logical_or) if data.dtype.kind == "b" else (np.minimum, np.maximum)
+
+
+def _reduce_windows(data: np.ndarray) -> Acc:
+    """:func:`reduce_steps` of a batch of series windows (window axis first) larger than a slice: three calls a
+    slice of windows, into arrays made once (no per-slice arrays to join), the dtype's work done once."""
+    windows, steps = data.shape
+    rows = max(1, SLICE_BYTES * windows // data.nbytes)
     wide = numpy_float(data.dtype)
-    low, high, total = np.empty(shape, wide), np.empty(shape, wide), np.empty(shape, np.float64)
-    first, last = (np.logical_and, np.logical_or) if data.dtype.kind == "b" else (np.minimum, np.maximum)
-    for i in range(0, len(data), rows):  # three calls a slice, into place: no per-slice arrays to join
-        part = _numpy(data[i : i + rows])
-        first.reduce(part, axis=1, out=low[i : i + rows])
-        last.reduce(part, axis=1, out=high[i : i + rows])
-        _sum(part, 1, out=total[i : i + rows])
-    count = np.full(shape, data.shape[1], dtype=np.int64)
+    cast = wide != data.dtype  # bfloat16: each slice reduced as float32
+    low, high, total = np.empty(windows, wide), np.empty(windows, wide), np.empty(windows, np.float64)
+    first, last = _extremes(data)
+    minimum, maximum = first.reduce, last.reduce
+    summed = None if wide == np.float64 else np.float64  # None: numpy's default, no cast (the bits of _sum)
+    for i in range(0, windows, rows):  # the slice's first call reads memory, the other two find it in the cache
+        j = i + rows
+        part = data[i:j].astype(wide) if cast else data[i:j]
+        minimum(part, axis=1, out=low[i:j])
+        maximum(part, axis=1, out=high[i:j])
+        np.einsum("ij->i", part, dtype=summed, out=total[i:j])
+    count = np.full(windows, steps, dtype=np.int64)
     if wide.kind == "f" and np.isnan(total).any():  # the slices holding a NaN window again, NaN-aware
-        for i in range(0, len(data), rows):
+        for i in range(0, windows, rows):
             if np.isnan(total[i : i + rows]).any():
-                redone = _reduce(data[i : i + rows], axis)
+                redone = _reduce(data[i : i + rows], 1)
                 low[i : i + rows], high[i : i + rows], total[i : i + rows], count[i : i + rows] = redone.fields()
     return Acc(low, high, total, count)
+
+
+def _reduce_long(data: np.ndarray) -> Acc:
+    """:func:`reduce_steps` of one window of a series larger than a slice (a large state's window, summarised over
+    its whole state, flattened): its minimum and maximum a slice at a time (the second call finds the slice in the
+    cache: each is exact however cut, a zero's sign settled after), its sum in one call over the whole window, whose
+    bits that order makes. Two passes over memory, where three calls over the whole window make three; a window
+    holding a NaN (its sum NaN) is reduced again whole, NaN-aware."""
+    data = _numpy(data)
+    first, last = _extremes(data)
+    step = max(1, SLICE_BYTES // data.itemsize)
+    lows, highs = [], []
+    for i in range(0, len(data), step):
+        part = data[i : i + step]
+        lows.append(first.reduce(part))
+        highs.append(last.reduce(part))
+    total = np.asarray(_sum(data, 0))
+    if data.dtype.kind == "f" and np.isnan(total):
+        return _reduce(data, 0)
+    low, high = first.reduce(np.asarray(lows)), last.reduce(np.asarray(highs))
+    return Acc(np.asarray(low), np.asarray(high), total, np.asarray(len(data), dtype=np.int64))
