@@ -21,9 +21,11 @@ if TYPE_CHECKING:
     from ._reduce import Rows as Rows, reduce_steps as reduce_steps
     from ._store import LISTED_GROUP as LISTED_GROUP, SUMMARIES as SUMMARIES, listing as listing
     from ._summaries import (
+        Reduced as Reduced,
         Summaries as Summaries,
         SummaryCheck as SummaryCheck,
         SummaryPlan as SummaryPlan,
+        mean_tolerance as mean_tolerance,
         summarized_names as summarized_names,
     )
 else:  # type checkers read the imports above, and would take any name for one __getattr__ gives

@@ -31,6 +31,7 @@ Arrays here carry the window axis first and the output's trailing (state) axes a
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -40,8 +41,10 @@ from ..base import is_bfloat16
 from ._reduce import Acc, Rows, reduce_steps
 
 __all__ = [
+    "BlockCut",
     "BlockPieces",
     "Piece",
+    "block_cut",
     "block_pieces",
     "fold_children",
     "fold_pieces",
@@ -78,38 +81,119 @@ class BlockPieces:
     tail: Piece | None
 
 
-def block_pieces(data: np.ndarray, start: int, window: int, length: int, *, whole: bool = False) -> BlockPieces:
+@dataclasses.dataclass(frozen=True)
+class BlockCut:
+    """Where the rows ``[start, start + rows)`` of a block fall among the finest windows: ``head`` rows that end a
+    window begun before the block, ``whole`` windows of ``window`` rows, ``last`` rows of the output's last window
+    (shorter than the others), and ``tail`` rows that begin a window the block does not finish, in that order."""
+
+    start: int
+    window: int
+    head: int
+    whole: int
+    last: int
+    tail: int
+
+    @property
+    def runs(self) -> tuple[tuple[int, int], ...]:
+        """The block's pieces in order as runs of ``(rows, pieces)``: the rows of each piece and how many in a row."""
+        runs = ((self.head, 1), (self.window, self.whole), (self.last, 1), (self.tail, 1))
+        return tuple((rows, n) for rows, n in runs if rows and n)
+
+    @property
+    def first(self) -> int:
+        """The first finest window that begins inside the block (the window of its ``whole`` windows' first)."""
+        return (self.start + self.head) // self.window
+
+
+def block_cut(start: int, rows: int, window: int, length: int) -> BlockCut:
+    """The :class:`BlockCut` of rows ``[start, start + rows)`` of an output of ``length`` rows, in windows of
+    ``window`` rows."""
+    stop = start + rows
+    a = min(-(-start // window) * window, stop)  # the first window boundary in the block
+    e = stop if stop == length else stop // window * window  # whole windows end here
+    whole = (e - a) // window if e > a else 0
+    last = e - a - whole * window if e > a else 0  # the output's last window, shorter than the others
+    return BlockCut(start, window, a - start, whole, last, stop - max(e, a))
+
+
+def block_pieces(
+    data: np.ndarray, start: int, window: int, length: int, *, whole: bool = False, reduced: Acc | None = None
+) -> BlockPieces:
     """Cut block ``data`` (steps ``[start, start + len(data))`` of ``length``) into finest-level pieces.
 
     With ``whole``, each piece over every value of its steps (the output summarised over its whole state).
+    ``reduced`` holds the pieces' statistics already, computed elsewhere (on the device that computed the block),
+    one row per piece in the order of :attr:`BlockCut.runs`: a piece whose row holds a NaN in its sum (a NaN, an
+    infinity or a sum too large there) is reduced here again, from ``data``.
     """
     if whole:
         data = np.asarray(data).reshape(len(data), -1)
+    cut = block_cut(start, len(data), window, length)
 
     def one(part: np.ndarray) -> Acc:
         return reduce_steps(part.reshape(-1) if whole else part, 0)
 
-    stop = start + len(data)
-    a = min(-(-start // window) * window, stop)  # the first window boundary in the block
-    e = stop if stop == length else stop // window * window  # whole windows end here
+    if reduced is not None:
+        return _given_pieces(cut, data, reduced, one)
     head = tail = rows = None
-    if start < a:
-        head = Piece(start // window, start, a, one(data[: a - start]))
-    if e > a:
-        whole_windows = (e - a) // window
-        parts = []
-        if whole_windows:
-            body = data[a - start : a - start + whole_windows * window]
-            if whole:  # a window at a time, each one numpy call over its values: the same bits however sliced
-                parts += [one(body[k * window : (k + 1) * window]).one().rows() for k in range(whole_windows)]
-            else:
-                parts.append(reduce_steps(body.reshape(whole_windows, window, *data.shape[1:]), 1).rows())
-        if a + whole_windows * window < e:  # the output's last window, shorter than the others
-            parts.append(one(data[a - start + whole_windows * window : e - start]).one().rows())
+    at = start + cut.head  # where the whole windows begin
+    if cut.head:
+        head = Piece(start // window, start, at, one(data[: cut.head]))
+    parts = []
+    if cut.whole:
+        body = data[cut.head : cut.head + cut.whole * window]
+        if whole:  # a window at a time, each one numpy call over its values: the same bits however sliced
+            parts += [one(body[k * window : (k + 1) * window]).one().rows() for k in range(cut.whole)]
+        else:
+            parts.append(reduce_steps(body.reshape(cut.whole, window, *data.shape[1:]), 1).rows())
+    if cut.last:
+        begin = cut.head + cut.whole * window
+        parts.append(one(data[begin : begin + cut.last]).one().rows())
+    if parts:
         rows = parts[0] if len(parts) == 1 else Rows.concat(parts)
-    if max(e, a) < stop:
-        tail = Piece(max(e, a) // window, max(e, a), stop, one(data[max(e, a) - start :]))
-    return BlockPieces(head, a // window, rows, tail)
+    if cut.tail:
+        begin = start + len(data) - cut.tail
+        tail = Piece(begin // window, begin, start + len(data), one(data[len(data) - cut.tail :]))
+    return BlockPieces(head, at // window, rows, tail)
+
+
+def _given_pieces(cut: BlockCut, data: np.ndarray, reduced: Acc, one: Callable[[np.ndarray], Acc]) -> BlockPieces:
+    """The pieces of :func:`block_pieces` from their statistics ``reduced`` (a row a piece), those whose sum is NaN
+    reduced again from ``data``."""
+    bounds = []  # each piece's rows in the block
+    begin = 0
+    for size, n in cut.runs:
+        bounds += [(begin + k * size, begin + (k + 1) * size) for k in range(n)]
+        begin += size * n
+    if len(bounds) != len(reduced.count):
+        raise ValueError(f"{len(reduced.count)} rows of statistics for the {len(bounds)} pieces of a block")
+    redo = np.isnan(reduced.sum).reshape(len(bounds), -1).any(axis=1)
+    if redo.any():
+        reduced = Acc(*(np.array(v) for v in reduced.fields()))  # copies: the pieces redone are set in place
+        for k in np.flatnonzero(redo):
+            a, b = bounds[k]
+            reduced.min[k], reduced.max[k], reduced.sum[k], reduced.count[k] = one(data[a:b]).fields()
+    start, window = cut.start, cut.window
+
+    def piece(i: int) -> Acc:  # one row, its fields arrays as reduce_steps gives them
+        return Acc(*(np.asarray(v[i]) for v in reduced.fields()))
+
+    i = 0
+    head: Piece | None = None
+    tail: Piece | None = None
+    rows: Rows | None = None
+    if cut.head:
+        head = Piece(start // window, start, start + cut.head, piece(0))
+        i = 1
+    windows = cut.whole + (1 if cut.last else 0)
+    if windows:
+        rows = reduced[i : i + windows].rows()
+        i += windows
+    if cut.tail:
+        begin = start + len(data) - cut.tail
+        tail = Piece(begin // window, begin, start + len(data), piece(i))
+    return BlockPieces(head, cut.first, rows, tail)
 
 
 def _all_finite(low: np.ndarray, high: np.ndarray, count: np.ndarray, values: Any, windows: int) -> np.ndarray:

@@ -34,11 +34,23 @@ import numpy as np
 from ..base import dtype_from_name
 from ..errors import VerifyError, arg, one_line
 from ..store import ArraySpec, Target
-from ._pyramid import BlockPieces, Piece, Pyramid, block_pieces, fold_children, nonfinite_pieces, summarizable
-from ._reduce import Rows
+from ._pyramid import (
+    BlockPieces,
+    Piece,
+    Pyramid,
+    block_cut,
+    block_pieces,
+    fold_children,
+    nonfinite_pieces,
+    summarizable,
+)
+from ._reduce import Acc, Rows
 from ._store import SummaryArrays, decode_tail, encode_tail
 
-__all__ = ["Summaries", "SummarizedRun", "SummaryCheck", "SummaryPlan", "damaged", "summarized_names"]
+__all__ = [
+    "MEAN_ROUNDING", "Reduced", "Summaries", "SummarizedRun", "SummaryCheck", "SummaryPlan", "damaged",
+    "mean_tolerance", "summarized_names",
+]
 
 
 class SummarizedRun(Protocol):
@@ -71,6 +83,20 @@ def _state_sizes(run: SummarizedRun, names: Sequence[str]) -> dict[str, int]:
     return {n: 1 if n in run.over_state else int(np.prod(run.arrays[n][1][1:], dtype=np.int64)) for n in names}
 
 
+Reduced = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""A block's pieces' minimum, maximum and sum (float64), a row a piece: what the device that computed it gives."""
+
+
+def _acc(runs: tuple[tuple[int, int], ...], given: Reduced, state: tuple[int, ...], whole: bool) -> Acc:
+    """The statistics ``given`` of a block's pieces, with their counts: every value of each (a NaN sum is redone)."""
+    low, high, total = given
+    rows = np.repeat([r for r, _ in runs], [n for _, n in runs]).astype(np.int64)
+    size = int(np.prod(state, dtype=np.int64))
+    count = rows * size if whole else np.ascontiguousarray(np.broadcast_to(rows.reshape(-1, *[1] * len(state)),
+                                                                           (len(rows), *state)))  # fmt: skip
+    return Acc(low, high, np.asarray(total, dtype=np.float64), count)
+
+
 @dataclasses.dataclass(frozen=True)
 class SummaryPlan:
     """What the writer of a block needs to cut its pieces (hashable: it travels to cluster workers)."""
@@ -81,11 +107,26 @@ class SummaryPlan:
     over_state: frozenset[str] = frozenset()
     """The outputs summarised over their whole state: each window's values of every step together."""
 
-    def pieces(self, start: int, ys: Mapping[str, np.ndarray]) -> dict[str, BlockPieces]:
-        return {
-            name: block_pieces(np.asarray(ys[name]), start, self.window, self.length, whole=name in self.over_state)
-            for name in self.names
-        }
+    def runs(self, start: int, rows: int) -> tuple[tuple[int, int], ...]:
+        """The pieces of a block of ``rows`` rows from row ``start``, in order, as runs of ``(rows, pieces)``."""
+        return block_cut(start, rows, self.window, self.length).runs
+
+    def pieces(
+        self, start: int, ys: Mapping[str, np.ndarray], reduced: Mapping[str, Reduced] | None = None
+    ) -> dict[str, BlockPieces]:
+        """Each summarised output's pieces of the block of ``ys`` beginning at row ``start``.
+
+        ``reduced`` holds, for some outputs, each piece's minimum, maximum and sum already (a row a piece, in the
+        order of :meth:`runs`: computed on the device that computed the block), a NaN sum where the piece is to be
+        reduced here from its data; the others are reduced here.
+        """
+        out = {}
+        for name in self.names:
+            data, whole = np.asarray(ys[name]), name in self.over_state
+            given = None if reduced is None else reduced.get(name)
+            acc = None if given is None else _acc(self.runs(start, len(data)), given, data.shape[1:], whole)
+            out[name] = block_pieces(data, start, self.window, self.length, whole=whole, reduced=acc)
+        return out
 
     def nonfinite(
         self, pieces: Mapping[str, BlockPieces], ys: Mapping[str, np.ndarray]
@@ -368,17 +409,60 @@ def _same_bits(x: np.ndarray, y: np.ndarray, *, zeros: bool = False) -> bool:
     return bool(np.all((x.view(bits) == y.view(bits)) | ((x == 0) & (y == 0))))
 
 
-def _same(a: Rows, b: Rows) -> bool:
+def _same(a: Rows, b: Rows, *, rounded: bool = False) -> bool:
     """Row for row the same bits. A minimum or maximum of zero may differ in its sign only: outputs written by
-    1.0 and before settled a tie between 0.0 and -0.0 by where it fell in numpy's loops, and keep verifying."""
-    return all(_same_bits(x, y, zeros=name in ("min", "max"))
-               for (name, x), y in zip(a.arrays().items(), b.arrays().values(), strict=True))  # fmt: skip
+    1.0 and before settled a tie between 0.0 and -0.0 by where it fell in numpy's loops, and keep verifying.
+
+    With ``rounded`` (``b`` recomputed from the data), the mean of an output whose windows a device may have
+    reduced (float32, bfloat16, float16: their minima are float32 or float16) may differ from the data's by
+    :func:`mean_tolerance`: its sum's last bits depend on the order the device added in."""
+    for (name, x), y in zip(a.arrays().items(), b.arrays().values(), strict=True):
+        if _same_bits(x, y, zeros=name in ("min", "max")):
+            continue
+        if not (rounded and name == "mean" and _device_reduced(a) and x.shape == y.shape):
+            return False
+        bound = mean_tolerance(b.count, b.min, b.max)
+        with np.errstate(invalid="ignore"):
+            close = (np.abs(x - y) <= bound) | (np.isnan(x) & np.isnan(y))
+        if not close.all():
+            return False
+    return True
+
+
+def _device_reduced(rows: Rows) -> bool:
+    """Whether a device may have reduced these rows' windows: an output of float32, bfloat16 or float16, whose
+    minima are float32 (bfloat16's too) or float16 (see ``engine.window_stats``)."""
+    return rows.min.dtype in (np.dtype(np.float32), np.dtype(np.float16))
+
+
+MEAN_ROUNDING = 2.0**-46
+"""Of the sum of a window's magnitudes, what a device's float32 pairwise sum may differ from the exact sum by for each
+squared level of its pairs (a window of n values has log2(n) + 1 levels): the sum of the rounding errors, kept beside
+the sum, is itself summed in float32 (``engine.window_stats``)."""
+
+
+def mean_tolerance(count: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """How far a window's mean computed by a device (see ``engine.window_stats``) may lie from numpy's, for windows of
+    ``count`` values between ``low`` and ``high``.
+
+    Each lies near the exact mean: numpy's float64 sum of n values within ``n * 2**-53`` of the sum of their
+    magnitudes, the device's within ``(log2(n) + 1)**2 * 2**-47`` of it (its float32 pairs), and that sum is at most
+    n times the largest magnitude, ``max(|low|, |high|)``; twice both, and ``2**-120`` for the subnormal numbers a
+    device may flush to zero. A window of float32 values is summed exactly by both in most cases, and its means then
+    agree bit for bit.
+    """
+    n = np.maximum(np.asarray(count, dtype=np.float64), 1.0)
+    levels = np.ceil(np.log2(n)) + 1
+    with np.errstate(invalid="ignore"):
+        scale = np.fmax(np.abs(np.asarray(low, dtype=np.float64)), np.abs(np.asarray(high, dtype=np.float64)))
+    return np.asarray((n * 2.0**-52 + levels**2 * MEAN_ROUNDING) * scale + 2.0**-120)
 
 
 def _same_piece(a: Piece | None, b: Piece | None) -> bool:
     if a is None or b is None:
         return a is b
-    return (a.window, a.start, a.stop) == (b.window, b.start, b.stop) and _same(a.acc.one().rows(), b.acc.one().rows())
+    same = _same(a.acc.one().rows(), b.acc.one().rows(), rounded=True)
+    return (a.window, a.start, a.stop) == (b.window, b.start, b.stop) and same
 
 
 class SummaryCheck:
@@ -401,7 +485,10 @@ class SummaryCheck:
             for level, loaded in zip(pyramid.levels, summaries.pyramids[name].levels, strict=True):
                 level.chunk = loaded.chunk
 
-    def _compare(self, name: str, index: int, first: int, rows: Rows) -> None:
+    def _compare(self, name: str, index: int, first: int, rows: Rows, *, from_data: bool = True) -> None:
+        """Compare stored windows ``[first, first + len(rows))`` of level ``index`` with ``rows``: recomputed from the
+        data (``from_data``: a mean a device computed may differ by :func:`mean_tolerance`), or folded from the
+        stored rows below them (bit for bit)."""
         level = self.summaries.pyramids[name].levels[index]
         stop = first + len(rows)
         try:
@@ -409,7 +496,7 @@ class SummaryCheck:
         except Exception as exc:  # a damaged chunk fails in its codec or checksum, with the codec's own error
             what = f"windows of {level.window} steps, {type(exc).__name__}: {one_line(exc)}"
             raise self.fail(f"the summaries of {name!r} cannot be read ({what})") from None
-        if stop > level.emitted or not _same(stored, rows):
+        if stop > level.emitted or not _same(stored, rows, rounded=from_data):
             raise self.fail(
                 f"the summaries of {name!r} (windows of {level.window} steps, windows {first} to {stop - 1}) do not "
                 "match its data"
@@ -448,4 +535,4 @@ class SummaryCheck:
                     if parents is None or len(parents) != level.emitted:
                         raise self.fail(f"the summaries of {name!r} at windows of {level.window} steps count "
                                         "windows their finer level does not hold")  # fmt: skip
-                    self._compare(name, index, 0, parents)
+                    self._compare(name, index, 0, parents, from_data=False)
