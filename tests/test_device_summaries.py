@@ -51,7 +51,7 @@ def _reference(part: np.ndarray) -> tuple[np.ndarray, ...]:
     finite = np.isfinite(wide).all(axis=0)
     flat = wide.reshape(len(wide), -1)
     exact = np.array([math.fsum(flat[:, j]) if finite.flat[j] else np.nan for j in range(flat.shape[1])])
-    return low, high, finite, exact.reshape(finite.shape), np.abs(np.nan_to_num(wide)).sum(axis=0)
+    return low, high, finite, exact.reshape(finite.shape), np.where(np.isfinite(wide), np.abs(wide), 0.0).sum(axis=0)
 
 
 CASES = {  # each dtype as a series; a state and a state summarised whole in float32

@@ -395,11 +395,18 @@ class Pyramid:
     ``(level, first window, rows)``: those are written once and never change. Until the
     caller reports them durable (:meth:`Level.made_durable`), their rows stay pending:
     each level's pending rows and the open finest window are the tail a commit records.
+
+    The finest windows are folded into the coarser levels a finest chunk at a time, as the
+    chunk completes (before its rows can leave the pending ones), rather than block by block:
+    a few numpy calls a level for every chunk instead of for every block. What a commit records
+    of the coarser levels, their complete windows (:meth:`counts`), follows from the finest's
+    alone, folded or not.
     """
 
     length: int
     levels: list[Level]
     open: Piece | None = None  # the open finest window
+    folded: int = 0  # the finest windows folded into the coarser levels so far
 
     @classmethod
     def new(cls, windows: list[int], length: int, state_size: int, chunks: list[int] | None = None) -> Pyramid:
@@ -412,9 +419,43 @@ class Pyramid:
     def add(self, pieces: BlockPieces) -> list[tuple[int, int, Rows]]:
         self.open, done = fold_pieces(self.open, pieces, self.levels[0].window, self.length)
         writes: list[tuple[int, int, Rows]] = []
+        finest = self.levels[0]
         for rows in done:
-            self._emit(0, rows, writes)
+            written = finest.whole
+            finest.pending = rows if finest.pending is None else Rows.concat([finest.pending, rows])
+            finest.emitted += len(rows)
+            if finest.whole > written:
+                writes.append((0, written, finest.pending[written - finest.durable : finest.whole - finest.durable]))
+                writes += self.catch_up()
         return writes
+
+    def catch_up(self) -> list[tuple[int, int, Rows]]:
+        """Fold the finest windows not folded yet into the coarser levels; the coarser chunks that completes."""
+        finest = self.levels[0]
+        writes: list[tuple[int, int, Rows]] = []
+        if len(self.levels) > 1 and finest.emitted > self.folded:
+            assert finest.pending is not None and self.folded >= finest.durable  # they are pending until folded
+            rows = finest.pending[self.folded - finest.durable : finest.emitted - finest.durable]
+            upper = self.levels[1]
+            upper.acc, parents = fold_children(upper.acc, self.folded, rows, upper.factor, finest.total)
+            if parents is not None:
+                self._emit(1, parents, writes)
+        self.folded = finest.emitted
+        return writes
+
+    def counts(self) -> list[tuple[int, int]]:
+        """Each level's complete windows and those in durable chunks, every finest window folded in or not: what
+        a commit records (a coarser window is complete with its last finer one)."""
+        out = []
+        emitted = 0
+        for i, level in enumerate(self.levels):
+            if i == 0:
+                emitted = level.emitted
+            else:
+                below = self.levels[i - 1]
+                emitted = level.total if emitted == below.total else emitted // level.factor
+            out.append((emitted, level.durable))
+        return out
 
     def _emit(self, index: int, rows: Rows, writes: list[tuple[int, int, Rows]]) -> None:
         level = self.levels[index]

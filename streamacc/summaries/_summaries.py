@@ -274,6 +274,7 @@ class Summaries:
         summaries = cls(target, store, pyramids, run.rows, frozenset(run.over_state))
         for name, pyramid in pyramids.items():
             summaries._reopen(name, pyramid)
+            pyramid.folded = pyramid.levels[0].emitted  # the coarser levels rebuilt from every finer row
         return summaries
 
     def rows(self, name: str, index: int, start: int, stop: int) -> Rows:
@@ -386,7 +387,7 @@ class Summaries:
         """
         self._settle(INFLIGHT_WRITES)
         state = {
-            name: ([(lv.emitted, lv.durable, lv.pending) for lv in p.levels], p.open)
+            name: ([(e, d, lv.pending) for (e, d), lv in zip(p.counts(), p.levels, strict=True)], p.open)
             for name, p in self.pyramids.items()
         }
         return encode_tail(state)
@@ -518,6 +519,9 @@ class SummaryCheck:
         for name, loaded in self.summaries.pyramids.items():
             if self.streaming:
                 fresh = self.fresh[name]
+                for index, first, rows in fresh.catch_up():  # the finest windows not folded up yet
+                    self._compare(name, index, first, rows)
+                    fresh.levels[index].made_durable(first + len(rows))
                 for index, (mine, theirs) in enumerate(zip(fresh.levels, loaded.levels, strict=True)):
                     if mine.emitted != theirs.emitted:
                         raise self.fail(f"the summaries of {name!r} count {theirs.emitted} windows of {theirs.window} "
