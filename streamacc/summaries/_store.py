@@ -36,7 +36,10 @@ if TYPE_CHECKING:
 
     from ..store import ChunkWriter
 
-__all__ = ["LISTED_GROUP", "STATS", "SUMMARIES", "SummaryArrays", "decode_tail", "encode_tail", "level_path", "listing"]
+__all__ = [
+    "LISTED_GROUP", "STATS", "SUMMARIES", "SummaryArrays", "TailText", "decode_tail", "encode_tail", "level_path",
+    "listing",
+]
 
 SUMMARIES = f"{BOOKKEEPING}/summaries"
 STATS = ("min", "max", "mean", "count")
@@ -349,12 +352,39 @@ class SummaryArrays:
         return None
 
 
-def _pack(arrays: dict[str, np.ndarray]) -> dict[str, list[Any]]:
-    """Arrays as JSON: dtype, shape and the exact bytes in base64 (no archive format: a commit pays for this)."""
-    return {
-        k: [v.dtype.str, list(v.shape), base64.b64encode(np.ascontiguousarray(v).tobytes()).decode()]
-        for k, v in arrays.items()
-    }
+def _base64(v: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(v).tobytes()).decode()
+
+
+class TailText:
+    """The base64 text of the finest level's pending rows as a commit encoded them, kept for the next commit.
+
+    Rows only join the pending ones, until a chunk made durable takes the first of them: each commit then encodes
+    its new rows alone and appends them to the text kept. Three rows of any size are a whole number of base64's
+    groups of three bytes, so the text of the first ``3k`` rows followed by the text of the rest is the text of all.
+    """
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, str], tuple[int, int, str]] = {}  # (name, key) -> (first row, rows, text)
+
+    def text(self, name: str, key: str, first: int, rows: np.ndarray) -> str:
+        """The base64 of ``rows``, the pending rows from row ``first`` on (window axis first)."""
+        n = len(rows)
+        kept = self._kept.get((name, key))
+        done, text = (kept[1], kept[2]) if kept is not None and kept[0] == first and kept[1] <= n else (0, "")
+        whole = n // 3 * 3
+        if whole > done:
+            text += _base64(rows[done:whole])
+            done = whole
+            self._kept[name, key] = (first, done, text)
+        return text + _base64(rows[done:]) if done < n else text
+
+
+def _pack(arrays: dict[str, np.ndarray], given: Mapping[str, str] | None = None) -> dict[str, list[Any]]:
+    """Arrays as JSON: dtype, shape and the exact bytes in base64 (no archive format: a commit pays for this);
+    ``given`` holds the base64 of some of them already."""
+    given = given or {}
+    return {k: [v.dtype.str, list(v.shape), given[k] if k in given else _base64(v)] for k, v in arrays.items()}
 
 
 def _unpack(doc: dict[str, list[Any]]) -> dict[str, np.ndarray]:
@@ -367,17 +397,19 @@ def _unpack(doc: dict[str, list[Any]]) -> dict[str, np.ndarray]:
     return out
 
 
-def encode_tail(state: Mapping[str, Any]) -> dict[str, Any]:
+def encode_tail(state: Mapping[str, Any], text: TailText | None = None) -> dict[str, Any]:
     """A commit's tail, for the manifest: for each output, what no durable chunk holds yet.
 
     ``state[name]`` is ``(levels, open)``: per level ``(emitted, durable, pending rows or
     None)``, and the open finest window (a :class:`Piece`, or None). Only the finest
     level's pending rows are recorded: every coarser row, complete or open, is a fold of
-    rows below it and is rebuilt from them.
+    rows below it and is rebuilt from them. ``text`` keeps the pending rows' base64 from one
+    commit to the next (the same text, encoded once).
     """
     doc: dict[str, Any] = {}
     for name, (levels, piece) in state.items():
         arrays: dict[str, np.ndarray] = {}
+        given: dict[str, str] = {}
         pending = levels[0][2]
         if pending is not None:
             arrays.update({f"0_{k}": v for k, v in pending.arrays().items() if k != "count"})
@@ -386,12 +418,14 @@ def encode_tail(state: Mapping[str, Any]) -> dict[str, Any]:
                 arrays["0_count_all"] = np.asarray([count.flat[0], *count.shape], dtype=np.int64)
             else:
                 arrays["0_count"] = count
+            if text is not None:
+                given = {k: text.text(name, k, levels[0][1], v) for k, v in arrays.items() if k != "0_count_all"}
         entry: dict[str, Any] = {"emitted": [lv[0] for lv in levels], "durable": [lv[1] for lv in levels]}
         if piece is not None:
             entry["open"] = [piece.window, piece.start, piece.stop]
             fields = zip(("min", "max", "sum", "count"), piece.acc.fields(), strict=True)
             arrays.update({f"open_{k}": v for k, v in fields})
-        entry["arrays"] = _pack(arrays)
+        entry["arrays"] = _pack(arrays, given)
         doc[name] = entry
     return doc
 

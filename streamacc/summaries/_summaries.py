@@ -44,7 +44,7 @@ from ._pyramid import (
     summarizable,
 )
 from ._reduce import Acc, Rows
-from ._store import SummaryArrays, decode_tail, encode_tail
+from ._store import SummaryArrays, TailText, decode_tail, encode_tail
 
 __all__ = ["Reduced", "Summaries", "SummarizedRun", "SummaryPlan", "damaged", "summarized_names"]
 
@@ -177,6 +177,7 @@ class Summaries:
         self.pyramids = pyramids
         self.plan = SummaryPlan(store.windows[0], length, tuple(pyramids), over_state & set(pyramids))
         self._writer: ThreadPoolExecutor | None = None
+        self._text = TailText()  # the pending rows' base64, from one commit to the next
         self._inflight: deque[tuple[Future[None], list[tuple[str, int, int]]]] = deque()
 
     @staticmethod
@@ -386,7 +387,7 @@ class Summaries:
             name: ([(e, d, lv.pending) for (e, d), lv in zip(p.counts(), p.levels, strict=True)], p.open)
             for name, p in self.pyramids.items()
         }
-        return encode_tail(state)
+        return encode_tail(state, self._text)
 
 
 def damaged(target: Target, what: str) -> VerifyError:
