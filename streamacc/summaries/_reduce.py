@@ -249,6 +249,17 @@ def _extremes(data: np.ndarray) -> tuple[np.ufunc, np.ufunc]:
     return (np.logical_and, np.logical_or) if data.dtype.kind == "b" else (np.minimum, np.maximum)
 
 
+def _identities(dtype: np.dtype) -> tuple[Any, Any]:
+    """The smallest and largest values of ``dtype`` (a maximum's and a minimum's identity): infinities, an integer
+    type's bounds, False and True."""
+    if dtype.kind == "f":
+        return -np.inf, np.inf
+    if dtype.kind == "b":
+        return False, True
+    bounds = np.iinfo(dtype)
+    return bounds.min, bounds.max
+
+
 def _reduce_windows(data: np.ndarray) -> Acc:
     """:func:`reduce_steps` of a batch of series windows (window axis first) larger than a slice: three calls a
     slice of windows, into arrays made once (no per-slice arrays to join), the dtype's work done once."""
@@ -259,12 +270,14 @@ def _reduce_windows(data: np.ndarray) -> Acc:
     low, high, total = np.empty(windows, wide), np.empty(windows, wide), np.empty(windows, np.float64)
     first, last = _extremes(data)
     minimum, maximum = first.reduce, last.reduce
+    # the reductions' identities: without them numpy starts each window from its first step, copied across windows
+    smallest, largest = _identities(wide)
     summed = None if wide == np.float64 else np.float64  # None: numpy's default, no cast (the bits of _sum)
     for i in range(0, windows, rows):  # the slice's first call reads memory, the other two find it in the cache
         j = i + rows
         part = data[i:j].astype(wide) if cast else data[i:j]
-        minimum(part, axis=1, out=low[i:j])
-        maximum(part, axis=1, out=high[i:j])
+        minimum(part, axis=1, out=low[i:j], initial=largest)
+        maximum(part, axis=1, out=high[i:j], initial=smallest)
         np.einsum("ij->i", part, dtype=summed, out=total[i:j])
     count = np.full(windows, steps, dtype=np.int64)
     if wide.kind == "f" and np.isnan(total).any():  # the slices holding a NaN window again, NaN-aware
