@@ -94,7 +94,7 @@ def _step(c, x):
     return c, {"x": y, "v": jnp.stack([c, x, -x]), "f": jnp.broadcast_to(x, (40, 40)), "d": c.astype(jnp.float64)}
 
 
-def _write(out, device: bool, seam, **kw) -> np.ndarray:
+def _write(out, device: bool, seam, **kw) -> None:
     seam("run.summaries_on_device", lambda platform: device)
     xs = (np.random.default_rng(3).standard_normal(6000) * np.geomspace(1e-6, 1e6, 6000)).astype(np.float32)
     with warnings.catch_warnings():
