@@ -15,11 +15,10 @@ over every value of its state, ``whole``, for an output summarised over its whol
   decides them.
 - The sum is a float32 pairwise sum with each addition's rounding error kept (TwoSum) and
   summed beside it, in a fixed order: the halves of the piece's values added pairwise, level
-  after level. Its two parts, added in float64 on the host, give the sum of n values within
-  ``(log2(n) + 1)**2 * 2**-47`` of the sum of their magnitudes (numpy's float64 sum: within
-  ``n * 2**-53``): what its last bits are depends on that order and on the device's float32
-  arithmetic (one that flushes subnormals to zero loses them), where numpy's sum on the host
-  gives other last bits.
+  after level. Its two parts, added in float64 on the host, give the sum to about 2**-44
+  of the sum of the values' magnitudes, as a float64 sum does: what its last bits are depends
+  on that order and on the device's float32 arithmetic (one that flushes subnormals to zero
+  loses them), where numpy's sum on the host gives other last bits.
 - A piece holding a NaN or an infinity, or whose float32 sum overflowed, is marked, and its
   host reduces it from the data, as it reduces every piece without this.
 
