@@ -84,22 +84,18 @@ def _two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
 def _pairwise(x: jax.Array, axis: int) -> tuple[jax.Array, jax.Array]:
     """The sum of ``x`` (float32) along ``axis`` as a high part and the sum of the rounding errors beside it:
     the two halves added element by element, then the halves of that, until one value is left."""
-    hi, lo = x, None  # no error yet: the first level's are its own
+    hi, lo = x, jnp.zeros_like(x)
     while hi.shape[axis] > 1:
         n = hi.shape[axis]
         if n % 2:  # an odd count: a zero joins the last value
             pad = [(0, 0)] * hi.ndim
             pad[axis] = (0, 1)
-            hi, lo = jnp.pad(hi, pad), None if lo is None else jnp.pad(lo, pad)
+            hi, lo = jnp.pad(hi, pad), jnp.pad(lo, pad)
             n += 1
         half = n // 2
         s, e = _two_sum(lax.slice_in_dim(hi, 0, half, axis=axis), lax.slice_in_dim(hi, half, n, axis=axis))
-        if lo is not None:
-            e = lax.slice_in_dim(lo, 0, half, axis=axis) + lax.slice_in_dim(lo, half, n, axis=axis) + e
-        lo = e
+        lo = lax.slice_in_dim(lo, 0, half, axis=axis) + lax.slice_in_dim(lo, half, n, axis=axis) + e
         hi = s
-    if lo is None:  # a single value: no error
-        lo = jnp.zeros_like(hi)
     return lax.index_in_dim(hi, 0, axis, keepdims=False), lax.index_in_dim(lo, 0, axis, keepdims=False)
 
 
