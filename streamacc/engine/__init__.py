@@ -9,10 +9,9 @@ arguments and its condition, ``_condition`` says how the condition is tested (``
 functions (``lax.scan`` itself), ``_memory`` a block's memory (the pooled output buffers, its
 rows of the inputs, the check against the machine's memory), ``_run`` runs a plan block by
 block (the ``Block`` it yields, the carry pass, carries as host data), ``_reductions`` the
-window statistics of a block's outputs on the device that computed them (a writer's summaries
-on an accelerator), ``_until`` a block with a condition, and ``_scan`` holds the in-memory
-entry points ``iter_blocks`` and ``scan``. A scan's settings and the arithmetic of its blocks
-are ``streamacc.base``'s (``Blocking``).
+window statistics of a block's outputs on the device that computed them (a writer's summaries on
+an accelerator), ``_until`` a block with a condition, and ``_scan`` holds the in-memory entry points ``iter_blocks`` and ``scan``. A
+scan's settings and the arithmetic of its blocks are ``streamacc.base``'s (``Blocking``).
 
 These are the names the other wings use.
 """
