@@ -2,8 +2,7 @@
 summaries, for the one-multiply and oscillator steps of ``_user_steps`` at the unroll the rule gives them.
 
 For each step, with nothing else given: its compute alone at that unroll (one jitted ``lax.scan``, compiled
-first); ``streamacc.write`` with the defaults (the summaries' statistics computed on the device), with
-``summaries=False``, with the summaries computed on the host (as on a CPU), with a condition that never holds and
+first); ``streamacc.write`` with the defaults, with ``summaries=False``, with a condition that never holds and
 reads what the step outputs (tested on the plain scan's outputs), and, for the oscillator, with one that reads
 its velocity, which the step keeps to itself (tested inside the steps); each write's programs compiled first by
 a short write of the same blocks, then timed in ``--rounds`` alternating rounds (medians). Whether the
@@ -14,7 +13,6 @@ cut there.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import shutil
 import statistics
@@ -31,7 +29,6 @@ from jax import lax
 
 import streamacc
 import streamacc.base
-from streamacc import testing
 
 COST_STEPS = ("one float32 multiply", "a 2-value oscillator")
 
@@ -58,26 +55,20 @@ def _values(out: Path) -> np.ndarray:
     return np.asarray(zarr.open_group(str(out), mode="r")["x"][...])
 
 
-HOST = "summaries on the host"
-"""The variant whose window statistics the host computes, as a CPU's write does (``run.summaries_on_device`` off)."""
-
-
 def _variants(name: str) -> dict[str, dict[str, Any]]:
     variants: dict[str, dict[str, Any]] = {
-        "defaults": {}, "summaries=False": {"summaries": False}, HOST: {}, "until on y": {"until": never_y},
+        "defaults": {}, "summaries=False": {"summaries": False}, "until on y": {"until": never_y},
     }  # fmt: skip
     if "oscillator" in name:
         variants["until on a carry"] = {"until": never_velocity}
     return variants
 
 
-def _write(path: Path, step: Any, n: int, *, host: bool = False, **kw: Any) -> float:
+def _write(path: Path, step: Any, n: int, **kw: Any) -> float:
     shutil.rmtree(path, ignore_errors=True)
-    on_host = testing.patched("run.summaries_on_device", lambda platform: False) if host else contextlib.nullcontext()
-    with on_host:
-        elapsed = clock()
-        streamacc.write(path, step.f, step.init(), length=n, names="x", progress=False, **kw)
-        return elapsed()
+    elapsed = clock()
+    streamacc.write(path, step.f, step.init(), length=n, names="x", progress=False, **kw)
+    return elapsed()
 
 
 def _one(ctx: Context, step: Any, rounds: int) -> dict[str, Any]:
@@ -90,14 +81,14 @@ def _one(ctx: Context, step: Any, rounds: int) -> dict[str, Any]:
     row: dict[str, Any] = {"step": step.name, "length": n, "unroll": u, "block steps": size,
                            "compute ns/step": 1e9 * compute["wall_s"] / m}  # fmt: skip
     variants = _variants(step.name)
-    for name, kw in variants.items():  # each write's programs compiled first, on two blocks of the same layout
-        _write(ctx.folder / "warm.zarr", step, min(n, 2 * size), unroll=u, block_size=size, host=name == HOST, **kw)
+    for kw in variants.values():  # each write's programs compiled first, on two blocks of the same layout
+        _write(ctx.folder / "warm.zarr", step, min(n, 2 * size), unroll=u, block_size=size, **kw)
     walls: dict[str, list[float]] = {name: [] for name in variants}
     digests: dict[str, str] = {}
     for i in range(rounds):
         for name, kw in variants.items() if i % 2 == 0 else reversed(list(variants.items())):
             out = ctx.folder / f"cost-{len(digests)}.zarr"
-            walls[name].append(_write(out, step, n, host=name == HOST, **kw))
+            walls[name].append(_write(out, step, n, **kw))
             digests[name] = _chunks_digest(out)
             if name == "defaults" and i == 0:
                 plain = _values(out)
@@ -111,8 +102,6 @@ def _one(ctx: Context, step: Any, rounds: int) -> dict[str, Any]:
         row["write / compute"] = med["defaults"] / n / (compute["wall_s"] / m)
         if "summaries=False" in med:
             row["summaries' share of the write"] = 1 - med["summaries=False"] / med["defaults"]
-            if HOST in med:
-                row["host summaries' share of the write"] = 1 - med["summaries=False"] / med[HOST]
         for name in ("until on y", "until on a carry"):
             if name in med:
                 row[f"{name} / defaults"] = med[name] / med["defaults"]
@@ -152,7 +141,6 @@ def costs(ctx: Context) -> dict[str, Any]:
         "worst until on y / defaults": max((r.get("until on y / defaults", 0) for r in ok), default=None),
         "until on a carry / defaults": max((r.get("until on a carry / defaults", 0) for r in ok), default=None),
         "worst summaries' share": max((r.get("summaries' share of the write", 0) for r in ok), default=None),
-        "worst host summaries' share": max((r.get("host summaries' share of the write", 0) for r in ok), default=None),
         "stored values unchanged by a condition": all(
             r["data chunks identical"] and r["ended run = the plain run cut"]
             and r.get("ended on a carry = the plain run cut", True) for r in ok) if ok else None,
