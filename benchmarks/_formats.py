@@ -241,19 +241,16 @@ def summaries_slices(d: dict[str, Any]) -> Run:
 
 def summaries_xla(d: dict[str, Any]) -> Run:
     """``bench_summaries.py --xla``: one block's window reductions by numpy's pieces and by XLA, in CPU ms."""
-    rows = []
-    for key, v in d["xla"].items():
-        if "scan_median_ms" in v:  # the form of runs before the four ways
-            rows.append({"block": key.replace("_", " ").replace("2p22", "2**22"), "scan ms": v["scan_median_ms"],
-                         "numpy pieces ms": v["numpy_pieces_median_ms"],
-                         "XLA after the scan ms": v["xla_after_median_ms"],
-                         "XLA inside the scan, more ms": v["xla_fused_less_scan_median_ms"]})  # fmt: skip
-        else:
-            rows.append({"block": key, **v})
+    rows = [
+        {"block": key.replace("_", " ").replace("2p22", "2**22"), "scan ms": v["scan_median_ms"],
+         "numpy pieces ms": v["numpy_pieces_median_ms"], "XLA after the scan ms": v["xla_after_median_ms"],
+         "XLA inside the scan, more ms": v["xla_fused_less_scan_median_ms"]}
+        for key, v in d["xla"].items()
+    ]  # fmt: skip
     command = "python benchmarks/bench_summaries.py --xla"
     return one_table(d, "summaries-xla", "test_summaries_xla", {"reductions (medians)": rows},
-                     commands={"reductions": "numpy's pieces, the NaN check without summaries, a jitted function "
-                                             "of the block, engine.window_stats"},
+                     commands={"reductions": "numpy's pieces, a jitted function of the block, the scan's own "
+                                             "returning them"},
                      reproduce=command, module="bench_summaries.py", command=command)  # fmt: skip
 
 

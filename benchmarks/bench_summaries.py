@@ -21,13 +21,12 @@ best and median of ``--repeat``:
 
     python benchmarks/bench_summaries.py --slices
 
-``--xla`` times one block's reductions four ways, in process CPU time (XLA computes on threads
-of its own), medians of ``--repeat``: numpy's pieces as a writer cuts them; the pass a write
-without summaries makes over the block instead (its NaN check); a jitted XLA function of the
-block (min, max and sum per window, without the NaN handling numpy's pieces include: the least
-XLA would do); and ``engine.window_stats``, the function a TPU or GPU runs for them, here on
-the CPU. For the headline's block, a chip's float32 block, and blocks of a 4096-point state,
-a 2**20-member ensemble and a 2048x2048 field (see ``XLA_CASES``):
+``--xla`` times the same reductions done by XLA instead, on the block as the scan makes it:
+a separate jitted function of the block (min, max and sum per window, without the NaN
+handling that numpy's pieces include: the least XLA would do), and the scan's own jitted
+function returning them beside the block (its time less the scan's alone), against numpy's
+pieces of that block, for the headline's block and for a block of a 4096-point state, in
+process CPU time (XLA computes on threads of its own), medians of ``--repeat``:
 
     python benchmarks/bench_summaries.py --xla --json benchmarks/results/summaries_xla.json
 """
@@ -116,71 +115,61 @@ def slices(repeat: int) -> dict:
     return out
 
 
-XLA_CASES = {
-    # label: (shape of one block's ys, dtype, window, first row, summarised over its whole state)
-    "series float64, 2**22 steps, windows of 4096": ((2**22,), "float64", 4096, 0, False),
-    "series float32, 2**23 steps, windows of 4096": ((2**23,), "float32", 4096, 0, False),
-    "4096-point float64 state, 1024 steps in a window of 4096": ((1024, 4096), "float64", 4096, 1024, True),
-    "4096-point float64 state, windows of 128": ((1024, 4096), "float64", 128, 0, True),
-    "2**20-member float32 ensemble, 8 steps in a window of 128": ((8, 2**20), "float32", 128, 8, True),
-    "2048x2048 float32 field, 2 steps in a window of 128": ((2, 2048, 2048), "float32", 128, 2, True),
-}
-"""The blocks of 32 MiB a write makes by default (64 MiB for the float32 series, an accelerator's block of 2**23
-steps): the headline's, a chip's, and wide states', each summarised as a write summarises it."""
-
-
 def xla(repeat: int) -> dict:
-    """Process CPU ms of one block's window reductions: numpy's pieces as a writer cuts them, the pass over the block
-    a write without summaries makes (its NaN check), a jitted XLA function of the block (min, max and sum per piece,
-    without NaN handling: the least XLA would do) and ``engine.window_stats`` (what a TPU or GPU runs), on this
-    machine's CPU."""
+    """Process CPU ms of the window reductions of one block by numpy (the writer's pieces) and by XLA."""
     import time
 
     import jax
     import jax.numpy as jnp
     import numpy as np
+    from jax import lax
 
-    from streamacc.engine import window_stats
-    from streamacc.summaries import SummaryPlan
+    from streamacc.summaries import _pyramid
 
     jax.config.update("jax_enable_x64", True)
-    rng = np.random.default_rng(0)
+    cases = {
+        # the headline: 2**22 steps of x -> x * (1 + 1e-8) at unroll 8, windows of 4096 steps
+        "series_2p22_windows_of_4096": (lambda c, _: (c * (1 + 1e-8), c * (1 + 1e-8)), jnp.float64(1.0), 2**22,
+                                        4096, 8),
+        # a 4096-point state, 4096 steps (128 MiB), windows of 64 steps
+        "state_4096_windows_of_64": (lambda c, _: (c * 0.999 + 1e-3, c * 0.999 + 1e-3),
+                                     jnp.linspace(0.0, 1.0, 4096), 4096, 64, 1),
+    }  # fmt: skip
     out = {}
-    for label, (shape, dtype, window, first, whole) in XLA_CASES.items():
-        block = np.cumsum(rng.standard_normal(shape[0]))[(...,) + (None,) * (len(shape) - 1)] + rng.standard_normal(
-            shape
-        )
-        block = block.astype(dtype)
-        on_device = jnp.asarray(block)
-        plan = SummaryPlan(window, 2**40, ("y",), frozenset({"y"}) if whole else frozenset())
-        runs = plan.runs(first, shape[0])
+    for label, (f, init, length, window, unroll) in cases.items():
 
-        def reductions(ys: Any, runs: Any = runs, whole: bool = whole) -> Any:
-            (rows, n), = runs
-            tiles = ys.reshape(n, -1) if whole else ys.reshape(n, rows, *ys.shape[1:])
+        def reductions(ys: Any, window: int = window) -> Any:
+            tiles = ys.reshape(-1, window, *ys.shape[1:])
             return tiles.min(1), tiles.max(1), tiles.sum(1)
 
-        plain = jax.jit(reductions)
-        sides = {
-            "numpy pieces": lambda block=block, plan=plan, first=first: plan.pieces(first, {"y": block}),
-            "NaN check (no summaries)": lambda block=block: np.isfinite(block).all(),
-            "XLA min, max, sum": lambda on_device=on_device, plain=plain: jax.block_until_ready(plain(on_device)),
-        }
-        if window_stats(on_device, runs, whole=whole) is not None:  # float64: reduced on the host everywhere
-            sides["engine.window_stats"] = lambda on_device=on_device, runs=runs, whole=whole: window_stats(
-                on_device, runs, whole=whole
-            ).fetch()
-        times: dict[str, list[float]] = {name: [] for name in sides}
-        for f in sides.values():
-            f()  # compiled, and the caches warm
+        def scan(c: Any, f: Any = f, length: int = length, unroll: int = unroll) -> Any:
+            return lax.scan(f, c, None, length=length, unroll=unroll)
+
+        plain = jax.jit(scan)
+        after = jax.jit(reductions)
+        fused = jax.jit(lambda c, scan=scan, reductions=reductions: (lambda r: (*r, reductions(r[1])))(scan(c)))
+        carry, ys = plain(init)
+        jax.block_until_ready((after(ys), fused(init)))
+        times: dict[str, list[float]] = {"scan": [], "numpy_pieces": [], "xla_after": [], "xla_fused": []}
         for _ in range(repeat):
-            for name, f in sides.items():
-                block += 0  # the block just written, as a writer finds it
-                t0 = time.process_time()
-                f()
-                times[name].append(time.process_time() - t0)
-        out[label] = {f"{name} ms": round(1e3 * statistics.median(v), 3) for name, v in times.items()}
-        print(label, ", ".join(f"{k} {v:.2f}" for k, v in out[label].items()), flush=True)
+            t0 = time.process_time()
+            carry, ys = jax.block_until_ready(plain(carry))
+            times["scan"].append(time.process_time() - t0)
+            t0 = time.process_time()
+            jax.block_until_ready(after(ys))
+            times["xla_after"].append(time.process_time() - t0)
+            carry, ys = jax.block_until_ready(plain(carry))
+            host = np.asarray(ys)
+            t0 = time.process_time()
+            _pyramid.block_pieces(host, 0, window, 2**62)
+            times["numpy_pieces"].append(time.process_time() - t0)
+            t0 = time.process_time()
+            jax.block_until_ready(fused(carry))
+            times["xla_fused"].append(time.process_time() - t0)
+        med = {k: 1e3 * statistics.median(v) for k, v in times.items()}
+        med["xla_fused_less_scan"] = med.pop("xla_fused") - med["scan"]
+        out[label] = {f"{k}_median_ms": round(v, 3) for k, v in med.items()}
+        print(label, ", ".join(f"{k} {v:.2f} ms" for k, v in med.items()))
     return out
 
 

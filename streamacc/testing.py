@@ -19,7 +19,6 @@ in one table, each by the wing that holds it, ``WING.NAME``; this module replace
 ``run.PUBLISH_SECONDS``                   how often the root's progress is refreshed
 ``run.SLOW_BLOCK_SECONDS``                the seconds a block takes past which a run says so
 ``run.COMMIT_SECONDS``                    how often blocks that commit together commit (virtual, materialize)
-``run.summaries_on_device``               whether a write's window statistics are computed on the device
 ``run.BlockPool``                         the pool of block buffers a local run makes
 ``run.shard_shape``                       the shards a new output stores its arrays' chunks in
 ``stream.handover``                       how a Stream's blocks cross to the host (in place on the CPU)
@@ -134,11 +133,6 @@ _SEAMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "run.COMMIT_SECONDS": (
         "COMMIT_SECONDS: about how long the blocks that commit together (a virtual run's, a materialize's) wait",
         ("streamacc.run._commit.COMMIT_SECONDS",),
-    ),
-    "run.summaries_on_device": (
-        "summaries_on_device(platform): whether a local write computes its window statistics on the device (on a "
-        "TPU or GPU), by a jitted function of each block's outputs, rather than on the host",
-        ("streamacc.run._execute.summaries_on_device",),
     ),
     "run.BlockPool": (
         "BlockPool(size): the class of the pool of block buffers a local run makes",

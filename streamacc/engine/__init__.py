@@ -8,9 +8,8 @@ arguments and its condition, ``_condition`` says how the condition is tested (``
 64-bit types, a thread's configuration carried to another), ``_kernels`` the compiled block
 functions (``lax.scan`` itself), ``_memory`` a block's memory (the pooled output buffers, its
 rows of the inputs, the check against the machine's memory), ``_run`` runs a plan block by
-block (the ``Block`` it yields, the carry pass, carries as host data), ``_reductions`` the
-window statistics of a block's outputs on the device that computed them (a writer's summaries on
-an accelerator), ``_until`` a block with a condition, and ``_scan`` holds the in-memory entry points ``iter_blocks`` and ``scan``. A
+block (the ``Block`` it yields, the carry pass, carries as host data), ``_until`` a block with
+a condition, and ``_scan`` holds the in-memory entry points ``iter_blocks`` and ``scan``. A
 scan's settings and the arithmetic of its blocks are ``streamacc.base``'s (``Blocking``).
 
 These are the names the other wings use.
@@ -52,15 +51,9 @@ if TYPE_CHECKING:
         step_of as step_of,
         until_of as until_of,
     )
-    from ._reductions import (
-        WindowStats as WindowStats,
-        device_reducible as device_reducible,
-        window_stats as window_stats,
-    )
     from ._run import (
         Block as Block,
         BlockFailed as BlockFailed,
-        Dispatched as Dispatched,
         carry_pass as carry_pass,
         compute_block as compute_block,
         computes_ahead as computes_ahead,

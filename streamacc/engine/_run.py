@@ -31,7 +31,7 @@ from ._plan import Plan
 from ._until import Tested, run_tested, tested_block
 
 __all__ = [
-    "Block", "BlockFailed", "Dispatched", "carry_pass", "compute_block", "computes_ahead", "from_host", "run_block",
+    "Block", "BlockFailed", "carry_pass", "compute_block", "computes_ahead", "from_host", "run_block",
     "run_plan", "runtime_failure", "same_leaves", "to_host",
 ]
 
@@ -240,22 +240,13 @@ class _Computed:
     tested: Tested | None = None  # with a condition: where it held (see run_block)
 
 
-Dispatched = Callable[[int, int, list[jax.Array]], None]
-"""Called with a block's steps ``start, stop`` and its outputs on the device as soon as it is dispatched (before the
-next block is): a writer's own computation on them is then queued behind it (see ``run_plan``'s ``dispatched``)."""
-
-
-def _dispatch(
-    plan: Plan, pool: BlockPool, carry: Any, start: int, stop: int, dispatched: Dispatched | None = None
-) -> _Computed:
+def _dispatch(plan: Plan, pool: BlockPool, carry: Any, start: int, stop: int) -> _Computed:
     stop = _runs_to(plan, start, stop)
     xs = block_xs(plan, start, stop)
     lease = pool.acquire() if stop - start == plan.block_size else None  # only full blocks share buffers
     buffers = pool.buffers(lease, plan.out_structs(stop - start))
     with _failing(start, stop):
         carry, out, tested = run_block(plan, carry, xs, stop - start, buffers, start=start)
-    if dispatched is not None:
-        dispatched(start, stop, out)
     return _Computed(start, stop, out, carry, lease, spent_rows(plan, xs, stop - start), tested)
 
 
@@ -355,15 +346,7 @@ def carry_pass(
             return
 
 
-def compute_block(
-    plan: Plan,
-    carry: Any,
-    start: int,
-    stop: int,
-    *,
-    pool: BlockPool | None = None,
-    dispatched: Dispatched | None = None,
-) -> Block:
+def compute_block(plan: Plan, carry: Any, start: int, stop: int, *, pool: BlockPool | None = None) -> Block:
     """Compute the single block ``[start, stop)`` from the carry entering it (a block task, or a check).
 
     With ``pool`` the block is computed into one of its buffers; release the block when done.
@@ -371,7 +354,7 @@ def compute_block(
     cut after the step where the condition held in it, if it did (``Block.ended``).
     """
     pool = BlockPool(0) if pool is None else pool
-    return _hand_over(plan, pool, _dispatch(plan, pool, carry, start, stop, dispatched))
+    return _hand_over(plan, pool, _dispatch(plan, pool, carry, start, stop))
 
 
 def computes_ahead() -> bool:
@@ -398,7 +381,6 @@ def run_plan(
     first_block: int = 0,
     pool: BlockPool | None = None,
     ahead: bool | None = None,
-    dispatched: Dispatched | None = None,
 ) -> Iterator[Block]:
     """Run ``plan`` from block ``first_block`` (in scan order) with ``carry`` entering it.
 
@@ -414,10 +396,6 @@ def run_plan(
     block once done with it; memory then stays at that many blocks of
     ``plan.block_nbytes``. A caller that keeps more blocks stays correct: the extra
     blocks get buffers of their own.
-
-    ``dispatched(start, stop, outputs)``, where given, is called with each block's outputs
-    on the device right after it is dispatched, before the next block is: what it
-    dispatches in turn (a writer's window statistics) runs on the device behind the block.
     """
     if ahead is None:
         ahead = computes_ahead()
@@ -426,7 +404,7 @@ def run_plan(
     carry = plan.init if carry is None else carry
     if not ahead:
         for start, stop in plan.bounds(first_block):
-            block = compute_block(plan, carry, start, stop, pool=pool, dispatched=dispatched)
+            block = compute_block(plan, carry, start, stop, pool=pool)
             carry, ended = block.carry, block.ended
             yield block
             # dropped before the next block is computed: a block the caller dropped
@@ -437,7 +415,7 @@ def run_plan(
         return
     pending = None
     for start, stop in plan.bounds(first_block):
-        done = _dispatch(plan, pool, carry, start, stop, dispatched)
+        done = _dispatch(plan, pool, carry, start, stop)
         carry = done.carry
         if pending is not None:
             block = _hand_over(plan, pool, pending)

@@ -41,7 +41,6 @@ objects' fields, so a new option is declared once, where it belongs. Every write
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, cast
 
@@ -69,7 +68,6 @@ from ..engine import (
     caller_scopes,
     carry_pass,
     compute_block,
-    compute_platform,
     computes_ahead,
     from_host,
     run_plan,
@@ -78,11 +76,8 @@ from ..engine import (
 )
 from ..errors import InputError, arg
 from ..store import Target, ZarrSink
-from ..summaries import Reduced, SummaryPlan
+from ..summaries import SummaryPlan
 from ._commit import BlockResult, Output
-from ._device import DeviceSummaries, summaries_on_device
-
-log = logging.getLogger("streamacc")
 
 __all__ = [
     "CARRIES_AHEAD",
@@ -150,14 +145,12 @@ def write_block(
     summary: SummaryPlan | None = None,
     *,
     reverse: bool = False,
-    reduced: Mapping[str, Reduced] | None = None,
 ) -> BlockResult:
     """Cut a computed block's summary pieces, write it durably, give its buffer back, describe it for its commit.
 
     The pieces come first, while the block is fresh from the computation (in the last-level
-    cache unless something evicted it), and the encoder follows on the block they just read;
-    ``reduced`` holds the statistics of some outputs' pieces already, from the device (see
-    ``_device.DeviceSummaries``). Without a ``sink`` (a virtual run) nothing is written: the block is computed for its
+    cache unless something evicted it), and the encoder follows on the block they just read.
+    Without a ``sink`` (a virtual run) nothing is written: the block is computed for its
     summaries. The block's first step (in scan order) whose y holds a NaN or an infinity,
     if any, is found from the pieces where there are some (see :func:`first_nonfinite`).
     """
@@ -165,7 +158,7 @@ def write_block(
     leaves = jax.tree_util.tree_leaves(block.ys)
     nbytes = sum(y.nbytes for y in leaves)
     ys = dict(zip(names, leaves, strict=True))
-    pieces = None if summary is None else summary.pieces(block.rows.start, ys, reduced)  # summaries count rows
+    pieces = None if summary is None else summary.pieces(block.rows.start, ys)  # summaries count rows
     suspects = {} if summary is None or pieces is None else summary.nonfinite(pieces, ys)
     bad = first_nonfinite(ys, block.rows.start, suspects, reverse)
     nonfinite = None if bad is None else (row_step(bad[0], block.save_every), bad[1])
@@ -221,21 +214,14 @@ class LocalExecutor:
         ahead = computes_ahead()  # not on a CPU: there it would hold a block buffer more for nothing
         pool = BlockPool(pool_size(self.inflight, ahead=ahead))
         carry = from_host(output.carry, plan.init)
-        summary = output.summary_plan
-        device = None
-        if summary is not None and summaries_on_device(compute_platform()):
-            device = DeviceSummaries(names, summary, plan.save_every)
-        dispatched = None if device is None else device.dispatched
         blocks = on_own_thread(
-            run_plan(plan, carry=carry, first_block=output.first_block, pool=pool, ahead=ahead, dispatched=dispatched),
-            scopes=caller_scopes,
+            run_plan(plan, carry=carry, first_block=output.first_block, pool=pool, ahead=ahead), scopes=caller_scopes
         )
 
         def work(item: _ComputedBlock) -> BlockResult:
-            reduced = None if device is None else device.take(item.block)
             return write_block(
-                output.data_sink, names, item.index, item.block, item.carry_in, item.carry_out, summary,
-                reverse=plan.reverse, reduced=reduced,
+                output.data_sink, names, item.index, item.block, item.carry_in, item.carry_out, output.summary_plan,
+                reverse=plan.reverse,
             )  # fmt: skip
 
         def commit(item: _ComputedBlock, result: BlockResult) -> None:

@@ -15,14 +15,13 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_face
 
 if TYPE_CHECKING:
-    from ._check import SummaryCheck as SummaryCheck, mean_tolerance as mean_tolerance
+    from ._check import SummaryCheck as SummaryCheck
     from ._extension import extension_tail as extension_tail, rebuild_stale_arrays as rebuild_stale_arrays
     from ._plain import plain_array as plain_array, plain_group as plain_group
     from ._pyramid import BlockPieces as BlockPieces, level_chunks as level_chunks
     from ._reduce import Rows as Rows, reduce_steps as reduce_steps
     from ._store import LISTED_GROUP as LISTED_GROUP, SUMMARIES as SUMMARIES, listing as listing
     from ._summaries import (
-        Reduced as Reduced,
         Summaries as Summaries,
         SummaryPlan as SummaryPlan,
         summarized_names as summarized_names,

@@ -31,7 +31,6 @@ Arrays here carry the window axis first and the output's trailing (state) axes a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -41,10 +40,8 @@ from ..base import is_bfloat16
 from ._reduce import Acc, Rows, reduce_steps
 
 __all__ = [
-    "BlockCut",
     "BlockPieces",
     "Piece",
-    "block_cut",
     "block_pieces",
     "fold_children",
     "fold_pieces",
@@ -94,17 +91,6 @@ class BlockCut:
     last: int
     tail: int
 
-    @property
-    def runs(self) -> tuple[tuple[int, int], ...]:
-        """The block's pieces in order as runs of ``(rows, pieces)``: the rows of each piece and how many in a row."""
-        runs = ((self.head, 1), (self.window, self.whole), (self.last, 1), (self.tail, 1))
-        return tuple((rows, n) for rows, n in runs if rows and n)
-
-    @property
-    def first(self) -> int:
-        """The first finest window that begins inside the block (the window of its ``whole`` windows' first)."""
-        return (self.start + self.head) // self.window
-
 
 def block_cut(start: int, rows: int, window: int, length: int) -> BlockCut:
     """The :class:`BlockCut` of rows ``[start, start + rows)`` of an output of ``length`` rows, in windows of
@@ -117,15 +103,10 @@ def block_cut(start: int, rows: int, window: int, length: int) -> BlockCut:
     return BlockCut(start, window, a - start, whole, last, stop - max(e, a))
 
 
-def block_pieces(
-    data: np.ndarray, start: int, window: int, length: int, *, whole: bool = False, reduced: Acc | None = None
-) -> BlockPieces:
+def block_pieces(data: np.ndarray, start: int, window: int, length: int, *, whole: bool = False) -> BlockPieces:
     """Cut block ``data`` (steps ``[start, start + len(data))`` of ``length``) into finest-level pieces.
 
     With ``whole``, each piece over every value of its steps (the output summarised over its whole state).
-    ``reduced`` holds the pieces' statistics already, computed elsewhere (on the device that computed the block),
-    one row per piece in the order of :attr:`BlockCut.runs`: a piece whose row holds a NaN in its sum (a NaN, an
-    infinity or a sum too large there) is reduced here again, from ``data``.
     """
     if whole:
         data = np.asarray(data).reshape(len(data), -1)
@@ -134,8 +115,6 @@ def block_pieces(
     def one(part: np.ndarray) -> Acc:
         return reduce_steps(part.reshape(-1) if whole else part, 0)
 
-    if reduced is not None:
-        return _given_pieces(cut, data, reduced, one)
     head = tail = rows = None
     at = start + cut.head  # where the whole windows begin
     if cut.head:
@@ -156,44 +135,6 @@ def block_pieces(
         begin = start + len(data) - cut.tail
         tail = Piece(begin // window, begin, start + len(data), one(data[len(data) - cut.tail :]))
     return BlockPieces(head, at // window, rows, tail)
-
-
-def _given_pieces(cut: BlockCut, data: np.ndarray, reduced: Acc, one: Callable[[np.ndarray], Acc]) -> BlockPieces:
-    """The pieces of :func:`block_pieces` from their statistics ``reduced`` (a row a piece), those whose sum is NaN
-    reduced again from ``data``."""
-    bounds = []  # each piece's rows in the block
-    begin = 0
-    for size, n in cut.runs:
-        bounds += [(begin + k * size, begin + (k + 1) * size) for k in range(n)]
-        begin += size * n
-    if len(bounds) != len(reduced.count):
-        raise ValueError(f"{len(reduced.count)} rows of statistics for the {len(bounds)} pieces of a block")
-    redo = np.isnan(reduced.sum).reshape(len(bounds), -1).any(axis=1)
-    if redo.any():
-        reduced = Acc(*(np.array(v) for v in reduced.fields()))  # copies: the pieces redone are set in place
-        for k in np.flatnonzero(redo):
-            a, b = bounds[k]
-            reduced.min[k], reduced.max[k], reduced.sum[k], reduced.count[k] = one(data[a:b]).fields()
-    start, window = cut.start, cut.window
-
-    def piece(i: int) -> Acc:  # one row, its fields arrays as reduce_steps gives them
-        return Acc(*(np.asarray(v[i]) for v in reduced.fields()))
-
-    i = 0
-    head: Piece | None = None
-    tail: Piece | None = None
-    rows: Rows | None = None
-    if cut.head:
-        head = Piece(start // window, start, start + cut.head, piece(0))
-        i = 1
-    windows = cut.whole + (1 if cut.last else 0)
-    if windows:
-        rows = reduced[i : i + windows].rows()
-        i += windows
-    if cut.tail:
-        begin = start + len(data) - cut.tail
-        tail = Piece(begin // window, begin, start + len(data), piece(i))
-    return BlockPieces(head, cut.first, rows, tail)
 
 
 def _all_finite(low: np.ndarray, high: np.ndarray, count: np.ndarray, values: Any, windows: int) -> np.ndarray:

@@ -34,19 +34,11 @@ import numpy as np
 from ..base import dtype_from_name
 from ..errors import VerifyError, arg, one_line
 from ..store import ArraySpec, Target
-from ._pyramid import (
-    BlockPieces,
-    Pyramid,
-    block_cut,
-    block_pieces,
-    fold_children,
-    nonfinite_pieces,
-    summarizable,
-)
-from ._reduce import Acc, Rows
+from ._pyramid import BlockPieces, Pyramid, block_pieces, fold_children, nonfinite_pieces, summarizable
+from ._reduce import Rows
 from ._store import SummaryArrays, TailText, decode_tail, encode_tail
 
-__all__ = ["Reduced", "Summaries", "SummarizedRun", "SummaryPlan", "damaged", "summarized_names"]
+__all__ = ["Summaries", "SummarizedRun", "SummaryPlan", "damaged", "summarized_names"]
 
 
 class SummarizedRun(Protocol):
@@ -79,20 +71,6 @@ def _state_sizes(run: SummarizedRun, names: Sequence[str]) -> dict[str, int]:
     return {n: 1 if n in run.over_state else int(np.prod(run.arrays[n][1][1:], dtype=np.int64)) for n in names}
 
 
-Reduced = tuple[np.ndarray, np.ndarray, np.ndarray]
-"""A block's pieces' minimum, maximum and sum (float64), a row a piece: what the device that computed it gives."""
-
-
-def _acc(runs: tuple[tuple[int, int], ...], given: Reduced, state: tuple[int, ...], whole: bool) -> Acc:
-    """The statistics ``given`` of a block's pieces, with their counts: every value of each (a NaN sum is redone)."""
-    low, high, total = given
-    rows = np.repeat([r for r, _ in runs], [n for _, n in runs]).astype(np.int64)
-    size = int(np.prod(state, dtype=np.int64))
-    count = rows * size if whole else np.ascontiguousarray(np.broadcast_to(rows.reshape(-1, *[1] * len(state)),
-                                                                           (len(rows), *state)))  # fmt: skip
-    return Acc(low, high, np.asarray(total, dtype=np.float64), count)
-
-
 @dataclasses.dataclass(frozen=True)
 class SummaryPlan:
     """What the writer of a block needs to cut its pieces (hashable: it travels to cluster workers)."""
@@ -103,26 +81,12 @@ class SummaryPlan:
     over_state: frozenset[str] = frozenset()
     """The outputs summarised over their whole state: each window's values of every step together."""
 
-    def runs(self, start: int, rows: int) -> tuple[tuple[int, int], ...]:
-        """The pieces of a block of ``rows`` rows from row ``start``, in order, as runs of ``(rows, pieces)``."""
-        return block_cut(start, rows, self.window, self.length).runs
-
-    def pieces(
-        self, start: int, ys: Mapping[str, np.ndarray], reduced: Mapping[str, Reduced] | None = None
-    ) -> dict[str, BlockPieces]:
-        """Each summarised output's pieces of the block of ``ys`` beginning at row ``start``.
-
-        ``reduced`` holds, for some outputs, each piece's minimum, maximum and sum already (a row a piece, in the
-        order of :meth:`runs`: computed on the device that computed the block), a NaN sum where the piece is to be
-        reduced here from its data; the others are reduced here.
-        """
-        out = {}
-        for name in self.names:
-            data, whole = np.asarray(ys[name]), name in self.over_state
-            given = None if reduced is None else reduced.get(name)
-            acc = None if given is None else _acc(self.runs(start, len(data)), given, data.shape[1:], whole)
-            out[name] = block_pieces(data, start, self.window, self.length, whole=whole, reduced=acc)
-        return out
+    def pieces(self, start: int, ys: Mapping[str, np.ndarray]) -> dict[str, BlockPieces]:
+        """Each summarised output's pieces of the block of ``ys`` beginning at row ``start``."""
+        return {
+            name: block_pieces(np.asarray(ys[name]), start, self.window, self.length, whole=name in self.over_state)
+            for name in self.names
+        }
 
     def nonfinite(
         self, pieces: Mapping[str, BlockPieces], ys: Mapping[str, np.ndarray]
