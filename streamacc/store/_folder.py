@@ -7,6 +7,7 @@ refusals of what stands inside an output where a file belongs, each naming the f
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -114,8 +115,15 @@ class LocalFolder:
         is there (a folder reads so, as zarr's ``LocalStore`` reads it): never through a link nor from a special
         file, each refused by name; so is a file that cannot be read."""
         path = self.path(key)
-        try:
+        with self.reading(path):
             return read_file(path, offset=offset, length=length, suffix=suffix)
+
+    @contextlib.contextmanager
+    def reading(self, path: Path) -> Iterator[None]:
+        """Raise what stands at ``path`` where a file is read (a special file, a link, a file that cannot be read)
+        as the refusal that names it."""
+        try:
+            yield
         except SpecialFile as exc:
             raise special(path, self.label, exc.kind) from None
         except PermissionError as exc:

@@ -11,7 +11,6 @@ on the folder, fsync of the files written beside the store (a block's chunks, se
 from __future__ import annotations
 
 import contextlib
-import errno
 import itertools
 import os
 import threading
@@ -22,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from ..errors import OutputExistsError, StoreError
 from ._files import (
     DirLock,
-    SpecialFile,
     atomic_write,
     find_misplaced,
     flock_holder,
@@ -33,7 +31,7 @@ from ._files import (
     remove_tree_contents,
     scratch,
 )
-from ._folder import LocalFolder, linked, special, unreadable
+from ._folder import LocalFolder, special
 from ._target import Target, being_written
 
 if TYPE_CHECKING:
@@ -100,18 +98,10 @@ class LocalTarget(Target):
         """Read into this thread's reused buffer (no fresh memory per chunk), the file's pages then dropped from the
         page cache; a file that shrank while read gives what it held, and its checksum refuses it."""
         path = self.folder.path(key)
-        try:
+        with self.folder.reading(path):
             return read_into(
                 path, lambda size: scratch("read", size)[:size], follow=False, whole=False, drop_cache=True
             )
-        except SpecialFile as exc:
-            raise special(path, self.label, exc.kind) from None
-        except PermissionError as exc:
-            raise unreadable(path, self.label, exc) from None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise linked(path) from None
-            raise
 
     def write(self, key: str, data: bytes) -> None:
         """Durably, as the store writes (``atomic_write``), but called here: a key the target writes itself (a

@@ -129,30 +129,25 @@ class Target:
         """The last ``size`` bytes stored at each key (None where absent), read concurrently where the store can."""
         from zarr.abc.store import SuffixByteRequest
 
-        found: list[bytes | None] = []
-        prototype = default_buffer_prototype()
-        for i in range(0, len(keys), TAIL_BATCH):
-            requests = [(key, SuffixByteRequest(size)) for key in keys[i : i + TAIL_BATCH]]
-            try:
-                got = sync(self.store.get_partial_values(prototype, requests))
-            except FileNotFoundError:  # zarr's LocalStore raises for a missing key here, where get returns None
-                got = [sync(self.store.get(key, prototype, request)) for key, request in requests]
-            found += [None if b is None else b.to_bytes() for b in got]
-        return found
+        return self._parts([(key, SuffixByteRequest(size)) for key in keys])
 
     def ranges(self, requests: list[tuple[str, int, int]]) -> list[bytes | None]:
         """The bytes ``[start, stop)`` of each ``(key, start, stop)`` (None where the key is absent), read concurrently
         where the store can."""
         from zarr.abc.store import RangeByteRequest
 
+        return self._parts([(key, RangeByteRequest(start, stop)) for key, start, stop in requests])
+
+    def _parts(self, asked: list[tuple[str, Any]]) -> list[bytes | None]:
+        """The part of each key that its byte request asks for (None where the key is absent), a batch at a time."""
         found: list[bytes | None] = []
         prototype = default_buffer_prototype()
-        for i in range(0, len(requests), TAIL_BATCH):
-            asked = [(key, RangeByteRequest(start, stop)) for key, start, stop in requests[i : i + TAIL_BATCH]]
+        for i in range(0, len(asked), TAIL_BATCH):
+            batch = asked[i : i + TAIL_BATCH]
             try:
-                got = sync(self.store.get_partial_values(prototype, asked))
+                got = sync(self.store.get_partial_values(prototype, batch))
             except FileNotFoundError:  # zarr's LocalStore raises for a missing key here, where get returns None
-                got = [sync(self.store.get(key, prototype, request)) for key, request in asked]
+                got = [sync(self.store.get(key, prototype, request)) for key, request in batch]
             found += [None if b is None else b.to_bytes() for b in got]
         return found
 
