@@ -289,6 +289,26 @@ def test_a_step_failing_after_the_first_block_is_a_step_error_whatever_raised_it
     assert streamacc.info(out).committed_steps == 32
 
 
+def test_a_failing_production_still_commits_what_it_produced_before():
+    """The write loop's items failing (a block's step raising) lets the blocks computed before it be written and
+    committed, in order, however slow their writes, before the error is raised: a step error's message counts them."""
+    from streamacc.base import run_ordered
+
+    committed: list[int] = []
+
+    def produced():
+        yield from range(3)
+        raise ValueError("the step raised")
+
+    def slow(item: int) -> int:
+        time.sleep(0.05)
+        return item * 10
+
+    with pytest.raises(ValueError, match="the step raised"):  # one writer: items 1 and 2 wait in its queue
+        run_ordered(produced(), slow, lambda item, result: committed.append(result), depth=4, workers=1)
+    assert committed == [0, 10, 20]
+
+
 def test_a_step_failing_after_the_first_block_is_a_step_error_in_memory_and_in_verify(tmp_path, monkeypatch):
     """``iter_blocks`` and ``scan`` raise it naming the block's steps (still a ``JaxRuntimeError``, as before);
     ``verify`` names the block it recomputed and says that the output is as it was."""

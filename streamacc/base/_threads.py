@@ -342,7 +342,8 @@ def run_ordered(
 
     Production blocks while ``depth`` items are unfinished. If any work or commit fails,
     nothing after the failed item is committed, the rest is cancelled, and the first
-    error is raised here.
+    error is raised here. If producing an item fails (an ``Exception`` from ``items``),
+    the items produced before it are still worked and committed, then that error is raised.
     """
 
     def run(item: T, before: Future[None] | None) -> None:
@@ -354,7 +355,17 @@ def run_ordered(
     inflight: deque[Future[None]] = deque()
     with ThreadPoolExecutor(max_workers=max(workers, 1), thread_name_prefix="streamacc-write") as pool:
         try:
-            for item in items:
+            produced = iter(items)
+            while True:
+                try:
+                    item = next(produced)
+                except StopIteration:
+                    break
+                except Exception:
+                    with contextlib.suppress(Exception):  # the production's error is the one to raise
+                        while inflight:
+                            inflight.popleft().result()
+                    raise
                 while len(inflight) >= depth:
                     inflight.popleft().result()
                 inflight.append(pool.submit(run, item, inflight[-1] if inflight else None))
