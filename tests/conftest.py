@@ -128,12 +128,13 @@ site built with every example run: each costly to make), by the group those test
 pytest -n, a group runs in one worker, so each is made once, not once per worker."""
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups into the test ids
-def pytest_collection_modifyitems(items):
+@pytest.hookimpl(wrapper=True)  # around pytest-xdist's own, which reads the groups into the test ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
     """A test that needs the session's dask cluster is slow: the first one starts its worker processes.
 
     Those tests run one after the other (last, in one process), and the cluster is closed after
-    the last of them (``pytest_runtest_teardown``).
+    the last of them (``pytest_runtest_teardown``). A ``pytest -n`` run whose groups did not take
+    stops (:func:`_check_grouped`).
     """
     for item in items:
         for fixture, group in SHARED_FIXTURES.items():
@@ -147,6 +148,35 @@ def pytest_collection_modifyitems(items):
         return "dask_client" in item.fixturenames, item.get_closest_marker("kills_a_worker") is not None
 
     items.sort(key=order)  # stable: each group keeps its order
+    result = yield
+    _check_grouped(config, items)
+    return result
+
+
+def _check_grouped(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Fail the grouped tests of a worker whose groups did not take: each worker would make the shared fixtures.
+
+    pytest-xdist hands a group to one worker by the ``@GROUP`` it appends to each grouped test's
+    id; a pytest that no longer reads it (9.2, pytest-dev/pytest-xdist#1386) leaves the groups
+    silently ignored, the docs site built and a dask cluster started once per worker.
+    """
+    if not getattr(config.option, "loadgroup", False):
+        return
+    if any(item.get_closest_marker("xdist_group") and "@" not in item.nodeid for item in items):
+        config.stash[_UNGROUPED] = (
+            f"pytest-xdist's groups did not take under pytest {pytest.__version__}: install the pinned tools, "
+            "pip install -c .ci/constraints.txt -e '.[test]'"
+        )
+
+
+_UNGROUPED = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures are made
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    ungrouped = item.config.stash.get(_UNGROUPED, None)
+    if ungrouped is not None and item.get_closest_marker("xdist_group"):
+        pytest.fail(ungrouped, pytrace=False)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -189,25 +189,6 @@ def test_a_store_object_cannot_travel_to_workers(client):
     assert not store._store_dict  # refused before anything was written
 
 
-def test_a_worker_that_never_takes_the_plan_ends_the_run_with_the_fix(tmp_path, client, monkeypatch):
-    """A broadcast that meets a worker dying waits for ever in dask; the run gives up after its timeout."""
-    from streamacc.run import SCATTER_TIMEOUT
-
-    asked = {}
-
-    def scatter(data, **kwargs):
-        asked.update(kwargs)
-        raise TimeoutError
-
-    monkeypatch.setattr(client, "scatter", scatter)
-    out = tmp_path / "out.zarr"
-    with pytest.raises(streamacc.StreamaccError, match=r"did not all take the run's plan .* rerun with mode='resume'"):
-        streamacc.write(out, lambda c, _: (c * 2.0, c), np.float64(1.0), length=64, block_size=16, client=client,
-                        progress=False)  # fmt: skip
-    assert asked["timeout"] == SCATTER_TIMEOUT and asked["broadcast"]
-    assert read_manifest(out)["committed_blocks"] == 0
-
-
 def test_the_runs_own_summary_writes_are_no_debris_of_a_killed_worker(tmp_path, client, monkeypatch):
     """After its blocks the run clears the temp files killed workers left; its own summary chunks still being
     written in the background (slowed here while their temp files exist) are waited for, not removed."""

@@ -321,18 +321,21 @@ def test_the_readmes_dask_comment_counts_the_chunks_its_example_reads(tmp_path):
     import dask.array as da
     import numpy as np
 
+    from streamacc.base import default_chunks
     from streamacc.cli import main
 
     text = (ROOT / "README.md").read_text()
     assert "$ streamacc write out.zarr --size '2**20' --block-size '2**16'" in text  # the output it reads
     comment = (r"\[-10\*\*6:\]\.compute\(\) +# the last million values: only the chunks holding\s+# them are "
-               r"read \((\d+) of 2\*\*16 steps here; one at the headline's 2\*\*22-step chunks\)")
+               r"read \((\d+) of 2\*\*16 steps here; two of 2\*\*19 at the headline\)")
     said = re.search(comment, text)
     assert said is not None
     out = tmp_path / "out.zarr"
     assert main(["write", str(out), "--size", "2**20", "--block-size", "2**16", "--no-progress", "--no-summaries"]) == 0
     last = da.from_zarr(str(out), component="x")[-(10**6) :]
     assert last.numblocks == (int(said.group(1)),) == (-(-(10**6) // 2**16),)  # ceil(10**6 / 2**16) chunks
+    headline = default_chunks((), 8, 2**22)  # the default block of float64 steps: 32 MiB
+    assert headline == (2**19,) and -(-(10**6) // headline[0]) == 2  # its length 2**32 ends at a chunk's end
     assert 10**6 <= 2**22 and bool(np.isfinite(last[-3:].compute()).all())  # the headline's: within one chunk
 
 

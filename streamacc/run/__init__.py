@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from ._commit import BlockResult as BlockResult, Output as Output
     from ._dask import (
         BLOCKS_PER_TASK as BLOCKS_PER_TASK,
-        SCATTER_TIMEOUT as SCATTER_TIMEOUT,
         BlockTask as BlockTask,
         SinkSpec as SinkSpec,
         run_block_tasks as run_block_tasks,

@@ -14,7 +14,8 @@ from one that differs between machines by recomputing the block on the driver: t
 then goes on with a carry pass that runs the block function itself.
 
 Tasks are idempotent (the same bytes every time), so the scheduler may retry a task whose
-worker died. Step functions travel by cloudpickle; the plan is scattered once per worker.
+worker died. Step functions travel by cloudpickle; the plan is a task of its own, which each worker
+fetches once, and which the scheduler makes again where every worker that held it died.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from ..engine import (
     to_host,
     x64_scope,
 )
-from ..errors import CarryMismatchError, InputError, StreamaccError, arg
+from ..errors import CarryMismatchError, InputError
 from ..store import LocalTarget, StoreTarget, Target, ZarrSink, open_target
 from ..summaries import SummaryPlan
 from ._cluster import close_worker_sessions
@@ -94,16 +95,17 @@ class SinkSpec:
         )
 
 
+def _the_plan(plan: Plan) -> Plan:
+    """The run's plan, as the result of a task (which the scheduler can run again)."""
+    return plan
+
+
 @functools.lru_cache(maxsize=4)
 def _open_sink(spec: SinkSpec) -> ZarrSink:
     """The sink of ``spec`` in this worker process, opened once a run and reused by its later tasks."""
     target = open_target(spec.location, storage_options=json.loads(spec.storage_options), follow=spec.lease)
     return ZarrSink.open(target, list(spec.names))
 
-
-SCATTER_TIMEOUT = 120.0
-"""Seconds the workers have to take a run's plan: a worker that dies while it is sent
-(restarting, unreachable) would otherwise keep the broadcast waiting for ever."""
 
 WRITE_AHEAD = 1
 """Blocks a task computes ahead of the one being written."""
@@ -187,14 +189,8 @@ class DaskExecutor:
     def run(self, plan: Plan, output: Output) -> None:
         spec = SinkSpec.of(output)
         x64 = bool(jax_option("jax_enable_x64"))
-        try:
-            plan_future = self.client.scatter(plan, broadcast=True, hash=False, timeout=SCATTER_TIMEOUT)
-        except TimeoutError:
-            raise StreamaccError(
-                f"the cluster's workers did not all take the run's plan within {SCATTER_TIMEOUT:.0f} s (a worker "
-                f"restarting or unreachable); nothing more was written; rerun with {arg('mode', 'resume')} once "
-                "the cluster is healthy"
-            ) from None
+        # not scattered: scattered data lost with its workers is lost for good, and the tasks that need it with it
+        plan_future = self.client.submit(_the_plan, plan, pure=False)
         try:
             differs = self._pass(plan, output, _Submit(self.client, plan_future, spec, x64), exact=False)
             if differs is not None:
@@ -250,7 +246,7 @@ class _Submit:
     """Submits a group of consecutive block tasks to the cluster."""
 
     client: Any
-    plan: Any  # the plan, scattered to every worker
+    plan: Any  # the plan's task
     spec: SinkSpec
     x64: bool
 
