@@ -6,8 +6,8 @@
 # goes to benchmarks/out/logs/.
 #
 #   bash benchmarks/reproduce.sh            # everything (hours on 2 cores, 30 GB of disk)
-#   bash benchmarks/reproduce.sh headline   # one section: headline floor profile suite peers summaries overview
-#                                           #   plot startup input virtual limits verify codecs chunks compensated
+#   bash benchmarks/reproduce.sh headline   # one section: headline floor profile suite peers summaries condition overview
+#                                           #   plot startup reading input virtual limits verify codecs chunks compensated
 #                                           #   accuracy dist simulations wide heat mcmc adversarial tests
 #   NOTE='what changed' bash benchmarks/reproduce.sh summaries   # a note saved with the run
 #   REF=/tmp/v100 bash benchmarks/reproduce.sh startup   # beside another checkout's code (git archive b895ae4 | tar -x -C /tmp/v100)
@@ -34,6 +34,8 @@ summaries() {
   bench summaries benchmarks/test_summaries.py::test_summaries_cost --size '2**30' --repeat 3
   bench summaries-slices benchmarks/test_summaries.py::test_summaries_slices
 }
+condition() { bench until benchmarks/test_summaries.py::test_until_cost --size '2**30' --repeat 3; }
+reading() { bench reading benchmarks/test_reading.py --size '2**28' ${REF:+--ref "$REF"}; }  # REF: 1.1.0's code
 overview() { bench overview "$T::test_overview" --size '2**32' --repeat 2; }
 plot() { bench plot "$T::test_plot_cold" --size '2**30' --repeat 4; }  # --ref OTHER_CHECKOUT: the code before
 startup() {  # REF: the release whose start-up a plain write and the readers are held to (1.0.0's code)
@@ -65,7 +67,7 @@ adversarial() { bench adversarial "$T::test_adversarial" -m long --repeat 10; }
 tests() { bench tests "$T::test_tests_cpu" -m long --repeat 2; }
 
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(headline floor profile suite peers summaries overview plot startup input virtual
+[ ${#sections[@]} -gt 0 ] || sections=(headline floor profile suite peers summaries condition overview plot startup reading input virtual
   limits verify codecs chunks compensated accuracy dist simulations wide heat mcmc adversarial tests)
 for section in "${sections[@]}"; do
   "$section"

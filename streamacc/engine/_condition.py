@@ -27,7 +27,6 @@ import dataclasses
 from typing import Any
 
 import jax
-from jax.extend.core import Literal, Var
 
 from ._checks import Predicate, Step
 
@@ -71,13 +70,25 @@ class Until:
     sources: tuple[Source, ...] = ()
 
 
+def _is_literal(v: Any) -> bool:
+    from jax.extend.core import Literal  # jax.extend imports Pallas: only a run with a condition pays for it
+
+    return isinstance(v, Literal)
+
+
+def _is_var(v: Any) -> bool:
+    from jax.extend.core import Var
+
+    return isinstance(v, Var)
+
+
 def _origins(jaxpr: Any) -> dict[Any, Any]:
     """Each variable of ``jaxpr`` by what it is: an input (``("in", i)``), or a value an equation made, seen through
     optimization barriers and nested jitted functions (whose outputs that are their inputs are those inputs)."""
     origin: dict[Any, Any] = {v: ("in", i) for i, v in enumerate(jaxpr.invars)}
 
     def of(v: Any) -> Any:
-        return ("literal", repr(v)) if isinstance(v, Literal) else origin.get(v, ("free", id(v)))
+        return ("literal", repr(v)) if _is_literal(v) else origin.get(v, ("free", id(v)))
 
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
@@ -88,7 +99,7 @@ def _origins(jaxpr: Any) -> dict[Any, Any]:
         elif inner is not None and hasattr(inner, "jaxpr") and len(inner.jaxpr.invars) == len(eqn.invars):
             within = _origins(inner.jaxpr)
             for p, out in enumerate(eqn.outvars):
-                made = within.get(inner.jaxpr.outvars[p]) if isinstance(inner.jaxpr.outvars[p], Var) else None
+                made = within.get(inner.jaxpr.outvars[p]) if _is_var(inner.jaxpr.outvars[p]) else None
                 if made is not None and made[0] == "in":
                     origin[out] = of(eqn.invars[made[1]])
                 else:
@@ -108,7 +119,7 @@ def sources(f: Step, carry: Any, x: Any) -> tuple[Source, ...]:
     n = len(jax.tree_util.tree_leaves(carry))
 
     def of(v: Any) -> Any:
-        return ("literal", repr(v)) if isinstance(v, Literal) else origin.get(v, ("free", id(v)))
+        return ("literal", repr(v)) if _is_literal(v) else origin.get(v, ("free", id(v)))
 
     new, ys = [of(v) for v in jaxpr.outvars[:n]], [of(v) for v in jaxpr.outvars[n:]]
     found = []
@@ -129,10 +140,10 @@ def _read(until: Predicate, carry: Any, y: Any) -> tuple[set[int], set[int]]:
     (an equation of nested functions counted whole)."""
     closed = jax.make_jaxpr(until)(carry, y)
     jaxpr = closed.jaxpr
-    needed = {v for v in jaxpr.outvars if isinstance(v, Var)}
+    needed = {v for v in jaxpr.outvars if _is_var(v)}
     for eqn in reversed(jaxpr.eqns):
         if any(v in needed for v in eqn.outvars) or eqn.effects:
-            needed.update(v for v in eqn.invars if isinstance(v, Var))
+            needed.update(v for v in eqn.invars if _is_var(v))
     n = len(jax.tree_util.tree_leaves(carry))
     used = [i for i, v in enumerate(jaxpr.invars) if v in needed]
     return {i for i in used if i < n}, {i - n for i in used if i >= n}
