@@ -76,7 +76,7 @@ def approach(name: str) -> Callable:
 
 
 def light_streamacc() -> None:
-    """Make ``streamacc.store._encoding``, ``streamacc.store._files`` and
+    """Make ``streamacc.store._codecs``, ``streamacc.store._files`` and
     ``streamacc.base._threads`` importable without running ``streamacc/__init__`` at all.
 
     Their wings need only the standard library, numpy and zarr; a stub package keeps
@@ -104,7 +104,7 @@ def import_zarr() -> None:
     import numpy  # noqa: F401
     import zarr  # noqa: F401
 
-    import streamacc.store._encoding  # noqa: F401
+    import streamacc.store._codecs  # noqa: F401
 
 
 def fsync_tree(root: Path) -> None:
@@ -127,20 +127,24 @@ def fsync_tree(root: Path) -> None:
 
 
 def create_x(out: Path, n: int, chunk: int, codec: str):
-    """The output array ``x``: the chunks, codec and fill value that streamacc would use."""
+    """The output array ``x`` as streamacc stores it: a shard a block of ``chunk`` steps, inner chunks of 2**19
+    steps at most (a float64 series' default), the codec, each chunk's CRC-32C, and the fill value."""
     import numpy as np
     import zarr
+    from zarr.codecs import Crc32cCodec
 
-    from streamacc.store._encoding import compressors_for
+    from streamacc.store._codecs import compressors_for
 
+    shard = min(chunk, n)
     group = zarr.open_group(str(out), mode="w")
     return group.create_array(
         "x",
         shape=(n,),
-        chunks=(min(chunk, n),),
+        chunks=(min(shard, 2**19),),
+        shards=(shard,),
         dtype="float64",
         fill_value=np.nan,
-        compressors=compressors_for(codec),
+        compressors=[*compressors_for(codec), Crc32cCodec()],
         dimension_names=["step"],
         config={"write_empty_chunks": True},
     )
@@ -353,7 +357,7 @@ def run_precomputed(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     arr = create_x(args.out, args.size, args.chunk, args.codec)
     block = gp_block(0, min(args.block, args.size), None)
-    chunk = arr.chunks[0]
+    chunk = (arr.shards or arr.chunks)[0]  # a stored object: a shard
 
     def work(start: int) -> None:
         stop = min(start + args.block, args.size)

@@ -205,3 +205,18 @@ def test_the_accelerator_benchmark_runs_every_scenario_on_a_cpu_and_converts_int
                                converted_from="accelerator.json")  # fmt: skip
     assert _results.errors(result) == []
     assert list(tmp_path.iterdir()) == [out]  # its scratch outputs are gone
+
+
+def test_the_peers_hand_written_approaches_run_and_store_streamaccs_layout(tmp_path):
+    """The approaches the peers' benchmark times beside the command (zarr alone, a numpy loop, dask) create the
+    array as streamacc stores it, through its store's helpers: each runs, and its values are the progression's."""
+    out = tmp_path / "suite"
+    approaches = ["zarr-precomputed", "numpy-loop", "dask-cumprod"]
+    proc = subprocess.run([sys.executable, BENCHMARKS / "bench_suite.py", "--size", "2**12", "--chunk", "2**10",
+                           "--repeat", "1", "--approaches", *approaches, "--out", out, "--scratch", tmp_path / "s"],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    assert sorted(r["approach"] for r in runs) == sorted(approaches)
+    assert [(r["approach"], r["status"]) for r in runs if r["status"] != "ok"] == []
+    assert all(r["values"].startswith(("bit-identical", "max rel err")) for r in runs), runs
