@@ -63,6 +63,12 @@ GRACE_S = 60.0
 """A writer still running this long after SIGINT is killed (SIGKILL) and reported so."""
 
 
+def _ctrl_c_heard() -> None:
+    """SIGINT as a terminal delivers it: a benchmark started in the background of a script (``cmd &``) inherits it
+    ignored, and the write would then never hear the Ctrl-C this benchmark sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def timed(cmd: list[str], *, interrupt_after: float | None = None) -> dict:
     """Run ``cmd`` under GNU time, sampling its RSS; with ``interrupt_after``, send it SIGINT then.
 
@@ -71,7 +77,7 @@ def timed(cmd: list[str], *, interrupt_after: float | None = None) -> dict:
     """
     with tempfile.NamedTemporaryFile("r", suffix=".time") as report:
         gnu = subprocess.Popen(["/usr/bin/time", "-v", "-o", report.name, *cmd], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+                               stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_heard)  # fmt: skip
         start = time.monotonic()
         pid = _child(gnu.pid, start + 60)
         samples, sent, killed = [], None, None
