@@ -37,7 +37,7 @@ def test_every_stored_result_follows_the_schema():
         assert path.suffix == ".json" and path.parent.parent == _results.RESULTS, f"{path}: not a result of the harness"
         doc = json.loads(path.read_text())
         assert _results.errors(doc) == [], path
-        assert re.fullmatch(r"\d{4}_\w+_\d{8}_\d{6}(_uncommited-changes)?\.json", path.name), path
+        assert re.fullmatch(r"\d{4}_\w+_\d{8}_\d{6}(_uncommit?ted-changes)?\.json", path.name), path
 
 
 def test_a_result_without_its_machine_or_load_is_refused():
