@@ -7,7 +7,6 @@ import importlib.util
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -121,10 +120,10 @@ def test_the_harness_records_a_scenario_in_the_schema(tmp_path):
     the machine, its load, the versions, each side's runs, and the harness command that measures it again."""
     out = tmp_path / "result.json"
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
+    proc = run_warm(
         [sys.executable, "-m", "pytest", "benchmarks/test_summaries.py::test_summaries_cost", "--size", "2**12",
          "--repeat", "1", "--scratch", str(tmp_path / "scratch"), f"--benchmark-json={out}", "--note", "a check"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=ROOT, env=env, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0 and out.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads(out.read_text())
