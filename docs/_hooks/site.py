@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -51,6 +52,12 @@ def _fail(exc: Exception) -> PluginError:
 
 
 def on_pre_build(config: Any) -> None:
+    # The checkout's own package, whether or not the Python running mkdocs has it installed: the examples (and the
+    # processes they start) run the code beside these pages. Here, not at import: mkdocs restores sys.path after
+    # loading a hook.
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     _state.clear()
     _state["work"] = Path(tempfile.mkdtemp(prefix="streamacc-docs-build-"))
     _state["runs"] = {}
