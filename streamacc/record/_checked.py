@@ -33,11 +33,19 @@ import numpy as np
 from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.buffer import default_buffer_prototype
-from zarr.storage import WrapperStore
 
 from ..base import rows_in
 from ..errors import VerifyError, arg
-from ..store import MISSING, ChunkWriter, plain_document, settle_at_exit, shard_problem, stored_crc32c, temp_file_of
+from ..store import (
+    MISSING,
+    ChunkWriter,
+    StateSharingWrapper,
+    plain_document,
+    settle_at_exit,
+    shard_problem,
+    stored_crc32c,
+    temp_file_of,
+)
 from ._ledger import Ledger
 from ._manifest import RECORDS_ATTR, SEGMENT, Manifest, node_attribute
 
@@ -68,7 +76,7 @@ def ranged(buf: Buffer, byte_range: ByteRequest, prototype: BufferPrototype) -> 
     return prototype.buffer.from_bytes(data)
 
 
-class CheckedStore(WrapperStore[Store]):
+class CheckedStore(StateSharingWrapper):
     """``store`` (an output's, read-only) with each committed chunk of the run's arrays checked on read."""
 
     FORWARDED = frozenset({"set", "set_if_not_exists", "_set_many", "delete", "delete_dir", "clear", "exists",
@@ -91,11 +99,6 @@ class CheckedStore(WrapperStore[Store]):
         self._parsing: dict[int, asyncio.Future[_Records]] = {}
         self._writers: dict[str, ChunkWriter | None] = {}
         self._indexes: collections.OrderedDict[str, tuple[bytes, np.ndarray]] = collections.OrderedDict()
-
-    def _with_store(self, store: Store) -> CheckedStore:
-        clone = object.__new__(type(self))
-        clone.__dict__.update(self.__dict__, _store=store)
-        return clone
 
     @classmethod
     async def open(cls, store_cls: type[Store], *args: Any, **kwargs: Any) -> CheckedStore:

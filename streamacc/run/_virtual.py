@@ -30,13 +30,12 @@ import numpy as np
 from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, Store
 from zarr.buffer import default_buffer_prototype
-from zarr.storage import WrapperStore
 
 from ..base import counted, dtype_from_name, rows_in
 from ..engine import BlockPool, Plan, PoolStats, compute_block, from_host, same_leaves, to_host, x64_scope
 from ..errors import InputError, VerifyError, arg
 from ..record import CheckedStore, Ledger, Manifest, decode_leaves, ranged
-from ..store import ChunkWriter, open_target, plain_document
+from ..store import ChunkWriter, StateSharingWrapper, open_target, plain_document
 
 if TYPE_CHECKING:
     import xarray
@@ -75,7 +74,7 @@ def _served_document(doc: dict[str, Any]) -> dict[str, Any]:
     return {**plain, "codecs": [c for c in codecs if c.get("name") == "bytes"]}
 
 
-class RecomputingStore(WrapperStore[Store]):
+class RecomputingStore(StateSharingWrapper):
     """An output's store (read-only) whose chunks are read where stored and recomputed elsewhere.
 
     ``plan`` recomputes the run's blocks (its step, inputs and layout, checked against the
@@ -131,11 +130,6 @@ class RecomputingStore(WrapperStore[Store]):
         self._buffers = BlockPool(RECYCLED_BLOCKS)
         self._ledger = Ledger(self._target)
         self._served: dict[str, bytes] = {}
-
-    def _with_store(self, store: Store) -> RecomputingStore:
-        clone = object.__new__(type(self))
-        clone.__dict__.update(self.__dict__, _store=store)
-        return clone
 
     @classmethod
     async def open(cls, store_cls: type[Store], *args: Any, **kwargs: Any) -> RecomputingStore:

@@ -75,6 +75,7 @@ if TYPE_CHECKING:
     from ._sink import ZarrSink as ZarrSink, resize_arrays as resize_arrays
     from ._storetarget import StoreTarget as StoreTarget, close_store_sessions as close_store_sessions
     from ._target import BOOKKEEPING as BOOKKEEPING, LEASE_KEY as LEASE_KEY, Target as Target, sync as sync
+    from ._wrapper import StateSharingWrapper as StateSharingWrapper
     from ._zarrapi import (
         ArrayV3Metadata as ArrayV3Metadata,
         GroupMetadata as GroupMetadata,
