@@ -205,6 +205,26 @@ class OnesUntil:
         return np.ones(key.stop - key.start)
 
 
+class ReadCounting(WrapperStore):
+    """A zarr store that records each key's reads: per key, the bytes each read returned (None where the key was
+    absent), so ``len(store.reads[key])`` counts its reads and ``store.read_bytes(key)`` sums what they fetched."""
+
+    def __init__(self, store, reads: dict | None = None) -> None:
+        super().__init__(store)
+        self.reads: dict[str, list[int | None]] = {} if reads is None else reads
+
+    def _with_store(self, store):
+        return type(self)(store, self.reads)
+
+    async def get(self, key, prototype, byte_range=None):
+        buf = await self._store.get(key, prototype, byte_range)
+        self.reads.setdefault(key, []).append(None if buf is None else len(buf))
+        return buf
+
+    def read_bytes(self, key: str) -> int:
+        return sum(n for n in self.reads.get(key, []) if n is not None)
+
+
 # --- failures injected through the store ----------------------------------------------------------
 
 

@@ -28,9 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import zarr
-from helpers import assert_same_output, dies_at, gp, node_attribute, read_manifest, run, store_files
+from helpers import ReadCounting, assert_same_output, dies_at, gp, node_attribute, read_manifest, run, store_files
 from zarr.codecs import BloscCodec, Crc32cCodec
-from zarr.storage import LocalStore, WrapperStore
+from zarr.storage import LocalStore
 
 import streamacc
 from streamacc.cli import main
@@ -156,32 +156,15 @@ def test_a_shard_is_the_bytes_zarr_writes(tmp_path, codec, shape, inner, shard):
         ]
 
 
-class Counting(WrapperStore):
-    """A zarr store that counts the bytes each key's reads return."""
-
-    def __init__(self, store, read: dict | None = None) -> None:
-        super().__init__(store)
-        self.read = {} if read is None else read
-
-    def _with_store(self, store):
-        return type(self)(store, self.read)
-
-    async def get(self, key, prototype, byte_range=None):
-        buf = await self._store.get(key, prototype, byte_range)
-        if buf is not None:
-            self.read[key] = self.read.get(key, 0) + len(buf)
-        return buf
-
-
 def test_a_small_read_fetches_one_inner_chunk_and_the_index_never_the_block(tmp_path, made):
     out = tmp_path / "out.zarr"
     shutil.copytree(made(*NONE), out)
-    store = Counting(LocalStore(out, read_only=True))
+    store = ReadCounting(LocalStore(out, read_only=True))
     ds = streamacc.open(store, chunks=None)
-    store.read.clear()
+    store.reads.clear()
     np.testing.assert_array_equal(ds.x[2100:2110].values, gp(SIZE)[2100:2110])  # inner chunk 0 of block 2
     index = 16 * (BLOCK // INNER) + 4
-    assert store.read["x/c/2"] == index + INNER * 8 + 4  # the index, and one inner chunk of raw values
+    assert store.read_bytes("x/c/2") == index + INNER * 8 + 4  # the index, and one inner chunk of raw values
 
 
 def swapped(out: Path, a: str, b: str) -> None:
