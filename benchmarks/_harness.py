@@ -138,6 +138,25 @@ def medians(rows: list[dict[str, Any]], side: str, *keys: str) -> dict[str, floa
     return {key: statistics.median(r[key] for r in mine) for key in keys}
 
 
+SIDES = Path(__file__).resolve().parent / "_sides.py"
+"""The script whose named functions are the sides that need more than a command (``_sides.py``)."""
+
+
+def write_command(out: Path, steps: int, *flags: str) -> list[Any]:
+    """``streamacc write OUT --size STEPS`` with ``flags``, as a side runs it."""
+    return [sys.executable, "-m", "streamacc", "write", out, "--size", str(steps), "--no-progress", *flags]
+
+
+def side_command(name: str, **kw: object) -> list[Any]:
+    """The command that runs ``_sides.py``'s side ``name`` with the keyword arguments ``kw``."""
+    return [sys.executable, SIDES, name, json.dumps(kw)]
+
+
+def ratio(a: float, b: float) -> float:
+    """``a / b`` to three places, as the pages show ratios."""
+    return round(a / b, 3)
+
+
 def disk_bytes(path: Path) -> int:
     """The bytes of every file under ``path`` (of ``path`` itself where it is a file)."""
     path = Path(path)

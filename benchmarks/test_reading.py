@@ -12,17 +12,13 @@ cold page cache and a warm one.
 
 from __future__ import annotations
 
-import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
-from _harness import disk_bytes, drop_cache
+from _harness import disk_bytes, drop_cache, ratio, side_command, write_command
 
 from streamacc.cli._expr import parse_int
-
-SIDES = Path(__file__).resolve().parent / "_sides.py"
 
 LAYOUTS = {
     "default": [],
@@ -33,18 +29,6 @@ LAYOUTS = {
 """The layouts compared, by the options that make them (the block is the default's, 2**22 steps)."""
 
 UNSHARDED = "one chunk a block"
-
-
-def write(out: Path, steps: int, *flags: str) -> list:
-    return [sys.executable, "-m", "streamacc", "write", out, "--size", str(steps), "--no-progress", *flags]
-
-
-def side(name: str, **kw: object) -> list:
-    return [sys.executable, SIDES, name, json.dumps(kw)]
-
-
-def ratio(a: float, b: float) -> float:
-    return round(a / b, 3)
 
 
 def layouts(scenario) -> dict[str, tuple[list[str], Path | None]]:
@@ -61,7 +45,7 @@ def written(scenario, steps: int, round_: int) -> dict[str, Path]:
     for i, (name, (flags, root)) in enumerate(layouts(scenario).items()):
         out = scenario.folder / f"layout{i}.zarr"
         shutil.rmtree(out, ignore_errors=True)
-        scenario.run(write(out, steps, *flags), f"write: {name}", root=root, round=round_)
+        scenario.run(write_command(out, steps, *flags), f"write: {name}", root=root, round=round_)
         scenario.rows[-1]["stored bytes"] = disk_bytes(out)
         outs[name] = out
     return outs
@@ -75,7 +59,7 @@ def test_reading_small(scenario, size):
 
     def one_round(i: int) -> None:
         for name, out in written(scenario, steps, i + 1).items():
-            scenario.run(side("small", out=str(out), count=30, seed=i), f"slices: {name}", round=i + 1)
+            scenario.run(side_command("small", out=str(out), count=30, seed=i), f"slices: {name}", round=i + 1)
             shutil.rmtree(out)
 
     scenario.rounds(one_round, default=2)
@@ -103,8 +87,8 @@ def test_reading_whole(scenario, size):
     def one_round(i: int) -> None:
         for name, out in outs.items():
             drop_cache(out)
-            scenario.run(side("whole", out=str(out)), f"whole, cold: {name}", round=i + 1)
-            scenario.run(side("whole", out=str(out)), f"whole, warm: {name}", round=i + 1)
+            scenario.run(side_command("whole", out=str(out)), f"whole, cold: {name}", round=i + 1)
+            scenario.run(side_command("whole", out=str(out)), f"whole, warm: {name}", round=i + 1)
 
     scenario.rounds(one_round, default=2)
     for cache in ("cold", "warm"):

@@ -8,29 +8,12 @@ output read from a cold page cache.
 
 from __future__ import annotations
 
-import json
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
-from _harness import disk_bytes, drop_cache
+from _harness import disk_bytes, drop_cache, ratio, side_command, write_command
 
 from streamacc.cli._expr import parse_int
-
-SIDES = Path(__file__).resolve().parent / "_sides.py"
-
-
-def write(out: Path, steps: int, *flags: str) -> list:
-    return [sys.executable, "-m", "streamacc", "write", out, "--size", str(steps), "--no-progress", *flags]
-
-
-def side(name: str, **kw: object) -> list:
-    return [sys.executable, SIDES, name, json.dumps(kw)]
-
-
-def ratio(a: float, b: float) -> float:
-    return round(a / b, 3)
 
 
 @pytest.mark.benchmark(group="virtual-write")
@@ -43,15 +26,15 @@ def test_virtual_write(scenario, size):
     kinds = (("virtual --no-summaries", nosum, ["--no-summaries"]), ("virtual", virtual, []))
 
     def one_round(i: int) -> None:
-        scenario.run(side("carry", steps=steps), "carry-only scan", round=i + 1)
+        scenario.run(side_command("carry", steps=steps), "carry-only scan", round=i + 1)
         for label, out, flags in kinds:
             shutil.rmtree(out, ignore_errors=True)
-            scenario.run(write(out, steps, "--virtual", *flags), label, round=i + 1)
+            scenario.run(write_command(out, steps, "--virtual", *flags), label, round=i + 1)
             scenario.rows[-1]["stored bytes"] = disk_bytes(out)
 
     scenario.rounds(one_round, default=2)
     stored, stored_steps = scenario.folder / "stored.zarr", min(steps, 2**32)
-    scenario.run(write(stored, stored_steps), "stored write")
+    scenario.run(write_command(stored, stored_steps), "stored write")
     stored_bytes = scenario.rows[-1]["stored bytes"] = disk_bytes(stored)
     shutil.rmtree(stored)
     scenario.figures["stored write: steps"] = stored_steps
@@ -73,9 +56,9 @@ def test_virtual_slices(scenario, size):
     (the first slice also pays for compiling the block and dask's imports)."""
     steps = parse_int(size, name="--size")
     virtual = scenario.folder / "virtual.zarr"
-    scenario.run(write(virtual, steps, "--virtual"), "virtual write")
-    scenario.rounds(lambda i: scenario.run(side("slices", out=str(virtual), count=8, seed=i), "slices", round=i + 1),
-                    default=2)  # fmt: skip
+    scenario.run(write_command(virtual, steps, "--virtual"), "virtual write")
+    scenario.rounds(lambda i: scenario.run(side_command("slices", out=str(virtual), count=8, seed=i), "slices",
+                                           round=i + 1), default=2)  # fmt: skip
     rows = [r for r in scenario.rows if r["side"] == "slices"]
     scenario.figures.update({
         "first slice s (median)": round(sorted(r["first_s"] for r in rows)[len(rows) // 2], 3),
@@ -93,13 +76,13 @@ def test_virtual_read(scenario, size):
     steps = parse_int(size, name="--size")
     virtual, stored = scenario.folder / "virtual-read.zarr", scenario.folder / "stored-read.zarr"
     for out, flags, label in ((virtual, ["--virtual"], "virtual write"), (stored, [], "stored write")):
-        scenario.run(write(out, steps, *flags), label)
+        scenario.run(write_command(out, steps, *flags), label)
         scenario.rows[-1]["stored bytes"] = disk_bytes(out)
 
     def one_round(i: int) -> None:
         for out, label in ((stored, "read stored, cold"), (virtual, "read virtual")):
             drop_cache(out)
-            scenario.run(side("read", out=str(out)), label, round=i + 1)
+            scenario.run(side_command("read", out=str(out)), label, round=i + 1)
 
     scenario.rounds(one_round, default=2)
     v, s = scenario.medians("read virtual", "run_s", "wall s"), scenario.medians("read stored, cold", "run_s", "wall s")
