@@ -205,6 +205,24 @@ class OnesUntil:
         return np.ones(key.stop - key.start)
 
 
+def made_runs(tmp_path_factory) -> Callable[..., Path]:
+    """A getter of uninterrupted runs of the command line's ``write``, one per argument list, each made on first use
+    (for a module-scoped fixture: the tests of a module that compare with the same run share it)."""
+    from streamacc.cli import main
+
+    runs: dict[tuple[str, ...], Path] = {}
+
+    def get(*args: object) -> Path:
+        key = tuple(map(str, args))
+        if key not in runs:
+            out = tmp_path_factory.mktemp("made") / "out.zarr"
+            assert main(["write", str(out), *key]) == 0
+            runs[key] = out
+        return runs[key]
+
+    return get
+
+
 class ReadCounting(WrapperStore):
     """A zarr store that records each key's reads: per key, the bytes each read returned (None where the key was
     absent), so ``len(store.reads[key])`` counts its reads and ``store.read_bytes(key)`` sums what they fetched."""

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,6 +26,7 @@ from helpers import (
     cli,
     committed,
     etags,
+    made_runs,
     paused_writer,
     python,
     read_manifest,
@@ -50,16 +50,7 @@ LEASE_SECONDS = "2"  # a killed writer's lease expires quickly
 @pytest.fixture(scope="module")
 def local_ref(tmp_path_factory):
     """Uninterrupted local runs, one per argument list, made on first use."""
-    made: dict[tuple, Path] = {}
-
-    def get(*args: str) -> Path:
-        if args not in made:
-            out = tmp_path_factory.mktemp("ref") / "out.zarr"
-            assert main(["write", str(out), *args]) == 0
-            made[args] = out
-        return made[args]
-
-    return get
+    return made_runs(tmp_path_factory)
 
 
 def test_write_read_info_verify_on_s3(s3_bucket, local_ref, capsys):

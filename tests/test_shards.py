@@ -28,7 +28,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import zarr
-from helpers import ReadCounting, assert_same_output, dies_at, gp, node_attribute, read_manifest, run, store_files
+from helpers import (
+    ReadCounting,
+    assert_same_output,
+    dies_at,
+    gp,
+    made_runs,
+    node_attribute,
+    read_manifest,
+    run,
+    store_files,
+)
 from zarr.codecs import BloscCodec, Crc32cCodec
 from zarr.storage import LocalStore
 
@@ -67,17 +77,7 @@ def inner_checksums(raw: bytes, count: int) -> list[int | None]:
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     """Uninterrupted runs of the command line, one per argument list, made on first use."""
-    runs: dict[tuple[str, ...], Path] = {}
-
-    def get(*args: object) -> Path:
-        key = tuple(map(str, args))
-        if key not in runs:
-            out = tmp_path_factory.mktemp("made") / "out.zarr"
-            assert main(["write", str(out), *key]) == 0
-            runs[key] = out
-        return runs[key]
-
-    return get
+    return made_runs(tmp_path_factory)
 
 
 def test_a_block_is_one_shard_that_every_reader_reads(made):
